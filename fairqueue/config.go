@@ -1,0 +1,90 @@
+package fairqueue
+
+import (
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Defaults and limits of Config, the seed's numbers where it had them.
+const (
+	DefaultMaxWait      = 20 * time.Second
+	DefaultPollInterval = 200 * time.Millisecond
+	MinPollInterval     = 50 * time.Millisecond
+	DefaultLease        = 30 * time.Second
+	MinLease            = time.Second
+	// DefaultStoreTimeout bounds a store call that is not bounded by a
+	// request (release, cancel, heartbeat, reconcile).
+	DefaultStoreTimeout = time.Second
+)
+
+// Config configures one Queue (one node's view of one named queue).
+type Config struct {
+	// Name of the queue, for logs and errors.
+	Name string
+	// Permits is the number of tickets that may hold a permit at once,
+	// across every node of the queue. Required, > 0.
+	Permits int
+	// MaxWait bounds how long Acquire waits. Default 20s.
+	MaxWait time.Duration
+	// PollInterval is how often a node with waiters reconciles with the
+	// store (the safety net for lost notifications and expired leases).
+	// Default 200ms, at least 50ms.
+	PollInterval time.Duration
+	// Lease is how long a permit stays held without renewal; nodes renew
+	// their permits every Lease/3, and a node silent for Lease is dead.
+	// Default 30s, at least 1s.
+	Lease time.Duration
+	// FailOpen admits a request without a permit when the store is
+	// unreachable (Permit.FailOpen reports it); otherwise Acquire fails
+	// with ErrStoreUnavailable.
+	FailOpen bool
+	// StoreTimeout bounds store calls made outside a request. Default 1s.
+	StoreTimeout time.Duration
+	// DownAfter is how many consecutive failed store calls mark the store
+	// down (Acquire then answers at once without calling it). Default 2.
+	DownAfter int
+	// Logger receives lifecycle and error logs. Default: no logs.
+	Logger *zap.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxWait <= 0 {
+		c.MaxWait = DefaultMaxWait
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.Lease <= 0 {
+		c.Lease = DefaultLease
+	}
+	if c.StoreTimeout <= 0 {
+		c.StoreTimeout = DefaultStoreTimeout
+	}
+	if c.DownAfter <= 0 {
+		c.DownAfter = 2
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return c
+}
+
+// Validate reports the first invalid field of c (after defaults).
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.Permits <= 0:
+		return fmt.Errorf("permits must be > 0, got %d", c.Permits)
+	case c.PollInterval < MinPollInterval:
+		return fmt.Errorf("poll_interval must be at least %s, got %s", MinPollInterval, c.PollInterval)
+	case c.PollInterval > c.MaxWait:
+		return fmt.Errorf("poll_interval (%s) must not exceed max_wait (%s)", c.PollInterval, c.MaxWait)
+	case c.Lease < MinLease:
+		return fmt.Errorf("lease must be at least %s, got %s", MinLease, c.Lease)
+	}
+	return nil
+}
+
+func (c Config) limits() Limits { return Limits{Permits: c.Permits, Lease: c.Lease} }

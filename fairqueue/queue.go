@@ -1,0 +1,339 @@
+package fairqueue
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Queue is one node's handle on a named queue in a Store. It is safe for
+// concurrent use. Create it with New; stop it with Drain or Close.
+type Queue struct {
+	store Store
+	node  string
+	log   *zap.Logger
+	cfg   atomic.Pointer[Config]
+
+	openMu       sync.Mutex
+	opened       bool
+	openFailedAt time.Time
+	openErr      error
+
+	mu       sync.Mutex
+	tickets  map[string]*ticket // pending and granted, until cleaned up
+	counter  uint64
+	draining bool
+	drainCh  chan struct{} // closed by Drain: every waiter is rejected
+	stopCh   chan struct{} // closed when the background loop must stop
+	loopDone chan struct{}
+	kick     chan struct{}
+	bg       sync.WaitGroup // background store calls (releases of stray grants)
+	closed   atomic.Bool
+
+	health health
+	drain  drainRate
+	grants atomic.Int64 // highest grant counter seen
+	epoch  string       // data-set ID confirmed by the last heartbeat; loop only
+	seen   atomic.Pointer[string]
+	resync atomic.Bool // the data-set ID changed: heartbeat at once
+}
+
+// New returns a Queue for cfg on store. It makes no store call: the node
+// joins the queue at its first Acquire.
+func New(store Store, cfg Config) (*Queue, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	q := &Queue{
+		store:    store,
+		node:     newNodeID(),
+		tickets:  make(map[string]*ticket),
+		drainCh:  make(chan struct{}),
+		stopCh:   make(chan struct{}),
+		loopDone: make(chan struct{}),
+		kick:     make(chan struct{}, 1),
+	}
+	q.log = cfg.Logger.With(zap.String("queue", cfg.Name), zap.String("node", q.node))
+	q.cfg.Store(&cfg)
+	q.health.downAfter.Store(int32(cfg.DownAfter))
+	return q, nil
+}
+
+// Node returns this Queue's node ID: random per Queue, never reused.
+func (q *Queue) Node() string { return q.node }
+
+// Config returns the settings in force.
+func (q *Queue) Config() Config { return *q.cfg.Load() }
+
+// Reconfigure replaces the settings (permits, max wait, intervals,
+// policy) of a running Queue; later store calls carry the new values.
+func (q *Queue) Reconfigure(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg = cfg.withDefaults()
+	q.cfg.Store(&cfg)
+	q.health.downAfter.Store(int32(cfg.DownAfter))
+	return nil
+}
+
+// Request describes one acquire. It is empty today; fields for tenants,
+// cost and priority extend it without breaking callers.
+type Request struct{}
+
+// Acquire blocks until the ticket is granted a permit, ctx ends (the
+// context's error is returned), or the max wait passes (a *RejectError
+// with ReasonTimeout). A store failure gives a *RejectError with
+// ReasonStoreUnavailable, or a fail-open Permit when Config.FailOpen is
+// set. The caller must Release a returned Permit.
+func (q *Queue) Acquire(ctx context.Context, _ Request) (*Permit, error) {
+	cfg := q.cfg.Load()
+	start := time.Now()
+	deadline := start.Add(cfg.MaxWait)
+	if q.isDraining() {
+		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
+	}
+	if err := q.start(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return q.unavailable(start, err)
+	}
+	if !q.health.up() {
+		return q.unavailable(start, errStoreDown)
+	}
+	t := q.newTicket(false)
+	if t == nil {
+		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
+	}
+	actx, cancel := context.WithDeadline(ctx, deadline)
+	res, err := q.store.Acquire(actx, TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits()})
+	cancel()
+	if err != nil {
+		t.state.CompareAndSwap(statePending, stateCancelled)
+		// The call may have reached the store: cancel with a tombstone
+		// so a retried or late acquire cannot queue the ticket again.
+		q.cleanup(t, true)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !time.Now().Before(deadline) {
+			return nil, q.reject(ReasonTimeout, start, 0, err)
+		}
+		q.health.failed(q.log, err)
+		return q.unavailable(start, err)
+	}
+	q.health.ok(q.log)
+	q.observe(res.Grants, res.Epoch)
+	if res.Gone {
+		t.state.CompareAndSwap(statePending, stateCancelled)
+		q.cleanup(t, false)
+		return nil, errors.New("fair queue: ticket cancelled before it was queued")
+	}
+	t.seq = res.Seq
+	t.position, t.grants0 = res.Position, res.Grants
+	if res.Granted {
+		q.grant(t, res.GrantNo)
+	}
+	return q.wait(ctx, t, start, deadline)
+}
+
+// wait settles the race between a grant and the end of the wait with one
+// compare-and-set on the ticket state, as x/sync/semaphore does: whoever
+// moves the ticket out of pending first decides its fate.
+func (q *Queue) wait(ctx context.Context, t *ticket, start, deadline time.Time) (*Permit, error) {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	var end int32
+	select {
+	case <-t.granted:
+		return &Permit{q: q, t: t, waited: time.Since(start)}, nil
+	case <-ctx.Done():
+		end = stateCancelled
+	case <-timer.C:
+		end = stateTimedOut
+	case <-q.drainCh:
+		end = stateRejected
+	}
+	if !t.state.CompareAndSwap(statePending, end) {
+		// Granted at the same moment. A client that is gone gives the
+		// permit back; a timeout or drain that lost the race is served.
+		<-t.granted
+		p := &Permit{q: q, t: t, waited: time.Since(start)}
+		if end != stateCancelled {
+			return p, nil
+		}
+		p.Release()
+		return nil, ctx.Err()
+	}
+	pos := q.position(t)
+	q.cleanup(t, false)
+	switch end {
+	case stateCancelled:
+		return nil, ctx.Err()
+	case stateTimedOut:
+		return nil, q.reject(ReasonTimeout, start, pos, nil)
+	default:
+		return nil, q.reject(ReasonShuttingDown, start, pos, nil)
+	}
+}
+
+// grant moves t to granted if it is still pending. A grant for a ticket
+// that already left pending is given back by that ticket's own cleanup
+// (its cancel releases what it holds).
+func (q *Queue) grant(t *ticket, no int64) {
+	if t.state.CompareAndSwap(statePending, stateGranted) {
+		t.grantNo = no
+		t.registered.Store(true)
+		close(t.granted)
+	}
+}
+
+// Granted implements Handler: the store handed permits to tickets of this
+// node.
+func (q *Queue) Granted(grants ...Grant) {
+	for _, g := range grants {
+		q.mu.Lock()
+		t := q.tickets[g.Ticket]
+		q.mu.Unlock()
+		if t == nil {
+			// Already cleaned up (its cancel raced the grant) or a ghost
+			// of a call whose answer was lost: hand the permit on.
+			q.releaseAsync(g.Ticket)
+			continue
+		}
+		q.grant(t, g.No)
+		q.observe(g.No, "")
+	}
+}
+
+// Resynced implements Handler: notifications may have been lost.
+func (q *Queue) Resynced() { q.kickLoop() }
+
+// unavailable applies the store-error policy.
+func (q *Queue) unavailable(start time.Time, cause error) (*Permit, error) {
+	if q.cfg.Load().FailOpen {
+		t := q.newTicket(true)
+		if t == nil {
+			return nil, q.reject(ReasonShuttingDown, start, 0, nil)
+		}
+		return &Permit{q: q, t: t, waited: time.Since(start)}, nil
+	}
+	return nil, q.reject(ReasonStoreUnavailable, start, 0, cause)
+}
+
+func (q *Queue) reject(r Reason, start time.Time, pos int, cause error) error {
+	return &RejectError{Reason: r, Waited: time.Since(start), Position: pos,
+		RetryAfter: q.drain.retryAfter(pos, q.cfg.Load().MaxWait), Err: cause}
+}
+
+// position estimates the tickets ahead of t from the grants made since
+// it was queued.
+func (q *Queue) position(t *ticket) int {
+	if t.position == 0 {
+		return 0
+	}
+	p := t.position - int(q.grants.Load()-t.grants0)
+	return max(p, 1)
+}
+
+// newTicket mints and registers a ticket before any store call names it,
+// so a grant can never arrive for a ticket the node does not know. A
+// fail-open ticket is born granted and unregistered in the store.
+func (q *Queue) newTicket(failOpen bool) *ticket {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.draining {
+		return nil
+	}
+	q.counter++
+	t := &ticket{id: q.node + ":" + strconv.FormatUint(q.counter, 36), granted: make(chan struct{}), failOpen: failOpen}
+	if failOpen {
+		t.state.Store(stateGranted)
+		close(t.granted)
+	}
+	q.tickets[t.id] = t
+	return t
+}
+
+// cleanup forgets a ticket that ends without a permit and removes it from
+// the store. It is idempotent; the store call is bounded by StoreTimeout.
+func (q *Queue) cleanup(t *ticket, tombstone bool) {
+	q.forget(t)
+	cfg := q.cfg.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
+	defer cancel()
+	err := q.store.Cancel(ctx, TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Tombstone: tombstone})
+	if !tombstone { // after a failed acquire, one failure is counted already
+		q.health.record(q.log, err)
+	}
+}
+
+func (q *Queue) forget(t *ticket) {
+	q.mu.Lock()
+	delete(q.tickets, t.id)
+	q.mu.Unlock()
+}
+
+func (q *Queue) releaseAsync(id string) {
+	if q.closed.Load() {
+		return
+	}
+	q.bg.Add(1)
+	go func() {
+		defer q.bg.Done()
+		q.releaseID(id)
+	}()
+}
+
+func (q *Queue) releaseID(id string) {
+	if q.closed.Load() {
+		return // Leave released every permit of this node
+	}
+	cfg := q.cfg.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
+	defer cancel()
+	err := q.store.Release(ctx, TicketArgs{ID: id, Node: q.node, Limits: cfg.limits()})
+	q.health.record(q.log, err)
+}
+
+// observe records the grant counter and data-set ID a store call saw.
+func (q *Queue) observe(grants int64, epoch string) {
+	for {
+		cur := q.grants.Load()
+		if grants <= cur || q.grants.CompareAndSwap(cur, grants) {
+			break
+		}
+	}
+	if epoch == "" {
+		return
+	}
+	if old := q.seen.Load(); old == nil {
+		q.seen.CompareAndSwap(nil, &epoch)
+	} else if *old != epoch {
+		// The store's data set changed (restart without persistence,
+		// failover): the next heartbeat re-asserts our holders.
+		q.resync.Store(true)
+		q.kickLoop()
+	}
+}
+
+func (q *Queue) isDraining() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.draining
+}
+
+func newNodeID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

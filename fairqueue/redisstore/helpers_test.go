@@ -1,0 +1,76 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
+)
+
+// node is one Queue with its own client and subscription, as one Caddy
+// instance would have.
+type node struct {
+	q   *fairqueue.Queue
+	rdb *redis.Client
+}
+
+// newNode opens queue name on srv as a new node. Its client has the
+// short timeouts a production queue client has.
+func newNode(t testing.TB, srv *redistest.Server, name string, cfg fairqueue.Config) *node {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{
+		Addr:                  srv.Addr(),
+		DialTimeout:           redisstore.DefaultDialTimeout,
+		ReadTimeout:           redisstore.DefaultReadTimeout,
+		WriteTimeout:          redisstore.DefaultWriteTimeout,
+		MaxRetries:            redisstore.DefaultMaxRetries,
+		ContextTimeoutEnabled: true,
+	})
+	cfg.Name = name
+	q, err := fairqueue.New(redisstore.New(rdb, name, redisstore.Options{}), cfg)
+	require.NoError(t, err)
+	n := &node{q: q, rdb: rdb}
+	t.Cleanup(func() {
+		_ = q.Close()
+		_ = rdb.Close()
+	})
+	return n
+}
+
+// eventually polls cond until it holds or d passes.
+func eventually(t testing.TB, d time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf(msg, args...)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// queueState reads a queue's Redis state directly.
+type queueState struct {
+	Waiting []string
+	Holders []string
+	Nodes   []string
+}
+
+func readState(t testing.TB, rdb *redis.Client, name string) queueState {
+	t.Helper()
+	ctx := context.Background()
+	tag := redisstore.New(rdb, name, redisstore.Options{}).Tag()
+	w, err := rdb.ZRange(ctx, tag+":waiting", 0, -1).Result()
+	require.NoError(t, err)
+	h, err := rdb.ZRange(ctx, tag+":holders", 0, -1).Result()
+	require.NoError(t, err)
+	n, err := rdb.ZRange(ctx, tag+":nodes", 0, -1).Result()
+	require.NoError(t, err)
+	return queueState{Waiting: w, Holders: h, Nodes: n}
+}

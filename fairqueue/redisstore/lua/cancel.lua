@@ -1,0 +1,14 @@
+-- cancel: take a ticket out of the queue (client gone, timeout, drain);
+-- if it was granted meanwhile, release its permit and hand it on.
+-- KEYS: the common layout (2, 3, 4, 6, 7 used).
+-- ARGV: 1 ticket, 2-5 common, 6 tombstone TTL ms (0: no tombstone).
+-- Returns 1 if the ticket was waiting or holding, else 0.
+-- Idempotent: a second cancel finds nothing to remove. The tombstone
+-- makes an acquire of the same ticket that reaches Redis later a no-op.
+if tonumber(ARGV[6]) > 0 then
+  redis.call('SET', KEYS[7], '1', 'PX', ARGV[6])
+end
+local n = redis.call('ZREM', KEYS[2], ARGV[1]) + redis.call('ZREM', KEYS[3], ARGV[1])
+reap()
+dispatch()
+return n

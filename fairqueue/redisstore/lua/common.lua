@@ -1,0 +1,80 @@
+-- common.lua: prepended to every script of this package.
+--
+-- KEYS, the same layout for every script (all share the queue's hash tag,
+-- so a queue lives in one Redis Cluster slot):
+--   1 seq      INCR counter: arrival order
+--   2 waiting  ZSET ticket -> arrival order
+--   3 holders  ZSET ticket -> lease expiry (ms, Redis server time)
+--   4 nodes    ZSET node -> liveness expiry (ms, Redis server time)
+--   5 epoch    random ID of this data set; missing = Redis lost its data
+--   6 grants   INCR counter: grants made
+--   7 gone     tombstone of one cancelled ticket (a placeholder name when
+--              the script has no ticket)
+-- ARGV, the same first five for every script:
+--   1 ticket ID (or node ID)   2 permits   3 lease ms
+--   4 channel prefix (+ node ID = that node's grant channel)
+--   5 publish command: 'spublish' (sharded Pub/Sub) or 'publish'
+--
+-- Ticket IDs are "<node>:<counter>", so a ticket names its owner node.
+-- Time is Redis' own clock (TIME), never a node's.
+
+local now
+do
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local permits = tonumber(ARGV[2])
+local lease = tonumber(ARGV[3])
+
+local function owner_of(id)
+  return string.match(id, '^(.*):[^:]*$') or id
+end
+
+local function alive(node)
+  local exp = redis.call('ZSCORE', KEYS[4], node)
+  return exp ~= false and tonumber(exp) >= now
+end
+
+local function grants()
+  return tonumber(redis.call('GET', KEYS[6]) or '0')
+end
+
+-- reap frees the permits whose lease ended (a crashed or partitioned
+-- node). At most the holders, so at most about the permits.
+local function reap()
+  return redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+end
+
+-- dispatch hands free permits to the head of the queue, in order, and
+-- tells each grantee's node on its own channel. Waiters of dead nodes
+-- are dropped on the way (at most 1000 a call, to bound the script).
+local function dispatch()
+  local free = permits - redis.call('ZCARD', KEYS[3])
+  local skipped = 0
+  while free > 0 do
+    local head = redis.call('ZPOPMIN', KEYS[2])
+    if #head == 0 then break end
+    local id = head[1]
+    local owner = owner_of(id)
+    if alive(owner) then
+      redis.call('ZADD', KEYS[3], now + lease, id)
+      local no = redis.call('INCR', KEYS[6])
+      redis.call(ARGV[5], ARGV[4] .. owner, id .. ' ' .. no)
+      free = free - 1
+    else
+      skipped = skipped + 1
+      if skipped >= 1000 then break end
+    end
+  end
+end
+
+-- mine lists the holders owned by node (scans the holders: about the
+-- permits, never the waiters).
+local function mine(node)
+  local prefix = node .. ':'
+  local out = {}
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+    if string.sub(id, 1, #prefix) == prefix then out[#out + 1] = id end
+  end
+  return out
+end

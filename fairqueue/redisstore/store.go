@@ -1,0 +1,296 @@
+// Package redisstore is the Redis implementation of fairqueue.Store: one
+// named queue kept in a few keys under one hash tag, changed only by the
+// Lua scripts in lua/ (each idempotent by ticket ID, because go-redis
+// re-sends a command after a read timeout), with grants delivered over a
+// per-node Pub/Sub channel (package notifier).
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/notifier"
+)
+
+// Client defaults for a queue's Redis client: a frozen Redis must not
+// block a request for the ~20 s go-redis' defaults allow.
+const (
+	DefaultDialTimeout  = 500 * time.Millisecond
+	DefaultReadTimeout  = 500 * time.Millisecond
+	DefaultWriteTimeout = 500 * time.Millisecond
+	DefaultMaxRetries   = 1
+	DefaultKeyPrefix    = "fair_queue"
+	// TombstoneTTL is how long a cancelled ticket's tombstone lives:
+	// longer than any retry of its acquire can be in flight.
+	TombstoneTTL = 30 * time.Second
+)
+
+//go:embed lua/*.lua
+var luaFS embed.FS
+
+var scripts = struct {
+	acquire, release, cancel, heartbeat, reconcile, leave *redis.Script
+}{
+	acquire:   load("acquire"),
+	release:   load("release"),
+	cancel:    load("cancel"),
+	heartbeat: load("heartbeat"),
+	reconcile: load("reconcile"),
+	leave:     load("leave"),
+}
+
+func load(name string) *redis.Script {
+	common, err := luaFS.ReadFile("lua/common.lua")
+	if err != nil {
+		panic(err)
+	}
+	body, err := luaFS.ReadFile("lua/" + name + ".lua")
+	if err != nil {
+		panic(err)
+	}
+	return redis.NewScript(string(common) + "\n" + string(body))
+}
+
+// Options configure a Store.
+type Options struct {
+	// KeyPrefix starts every key name; it isolates applications sharing
+	// one Redis. Default "fair_queue".
+	KeyPrefix string
+	// Sharded selects SPUBLISH/SSUBSCRIBE (Redis 7+; a shard-local
+	// channel on Cluster) over PUBLISH/SUBSCRIBE. nil: detected at Open
+	// from the server version.
+	Sharded *bool
+}
+
+// Store is one named queue in Redis. Create one per Queue (it holds that
+// node's subscription); the Redis client may be shared and is not closed
+// by the Store.
+type Store struct {
+	rdb      redis.UniversalClient
+	tag      string
+	keys     []string // the common KEYS layout; index 6 is per ticket
+	chPrefix string
+	sharded  *bool
+	pub      string
+
+	mu  sync.Mutex
+	sub *notifier.Subscription
+}
+
+// New returns a Store for queue name on rdb. It makes no Redis call.
+func New(rdb redis.UniversalClient, name string, opts Options) *Store {
+	prefix := opts.KeyPrefix
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	// Braces would change the hash tag and split the queue across slots.
+	clean := strings.NewReplacer("{", "_", "}", "_")
+	tag := "{" + clean.Replace(prefix) + ":" + clean.Replace(name) + "}"
+	s := &Store{rdb: rdb, tag: tag, chPrefix: tag + ":node:", sharded: opts.Sharded}
+	for _, k := range []string{"seq", "waiting", "holders", "nodes", "epoch", "grants", "gone:-"} {
+		s.keys = append(s.keys, tag+":"+k)
+	}
+	return s
+}
+
+// Tag returns the hash tag shared by every key of the queue, e.g.
+// "{fair_queue:default}"; every key name starts with it.
+func (s *Store) Tag() string { return s.tag }
+
+func (s *Store) keysFor(ticket string) []string {
+	k := append([]string(nil), s.keys...)
+	if ticket != "" {
+		k[6] = s.tag + ":gone:" + ticket
+	}
+	return k
+}
+
+func (s *Store) args(first string, l fairqueue.Limits, more ...any) []any {
+	return append([]any{first, l.Permits, l.Lease.Milliseconds(), s.chPrefix, s.pub}, more...)
+}
+
+// Open implements fairqueue.Store: it subscribes node to its grant
+// channel and waits for Redis to confirm the subscription.
+func (s *Store) Open(ctx context.Context, node string, h fairqueue.Handler) error {
+	sharded, err := s.detectSharded(ctx)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", s.tag, err)
+	}
+	s.pub = "publish"
+	if sharded {
+		s.pub = "spublish"
+	}
+	sub, err := notifier.Subscribe(ctx, s.rdb, s.chPrefix+node, sharded, notifier.Handler{
+		Message: func(payload string) {
+			if g, ok := parseGrant(payload); ok {
+				h.Granted(g)
+			}
+		},
+		Subscribed: h.Resynced,
+	})
+	if err != nil {
+		return fmt.Errorf("open %s: %w", s.tag, err)
+	}
+	s.mu.Lock()
+	s.sub = sub
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Store) detectSharded(ctx context.Context) (bool, error) {
+	if s.sharded != nil {
+		return *s.sharded, nil
+	}
+	info, err := s.rdb.Info(ctx, "server").Result()
+	if err != nil {
+		return false, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
+			return major >= 7, nil
+		}
+	}
+	return false, nil
+}
+
+func parseGrant(payload string) (fairqueue.Grant, bool) {
+	id, no, ok := strings.Cut(payload, " ")
+	if !ok || id == "" {
+		return fairqueue.Grant{}, false
+	}
+	n, _ := strconv.ParseInt(no, 10, 64)
+	return fairqueue.Grant{Ticket: id, No: n}, true
+}
+
+// Acquire implements fairqueue.Store.
+func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.AcquireResult, error) {
+	v, err := scripts.acquire.Run(ctx, s.rdb, s.keysFor(t.ID), s.args(t.ID, t.Limits, t.Node, newEpoch())...).Slice()
+	if err != nil {
+		return fairqueue.AcquireResult{}, fmt.Errorf("acquire %s: %w", s.tag, err)
+	}
+	if len(v) != 6 {
+		return fairqueue.AcquireResult{}, fmt.Errorf("acquire %s: unexpected reply %v", s.tag, v)
+	}
+	status, _ := v[0].(string)
+	epoch, _ := v[5].(string)
+	return fairqueue.AcquireResult{
+		Granted:  status == "granted",
+		Gone:     status == "gone",
+		Seq:      toInt(v[1]),
+		GrantNo:  toInt(v[2]),
+		Position: int(toInt(v[3])),
+		Grants:   toInt(v[4]),
+		Epoch:    epoch,
+	}, nil
+}
+
+// Release implements fairqueue.Store.
+func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
+	if err := scripts.release.Run(ctx, s.rdb, s.keysFor(""), s.args(t.ID, t.Limits)...).Err(); err != nil {
+		return fmt.Errorf("release %s: %w", s.tag, err)
+	}
+	return nil
+}
+
+// Cancel implements fairqueue.Store.
+func (s *Store) Cancel(ctx context.Context, t fairqueue.TicketArgs) error {
+	ttl := int64(0)
+	if t.Tombstone {
+		ttl = TombstoneTTL.Milliseconds()
+	}
+	if err := scripts.cancel.Run(ctx, s.rdb, s.keysFor(t.ID), s.args(t.ID, t.Limits, ttl)...).Err(); err != nil {
+		return fmt.Errorf("cancel %s: %w", s.tag, err)
+	}
+	return nil
+}
+
+// Heartbeat implements fairqueue.Store.
+func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fairqueue.HeartbeatResult, error) {
+	more := []any{hb.Epoch, newEpoch(), len(hb.Held)}
+	for _, id := range hb.Held {
+		more = append(more, id)
+	}
+	for _, id := range hb.Adopt {
+		more = append(more, id)
+	}
+	v, err := scripts.heartbeat.Run(ctx, s.rdb, s.keysFor(""), s.args(hb.Node, hb.Limits, more...)...).Slice()
+	if err != nil {
+		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: %w", s.tag, err)
+	}
+	if len(v) != 2 {
+		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: unexpected reply %v", s.tag, v)
+	}
+	epoch, _ := v[0].(string)
+	return fairqueue.HeartbeatResult{Epoch: epoch, Rejoined: toInt(v[1]) == 1}, nil
+}
+
+// Reconcile implements fairqueue.Store.
+func (s *Store) Reconcile(ctx context.Context, node string, l fairqueue.Limits) (fairqueue.ReconcileResult, error) {
+	v, err := scripts.reconcile.Run(ctx, s.rdb, s.keysFor(""), s.args(node, l)...).Slice()
+	if err != nil {
+		return fairqueue.ReconcileResult{}, fmt.Errorf("reconcile %s: %w", s.tag, err)
+	}
+	if len(v) != 4 {
+		return fairqueue.ReconcileResult{}, fmt.Errorf("reconcile %s: unexpected reply %v", s.tag, v)
+	}
+	epoch, _ := v[0].(string)
+	res := fairqueue.ReconcileResult{Epoch: epoch, Grants: toInt(v[1]), Waiting: int(toInt(v[2]))}
+	holders, _ := v[3].([]any)
+	for _, h := range holders {
+		if id, ok := h.(string); ok {
+			res.Holders = append(res.Holders, id)
+		}
+	}
+	return res, nil
+}
+
+// Leave implements fairqueue.Store.
+func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) error {
+	if err := scripts.leave.Run(ctx, s.rdb, s.keysFor(""), s.args(node, l)...).Err(); err != nil {
+		return fmt.Errorf("leave %s: %w", s.tag, err)
+	}
+	return nil
+}
+
+// Close implements fairqueue.Store: it ends the subscription. The Redis
+// client is the caller's.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	sub := s.sub
+	s.sub = nil
+	s.mu.Unlock()
+	if sub != nil {
+		return sub.Close()
+	}
+	return nil
+}
+
+func toInt(v any) int64 {
+	switch n := v.(type) {
+	case int64:
+		return n
+	case string:
+		i, _ := strconv.ParseInt(n, 10, 64)
+		return i
+	}
+	return 0
+}
+
+func newEpoch() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+var _ fairqueue.Store = (*Store)(nil)

@@ -1,0 +1,136 @@
+package fairqueue
+
+import (
+	"context"
+	"time"
+)
+
+// Store keeps the shared state of one named queue: who holds a permit,
+// who waits and in what order, which nodes are alive. Every Queue (node)
+// that opens the same queue in the same store shares its permits.
+//
+// Every method must be idempotent by ticket ID: a call may be sent twice
+// (a client retry after a lost answer) and must leave the same state.
+// Methods that change holders also dispatch: while permits are free they
+// grant the head of the queue and notify its owner node through the
+// Handler that node registered with Open.
+type Store interface {
+	// Open registers node's Handler. When Open returns nil, every grant
+	// made for one of node's tickets afterwards reaches h.Granted (or is
+	// found by a later Reconcile).
+	Open(ctx context.Context, node string, h Handler) error
+	// Acquire grants t at once when a permit is free and nobody waits
+	// (the fast path), or puts it in the queue.
+	Acquire(ctx context.Context, t TicketArgs) (AcquireResult, error)
+	// Release gives back t's permit, if t holds one, and dispatches.
+	Release(ctx context.Context, t TicketArgs) error
+	// Cancel removes t from the queue, leaves a tombstone so that a
+	// late Acquire of t does nothing, and releases t's permit if t was
+	// granted meanwhile.
+	Cancel(ctx context.Context, t TicketArgs) error
+	// Heartbeat renews node's liveness and the leases of the permits it
+	// holds.
+	Heartbeat(ctx context.Context, hb HeartbeatArgs) (HeartbeatResult, error)
+	// Reconcile dispatches permits freed by lease expiry and returns the
+	// tickets of node that hold a permit.
+	Reconcile(ctx context.Context, node string, limits Limits) (ReconcileResult, error)
+	// Leave removes node: its permits are released, its liveness entry
+	// deleted, and dispatch runs.
+	Leave(ctx context.Context, node string, limits Limits) error
+	// Close stops delivering grants to the Handler and frees resources.
+	Close() error
+}
+
+// Handler receives a node's notifications from the Store.
+type Handler interface {
+	// Granted is called with the IDs of tickets of this node that were
+	// granted a permit by another call (a release, a cancel, a
+	// reconcile). It must not block.
+	Granted(grants ...Grant)
+	// Resynced is called when notifications may have been lost (the
+	// subscription was re-established); the node reconciles at once.
+	Resynced()
+}
+
+// Grant is one permit handed to a waiting ticket.
+type Grant struct {
+	Ticket string
+	// No is the queue's grant counter at this grant: grants of one queue
+	// are numbered 1, 2, 3, ... in the order the store made them. 0 when
+	// unknown (a grant found by Reconcile).
+	No int64
+}
+
+// Limits are the settings every store call carries; the config of the
+// node making the call applies (there is no cluster-wide config).
+type Limits struct {
+	Permits int
+	Lease   time.Duration
+}
+
+// TicketArgs identifies a ticket in a store call.
+type TicketArgs struct {
+	ID   string
+	Node string
+	Limits
+	// Tombstone asks Cancel to leave a short-lived mark so that an
+	// Acquire of the same ticket reaching the store later does nothing.
+	// Needed only when the ticket's Acquire got no answer.
+	Tombstone bool
+}
+
+// AcquireResult is the answer to Store.Acquire.
+type AcquireResult struct {
+	// Granted: the ticket holds a permit now.
+	Granted bool
+	// Gone: the ticket was cancelled before this call reached the store.
+	Gone bool
+	// Seq is the arrival order the store assigned (1, 2, 3, ...).
+	Seq int64
+	// GrantNo is the grant counter when Granted (see Grant.No).
+	GrantNo int64
+	// Position is the number of tickets ahead of this one plus one, when
+	// queued.
+	Position int
+	// Grants is the queue's grant counter when the call ran, so that
+	// later positions can be estimated from it without asking the store.
+	Grants int64
+	// Epoch identifies the store's data set (see HeartbeatArgs.Epoch).
+	Epoch string
+}
+
+// HeartbeatArgs is one node's periodic renewal.
+type HeartbeatArgs struct {
+	Node string
+	Limits
+	// Held are the tickets that hold a permit on this node: their
+	// leases are renewed. Re-added only when the store lost its data.
+	Held []string
+	// Adopt are permits admitted while the store was unreachable
+	// (fail open): they are added as holders if missing.
+	Adopt []string
+	// Epoch is the data-set ID this node last saw ("" if none).
+	Epoch string
+}
+
+// HeartbeatResult is the answer to Store.Heartbeat.
+type HeartbeatResult struct {
+	// Epoch is the store's current data-set ID.
+	Epoch string
+	// Rejoined: the store did not know this node (it lost its data, or
+	// the node was silent longer than its lease): its waiting tickets are
+	// no longer in the queue and must be sent again.
+	Rejoined bool
+}
+
+// ReconcileResult is the answer to Store.Reconcile.
+type ReconcileResult struct {
+	// Holders are this node's tickets that hold a permit.
+	Holders []string
+	// Grants is the queue's grant counter.
+	Grants int64
+	// Waiting is the queue length (all nodes).
+	Waiting int
+	// Epoch is the store's current data-set ID.
+	Epoch string
+}

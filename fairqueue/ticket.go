@@ -1,0 +1,75 @@
+package fairqueue
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Ticket states. A ticket leaves pending exactly once, by compare-and-set.
+const (
+	statePending int32 = iota
+	stateGranted
+	stateTimedOut
+	stateCancelled
+	stateRejected
+)
+
+// ticket is one request's place in the queue, as this node knows it.
+type ticket struct {
+	id      string
+	state   atomic.Int32
+	granted chan struct{} // closed on the move to granted
+	// failOpen: admitted while the store was unreachable; registered in
+	// the store by the next heartbeat (adopted).
+	failOpen   bool
+	registered atomic.Bool // the store knows it as a holder
+
+	// Written before granted is closed or before wait starts.
+	grantNo  int64
+	seq      int64
+	position int
+	grants0  int64
+}
+
+// Permit is a granted ticket. Release it when the work it guards ends.
+type Permit struct {
+	q      *Queue
+	t      *ticket
+	waited time.Duration
+	once   sync.Once
+}
+
+// Release gives the permit back; the store hands it to the next waiter
+// at once. It is idempotent and safe from any goroutine.
+func (p *Permit) Release() {
+	p.once.Do(func() {
+		p.q.forget(p.t)
+		if p.t.failOpen && !p.t.registered.Load() {
+			return
+		}
+		p.q.releaseID(p.t.id)
+	})
+}
+
+// Ticket returns the ticket ID ("<node>:<counter>").
+func (p *Permit) Ticket() string { return p.t.id }
+
+// Waited returns how long Acquire waited.
+func (p *Permit) Waited() time.Duration { return p.waited }
+
+// Position returns the number of tickets that were ahead at enqueue plus
+// one, or 0 when the permit was granted at once.
+func (p *Permit) Position() int { return p.t.position }
+
+// Seq returns the arrival order the store assigned to the ticket; 0 for a
+// fail-open permit.
+func (p *Permit) Seq() int64 { return p.t.seq }
+
+// GrantNo returns the queue's grant counter at this grant (grants are
+// numbered in the order the store made them); 0 when unknown.
+func (p *Permit) GrantNo() int64 { return p.t.grantNo }
+
+// FailOpen reports whether the permit was admitted without the store
+// (Config.FailOpen while the store was unreachable).
+func (p *Permit) FailOpen() bool { return p.t.failOpen }
