@@ -133,6 +133,7 @@ func (q *Queue) heartbeat(cfg *Config) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 	defer cancel()
 	res, err := q.store.Heartbeat(ctx, args)
+	q.log.Debug("heartbeat", zap.Any("args", args), zap.Any("res", res), zap.Error(err))
 	q.health.record(q.log, err)
 	if err != nil {
 		return
@@ -168,11 +169,16 @@ func (q *Queue) reconcile(cfg *Config) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 	defer cancel()
 	res, err := q.store.Reconcile(ctx, q.node, cfg.limits())
+	q.log.Debug("reconcile", zap.Any("res", res), zap.Error(err))
 	q.health.record(q.log, err)
 	if err != nil {
 		return
 	}
 	q.observe(res.Grants, res.Epoch)
+	if res.Epoch == "" && q.seen.Load() != nil {
+		q.resync.Store(true) // the data set is gone: heartbeat at once
+		q.kickLoop()
+	}
 	q.drain.sample(res.Grants, time.Now())
 	for _, id := range res.Holders {
 		q.mu.Lock()

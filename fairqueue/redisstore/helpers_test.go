@@ -2,11 +2,13 @@ package redisstore_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
@@ -33,6 +35,9 @@ func newNode(t testing.TB, srv *redistest.Server, name string, cfg fairqueue.Con
 		ContextTimeoutEnabled: true,
 	})
 	cfg.Name = name
+	if cfg.Logger == nil && os.Getenv("FQ_DEBUG") != "" {
+		cfg.Logger, _ = zap.NewDevelopment()
+	}
 	q, err := fairqueue.New(redisstore.New(rdb, name, redisstore.Options{}), cfg)
 	require.NoError(t, err)
 	n := &node{q: q, rdb: rdb}
