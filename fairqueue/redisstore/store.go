@@ -78,7 +78,7 @@ type Options struct {
 type Store struct {
 	rdb      redis.UniversalClient
 	tag      string
-	keys     []string // the common KEYS layout; index 6 is per ticket
+	keys     []string // the common KEYS layout (lua/common.lua)
 	chPrefix string
 	sharded  *bool
 	pub      string
@@ -97,7 +97,7 @@ func New(rdb redis.UniversalClient, name string, opts Options) *Store {
 	clean := strings.NewReplacer("{", "_", "}", "_")
 	tag := "{" + clean.Replace(prefix) + ":" + clean.Replace(name) + "}"
 	s := &Store{rdb: rdb, tag: tag, chPrefix: tag + ":node:", sharded: opts.Sharded}
-	for _, k := range []string{"seq", "waiting", "holders", "nodes", "epoch", "grants", "gone:-"} {
+	for _, k := range []string{"seq", "waiting", "holders", "nodes", "epoch", "grants", "gone"} {
 		s.keys = append(s.keys, tag+":"+k)
 	}
 	return s
@@ -106,14 +106,6 @@ func New(rdb redis.UniversalClient, name string, opts Options) *Store {
 // Tag returns the hash tag shared by every key of the queue, e.g.
 // "{fair_queue:default}"; every key name starts with it.
 func (s *Store) Tag() string { return s.tag }
-
-func (s *Store) keysFor(ticket string) []string {
-	k := append([]string(nil), s.keys...)
-	if ticket != "" {
-		k[6] = s.tag + ":gone:" + ticket
-	}
-	return k
-}
 
 func (s *Store) args(first string, l fairqueue.Limits, more ...any) []any {
 	return append([]any{first, l.Permits, l.Lease.Milliseconds(), s.chPrefix, s.pub}, more...)
@@ -175,7 +167,7 @@ func parseGrant(payload string) (fairqueue.Grant, bool) {
 
 // Acquire implements fairqueue.Store.
 func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.AcquireResult, error) {
-	v, err := scripts.acquire.Run(ctx, s.rdb, s.keysFor(t.ID), s.args(t.ID, t.Limits, t.Node, newEpoch())...).Slice()
+	v, err := scripts.acquire.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch())...).Slice()
 	if err != nil {
 		return fairqueue.AcquireResult{}, fmt.Errorf("acquire %s: %w", s.tag, err)
 	}
@@ -197,7 +189,7 @@ func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.
 
 // Release implements fairqueue.Store.
 func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
-	if err := scripts.release.Run(ctx, s.rdb, s.keysFor(""), s.args(t.ID, t.Limits)...).Err(); err != nil {
+	if err := scripts.release.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits)...).Err(); err != nil {
 		return fmt.Errorf("release %s: %w", s.tag, err)
 	}
 	return nil
@@ -209,7 +201,7 @@ func (s *Store) Cancel(ctx context.Context, t fairqueue.TicketArgs) error {
 	if t.Tombstone {
 		ttl = TombstoneTTL.Milliseconds()
 	}
-	if err := scripts.cancel.Run(ctx, s.rdb, s.keysFor(t.ID), s.args(t.ID, t.Limits, ttl)...).Err(); err != nil {
+	if err := scripts.cancel.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, ttl)...).Err(); err != nil {
 		return fmt.Errorf("cancel %s: %w", s.tag, err)
 	}
 	return nil
@@ -224,7 +216,7 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 	for _, id := range hb.Adopt {
 		more = append(more, id)
 	}
-	v, err := scripts.heartbeat.Run(ctx, s.rdb, s.keysFor(""), s.args(hb.Node, hb.Limits, more...)...).Slice()
+	v, err := scripts.heartbeat.Run(ctx, s.rdb, s.keys, s.args(hb.Node, hb.Limits, more...)...).Slice()
 	if err != nil {
 		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: %w", s.tag, err)
 	}
@@ -237,7 +229,7 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 
 // Reconcile implements fairqueue.Store.
 func (s *Store) Reconcile(ctx context.Context, node string, l fairqueue.Limits) (fairqueue.ReconcileResult, error) {
-	v, err := scripts.reconcile.Run(ctx, s.rdb, s.keysFor(""), s.args(node, l)...).Slice()
+	v, err := scripts.reconcile.Run(ctx, s.rdb, s.keys, s.args(node, l)...).Slice()
 	if err != nil {
 		return fairqueue.ReconcileResult{}, fmt.Errorf("reconcile %s: %w", s.tag, err)
 	}
@@ -257,7 +249,7 @@ func (s *Store) Reconcile(ctx context.Context, node string, l fairqueue.Limits) 
 
 // Leave implements fairqueue.Store.
 func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) error {
-	if err := scripts.leave.Run(ctx, s.rdb, s.keysFor(""), s.args(node, l)...).Err(); err != nil {
+	if err := scripts.leave.Run(ctx, s.rdb, s.keys, s.args(node, l)...).Err(); err != nil {
 		return fmt.Errorf("leave %s: %w", s.tag, err)
 	}
 	return nil

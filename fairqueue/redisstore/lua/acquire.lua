@@ -8,7 +8,8 @@
 -- rank, a cancelled one (tombstone) answers 'gone'; none is changed.
 local id, node = ARGV[1], ARGV[6]
 local epoch = redis.call('SET', KEYS[5], ARGV[7], 'NX', 'GET') or ARGV[7]
-if redis.call('EXISTS', KEYS[7]) == 1 then
+local tomb = redis.call('ZSCORE', KEYS[7], id)
+if tomb and tonumber(tomb) > now then
   return {'gone', 0, 0, 0, 0, epoch}
 end
 redis.call('ZADD', KEYS[4], now + lease, node)

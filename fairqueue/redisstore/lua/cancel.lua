@@ -6,7 +6,7 @@
 -- Idempotent: a second cancel finds nothing to remove. The tombstone
 -- makes an acquire of the same ticket that reaches Redis later a no-op.
 if tonumber(ARGV[6]) > 0 then
-  redis.call('SET', KEYS[7], '1', 'PX', ARGV[6])
+  redis.call('ZADD', KEYS[7], now + tonumber(ARGV[6]), ARGV[1])
 end
 local n = redis.call('ZREM', KEYS[2], ARGV[1]) + redis.call('ZREM', KEYS[3], ARGV[1])
 reap()

@@ -8,8 +8,8 @@
 --   4 nodes    ZSET node -> liveness expiry (ms, Redis server time)
 --   5 epoch    random ID of this data set; missing = Redis lost its data
 --   6 grants   INCR counter: grants made
---   7 gone     tombstone of one cancelled ticket (a placeholder name when
---              the script has no ticket)
+--   7 gone     ZSET ticket -> tombstone expiry: cancelled tickets whose
+--              acquire may still reach Redis late
 -- ARGV, the same first five for every script:
 --   1 ticket ID (or node ID)   2 permits   3 lease ms
 --   4 channel prefix (+ node ID = that node's grant channel)

@@ -1,12 +1,13 @@
 -- reconcile: a node's periodic safety net. Frees expired leases and
 -- dispatches (permits freed by expiry have no releaser), forgets dead
--- nodes, and lists the node's holders so it can find grants whose
+-- nodes and expired tombstones, and lists the node's holders so it can find grants whose
 -- message was lost.
--- KEYS: the common layout (2, 3, 4, 5, 6 used).
+-- KEYS: the common layout (2-7 used).
 -- ARGV: 1 node, 2-5 common.
 -- Returns {epoch, grants, waiting, {holder tickets of node}}.
 -- Idempotent: a second run finds nothing more to free or dispatch.
 reap()
 dispatch()
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now)
 return {redis.call('GET', KEYS[5]) or '', grants(), redis.call('ZCARD', KEYS[2]), mine(ARGV[1])}

@@ -1,0 +1,293 @@
+// Package memstore is the in-process implementation of fairqueue.Store,
+// for a queue local to one process (one Caddy instance, no Redis). It has
+// the semantics of the Redis store: FIFO by arrival, leases, node
+// liveness, tombstones, idempotent calls; grants are handed over by a
+// function call instead of a Pub/Sub message.
+package memstore
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+// Store is one in-process queue. Several Queues (nodes) may share one
+// Store, as several processes share one Redis queue. The zero value is
+// not usable; call New.
+type Store struct {
+	mu       sync.Mutex
+	now      func() time.Time
+	seq      int64
+	grants   int64
+	epoch    string
+	waiting  waitHeap
+	index    map[string]*waiter   // waiting tickets by ID
+	holders  map[string]time.Time // ticket -> lease expiry
+	nodes    map[string]time.Time // node -> liveness expiry
+	handlers map[string]fairqueue.Handler
+	gone     map[string]time.Time // tombstones -> expiry
+}
+
+// New returns an empty Store.
+func New() *Store {
+	return &Store{
+		now:      time.Now,
+		epoch:    "local",
+		index:    make(map[string]*waiter),
+		holders:  make(map[string]time.Time),
+		nodes:    make(map[string]time.Time),
+		handlers: make(map[string]fairqueue.Handler),
+		gone:     make(map[string]time.Time),
+	}
+}
+
+type waiter struct {
+	id  string
+	seq int64
+	i   int
+}
+
+type waitHeap []*waiter
+
+func (h waitHeap) Len() int           { return len(h) }
+func (h waitHeap) Less(i, j int) bool { return h[i].seq < h[j].seq }
+func (h waitHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].i = i; h[j].i = j }
+func (h *waitHeap) Push(x any)        { w := x.(*waiter); w.i = len(*h); *h = append(*h, w) }
+func (h *waitHeap) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return w
+}
+
+// pending collects grants made under the lock, delivered after it.
+type pending map[fairqueue.Handler][]fairqueue.Grant
+
+func (p pending) deliver() {
+	for h, gs := range p {
+		h.Granted(gs...)
+	}
+}
+
+func owner(id string) string {
+	if i := strings.LastIndexByte(id, ':'); i >= 0 {
+		return id[:i]
+	}
+	return id
+}
+
+func (s *Store) alive(node string, now time.Time) bool {
+	exp, ok := s.nodes[node]
+	return ok && !exp.Before(now)
+}
+
+// reapAndDispatch frees expired leases and grants the head of the queue
+// while permits are free, skipping waiters of dead nodes.
+func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) {
+	for id, exp := range s.holders {
+		if !exp.After(now) {
+			delete(s.holders, id)
+		}
+	}
+	for len(s.holders) < l.Permits && s.waiting.Len() > 0 {
+		w := heap.Pop(&s.waiting).(*waiter)
+		delete(s.index, w.id)
+		node := owner(w.id)
+		if !s.alive(node, now) {
+			continue
+		}
+		s.holders[w.id] = now.Add(l.Lease)
+		s.grants++
+		if h := s.handlers[node]; h != nil {
+			out[h] = append(out[h], fairqueue.Grant{Ticket: w.id, No: s.grants})
+		}
+	}
+}
+
+// Open implements fairqueue.Store.
+func (s *Store) Open(_ context.Context, node string, h fairqueue.Handler) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.handlers[node] = h
+	return nil
+}
+
+// Acquire implements fairqueue.Store.
+func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.AcquireResult, error) {
+	out := pending{}
+	defer out.deliver()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	res := fairqueue.AcquireResult{Epoch: s.epoch}
+	if exp, ok := s.gone[t.ID]; ok && exp.After(now) {
+		res.Gone = true
+		return res, nil
+	}
+	s.nodes[t.Node] = now.Add(t.Lease)
+	res.Grants = s.grants
+	if _, ok := s.holders[t.ID]; ok {
+		res.Granted = true
+		return res, nil
+	}
+	if w, ok := s.index[t.ID]; ok {
+		res.Position = s.rank(w) + 1
+		return res, nil
+	}
+	s.reapAndDispatch(t.Limits, now, out)
+	s.seq++
+	res.Seq = s.seq
+	if s.waiting.Len() == 0 && len(s.holders) < t.Permits {
+		s.holders[t.ID] = now.Add(t.Lease)
+		s.grants++
+		res.Granted, res.GrantNo, res.Grants = true, s.grants, s.grants
+		return res, nil
+	}
+	w := &waiter{id: t.ID, seq: s.seq}
+	heap.Push(&s.waiting, w)
+	s.index[t.ID] = w
+	res.Position, res.Grants = s.waiting.Len(), s.grants
+	return res, nil
+}
+
+// rank counts the waiters ahead of w: O(n), only for retried calls.
+func (s *Store) rank(w *waiter) int {
+	n := 0
+	for _, o := range s.waiting {
+		if o.seq < w.seq {
+			n++
+		}
+	}
+	return n
+}
+
+// Release implements fairqueue.Store.
+func (s *Store) Release(_ context.Context, t fairqueue.TicketArgs) error {
+	out := pending{}
+	defer out.deliver()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.holders, t.ID)
+	s.reapAndDispatch(t.Limits, s.now(), out)
+	return nil
+}
+
+// Cancel implements fairqueue.Store.
+func (s *Store) Cancel(_ context.Context, t fairqueue.TicketArgs) error {
+	out := pending{}
+	defer out.deliver()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if t.Tombstone {
+		s.gone[t.ID] = now.Add(time.Minute)
+	}
+	if w, ok := s.index[t.ID]; ok {
+		heap.Remove(&s.waiting, w.i)
+		delete(s.index, t.ID)
+	}
+	delete(s.holders, t.ID)
+	s.reapAndDispatch(t.Limits, now, out)
+	return nil
+}
+
+// Heartbeat implements fairqueue.Store. An in-process store never loses
+// its data, so held tickets are only renewed, never re-added.
+func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqueue.HeartbeatResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	res := fairqueue.HeartbeatResult{Epoch: s.epoch, Rejoined: !s.alive(hb.Node, now)}
+	s.nodes[hb.Node] = now.Add(hb.Lease)
+	for _, id := range hb.Held {
+		if _, ok := s.holders[id]; ok {
+			s.holders[id] = now.Add(hb.Lease)
+		}
+	}
+	for _, id := range hb.Adopt {
+		s.holders[id] = now.Add(hb.Lease)
+	}
+	for id, exp := range s.gone {
+		if !exp.After(now) {
+			delete(s.gone, id)
+		}
+	}
+	return res, nil
+}
+
+// Reconcile implements fairqueue.Store.
+func (s *Store) Reconcile(_ context.Context, node string, l fairqueue.Limits) (fairqueue.ReconcileResult, error) {
+	out := pending{}
+	defer out.deliver()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.reapAndDispatch(l, now, out)
+	for n, exp := range s.nodes {
+		if exp.Before(now) {
+			delete(s.nodes, n)
+		}
+	}
+	res := fairqueue.ReconcileResult{Epoch: s.epoch, Grants: s.grants, Waiting: s.waiting.Len()}
+	for id := range s.holders {
+		if owner(id) == node {
+			res.Holders = append(res.Holders, id)
+		}
+	}
+	return res, nil
+}
+
+// Leave implements fairqueue.Store.
+func (s *Store) Leave(_ context.Context, node string, l fairqueue.Limits) error {
+	out := pending{}
+	defer out.deliver()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.holders {
+		if owner(id) == node {
+			delete(s.holders, id)
+		}
+	}
+	delete(s.nodes, node)
+	delete(s.handlers, node)
+	s.reapAndDispatch(l, s.now(), out)
+	return nil
+}
+
+// Close implements fairqueue.Store. The Store stays usable by other nodes.
+func (s *Store) Close() error { return nil }
+
+// State is a snapshot of the queue, for tests and status pages.
+type State struct {
+	Waiting []string // in grant order
+	Holders []string
+	Nodes   []string
+}
+
+// State returns a snapshot of the queue.
+func (s *Store) State() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var st State
+	ws := append(waitHeap(nil), s.waiting...)
+	slices.SortFunc(ws, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
+	for _, w := range ws {
+		st.Waiting = append(st.Waiting, w.id)
+	}
+	for id := range s.holders {
+		st.Holders = append(st.Holders, id)
+	}
+	for n := range s.nodes {
+		st.Nodes = append(st.Nodes, n)
+	}
+	return st
+}
+
+var _ fairqueue.Store = (*Store)(nil)

@@ -1,0 +1,425 @@
+// Package mockllm is an OpenAI-compatible upstream for tests and demos.
+//
+// It answers chat and text completions with a fixed number of "tok "
+// tokens, one per delay, streamed as server-sent events or returned as one
+// JSON object, and it counts what a fair queue in front of it must
+// control: how many completions run at once, how many were served, and in
+// which order clients arrived. Tests start it in-process with
+// httptest.NewServer(mockllm.New(cfg).Handler()); cmd/mockllm runs it
+// standalone.
+package mockllm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	DefaultTokens = 8
+	DefaultDelay  = 20 * time.Millisecond
+)
+
+// Request headers that override the Config for one request, and the one
+// that names it in Arrivals.
+const (
+	// HeaderTokens sets the number of tokens of the answer, >= 0.
+	HeaderTokens = "X-Mock-Tokens"
+	// HeaderDelay sets the delay before each token, a Go duration >= 0
+	// ("250ms").
+	HeaderDelay = "X-Mock-Delay"
+	// HeaderClientSeq is recorded, in arrival order, by Arrivals.
+	HeaderClientSeq = "X-Client-Seq"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Tokens is the number of tokens in each answer. Zero means
+	// DefaultTokens (8); a negative value means none.
+	Tokens int
+	// Delay is the time before each token, so an answer takes
+	// Tokens*Delay. Zero means DefaultDelay (20ms); a negative value means
+	// no delay.
+	Delay time.Duration
+}
+
+// Stats is a snapshot of a Server's counters, as served by GET /stats.
+type Stats struct {
+	// InFlight is the number of completion requests being answered now.
+	InFlight int `json:"in_flight"`
+	// MaxInFlight is the highest InFlight since start or Reset.
+	MaxInFlight int `json:"max_in_flight"`
+	// Served is the number of completions answered in full.
+	Served int `json:"served"`
+	// Canceled is the number of completions cut short because the client
+	// went away.
+	Canceled int `json:"canceled"`
+	// Arrivals holds the X-Client-Seq header of each completion request
+	// that had one, in the order the requests arrived.
+	Arrivals []string `json:"arrivals"`
+}
+
+// Server is a mock LLM upstream. Its methods are safe for concurrent use.
+type Server struct {
+	tokens int
+	delay  time.Duration
+
+	lastID atomic.Uint64
+	mu     sync.Mutex
+	stats  Stats
+}
+
+// New returns a Server configured by cfg.
+func New(cfg Config) *Server {
+	s := &Server{tokens: cfg.Tokens, delay: cfg.Delay}
+	if s.tokens == 0 {
+		s.tokens = DefaultTokens
+	}
+	s.tokens = max(s.tokens, 0)
+	if s.delay == 0 {
+		s.delay = DefaultDelay
+	}
+	s.delay = max(s.delay, 0)
+	return s
+}
+
+// Handler returns the HTTP API of the server:
+//
+//	POST /v1/chat/completions  chat completion, streamed if "stream": true
+//	POST /v1/completions       text completion, likewise
+//	GET  /v1/models            the model list
+//	GET  /health               200 ok
+//	GET  /stats                Stats as JSON
+//	POST /stats/reset          Reset
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		s.complete(w, r, chatKind)
+	})
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) {
+		s.complete(w, r, textKind)
+	})
+	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, s.Stats())
+	})
+	mux.HandleFunc("POST /stats/reset", func(w http.ResponseWriter, _ *http.Request) {
+		s.Reset()
+		writeJSON(w, http.StatusOK, s.Stats())
+	})
+	return mux
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Arrivals = append([]string{}, s.stats.Arrivals...)
+	return st
+}
+
+// InFlight returns the number of completion requests being answered now.
+func (s *Server) InFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats.InFlight
+}
+
+// MaxInFlight returns the highest number of completion requests answered
+// at once since start or Reset.
+func (s *Server) MaxInFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats.MaxInFlight
+}
+
+// Served returns the number of completions answered in full since start or
+// Reset.
+func (s *Server) Served() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats.Served
+}
+
+// Canceled returns the number of completions cut short by their client
+// since start or Reset.
+func (s *Server) Canceled() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats.Canceled
+}
+
+// Arrivals returns the X-Client-Seq header values of the completion
+// requests that had one, in arrival order, since start or Reset.
+func (s *Server) Arrivals() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string{}, s.stats.Arrivals...)
+}
+
+// Reset zeroes Served, Canceled and Arrivals and sets MaxInFlight to the
+// current InFlight. InFlight itself is left alone: requests still running
+// will end and decrement it.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats = Stats{InFlight: s.stats.InFlight, MaxInFlight: s.stats.InFlight}
+}
+
+// kind is the flavour of completion endpoint.
+type kind int
+
+const (
+	chatKind kind = iota
+	textKind
+)
+
+// completionRequest holds the fields of an OpenAI request the mock reads.
+type completionRequest struct {
+	Model  string `json:"model"`
+	Stream bool   `json:"stream"`
+}
+
+// outcome is how a completion ended, for the counters.
+type outcome int
+
+const (
+	failed outcome = iota
+	served
+	canceled
+)
+
+func (s *Server) complete(w http.ResponseWriter, r *http.Request, k kind) {
+	s.arrive(r.Header.Get(HeaderClientSeq))
+	result := failed
+	defer func() { s.leave(result) }()
+
+	tokens, delay, err := s.params(r.Header)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var req completionRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid JSON body: %v", err))
+		return
+	}
+	if req.Model == "" {
+		req.Model = "mock"
+	}
+	prefix := "cmpl-mock-"
+	if k == chatKind {
+		prefix = "chatcmpl-mock-"
+	}
+	a := answer{
+		id:      prefix + strconv.FormatUint(s.lastID.Add(1), 10),
+		created: time.Now().Unix(),
+		model:   req.Model,
+		kind:    k,
+	}
+	if req.Stream {
+		result = s.stream(r.Context(), w, a, tokens, delay)
+	} else {
+		result = s.whole(r.Context(), w, a, tokens, delay)
+	}
+}
+
+// params reads the per-request overrides of the Config.
+func (s *Server) params(h http.Header) (tokens int, delay time.Duration, err error) {
+	tokens, delay = s.tokens, s.delay
+	if v := h.Get(HeaderTokens); v != "" {
+		tokens, err = strconv.Atoi(v)
+		if err != nil || tokens < 0 {
+			return 0, 0, fmt.Errorf("invalid %s %q: want an integer >= 0", HeaderTokens, v)
+		}
+	}
+	if v := h.Get(HeaderDelay); v != "" {
+		delay, err = time.ParseDuration(v)
+		if err != nil || delay < 0 {
+			return 0, 0, fmt.Errorf("invalid %s %q: want a duration >= 0", HeaderDelay, v)
+		}
+	}
+	return tokens, delay, nil
+}
+
+// stream sends one server-sent event per token, each after delay, then
+// [DONE]. It stops when ctx ends (the client went away).
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, a answer, tokens int, delay time.Duration) outcome {
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	// Headers go out at once, as a real model server sends them before
+	// its first token.
+	if err := rc.Flush(); err != nil {
+		return canceled
+	}
+	for i := range tokens {
+		if !sleep(ctx, delay) {
+			return canceled
+		}
+		chunk, err := json.Marshal(a.chunk(i == tokens-1))
+		if err != nil {
+			panic(err) // cannot happen: the types are fixed
+		}
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", chunk); err != nil {
+			return canceled
+		}
+		if err := rc.Flush(); err != nil {
+			return canceled
+		}
+	}
+	if _, err := w.Write([]byte("data: [DONE]\n\n")); err != nil {
+		return canceled
+	}
+	if err := rc.Flush(); err != nil {
+		return canceled
+	}
+	return served
+}
+
+// whole sends the answer as one JSON object after tokens*delay.
+func (s *Server) whole(ctx context.Context, w http.ResponseWriter, a answer, tokens int, delay time.Duration) outcome {
+	if !sleep(ctx, time.Duration(tokens)*delay) {
+		return canceled
+	}
+	writeJSON(w, http.StatusOK, a.whole(tokens))
+	return served
+}
+
+func (s *Server) arrive(seq string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.InFlight++
+	s.stats.MaxInFlight = max(s.stats.MaxInFlight, s.stats.InFlight)
+	if seq != "" {
+		s.stats.Arrivals = append(s.stats.Arrivals, seq)
+	}
+}
+
+func (s *Server) leave(o outcome) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.InFlight--
+	switch o {
+	case served:
+		s.stats.Served++
+	case canceled:
+		s.stats.Canceled++
+	}
+}
+
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"object": "list",
+		"data": []model{
+			{ID: "mock", Object: "model", Created: 1700000000, OwnedBy: "mockllm"},
+			{ID: "mock-large", Object: "model", Created: 1700000000, OwnedBy: "mockllm"},
+		},
+	})
+}
+
+// answer is what one completion request is answered with.
+type answer struct {
+	id      string
+	created int64
+	model   string
+	kind    kind
+}
+
+const token = "tok "
+
+// chunk returns the streamed event of one token.
+func (a answer) chunk(last bool) map[string]any {
+	var finish any
+	if last {
+		finish = "stop"
+	}
+	choice := map[string]any{"index": 0, "finish_reason": finish}
+	object := "text_completion"
+	if a.kind == chatKind {
+		object = "chat.completion.chunk"
+		choice["delta"] = map[string]string{"content": token}
+	} else {
+		choice["text"] = token
+	}
+	return map[string]any{
+		"id":      a.id,
+		"object":  object,
+		"created": a.created,
+		"model":   a.model,
+		"choices": []any{choice},
+	}
+}
+
+// whole returns the unstreamed answer of tokens tokens.
+func (a answer) whole(tokens int) map[string]any {
+	text := strings.Repeat(token, tokens)
+	choice := map[string]any{"index": 0, "finish_reason": "stop"}
+	object := "text_completion"
+	if a.kind == chatKind {
+		object = "chat.completion"
+		choice["message"] = map[string]string{"role": "assistant", "content": text}
+	} else {
+		choice["text"] = text
+	}
+	return map[string]any{
+		"id":      a.id,
+		"object":  object,
+		"created": a.created,
+		"model":   a.model,
+		"choices": []any{choice},
+		"usage": map[string]int{
+			"prompt_tokens":     0,
+			"completion_tokens": tokens,
+			"total_tokens":      tokens,
+		},
+	}
+}
+
+// sleep waits d or until ctx ends, and reports whether ctx is still alive.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	// The client may be gone; there is no one left to tell.
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeError answers in the shape of an OpenAI API error.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{
+		"error": map[string]any{"message": msg, "type": "invalid_request_error"},
+	})
+}

@@ -1,0 +1,344 @@
+package mockllm
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func start(t *testing.T, cfg Config) (*Server, *httptest.Server) {
+	t.Helper()
+	s := New(cfg)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	return s, hs
+}
+
+// post sends a completion request; headers alternate name, value.
+func post(t *testing.T, ctx context.Context, url, body string, headers ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	return resp
+}
+
+// events reads server-sent events until EOF and returns their data.
+func events(t *testing.T, r io.Reader) []string {
+	t.Helper()
+	var out []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		require.True(t, ok, "unexpected line %q", line)
+		out = append(out, data)
+	}
+	require.NoError(t, sc.Err())
+	return out
+}
+
+type chunk struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Model   string `json:"model"`
+	Choices []struct {
+		Delta struct {
+			Content string `json:"content"`
+		} `json:"delta"`
+		Text         string  `json:"text"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+}
+
+func TestChatStreamSendsOneChunkPerTokenThenDone(t *testing.T) {
+	t.Parallel()
+	s, hs := start(t, Config{Delay: time.Millisecond})
+	resp := post(t, context.Background(), hs.URL+"/v1/chat/completions",
+		`{"model":"m1","stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+		HeaderTokens, "3")
+	defer resp.Body.Close()
+
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	ev := events(t, resp.Body)
+	require.Len(t, ev, 4)
+	assert.Equal(t, "[DONE]", ev[3])
+	for i, data := range ev[:3] {
+		var c chunk
+		require.NoError(t, json.Unmarshal([]byte(data), &c), data)
+		assert.Equal(t, "chat.completion.chunk", c.Object)
+		assert.Equal(t, "m1", c.Model)
+		assert.True(t, strings.HasPrefix(c.ID, "chatcmpl-"), c.ID)
+		require.Len(t, c.Choices, 1)
+		assert.Equal(t, "tok ", c.Choices[0].Delta.Content)
+		if i < 2 {
+			assert.Nil(t, c.Choices[0].FinishReason)
+		} else {
+			require.NotNil(t, c.Choices[0].FinishReason)
+			assert.Equal(t, "stop", *c.Choices[0].FinishReason)
+		}
+	}
+	assert.Equal(t, 1, s.Served())
+	assert.Zero(t, s.InFlight())
+}
+
+func TestTextStreamUsesTextCompletionChunks(t *testing.T) {
+	t.Parallel()
+	_, hs := start(t, Config{Tokens: 2, Delay: time.Millisecond})
+	resp := post(t, context.Background(), hs.URL+"/v1/completions", `{"prompt":"hi","stream":true}`)
+	defer resp.Body.Close()
+
+	ev := events(t, resp.Body)
+	require.Len(t, ev, 3)
+	var c chunk
+	require.NoError(t, json.Unmarshal([]byte(ev[0]), &c))
+	assert.Equal(t, "text_completion", c.Object)
+	assert.Equal(t, "mock", c.Model)
+	assert.Equal(t, "tok ", c.Choices[0].Text)
+}
+
+func TestStreamFlushesEachTokenBeforeTheNext(t *testing.T) {
+	t.Parallel()
+	s, hs := start(t, Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resp := post(t, ctx, hs.URL+"/v1/chat/completions", `{"stream":true}`,
+		HeaderTokens, "100", HeaderDelay, "10ms")
+	defer resp.Body.Close()
+
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(line, "data: {"), line)
+	// The first token arrived while the other 99 (a second) are to come.
+	assert.Equal(t, 1, s.InFlight())
+}
+
+func TestNonStreamReturnsWholeCompletionAfterAllTokens(t *testing.T) {
+	t.Parallel()
+	s, hs := start(t, Config{})
+	began := time.Now()
+	resp := post(t, context.Background(), hs.URL+"/v1/chat/completions", `{"model":"m2"}`,
+		HeaderTokens, "3", HeaderDelay, "30ms")
+	defer resp.Body.Close()
+
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.GreaterOrEqual(t, time.Since(began), 90*time.Millisecond)
+	assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	var got struct {
+		Object  string `json:"object"`
+		Model   string `json:"model"`
+		Choices []struct {
+			Message struct {
+				Role    string `json:"role"`
+				Content string `json:"content"`
+			} `json:"message"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&got))
+	assert.Equal(t, "chat.completion", got.Object)
+	assert.Equal(t, "m2", got.Model)
+	require.Len(t, got.Choices, 1)
+	assert.Equal(t, "assistant", got.Choices[0].Message.Role)
+	assert.Equal(t, "tok tok tok ", got.Choices[0].Message.Content)
+	assert.Equal(t, "stop", got.Choices[0].FinishReason)
+	assert.Equal(t, 3, got.Usage.CompletionTokens)
+	assert.Equal(t, 1, s.Served())
+}
+
+func TestClientGoneStopsTheStream(t *testing.T) {
+	t.Parallel()
+	s, hs := start(t, Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	resp := post(t, ctx, hs.URL+"/v1/chat/completions", `{"stream":true}`,
+		HeaderTokens, "1000", HeaderDelay, "10ms")
+	defer resp.Body.Close()
+	_, err := bufio.NewReader(resp.Body).ReadString('\n')
+	require.NoError(t, err)
+
+	cancel()
+	require.Eventually(t, func() bool { return s.InFlight() == 0 }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, 1, s.Canceled())
+	assert.Zero(t, s.Served())
+}
+
+func TestMaxInFlightCountsConcurrentCompletions(t *testing.T) {
+	t.Parallel()
+	s, hs := start(t, Config{})
+	const n = 6
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, hs.URL+"/v1/chat/completions",
+				strings.NewReader(`{"stream":true}`))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			req.Header.Set(HeaderTokens, "1000")
+			req.Header.Set(HeaderDelay, "10ms")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			_, _ = io.Copy(io.Discard, resp.Body)
+		})
+	}
+	require.Eventually(t, func() bool { return s.InFlight() == n }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, n, s.MaxInFlight())
+
+	cancel()
+	wg.Wait()
+	require.Eventually(t, func() bool { return s.InFlight() == 0 }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, n, s.MaxInFlight(), "max survives the requests")
+	assert.Equal(t, n, s.Canceled())
+
+	s.Reset()
+	for range 3 {
+		resp := post(t, context.Background(), hs.URL+"/v1/chat/completions", `{}`, HeaderTokens, "1")
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	assert.Equal(t, 1, s.MaxInFlight(), "sequential requests never overlap")
+	assert.Equal(t, 3, s.Served())
+	assert.Zero(t, s.Canceled())
+}
+
+func TestStatsRecordArrivalsInOrderAndReset(t *testing.T) {
+	t.Parallel()
+	_, hs := start(t, Config{Tokens: 1, Delay: time.Millisecond})
+	for _, seq := range []string{"c1-0", "", "c2-0", "c1-1"} {
+		var h []string
+		if seq != "" {
+			h = []string{HeaderClientSeq, seq}
+		}
+		resp := post(t, context.Background(), hs.URL+"/v1/chat/completions", `{"stream":true}`, h...)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+
+	stats := func(method, path string) Stats {
+		t.Helper()
+		req, err := http.NewRequest(method, hs.URL+path, nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		var st Stats
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
+		return st
+	}
+	assert.Equal(t, Stats{MaxInFlight: 1, Served: 4, Arrivals: []string{"c1-0", "c2-0", "c1-1"}},
+		stats(http.MethodGet, "/stats"))
+	assert.Equal(t, Stats{Arrivals: []string{}}, stats(http.MethodPost, "/stats/reset"))
+	assert.Equal(t, Stats{Arrivals: []string{}}, stats(http.MethodGet, "/stats"))
+}
+
+func TestInvalidRequestsAreRejectedWith400(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		body    string
+		headers []string
+	}{
+		{"bad json", `{"stream":`, nil},
+		{"negative tokens", `{}`, []string{HeaderTokens, "-1"}},
+		{"non-numeric tokens", `{}`, []string{HeaderTokens, "many"}},
+		{"bad delay", `{}`, []string{HeaderDelay, "soon"}},
+		{"negative delay", `{}`, []string{HeaderDelay, "-1s"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, hs := start(t, Config{})
+			resp := post(t, context.Background(), hs.URL+"/v1/chat/completions", tt.body, tt.headers...)
+			defer resp.Body.Close()
+			assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+			var e struct {
+				Error struct {
+					Message string `json:"message"`
+				} `json:"error"`
+			}
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+			assert.NotEmpty(t, e.Error.Message)
+			assert.Zero(t, s.Served())
+			assert.Zero(t, s.InFlight())
+		})
+	}
+}
+
+func TestModelsHealthAndMethods(t *testing.T) {
+	t.Parallel()
+	_, hs := start(t, Config{})
+
+	resp, err := http.Get(hs.URL + "/v1/models")
+	require.NoError(t, err)
+	var models struct {
+		Object string `json:"object"`
+		Data   []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&models))
+	resp.Body.Close()
+	assert.Equal(t, "list", models.Object)
+	require.NotEmpty(t, models.Data)
+	assert.Equal(t, "mock", models.Data[0].ID)
+
+	resp, err = http.Get(hs.URL + "/health")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, "ok\n", string(body))
+
+	resp, err = http.Get(hs.URL + "/v1/chat/completions")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+}
+
+func TestNewAppliesDefaults(t *testing.T) {
+	tests := []struct {
+		cfg        Config
+		wantTokens int
+		wantDelay  time.Duration
+	}{
+		{Config{}, DefaultTokens, DefaultDelay},
+		{Config{Tokens: 3, Delay: time.Second}, 3, time.Second},
+		{Config{Tokens: -1, Delay: -1}, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(strconv.Itoa(tt.cfg.Tokens), func(t *testing.T) {
+			s := New(tt.cfg)
+			assert.Equal(t, tt.wantTokens, s.tokens)
+			assert.Equal(t, tt.wantDelay, s.delay)
+		})
+	}
+}

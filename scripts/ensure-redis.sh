@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs redis-server from the distribution's packages if it is not in
+# PATH. The tests start their own redis-server processes on free ports
+# (internal/redistest); they never use the system service, so whether the
+# package started one on 6379 does not matter. Safe to run again.
+set -euo pipefail
+
+if version="$(redis-server --version 2>/dev/null)"; then
+	echo "ensure-redis: $version"
+	exit 0
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+	echo "ensure-redis: redis-server is not installed and apt-get is unavailable; install redis-server (>= 7) by hand" >&2
+	exit 1
+fi
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+	if ! command -v sudo >/dev/null 2>&1; then
+		echo "ensure-redis: redis-server is not installed; run this script as root or install sudo" >&2
+		exit 1
+	fi
+	sudo=(sudo)
+fi
+
+echo "ensure-redis: installing redis-server"
+"${sudo[@]}" apt-get update
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server
+
+if ! version="$(redis-server --version)"; then
+	echo "ensure-redis: redis-server does not run after install" >&2
+	exit 1
+fi
+echo "ensure-redis: $version"
