@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // errClosed is returned by calls on a closed Queue.
@@ -133,7 +134,9 @@ func (q *Queue) heartbeat(cfg *Config) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 	defer cancel()
 	res, err := q.store.Heartbeat(ctx, args)
-	q.log.Debug("heartbeat", zap.Any("args", args), zap.Any("res", res), zap.Error(err))
+	if c := q.log.Check(zapcore.DebugLevel, "heartbeat"); c != nil {
+		c.Write(zap.Int("held", len(args.Held)), zap.Int("adopt", len(args.Adopt)), zap.Bool("rejoined", res.Rejoined), zap.Error(err))
+	}
 	q.health.record(q.log, err)
 	if err != nil {
 		return
@@ -169,7 +172,6 @@ func (q *Queue) reconcile(cfg *Config) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 	defer cancel()
 	res, err := q.store.Reconcile(ctx, q.node, cfg.limits())
-	q.log.Debug("reconcile", zap.Any("res", res), zap.Error(err))
 	q.health.record(q.log, err)
 	if err != nil {
 		return
@@ -188,7 +190,9 @@ func (q *Queue) reconcile(cfg *Config) {
 		case t == nil:
 			q.releaseID(id)
 		case t.state.Load() == statePending:
-			q.log.Debug("grant found by reconcile", zap.String("ticket", id))
+			if c := q.log.Check(zapcore.DebugLevel, "grant found by reconcile"); c != nil {
+				c.Write(zap.String("ticket", id))
+			}
 			q.grant(t, 0)
 		}
 	}
