@@ -152,7 +152,9 @@ func (q *Queue) heartbeat(cfg *Config) {
 	if res.Rejoined && len(pending) > 0 {
 		q.log.Warn("store had forgotten this node; queueing its waiters again", zap.Int("waiting", len(pending)))
 		for _, t := range pending {
-			r, err := q.store.Acquire(ctx, TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits()})
+			actx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
+			r, err := q.store.Acquire(actx, TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits()})
+			cancel()
 			if err != nil {
 				q.health.record(q.log, err)
 				return
