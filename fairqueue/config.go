@@ -36,6 +36,16 @@ type Config struct {
 	// their permits every Lease/3, and a node silent for Lease is dead.
 	// Default 30s, at least 1s.
 	Lease time.Duration
+	// Fair orders the queue fairly across tenants (Request.Tenant) by
+	// self-clocked fair queueing instead of strict arrival order: FIFO
+	// inside each tenant, tenants interleaved by weight and cost.
+	Fair bool
+	// MaxQueue caps the number of tickets waiting across the cluster; a
+	// ticket beyond it is refused at once with ErrQueueFull. 0: no cap.
+	MaxQueue int
+	// MaxQueuePerTenant caps the tickets of one tenant waiting (with
+	// Fair); beyond it, ErrQueueFull. 0: no cap.
+	MaxQueuePerTenant int
 	// FailOpen admits a request without a permit when the store is
 	// unreachable (Permit.FailOpen reports it); otherwise Acquire fails
 	// with ErrStoreUnavailable.
@@ -83,8 +93,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("poll_interval (%s) must not exceed max_wait (%s)", c.PollInterval, c.MaxWait)
 	case c.Lease < MinLease:
 		return fmt.Errorf("lease must be at least %s, got %s", MinLease, c.Lease)
+	case c.MaxQueue < 0:
+		return fmt.Errorf("max_queue must be >= 0, got %d", c.MaxQueue)
+	case c.MaxQueuePerTenant < 0:
+		return fmt.Errorf("max_queue_per_tenant must be >= 0, got %d", c.MaxQueuePerTenant)
 	}
 	return nil
 }
 
-func (c Config) limits() Limits { return Limits{Permits: c.Permits, Lease: c.Lease} }
+func (c Config) limits() Limits {
+	return Limits{Permits: c.Permits, Lease: c.Lease, MaxQueue: c.MaxQueue, MaxQueuePerTenant: c.MaxQueuePerTenant}
+}

@@ -83,6 +83,6 @@ func (d *drainRate) retryAfter(position int, maxWait time.Duration) time.Duratio
 	if rate <= 0 {
 		return hi.Round(time.Second)
 	}
-	s := math.Ceil(float64(max(position, 1)) / rate)
+	s := math.Round(float64(max(position, 1)) / rate)
 	return min(max(time.Duration(s)*time.Second, time.Second), hi.Round(time.Second))
 }

@@ -3,6 +3,7 @@ package fairqueue
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"strconv"
@@ -85,19 +86,61 @@ func (q *Queue) Reconfigure(cfg Config) error {
 	return nil
 }
 
-// Request describes one acquire. It is empty today; fields for tenants,
-// cost and priority extend it without breaking callers.
-type Request struct{}
+// Request describes one acquire. The zero value is a plain FIFO request.
+type Request struct {
+	// Tenant is who the request is for (an API key, a user ID, a client
+	// address): with Config.Fair, tenants share the permits fairly. It is
+	// hashed before it reaches the store; "" is one default tenant.
+	Tenant string
+	// Weight is the tenant's share relative to others (2 = twice the
+	// grants of a weight-1 tenant when both are backlogged). Default 1.
+	Weight float64
+	// Cost is the request's size in fairness accounting (e.g. its
+	// max_tokens); a tenant of costly requests gets fewer of them.
+	// Default 1, capped at MaxCost.
+	Cost float64
+	// MaxWait overrides Config.MaxWait for this request when > 0 and
+	// shorter (a client that says how long it will wait).
+	MaxWait time.Duration
+}
+
+// MaxCost bounds Request.Cost, so one request cannot push its tenant's
+// place in the queue arbitrarily far.
+const MaxCost = 1e6
+
+// increment is how far r moves its tenant's virtual finish tag.
+func (r Request) increment() float64 {
+	w, c := r.Weight, r.Cost
+	if !(w > 0) { // also NaN
+		w = 1
+	}
+	if !(c > 0) {
+		c = 1
+	}
+	return min(c, MaxCost) / w
+}
+
+// TenantKey is the store's name for tenant: a fixed-length hash, so a
+// tenant value (an API key) never reaches the store and cannot inject
+// separators into key or ticket names.
+func TenantKey(tenant string) string {
+	sum := sha256.Sum256([]byte(tenant))
+	return hex.EncodeToString(sum[:8])
+}
 
 // Acquire blocks until the ticket is granted a permit, ctx ends (the
 // context's error is returned), or the max wait passes (a *RejectError
 // with ReasonTimeout). A store failure gives a *RejectError with
 // ReasonStoreUnavailable, or a fail-open Permit when Config.FailOpen is
 // set. The caller must Release a returned Permit.
-func (q *Queue) Acquire(ctx context.Context, _ Request) (*Permit, error) {
+func (q *Queue) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	cfg := q.cfg.Load()
 	start := time.Now()
-	deadline := start.Add(cfg.MaxWait)
+	maxWait := cfg.MaxWait
+	if req.MaxWait > 0 && req.MaxWait < maxWait {
+		maxWait = req.MaxWait
+	}
+	deadline := start.Add(maxWait)
 	if q.isDraining() {
 		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
 	}
@@ -110,20 +153,29 @@ func (q *Queue) Acquire(ctx context.Context, _ Request) (*Permit, error) {
 	if !q.health.up() {
 		return q.unavailable(start, errStoreDown)
 	}
-	t := q.newTicket(false)
+	tenant := ""
+	if cfg.Fair {
+		tenant = TenantKey(req.Tenant)
+	}
+	t := q.newTicket(false, tenant)
 	if t == nil {
 		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
 	}
 	actx, cancel := context.WithDeadline(ctx, deadline)
-	res, err := q.store.Acquire(actx, TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits()})
+	res, err := q.store.Acquire(actx, TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Cost: req.increment()})
 	cancel()
 	if err != nil {
 		t.state.CompareAndSwap(statePending, stateCancelled)
 		// The call may have reached the store: cancel with a tombstone
 		// so a retried or late acquire cannot queue the ticket again.
 		q.cleanup(t, true)
+		// go-redis turns a context deadline into a socket deadline, so
+		// the call can fail a moment before the context reports it.
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+			return nil, context.DeadlineExceeded
 		}
 		if !time.Now().Before(deadline) {
 			return nil, q.reject(ReasonTimeout, start, 0, err)
@@ -133,6 +185,11 @@ func (q *Queue) Acquire(ctx context.Context, _ Request) (*Permit, error) {
 	}
 	q.health.ok(q.log)
 	q.observe(res.Grants, res.Epoch)
+	if res.Full {
+		t.state.CompareAndSwap(statePending, stateRejected)
+		q.forget(t) // the store did not queue it
+		return nil, q.reject(ReasonQueueFull, start, res.Position, nil)
+	}
 	if res.Gone {
 		t.state.CompareAndSwap(statePending, stateCancelled)
 		q.cleanup(t, false)
@@ -221,7 +278,7 @@ func (q *Queue) Resynced() { q.kickLoop() }
 // unavailable applies the store-error policy.
 func (q *Queue) unavailable(start time.Time, cause error) (*Permit, error) {
 	if q.cfg.Load().FailOpen {
-		t := q.newTicket(true)
+		t := q.newTicket(true, "")
 		if t == nil {
 			return nil, q.reject(ReasonShuttingDown, start, 0, nil)
 		}
@@ -248,14 +305,18 @@ func (q *Queue) position(t *ticket) int {
 // newTicket mints and registers a ticket before any store call names it,
 // so a grant can never arrive for a ticket the node does not know. A
 // fail-open ticket is born granted and unregistered in the store.
-func (q *Queue) newTicket(failOpen bool) *ticket {
+func (q *Queue) newTicket(failOpen bool, tenant string) *ticket {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.draining {
 		return nil
 	}
 	q.counter++
-	t := &ticket{id: q.node + ":" + strconv.FormatUint(q.counter, 36), granted: make(chan struct{}), failOpen: failOpen}
+	id := q.node + ":" + strconv.FormatUint(q.counter, 36)
+	if tenant != "" {
+		id += ":" + tenant
+	}
+	t := &ticket{id: id, granted: make(chan struct{}), failOpen: failOpen}
 	if failOpen {
 		t.state.Store(stateGranted)
 		close(t.granted)

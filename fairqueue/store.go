@@ -66,9 +66,15 @@ type Grant struct {
 type Limits struct {
 	Permits int
 	Lease   time.Duration
+	// MaxQueue caps the tickets waiting (all nodes); 0: no cap.
+	MaxQueue int
+	// MaxQueuePerTenant caps one tenant's tickets waiting; 0: no cap.
+	MaxQueuePerTenant int
 }
 
-// TicketArgs identifies a ticket in a store call.
+// TicketArgs identifies a ticket in a store call. A ticket ID is
+// "<node>:<counter>", or "<node>:<counter>:<tenant>" when the queue is fair
+// across tenants: the store orders it by tenant (see Config.Fair).
 type TicketArgs struct {
 	ID   string
 	Node string
@@ -77,6 +83,9 @@ type TicketArgs struct {
 	// Acquire of the same ticket reaching the store later does nothing.
 	// Needed only when the ticket's Acquire got no answer.
 	Tombstone bool
+	// Cost is the ticket's cost divided by its tenant's weight: how far
+	// the ticket moves its tenant's virtual finish tag (fair queueing).
+	Cost float64
 }
 
 // AcquireResult is the answer to Store.Acquire.
@@ -85,6 +94,8 @@ type AcquireResult struct {
 	Granted bool
 	// Gone: the ticket was cancelled before this call reached the store.
 	Gone bool
+	// Full: a queue length cap refused the ticket; nothing was changed.
+	Full bool
 	// Seq is the arrival order the store assigned (1, 2, 3, ...).
 	Seq int64
 	// GrantNo is the grant counter when Granted (see Grant.No).

@@ -6,7 +6,6 @@
 package memstore
 
 import (
-	"cmp"
 	"container/heap"
 	"context"
 	"slices"
@@ -32,6 +31,9 @@ type Store struct {
 	nodes    map[string]time.Time // node -> liveness expiry
 	handlers map[string]fairqueue.Handler
 	gone     map[string]time.Time // tombstones -> expiry
+	vtime    float64              // fair queueing: the tag of the last grant
+	tlast    map[string]float64   // tenant -> tag of its last queued ticket
+	twait    map[string]int       // tenant -> its tickets waiting
 }
 
 // New returns an empty Store.
@@ -44,19 +46,29 @@ func New() *Store {
 		nodes:    make(map[string]time.Time),
 		handlers: make(map[string]fairqueue.Handler),
 		gone:     make(map[string]time.Time),
+		tlast:    make(map[string]float64),
+		twait:    make(map[string]int),
 	}
 }
 
 type waiter struct {
-	id  string
-	seq int64
-	i   int
+	id    string
+	score float64 // seq (FIFO) or virtual finish tag (fair)
+	seq   int64
+	i     int
 }
 
 type waitHeap []*waiter
 
 func (h waitHeap) Len() int           { return len(h) }
-func (h waitHeap) Less(i, j int) bool { return h[i].seq < h[j].seq }
+func (h waitHeap) Less(i, j int) bool { return before(h[i], h[j]) }
+
+func before(a, b *waiter) bool {
+	if a.score != b.score {
+		return a.score < b.score
+	}
+	return a.seq < b.seq
+}
 func (h waitHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].i = i; h[j].i = j }
 func (h *waitHeap) Push(x any)        { w := x.(*waiter); w.i = len(*h); *h = append(*h, w) }
 func (h *waitHeap) Pop() any {
@@ -77,10 +89,27 @@ func (p pending) deliver() {
 }
 
 func owner(id string) string {
-	if i := strings.LastIndexByte(id, ':'); i >= 0 {
-		return id[:i]
+	node, _, _ := strings.Cut(id, ":")
+	return node
+}
+
+func tenantOf(id string) string {
+	_, rest, _ := strings.Cut(id, ":")
+	_, tenant, _ := strings.Cut(rest, ":")
+	return tenant
+}
+
+// leftQueue does a waiter's tenant bookkeeping when it leaves the queue;
+// an emptied backlog forgets the tenant (capping its tag at vtime).
+func (s *Store) leftQueue(w *waiter) {
+	t := tenantOf(w.id)
+	if t == "" {
+		return
 	}
-	return id
+	if s.twait[t]--; s.twait[t] <= 0 {
+		delete(s.twait, t)
+		delete(s.tlast, t)
+	}
 }
 
 func (s *Store) alive(node string, now time.Time) bool {
@@ -99,9 +128,13 @@ func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) 
 	for len(s.holders) < l.Permits && s.waiting.Len() > 0 {
 		w := heap.Pop(&s.waiting).(*waiter)
 		delete(s.index, w.id)
+		s.leftQueue(w)
 		node := owner(w.id)
 		if !s.alive(node, now) {
 			continue
+		}
+		if tenantOf(w.id) != "" {
+			s.vtime = max(s.vtime, w.score)
 		}
 		s.holders[w.id] = now.Add(l.Lease)
 		s.grants++
@@ -142,26 +175,47 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 		return res, nil
 	}
 	s.reapAndDispatch(t.Limits, now, out)
+	tenant := tenantOf(t.ID)
+	free := s.waiting.Len() == 0 && len(s.holders) < t.Permits
+	if !free && ((t.MaxQueue > 0 && s.waiting.Len() >= t.MaxQueue) ||
+		(tenant != "" && t.MaxQueuePerTenant > 0 && s.twait[tenant] >= t.MaxQueuePerTenant)) {
+		res.Full, res.Position = true, s.waiting.Len()+1
+		return res, nil
+	}
 	s.seq++
 	res.Seq = s.seq
-	if s.waiting.Len() == 0 && len(s.holders) < t.Permits {
+	score := float64(s.seq)
+	if tenant != "" {
+		score = max(s.vtime, s.tlast[tenant]) + t.Cost
+	}
+	if free {
 		s.holders[t.ID] = now.Add(t.Lease)
+		if tenant != "" {
+			s.vtime = max(s.vtime, score)
+		}
 		s.grants++
 		res.Granted, res.GrantNo, res.Grants = true, s.grants, s.grants
 		return res, nil
 	}
-	w := &waiter{id: t.ID, seq: s.seq}
+	w := &waiter{id: t.ID, score: score, seq: s.seq}
 	heap.Push(&s.waiting, w)
 	s.index[t.ID] = w
-	res.Position, res.Grants = s.waiting.Len(), s.grants
+	if tenant != "" {
+		s.tlast[tenant] = score
+		s.twait[tenant]++
+	}
+	res.Position, res.Grants = s.rank(w)+1, s.grants
 	return res, nil
 }
 
-// rank counts the waiters ahead of w: O(n), only for retried calls.
+// rank counts the waiters ahead of w: O(n) (FIFO: O(1), w is last).
 func (s *Store) rank(w *waiter) int {
+	if tenantOf(w.id) == "" && s.waiting.Len() > 0 && w.seq == s.seq {
+		return s.waiting.Len() - 1
+	}
 	n := 0
 	for _, o := range s.waiting {
-		if o.seq < w.seq {
+		if before(o, w) {
 			n++
 		}
 	}
@@ -192,6 +246,7 @@ func (s *Store) Cancel(_ context.Context, t fairqueue.TicketArgs) error {
 	if w, ok := s.index[t.ID]; ok {
 		heap.Remove(&s.waiting, w.i)
 		delete(s.index, t.ID)
+		s.leftQueue(w)
 	}
 	delete(s.holders, t.ID)
 	s.reapAndDispatch(t.Limits, now, out)
@@ -277,7 +332,15 @@ func (s *Store) State() State {
 	defer s.mu.Unlock()
 	var st State
 	ws := append(waitHeap(nil), s.waiting...)
-	slices.SortFunc(ws, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
+	slices.SortFunc(ws, func(a, b *waiter) int {
+		switch {
+		case before(a, b):
+			return -1
+		case before(b, a):
+			return 1
+		}
+		return 0
+	})
 	for _, w := range ws {
 		st.Waiting = append(st.Waiting, w.id)
 	}

@@ -97,7 +97,7 @@ func New(rdb redis.UniversalClient, name string, opts Options) *Store {
 	clean := strings.NewReplacer("{", "_", "}", "_")
 	tag := "{" + clean.Replace(prefix) + ":" + clean.Replace(name) + "}"
 	s := &Store{rdb: rdb, tag: tag, chPrefix: tag + ":node:", sharded: opts.Sharded}
-	for _, k := range []string{"seq", "waiting", "holders", "nodes", "epoch", "grants", "gone"} {
+	for _, k := range []string{"seq", "waiting", "holders", "nodes", "epoch", "grants", "gone", "vtime", "tlast", "twait"} {
 		s.keys = append(s.keys, tag+":"+k)
 	}
 	return s
@@ -167,7 +167,8 @@ func parseGrant(payload string) (fairqueue.Grant, bool) {
 
 // Acquire implements fairqueue.Store.
 func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.AcquireResult, error) {
-	v, err := scripts.acquire.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch())...).Slice()
+	v, err := scripts.acquire.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch(),
+		strconv.FormatFloat(t.Cost, 'g', -1, 64), t.MaxQueue, t.MaxQueuePerTenant)...).Slice()
 	if err != nil {
 		return fairqueue.AcquireResult{}, fmt.Errorf("acquire %s: %w", s.tag, err)
 	}
@@ -179,6 +180,7 @@ func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.
 	return fairqueue.AcquireResult{
 		Granted:  status == "granted",
 		Gone:     status == "gone",
+		Full:     status == "full",
 		Seq:      toInt(v[1]),
 		GrantNo:  toInt(v[2]),
 		Position: int(toInt(v[3])),

@@ -1,6 +1,6 @@
 -- cancel: take a ticket out of the queue (client gone, timeout, drain);
 -- if it was granted meanwhile, release its permit and hand it on.
--- KEYS: the common layout (2, 3, 4, 6, 7 used).
+-- KEYS: the common layout (2-4, 6-10 used).
 -- ARGV: 1 ticket, 2-5 common, 6 tombstone TTL ms (0: no tombstone).
 -- Returns 1 if the ticket was waiting or holding, else 0.
 -- Idempotent: a second cancel finds nothing to remove. The tombstone
@@ -8,7 +8,9 @@
 if tonumber(ARGV[6]) > 0 then
   redis.call('ZADD', KEYS[7], now + tonumber(ARGV[6]), ARGV[1])
 end
-local n = redis.call('ZREM', KEYS[2], ARGV[1]) + redis.call('ZREM', KEYS[3], ARGV[1])
+local w = redis.call('ZREM', KEYS[2], ARGV[1])
+if w == 1 then left_queue(ARGV[1]) end
+local n = w + redis.call('ZREM', KEYS[3], ARGV[1])
 reap()
 dispatch()
 return n

@@ -10,12 +10,17 @@
 --   6 grants   INCR counter: grants made
 --   7 gone     ZSET ticket -> tombstone expiry: cancelled tickets whose
 --              acquire may still reach Redis late
+--   8 vtime    the fair queue's virtual time: the tag of the last grant
+--   9 tlast    HASH tenant -> tag of its last queued ticket
+--  10 twait    HASH tenant -> its tickets waiting; a tenant's fields are
+--              deleted when its backlog empties, so nothing outlives it
 -- ARGV, the same first five for every script:
 --   1 ticket ID (or node ID)   2 permits   3 lease ms
 --   4 channel prefix (+ node ID = that node's grant channel)
 --   5 publish command: 'spublish' (sharded Pub/Sub) or 'publish'
 --
--- Ticket IDs are "<node>:<counter>", so a ticket names its owner node.
+-- Ticket IDs are "<node>:<counter>" (FIFO) or "<node>:<counter>:<tenant>"
+-- (fair queueing), so a ticket names its owner node and its tenant.
 -- Time is Redis' own clock (TIME), never a node's.
 
 local now
@@ -27,7 +32,29 @@ local permits = tonumber(ARGV[2])
 local lease = tonumber(ARGV[3])
 
 local function owner_of(id)
-  return string.match(id, '^(.*):[^:]*$') or id
+  return string.match(id, '^([^:]*)') or id
+end
+
+local function tenant_of(id)
+  return string.match(id, '^[^:]*:[^:]*:(.+)$')
+end
+
+-- left_queue does a waiter's tenant bookkeeping when it leaves the queue
+-- (granted, cancelled or dropped): an emptied backlog forgets the tenant,
+-- which also caps its tag at the virtual time when it comes back (a
+-- tenant whose requests timed out is not punished later).
+local function left_queue(id)
+  local t = tenant_of(id)
+  if t and redis.call('HINCRBY', KEYS[10], t, -1) <= 0 then
+    redis.call('HDEL', KEYS[10], t)
+    redis.call('HDEL', KEYS[9], t)
+  end
+end
+
+-- advance moves the virtual time to a granted tag.
+local function advance(tag)
+  local v = tonumber(redis.call('GET', KEYS[8]) or '0')
+  if tag > v then redis.call('SET', KEYS[8], tostring(tag)) end
 end
 
 local function alive(node)
@@ -56,7 +83,9 @@ local function dispatch()
     if #head == 0 then break end
     local id = head[1]
     local owner = owner_of(id)
+    left_queue(id)
     if alive(owner) then
+      if tenant_of(id) then advance(tonumber(head[2])) end
       redis.call('ZADD', KEYS[3], now + lease, id)
       local no = redis.call('INCR', KEYS[6])
       redis.call(ARGV[5], ARGV[4] .. owner, id .. ' ' .. no)

@@ -2,7 +2,7 @@
 -- dispatches (permits freed by expiry have no releaser), forgets dead
 -- nodes and expired tombstones, and lists the node's holders so it can find grants whose
 -- message was lost.
--- KEYS: the common layout (2-7 used).
+-- KEYS: the common layout (2-10 used).
 -- ARGV: 1 node, 2-5 common.
 -- Returns {epoch, grants, waiting, {holder tickets of node}}.
 -- Idempotent: a second run finds nothing more to free or dispatch.
