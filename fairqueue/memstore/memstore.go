@@ -69,8 +69,8 @@ func before(a, b *waiter) bool {
 	}
 	return a.seq < b.seq
 }
-func (h waitHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].i = i; h[j].i = j }
-func (h *waitHeap) Push(x any)        { w := x.(*waiter); w.i = len(*h); *h = append(*h, w) }
+func (h waitHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i]; h[i].i = i; h[j].i = j }
+func (h *waitHeap) Push(x any)   { w := x.(*waiter); w.i = len(*h); *h = append(*h, w) }
 func (h *waitHeap) Pop() any {
 	old := *h
 	w := old[len(old)-1]
