@@ -17,6 +17,9 @@ const (
 	// DefaultStoreTimeout bounds a store call that is not bounded by a
 	// request (release, cancel, heartbeat, reconcile).
 	DefaultStoreTimeout = time.Second
+	// DefaultPriorityFactor: each priority band is served 8 times as
+	// often as the one below it when both are backlogged.
+	DefaultPriorityFactor = 8
 )
 
 // Config configures one Queue (one node's view of one named queue).
@@ -40,11 +43,15 @@ type Config struct {
 	// self-clocked fair queueing instead of strict arrival order: FIFO
 	// inside each tenant, tenants interleaved by weight and cost.
 	Fair bool
+	// PriorityFactor is how many times more often a priority band is
+	// served than the band below it when both are backlogged (with
+	// Fair). Default 8, at least 2.
+	PriorityFactor float64
 	// MaxQueue caps the number of tickets waiting across the cluster; a
 	// ticket beyond it is refused at once with ErrQueueFull. 0: no cap.
 	MaxQueue int
-	// MaxQueuePerTenant caps the tickets of one tenant waiting (with
-	// Fair); beyond it, ErrQueueFull. 0: no cap.
+	// MaxQueuePerTenant caps the tickets of one tenant waiting in one
+	// priority band (with Fair); beyond it, ErrQueueFull. 0: no cap.
 	MaxQueuePerTenant int
 	// FailOpen admits a request without a permit when the store is
 	// unreachable (Permit.FailOpen reports it); otherwise Acquire fails
@@ -72,6 +79,9 @@ func (c Config) withDefaults() Config {
 	if c.StoreTimeout <= 0 {
 		c.StoreTimeout = DefaultStoreTimeout
 	}
+	if c.PriorityFactor == 0 {
+		c.PriorityFactor = DefaultPriorityFactor
+	}
 	if c.DownAfter <= 0 {
 		c.DownAfter = 2
 	}
@@ -93,6 +103,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("poll_interval (%s) must not exceed max_wait (%s)", c.PollInterval, c.MaxWait)
 	case c.Lease < MinLease:
 		return fmt.Errorf("lease must be at least %s, got %s", MinLease, c.Lease)
+	case !(c.PriorityFactor >= 2):
+		return fmt.Errorf("priority_factor must be at least 2, got %v", c.PriorityFactor)
 	case c.MaxQueue < 0:
 		return fmt.Errorf("max_queue must be >= 0, got %d", c.MaxQueue)
 	case c.MaxQueuePerTenant < 0:

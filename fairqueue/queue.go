@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -102,14 +103,29 @@ type Request struct {
 	// MaxWait overrides Config.MaxWait for this request when > 0 and
 	// shorter (a client that says how long it will wait).
 	MaxWait time.Duration
+	// Priority is the request's band, 0 (default, lowest) to MaxPriority
+	// (with Config.Fair). A band is served PriorityFactor times as often
+	// as the band below it when both are backlogged: a request of a
+	// higher band overtakes the lower bands' backlog at once, and a lower
+	// band still gets at least one grant in every 1+PriorityFactor+... .
+	Priority int
+}
+
+// MaxPriority is the highest priority band.
+const MaxPriority = 3
+
+// flow names the request's place in fair queueing: its tenant (hashed)
+// and band. Each flow is FIFO; flows interleave by their weights.
+func (r Request) flow() string {
+	return TenantKey(r.Tenant) + "." + strconv.Itoa(min(max(r.Priority, 0), MaxPriority))
 }
 
 // MaxCost bounds Request.Cost, so one request cannot push its tenant's
 // place in the queue arbitrarily far.
 const MaxCost = 1e6
 
-// increment is how far r moves its tenant's virtual finish tag.
-func (r Request) increment() float64 {
+// increment is how far r moves its flow's virtual finish tag.
+func (r Request) increment(factor float64) float64 {
 	w, c := r.Weight, r.Cost
 	if !(w > 0) { // also NaN
 		w = 1
@@ -117,7 +133,7 @@ func (r Request) increment() float64 {
 	if !(c > 0) {
 		c = 1
 	}
-	return min(c, MaxCost) / w
+	return min(c, MaxCost) / (w * math.Pow(factor, float64(min(max(r.Priority, 0), MaxPriority))))
 }
 
 // TenantKey is the store's name for tenant: a fixed-length hash, so a
@@ -153,16 +169,16 @@ func (q *Queue) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	if !q.health.up() {
 		return q.unavailable(start, errStoreDown)
 	}
-	tenant := ""
+	flow := ""
 	if cfg.Fair {
-		tenant = TenantKey(req.Tenant)
+		flow = req.flow()
 	}
-	t := q.newTicket(false, tenant)
+	t := q.newTicket(false, flow)
 	if t == nil {
 		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
 	}
 	actx, cancel := context.WithDeadline(ctx, deadline)
-	res, err := q.store.Acquire(actx, TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Cost: req.increment()})
+	res, err := q.store.Acquire(actx, TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Cost: req.increment(cfg.PriorityFactor)})
 	cancel()
 	if err != nil {
 		t.state.CompareAndSwap(statePending, stateCancelled)

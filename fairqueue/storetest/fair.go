@@ -21,6 +21,7 @@ func init() {
 		testCase{"WeightsSplitThePermits", weights},
 		testCase{"QueueCapsRejectAtOnce", caps},
 		testCase{"RetryAfterFollowsTheDrainRate", retryAfter},
+		testCase{"HigherBandFirstLowerBandStillProgresses", priorities},
 	)
 }
 
@@ -229,4 +230,57 @@ func retryAfter(t *testing.T, h Harness) {
 	want := float64(re.Position) / rate
 	t.Logf("position %d at %.1f grants/s: Retry-After %s, drain time %.2fs", re.Position, rate, re.RetryAfter, want)
 	assert.InDelta(t, want, re.RetryAfter.Seconds(), 1.0, "Retry-After is ceil(position / rate), within 1s")
+}
+
+// Priority bands: a high-band request overtakes a low-band backlog at
+// once; under sustained high-band load the low band still gets one grant
+// in 1+PriorityFactor (the anti-starvation rule).
+func priorities(t *testing.T, h Harness) {
+	nodes := fairNodes(t, h, "bands", fairqueue.Config{Permits: 1, MaxWait: time.Minute, PriorityFactor: 4})
+	ctx, stop := context.WithCancel(bg)
+	defer stop()
+	var mu sync.Mutex
+	counts := map[int]int{}
+	var wg sync.WaitGroup
+	run := func(band, clients int) {
+		for i := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					p, err := nodes[i%3].Acquire(ctx, fairqueue.Request{Priority: band})
+					if err != nil {
+						return
+					}
+					mu.Lock()
+					counts[band]++
+					mu.Unlock()
+					time.Sleep(time.Millisecond)
+					p.Release()
+				}
+			}()
+		}
+	}
+	run(0, 10)
+	eventually(t, 5*time.Second, func() bool { w, _ := h.State(t, "bands"); return len(w) >= 8 }, "low band not backlogged")
+	p, err := nodes[1].Acquire(bg, fairqueue.Request{Priority: 2})
+	require.NoError(t, err)
+	assert.LessOrEqual(t, p.Position(), 2, "a high-band request overtakes the low-band backlog")
+	p.Release()
+
+	run(2, 10)
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	counts = map[int]int{}
+	mu.Unlock()
+	time.Sleep(time.Second)
+	mu.Lock()
+	low, high := counts[0], counts[2]
+	mu.Unlock()
+	stop()
+	wg.Wait()
+	share := float64(low) / float64(low+high)
+	t.Logf("sustained load in both bands: band 2 %d grants, band 0 %d (share %.3f, rule: 1/17)", high, low, share)
+	assert.Greater(t, low, 0, "the low band is not starved")
+	assert.InDelta(t, 1.0/17, share, 0.04)
 }

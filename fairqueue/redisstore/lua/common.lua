@@ -11,16 +11,17 @@
 --   7 gone     ZSET ticket -> tombstone expiry: cancelled tickets whose
 --              acquire may still reach Redis late
 --   8 vtime    the fair queue's virtual time: the tag of the last grant
---   9 tlast    HASH tenant -> tag of its last queued ticket
---  10 twait    HASH tenant -> its tickets waiting; a tenant's fields are
+--   9 tlast    HASH flow -> tag of its last queued ticket
+--  10 twait    HASH flow -> its tickets waiting; a flow's fields are
 --              deleted when its backlog empties, so nothing outlives it
+-- (a flow is one tenant's requests in one priority band)
 -- ARGV, the same first five for every script:
 --   1 ticket ID (or node ID)   2 permits   3 lease ms
 --   4 channel prefix (+ node ID = that node's grant channel)
 --   5 publish command: 'spublish' (sharded Pub/Sub) or 'publish'
 --
--- Ticket IDs are "<node>:<counter>" (FIFO) or "<node>:<counter>:<tenant>"
--- (fair queueing), so a ticket names its owner node and its tenant.
+-- Ticket IDs are "<node>:<counter>" (FIFO) or "<node>:<counter>:<flow>"
+-- (fair queueing), so a ticket names its owner node and its flow.
 -- Time is Redis' own clock (TIME), never a node's.
 
 local now
