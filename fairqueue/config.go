@@ -57,6 +57,16 @@ type Config struct {
 	// unreachable (Permit.FailOpen reports it); otherwise Acquire fails
 	// with ErrStoreUnavailable.
 	FailOpen bool
+	// Fallback, when set, is an in-process store (memstore.New()) in which
+	// requests queue in this node alone, with LocalPermits permits, while
+	// the shared store is unreachable (instead of FailOpen or
+	// ErrStoreUnavailable). The shared queue takes over again when the
+	// store is back; fallback permits still running are then registered
+	// there by the next heartbeat.
+	Fallback Store
+	// LocalPermits is the fallback queue's permits; 0: Permits divided by
+	// the live nodes last seen, at least 1.
+	LocalPermits int
 	// StoreTimeout bounds store calls made outside a request. Default 1s.
 	StoreTimeout time.Duration
 	// DownAfter is how many consecutive failed store calls mark the store

@@ -144,6 +144,7 @@ func (q *Queue) heartbeat(cfg *Config) {
 	for _, t := range adopt {
 		t.registered.Store(true)
 	}
+	q.cluster.Store(&res.Cluster)
 	if q.epoch != "" && res.Epoch != q.epoch {
 		q.log.Warn("store lost its data; re-registered this node's permits", zap.Int("held", len(held)))
 	}
@@ -283,6 +284,11 @@ func (q *Queue) leave() error {
 		q.log.Info("node left queue", zap.Error(err))
 	}
 	q.bg.Wait()
+	q.localMu.Lock()
+	if q.local != nil {
+		_ = q.local.Close()
+	}
+	q.localMu.Unlock()
 	if cerr := q.store.Close(); err == nil {
 		err = cerr
 	}
@@ -299,10 +305,17 @@ type Stats struct {
 	StoreUp bool
 	// Grants is the highest grant counter of the queue seen.
 	Grants int64
+	// Cluster is the whole queue as the store reported it at this node's
+	// last heartbeat (zero before the first).
+	Cluster ClusterView
 }
 
 // Stats returns this node's view of the queue.
 func (q *Queue) Stats() Stats {
 	w, h := q.census()
-	return Stats{Waiting: w, InFlight: h, StoreUp: q.health.up(), Grants: q.grants.Load()}
+	st := Stats{Waiting: w, InFlight: h, StoreUp: q.health.up(), Grants: q.grants.Load()}
+	if c := q.cluster.Load(); c != nil {
+		st.Cluster = *c
+	}
+	return st
 }

@@ -45,6 +45,11 @@ type Queue struct {
 	epoch  string       // data-set ID confirmed by the last heartbeat; loop only
 	seen   atomic.Pointer[string]
 	resync atomic.Bool // the data-set ID changed: heartbeat at once
+
+	cluster atomic.Pointer[ClusterView] // from the last heartbeat
+
+	localMu sync.Mutex
+	local   *Queue // fallback queue while the store is down (LocalFallback)
 }
 
 // New returns a Queue for cfg on store. It makes no store call: the node
@@ -164,10 +169,10 @@ func (q *Queue) Acquire(ctx context.Context, req Request) (*Permit, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return q.unavailable(start, err)
+		return q.unavailable(ctx, req, start, deadline, err)
 	}
 	if !q.health.up() {
-		return q.unavailable(start, errStoreDown)
+		return q.unavailable(ctx, req, start, deadline, errStoreDown)
 	}
 	flow := ""
 	if cfg.Fair {
@@ -197,7 +202,7 @@ func (q *Queue) Acquire(ctx context.Context, req Request) (*Permit, error) {
 			return nil, q.reject(ReasonTimeout, start, 0, err)
 		}
 		q.health.failed(q.log, err)
-		return q.unavailable(start, err)
+		return q.unavailable(ctx, req, start, deadline, err)
 	}
 	q.health.ok(q.log)
 	q.observe(res.Grants, res.Epoch)
@@ -291,16 +296,61 @@ func (q *Queue) Granted(grants ...Grant) {
 // Resynced implements Handler: notifications may have been lost.
 func (q *Queue) Resynced() { q.kickLoop() }
 
-// unavailable applies the store-error policy.
-func (q *Queue) unavailable(start time.Time, cause error) (*Permit, error) {
-	if q.cfg.Load().FailOpen {
-		t := q.newTicket(true, "")
-		if t == nil {
-			return nil, q.reject(ReasonShuttingDown, start, 0, nil)
+// unavailable applies the store-error policy: queue locally, admit
+// (fail open) or reject. Local and fail-open permits are unregistered
+// tickets that the next successful heartbeat registers (adopts), so the
+// shared queue counts them once the store is back.
+func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline time.Time, cause error) (*Permit, error) {
+	cfg := q.cfg.Load()
+	var inner *Permit
+	switch {
+	case cfg.Fallback != nil:
+		req.MaxWait = time.Until(deadline)
+		if req.MaxWait <= 0 {
+			return nil, q.reject(ReasonTimeout, start, 0, cause)
 		}
-		return &Permit{q: q, t: t, waited: time.Since(start)}, nil
+		lp, err := q.localQueue(cfg).Acquire(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		inner = lp
+	case !cfg.FailOpen:
+		return nil, q.reject(ReasonStoreUnavailable, start, 0, cause)
 	}
-	return nil, q.reject(ReasonStoreUnavailable, start, 0, cause)
+	t := q.newTicket(true, "")
+	if t == nil {
+		if inner != nil {
+			inner.Release()
+		}
+		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
+	}
+	return &Permit{q: q, t: t, waited: time.Since(start), local: inner}, nil
+}
+
+// localQueue returns the node's fallback queue (in-process, created on
+// first use), sized to the configured local permits, or else to this
+// node's share of the permits among the live nodes last seen.
+func (q *Queue) localQueue(cfg *Config) *Queue {
+	permits := cfg.LocalPermits
+	if permits <= 0 {
+		nodes := 1
+		if c := q.cluster.Load(); c != nil && c.Nodes > 0 {
+			nodes = c.Nodes
+		}
+		permits = max(cfg.Permits/nodes, 1)
+	}
+	lc := Config{Name: cfg.Name + " (local fallback)", Permits: permits, MaxWait: cfg.MaxWait,
+		PollInterval: cfg.PollInterval, Lease: cfg.Lease, Fair: cfg.Fair, PriorityFactor: cfg.PriorityFactor,
+		MaxQueue: cfg.MaxQueue, MaxQueuePerTenant: cfg.MaxQueuePerTenant, Logger: cfg.Logger}
+	q.localMu.Lock()
+	defer q.localMu.Unlock()
+	if q.local == nil {
+		q.local, _ = New(cfg.Fallback, lc)
+		q.log.Warn("store unreachable: queueing in this node only", zap.Int("local_permits", permits))
+	} else if q.local.Config().Permits != permits {
+		_ = q.local.Reconfigure(lc)
+	}
+	return q.local
 }
 
 func (q *Queue) reject(r Reason, start time.Time, pos int, cause error) error {

@@ -132,6 +132,18 @@ type HeartbeatResult struct {
 	// the node was silent longer than its lease): its waiting tickets are
 	// no longer in the queue and must be sent again.
 	Rejoined bool
+	// Cluster is the queue as the store sees it.
+	Cluster ClusterView
+}
+
+// ClusterView is a queue's state across every node.
+type ClusterView struct {
+	// Waiting is the number of tickets queued.
+	Waiting int
+	// Holders is the number of permits held.
+	Holders int
+	// Nodes is the number of live nodes.
+	Nodes int
 }
 
 // ReconcileResult is the answer to Store.Reconcile.

@@ -38,12 +38,16 @@ type Permit struct {
 	t      *ticket
 	waited time.Duration
 	once   sync.Once
+	local  *Permit // the fallback queue's permit (Config.Fallback)
 }
 
 // Release gives the permit back; the store hands it to the next waiter
 // at once. It is idempotent and safe from any goroutine.
 func (p *Permit) Release() {
 	p.once.Do(func() {
+		if p.local != nil {
+			p.local.Release()
+		}
 		p.q.forget(p.t)
 		if p.t.failOpen && !p.t.registered.Load() {
 			return
@@ -72,4 +76,8 @@ func (p *Permit) GrantNo() int64 { return p.t.grantNo }
 
 // FailOpen reports whether the permit was admitted without the store
 // (Config.FailOpen while the store was unreachable).
-func (p *Permit) FailOpen() bool { return p.t.failOpen }
+func (p *Permit) FailOpen() bool { return p.t.failOpen && p.local == nil }
+
+// Local reports whether the permit came from the node's local fallback
+// queue (Config.Fallback while the store was unreachable).
+func (p *Permit) Local() bool { return p.local != nil }

@@ -261,6 +261,12 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 	now := s.now()
 	res := fairqueue.HeartbeatResult{Epoch: s.epoch, Rejoined: !s.alive(hb.Node, now)}
 	s.nodes[hb.Node] = now.Add(hb.Lease)
+	res.Cluster = fairqueue.ClusterView{Waiting: s.waiting.Len(), Holders: len(s.holders)}
+	for _, exp := range s.nodes {
+		if !exp.Before(now) {
+			res.Cluster.Nodes++
+		}
+	}
 	for _, id := range hb.Held {
 		if _, ok := s.holders[id]; ok {
 			s.holders[id] = now.Add(hb.Lease)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/fairqueue/memstore"
 	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
@@ -326,4 +327,44 @@ func TestFailOpenPermitsAreAdoptedWhenRedisReturns(t *testing.T) {
 	assert.False(t, r.p.FailOpen())
 	r.p.Release()
 	assert.Empty(t, readState(t, n.rdb, "open").Holders)
+}
+
+// Local fallback: while Redis is away each node queues alone with its
+// local permits; the upstream sees at most local permits per node, and
+// requests beyond them wait (they are not admitted as with fail open).
+func TestLocalFallbackQueuesInTheNodeWhileRedisIsAway(t *testing.T) {
+	srv := redistest.Start(t)
+	n := newNode(t, srv, "local", fairqueue.Config{Permits: 4, LocalPermits: 2, Fallback: memstore.New(),
+		Lease: 1500 * time.Millisecond, PollInterval: 50 * time.Millisecond, MaxWait: 10 * time.Second})
+	p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	p.Release()
+	srv.Kill()
+	var inside, maxInside atomic.Int32
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+			if !assert.NoError(t, err) {
+				return
+			}
+			assert.True(t, p.Local())
+			c := inside.Add(1)
+			for m := maxInside.Load(); c > m && !maxInside.CompareAndSwap(m, c); m = maxInside.Load() {
+			}
+			time.Sleep(50 * time.Millisecond)
+			inside.Add(-1)
+			p.Release()
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, int32(2), maxInside.Load(), "local permits hold while Redis is away")
+	srv.Restart()
+	eventually(t, 5*time.Second, func() bool { return n.q.Stats().StoreUp }, "store never back up")
+	p, err = n.q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	assert.False(t, p.Local(), "the shared queue is used again")
+	p.Release()
 }

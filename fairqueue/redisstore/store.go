@@ -222,11 +222,12 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 	if err != nil {
 		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: %w", s.tag, err)
 	}
-	if len(v) != 2 {
+	if len(v) != 5 {
 		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: unexpected reply %v", s.tag, v)
 	}
 	epoch, _ := v[0].(string)
-	return fairqueue.HeartbeatResult{Epoch: epoch, Rejoined: toInt(v[1]) == 1}, nil
+	return fairqueue.HeartbeatResult{Epoch: epoch, Rejoined: toInt(v[1]) == 1,
+		Cluster: fairqueue.ClusterView{Waiting: int(toInt(v[2])), Holders: int(toInt(v[3])), Nodes: int(toInt(v[4]))}}, nil
 }
 
 // Reconcile implements fairqueue.Store.

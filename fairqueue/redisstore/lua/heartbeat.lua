@@ -1,9 +1,11 @@
 -- heartbeat: renew a node's liveness and the leases of its permits.
--- KEYS: the common layout (3, 4, 5 used).
+-- KEYS: the common layout (2-5 used).
 -- ARGV: 1 node, 2-5 common, 6 epoch the node knows ('' if none),
 --   7 epoch candidate, 8 count n of held tickets, 9..8+n held tickets,
 --   9+n.. adopted tickets (admitted while Redis was unreachable).
--- Returns {epoch, rejoined}: rejoined = 1 when the node was not alive
+-- Returns {epoch, rejoined, waiting, holders, nodes}: the last three are
+-- the cluster's view (queue length, permits held, live nodes); rejoined =
+-- 1 when the node was not alive
 -- here (Redis lost its data, or the node was silent longer than its
 -- lease), so its waiters must be queued again.
 -- A held ticket whose holder entry is missing is re-added only when the
@@ -31,4 +33,5 @@ end
 for i = 9 + n, #ARGV do
   redis.call('ZADD', KEYS[3], now + lease, ARGV[i])
 end
-return {cur, rejoined}
+return {cur, rejoined, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
+  redis.call('ZCOUNT', KEYS[4], now, '+inf')}
