@@ -359,4 +359,42 @@ func (s *Store) State() State {
 	return st
 }
 
-var _ fairqueue.Store = (*Store)(nil)
+// Inspect implements fairqueue.Inspector.
+func (s *Store) Inspect(_ context.Context, head, flows int) (fairqueue.Snapshot, error) {
+	st := s.State()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	snap := fairqueue.Snapshot{Waiting: len(st.Waiting), Head: st.Waiting[:min(max(head, 0), len(st.Waiting))], Grants: s.grants}
+	for id, exp := range s.holders {
+		snap.Holders = append(snap.Holders, fairqueue.Holder{Ticket: id, Node: owner(id), LeaseLeft: exp.Sub(now)})
+	}
+	for n, exp := range s.nodes {
+		snap.Nodes = append(snap.Nodes, fairqueue.NodeInfo{ID: n, Alive: !exp.Before(now), ExpiresIn: exp.Sub(now)})
+	}
+	for f, n := range s.twait {
+		snap.Flows = append(snap.Flows, fairqueue.FlowInfo{Flow: f, Waiting: n})
+	}
+	slices.SortFunc(snap.Flows, func(a, b fairqueue.FlowInfo) int { return b.Waiting - a.Waiting })
+	snap.Flows = snap.Flows[:min(max(flows, 0), len(snap.Flows))]
+	return snap, nil
+}
+
+// Purge implements fairqueue.Inspector: the queue forgets every waiter
+// and holder (nodes stay registered).
+func (s *Store) Purge(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.waiting = nil
+	s.index = make(map[string]*waiter)
+	s.holders = make(map[string]time.Time)
+	s.tlast = make(map[string]float64)
+	s.twait = make(map[string]int)
+	s.vtime = 0
+	return nil
+}
+
+var (
+	_ fairqueue.Store     = (*Store)(nil)
+	_ fairqueue.Inspector = (*Store)(nil)
+)

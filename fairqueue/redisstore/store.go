@@ -39,8 +39,9 @@ const (
 var luaFS embed.FS
 
 var scripts = struct {
-	acquire, release, cancel, heartbeat, reconcile, leave *redis.Script
+	acquire, release, cancel, heartbeat, reconcile, leave, inspect *redis.Script
 }{
+	inspect:   load("inspect"),
 	acquire:   load("acquire"),
 	release:   load("release"),
 	cancel:    load("cancel"),
@@ -288,4 +289,55 @@ func newEpoch() string {
 	return hex.EncodeToString(b[:])
 }
 
-var _ fairqueue.Store = (*Store)(nil)
+// Inspect implements fairqueue.Inspector with one read-only script.
+func (s *Store) Inspect(ctx context.Context, head, flows int) (fairqueue.Snapshot, error) {
+	v, err := scripts.inspect.Run(ctx, s.rdb, s.keys, s.args("", fairqueue.Limits{}, max(head, 0), max(flows, 0))...).Slice()
+	if err != nil {
+		return fairqueue.Snapshot{}, fmt.Errorf("inspect %s: %w", s.tag, err)
+	}
+	if len(v) != 6 {
+		return fairqueue.Snapshot{}, fmt.Errorf("inspect %s: unexpected reply %v", s.tag, v)
+	}
+	snap := fairqueue.Snapshot{Waiting: int(toInt(v[0])), Grants: toInt(v[5])}
+	for _, x := range asList(v[1]) {
+		id, _ := x.(string)
+		snap.Head = append(snap.Head, id)
+	}
+	pairs(v[2], func(id string, ms int64) {
+		snap.Holders = append(snap.Holders, fairqueue.Holder{Ticket: id, Node: fairqueue.TicketNode(id), LeaseLeft: time.Duration(ms) * time.Millisecond})
+	})
+	pairs(v[3], func(id string, ms int64) {
+		snap.Nodes = append(snap.Nodes, fairqueue.NodeInfo{ID: id, Alive: ms >= 0, ExpiresIn: time.Duration(ms) * time.Millisecond})
+	})
+	pairs(v[4], func(flow string, n int64) {
+		snap.Flows = append(snap.Flows, fairqueue.FlowInfo{Flow: flow, Waiting: int(n)})
+	})
+	return snap, nil
+}
+
+// Purge implements fairqueue.Inspector: it deletes every key of the
+// queue. Nodes still running re-create what they need on their next call.
+func (s *Store) Purge(ctx context.Context) error {
+	if err := s.rdb.Del(ctx, s.keys...).Err(); err != nil {
+		return fmt.Errorf("purge %s: %w", s.tag, err)
+	}
+	return nil
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+func pairs(v any, f func(string, int64)) {
+	l := asList(v)
+	for i := 0; i+1 < len(l); i += 2 {
+		k, _ := l[i].(string)
+		f(k, toInt(l[i+1]))
+	}
+}
+
+var (
+	_ fairqueue.Store     = (*Store)(nil)
+	_ fairqueue.Inspector = (*Store)(nil)
+)

@@ -23,6 +23,33 @@ var cases = []testCase{
 	{"GrantCancelRaceLeaksNothing", grantCancelRace},
 	{"DrainAnswersWaitersAndLeavesNothing", drain},
 	{"ReleaseHandsPermitToOldestWaiterOnAnotherNode", handoffAcrossNodes},
+	{"InspectShowsHoldersWaitersNodesAndFlows", inspect},
+}
+
+func inspect(t *testing.T, h Harness) {
+	q := h.NewNode(t, "inspect", fairqueue.Config{Permits: 1, Fair: true})
+	p, err := q.Acquire(bg, fairqueue.Request{Tenant: "a"})
+	require.NoError(t, err)
+	defer p.Release()
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	for i, tenant := range []string{"a", "b", "b"} {
+		go func() { _, _ = q.Acquire(ctx, fairqueue.Request{Tenant: tenant}) }()
+		eventually(t, 2*time.Second, func() bool { w, _ := h.State(t, "inspect"); return len(w) == i+1 }, "not queued")
+	}
+	snap, err := q.Inspect(bg, 2, 10)
+	require.NoError(t, err)
+	assert.Equal(t, 3, snap.Waiting)
+	assert.Len(t, snap.Head, 2)
+	require.Len(t, snap.Holders, 1)
+	assert.Equal(t, p.Ticket(), snap.Holders[0].Ticket)
+	assert.Equal(t, q.Node(), snap.Holders[0].Node)
+	assert.Greater(t, snap.Holders[0].LeaseLeft, time.Duration(0))
+	require.NotEmpty(t, snap.Nodes)
+	assert.True(t, snap.Nodes[0].Alive)
+	require.Len(t, snap.Flows, 2)
+	assert.Equal(t, 2, snap.Flows[0].Waiting, "the busiest flow first")
+	assert.Equal(t, fairqueue.TenantKey("b")+".0", snap.Flows[0].Flow)
 }
 
 func fastPath(t *testing.T, h Harness) {

@@ -1,0 +1,78 @@
+package fairqueue
+
+import (
+	"context"
+	"time"
+)
+
+// Inspector is implemented by stores that can show a queue's live state
+// to an operator and clear it.
+type Inspector interface {
+	// Inspect returns a snapshot of the queue with at most head waiting
+	// tickets and the flows busiest tickets.
+	Inspect(ctx context.Context, head, flows int) (Snapshot, error)
+	// Purge deletes the queue's whole state, for an operator clearing a
+	// broken queue: every node's waiters and permits are forgotten.
+	Purge(ctx context.Context) error
+}
+
+// Snapshot is a queue's live state across every node.
+type Snapshot struct {
+	// Waiting is the number of tickets queued.
+	Waiting int `json:"waiting"`
+	// Head lists the first tickets in grant order.
+	Head []string `json:"head"`
+	// Holders are the tickets holding a permit.
+	Holders []Holder `json:"holders"`
+	// Nodes are the nodes known to the store, live or recently dead.
+	Nodes []NodeInfo `json:"nodes"`
+	// Flows are the busiest flows (tenant and priority band, hashed) by
+	// tickets waiting; empty for a FIFO queue.
+	Flows []FlowInfo `json:"flows,omitempty"`
+	// Grants is the number of grants made since the queue's state began.
+	Grants int64 `json:"grants"`
+}
+
+// Holder is one held permit.
+type Holder struct {
+	Ticket string `json:"ticket"`
+	Node   string `json:"node"`
+	// LeaseLeft is the time until the lease ends unless renewed.
+	LeaseLeft time.Duration `json:"lease_left"`
+}
+
+// NodeInfo is one node's liveness.
+type NodeInfo struct {
+	ID string `json:"id"`
+	// Alive reports whether its liveness has not yet expired.
+	Alive bool `json:"alive"`
+	// ExpiresIn is the time until it is considered dead (negative: dead
+	// that long).
+	ExpiresIn time.Duration `json:"expires_in"`
+}
+
+// FlowInfo is one flow's backlog.
+type FlowInfo struct {
+	Flow    string `json:"flow"`
+	Waiting int    `json:"waiting"`
+}
+
+// TicketNode returns the node that owns a ticket ID.
+func TicketNode(ticket string) string {
+	for i := 0; i < len(ticket); i++ {
+		if ticket[i] == ':' {
+			return ticket[:i]
+		}
+	}
+	return ticket
+}
+
+// Inspect returns the queue's live state from the store, or
+// ErrStoreUnavailable wrapped when the store cannot show it.
+func (q *Queue) Inspect(ctx context.Context, head, flows int) (Snapshot, error) {
+	in, ok := q.store.(Inspector)
+	if !ok {
+		return Snapshot{}, ErrStoreUnavailable
+	}
+	return in.Inspect(ctx, head, flows)
+}
