@@ -74,6 +74,24 @@ type Config struct {
 	DownAfter int
 	// Logger receives lifecycle and error logs. Default: no logs.
 	Logger *zap.Logger
+	// Observer receives the queue's events, for metrics. Optional.
+	Observer Observer
+}
+
+// Observer receives a Queue's events. Methods are called on the request
+// path: they must be fast and must not block.
+type Observer interface {
+	// Granted: a permit was granted after wait; queued reports whether
+	// the ticket waited in the queue (false: the fast path).
+	Granted(wait time.Duration, queued bool)
+	// Rejected: a ticket ended without a permit (not a client leaving).
+	Rejected(reason Reason, wait time.Duration)
+	// Handoff: a permit released (anywhere) reached a waiter of this
+	// node after d, by the store's clock at the release and this node's
+	// clock at the wake-up.
+	Handoff(d time.Duration)
+	// StoreError: a store call failed.
+	StoreError(err error)
 }
 
 func (c Config) withDefaults() Config {

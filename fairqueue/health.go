@@ -15,6 +15,7 @@ var errStoreDown = errors.New("store marked down after consecutive failures")
 // health is the store's up/down state: down after downAfter consecutive
 // failed calls, up again after one success. One failure does not flip it.
 type health struct {
+	onFail    func(error)
 	downAfter atomic.Int32
 	fails     atomic.Int32
 	down      atomic.Bool
@@ -38,6 +39,9 @@ func (h *health) ok(log *zap.Logger) {
 }
 
 func (h *health) failed(log *zap.Logger, err error) {
+	if h.onFail != nil {
+		h.onFail(err)
+	}
 	if h.fails.Add(1) >= h.downAfter.Load() && h.down.CompareAndSwap(false, true) {
 		log.Error("store unreachable; applying on_store_error policy", zap.Error(err))
 	}

@@ -69,6 +69,11 @@ func New(store Store, cfg Config) (*Queue, error) {
 		kick:     make(chan struct{}, 1),
 	}
 	q.log = cfg.Logger.With(zap.String("queue", cfg.Name), zap.String("node", q.node))
+	q.health.onFail = func(err error) {
+		if o := q.cfg.Load().Observer; o != nil {
+			o.StoreError(err)
+		}
+	}
 	q.cfg.Store(&cfg)
 	q.health.downAfter.Store(int32(cfg.DownAfter))
 	return q, nil
@@ -233,7 +238,7 @@ func (q *Queue) wait(ctx context.Context, t *ticket, start, deadline time.Time) 
 	var end int32
 	select {
 	case <-t.granted:
-		return &Permit{q: q, t: t, waited: time.Since(start)}, nil
+		return q.permit(t, start), nil
 	case <-ctx.Done():
 		end = stateCancelled
 	case <-timer.C:
@@ -245,7 +250,7 @@ func (q *Queue) wait(ctx context.Context, t *ticket, start, deadline time.Time) 
 		// Granted at the same moment. A client that is gone gives the
 		// permit back; a timeout or drain that lost the race is served.
 		<-t.granted
-		p := &Permit{q: q, t: t, waited: time.Since(start)}
+		p := q.permit(t, start)
 		if end != stateCancelled {
 			return p, nil
 		}
@@ -268,8 +273,10 @@ func (q *Queue) wait(ctx context.Context, t *ticket, start, deadline time.Time) 
 // that already left pending is given back by that ticket's own cleanup
 // (its cancel releases what it holds).
 func (q *Queue) grant(t *ticket, no int64) {
+	if no != 0 {
+		t.grantNo.CompareAndSwap(0, no)
+	}
 	if t.state.CompareAndSwap(statePending, stateGranted) {
-		t.grantNo = no
 		t.registered.Store(true)
 		close(t.granted)
 	}
@@ -290,6 +297,9 @@ func (q *Queue) Granted(grants ...Grant) {
 		}
 		q.grant(t, g.No)
 		q.observe(g.No, "")
+		if o := q.cfg.Load().Observer; o != nil && !g.At.IsZero() {
+			o.Handoff(max(time.Since(g.At), 0))
+		}
 	}
 }
 
@@ -354,8 +364,22 @@ func (q *Queue) localQueue(cfg *Config) *Queue {
 }
 
 func (q *Queue) reject(r Reason, start time.Time, pos int, cause error) error {
-	return &RejectError{Reason: r, Waited: time.Since(start), Position: pos,
-		RetryAfter: q.drain.retryAfter(pos, q.cfg.Load().MaxWait), Err: cause}
+	cfg := q.cfg.Load()
+	waited := time.Since(start)
+	if cfg.Observer != nil {
+		cfg.Observer.Rejected(r, waited)
+	}
+	return &RejectError{Reason: r, Waited: waited, Position: pos,
+		RetryAfter: q.drain.retryAfter(pos, cfg.MaxWait), Err: cause}
+}
+
+// permit hands a granted ticket to its caller.
+func (q *Queue) permit(t *ticket, start time.Time) *Permit {
+	p := &Permit{q: q, t: t, waited: time.Since(start)}
+	if o := q.cfg.Load().Observer; o != nil {
+		o.Granted(p.waited, t.position > 0)
+	}
+	return p
 }
 
 // position estimates the tickets ahead of t from the grants made since

@@ -59,6 +59,9 @@ type Grant struct {
 	// are numbered 1, 2, 3, ... in the order the store made them. 0 when
 	// unknown (a grant found by Reconcile).
 	No int64
+	// At is when the store made the grant (its own clock); zero when
+	// unknown.
+	At time.Time
 }
 
 // Limits are the settings every store call carries; the config of the

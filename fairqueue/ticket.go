@@ -25,8 +25,8 @@ type ticket struct {
 	failOpen   bool
 	registered atomic.Bool // the store knows it as a holder
 
-	// Written before granted is closed or before wait starts.
-	grantNo  int64
+	grantNo atomic.Int64 // 0 until known: a grant found by reconcile learns it from its late message
+	// Written before wait starts.
 	seq      int64
 	position int
 	grants0  int64
@@ -71,8 +71,9 @@ func (p *Permit) Position() int { return p.t.position }
 func (p *Permit) Seq() int64 { return p.t.seq }
 
 // GrantNo returns the queue's grant counter at this grant (grants are
-// numbered in the order the store made them); 0 when unknown.
-func (p *Permit) GrantNo() int64 { return p.t.grantNo }
+// numbered in the order the store made them); 0 while unknown (a grant
+// found by reconcile before its message arrived).
+func (p *Permit) GrantNo() int64 { return p.t.grantNo.Load() }
 
 // FailOpen reports whether the permit was admitted without the store
 // (Config.FailOpen while the store was unreachable).

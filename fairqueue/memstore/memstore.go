@@ -139,7 +139,7 @@ func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) 
 		s.holders[w.id] = now.Add(l.Lease)
 		s.grants++
 		if h := s.handlers[node]; h != nil {
-			out[h] = append(out[h], fairqueue.Grant{Ticket: w.id, No: s.grants})
+			out[h] = append(out[h], fairqueue.Grant{Ticket: w.id, No: s.grants, At: now})
 		}
 	}
 }

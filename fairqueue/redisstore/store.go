@@ -157,13 +157,22 @@ func (s *Store) detectSharded(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
+// parseGrant reads a grant message: "<ticket> <grant no> <Redis ms>".
 func parseGrant(payload string) (fairqueue.Grant, bool) {
-	id, no, ok := strings.Cut(payload, " ")
-	if !ok || id == "" {
+	f := strings.Fields(payload)
+	if len(f) == 0 {
 		return fairqueue.Grant{}, false
 	}
-	n, _ := strconv.ParseInt(no, 10, 64)
-	return fairqueue.Grant{Ticket: id, No: n}, true
+	g := fairqueue.Grant{Ticket: f[0]}
+	if len(f) > 1 {
+		g.No, _ = strconv.ParseInt(f[1], 10, 64)
+	}
+	if len(f) > 2 {
+		if ms, err := strconv.ParseInt(f[2], 10, 64); err == nil {
+			g.At = time.UnixMilli(ms)
+		}
+	}
+	return g, true
 }
 
 // Acquire implements fairqueue.Store.

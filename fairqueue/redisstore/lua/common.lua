@@ -74,7 +74,8 @@ local function reap()
 end
 
 -- dispatch hands free permits to the head of the queue, in order, and
--- tells each grantee's node on its own channel. Waiters of dead nodes
+-- tells each grantee's node on its own channel ("<ticket> <grant no>
+-- <Redis time ms>"). Waiters of dead nodes
 -- are dropped on the way (at most 1000 a call, to bound the script).
 local function dispatch()
   local free = permits - redis.call('ZCARD', KEYS[3])
@@ -89,7 +90,7 @@ local function dispatch()
       if tenant_of(id) then advance(tonumber(head[2])) end
       redis.call('ZADD', KEYS[3], now + lease, id)
       local no = redis.call('INCR', KEYS[6])
-      redis.call(ARGV[5], ARGV[4] .. owner, id .. ' ' .. no)
+      redis.call(ARGV[5], ARGV[4] .. owner, id .. ' ' .. no .. ' ' .. now)
       free = free - 1
     else
       skipped = skipped + 1
