@@ -3,10 +3,11 @@
 //
 // Usage:
 //
-//	mockllm [-listen 127.0.0.1:8081] [-tokens 8] [-delay 20ms]
+//	mockllm [-listen 127.0.0.1:8081] [-tokens 8] [-delay 20ms] [-timeline]
 //
 // Requests may override the answer with the X-Mock-Tokens and
-// X-Mock-Delay headers; GET /stats shows the concurrency it saw.
+// X-Mock-Delay headers; GET /stats shows the concurrency it saw, and with
+// -timeline the busy time and handoff gaps that cmd/bench reads.
 package main
 
 import (
@@ -30,6 +31,7 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:8081", "address to listen on")
 	tokens := flag.Int("tokens", mockllm.DefaultTokens, "tokens per answer")
 	delay := flag.Duration("delay", mockllm.DefaultDelay, "delay before each token")
+	timeline := flag.Bool("timeline", false, "report busy_ms and handoff_gaps_us in /stats (benchmarks)")
 	flag.Parse()
 
 	logger, err := zap.NewDevelopment()
@@ -38,7 +40,7 @@ func main() {
 	}
 	defer func() { _ = logger.Sync() }()
 
-	if err := run(logger, *listen, mockllm.Config{Tokens: *tokens, Delay: *delay}); err != nil {
+	if err := run(logger, *listen, mockllm.Config{Tokens: *tokens, Delay: *delay, Timeline: *timeline}); err != nil {
 		logger.Error("mockllm failed", zap.Error(err))
 		os.Exit(1)
 	}

@@ -48,6 +48,9 @@ type Config struct {
 	// Tokens*Delay. Zero means DefaultDelay (20ms); a negative value means
 	// no delay.
 	Delay time.Duration
+	// Timeline makes Stats report BusyMS and HandoffGapsUS, for
+	// benchmarks. Off by default: it keeps timestamps.
+	Timeline bool
 }
 
 // Stats is a snapshot of a Server's counters, as served by GET /stats.
@@ -64,6 +67,18 @@ type Stats struct {
 	// Arrivals holds the X-Client-Seq header of each completion request
 	// that had one, in the order the requests arrived.
 	Arrivals []string `json:"arrivals"`
+	// BusyMS is, with Config.Timeline, the summed duration of the
+	// completions that ended, in milliseconds: the busy slot-time, whose
+	// ratio to (slots x wall time) is the utilization of a limiter's
+	// permits.
+	BusyMS float64 `json:"busy_ms,omitempty"`
+	// HandoffGapsUS holds, with Config.Timeline, one entry per completion
+	// request that arrived while an earlier completion's end was not yet
+	// followed by an arrival: the time from that end (oldest first) to
+	// the arrival, in microseconds. Behind a saturated limiter each is
+	// the handoff of a freed slot to the next waiter. At most
+	// maxHandoffGaps entries.
+	HandoffGapsUS []int64 `json:"handoff_gaps_us,omitempty"`
 }
 
 // Server is a mock LLM upstream. Its methods are safe for concurrent use.
@@ -74,11 +89,15 @@ type Server struct {
 	lastID atomic.Uint64
 	mu     sync.Mutex
 	stats  Stats
+	tl     *timeline // nil unless Config.Timeline
 }
 
 // New returns a Server configured by cfg.
 func New(cfg Config) *Server {
 	s := &Server{tokens: cfg.Tokens, delay: cfg.Delay}
+	if cfg.Timeline {
+		s.tl = new(timeline)
+	}
 	if s.tokens == 0 {
 		s.tokens = DefaultTokens
 	}
@@ -127,6 +146,9 @@ func (s *Server) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.Arrivals = append([]string{}, s.stats.Arrivals...)
+	if s.tl != nil {
+		st.HandoffGapsUS = append([]int64{}, s.stats.HandoffGapsUS...)
+	}
 	return st
 }
 
@@ -176,6 +198,9 @@ func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats = Stats{InFlight: s.stats.InFlight, MaxInFlight: s.stats.InFlight}
+	if s.tl != nil {
+		s.tl.reset()
+	}
 }
 
 // kind is the flavour of completion endpoint.
@@ -202,9 +227,9 @@ const (
 )
 
 func (s *Server) complete(w http.ResponseWriter, r *http.Request, k kind) {
-	s.arrive(r.Header.Get(HeaderClientSeq))
+	arrived := s.arrive(r.Header.Get(HeaderClientSeq))
 	result := failed
-	defer func() { s.leave(result) }()
+	defer func() { s.leave(result, arrived) }()
 
 	tokens, delay, err := s.params(r.Header)
 	if err != nil {
@@ -299,19 +324,28 @@ func (s *Server) whole(ctx context.Context, w http.ResponseWriter, a answer, tok
 	return served
 }
 
-func (s *Server) arrive(seq string) {
+func (s *Server) arrive(seq string) time.Time {
+	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.tl != nil {
+		s.tl.arrive(&s.stats, now)
+	}
 	s.stats.InFlight++
 	s.stats.MaxInFlight = max(s.stats.MaxInFlight, s.stats.InFlight)
 	if seq != "" {
 		s.stats.Arrivals = append(s.stats.Arrivals, seq)
 	}
+	return now
 }
 
-func (s *Server) leave(o outcome) {
+func (s *Server) leave(o outcome, arrived time.Time) {
+	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.tl != nil {
+		s.tl.leave(&s.stats, arrived, now)
+	}
 	s.stats.InFlight--
 	switch o {
 	case served:

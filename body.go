@@ -1,0 +1,214 @@
+package caddyfairqueue
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// readBody reads the whole request body, at most limit bytes, and puts
+// the same bytes back for the handlers after this one (reverse_proxy
+// sends them upstream with a known Content-Length).
+//
+// Reading first matters: Go's HTTP/1.1 server notices that a client went
+// away only once the handler has read the request body to EOF, so a
+// queued request with an unread body would hold its place, and later a
+// permit, for nobody. A body larger than limit gives an
+// *http.MaxBytesError.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	if r.ContentLength > limit {
+		return nil, &http.MaxBytesError{Limit: limit}
+	}
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		// Room for the EOF read too, so that the buffer never grows.
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	// MaxBytesReader also tells the server to close the connection
+	// after the answer, rather than read the rest of a huge body.
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+		return nil, err
+	}
+	b := buf.Bytes()
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	r.ContentLength = int64(len(b))
+	r.TransferEncoding = nil
+	r.Header.Set("Content-Length", strconv.Itoa(len(b)))
+	return b, nil
+}
+
+// bodyInfo is what the handler reads from a JSON request body.
+type bodyInfo struct {
+	stream bool   // "stream": true
+	model  string // "model": "<string>"
+}
+
+// sniffBody reads the top-level keys "stream" and "model" of a JSON
+// object body. Anything else (not JSON, malformed JSON, another top-level
+// type) gives the zero bodyInfo: the request is then not streaming and
+// has no model, and is still served. Keys may come in any order; for a
+// repeated key the last one counts, as in most JSON parsers.
+func sniffBody(b []byte) bodyInfo {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	if len(b) == 0 || b[0] != '{' || !json.Valid(b) {
+		return bodyInfo{}
+	}
+	// b is valid JSON from here on: the scanner only needs to find where
+	// each top-level member starts and ends.
+	var info bodyInfo
+	s := scanner{b: b, i: 1}
+	for {
+		s.space()
+		if s.peek() != '"' { // '}' of an empty object
+			return info
+		}
+		key := s.str()
+		s.space()
+		s.i++ // ':'
+		s.space()
+		start := s.i
+		s.value()
+		val := b[start:s.i]
+		switch unquote(key) {
+		case "stream":
+			info.stream = string(val) == "true"
+		case "model":
+			info.model = ""
+			if val[0] == '"' {
+				info.model = unquote(val)
+			}
+		}
+		s.space()
+		if s.peek() != ',' {
+			return info
+		}
+		s.i++
+	}
+}
+
+// scanner walks a valid JSON document.
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (s *scanner) peek() byte {
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+func (s *scanner) space() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\r', '\n':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// str consumes a string and returns it with its quotes.
+func (s *scanner) str() []byte {
+	start := s.i
+	s.i++ // opening quote
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case '\\':
+			s.i += 2
+		case '"':
+			s.i++
+			return s.b[start:s.i]
+		default:
+			s.i++
+		}
+	}
+	return s.b[start:s.i]
+}
+
+// value consumes one value of any type.
+func (s *scanner) value() {
+	switch s.peek() {
+	case '"':
+		s.str()
+	case '{', '[':
+		depth := 0
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case '"':
+				s.str()
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+			}
+			s.i++
+			if depth == 0 {
+				return
+			}
+		}
+	default: // number, true, false, null
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case ',', '}', ']', ' ', '\t', '\r', '\n':
+				return
+			}
+			s.i++
+		}
+	}
+}
+
+// unquote decodes a JSON string token (quotes included).
+func unquote(tok []byte) string {
+	if !bytes.ContainsRune(tok, '\\') {
+		return string(tok[1 : len(tok)-1])
+	}
+	var s string
+	_ = json.Unmarshal(tok, &s)
+	return s
+}
+
+// wantsEventStream reports whether the client asked for server-sent
+// events in its Accept header.
+func wantsEventStream(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		if strings.Contains(strings.ToLower(v), "text/event-stream") {
+			return true
+		}
+	}
+	return false
+}
+
+// writeTooLarge answers a request whose body exceeds max_body.
+func writeTooLarge(w http.ResponseWriter, limit int64) {
+	msg := "The request body is larger than the " + formatBytes(limit) + " this endpoint accepts."
+	body := marshalError(msg, "invalid_request_error", "request_too_large")
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusRequestEntityTooLarge)
+	_, _ = w.Write(body)
+}
+
+// formatBytes writes n in the largest binary unit that divides it.
+func formatBytes(n int64) string {
+	for _, u := range []struct {
+		size int64
+		name string
+	}{{1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}} {
+		if n >= u.size && n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + " " + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
+}

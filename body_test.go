@@ -1,0 +1,168 @@
+package caddyfairqueue
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestSniffBodyReadsTopLevelStreamAndModel(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       bodyInfo
+	}{
+		{"stream true", `{"model":"m","stream":true}`, bodyInfo{stream: true, model: "m"}},
+		{"stream false", `{"stream":false,"model":"m"}`, bodyInfo{model: "m"}},
+		{"stream missing", `{"model":"gpt-4o","messages":[]}`, bodyInfo{model: "gpt-4o"}},
+		{"stream first, model last", `{"stream":true,"messages":[{"role":"user","content":"hi"}],"model":"llama"}`, bodyInfo{stream: true, model: "llama"}},
+		{"whitespace everywhere", " \n\t{ \"stream\" :\n true , \"model\" : \"m\" }\n", bodyInfo{stream: true, model: "m"}},
+		{"nested stream ignored", `{"options":{"stream":true},"messages":[{"stream":true}]}`, bodyInfo{}},
+		{"nested model ignored", `{"meta":{"model":"x"}}`, bodyInfo{}},
+		{"stream as string is not true", `{"stream":"true"}`, bodyInfo{}},
+		{"stream as number is not true", `{"stream":1}`, bodyInfo{}},
+		{"model not a string", `{"model":42,"stream":true}`, bodyInfo{stream: true}},
+		{"model with escapes", `{"model":"a\"b\\c\u00e9"}`, bodyInfo{model: "a\"b\\c\u00e9"}},
+		{"escaped key", `{"str\u0065am":true}`, bodyInfo{stream: true}},
+		{"strings holding braces and quotes", `{"prompt":"} { \" ] [","stream":true}`, bodyInfo{stream: true}},
+		{"duplicate key: last wins", `{"stream":true,"stream":false}`, bodyInfo{}},
+		{"duplicate model: last wins", `{"model":"a","model":"b"}`, bodyInfo{model: "b"}},
+		{"empty object", `{}`, bodyInfo{}},
+		{"empty body", ``, bodyInfo{}},
+		{"array", `[{"stream":true}]`, bodyInfo{}},
+		{"malformed: truncated", `{"stream":true,"model":"m"`, bodyInfo{}},
+		{"malformed: bad literal", `{"stream":true,"x":tru}`, bodyInfo{}},
+		{"malformed: trailing garbage", `{"stream":true} x`, bodyInfo{}},
+		{"not JSON", `stream=true&model=m`, bodyInfo{}},
+		{"multipart", "--boundary\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper\r\n--boundary--", bodyInfo{}},
+		{"numbers and nulls", `{"n":-1.5e3,"z":null,"t":true,"stream":true,"a":[1,2,{"b":[]}]}`, bodyInfo{stream: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, sniffBody([]byte(tc.body)))
+		})
+	}
+}
+
+func TestSniffBodyFindsStreamAfterAMebibyteOfMessages(t *testing.T) {
+	content := strings.Repeat("x", 1<<20)
+	body := `{"messages":[{"role":"user","content":"` + content + `"}],"model":"m","stream":true}`
+	assert.Equal(t, bodyInfo{stream: true, model: "m"}, sniffBody([]byte(body)))
+}
+
+// FuzzSniffBody checks the scanner against encoding/json: for every
+// input that is a JSON object, sniffBody reads what a JSON parser reads.
+func FuzzSniffBody(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","stream":true}`, `{"stream":false}`, `{"a":{"stream":true}}`,
+		`{"str\u0065am":true}`, `{"model":"\"}"}`, `[1]`, `{"stream":true`, `{}`, ` {"a":[{}],"stream" : true } `,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got := sniffBody(b)
+		var m map[string]json.RawMessage
+		if json.Unmarshal(b, &m) != nil || m == nil {
+			assert.Equal(t, bodyInfo{}, got)
+			return
+		}
+		var want bodyInfo
+		want.stream = string(m["stream"]) == "true"
+		var model string
+		if json.Unmarshal(m["model"], &model) == nil {
+			want.model = model
+		}
+		assert.Equal(t, want, got, "body %q", b)
+	})
+}
+
+func TestReadBodyRestoresTheSameBytesAndLength(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		size    int
+		limit   int64
+		chunked bool
+		wantErr bool
+	}{
+		{"small", 100, 1 << 20, false, false},
+		{"one mebibyte", 1 << 20, 8 << 20, false, false},
+		{"exactly max_body", 4096, 4096, false, false},
+		{"exactly max_body, chunked", 4096, 4096, true, false},
+		{"max_body plus one", 4097, 4096, false, true},
+		{"max_body plus one, chunked", 4097, 4096, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			payload := bytes.Repeat([]byte("a"), tc.size)
+			var body io.Reader = bytes.NewReader(payload)
+			if tc.chunked {
+				body = io.MultiReader(body) // hides the length
+			}
+			r := httptest.NewRequest(http.MethodPost, "/", body)
+			if tc.chunked {
+				r.ContentLength = -1
+				r.TransferEncoding = []string{"chunked"}
+			}
+			got, err := readBody(httptest.NewRecorder(), r, tc.limit)
+			if tc.wantErr {
+				var tooLarge *http.MaxBytesError
+				require.True(t, errors.As(err, &tooLarge), "error %v", err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, payload, got)
+			assert.Equal(t, int64(tc.size), r.ContentLength)
+			assert.Empty(t, r.TransferEncoding)
+			assert.Equal(t, r.Header.Get("Content-Length"), itoa(tc.size))
+			again, err := io.ReadAll(r.Body)
+			require.NoError(t, err)
+			assert.Equal(t, payload, again, "the next handler reads the same bytes")
+			rc, err := r.GetBody()
+			require.NoError(t, err)
+			retry, _ := io.ReadAll(rc)
+			assert.Equal(t, payload, retry, "GetBody gives them again, for retries")
+		})
+	}
+}
+
+func TestReadBodyWithoutBody(t *testing.T) {
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	got, err := readBody(httptest.NewRecorder(), r, 10)
+	require.NoError(t, err)
+	assert.Nil(t, got)
+	assert.Equal(t, http.NoBody, r.Body)
+}
+
+func TestWantsEventStream(t *testing.T) {
+	for accept, want := range map[string]bool{
+		"":                                 false,
+		"application/json":                 false,
+		"text/event-stream":                true,
+		"Text/Event-Stream; charset=utf-8": true,
+		"application/json, text/event-stream;q=0.5": true,
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		if accept != "" {
+			r.Header.Set("Accept", accept)
+		}
+		assert.Equal(t, want, wantsEventStream(r), accept)
+	}
+}
+
+func TestFormatBytes(t *testing.T) {
+	assert.Equal(t, "8 MiB", formatBytes(8<<20))
+	assert.Equal(t, "512 KiB", formatBytes(512<<10))
+	assert.Equal(t, "500 KiB", formatBytes(512000))
+	assert.Equal(t, "512001 bytes", formatBytes(512001))
+	assert.Equal(t, "2 GiB", formatBytes(2<<30))
+}
+
+func itoa(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}

@@ -1,0 +1,595 @@
+package caddyfairqueue
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
+)
+
+// newContext returns a config-load context, cancelled when the test ends.
+func newContext(t *testing.T) caddy.Context {
+	t.Helper()
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// provision provisions a handler on the Redis at addr in ctx, and
+// cleans it up when the test ends.
+func provision(t *testing.T, ctx caddy.Context, addr string, h *Handler) *Handler {
+	t.Helper()
+	if h.Redis == nil {
+		h.Redis = &RedisConfig{Addresses: []string{addr}}
+	}
+	if h.PollInterval == 0 {
+		h.PollInterval = caddy.Duration(50 * time.Millisecond)
+	}
+	require.NoError(t, h.Provision(ctx))
+	t.Cleanup(func() { _ = h.Cleanup() })
+	return h
+}
+
+// request is one request through a handler.
+type request struct {
+	w    *httptest.ResponseRecorder
+	r    *http.Request
+	repl *caddy.Replacer
+	err  error
+	done chan struct{}
+}
+
+func newRequest(ctx context.Context, body string, header ...string) *request {
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body)).WithContext(ctx)
+	for i := 0; i+1 < len(header); i += 2 {
+		r.Header.Set(header[i], header[i+1])
+	}
+	repl := caddy.NewReplacer()
+	c := context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl)
+	c = context.WithValue(c, caddyhttp.ExtraLogFieldsCtxKey, new(caddyhttp.ExtraLogFields))
+	return &request{w: httptest.NewRecorder(), r: r.WithContext(c), repl: repl, done: make(chan struct{})}
+}
+
+// start serves req through h in the background.
+func (req *request) start(h *Handler, next caddyhttp.Handler) *request {
+	go func() {
+		defer close(req.done)
+		req.err = h.ServeHTTP(req.w, req.r, next)
+	}()
+	return req
+}
+
+// wait waits until the request is answered.
+func (req *request) wait(t *testing.T) *request {
+	t.Helper()
+	select {
+	case <-req.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("request not answered within 10s")
+	}
+	return req
+}
+
+func (req *request) placeholder(key string) string {
+	v, _ := req.repl.GetString(key)
+	return v
+}
+
+// holder is a next handler that holds its permit until released.
+type holder struct {
+	entered chan struct{}
+	release chan struct{}
+	count   atomic.Int32
+}
+
+func newHolder() *holder {
+	return &holder{entered: make(chan struct{}, 100), release: make(chan struct{})}
+}
+
+func (h *holder) ServeHTTP(w http.ResponseWriter, _ *http.Request) error {
+	h.count.Add(1)
+	h.entered <- struct{}{}
+	<-h.release
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+func (h *holder) waitEntered(t *testing.T) {
+	t.Helper()
+	select {
+	case <-h.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("next handler not reached within 10s")
+	}
+}
+
+var ok = caddyhttp.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
+	w.WriteHeader(http.StatusOK)
+	return nil
+})
+
+// poolEmpty asserts that no engine and no Redis client is left.
+func poolEmpty(t *testing.T) {
+	t.Helper()
+	assert.Eventually(t, func() bool {
+		n := 0
+		engines.Range(func(_, _ any) bool { n++; return true })
+		clients.Range(func(_, _ any) bool { n++; return true })
+		return n == 0
+	}, 5*time.Second, 10*time.Millisecond, "engines or clients left in the pools")
+}
+
+func TestHandlerQueuesBeyondPermitsAndHandsOverOnRelease(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	h := provision(t, newContext(t), rds.Addr(), &Handler{Permits: 1})
+	next := newHolder()
+
+	a := newRequest(context.Background(), `{"model":"m"}`).start(h, next)
+	next.waitEntered(t)
+	assert.Equal(t, "granted", a.placeholder(phOutcome))
+	assert.Equal(t, "0", a.placeholder(phPosition), "granted at once")
+	assert.Equal(t, "m", a.placeholder(phModel))
+	assert.Equal(t, "default", a.placeholder(phQueue))
+
+	b := newRequest(context.Background(), `{"model":"m"}`).start(h, next)
+	select {
+	case <-next.entered:
+		t.Fatal("second request passed while the only permit was held")
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	next.release <- struct{}{} // a finishes
+	a.wait(t)
+	next.waitEntered(t) // b gets the permit
+	next.release <- struct{}{}
+	b.wait(t)
+
+	require.NoError(t, b.err)
+	assert.Equal(t, http.StatusOK, b.w.Code)
+	assert.Equal(t, "granted", b.placeholder(phOutcome))
+	assert.Equal(t, "1", b.placeholder(phPosition), "b was next in line")
+	waited, _ := b.repl.GetString(phWaitMS)
+	assert.NotEqual(t, "0", waited)
+}
+
+func TestHandlerRejectsAfterMaxWaitWithJSONOrSSE(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	h := provision(t, newContext(t), rds.Addr(), &Handler{Permits: 1, MaxWait: caddy.Duration(300 * time.Millisecond)})
+	next := newHolder()
+	a := newRequest(context.Background(), ``).start(h, next)
+	next.waitEntered(t)
+	defer func() { close(next.release); a.wait(t) }()
+
+	plain := newRequest(context.Background(), `{"model":"m"}`).start(h, next).wait(t)
+	require.NoError(t, plain.err)
+	assert.Equal(t, http.StatusTooManyRequests, plain.w.Code)
+	assert.Equal(t, "timeout", plain.w.Header().Get("Fair-Queue-Reason"))
+	assert.NotEmpty(t, plain.w.Header().Get("Retry-After"))
+	var body apiError
+	require.NoError(t, json.Unmarshal(plain.w.Body.Bytes(), &body))
+	assert.Equal(t, "timeout", body.Error.Code)
+	assert.Equal(t, "timeout", plain.placeholder(phOutcome))
+	assert.Equal(t, "timeout", plain.placeholder(phReason))
+
+	streaming := newRequest(context.Background(), `{"model":"m","stream":true}`).start(h, next).wait(t)
+	assert.Equal(t, http.StatusOK, streaming.w.Code)
+	assert.Equal(t, "text/event-stream", streaming.w.Header().Get("Content-Type"))
+	assert.True(t, strings.HasPrefix(streaming.w.Body.String(), "event: error\ndata: {"), streaming.w.Body.String())
+
+	byAccept := newRequest(context.Background(), ``, "Accept", "text/event-stream").start(h, next).wait(t)
+	assert.Equal(t, "text/event-stream", byAccept.w.Header().Get("Content-Type"))
+	assert.Equal(t, int32(1), next.count.Load(), "no rejected request reached the next handler")
+}
+
+func TestHandlerDropsWaiterWhoseClientLeft(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	h := provision(t, newContext(t), rds.Addr(), &Handler{Permits: 1})
+	next := newHolder()
+	a := newRequest(context.Background(), ``).start(h, next)
+	next.waitEntered(t)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	b := newRequest(ctx, `{}`).start(h, next)
+	time.Sleep(100 * time.Millisecond) // b is queued
+	cancel()
+	b.wait(t)
+	require.NoError(t, b.err)
+	assert.Zero(t, b.w.Body.Len(), "nothing is written to a client that left")
+	assert.Equal(t, "cancelled", b.placeholder(phOutcome))
+
+	next.release <- struct{}{}
+	a.wait(t)
+	c := newRequest(context.Background(), ``).start(h, next)
+	next.waitEntered(t)
+	assert.Equal(t, "0", c.placeholder(phPosition), "the permit went to c at once, not to b who left")
+	next.release <- struct{}{}
+	c.wait(t)
+}
+
+func TestHandlerUpstreamReceivesTheSameBodyAndLength(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	h := provision(t, newContext(t), rds.Addr(), &Handler{Permits: 1})
+
+	var gotBody []byte
+	var gotLength string
+	var gotTE []string
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotBody, _ = io.ReadAll(r.Body)
+		gotLength = r.Header.Get("Content-Length")
+		gotTE = r.TransferEncoding
+	}))
+	defer upstream.Close()
+	u, _ := url.Parse(upstream.URL)
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		proxy.ServeHTTP(w, r)
+		return nil
+	})
+
+	payload := `{"messages":[{"role":"user","content":"` + strings.Repeat("é", 300<<10) + `"}],"stream":false,"model":"m"}`
+	req := newRequest(context.Background(), "")
+	req.r.Body = io.NopCloser(io.MultiReader(strings.NewReader(payload))) // length unknown, as with chunked uploads
+	req.r.ContentLength = -1
+	req.r.TransferEncoding = []string{"chunked"}
+	req.start(h, next).wait(t)
+
+	require.NoError(t, req.err)
+	assert.Equal(t, http.StatusOK, req.w.Code)
+	assert.True(t, bytes.Equal([]byte(payload), gotBody), "upstream got %d bytes, want %d", len(gotBody), len(payload))
+	assert.Equal(t, itoa(len(payload)), gotLength)
+	assert.Empty(t, gotTE, "sent with a Content-Length, not chunked")
+}
+
+func TestHandlerAnswersTooLargeBodyWith413BeforeQueueing(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	// No Redis: a body that is too large never reaches the queue.
+	h := provision(t, newContext(t), "127.0.0.1:1", &Handler{Permits: 1, MaxBody: 1024})
+	for _, size := range []int{1025, 1 << 20} {
+		req := newRequest(context.Background(), strings.Repeat("a", size)).start(h, ok).wait(t)
+		require.NoError(t, req.err)
+		assert.Equal(t, http.StatusRequestEntityTooLarge, req.w.Code)
+		assert.Equal(t, "application/json", req.w.Header().Get("Content-Type"))
+		var body apiError
+		require.NoError(t, json.Unmarshal(req.w.Body.Bytes(), &body))
+		assert.Equal(t, "request_too_large", body.Error.Code)
+		assert.Contains(t, body.Error.Message, "1 KiB")
+	}
+}
+
+func TestHandlerStoreErrorPolicy(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	down := deadAddr(t)
+
+	closed := provision(t, newContext(t), down, &Handler{Name: "closed", Permits: 1, OnStoreError: FailClosed})
+	req := newRequest(context.Background(), `{}`).start(closed, ok).wait(t)
+	assert.Equal(t, http.StatusServiceUnavailable, req.w.Code)
+	assert.Equal(t, "store_unavailable", req.w.Header().Get("Fair-Queue-Reason"))
+	sse := newRequest(context.Background(), `{"stream":true}`).start(closed, ok).wait(t)
+	assert.Equal(t, "text/event-stream", sse.w.Header().Get("Content-Type"))
+
+	open := provision(t, newContext(t), down, &Handler{Name: "open", Permits: 1})
+	reached := 0
+	for range 3 {
+		req := newRequest(context.Background(), `{}`).start(open, caddyhttp.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
+			reached++
+			return nil
+		})).wait(t)
+		require.NoError(t, req.err)
+		assert.Equal(t, "fail_open", req.placeholder(phOutcome))
+		assert.Equal(t, "store_unavailable", req.placeholder(phReason))
+	}
+	assert.Equal(t, 3, reached, "fail_open admits every request while Redis is down")
+}
+
+func TestReloadHandsTheQueueToTheNewHandlerWithItsSettings(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	old := provision(t, newContext(t), rds.Addr(), &Handler{Permits: 1})
+	next := newHolder()
+	a := newRequest(context.Background(), ``).start(old, next)
+	next.waitEntered(t)
+
+	// Reload: the new config is provisioned, then the old one cleaned up
+	// while its request still runs.
+	updated := provision(t, newContext(t), rds.Addr(), &Handler{Permits: 2})
+	require.Same(t, engineOf(t, old), engineOf(t, updated), "one engine across the reload")
+	e := engineOf(t, old)
+	assert.Equal(t, 1, e.q.Config().Permits, "provisioning changes nothing live")
+	require.NoError(t, old.Cleanup())
+
+	b := newRequest(context.Background(), ``).start(updated, next)
+	next.waitEntered(t)
+	assert.Equal(t, "0", b.placeholder(phPosition), "with the new permits b runs beside a at once")
+	assert.Equal(t, 2, e.q.Config().Permits)
+
+	next.release <- struct{}{}
+	next.release <- struct{}{}
+	a.wait(t)
+	b.wait(t)
+	assert.False(t, e.closed, "the new handler still uses the engine")
+}
+
+func TestRetiredQueueClosesAfterItsLastRequest(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	h := provision(t, newContext(t), rds.Addr(), &Handler{Name: "retired", Permits: 1})
+	next := newHolder()
+	a := newRequest(context.Background(), ``).start(h, next)
+	next.waitEntered(t)
+	e := engineOf(t, h)
+
+	require.NoError(t, h.Cleanup()) // a reload that drops this queue
+	e.mu.Lock()
+	closedEarly := e.closed
+	e.mu.Unlock()
+	assert.False(t, closedEarly, "the engine outlives its handler while a request runs")
+
+	next.release <- struct{}{}
+	a.wait(t)
+	assert.Equal(t, http.StatusOK, a.w.Code)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	assert.True(t, e.closed, "the last request out closed the engine")
+	assert.Empty(t, rds.Keys(t, "*holders*"), "nothing held is left in Redis")
+}
+
+func TestShutdownOnExitAnswersWaitersAtOnce(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	h := provision(t, newContext(t), rds.Addr(), &Handler{Permits: 1})
+	next := newHolder()
+	a := newRequest(context.Background(), ``).start(h, next)
+	next.waitEntered(t)
+	b := newRequest(context.Background(), ``).start(h, next)
+	time.Sleep(100 * time.Millisecond)
+
+	h.onShutdown(false) // a reload: nothing happens
+	select {
+	case <-b.done:
+		t.Fatal("a reload answered a waiter")
+	case <-time.After(100 * time.Millisecond):
+	}
+
+	start := time.Now()
+	h.onShutdown(true)
+	b.wait(t)
+	assert.Less(t, time.Since(start), time.Second)
+	assert.Equal(t, http.StatusServiceUnavailable, b.w.Code)
+	assert.Equal(t, "shutting_down", b.w.Header().Get("Fair-Queue-Reason"))
+
+	select {
+	case <-a.done:
+		t.Fatal("the running request was cut")
+	default:
+	}
+	next.release <- struct{}{}
+	a.wait(t)
+	assert.Equal(t, http.StatusOK, a.w.Code)
+}
+
+func TestQueuePerModelFromPlaceholder(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	h := provision(t, newContext(t), rds.Addr(), &Handler{Name: "llm-{http.fair_queue.model}", Permits: 1})
+	assert.Empty(t, h.engineList(), "queues named per request open at request time")
+	next := newHolder()
+
+	a := newRequest(context.Background(), `{"model":"a"}`).start(h, next)
+	next.waitEntered(t)
+	b := newRequest(context.Background(), `{"model":"b"}`).start(h, next)
+	next.waitEntered(t) // another queue: not blocked by a
+	assert.Equal(t, "llm-a", a.placeholder(phQueue))
+	assert.Equal(t, "llm-b", b.placeholder(phQueue))
+	assert.Len(t, h.engineList(), 2)
+
+	long := newRequest(context.Background(), `{"model":"`+strings.Repeat("x", maxQueueNameLen)+`"}`).start(h, next).wait(t)
+	assert.Equal(t, http.StatusTooManyRequests, long.w.Code)
+	assert.Equal(t, "queue_full", long.w.Header().Get("Fair-Queue-Reason"))
+
+	next.release <- struct{}{}
+	next.release <- struct{}{}
+	a.wait(t)
+	b.wait(t)
+}
+
+func TestProvisionMakesNoRedisCall(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	var conns atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			c.Close()
+		}
+	}()
+	h := &Handler{Permits: 3, Redis: &RedisConfig{Addresses: []string{ln.Addr().String()}}}
+	require.NoError(t, h.Provision(newContext(t)))
+	require.NoError(t, h.Cleanup())
+	time.Sleep(50 * time.Millisecond)
+	assert.Zero(t, conns.Load(), "provision and cleanup connected to Redis")
+}
+
+func TestHandlersOfOneConfigMustAgreeOnAQueue(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	ctx := newContext(t)
+	addr := "127.0.0.1:1"
+	provision(t, ctx, addr, &Handler{Name: "q", Permits: 2})
+	provision(t, ctx, addr, &Handler{Name: "q", Permits: 2}) // agrees
+	provision(t, ctx, addr, &Handler{Name: "other", Permits: 5})
+
+	for _, tc := range []struct {
+		h    *Handler
+		want string
+	}{
+		{&Handler{Name: "q", Permits: 3}, "different permits (2 and 3)"},
+		{&Handler{Name: "q", Permits: 2, MaxWait: caddy.Duration(time.Minute)}, "different max_wait (20s and 1m0s)"},
+		{&Handler{Name: "q", Permits: 2, OnStoreError: FailClosed}, "different on_store_error"},
+	} {
+		tc.h.Redis = &RedisConfig{Addresses: []string{addr}}
+		tc.h.PollInterval = caddy.Duration(50 * time.Millisecond)
+		err := tc.h.Provision(ctx)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), tc.want)
+		assert.Contains(t, err.Error(), `queue "q"`)
+		require.NoError(t, tc.h.Cleanup()) // as Caddy does after a failed Provision
+	}
+
+	// Another config load (a reload) may change the permits.
+	provision(t, newContext(t), addr, &Handler{Name: "q", Permits: 3})
+}
+
+func TestProvisionRefusesBadJSONConfig(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	for _, tc := range []struct {
+		name string
+		h    *Handler
+		want string
+	}{
+		{"no redis", &Handler{Permits: 1}, "redis is required (local queue not yet available)"},
+		{"no permits", &Handler{Redis: &RedisConfig{}}, "permits must be at least 1, got 0"},
+		{"poll interval too small", &Handler{Permits: 1, PollInterval: caddy.Duration(time.Millisecond), Redis: &RedisConfig{}}, "poll_interval must be at least 50ms"},
+		{"poll interval above max wait", &Handler{Permits: 1, MaxWait: caddy.Duration(time.Second), PollInterval: caddy.Duration(2 * time.Second), Redis: &RedisConfig{}}, "poll_interval (2s) must not exceed max_wait (1s)"},
+		{"lease too short", &Handler{Permits: 1, Lease: caddy.Duration(time.Millisecond), Redis: &RedisConfig{}}, "lease must be at least 1s"},
+		{"bad policy", &Handler{Permits: 1, OnStoreError: "maybe", Redis: &RedisConfig{}}, `on_store_error must be fail_open or fail_closed, got "maybe"`},
+		{"bad reason", &Handler{Permits: 1, Redis: &RedisConfig{}, Reject: []*RejectConfig{{Reasons: []string{"late"}, Status: 500}}}, `reject: unknown reason "late"`},
+		{"bad url", &Handler{Permits: 1, Redis: &RedisConfig{URL: "redis://:{env.FQ_TEST_PW}@host:port"}}, "redis: invalid url"},
+		{"url and addresses", &Handler{Permits: 1, Redis: &RedisConfig{URL: "redis://a", Addresses: []string{"b:1"}}}, "url and addresses are mutually exclusive"},
+		{"cluster with db", &Handler{Permits: 1, Redis: &RedisConfig{Addresses: []string{"a:1", "b:1"}, DB: 1}}, "db must be 0 with a Redis Cluster"},
+		{"negative timeout", &Handler{Permits: 1, Redis: &RedisConfig{ReadTimeout: -1}}, "redis: read_timeout must be > 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("FQ_TEST_PW", "s3cret")
+			err := tc.h.Provision(newContext(t))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.NotContains(t, err.Error(), "s3cret")
+			require.NoError(t, tc.h.Cleanup())
+		})
+	}
+}
+
+func TestRedisIdentityHashesThePasswordAndReplacesEnvPlaceholders(t *testing.T) {
+	t.Setenv("FQ_TEST_PW", "s3cret")
+	b, err := newStore(&RedisConfig{Addresses: []string{"h:1"}, Password: "{env.FQ_TEST_PW}"}, caddy.NewReplacer())
+	require.NoError(t, err)
+	rb := b.(*redisBackend)
+	assert.Equal(t, "s3cret", rb.opts.Password)
+	assert.NotContains(t, b.key(), "s3cret")
+	assert.Equal(t, "redis|h:1|db=0|prefix=fair_queue", b.location())
+
+	other, err := newStore(&RedisConfig{Addresses: []string{"h:1"}, Password: "other"}, caddy.NewReplacer())
+	require.NoError(t, err)
+	assert.NotEqual(t, b.key(), other.key(), "another password is another client")
+	assert.Equal(t, b.location(), other.location(), "but the same queues")
+
+	u, err := newStore(&RedisConfig{URL: "rediss://u:p@h:1/2?dial_timeout=3s"}, caddy.NewReplacer())
+	require.NoError(t, err)
+	ub := u.(*redisBackend)
+	assert.Equal(t, 3*time.Second, ub.opts.DialTimeout, "a timeout from the URL is kept")
+	assert.Equal(t, 500*time.Millisecond, ub.opts.ReadTimeout)
+	assert.NotNil(t, ub.opts.TLSConfig)
+	assert.Equal(t, 2, ub.opts.DB)
+}
+
+// deadAddr returns an address where nothing listens.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func engineOf(t *testing.T, h *Handler) *engine {
+	t.Helper()
+	list := h.engineList()
+	require.Len(t, list, 1)
+	return list[0]
+}
+
+func TestHandlerNeverRunsMoreThanPermitsAtOnce(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	h := provision(t, newContext(t), rds.Addr(), &Handler{Permits: 3})
+	var running, peak atomic.Int32
+	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
+		n := running.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		time.Sleep(20 * time.Millisecond)
+		running.Add(-1)
+		return nil
+	})
+	var reqs []*request
+	for range 30 {
+		reqs = append(reqs, newRequest(context.Background(), `{"stream":true}`).start(h, next))
+	}
+	for _, r := range reqs {
+		r.wait(t)
+		require.NoError(t, r.err)
+		assert.Equal(t, "granted", r.placeholder(phOutcome))
+	}
+	assert.Equal(t, int32(3), peak.Load(), "at most (and, under load, exactly) the permits run at once")
+}
+
+func TestOldHandlerStillServesAfterCleanup(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	h := provision(t, newContext(t), rds.Addr(), &Handler{Permits: 1})
+	require.NoError(t, h.Cleanup())
+	// A request that reaches the old server after the reload (an HTTP/3
+	// stream, a late keep-alive request) borrows the queue for itself.
+	req := newRequest(context.Background(), `{}`).start(h, ok).wait(t)
+	require.NoError(t, req.err)
+	assert.Equal(t, "granted", req.placeholder(phOutcome))
+}
+
+func TestOnExitTheLastReferenceClosesTheQueueAtOnce(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	h := provision(t, newContext(t), rds.Addr(), &Handler{Name: "exit", Permits: 1})
+	next := newHolder()
+	a := newRequest(context.Background(), ``).start(h, next)
+	next.waitEntered(t)
+	require.NotEmpty(t, rds.Keys(t, "*holders*"))
+	e := engineOf(t, h)
+
+	exiting = func() bool { return true }
+	defer func() { exiting = caddy.Exiting }()
+	require.NoError(t, h.Cleanup()) // the grace period is over
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	assert.True(t, closed, "on exit the queue does not wait for running requests")
+	assert.Empty(t, rds.Keys(t, "*holders*"), "this node's permits are released in Redis")
+
+	next.release <- struct{}{}
+	a.wait(t)
+}

@@ -1,0 +1,328 @@
+package caddyfairqueue
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+// maxQueuesPerHandler bounds how many queues one handler opens when its
+// name comes from the request (a placeholder): each queue is a node in
+// Redis with its own subscription, and the name may be client input.
+const maxQueuesPerHandler = 100
+
+// maxQueueNameLen bounds a queue name resolved from the request.
+const maxQueueNameLen = 200
+
+// engines holds one engine per store identity and queue name in this
+// process, shared by every handler (of every config generation) that
+// names it, so that a config reload keeps waiting tickets in place and
+// permits leased.
+var engines = caddy.NewUsagePool()
+
+// exiting reports whether the process is exiting; a variable for tests.
+var exiting = caddy.Exiting
+
+// provisions numbers handlers in the order they are provisioned, so that
+// an engine takes the settings of the newest config that uses it and an
+// old handler still serving during a reload cannot revert them.
+var provisions atomic.Uint64
+
+// engine is a pool value: a fairqueue.Queue and the store client it
+// uses. It outlives the handlers that reference it until its last
+// in-flight request is done (a reload cleans up old handlers while their
+// requests still run), except when the process exits.
+type engine struct {
+	name    string
+	q       *fairqueue.Queue
+	release func() // frees the store's client
+	log     *zap.Logger
+
+	mu      sync.Mutex
+	active  int    // requests between enter and exit
+	retired bool   // the pool dropped its last reference
+	closed  bool   // q.Close was called
+	gen     uint64 // provisioning number of the settings in force
+}
+
+func newEngine(b backend, name string, cfg fairqueue.Config, gen uint64) (*engine, error) {
+	st, release, err := b.open(name)
+	if err != nil {
+		return nil, err
+	}
+	q, err := fairqueue.New(st, cfg)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	return &engine{name: name, q: q, release: release, log: cfg.Logger, gen: gen}, nil
+}
+
+// enter counts a request that uses the engine; exit must follow.
+func (e *engine) enter() {
+	e.mu.Lock()
+	e.active++
+	e.mu.Unlock()
+}
+
+// exit ends a request; the last one out of a retired engine closes it.
+func (e *engine) exit() {
+	e.mu.Lock()
+	e.active--
+	last := e.active == 0 && e.retired
+	e.mu.Unlock()
+	if last {
+		if err := e.close(); err != nil {
+			e.log.Warn("closing retired queue", zap.String("queue", e.name), zap.Error(err))
+		}
+	}
+}
+
+// Destruct implements caddy.Destructor: the pool dropped its last
+// reference. On exit the queue closes at once (the grace period is over:
+// this node's remaining permits are released in the store); on a reload
+// it closes when its last request is done.
+func (e *engine) Destruct() error {
+	e.mu.Lock()
+	e.retired = true
+	now := e.active == 0 || exiting()
+	e.mu.Unlock()
+	if now {
+		return e.close()
+	}
+	return nil
+}
+
+// close leaves the queue; it is bounded by the engine's store timeout.
+func (e *engine) close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.mu.Unlock()
+	err := e.q.Close()
+	e.release()
+	return err
+}
+
+// reconfigure applies cfg unless a newer config's settings are in force.
+func (e *engine) reconfigure(gen uint64, cfg fairqueue.Config) (old fairqueue.Config, changed bool, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if gen < e.gen {
+		return fairqueue.Config{}, false, nil
+	}
+	old = e.q.Config()
+	if err := e.q.Reconfigure(cfg); err != nil {
+		return old, false, err
+	}
+	e.gen = gen
+	return old, true, nil
+}
+
+// engineRef is a handler's reference to an engine.
+type engineRef struct {
+	e          *engine
+	configured atomic.Bool // this handler's settings were applied
+}
+
+// errTooManyQueues: a request named a new queue beyond the handler's cap.
+var errTooManyQueues = fmt.Errorf("more than %d queues from one fair_queue handler", maxQueuesPerHandler)
+
+// use returns the engine of queue name, entered: the caller must call
+// done when the request is over. The first use of an engine by a handler
+// applies the handler's settings to it.
+func (h *Handler) use(name string) (e *engine, done func(), err error) {
+	key := h.backend.key() + "|queue=" + name
+	h.mu.Lock()
+	if h.cleaned {
+		// A request that reached an old handler after its cleanup (a
+		// reload): borrow a reference for this request only, and leave
+		// the settings to the new config.
+		h.mu.Unlock()
+		e, err := h.loadEngine(key, name)
+		if err != nil {
+			return nil, nil, err
+		}
+		e.enter()
+		return e, func() {
+			e.exit()
+			h.dropEngine(key)
+		}, nil
+	}
+	ref := h.engines[key]
+	if ref == nil {
+		if len(h.engines) >= maxQueuesPerHandler {
+			h.mu.Unlock()
+			return nil, nil, errTooManyQueues
+		}
+		e, err := h.loadEngine(key, name)
+		if err != nil {
+			h.mu.Unlock()
+			return nil, nil, err
+		}
+		ref = &engineRef{e: e}
+		h.engines[key] = ref
+	}
+	ref.e.enter()
+	h.mu.Unlock()
+	if ref.configured.CompareAndSwap(false, true) {
+		h.applySettings(ref.e)
+	}
+	return ref.e, ref.e.exit, nil
+}
+
+// loadEngine takes a pool reference to the engine of key.
+func (h *Handler) loadEngine(key, name string) (*engine, error) {
+	v, _, err := engines.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return newEngine(h.backend, name, h.queueConfig(name), h.gen)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue %q: %w", name, err)
+	}
+	return v.(*engine), nil
+}
+
+func (h *Handler) dropEngine(key string) {
+	if _, err := engines.Delete(key); err != nil {
+		h.logger.Warn("closing queue", zap.Error(err))
+	}
+}
+
+// applySettings gives a shared engine this handler's settings, the first
+// time the handler uses it (not at provision: that also runs for
+// `caddy validate` and for reloads that fail later).
+func (h *Handler) applySettings(e *engine) {
+	old, changed, err := e.reconfigure(h.gen, h.queueConfig(e.name))
+	switch {
+	case err != nil:
+		h.logger.Error("applying queue settings", zap.String("queue", e.name), zap.Error(err))
+	case changed && old.Permits != h.Permits:
+		h.logger.Info("queue permits changed",
+			zap.String("queue", e.name), zap.Int("from", old.Permits), zap.Int("to", h.Permits))
+	}
+}
+
+// engineList returns the engines the handler references.
+func (h *Handler) engineList() []*engine {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*engine, 0, len(h.engines))
+	for _, ref := range h.engines {
+		out = append(out, ref.e)
+	}
+	return out
+}
+
+// releaseEngines drops the handler's pool references; an engine whose
+// last reference this was closes now or after its last request.
+func (h *Handler) releaseEngines() error {
+	h.mu.Lock()
+	h.cleaned = true
+	keys := make([]string, 0, len(h.engines))
+	for k := range h.engines {
+		keys = append(keys, k)
+	}
+	h.engines = nil
+	h.mu.Unlock()
+	var errs []error
+	for _, k := range keys {
+		if _, err := engines.Delete(k); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// queueSettings are the settings of one queue that every fair_queue
+// handler of one config naming that queue must agree on: they share one
+// engine.
+type queueSettings struct {
+	permits      int
+	maxWait      time.Duration
+	pollInterval time.Duration
+	lease        time.Duration
+	failOpen     bool
+}
+
+// diff names the first setting in which s and o differ, with both values.
+func (s queueSettings) diff(o queueSettings) string {
+	switch {
+	case s.permits != o.permits:
+		return fmt.Sprintf("permits (%d and %d)", s.permits, o.permits)
+	case s.maxWait != o.maxWait:
+		return fmt.Sprintf("max_wait (%s and %s)", s.maxWait, o.maxWait)
+	case s.pollInterval != o.pollInterval:
+		return fmt.Sprintf("poll_interval (%s and %s)", s.pollInterval, o.pollInterval)
+	case s.lease != o.lease:
+		return fmt.Sprintf("lease (%s and %s)", s.lease, o.lease)
+	case s.failOpen != o.failOpen:
+		return "on_store_error"
+	}
+	return ""
+}
+
+// claims records, per config load, the settings of every queue a handler
+// names statically, to refuse a config whose handlers disagree on one
+// queue. A config load is identified by its context's Done channel, which
+// every module provisioned from it shares.
+var claims = struct {
+	sync.Mutex
+	m map[claimKey]*claim
+}{m: make(map[claimKey]*claim)}
+
+type claimKey struct {
+	load  <-chan struct{}
+	queue string // store location and queue name
+}
+
+type claim struct {
+	settings queueSettings
+	refs     int
+}
+
+// addClaim registers the handler's settings for its queue in the config
+// load of ctx, or reports how they differ from another handler's.
+func (h *Handler) addClaim(ctx caddy.Context) error {
+	load := ctx.Done()
+	if load == nil {
+		return nil
+	}
+	k := claimKey{load: load, queue: h.backend.location() + "|queue=" + h.Name}
+	s := h.settings()
+	claims.Lock()
+	defer claims.Unlock()
+	if c := claims.m[k]; c != nil {
+		if d := c.settings.diff(s); d != "" {
+			return fmt.Errorf("queue %q is configured by two fair_queue handlers with different %s; handlers naming one queue must agree", h.Name, d)
+		}
+		c.refs++
+	} else {
+		claims.m[k] = &claim{settings: s, refs: 1}
+	}
+	h.claim = &k
+	return nil
+}
+
+func (h *Handler) dropClaim() {
+	if h.claim == nil {
+		return
+	}
+	claims.Lock()
+	defer claims.Unlock()
+	if c := claims.m[*h.claim]; c != nil {
+		if c.refs--; c.refs <= 0 {
+			delete(claims.m, *h.claim)
+		}
+	}
+	h.claim = nil
+}

@@ -1,0 +1,355 @@
+package caddyfairqueue
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+// RejectConfig shapes the answer to requests that get no permit. An
+// entry without Reasons sets defaults for every reason; an entry with
+// Reasons overrides, field by field, the defaults for those reasons.
+//
+// Placeholders in Body and SSEData are replaced when the answer is
+// written, with their values JSON-escaped (so that they are safe inside
+// JSON strings); unknown placeholders are left as they are. Besides the
+// request's placeholders, these describe the reject:
+//
+//	{http.fair_queue.reason}       timeout, queue_full, shutting_down or store_unavailable
+//	{http.fair_queue.message}      the default human-readable message
+//	{http.fair_queue.retry_after}  the Retry-After value, in seconds
+//	{http.fair_queue.wait_ms}      how long the request waited, in milliseconds
+//	{http.fair_queue.position}     its last known place in the queue (1 = next), 0 if never queued
+//	{http.fair_queue.queue}        the queue name
+//	{http.fair_queue.model}        the "model" of the JSON request body
+type RejectConfig struct {
+	// Reasons this entry applies to: timeout (the request waited
+	// max_wait), queue_full (a queue length cap refused it), shutting_down
+	// (the server is exiting) or store_unavailable (Redis is unreachable
+	// and on_store_error is fail_closed). Empty: every reason.
+	Reasons []string `json:"reasons,omitempty"`
+
+	// Status is the HTTP status of a non-streaming answer, 200-599.
+	// Default 429 for timeout and queue_full, 503 for shutting_down and
+	// store_unavailable.
+	Status int `json:"status,omitempty"`
+
+	// RetryAfter is the Retry-After header: a duration (sent in whole
+	// seconds, rounded up, at least 1) or "auto", the engine's estimate
+	// from the queue's observed drain rate. Default "auto".
+	RetryAfter string `json:"retry_after,omitempty"`
+
+	// Body is the template of a non-streaming answer, sent with
+	// Content-Type application/json. Default: an OpenAI-style error,
+	// {"error":{"message":"...","type":"rate_limit_exceeded","code":"timeout"}}
+	// (type server_error for shutting_down and store_unavailable).
+	Body string `json:"body,omitempty"`
+
+	// SSEStatus is the HTTP status of an answer to a streaming request
+	// (Accept: text/event-stream, or "stream": true in the JSON body),
+	// 200-599. Default 200, so that SSE clients read the event.
+	SSEStatus int `json:"sse_status,omitempty"`
+
+	// SSEEvent is the event name of the SSE answer. Default "error".
+	SSEEvent string `json:"sse_event,omitempty"`
+
+	// SSEData is the template of the SSE event's data; a multi-line
+	// result is sent as several data lines. Default: Body when set, else
+	// the default error object.
+	SSEData string `json:"sse_data,omitempty"`
+}
+
+// reasons are the reject reasons, in the order they are documented.
+var reasons = []fairqueue.Reason{
+	fairqueue.ReasonTimeout,
+	fairqueue.ReasonQueueFull,
+	fairqueue.ReasonShuttingDown,
+	fairqueue.ReasonStoreUnavailable,
+}
+
+func validReason(s string) bool { return slices.Contains(reasons, fairqueue.Reason(s)) }
+
+// rejectPolicy is the resolved answer for one reason.
+type rejectPolicy struct {
+	status     int
+	retryAfter time.Duration // 0: auto
+	body       string        // "": the default error object
+	sseStatus  int
+	sseEvent   string
+	sseData    string // "": the default error object
+}
+
+// check validates one entry; it names the offending option.
+func (rc *RejectConfig) check() error {
+	for _, r := range rc.Reasons {
+		if !validReason(r) {
+			return fmt.Errorf("reject: unknown reason %q (want timeout, queue_full, shutting_down or store_unavailable)", r)
+		}
+	}
+	if rc.Status != 0 && !validStatus(rc.Status) {
+		return fmt.Errorf("reject: status must be 200-599, got %d", rc.Status)
+	}
+	if rc.SSEStatus != 0 && !validStatus(rc.SSEStatus) {
+		return fmt.Errorf("reject: sse_status must be 200-599, got %d", rc.SSEStatus)
+	}
+	if _, err := parseRetryAfter(rc.RetryAfter); err != nil {
+		return err
+	}
+	if strings.ContainsAny(rc.SSEEvent, "\r\n") {
+		return fmt.Errorf("reject: sse_event must be one line, got %q", rc.SSEEvent)
+	}
+	return nil
+}
+
+// validStatus: a final answer, not an informational 1xx.
+func validStatus(code int) bool { return code >= 200 && code <= 599 }
+
+func parseRetryAfter(s string) (time.Duration, error) {
+	if s == "" || s == "auto" {
+		return 0, nil
+	}
+	d, err := caddy.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("reject: retry_after must be a positive duration or auto, got %q", s)
+	}
+	return d, nil
+}
+
+// compileRejects resolves the entries into one policy per reason:
+// built-in defaults, then entries without reasons, then entries naming
+// the reason, each overriding only the fields it sets. A field set twice
+// at one level for one reason is refused.
+func compileRejects(entries []*RejectConfig) (map[fairqueue.Reason]*rejectPolicy, error) {
+	for _, rc := range entries {
+		if err := rc.check(); err != nil {
+			return nil, err
+		}
+	}
+	out := make(map[fairqueue.Reason]*rejectPolicy, len(reasons))
+	for _, r := range reasons {
+		var all, own RejectConfig
+		for _, rc := range entries {
+			dst := &all
+			if len(rc.Reasons) > 0 {
+				if !slices.Contains(rc.Reasons, string(r)) {
+					continue
+				}
+				dst = &own
+			}
+			if dup := merge(dst, rc); dup != "" {
+				scope := "for every reason"
+				if dst == &own {
+					scope = "for reason " + string(r)
+				}
+				return nil, fmt.Errorf("reject: %s is set twice %s", dup, scope)
+			}
+		}
+		p := &rejectPolicy{status: http.StatusTooManyRequests, sseStatus: http.StatusOK, sseEvent: "error"}
+		if r == fairqueue.ReasonShuttingDown || r == fairqueue.ReasonStoreUnavailable {
+			p.status = http.StatusServiceUnavailable
+		}
+		for _, rc := range []*RejectConfig{&all, &own} {
+			if rc.Status != 0 {
+				p.status = rc.Status
+			}
+			if rc.RetryAfter != "" {
+				p.retryAfter, _ = parseRetryAfter(rc.RetryAfter)
+			}
+			if rc.Body != "" {
+				p.body = rc.Body
+			}
+			if rc.SSEStatus != 0 {
+				p.sseStatus = rc.SSEStatus
+			}
+			if rc.SSEEvent != "" {
+				p.sseEvent = rc.SSEEvent
+			}
+		}
+		p.sseData = cmp.Or(own.SSEData, all.SSEData, p.body)
+		out[r] = p
+	}
+	return out, nil
+}
+
+// merge copies the fields src sets into dst; it returns the name of a
+// field both set, if any.
+func merge(dst, src *RejectConfig) (dup string) {
+	setInt := func(name string, d *int, v int) {
+		if v == 0 {
+			return
+		}
+		if *d != 0 && dup == "" {
+			dup = name
+		}
+		*d = v
+	}
+	setString := func(name string, d *string, v string) {
+		if v == "" {
+			return
+		}
+		if *d != "" && dup == "" {
+			dup = name
+		}
+		*d = v
+	}
+	setInt("status", &dst.Status, src.Status)
+	setString("retry_after", &dst.RetryAfter, src.RetryAfter)
+	setString("body", &dst.Body, src.Body)
+	setInt("sse_status", &dst.SSEStatus, src.SSEStatus)
+	setString("sse_event", &dst.SSEEvent, src.SSEEvent)
+	setString("sse_data", &dst.SSEData, src.SSEData)
+	return dup
+}
+
+// rejectMessage is the default human-readable message of a reject.
+func rejectMessage(rej *fairqueue.RejectError, retryAfter int) string {
+	switch rej.Reason {
+	case fairqueue.ReasonTimeout:
+		return fmt.Sprintf("The server is busy: the request waited %s in the queue without being served. Please retry after %d seconds.",
+			rej.Waited.Round(100*time.Millisecond), retryAfter)
+	case fairqueue.ReasonQueueFull:
+		return fmt.Sprintf("The server is busy: the request queue is full. Please retry after %d seconds.", retryAfter)
+	case fairqueue.ReasonShuttingDown:
+		return fmt.Sprintf("The server is shutting down. Please retry after %d seconds.", retryAfter)
+	default:
+		return fmt.Sprintf("The request queue is temporarily unavailable. Please retry after %d seconds.", retryAfter)
+	}
+}
+
+// errorType is the OpenAI error type of a reason.
+func errorType(r fairqueue.Reason) string {
+	if r == fairqueue.ReasonTimeout || r == fairqueue.ReasonQueueFull {
+		return "rate_limit_exceeded"
+	}
+	return "server_error"
+}
+
+// apiError is an OpenAI-style error answer.
+type apiError struct {
+	Error apiErrorObject `json:"error"`
+}
+
+type apiErrorObject struct {
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Code    string `json:"code"`
+}
+
+func marshalError(message, typ, code string) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(apiError{Error: apiErrorObject{Message: message, Type: typ, Code: code}})
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// retryAfterSeconds is the Retry-After value: whole seconds, rounded up,
+// at least 1.
+func retryAfterSeconds(configured, estimate time.Duration) int {
+	d := configured
+	if d <= 0 {
+		d = estimate
+	}
+	return max(1, int(math.Ceil(d.Seconds())))
+}
+
+// write answers a request that got no permit. It sets the placeholders
+// of the reject (reason, retry_after, message); the caller has set the
+// others (queue, model, wait_ms, position).
+func (p *rejectPolicy) write(w http.ResponseWriter, repl *caddy.Replacer, rej *fairqueue.RejectError, streaming bool) error {
+	retry := retryAfterSeconds(p.retryAfter, rej.RetryAfter)
+	msg := rejectMessage(rej, retry)
+	repl.Set(phReason, string(rej.Reason))
+	repl.Set(phRetryAfter, retry)
+	repl.Set(phMessage, msg)
+
+	h := w.Header()
+	h.Set("Fair-Queue-Reason", string(rej.Reason))
+	h.Set("Retry-After", strconv.Itoa(retry))
+	h.Set("Cache-Control", "no-cache")
+
+	var def []byte
+	if (streaming && p.sseData == "") || (!streaming && p.body == "") {
+		def = marshalError(msg, errorType(rej.Reason), string(rej.Reason))
+	}
+	if !streaming {
+		body := def
+		if p.body != "" {
+			body = []byte(replaceJSON(repl, p.body))
+		}
+		h.Set("Content-Type", "application/json")
+		h.Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(p.status)
+		_, err := w.Write(body)
+		return err
+	}
+	data := string(def)
+	if p.sseData != "" {
+		data = replaceJSON(repl, p.sseData)
+	}
+	h.Set("Content-Type", "text/event-stream")
+	h.Del("Content-Length")
+	w.WriteHeader(p.sseStatus)
+	_, err := w.Write(sseEvent(p.sseEvent, data))
+	if err == nil {
+		err = http.NewResponseController(w).Flush()
+		if errors.Is(err, http.ErrNotSupported) {
+			err = nil
+		}
+	}
+	return err
+}
+
+// sseEvent frames one server-sent event; each line of data becomes a
+// data field, as the SSE format requires.
+func sseEvent(event, data string) []byte {
+	var b bytes.Buffer
+	b.WriteString("event: ")
+	b.WriteString(event)
+	b.WriteByte('\n')
+	data = strings.ReplaceAll(data, "\r\n", "\n")
+	for line := range strings.SplitSeq(data, "\n") {
+		b.WriteString("data: ")
+		b.WriteString(strings.TrimSuffix(line, "\r"))
+		b.WriteByte('\n')
+	}
+	b.WriteByte('\n')
+	return b.Bytes()
+}
+
+// replaceJSON replaces the known placeholders of tmpl with their values
+// JSON-escaped, and leaves unknown ones (and JSON's own braces) as they
+// are.
+func replaceJSON(repl *caddy.Replacer, tmpl string) string {
+	esc := caddy.NewEmptyReplacer()
+	esc.Map(func(key string) (any, bool) {
+		v, ok := repl.Get(key)
+		if !ok {
+			return nil, false
+		}
+		return jsonEscape(caddy.ToString(v)), true
+	})
+	return esc.ReplaceKnown(tmpl, "")
+}
+
+// jsonEscape escapes s for the inside of a JSON string.
+func jsonEscape(s string) string {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	return string(b[1 : len(b)-1])
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs HAProxy from the distribution's packages if it is not in PATH.
+# cmd/bench (make bench) runs it as the reference queue: `server ...
+# maxconn N` + `timeout queue`, on a free loopback port; the package's own
+# service, if it starts one, is not used. Safe to run again.
+set -euo pipefail
+
+if version="$(haproxy -v 2>/dev/null | head -n 1)" && [ -n "$version" ]; then
+	echo "ensure-haproxy: $version"
+	exit 0
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+	echo "ensure-haproxy: haproxy is not installed and apt-get is unavailable; install haproxy by hand" >&2
+	exit 1
+fi
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+	if ! command -v sudo >/dev/null 2>&1; then
+		echo "ensure-haproxy: haproxy is not installed; run this script as root or install sudo" >&2
+		exit 1
+	fi
+	sudo=(sudo)
+fi
+
+echo "ensure-haproxy: installing haproxy"
+"${sudo[@]}" apt-get update
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y haproxy
+
+if ! version="$(haproxy -v | head -n 1)"; then
+	echo "ensure-haproxy: haproxy does not run after install" >&2
+	exit 1
+fi
+echo "ensure-haproxy: $version"
