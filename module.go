@@ -11,9 +11,7 @@
 package caddyfairqueue
 
 import (
-	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -21,7 +19,6 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 )
@@ -46,27 +43,6 @@ const (
 	// FailClosed rejects requests with store_unavailable while the store
 	// is unreachable.
 	FailClosed = "fail_closed"
-)
-
-// Placeholders the handler sets on every request it queues.
-const (
-	phQueue      = "http.fair_queue.queue"
-	phModel      = "http.fair_queue.model"
-	phStreaming  = "http.fair_queue.streaming"
-	phOutcome    = "http.fair_queue.outcome"
-	phReason     = "http.fair_queue.reason"
-	phWaitMS     = "http.fair_queue.wait_ms"
-	phPosition   = "http.fair_queue.position"
-	phRetryAfter = "http.fair_queue.retry_after"
-	phMessage    = "http.fair_queue.message"
-)
-
-// Outcomes of a queued request, in the outcome placeholder, logs and
-// metrics (a reject's outcome is its reason).
-const (
-	outcomeGranted   = "granted"
-	outcomeFailOpen  = "fail_open"
-	outcomeCancelled = "cancelled"
 )
 
 // Handler holds each request in a cluster-wide fair queue until one of
@@ -131,11 +107,12 @@ type Handler struct {
 	// queue for single instances will make it optional).
 	Redis *RedisConfig `json:"redis,omitempty"`
 
-	// OnStoreError is the policy while Redis is unreachable (after
-	// consecutive failed calls; one failure does not count): "fail_open"
-	// admits requests without a permit, logging the outage and counting
-	// the admissions; "fail_closed" rejects them with reason
-	// store_unavailable (503). Requests that were already waiting keep
+	// OnStoreError is the policy for a request that finds Redis
+	// unreachable (its call fails, or earlier consecutive failures marked
+	// Redis down and no call is tried until one succeeds again):
+	// "fail_open" admits it without a permit (the outage is logged, and
+	// counted in the fail_open outcome); "fail_closed" rejects it with
+	// reason store_unavailable (503). Requests already waiting keep
 	// waiting until MaxWait either way. Default "fail_open".
 	OnStoreError string `json:"on_store_error,omitempty"`
 
@@ -273,118 +250,6 @@ func (h *Handler) queueConfig(name string) fairqueue.Config {
 		Lease:        s.lease,
 		FailOpen:     s.failOpen,
 		Logger:       h.logger,
-	}
-}
-
-// ServeHTTP reads the request body, waits for a permit of the request's
-// queue and calls next while holding it; or answers with a reject.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	if !ok {
-		repl = caddy.NewReplacer()
-	}
-	body, err := readBody(w, r, h.MaxBody)
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			writeTooLarge(w, h.MaxBody)
-			return nil
-		}
-		return caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("reading request body: %w", err))
-	}
-	info := sniffBody(body)
-	streaming := info.stream || wantsEventStream(r)
-	repl.Set(phModel, info.model)
-	repl.Set(phStreaming, streaming)
-
-	name := h.Name
-	if h.dynamic {
-		if name = repl.ReplaceAll(h.Name, ""); name == "" {
-			name = DefaultName
-		}
-	}
-	repl.Set(phQueue, name)
-
-	var e *engine
-	done := func() {}
-	if len(name) > maxQueueNameLen {
-		err = fmt.Errorf("queue name longer than %d bytes", maxQueueNameLen)
-	} else {
-		e, done, err = h.use(name)
-	}
-	if err != nil {
-		if errors.Is(err, errTooManyQueues) {
-			h.capOnce.Do(func() {
-				h.logger.Warn("too many queues; rejecting requests for new ones", zap.Int("max", maxQueuesPerHandler))
-			})
-		}
-		// The request names a queue this handler cannot open: as if
-		// that queue were full.
-		return h.reject(w, r, repl, name, streaming, &fairqueue.RejectError{
-			Reason: fairqueue.ReasonQueueFull, RetryAfter: time.Duration(h.MaxWait), Err: err,
-		})
-	}
-	defer done()
-
-	start := time.Now()
-	permit, err := e.q.Acquire(r.Context(), fairqueue.Request{})
-	if err != nil {
-		if rej, ok := errors.AsType[*fairqueue.RejectError](err); ok {
-			return h.reject(w, r, repl, name, streaming, rej)
-		}
-		if r.Context().Err() != nil {
-			// The client left while waiting; there is nobody to answer.
-			h.record(r, repl, name, outcomeCancelled, "", time.Since(start), 0)
-			return nil
-		}
-		return caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("fair_queue %s: %w", name, err))
-	}
-	defer permit.Release()
-	outcome, reason := outcomeGranted, ""
-	if permit.FailOpen() {
-		outcome, reason = outcomeFailOpen, string(fairqueue.ReasonStoreUnavailable)
-	}
-	h.record(r, repl, name, outcome, reason, permit.Waited(), permit.Position())
-	return next.ServeHTTP(w, r)
-}
-
-// reject records and answers a request that got no permit.
-func (h *Handler) reject(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, name string, streaming bool, rej *fairqueue.RejectError) error {
-	h.record(r, repl, name, string(rej.Reason), string(rej.Reason), rej.Waited, rej.Position)
-	p := h.policies[rej.Reason]
-	if p == nil { // a reason newer than this handler
-		p = h.policies[fairqueue.ReasonStoreUnavailable]
-	}
-	if err := p.write(w, repl, rej, streaming); err != nil {
-		h.logger.Debug("writing reject", zap.String("queue", name), zap.Error(err))
-	}
-	return nil
-}
-
-// record publishes a request's outcome: placeholders, access log fields,
-// metrics and a debug log.
-func (h *Handler) record(r *http.Request, repl *caddy.Replacer, name, outcome, reason string, waited time.Duration, position int) {
-	waitMS := waited.Milliseconds()
-	repl.Set(phOutcome, outcome)
-	repl.Set(phReason, reason)
-	repl.Set(phWaitMS, waitMS)
-	repl.Set(phPosition, position)
-	if extra, ok := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); ok {
-		extra.Set(zap.Dict("fair_queue",
-			zap.String("queue", name),
-			zap.String("outcome", outcome),
-			zap.String("reason", reason),
-			zap.Int64("wait_ms", waitMS),
-			zap.Int("position", position),
-		))
-	}
-	observe(name, outcome, waited)
-	if c := h.logger.Check(zapcore.DebugLevel, "fair queue"); c != nil {
-		c.Write(
-			zap.String("queue", name),
-			zap.String("outcome", outcome),
-			zap.Duration("wait", waited),
-			zap.Int("position", position),
-		)
 	}
 }
 

@@ -215,16 +215,20 @@ func merge(dst, src *RejectConfig) (dup string) {
 
 // rejectMessage is the default human-readable message of a reject.
 func rejectMessage(rej *fairqueue.RejectError, retryAfter int) string {
+	retry := fmt.Sprintf("Please retry after %d seconds.", retryAfter)
+	if retryAfter == 1 {
+		retry = "Please retry after 1 second."
+	}
 	switch rej.Reason {
 	case fairqueue.ReasonTimeout:
-		return fmt.Sprintf("The server is busy: the request waited %s in the queue without being served. Please retry after %d seconds.",
-			rej.Waited.Round(100*time.Millisecond), retryAfter)
+		return fmt.Sprintf("The server is busy: the request waited %s in the queue without being served. %s",
+			rej.Waited.Round(100*time.Millisecond), retry)
 	case fairqueue.ReasonQueueFull:
-		return fmt.Sprintf("The server is busy: the request queue is full. Please retry after %d seconds.", retryAfter)
+		return "The server is busy: the request queue is full. " + retry
 	case fairqueue.ReasonShuttingDown:
-		return fmt.Sprintf("The server is shutting down. Please retry after %d seconds.", retryAfter)
+		return "The server is shutting down. " + retry
 	default:
-		return fmt.Sprintf("The request queue is temporarily unavailable. Please retry after %d seconds.", retryAfter)
+		return "The request queue is temporarily unavailable. " + retry
 	}
 }
 

@@ -193,3 +193,9 @@ func mustAtoi(t *testing.T, s string) int {
 	require.NoError(t, json.Unmarshal([]byte(s), &n))
 	return n
 }
+
+func TestRejectMessageSaysOneSecond(t *testing.T) {
+	rej := &fairqueue.RejectError{Reason: fairqueue.ReasonShuttingDown}
+	assert.Equal(t, "The server is shutting down. Please retry after 1 second.", rejectMessage(rej, 1))
+	assert.Equal(t, "The server is shutting down. Please retry after 2 seconds.", rejectMessage(rej, 2))
+}

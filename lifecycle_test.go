@@ -1,0 +1,249 @@
+package caddyfairqueue
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
+)
+
+func TestReloadHandsTheQueueToTheNewHandlerWithItsSettings(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	old := provision(t, newContext(t), rds.Addr(), &Handler{Permits: 1})
+	next := newHolder()
+	a := newRequest(context.Background(), ``).start(old, next)
+	next.waitEntered(t)
+
+	// Reload: the new config is provisioned, then the old one cleaned up
+	// while its request still runs.
+	updated := provision(t, newContext(t), rds.Addr(), &Handler{Permits: 2})
+	require.Same(t, engineOf(t, old), engineOf(t, updated), "one engine across the reload")
+	e := engineOf(t, old)
+	assert.Equal(t, 1, e.q.Config().Permits, "provisioning changes nothing live")
+	require.NoError(t, old.Cleanup())
+
+	b := newRequest(context.Background(), ``).start(updated, next)
+	next.waitEntered(t)
+	assert.Equal(t, "0", b.placeholder(phPosition), "with the new permits b runs beside a at once")
+	assert.Equal(t, 2, e.q.Config().Permits)
+
+	next.release <- struct{}{}
+	next.release <- struct{}{}
+	a.wait(t)
+	b.wait(t)
+	assert.False(t, e.closed, "the new handler still uses the engine")
+}
+
+func TestRetiredQueueClosesAfterItsLastRequest(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	h := provision(t, newContext(t), rds.Addr(), &Handler{Name: "retired", Permits: 1})
+	next := newHolder()
+	a := newRequest(context.Background(), ``).start(h, next)
+	next.waitEntered(t)
+	e := engineOf(t, h)
+
+	require.NoError(t, h.Cleanup()) // a reload that drops this queue
+	e.mu.Lock()
+	closedEarly := e.closed
+	e.mu.Unlock()
+	assert.False(t, closedEarly, "the engine outlives its handler while a request runs")
+
+	next.release <- struct{}{}
+	a.wait(t)
+	assert.Equal(t, http.StatusOK, a.w.Code)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	assert.True(t, e.closed, "the last request out closed the engine")
+	assert.Empty(t, rds.Keys(t, "*holders*"), "nothing held is left in Redis")
+}
+
+func TestShutdownOnExitAnswersWaitersAtOnce(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	h := provision(t, newContext(t), rds.Addr(), &Handler{Permits: 1})
+	next := newHolder()
+	a := newRequest(context.Background(), ``).start(h, next)
+	next.waitEntered(t)
+	b := newRequest(context.Background(), ``).start(h, next)
+	time.Sleep(100 * time.Millisecond)
+
+	h.onShutdown(false) // a reload: nothing happens
+	select {
+	case <-b.done:
+		t.Fatal("a reload answered a waiter")
+	case <-time.After(100 * time.Millisecond):
+	}
+
+	start := time.Now()
+	h.onShutdown(true)
+	b.wait(t)
+	assert.Less(t, time.Since(start), time.Second)
+	assert.Equal(t, http.StatusServiceUnavailable, b.w.Code)
+	assert.Equal(t, "shutting_down", b.w.Header().Get("Fair-Queue-Reason"))
+
+	select {
+	case <-a.done:
+		t.Fatal("the running request was cut")
+	default:
+	}
+	next.release <- struct{}{}
+	a.wait(t)
+	assert.Equal(t, http.StatusOK, a.w.Code)
+}
+
+func TestProvisionMakesNoRedisCall(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	var conns atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			c.Close()
+		}
+	}()
+	h := &Handler{Permits: 3, Redis: &RedisConfig{Addresses: []string{ln.Addr().String()}}}
+	require.NoError(t, h.Provision(newContext(t)))
+	require.NoError(t, h.Cleanup())
+	time.Sleep(50 * time.Millisecond)
+	assert.Zero(t, conns.Load(), "provision and cleanup connected to Redis")
+}
+
+func TestHandlersOfOneConfigMustAgreeOnAQueue(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	ctx := newContext(t)
+	addr := "127.0.0.1:1"
+	provision(t, ctx, addr, &Handler{Name: "q", Permits: 2})
+	provision(t, ctx, addr, &Handler{Name: "q", Permits: 2}) // agrees
+	provision(t, ctx, addr, &Handler{Name: "other", Permits: 5})
+
+	for _, tc := range []struct {
+		h    *Handler
+		want string
+	}{
+		{&Handler{Name: "q", Permits: 3}, "different permits (2 and 3)"},
+		{&Handler{Name: "q", Permits: 2, MaxWait: caddy.Duration(time.Minute)}, "different max_wait (20s and 1m0s)"},
+		{&Handler{Name: "q", Permits: 2, OnStoreError: FailClosed}, "different on_store_error"},
+	} {
+		tc.h.Redis = &RedisConfig{Addresses: []string{addr}}
+		tc.h.PollInterval = caddy.Duration(50 * time.Millisecond)
+		err := tc.h.Provision(ctx)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), tc.want)
+		assert.Contains(t, err.Error(), `queue "q"`)
+		require.NoError(t, tc.h.Cleanup()) // as Caddy does after a failed Provision
+	}
+
+	// Another config load (a reload) may change the permits.
+	provision(t, newContext(t), addr, &Handler{Name: "q", Permits: 3})
+}
+
+func TestProvisionRefusesBadJSONConfig(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	for _, tc := range []struct {
+		name string
+		h    *Handler
+		want string
+	}{
+		{"no redis", &Handler{Permits: 1}, "redis is required (local queue not yet available)"},
+		{"no permits", &Handler{Redis: &RedisConfig{}}, "permits must be at least 1, got 0"},
+		{"poll interval too small", &Handler{Permits: 1, PollInterval: caddy.Duration(time.Millisecond), Redis: &RedisConfig{}}, "poll_interval must be at least 50ms"},
+		{"poll interval above max wait", &Handler{Permits: 1, MaxWait: caddy.Duration(time.Second), PollInterval: caddy.Duration(2 * time.Second), Redis: &RedisConfig{}}, "poll_interval (2s) must not exceed max_wait (1s)"},
+		{"lease too short", &Handler{Permits: 1, Lease: caddy.Duration(time.Millisecond), Redis: &RedisConfig{}}, "lease must be at least 1s"},
+		{"bad policy", &Handler{Permits: 1, OnStoreError: "maybe", Redis: &RedisConfig{}}, `on_store_error must be fail_open or fail_closed, got "maybe"`},
+		{"bad reason", &Handler{Permits: 1, Redis: &RedisConfig{}, Reject: []*RejectConfig{{Reasons: []string{"late"}, Status: 500}}}, `reject: unknown reason "late"`},
+		{"bad url", &Handler{Permits: 1, Redis: &RedisConfig{URL: "redis://:{env.FQ_TEST_PW}@host:port"}}, "redis: invalid url"},
+		{"url and addresses", &Handler{Permits: 1, Redis: &RedisConfig{URL: "redis://a", Addresses: []string{"b:1"}}}, "url and addresses are mutually exclusive"},
+		{"cluster with db", &Handler{Permits: 1, Redis: &RedisConfig{Addresses: []string{"a:1", "b:1"}, DB: 1}}, "db must be 0 with a Redis Cluster"},
+		{"negative timeout", &Handler{Permits: 1, Redis: &RedisConfig{ReadTimeout: -1}}, "redis: read_timeout must be > 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("FQ_TEST_PW", "s3cret")
+			err := tc.h.Provision(newContext(t))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.NotContains(t, err.Error(), "s3cret")
+			require.NoError(t, tc.h.Cleanup())
+		})
+	}
+}
+
+func TestRedisIdentityHashesThePasswordAndReplacesEnvPlaceholders(t *testing.T) {
+	t.Setenv("FQ_TEST_PW", "s3cret")
+	b, err := newStore(&RedisConfig{Addresses: []string{"h:1"}, Password: "{env.FQ_TEST_PW}"}, caddy.NewReplacer())
+	require.NoError(t, err)
+	rb := b.(*redisBackend)
+	assert.Equal(t, "s3cret", rb.opts.Password)
+	assert.NotContains(t, b.key(), "s3cret")
+	assert.Equal(t, "redis|h:1|db=0|prefix=fair_queue", b.location())
+
+	other, err := newStore(&RedisConfig{Addresses: []string{"h:1"}, Password: "other"}, caddy.NewReplacer())
+	require.NoError(t, err)
+	assert.NotEqual(t, b.key(), other.key(), "another password is another client")
+	assert.Equal(t, b.location(), other.location(), "but the same queues")
+
+	u, err := newStore(&RedisConfig{URL: "rediss://u:p@h:1/2?dial_timeout=3s"}, caddy.NewReplacer())
+	require.NoError(t, err)
+	ub := u.(*redisBackend)
+	assert.Equal(t, 3*time.Second, ub.opts.DialTimeout, "a timeout from the URL is kept")
+	assert.Equal(t, 500*time.Millisecond, ub.opts.ReadTimeout)
+	assert.NotNil(t, ub.opts.TLSConfig)
+	assert.Equal(t, 2, ub.opts.DB)
+}
+
+func engineOf(t *testing.T, h *Handler) *engine {
+	t.Helper()
+	list := h.engineList()
+	require.Len(t, list, 1)
+	return list[0]
+}
+
+func TestOldHandlerStillServesAfterCleanup(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	h := provision(t, newContext(t), rds.Addr(), &Handler{Permits: 1})
+	require.NoError(t, h.Cleanup())
+	// A request that reaches the old server after the reload (an HTTP/3
+	// stream, a late keep-alive request) borrows the queue for itself.
+	req := newRequest(context.Background(), `{}`).start(h, okHandler).wait(t)
+	require.NoError(t, req.err)
+	assert.Equal(t, "granted", req.placeholder(phOutcome))
+}
+
+func TestOnExitTheLastReferenceClosesTheQueueAtOnce(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	h := provision(t, newContext(t), rds.Addr(), &Handler{Name: "exit", Permits: 1})
+	next := newHolder()
+	a := newRequest(context.Background(), ``).start(h, next)
+	next.waitEntered(t)
+	require.NotEmpty(t, rds.Keys(t, "*holders*"))
+	e := engineOf(t, h)
+
+	exiting = func() bool { return true }
+	defer func() { exiting = caddy.Exiting }()
+	require.NoError(t, h.Cleanup()) // the grace period is over
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	assert.True(t, closed, "on exit the queue does not wait for running requests")
+	assert.Empty(t, rds.Keys(t, "*holders*"), "this node's permits are released in Redis")
+
+	next.release <- struct{}{}
+	a.wait(t)
+}
