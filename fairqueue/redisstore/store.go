@@ -33,6 +33,9 @@ const (
 	// TombstoneTTL is how long a cancelled ticket's tombstone lives:
 	// longer than any retry of its acquire can be in flight.
 	TombstoneTTL = 30 * time.Second
+	// inFlight is how long a fresh grant's message is given to arrive
+	// before Reconcile reports the holder as a grant to look into.
+	inFlight = 100 * time.Millisecond
 )
 
 //go:embed lua/*.lua
@@ -86,6 +89,7 @@ type Store struct {
 
 	mu  sync.Mutex
 	sub *notifier.Subscription
+	h   fairqueue.Handler // set by Open: receives grants scripts return to their caller
 }
 
 // New returns a Store for queue name on rdb. It makes no Redis call.
@@ -135,9 +139,25 @@ func (s *Store) Open(ctx context.Context, node string, h fairqueue.Handler) erro
 		return fmt.Errorf("open %s: %w", s.tag, err)
 	}
 	s.mu.Lock()
-	s.sub = sub
+	s.sub, s.h = sub, h
 	s.mu.Unlock()
 	return nil
+}
+
+// deliver hands the caller's own grants, returned by a script as
+// {ticket, grant no, ...}, to its Handler.
+func (s *Store) deliver(v any) {
+	var gs []fairqueue.Grant
+	pairs(v, func(id string, no int64) { gs = append(gs, fairqueue.Grant{Ticket: id, No: no}) })
+	if len(gs) == 0 {
+		return
+	}
+	s.mu.Lock()
+	h := s.h
+	s.mu.Unlock()
+	if h != nil {
+		h.Granted(gs...)
+	}
 }
 
 func (s *Store) detectSharded(ctx context.Context) (bool, error) {
@@ -182,9 +202,10 @@ func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.
 	if err != nil {
 		return fairqueue.AcquireResult{}, fmt.Errorf("acquire %s: %w", s.tag, err)
 	}
-	if len(v) != 6 {
+	if len(v) != 7 {
 		return fairqueue.AcquireResult{}, fmt.Errorf("acquire %s: unexpected reply %v", s.tag, v)
 	}
+	s.deliver(v[6])
 	status, _ := v[0].(string)
 	epoch, _ := v[5].(string)
 	return fairqueue.AcquireResult{
@@ -201,9 +222,11 @@ func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.
 
 // Release implements fairqueue.Store.
 func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
-	if err := scripts.release.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits)...).Err(); err != nil {
+	v, err := scripts.release.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits)...).Result()
+	if err != nil {
 		return fmt.Errorf("release %s: %w", s.tag, err)
 	}
+	s.deliver(v)
 	return nil
 }
 
@@ -213,9 +236,11 @@ func (s *Store) Cancel(ctx context.Context, t fairqueue.TicketArgs) error {
 	if t.Tombstone {
 		ttl = TombstoneTTL.Milliseconds()
 	}
-	if err := scripts.cancel.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, ttl)...).Err(); err != nil {
+	v, err := scripts.cancel.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, ttl)...).Result()
+	if err != nil {
 		return fmt.Errorf("cancel %s: %w", s.tag, err)
 	}
+	s.deliver(v)
 	return nil
 }
 
@@ -242,13 +267,14 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 
 // Reconcile implements fairqueue.Store.
 func (s *Store) Reconcile(ctx context.Context, node string, l fairqueue.Limits) (fairqueue.ReconcileResult, error) {
-	v, err := scripts.reconcile.Run(ctx, s.rdb, s.keys, s.args(node, l)...).Slice()
+	v, err := scripts.reconcile.Run(ctx, s.rdb, s.keys, s.args(node, l, inFlight.Milliseconds())...).Slice()
 	if err != nil {
 		return fairqueue.ReconcileResult{}, fmt.Errorf("reconcile %s: %w", s.tag, err)
 	}
-	if len(v) != 4 {
+	if len(v) != 5 {
 		return fairqueue.ReconcileResult{}, fmt.Errorf("reconcile %s: unexpected reply %v", s.tag, v)
 	}
+	s.deliver(v[4])
 	epoch, _ := v[0].(string)
 	res := fairqueue.ReconcileResult{Epoch: epoch, Grants: toInt(v[1]), Waiting: int(toInt(v[2]))}
 	holders, _ := v[3].([]any)

@@ -4,8 +4,10 @@
 --   cost / its tenant's weight (fair queueing; a ticket without a tenant
 --   is ordered by arrival), 9 max waiting (0: no cap), 10 max waiting per
 --   tenant (0: no cap).
--- Returns {status, seq, grant_no, position, grants, epoch}, status one of
---   'granted', 'queued', 'gone', 'full' (a cap refused it).
+-- Returns {status, seq, grant_no, position, grants, epoch, own grants},
+--   status one of 'granted', 'queued', 'gone', 'full' (a cap refused it);
+--   own grants: {ticket, grant no, ...} made to the node's earlier waiters
+--   by this call's dispatch (see dispatch in common.lua).
 -- Order: FIFO by seq; with a tenant, self-clocked fair queueing:
 --   tag = max(vtime, tlast[tenant]) + cost / weight, so tenants interleave
 --   and FIFO holds inside each tenant.
@@ -16,18 +18,18 @@ local id, node = ARGV[1], ARGV[6]
 local epoch = redis.call('SET', KEYS[5], ARGV[7], 'NX', 'GET') or ARGV[7]
 local tomb = redis.call('ZSCORE', KEYS[7], id)
 if tomb and tonumber(tomb) > now then
-  return {'gone', 0, 0, 0, 0, epoch}
+  return {'gone', 0, 0, 0, 0, epoch, {}}
 end
 redis.call('ZADD', KEYS[4], now + lease, node)
 if redis.call('ZSCORE', KEYS[3], id) then
-  return {'granted', 0, 0, 0, grants(), epoch}
+  return {'granted', 0, 0, 0, grants(), epoch, {}}
 end
 local rank = redis.call('ZRANK', KEYS[2], id)
 if rank then
-  return {'queued', 0, 0, rank + 1, grants(), epoch}
+  return {'queued', 0, 0, rank + 1, grants(), epoch, {}}
 end
 reap()
-dispatch()
+local own = dispatch(node)
 local tenant = tenant_of(id)
 local waiting = redis.call('ZCARD', KEYS[2])
 local free = waiting == 0 and redis.call('ZCARD', KEYS[3]) < permits
@@ -35,7 +37,7 @@ if not free then
   local cap, tcap = tonumber(ARGV[9]), tonumber(ARGV[10])
   if (cap > 0 and waiting >= cap) or
      (tenant and tcap > 0 and tonumber(redis.call('HGET', KEYS[10], tenant) or '0') >= tcap) then
-    return {'full', 0, 0, waiting + 1, grants(), epoch}
+    return {'full', 0, 0, waiting + 1, grants(), epoch, own}
   end
 end
 local seq = redis.call('INCR', KEYS[1])
@@ -49,11 +51,11 @@ if free then
   redis.call('ZADD', KEYS[3], now + lease, id)
   if tenant then advance(score) end
   local no = redis.call('INCR', KEYS[6])
-  return {'granted', seq, no, 0, no, epoch}
+  return {'granted', seq, no, 0, no, epoch, own}
 end
 redis.call('ZADD', KEYS[2], score, id)
 if tenant then
   redis.call('HSET', KEYS[9], tenant, tostring(score))
   redis.call('HINCRBY', KEYS[10], tenant, 1)
 end
-return {'queued', seq, 0, redis.call('ZRANK', KEYS[2], id) + 1, grants(), epoch}
+return {'queued', seq, 0, redis.call('ZRANK', KEYS[2], id) + 1, grants(), epoch, own}

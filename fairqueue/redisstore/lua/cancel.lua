@@ -2,7 +2,8 @@
 -- if it was granted meanwhile, release its permit and hand it on.
 -- KEYS: the common layout (2-4, 6-10 used).
 -- ARGV: 1 ticket, 2-5 common, 6 tombstone TTL ms (0: no tombstone).
--- Returns 1 if the ticket was waiting or holding, else 0.
+-- Returns the grants dispatch made to the cancelling node's own waiters
+-- ({ticket, grant no, ...}; see dispatch in common.lua).
 -- Idempotent: a second cancel finds nothing to remove. The tombstone
 -- makes an acquire of the same ticket that reaches Redis later a no-op.
 if tonumber(ARGV[6]) > 0 then
@@ -10,7 +11,6 @@ if tonumber(ARGV[6]) > 0 then
 end
 local w = redis.call('ZREM', KEYS[2], ARGV[1])
 if w == 1 then left_queue(ARGV[1]) end
-local n = w + redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
 reap()
-dispatch()
-return n
+return dispatch(owner_of(ARGV[1]))

@@ -10,7 +10,7 @@ local held = mine(ARGV[1])
 if #held > 0 then redis.call('ZREM', KEYS[3], unpack(held)) end
 redis.call('ZREM', KEYS[4], ARGV[1])
 reap()
-dispatch()
+dispatch('')
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 if redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4]) == 0 then
   redis.call('DEL', KEYS[1], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10])

@@ -2,9 +2,9 @@
 -- queue (the handoff: this script plus one Pub/Sub message).
 -- KEYS: the common layout (2-4, 6, 8-10 used).
 -- ARGV: 1 ticket, 2-5 common.
--- Returns 1 if the ticket held a permit, else 0.
+-- Returns the grants dispatch made to the releasing node's own waiters
+-- ({ticket, grant no, ...}; see dispatch in common.lua).
 -- Idempotent: releasing a ticket that holds nothing only dispatches.
-local n = redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
 reap()
-dispatch()
-return n
+return dispatch(owner_of(ARGV[1]))
