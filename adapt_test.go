@@ -106,6 +106,21 @@ func validate(t *testing.T, caddyfile string) error {
 	return caddy.Validate(&cfg)
 }
 
+func TestCaddytestConfigsValidate(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	files, err := filepath.Glob("testdata/*.caddytest")
+	require.NoError(t, err)
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			raw, err := os.ReadFile(f)
+			require.NoError(t, err)
+			caddyfile, _, _ := strings.Cut(string(raw), adaptSeparator)
+			// Provisioning makes no Redis call: none need run.
+			require.NoError(t, validate(t, caddyfile+"\n"))
+		})
+	}
+}
+
 func TestCaddyfileExampleValidatesWithoutRedis(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
 	raw, err := os.ReadFile("Caddyfile.example")

@@ -3,7 +3,9 @@ package caddyfairqueue
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -48,13 +50,18 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 type bodyInfo struct {
 	stream bool   // "stream": true
 	model  string // "model": "<string>"
+	// maxTokens is the largest of "max_tokens", "max_completion_tokens"
+	// (OpenAI chat) and "max_output_tokens" (Responses API) that is a
+	// positive number, rounded up, saturated at 1<<53; 0 if none.
+	maxTokens int64
 }
 
-// sniffBody reads the top-level keys "stream" and "model" of a JSON
-// object body. Anything else (not JSON, malformed JSON, another top-level
-// type) gives the zero bodyInfo: the request is then not streaming and
-// has no model, and is still served. Keys may come in any order; for a
-// repeated key the last one counts, as in most JSON parsers.
+// sniffBody reads the top-level keys "stream", "model" and the max
+// tokens keys of a JSON object body. Anything else (not JSON, malformed
+// JSON, another top-level type) gives the zero bodyInfo: the request is
+// then not streaming, has no model and no max tokens, and is still
+// served. Keys may come in any order; for a repeated key the last one
+// counts, as in most JSON parsers.
 func sniffBody(b []byte) bodyInfo {
 	b = bytes.TrimLeft(b, " \t\r\n")
 	if len(b) == 0 || b[0] != '{' || !json.Valid(b) {
@@ -63,11 +70,16 @@ func sniffBody(b []byte) bodyInfo {
 	// b is valid JSON from here on: the scanner only needs to find where
 	// each top-level member starts and ends.
 	var info bodyInfo
+	var tokens [3]int64 // by key, so that a repeated key replaces its own value
+	done := func() bodyInfo {
+		info.maxTokens = max(tokens[0], tokens[1], tokens[2])
+		return info
+	}
 	s := scanner{b: b, i: 1}
 	for {
 		s.space()
 		if s.peek() != '"' { // '}' of an empty object
-			return info
+			return done()
 		}
 		key := s.str()
 		s.space()
@@ -84,13 +96,40 @@ func sniffBody(b []byte) bodyInfo {
 			if val[0] == '"' {
 				info.model = unquote(val)
 			}
+		case "max_tokens":
+			tokens[0] = tokenCount(val)
+		case "max_completion_tokens":
+			tokens[1] = tokenCount(val)
+		case "max_output_tokens":
+			tokens[2] = tokenCount(val)
 		}
 		s.space()
 		if s.peek() != ',' {
-			return info
+			return done()
 		}
 		s.i++
 	}
+}
+
+// maxTokenCount saturates a token count read from a body: beyond it a
+// float64 no longer holds every integer, and every cost bound is far
+// below it.
+const maxTokenCount = 1 << 53
+
+// tokenCount reads a JSON number token as a positive token count, 0 for
+// anything else (a string, null, zero, a negative number).
+func tokenCount(val []byte) int64 {
+	if len(val) == 0 || (val[0] != '-' && (val[0] < '0' || val[0] > '9')) {
+		return 0
+	}
+	f, err := strconv.ParseFloat(string(val), 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) { // 1e999 saturates
+		return 0
+	}
+	if !(f > 0) {
+		return 0
+	}
+	return int64(math.Ceil(min(f, maxTokenCount)))
 }
 
 // scanner walks a valid JSON document.

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -50,6 +52,34 @@ func TestSniffBodyReadsTopLevelStreamAndModel(t *testing.T) {
 	}
 }
 
+func TestSniffBodyReadsTheLargestTopLevelMaxTokens(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       int64
+	}{
+		{"max_tokens", `{"model":"m","max_tokens":512}`, 512},
+		{"max_completion_tokens", `{"max_completion_tokens":1024,"model":"m"}`, 1024},
+		{"max_output_tokens (Responses API)", `{"input":"hi","max_output_tokens":300}`, 300},
+		{"several keys: the largest", `{"max_tokens":10,"max_completion_tokens":2000,"max_output_tokens":30}`, 2000},
+		{"absent", `{"model":"m"}`, 0},
+		{"nested is ignored", `{"options":{"max_tokens":99},"messages":[{"max_tokens":5}]}`, 0},
+		{"zero", `{"max_tokens":0}`, 0},
+		{"negative", `{"max_tokens":-5}`, 0},
+		{"string", `{"max_tokens":"512"}`, 0},
+		{"null", `{"max_tokens":null}`, 0},
+		{"fraction rounds up", `{"max_tokens":10.2}`, 11},
+		{"exponent", `{"max_tokens":1e3}`, 1000},
+		{"huge saturates", `{"max_tokens":1e999}`, maxTokenCount},
+		{"duplicate key: last wins", `{"max_tokens":900,"max_tokens":9}`, 9},
+		{"after a large prompt", `{"messages":[{"content":"` + strings.Repeat("x", 1<<16) + `"}],"max_tokens":77}`, 77},
+		{"malformed JSON", `{"max_tokens":512`, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, sniffBody([]byte(tc.body)).maxTokens)
+		})
+	}
+}
+
 func TestSniffBodyFindsStreamAfterAMebibyteOfMessages(t *testing.T) {
 	content := strings.Repeat("x", 1<<20)
 	body := `{"messages":[{"role":"user","content":"` + content + `"}],"model":"m","stream":true}`
@@ -62,6 +92,7 @@ func FuzzSniffBody(f *testing.F) {
 	for _, s := range []string{
 		`{"model":"m","stream":true}`, `{"stream":false}`, `{"a":{"stream":true}}`,
 		`{"str\u0065am":true}`, `{"model":"\"}"}`, `[1]`, `{"stream":true`, `{}`, ` {"a":[{}],"stream" : true } `,
+		`{"max_tokens":12,"max_completion_tokens":1.5e2}`, `{"max_output_tokens":-1}`, `{"max_tokens":"9"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -77,6 +108,9 @@ func FuzzSniffBody(f *testing.F) {
 		var model string
 		if json.Unmarshal(m["model"], &model) == nil {
 			want.model = model
+		}
+		for _, k := range []string{"max_tokens", "max_completion_tokens", "max_output_tokens"} {
+			want.maxTokens = max(want.maxTokens, wantTokens(m[k]))
 		}
 		assert.Equal(t, want, got, "body %q", b)
 	})
@@ -160,6 +194,20 @@ func TestFormatBytes(t *testing.T) {
 	assert.Equal(t, "500 KiB", formatBytes(512000))
 	assert.Equal(t, "512001 bytes", formatBytes(512001))
 	assert.Equal(t, "2 GiB", formatBytes(2<<30))
+}
+
+// wantTokens is the fuzz oracle's reading of a max tokens value: a
+// positive JSON number, rounded up and saturated.
+func wantTokens(raw json.RawMessage) int64 {
+	var n json.Number
+	if len(raw) == 0 || raw[0] == '"' || json.Unmarshal(raw, &n) != nil {
+		return 0
+	}
+	f, err := strconv.ParseFloat(string(n), 64)
+	if (err != nil && !errors.Is(err, strconv.ErrRange)) || !(f > 0) {
+		return 0
+	}
+	return int64(math.Ceil(min(f, maxTokenCount)))
 }
 
 func itoa(n int) string {

@@ -3,16 +3,13 @@ package caddyfairqueue
 import (
 	"cmp"
 	"math"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/dustin/go-humanize"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 )
@@ -38,17 +35,32 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	fair_queue [<matcher>] {
 //	    name          <queue name>         # default "default"; placeholders allowed, e.g. {http.fair_queue.model}
 //	    permits       <n>                  # required, > 0, cluster-wide
-//	    max_wait      <duration>           # default 20s
-//	    poll_interval <duration>           # default 200ms; at least 50ms, at most max_wait
+//	    max_wait      <duration>           # default 20s; at least 50ms
+//	    poll_interval <duration>           # default 200ms (max_wait if shorter); at least 50ms, at most max_wait
 //	    max_body      <size>               # default 8MiB (e.g. 1MiB, 512KB); larger bodies get 413
 //	    lease         <duration>           # default 30s; at least 1s
 //
+//	    # fairness across tenants; without tenant and priority: strict FIFO
+//	    tenant        <placeholders>       # e.g. {http.request.header.Authorization}; hashed, cut at 1KiB
+//	    weight        <tenant value> <w>   # repeatable; 0.01-1000, default 1; requires tenant
+//	    weight_placeholder <placeholders>  # a number per request, for tenants without a weight line
+//	    cost          max_tokens [<max>]   # cost = the body's max_tokens, 1 to max (default 32768); default cost 1
+//	    priority      <placeholders>       # band 0 (default) to 3
+//	    priority_factor <n>                # default 8, at least 2
+//	    max_queue     <n>                  # waiting requests, cluster-wide; beyond: 429 queue_full. default 0: no cap
+//	    max_queue_per_tenant <n>           # per tenant and band; requires tenant. default 0: no cap
+//
+//	    # no redis block: the queue lives in this process only
 //	    redis [<url>] {
-//	        url           redis://[user:pass@]host:port/db   # or rediss://, unix://
-//	        address       <host:port>...   # instead of url; several = Redis Cluster
+//	        mode          standalone|sentinel|cluster   # default standalone
+//	        url           redis://[user:pass@]host:port/db   # or rediss://, unix://; standalone only
+//	        address       <host:port>...   # instead of url: the server, the Sentinels or the cluster seeds
+//	        master_name   <name>           # sentinel: the monitored master; required
 //	        username      <username>
 //	        password      <password>       # e.g. {env.REDIS_PASSWORD}
-//	        db            <n>
+//	        sentinel_username <username>   # sentinel: ACL user of the Sentinels
+//	        sentinel_password <password>   # sentinel: password of the Sentinels
+//	        db            <n>              # not with cluster
 //	        tls
 //	        key_prefix    <prefix>         # default "fair_queue"
 //	        dial_timeout  <duration>       # default 500ms
@@ -56,7 +68,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        write_timeout <duration>       # default 500ms
 //	    }
 //
-//	    on_store_error fail_open|fail_closed   # default fail_open
+//	    on_store_error fail_open|fail_closed|local   # default fail_open
+//	    local_permits <n>                  # with local; default permits / live instances, at least 1
 //
 //	    # no reason: defaults for every reason; repeat per reason
 //	    reject [timeout|queue_full|shutting_down|store_unavailable...] {
@@ -69,47 +82,63 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    }
 //	}
 //
-// Every option may be given once, except reject. Templates may span
-// lines with a heredoc (<<JSON ... JSON).
+// Every option may be given once, except weight (once per tenant value)
+// and reject. Templates may span lines with a heredoc (<<JSON ... JSON).
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
 	if d.NextArg() {
 		return d.ArgErr()
 	}
+	str := func(dst *string) func(*caddyfile.Dispenser) error {
+		return func(d *caddyfile.Dispenser) (err error) {
+			*dst, err = stringArg(d)
+			return err
+		}
+	}
+	integer := func(dst *int, minimum int) func(*caddyfile.Dispenser) error {
+		return func(d *caddyfile.Dispenser) (err error) {
+			*dst, err = intArg(d, minimum)
+			return err
+		}
+	}
+	duration := func(dst *caddy.Duration, minimum time.Duration) func(*caddyfile.Dispenser) error {
+		return func(d *caddyfile.Dispenser) (err error) {
+			*dst, err = durationArg(d, minimum)
+			return err
+		}
+	}
 	err := parseBlock(d, map[string]func(*caddyfile.Dispenser) error{
-		"name": func(d *caddyfile.Dispenser) (err error) {
-			h.Name, err = stringArg(d)
-			return err
-		},
-		"permits": func(d *caddyfile.Dispenser) (err error) {
-			h.Permits, err = intArg(d, 1)
-			return err
-		},
-		"max_wait": func(d *caddyfile.Dispenser) (err error) {
-			h.MaxWait, err = durationArg(d, time.Nanosecond)
-			return err
-		},
-		"poll_interval": func(d *caddyfile.Dispenser) (err error) {
-			h.PollInterval, err = durationArg(d, fairqueue.MinPollInterval)
-			return err
-		},
-		"lease": func(d *caddyfile.Dispenser) (err error) {
-			h.Lease, err = durationArg(d, fairqueue.MinLease)
-			return err
-		},
+		"name":          str(&h.Name),
+		"permits":       integer(&h.Permits, 1),
+		"max_wait":      duration(&h.MaxWait, fairqueue.MinPollInterval),
+		"poll_interval": duration(&h.PollInterval, fairqueue.MinPollInterval),
+		"lease":         duration(&h.Lease, fairqueue.MinLease),
 		"max_body": func(d *caddyfile.Dispenser) (err error) {
 			h.MaxBody, err = sizeArg(d)
 			return err
 		},
+		"tenant":             str(&h.Tenant),
+		"weight":             h.parseWeight,
+		"weight_placeholder": str(&h.WeightPlaceholder),
+		"cost":               h.parseCost,
+		"priority":           str(&h.Priority),
+		"priority_factor": func(d *caddyfile.Dispenser) (err error) {
+			h.PriorityFactor, err = floatArg(d, 2, math.Inf(1))
+			return err
+		},
+		"max_queue":            integer(&h.MaxQueue, 0),
+		"max_queue_per_tenant": integer(&h.MaxQueuePerTenant, 0),
 		"on_store_error": func(d *caddyfile.Dispenser) (err error) {
 			if h.OnStoreError, err = stringArg(d); err != nil {
 				return err
 			}
-			if h.OnStoreError != FailOpen && h.OnStoreError != FailClosed {
-				return d.Errf("on_store_error must be %s or %s, got '%s'", FailOpen, FailClosed, h.OnStoreError)
+			switch h.OnStoreError {
+			case FailOpen, FailClosed, FailLocal:
+				return nil
 			}
-			return nil
+			return d.Errf("on_store_error must be %s, %s or %s, got '%s'", FailOpen, FailClosed, FailLocal, h.OnStoreError)
 		},
+		"local_permits": integer(&h.LocalPermits, 1),
 		"redis": func(d *caddyfile.Dispenser) (err error) {
 			h.Redis, err = parseRedis(d)
 			return err
@@ -125,7 +154,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			return nil
 		},
-	}, "reject")
+	}, "weight", "reject")
 	if err != nil {
 		return err
 	}
@@ -136,221 +165,55 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	case time.Duration(h.PollInterval) > maxWait:
 		return d.Errf("poll_interval (%s) must not exceed max_wait (%s)", time.Duration(h.PollInterval), maxWait)
 	}
-	return nil
-}
-
-func parseRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
-	rc := new(RedisConfig)
-	if d.NextArg() {
-		rc.URL = d.Val()
-		if d.NextArg() {
-			return nil, d.ArgErr()
-		}
-	}
-	err := parseBlock(d, map[string]func(*caddyfile.Dispenser) error{
-		"url": func(d *caddyfile.Dispenser) (err error) {
-			if rc.URL != "" {
-				return d.Err("redis: url is given twice")
-			}
-			rc.URL, err = stringArg(d)
-			return err
-		},
-		"address": func(d *caddyfile.Dispenser) error {
-			rc.Addresses = d.RemainingArgs()
-			if len(rc.Addresses) == 0 {
-				return d.ArgErr()
-			}
-			return nil
-		},
-		"username": func(d *caddyfile.Dispenser) (err error) {
-			rc.Username, err = stringArg(d)
-			return err
-		},
-		"password": func(d *caddyfile.Dispenser) (err error) {
-			rc.Password, err = stringArg(d)
-			return err
-		},
-		"db": func(d *caddyfile.Dispenser) (err error) {
-			rc.DB, err = intArg(d, 0)
-			return err
-		},
-		"tls": func(d *caddyfile.Dispenser) error {
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			rc.TLS = true
-			return nil
-		},
-		"key_prefix": func(d *caddyfile.Dispenser) (err error) {
-			rc.KeyPrefix, err = stringArg(d)
-			return err
-		},
-		"dial_timeout": func(d *caddyfile.Dispenser) (err error) {
-			rc.DialTimeout, err = durationArg(d, time.Nanosecond)
-			return err
-		},
-		"read_timeout": func(d *caddyfile.Dispenser) (err error) {
-			rc.ReadTimeout, err = durationArg(d, time.Nanosecond)
-			return err
-		},
-		"write_timeout": func(d *caddyfile.Dispenser) (err error) {
-			rc.WriteTimeout, err = durationArg(d, time.Nanosecond)
-			return err
-		},
-	})
-	if err != nil {
-		return nil, err
-	}
-	if rc.URL != "" && len(rc.Addresses) > 0 {
-		return nil, d.Err("redis: url and address are mutually exclusive")
-	}
-	// A URL with placeholders is checked at load time, once replaced.
-	if rc.URL != "" && !strings.Contains(rc.URL, "{") {
-		if _, err := parseRedisURL(rc.URL); err != nil {
-			return nil, d.Err(err.Error())
-		}
-	}
-	if len(rc.Addresses) > 1 && rc.DB != 0 {
-		return nil, d.Errf("redis: db must be 0 with a Redis Cluster (several addresses), got %d", rc.DB)
-	}
-	return rc, nil
-}
-
-func parseReject(d *caddyfile.Dispenser) (*RejectConfig, error) {
-	rc := &RejectConfig{Reasons: d.RemainingArgs()}
-	for _, r := range rc.Reasons {
-		if !validReason(r) {
-			return nil, d.Errf("reject: unknown reason '%s' (want timeout, queue_full, shutting_down or store_unavailable)", r)
-		}
-	}
-	statusOpt := func(dst *int, name string) func(*caddyfile.Dispenser) error {
-		return func(d *caddyfile.Dispenser) (err error) {
-			if *dst, err = intArg(d, 0); err != nil {
-				return err
-			}
-			if !validStatus(*dst) {
-				return d.Errf("reject: %s must be 200-599, got %d", name, *dst)
-			}
-			return nil
-		}
-	}
-	stringOpt := func(dst *string) func(*caddyfile.Dispenser) error {
-		return func(d *caddyfile.Dispenser) (err error) {
-			*dst, err = stringArg(d)
-			return err
-		}
-	}
-	err := parseBlock(d, map[string]func(*caddyfile.Dispenser) error{
-		"status":     statusOpt(&rc.Status, "status"),
-		"sse_status": statusOpt(&rc.SSEStatus, "sse_status"),
-		"retry_after": func(d *caddyfile.Dispenser) (err error) {
-			if rc.RetryAfter, err = stringArg(d); err != nil {
-				return err
-			}
-			if _, err := parseRetryAfter(rc.RetryAfter); err != nil {
-				return d.Err(err.Error())
-			}
-			return nil
-		},
-		"body":      stringOpt(&rc.Body),
-		"sse_event": stringOpt(&rc.SSEEvent),
-		"sse_data":  stringOpt(&rc.SSEData),
-	})
-	if err != nil {
-		return nil, err
-	}
-	if rc.Status == 0 && rc.SSEStatus == 0 && rc.RetryAfter == "" && rc.Body == "" && rc.SSEEvent == "" && rc.SSEData == "" {
-		return nil, d.Err("reject: a block with at least one option is required")
-	}
-	return rc, nil
-}
-
-// parseBlock parses the block that follows the current token, calling
-// the parser of each option; an unknown option, or one given twice that
-// is not repeatable, is an error.
-func parseBlock(d *caddyfile.Dispenser, opts map[string]func(*caddyfile.Dispenser) error, repeatable ...string) error {
-	seen := make(map[string]bool)
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		opt := d.Val()
-		parse, ok := opts[opt]
-		if !ok {
-			return d.Errf("unrecognized subdirective '%s'", opt)
-		}
-		if seen[opt] && !slices.Contains(repeatable, opt) {
-			return d.Errf("subdirective '%s' is given twice", opt)
-		}
-		seen[opt] = true
-		if err := parse(d); err != nil {
-			return err
-		}
+	if err := h.checkOptions(); err != nil {
+		return d.Err(err.Error())
 	}
 	return nil
 }
 
-// stringArg reads exactly one argument.
-func stringArg(d *caddyfile.Dispenser) (string, error) {
-	if !d.NextArg() {
-		return "", d.ArgErr()
+// parseWeight parses `weight <tenant value> <w>`; a tenant value may
+// appear once.
+func (h *Handler) parseWeight(d *caddyfile.Dispenser) error {
+	args := d.RemainingArgs()
+	if len(args) != 2 {
+		return d.ArgErr()
 	}
-	v := d.Val()
-	if d.NextArg() {
-		return "", d.ArgErr()
+	tenant := args[0]
+	if _, dup := h.Weights[tenant]; dup {
+		return d.Errf("weight: tenant value '%s' is given twice", tenant)
 	}
-	return v, nil
+	w, err := parseFloatArg(d, "weight", args[1], minWeight, maxWeight)
+	if err != nil {
+		return err
+	}
+	if h.Weights == nil {
+		h.Weights = make(map[string]float64)
+	}
+	h.Weights[tenant] = w
+	return nil
 }
 
-// intArg reads one integer argument of at least minimum.
-func intArg(d *caddyfile.Dispenser, minimum int) (int, error) {
-	opt := d.Val()
-	v, err := stringArg(d)
-	if err != nil {
-		return 0, err
+// parseCost parses `cost max_tokens [<max>]`.
+func (h *Handler) parseCost(d *caddyfile.Dispenser) error {
+	args := d.RemainingArgs()
+	if len(args) < 1 || len(args) > 2 {
+		return d.ArgErr()
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, d.Errf("%s: '%s' is not an integer", opt, v)
+	if args[0] != CostMaxTokens {
+		return d.Errf("cost: unknown source '%s' (want %s)", args[0], CostMaxTokens)
 	}
-	if n < minimum {
-		return 0, d.Errf("%s must be at least %d, got %d", opt, minimum, n)
-	}
-	return n, nil
-}
-
-// durationArg reads one duration argument of at least minimum.
-func durationArg(d *caddyfile.Dispenser, minimum time.Duration) (caddy.Duration, error) {
-	opt := d.Val()
-	v, err := stringArg(d)
-	if err != nil {
-		return 0, err
-	}
-	dur, err := caddy.ParseDuration(v)
-	if err != nil {
-		return 0, d.Errf("%s: invalid duration '%s'", opt, v)
-	}
-	if dur < minimum {
-		if minimum == time.Nanosecond {
-			return 0, d.Errf("%s must be positive, got %s", opt, v)
+	h.Cost = CostMaxTokens
+	if len(args) == 2 {
+		n, err := strconv.Atoi(args[1])
+		if err != nil {
+			return d.Errf("cost: max '%s' is not an integer", args[1])
 		}
-		return 0, d.Errf("%s must be at least %s, got %s", opt, minimum, v)
+		if n < 1 || n > fairqueue.MaxCost {
+			return d.Errf("cost: max must be 1 to %d, got %d", int(fairqueue.MaxCost), n)
+		}
+		h.MaxCost = n
 	}
-	return caddy.Duration(dur), nil
-}
-
-// sizeArg reads one positive size argument such as 8MiB or 512KB.
-func sizeArg(d *caddyfile.Dispenser) (int64, error) {
-	opt := d.Val()
-	v, err := stringArg(d)
-	if err != nil {
-		return 0, err
-	}
-	n, err := humanize.ParseBytes(v)
-	if err != nil || n > math.MaxInt64 {
-		return 0, d.Errf("%s: invalid size '%s'", opt, v)
-	}
-	if n == 0 {
-		return 0, d.Errf("%s must be positive, got %s", opt, v)
-	}
-	return int64(n), nil
+	return nil
 }
 
 // Interface guard

@@ -60,9 +60,8 @@ func newRequest(ctx context.Context, body string, header ...string) *request {
 	for i := 0; i+1 < len(header); i += 2 {
 		r.Header.Set(header[i], header[i+1])
 	}
-	repl := caddy.NewReplacer()
-	c := context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl)
-	c = context.WithValue(c, caddyhttp.ExtraLogFieldsCtxKey, new(caddyhttp.ExtraLogFields))
+	repl := caddyhttp.NewTestReplacer(r) // knows {http.request.*}
+	c := context.WithValue(r.Context(), caddyhttp.ExtraLogFieldsCtxKey, new(caddyhttp.ExtraLogFields))
 	return &request{w: httptest.NewRecorder(), r: r.WithContext(c), repl: repl, done: make(chan struct{})}
 }
 
@@ -124,15 +123,16 @@ var okHandler = caddyhttp.HandlerFunc(func(w http.ResponseWriter, _ *http.Reques
 	return nil
 })
 
-// poolEmpty asserts that no engine and no Redis client is left.
+// poolEmpty asserts that no engine, Redis client or local store is left.
 func poolEmpty(t *testing.T) {
 	t.Helper()
 	assert.Eventually(t, func() bool {
 		n := 0
 		engines.Range(func(_, _ any) bool { n++; return true })
 		clients.Range(func(_, _ any) bool { n++; return true })
+		localStores.Range(func(_, _ any) bool { n++; return true })
 		return n == 0
-	}, 5*time.Second, 10*time.Millisecond, "engines or clients left in the pools")
+	}, 5*time.Second, 10*time.Millisecond, "engines, clients or local stores left in the pools")
 }
 
 func TestHandlerQueuesBeyondPermitsAndHandsOverOnRelease(t *testing.T) {

@@ -160,16 +160,27 @@ func TestProvisionRefusesBadJSONConfig(t *testing.T) {
 		h    *Handler
 		want string
 	}{
-		{"no redis", &Handler{Permits: 1}, "redis is required (local queue not yet available)"},
 		{"no permits", &Handler{Redis: &RedisConfig{}}, "permits must be at least 1, got 0"},
 		{"poll interval too small", &Handler{Permits: 1, PollInterval: caddy.Duration(time.Millisecond), Redis: &RedisConfig{}}, "poll_interval must be at least 50ms"},
 		{"poll interval above max wait", &Handler{Permits: 1, MaxWait: caddy.Duration(time.Second), PollInterval: caddy.Duration(2 * time.Second), Redis: &RedisConfig{}}, "poll_interval (2s) must not exceed max_wait (1s)"},
 		{"lease too short", &Handler{Permits: 1, Lease: caddy.Duration(time.Millisecond), Redis: &RedisConfig{}}, "lease must be at least 1s"},
-		{"bad policy", &Handler{Permits: 1, OnStoreError: "maybe", Redis: &RedisConfig{}}, `on_store_error must be fail_open or fail_closed, got "maybe"`},
+		{"bad policy", &Handler{Permits: 1, OnStoreError: "maybe", Redis: &RedisConfig{}}, `on_store_error must be fail_open, fail_closed or local, got "maybe"`},
 		{"bad reason", &Handler{Permits: 1, Redis: &RedisConfig{}, Reject: []*RejectConfig{{Reasons: []string{"late"}, Status: 500}}}, `reject: unknown reason "late"`},
 		{"bad url", &Handler{Permits: 1, Redis: &RedisConfig{URL: "redis://:{env.FQ_TEST_PW}@host:port"}}, "redis: invalid url"},
 		{"url and addresses", &Handler{Permits: 1, Redis: &RedisConfig{URL: "redis://a", Addresses: []string{"b:1"}}}, "url and addresses are mutually exclusive"},
-		{"cluster with db", &Handler{Permits: 1, Redis: &RedisConfig{Addresses: []string{"a:1", "b:1"}, DB: 1}}, "db must be 0 with a Redis Cluster"},
+		{"cluster with db", &Handler{Permits: 1, Redis: &RedisConfig{Mode: ModeCluster, Addresses: []string{"a:1", "b:1"}, DB: 1}}, "redis: db must be 0 with mode cluster"},
+		{"several addresses without a mode", &Handler{Permits: 1, Redis: &RedisConfig{Addresses: []string{"a:1", "b:1"}}}, "redis: mode standalone takes one address, got 2"},
+		{"sentinel without master", &Handler{Permits: 1, Redis: &RedisConfig{Mode: ModeSentinel, Addresses: []string{"a:1"}}}, "redis: mode sentinel needs master_name"},
+		{"unknown mode", &Handler{Permits: 1, Redis: &RedisConfig{Mode: "ring"}}, `redis: mode must be standalone, sentinel or cluster, got "ring"`},
+		{"max wait below the smallest poll interval", &Handler{Permits: 1, MaxWait: caddy.Duration(10 * time.Millisecond)}, "max_wait must be at least 50ms (the smallest poll_interval), got 10ms"},
+		{"weight without tenant", &Handler{Permits: 1, Weights: map[string]float64{"a": 2}}, "weight requires tenant"},
+		{"weight out of bounds", &Handler{Permits: 1, Tenant: "{http.request.remote.host}", Weights: map[string]float64{"a": 5000}}, "weight must be 0.01 to 1000, got 5000"},
+		{"bad cost", &Handler{Permits: 1, Tenant: "x", Cost: "tokens"}, `cost must be max_tokens, got "tokens"`},
+		{"max cost too large", &Handler{Permits: 1, Tenant: "x", Cost: CostMaxTokens, MaxCost: 2e6}, "max_cost must be 1 to 1000000, got 2000000"},
+		{"priority factor too small", &Handler{Permits: 1, Priority: "x", PriorityFactor: 1.5}, "priority_factor must be at least 2, got 1.5"},
+		{"negative max queue", &Handler{Permits: 1, MaxQueue: -1}, "max_queue must be >= 0, got -1"},
+		{"per-tenant cap without tenant", &Handler{Permits: 1, MaxQueuePerTenant: 3}, "max_queue_per_tenant requires tenant"},
+		{"local permits without local", &Handler{Permits: 1, LocalPermits: 2}, "local_permits requires on_store_error local"},
 		{"negative timeout", &Handler{Permits: 1, Redis: &RedisConfig{ReadTimeout: -1}}, "redis: read_timeout must be > 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -185,19 +196,19 @@ func TestProvisionRefusesBadJSONConfig(t *testing.T) {
 
 func TestRedisIdentityHashesThePasswordAndReplacesEnvPlaceholders(t *testing.T) {
 	t.Setenv("FQ_TEST_PW", "s3cret")
-	b, err := newStore(&RedisConfig{Addresses: []string{"h:1"}, Password: "{env.FQ_TEST_PW}"}, caddy.NewReplacer())
+	b, err := newStore(&RedisConfig{Addresses: []string{"h:1"}, Password: "{env.FQ_TEST_PW}"}, caddy.NewReplacer(), nil)
 	require.NoError(t, err)
 	rb := b.(*redisBackend)
 	assert.Equal(t, "s3cret", rb.opts.Password)
 	assert.NotContains(t, b.key(), "s3cret")
 	assert.Equal(t, "redis|h:1|db=0|prefix=fair_queue", b.location())
 
-	other, err := newStore(&RedisConfig{Addresses: []string{"h:1"}, Password: "other"}, caddy.NewReplacer())
+	other, err := newStore(&RedisConfig{Addresses: []string{"h:1"}, Password: "other"}, caddy.NewReplacer(), nil)
 	require.NoError(t, err)
 	assert.NotEqual(t, b.key(), other.key(), "another password is another client")
 	assert.Equal(t, b.location(), other.location(), "but the same queues")
 
-	u, err := newStore(&RedisConfig{URL: "rediss://u:p@h:1/2?dial_timeout=3s"}, caddy.NewReplacer())
+	u, err := newStore(&RedisConfig{URL: "rediss://u:p@h:1/2?dial_timeout=3s"}, caddy.NewReplacer(), nil)
 	require.NoError(t, err)
 	ub := u.(*redisBackend)
 	assert.Equal(t, 3*time.Second, ub.opts.DialTimeout, "a timeout from the URL is kept")

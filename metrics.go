@@ -6,45 +6,261 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 )
 
-// metrics are created once and registered in every config's registry
-// (Caddy serves only the current config's), as reverse_proxy does.
+// Metrics. Caddy serves only the registry of the config in force
+// (ctx.GetMetricsRegistry), so the collectors are created once, as
+// package globals, and registered in every config's registry, as
+// reverse_proxy does: counters keep counting across reloads.
+//
+// Every metric has the label queue: the label the handler gives the
+// queue's engine (newObserver), which the gauges read back from it, so
+// that counters and gauges of a queue always agree. It is a name the
+// handler opened (at most maxQueuesPerHandler of them, never one it
+// refused) or overflowQueue. Besides, outcome and reason are fixed sets.
+// No tenant.
+//
+// A gauge that exists both as this instance's view and as the cluster's
+// says which in its name: node_waiting is this instance's waiters,
+// cluster_waiting the whole queue's. Counters and histograms count what
+// happened on this instance; sum them across instances.
+
+const (
+	metricsNamespace = "caddy"
+	metricsSubsystem = "fair_queue"
+)
+
+// Bucket bounds, in seconds. A handoff is one script and one Pub/Sub
+// message: sub-millisecond on a LAN.
+var (
+	waitBuckets    = []float64{.005, .025, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60}
+	handoffBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+)
+
+// rejectReasons are the reasons the engine rejects with; their series
+// exist from a queue's first use, so that rate() sees the first one.
+var rejectReasons = []fairqueue.Reason{
+	fairqueue.ReasonTimeout,
+	fairqueue.ReasonQueueFull,
+	fairqueue.ReasonShuttingDown,
+	fairqueue.ReasonStoreUnavailable,
+}
+
 var metrics = struct {
-	once     sync.Once
-	requests *prometheus.CounterVec
-	wait     *prometheus.HistogramVec
+	once        sync.Once
+	requests    *prometheus.CounterVec
+	wait        *prometheus.HistogramVec
+	grants      *prometheus.CounterVec
+	rejects     *prometheus.CounterVec
+	handoff     *prometheus.HistogramVec
+	storeErrors *prometheus.CounterVec
+	state       stateCollector
 }{}
 
-func registerMetrics(reg *prometheus.Registry) {
-	const ns, sub = "caddy", "fair_queue"
-	labels := []string{"queue", "outcome"}
+func initMetrics() {
 	metrics.once.Do(func() {
-		metrics.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns,
-			Subsystem: sub,
-			Name:      "requests_total",
-			Help:      "Requests that went through the fair queue, by outcome: granted, fail_open (admitted without a permit while Redis was unreachable), cancelled (client left while waiting), or the reject reason.",
-		}, labels)
-		metrics.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: ns,
-			Subsystem: sub,
-			Name:      "wait_seconds",
-			Help:      "Time requests spent waiting for a permit, by outcome.",
-			Buckets:   []float64{.005, .025, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60},
-		}, labels)
+		counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+			return prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: name, Help: help,
+			}, labels)
+		}
+		histogram := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+			return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+				Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: name, Help: help, Buckets: buckets,
+			}, labels)
+		}
+		metrics.requests = counter("requests_total",
+			"Requests that went through the fair queue on this instance, by outcome: granted, fail_open (admitted without a permit while the store was unreachable), cancelled (client left while waiting), or the reject reason.",
+			"queue", "outcome")
+		metrics.wait = histogram("wait_seconds",
+			"Time requests spent waiting for a permit on this instance, by outcome.",
+			waitBuckets, "queue", "outcome")
+		metrics.grants = counter("grants_total",
+			"Permits granted to requests of this instance, at once or after waiting (fail-open admissions excluded).",
+			"queue")
+		metrics.rejects = counter("rejects_total",
+			"Requests of this instance that the queue refused a permit, by reason: timeout, queue_full, shutting_down, store_unavailable.",
+			"queue", "reason")
+		metrics.handoff = histogram("handoff_seconds",
+			"Time from a permit's release anywhere in the cluster to the wake-up of the waiter of this instance it went to (store clock at the release, this instance's clock at the wake-up).",
+			handoffBuckets, "queue")
+		metrics.storeErrors = counter("store_errors_total",
+			"Failed calls of this instance to the queue's store (Redis).",
+			"queue")
 	})
+}
+
+// registerMetrics registers the package's collectors in reg, the
+// registry of the config being provisioned; nil only creates them.
+func registerMetrics(reg *prometheus.Registry) {
+	initMetrics()
 	if reg == nil {
 		return
 	}
-	for _, c := range []prometheus.Collector{metrics.requests, metrics.wait} {
+	for _, c := range []prometheus.Collector{
+		metrics.requests, metrics.wait, metrics.grants, metrics.rejects,
+		metrics.handoff, metrics.storeErrors, metrics.state,
+	} {
 		if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 			panic(err)
 		}
 	}
 }
 
+// observe counts a request's outcome; the handler calls it once per
+// request it queued (or refused to queue).
 func observe(queue, outcome string, waited time.Duration) {
 	metrics.requests.WithLabelValues(queue, outcome).Inc()
 	metrics.wait.WithLabelValues(queue, outcome).Observe(waited.Seconds())
 }
+
+// newObserver returns the fairqueue.Observer of a queue whose metrics
+// are labelled queue: it counts the engine's grants, rejects, handoffs
+// and store errors, and gives the gauges (stateCollector) their label.
+// The children are resolved here, once per queue, so that the request
+// path only adds to a counter.
+func newObserver(queue string) fairqueue.Observer {
+	initMetrics()
+	l := prometheus.Labels{"queue": queue}
+	o := &queueObserver{
+		queue:       queue,
+		grants:      metrics.grants.With(l),
+		rejects:     make(map[fairqueue.Reason]prometheus.Counter, len(rejectReasons)),
+		other:       metrics.rejects.MustCurryWith(l),
+		handoff:     metrics.handoff.With(l),
+		storeErrors: metrics.storeErrors.With(l),
+	}
+	for _, r := range rejectReasons {
+		o.rejects[r] = o.other.WithLabelValues(string(r))
+	}
+	return o
+}
+
+// queueObserver is the Observer of one queue.
+type queueObserver struct {
+	queue       string // the label
+	grants      prometheus.Counter
+	rejects     map[fairqueue.Reason]prometheus.Counter // read-only after newObserver
+	other       *prometheus.CounterVec                  // rejects, curried: a reason newer than this file
+	handoff     prometheus.Observer
+	storeErrors prometheus.Counter
+}
+
+// Granted implements fairqueue.Observer.
+func (o *queueObserver) Granted(time.Duration, bool) { o.grants.Inc() }
+
+// Rejected implements fairqueue.Observer.
+func (o *queueObserver) Rejected(r fairqueue.Reason, _ time.Duration) {
+	if c, ok := o.rejects[r]; ok {
+		c.Inc()
+		return
+	}
+	o.other.WithLabelValues(string(r)).Inc()
+}
+
+// Handoff implements fairqueue.Observer.
+func (o *queueObserver) Handoff(d time.Duration) { o.handoff.Observe(d.Seconds()) }
+
+// StoreError implements fairqueue.Observer.
+func (o *queueObserver) StoreError(error) { o.storeErrors.Inc() }
+
+// The gauges, read from the live engines at each scrape.
+var (
+	descPermits = newStateDesc("permits",
+		"Permits of the queue (its concurrency limit across the cluster), as configured on this instance.")
+	descNodeWaiting = newStateDesc("node_waiting",
+		"Requests of this instance waiting for a permit.")
+	descNodeInFlight = newStateDesc("node_in_flight",
+		"Permits held by requests of this instance (fail-open admissions included).")
+	descStoreUp = newStateDesc("store_up",
+		"1 while this instance reaches the queue's store, 0 once consecutive calls failed (on_store_error applies).")
+	descClusterWaiting = newStateDesc("cluster_waiting",
+		"Requests waiting in the whole queue, all instances, as the store reported at this instance's last heartbeat. Reported only by an instance that has waiters or holders (its heartbeats run every lease/3); take max by queue.")
+	descClusterInFlight = newStateDesc("cluster_in_flight",
+		"Permits held in the whole queue, all instances, as the store reported at this instance's last heartbeat. Reported like cluster_waiting.")
+	descClusterNodes = newStateDesc("cluster_nodes",
+		"Live instances of the queue, as the store reported at this instance's last heartbeat. Reported like cluster_waiting.")
+)
+
+func newStateDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, name), help, []string{"queue"}, nil)
+}
+
+// stateCollector reports the gauges of every engine in the process at
+// scrape time: engines outlive configs, and a gauge set by events would
+// go stale when a queue closes.
+type stateCollector struct{}
+
+// Describe implements prometheus.Collector.
+func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPermits, descNodeWaiting, descNodeInFlight, descStoreUp,
+		descClusterWaiting, descClusterInFlight, descClusterNodes} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (stateCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, g := range queueGauges() {
+		gauge := func(d *prometheus.Desc, v int) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), name)
+		}
+		gauge(descPermits, g.permits)
+		gauge(descNodeWaiting, g.waiting)
+		gauge(descNodeInFlight, g.inFlight)
+		gauge(descStoreUp, g.storeUp)
+		if g.clusterNodes > 0 {
+			gauge(descClusterWaiting, g.clusterWaiting)
+			gauge(descClusterInFlight, g.clusterInFlight)
+			gauge(descClusterNodes, g.clusterNodes)
+		}
+	}
+}
+
+// gauges are one queue name's gauges.
+type gauges struct {
+	permits, waiting, inFlight, storeUp           int
+	clusterWaiting, clusterInFlight, clusterNodes int
+}
+
+// queueGauges reads the gauges of every live engine, by queue label.
+// Engines of one label (one name in different stores, or the queues of
+// one handler labelled alike) add up, and store_up is 0 if any of them
+// is down.
+func queueGauges() map[string]*gauges {
+	out := make(map[string]*gauges)
+	for _, le := range liveEngines() {
+		cfg, st := le.e.q.Config(), le.e.q.Stats()
+		label := le.e.name
+		if o, ok := cfg.Observer.(*queueObserver); ok {
+			label = o.queue
+		}
+		g := out[label]
+		if g == nil {
+			g = &gauges{storeUp: 1}
+			out[label] = g
+		}
+		g.permits += cfg.Permits
+		g.waiting += st.Waiting
+		g.inFlight += st.InFlight
+		if !st.StoreUp {
+			g.storeUp = 0
+		}
+		// An idle node sends no heartbeat: its cluster view is stale,
+		// so only a node with tickets reports it.
+		if st.StoreUp && st.Waiting+st.InFlight > 0 && st.Cluster.Nodes > 0 {
+			g.clusterWaiting += st.Cluster.Waiting
+			g.clusterInFlight += st.Cluster.Holders
+			g.clusterNodes += st.Cluster.Nodes
+		}
+	}
+	return out
+}
+
+// Interface guards
+var (
+	_ fairqueue.Observer   = (*queueObserver)(nil)
+	_ prometheus.Collector = stateCollector{}
+)

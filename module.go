@@ -1,20 +1,20 @@
 // Package caddyfairqueue is the Caddy v2 module http.handlers.fair_queue
-// and its Caddyfile directive fair_queue: a cluster-wide fair queue, kept
-// in Redis, in front of backends that can serve only so many requests at
-// once (LLM servers). Requests beyond the permits wait in one queue shared
-// by every Caddy instance, in arrival order, and continue to the next
-// handler (reverse_proxy) the moment a permit frees anywhere; those that
-// wait too long get a clear answer, JSON or a server-sent event.
+// and its Caddyfile directive fair_queue: a cluster-wide fair queue in
+// front of backends that can serve only so many requests at once (LLM
+// servers). Requests beyond the permits wait in one queue, kept in Redis
+// and shared by every Caddy instance, or kept in the process for a single
+// instance; they are served in arrival order (or fairly across tenants)
+// and continue to the next handler (reverse_proxy) the moment a permit
+// frees anywhere; those that wait too long get a clear answer, JSON or a
+// server-sent event.
 //
 // The queue itself is package fairqueue, usable without Caddy; this
 // package is the Caddy glue.
 package caddyfairqueue
 
 import (
-	"fmt"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -33,6 +33,8 @@ const (
 	DefaultName = "default"
 	// DefaultMaxBody is the largest request body read, 8 MiB.
 	DefaultMaxBody = 8 << 20
+	// DefaultMaxCost bounds the cost of one request with cost max_tokens.
+	DefaultMaxCost = 32768
 )
 
 // On-store-error policies.
@@ -43,7 +45,13 @@ const (
 	// FailClosed rejects requests with store_unavailable while the store
 	// is unreachable.
 	FailClosed = "fail_closed"
+	// FailLocal queues requests in this instance alone, with
+	// LocalPermits permits, while the store is unreachable.
+	FailLocal = "local"
 )
+
+// CostMaxTokens is the Cost that reads a request's cost from its body.
+const CostMaxTokens = "max_tokens"
 
 // Handler holds each request in a cluster-wide fair queue until one of
 // the queue's permits is free, then passes it to the next handler
@@ -51,14 +59,15 @@ const (
 // written the whole response, streams included.
 //
 // Before queueing it reads the whole request body (see MaxBody) and the
-// top-level "model" and "stream" keys of a JSON body; the next handler
-// receives the same bytes.
+// top-level "model", "stream" and max tokens keys of a JSON body; the
+// next handler receives the same bytes.
 //
 // It sets these placeholders, for logs and later handlers:
 //
 //	{http.fair_queue.queue}        the queue name (Name, placeholders replaced)
 //	{http.fair_queue.model}        the "model" of the JSON request body, or empty
 //	{http.fair_queue.streaming}    true for a streaming request (Accept: text/event-stream or "stream": true)
+//	{http.fair_queue.tenant}       with Tenant: the tenant's key, a hash of its value (never the value itself, which may be an API key)
 //	{http.fair_queue.outcome}      granted, fail_open, cancelled, or the reject reason
 //	{http.fair_queue.reason}       the reject reason; store_unavailable for fail_open
 //	{http.fair_queue.wait_ms}      time spent waiting for the permit, in milliseconds
@@ -67,13 +76,16 @@ const (
 // The same values appear in the access log, in a "fair_queue" object.
 type Handler struct {
 	// Name of the queue. Every handler, on every Caddy instance, that
-	// names the same queue in the same Redis (address, database and key
-	// prefix) shares its permits and its order. Placeholders are
-	// replaced per request, so that one handler can keep a queue per
-	// model ({http.fair_queue.model}) or per header; such a handler opens
-	// at most 100 queues, and a request naming a queue beyond that, or a
-	// name longer than 200 bytes, is rejected with queue_full. A name
-	// that resolves to nothing is "default". Default "default".
+	// names the same queue in the same store (for Redis: address,
+	// database and key prefix; without Redis: this process) shares its
+	// permits and its order. Placeholders are replaced per request, so
+	// that one handler can keep a queue per model
+	// ({http.fair_queue.model}) or per header; such a handler opens at
+	// most 100 queues, and a request naming a queue beyond that, or a
+	// name longer than 200 bytes, is rejected with queue_full (such a
+	// name, perhaps client input, appears in logs and metrics as
+	// "(overflow)"). A name that resolves to nothing is "default".
+	// Default "default".
 	Name string `json:"name,omitempty"`
 
 	// Permits is how many requests of the queue may be served at once,
@@ -83,13 +95,15 @@ type Handler struct {
 	Permits int `json:"permits,omitempty"`
 
 	// MaxWait is the longest a request waits for a permit before it is
-	// rejected with reason timeout. Default 20s.
+	// rejected with reason timeout. Default 20s; at least 50ms (the
+	// smallest PollInterval).
 	MaxWait caddy.Duration `json:"max_wait,omitempty"`
 
 	// PollInterval is how often an instance with waiters checks the
-	// queue in Redis, the safety net for lost wake-ups and expired
+	// queue in the store, the safety net for lost wake-ups and expired
 	// leases (permits normally move at once, by notification). Default
-	// 200ms; at least 50ms and at most MaxWait.
+	// 200ms, or MaxWait when that is shorter; at least 50ms and at most
+	// MaxWait.
 	PollInterval caddy.Duration `json:"poll_interval,omitempty"`
 
 	// MaxBody is the largest request body, in bytes, that the handler
@@ -103,8 +117,72 @@ type Handler struct {
 	// response is never cut. Default 30s, at least 1s.
 	Lease caddy.Duration `json:"lease,omitempty"`
 
-	// Redis is where the queues live. Required for now (an in-process
-	// queue for single instances will make it optional).
+	// Tenant is a placeholder expression naming who a request is for,
+	// such as {http.request.header.Authorization} or
+	// {http.request.remote.host}. Setting it makes the queue fair across
+	// tenants: FIFO inside each tenant, tenants interleaved (self-clocked
+	// fair queueing) so that one sending ten times the requests of
+	// another does not get ten times the permits. The value is replaced
+	// per request, cut to its first 1 KiB (longer values that share
+	// those bytes are one tenant) and hashed before it reaches the store
+	// or any log; an empty value is one default tenant. Default: none,
+	// strict FIFO.
+	Tenant string `json:"tenant,omitempty"`
+
+	// Weights gives tenants a share of the permits relative to others,
+	// keyed by the tenant's value (Tenant replaced, exactly): a tenant of
+	// weight 2 gets twice the grants of one of weight 1 when both wait.
+	// Each weight is 0.01 to 1000. A tenant listed here takes this
+	// weight, whatever WeightPlaceholder says. Requires Tenant.
+	Weights map[string]float64 `json:"weights,omitempty"`
+
+	// WeightPlaceholder is a placeholder expression giving the weight of
+	// a request's tenant as a number (for example a header set by an
+	// authentication layer), for tenants not listed in Weights. A value
+	// that is absent or not a number is 1; others are bounded to 0.01 to
+	// 1000. Requires Tenant.
+	WeightPlaceholder string `json:"weight_placeholder,omitempty"`
+
+	// Cost is how much of its tenant's share a request uses: "" (every
+	// request costs 1) or "max_tokens": the top-level max_tokens (or
+	// max_completion_tokens, or max_output_tokens; the largest if
+	// several) of the JSON request body, bounded to 1 to MaxCost. A
+	// request that sets none costs 1. Requires Tenant or Priority.
+	Cost string `json:"cost,omitempty"`
+
+	// MaxCost bounds the cost of one request with Cost "max_tokens", so
+	// that one request cannot push its tenant far back. Default 32768,
+	// at most 1000000.
+	MaxCost int `json:"max_cost,omitempty"`
+
+	// Priority is a placeholder expression giving a request's priority
+	// band, 0 (the default, lowest) to 3; a value that is absent or not
+	// an integer is 0, others are clamped. A higher band is served first,
+	// but never starves the ones below: when several bands wait, each
+	// band gets PriorityFactor times the grants of the band below it.
+	// Clients must not be able to choose their band: take it from a value
+	// an authentication layer sets. Setting it makes the queue fair
+	// (see Tenant) even without Tenant.
+	Priority string `json:"priority,omitempty"`
+
+	// PriorityFactor is how many times as many grants a priority band
+	// gets as the band below it while both wait. Default 8, at least 2.
+	PriorityFactor float64 `json:"priority_factor,omitempty"`
+
+	// MaxQueue caps the requests waiting in the queue, across the
+	// cluster; one more is rejected at once with reason queue_full (429
+	// and Retry-After by default). Default 0: no cap.
+	MaxQueue int `json:"max_queue,omitempty"`
+
+	// MaxQueuePerTenant caps the requests of one tenant waiting in one
+	// priority band; one more is rejected at once with reason
+	// queue_full. Requires Tenant. Default 0: no cap.
+	MaxQueuePerTenant int `json:"max_queue_per_tenant,omitempty"`
+
+	// Redis is where the queues live, shared by every Caddy instance that
+	// names the same Redis. Without it each queue lives in this process
+	// alone: the same semantics, for a single Caddy instance (startup
+	// logs say so once per queue).
 	Redis *RedisConfig `json:"redis,omitempty"`
 
 	// OnStoreError is the policy for a request that finds Redis
@@ -112,9 +190,19 @@ type Handler struct {
 	// Redis down and no call is tried until one succeeds again):
 	// "fail_open" admits it without a permit (the outage is logged, and
 	// counted in the fail_open outcome); "fail_closed" rejects it with
-	// reason store_unavailable (503). Requests already waiting keep
-	// waiting until MaxWait either way. Default "fail_open".
+	// reason store_unavailable (503); "local" queues it in this instance
+	// alone, with LocalPermits permits, until Redis is back (permits still
+	// running then are registered in Redis by the next heartbeat, so for
+	// up to Lease/3 after Redis returns the upstream may see up to the
+	// local permits of every instance on top of Permits). Requests already
+	// waiting keep waiting until MaxWait either way. Without Redis it has
+	// no effect. Default "fail_open".
 	OnStoreError string `json:"on_store_error,omitempty"`
+
+	// LocalPermits is the permits of the local queue of OnStoreError
+	// "local", in this instance. Default 0: Permits divided by the live
+	// instances last seen in Redis, at least 1. Only with "local".
+	LocalPermits int `json:"local_permits,omitempty"`
 
 	// Reject shapes the answers to requests that get no permit, per
 	// reason. See RejectConfig for the defaults.
@@ -124,13 +212,15 @@ type Handler struct {
 	backend  backend
 	policies map[fairqueue.Reason]*rejectPolicy
 	dynamic  bool   // Name has placeholders
+	fair     bool   // Tenant or Priority is set
 	gen      uint64 // provisioning number
 	claim    *claimKey
 
-	mu      sync.Mutex
-	engines map[string]*engineRef // pool keys this handler holds
-	cleaned bool
-	capOnce sync.Once // logs the queue cap once
+	mu       sync.Mutex
+	engines  map[string]*engineRef // pool keys this handler holds
+	cleaned  bool
+	borrowed map[string]bool // after cleanup: the queues it held or requests borrowed
+	capOnce  sync.Once       // logs the queue cap once
 }
 
 // CaddyModule returns the Caddy module information.
@@ -159,10 +249,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.policies = policies
-	h.backend, err = newStore(h.Redis, caddy.NewReplacer())
+	h.backend, err = newStore(h.Redis, caddy.NewReplacer(), h.logger)
 	if err != nil {
 		return err
 	}
+	h.fair = h.Tenant != "" || h.Priority != ""
 	registerMetrics(ctx.GetMetricsRegistry())
 
 	if srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok {
@@ -185,72 +276,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.engines[key] = &engineRef{e: e}
 	return nil
-}
-
-func (h *Handler) setDefaults() {
-	if h.Name == "" {
-		h.Name = DefaultName
-	}
-	if h.MaxWait == 0 {
-		h.MaxWait = caddy.Duration(fairqueue.DefaultMaxWait)
-	}
-	if h.PollInterval == 0 {
-		h.PollInterval = caddy.Duration(fairqueue.DefaultPollInterval)
-	}
-	if h.Lease == 0 {
-		h.Lease = caddy.Duration(fairqueue.DefaultLease)
-	}
-	if h.MaxBody == 0 {
-		h.MaxBody = DefaultMaxBody
-	}
-	if h.OnStoreError == "" {
-		h.OnStoreError = FailOpen
-	}
-}
-
-// validate checks the options after defaults; errors name the option.
-func (h *Handler) validate() error {
-	switch {
-	case h.Permits <= 0:
-		return fmt.Errorf("permits must be at least 1, got %d", h.Permits)
-	case h.MaxWait < 0:
-		return fmt.Errorf("max_wait must be positive, got %s", time.Duration(h.MaxWait))
-	case time.Duration(h.PollInterval) < fairqueue.MinPollInterval:
-		return fmt.Errorf("poll_interval must be at least %s, got %s", fairqueue.MinPollInterval, time.Duration(h.PollInterval))
-	case h.PollInterval > h.MaxWait:
-		return fmt.Errorf("poll_interval (%s) must not exceed max_wait (%s)", time.Duration(h.PollInterval), time.Duration(h.MaxWait))
-	case time.Duration(h.Lease) < fairqueue.MinLease:
-		return fmt.Errorf("lease must be at least %s, got %s", fairqueue.MinLease, time.Duration(h.Lease))
-	case h.MaxBody < 0:
-		return fmt.Errorf("max_body must be positive, got %d", h.MaxBody)
-	case h.OnStoreError != FailOpen && h.OnStoreError != FailClosed:
-		return fmt.Errorf("on_store_error must be %s or %s, got %q", FailOpen, FailClosed, h.OnStoreError)
-	}
-	return nil
-}
-
-func (h *Handler) settings() queueSettings {
-	return queueSettings{
-		permits:      h.Permits,
-		maxWait:      time.Duration(h.MaxWait),
-		pollInterval: time.Duration(h.PollInterval),
-		lease:        time.Duration(h.Lease),
-		failOpen:     h.OnStoreError == FailOpen,
-	}
-}
-
-// queueConfig is the engine configuration of queue name.
-func (h *Handler) queueConfig(name string) fairqueue.Config {
-	s := h.settings()
-	return fairqueue.Config{
-		Name:         name,
-		Permits:      s.permits,
-		MaxWait:      s.maxWait,
-		PollInterval: s.pollInterval,
-		Lease:        s.lease,
-		FailOpen:     s.failOpen,
-		Logger:       h.logger,
-	}
 }
 
 // onShutdown runs when the server starts shutting down. On exit every

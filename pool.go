@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/fairqueue/memstore"
 )
 
 // maxQueuesPerHandler bounds how many queues one handler opens when its
@@ -40,10 +40,11 @@ var provisions atomic.Uint64
 // in-flight request is done (a reload cleans up old handlers while their
 // requests still run), except when the process exits.
 type engine struct {
-	name    string
-	q       *fairqueue.Queue
-	release func() // frees the store's client
-	log     *zap.Logger
+	name     string
+	q        *fairqueue.Queue
+	release  func() // frees what the backend opened (a Redis client, a local store)
+	log      *zap.Logger
+	fallback *memstore.Store // this node's queue while the store is down (on_store_error local)
 
 	mu      sync.Mutex
 	active  int    // requests between enter and exit
@@ -52,17 +53,22 @@ type engine struct {
 	gen     uint64 // provisioning number of the settings in force
 }
 
-func newEngine(b backend, name string, cfg fairqueue.Config, gen uint64) (*engine, error) {
+// newEngine opens queue name in b with h's settings.
+func newEngine(b backend, name string, h *Handler) (*engine, error) {
 	st, release, err := b.open(name)
 	if err != nil {
 		return nil, err
 	}
-	q, err := fairqueue.New(st, cfg)
+	// Each engine (node) has its own fallback: the local queue of one
+	// instance is not shared.
+	fallback := memstore.New()
+	q, err := fairqueue.New(st, h.queueConfig(name, fallback))
 	if err != nil {
 		release()
 		return nil, err
 	}
-	return &engine{name: name, q: q, release: release, log: cfg.Logger, gen: gen}, nil
+	noteStore(b) // for the admin API
+	return &engine{name: name, q: q, release: release, log: h.logger, fallback: fallback, gen: h.gen}, nil
 }
 
 // enter counts a request that uses the engine; exit must follow.
@@ -147,7 +153,15 @@ func (h *Handler) use(name string) (e *engine, done func(), err error) {
 	if h.cleaned {
 		// A request that reached an old handler after its cleanup (a
 		// reload): borrow a reference for this request only, and leave
-		// the settings to the new config.
+		// the settings to the new config. The cap on queues still
+		// applies: the name may be client input.
+		if !h.borrowed[key] {
+			if len(h.borrowed) >= maxQueuesPerHandler {
+				h.mu.Unlock()
+				return nil, nil, errTooManyQueues
+			}
+			h.borrowed[key] = true
+		}
 		h.mu.Unlock()
 		e, err := h.loadEngine(key, name)
 		if err != nil {
@@ -184,7 +198,7 @@ func (h *Handler) use(name string) (e *engine, done func(), err error) {
 // loadEngine takes a pool reference to the engine of key.
 func (h *Handler) loadEngine(key, name string) (*engine, error) {
 	v, _, err := engines.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return newEngine(h.backend, name, h.queueConfig(name), h.gen)
+		return newEngine(h.backend, name, h)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("queue %q: %w", name, err)
@@ -202,7 +216,7 @@ func (h *Handler) dropEngine(key string) {
 // time the handler uses it (not at provision: that also runs for
 // `caddy validate` and for reloads that fail later).
 func (h *Handler) applySettings(e *engine) {
-	old, changed, err := e.reconfigure(h.gen, h.queueConfig(e.name))
+	old, changed, err := e.reconfigure(h.gen, h.queueConfig(e.name, e.fallback))
 	switch {
 	case err != nil:
 		h.logger.Error("applying queue settings", zap.String("queue", e.name), zap.Error(err))
@@ -229,8 +243,12 @@ func (h *Handler) releaseEngines() error {
 	h.mu.Lock()
 	h.cleaned = true
 	keys := make([]string, 0, len(h.engines))
+	if h.borrowed == nil {
+		h.borrowed = make(map[string]bool, len(h.engines))
+	}
 	for k := range h.engines {
 		keys = append(keys, k)
+		h.borrowed[k] = true
 	}
 	h.engines = nil
 	h.mu.Unlock()
@@ -241,88 +259,4 @@ func (h *Handler) releaseEngines() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// queueSettings are the settings of one queue that every fair_queue
-// handler of one config naming that queue must agree on: they share one
-// engine.
-type queueSettings struct {
-	permits      int
-	maxWait      time.Duration
-	pollInterval time.Duration
-	lease        time.Duration
-	failOpen     bool
-}
-
-// diff names the first setting in which s and o differ, with both values.
-func (s queueSettings) diff(o queueSettings) string {
-	switch {
-	case s.permits != o.permits:
-		return fmt.Sprintf("permits (%d and %d)", s.permits, o.permits)
-	case s.maxWait != o.maxWait:
-		return fmt.Sprintf("max_wait (%s and %s)", s.maxWait, o.maxWait)
-	case s.pollInterval != o.pollInterval:
-		return fmt.Sprintf("poll_interval (%s and %s)", s.pollInterval, o.pollInterval)
-	case s.lease != o.lease:
-		return fmt.Sprintf("lease (%s and %s)", s.lease, o.lease)
-	case s.failOpen != o.failOpen:
-		return "on_store_error"
-	}
-	return ""
-}
-
-// claims records, per config load, the settings of every queue a handler
-// names statically, to refuse a config whose handlers disagree on one
-// queue. A config load is identified by its context's Done channel, which
-// every module provisioned from it shares.
-var claims = struct {
-	sync.Mutex
-	m map[claimKey]*claim
-}{m: make(map[claimKey]*claim)}
-
-type claimKey struct {
-	load  <-chan struct{}
-	queue string // store location and queue name
-}
-
-type claim struct {
-	settings queueSettings
-	refs     int
-}
-
-// addClaim registers the handler's settings for its queue in the config
-// load of ctx, or reports how they differ from another handler's.
-func (h *Handler) addClaim(ctx caddy.Context) error {
-	load := ctx.Done()
-	if load == nil {
-		return nil
-	}
-	k := claimKey{load: load, queue: h.backend.location() + "|queue=" + h.Name}
-	s := h.settings()
-	claims.Lock()
-	defer claims.Unlock()
-	if c := claims.m[k]; c != nil {
-		if d := c.settings.diff(s); d != "" {
-			return fmt.Errorf("queue %q is configured by two fair_queue handlers with different %s; handlers naming one queue must agree", h.Name, d)
-		}
-		c.refs++
-	} else {
-		claims.m[k] = &claim{settings: s, refs: 1}
-	}
-	h.claim = &k
-	return nil
-}
-
-func (h *Handler) dropClaim() {
-	if h.claim == nil {
-		return
-	}
-	claims.Lock()
-	defer claims.Unlock()
-	if c := claims.m[*h.claim]; c != nil {
-		if c.refs--; c.refs <= 0 {
-			delete(claims.m, *h.claim)
-		}
-	}
-	h.claim = nil
 }

@@ -18,23 +18,51 @@ import (
 	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
 )
 
+// Redis deployment modes (RedisConfig.Mode).
+const (
+	// ModeStandalone is one Redis server (perhaps with replicas that the
+	// queue does not use).
+	ModeStandalone = "standalone"
+	// ModeSentinel is a master found through Redis Sentinel, followed
+	// across failovers.
+	ModeSentinel = "sentinel"
+	// ModeCluster is a Redis Cluster.
+	ModeCluster = "cluster"
+)
+
 // RedisConfig says where the shared state of the queues lives. Every
 // Caddy instance whose handlers name the same Redis, database, key
 // prefix and queue name shares that queue's permits and order.
+//
+// No error or log ever shows a password: errors about a URL leave the
+// URL out, and the identity that tells two clients apart holds a hash.
 type RedisConfig struct {
-	// URL of a single Redis server: redis://[user:pass@]host:port/db,
+	// Mode is the kind of Redis deployment: "standalone" (one server,
+	// given by URL or one address), "sentinel" (a master named by
+	// MasterName, found through the Sentinels at Addresses and followed
+	// across failovers) or "cluster" (a Redis Cluster reached through the
+	// seed nodes at Addresses; each queue's keys share one hash tag, so
+	// a queue lives in one slot). It is explicit, never guessed from the
+	// number of addresses. Default "standalone".
+	Mode string `json:"mode,omitempty"`
+
+	// URL of a standalone Redis server: redis://[user:pass@]host:port/db,
 	// rediss://... for TLS, or unix:///path/to/socket. Mutually
-	// exclusive with Addresses. Username, Password, DB and TLS, when
-	// set, override the URL's parts. Placeholders that are known at
-	// load time, such as {env.REDIS_URL}, are replaced.
+	// exclusive with Addresses, and only for mode standalone. Username,
+	// Password, DB and TLS, when set, override the URL's parts.
+	// Placeholders that are known at load time, such as {env.REDIS_URL},
+	// are replaced.
 	URL string `json:"url,omitempty"`
 
-	// Addresses (host:port) of the Redis server. One address is a single
-	// server; more than one are the seed nodes of a Redis Cluster (each
-	// queue's keys share one hash tag, so a queue lives in one slot).
-	// Mutually exclusive with URL. Default: 127.0.0.1:6379 when URL is
-	// empty too. Load-time placeholders are replaced.
+	// Addresses (host:port): with mode standalone the one server (default
+	// 127.0.0.1:6379 when URL is empty too); with sentinel the Sentinels;
+	// with cluster the seed nodes. Required with sentinel and cluster.
+	// Load-time placeholders are replaced.
 	Addresses []string `json:"addresses,omitempty"`
+
+	// MasterName is the name of the master the Sentinels monitor.
+	// Required with mode sentinel, and only for it.
+	MasterName string `json:"master_name,omitempty"`
 
 	// Username for Redis ACL authentication (AUTH username password).
 	// Load-time placeholders are replaced.
@@ -45,8 +73,18 @@ type RedisConfig struct {
 	// when the config is loaded.
 	Password string `json:"password,omitempty"`
 
-	// DB is the database number (SELECT). Default 0; must be 0 with a
-	// Redis Cluster.
+	// SentinelUsername is the ACL user for the Sentinels themselves
+	// (mode sentinel), when they require one. Load-time placeholders are
+	// replaced.
+	SentinelUsername string `json:"sentinel_username,omitempty"`
+
+	// SentinelPassword authenticates to the Sentinels themselves (mode
+	// sentinel), when they require it; Password is for the master. Use a
+	// placeholder such as {env.SENTINEL_PASSWORD}.
+	SentinelPassword string `json:"sentinel_password,omitempty"`
+
+	// DB is the database number (SELECT). Default 0; must be 0 with mode
+	// cluster.
 	DB int `json:"db,omitempty"`
 
 	// TLS connects with TLS (minimum TLS 1.2, the server name taken from
@@ -69,55 +107,73 @@ type RedisConfig struct {
 	WriteTimeout caddy.Duration `json:"write_timeout,omitempty"`
 }
 
-// backend is where a handler's queues live. Two handlers whose backends
-// have the same key share engines (and so waiting tickets and permits
-// survive a config reload); two whose backends have the same location
-// read and write the same queues.
-//
-// Only Redis exists today; an in-process store will be a second
-// implementation, made by newStore.
-type backend interface {
-	// key identifies the store's whole client configuration; it holds
-	// no secret.
-	key() string
-	// location identifies the data the store reads and writes: equal
-	// locations and queue names are one queue.
-	location() string
-	// open returns the store of queue name and a func that frees what
-	// open acquired. It makes no network call.
-	open(name string) (fairqueue.Store, func(), error)
-}
-
-// newStore resolves a handler's store configuration. It makes no
-// network call; it is the one place that decides which kind of store a
-// handler uses.
-func newStore(cfg *RedisConfig, repl *caddy.Replacer) (backend, error) {
-	if cfg == nil {
-		return nil, errors.New("redis is required (local queue not yet available)")
+// check validates the fields whose rules do not depend on placeholders;
+// errors name the option and never show a secret.
+func (cfg *RedisConfig) check() error {
+	mode := cfg.Mode
+	if mode == "" {
+		mode = ModeStandalone
 	}
-	return newRedisBackend(cfg, repl)
+	switch {
+	case mode != ModeStandalone && mode != ModeSentinel && mode != ModeCluster:
+		return fmt.Errorf("redis: mode must be %s, %s or %s, got %q", ModeStandalone, ModeSentinel, ModeCluster, cfg.Mode)
+	case cfg.URL != "" && len(cfg.Addresses) > 0:
+		return errors.New("redis: url and addresses are mutually exclusive")
+	case cfg.URL != "" && mode != ModeStandalone:
+		return fmt.Errorf("redis: url is for mode %s only; give the %s addresses with address", ModeStandalone, mode)
+	case mode == ModeStandalone && len(cfg.Addresses) > 1:
+		return fmt.Errorf("redis: mode %s takes one address, got %d (set mode %s or %s for several)", ModeStandalone, len(cfg.Addresses), ModeCluster, ModeSentinel)
+	case mode != ModeStandalone && len(cfg.Addresses) == 0:
+		return fmt.Errorf("redis: mode %s needs at least one address", mode)
+	case mode == ModeSentinel && cfg.MasterName == "":
+		return fmt.Errorf("redis: mode %s needs master_name", ModeSentinel)
+	case mode != ModeSentinel && cfg.MasterName != "":
+		return fmt.Errorf("redis: master_name is for mode %s only", ModeSentinel)
+	case mode != ModeSentinel && (cfg.SentinelUsername != "" || cfg.SentinelPassword != ""):
+		return fmt.Errorf("redis: sentinel_username and sentinel_password are for mode %s only", ModeSentinel)
+	case mode == ModeCluster && cfg.DB != 0:
+		return fmt.Errorf("redis: db must be 0 with mode %s, got %d", ModeCluster, cfg.DB)
+	case cfg.DB < 0:
+		return fmt.Errorf("redis: db must be >= 0, got %d", cfg.DB)
+	}
+	for _, t := range []struct {
+		name string
+		v    caddy.Duration
+	}{{"dial_timeout", cfg.DialTimeout}, {"read_timeout", cfg.ReadTimeout}, {"write_timeout", cfg.WriteTimeout}} {
+		if t.v < 0 {
+			return fmt.Errorf("redis: %s must be > 0, got %s", t.name, time.Duration(t.v))
+		}
+	}
+	return nil
 }
 
 // redisBackend is a resolved RedisConfig.
 type redisBackend struct {
-	cluster bool
-	opts    redis.Options // single server; Addr unused with cluster
-	addrs   []string      // cluster seed nodes
-	prefix  string
-	urlSum  string // hash of the URL: its query may hold more client options
-	ckey    string // client identity
+	mode   string
+	opts   redis.Options // the client's options; Addr unused but with standalone
+	addrs  []string      // Sentinels or cluster seed nodes
+	master string        // sentinel master name
+	sUser  string        // Sentinel ACL user
+	sPass  string        // Sentinel password
+	prefix string
+	urlSum string // hash of the URL: its query may hold more client options
+	ckey   string // client identity
 }
 
 func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
 	expand := func(s string) string { return repl.ReplaceKnown(s, "") }
-	b := &redisBackend{prefix: cfg.KeyPrefix}
+	b := &redisBackend{mode: cfg.Mode, prefix: cfg.KeyPrefix, master: expand(cfg.MasterName)}
+	if b.mode == "" {
+		b.mode = ModeStandalone
+	}
 	if b.prefix == "" {
 		b.prefix = redisstore.DefaultKeyPrefix
 	}
 	o := &b.opts
 	switch {
-	case cfg.URL != "" && len(cfg.Addresses) > 0:
-		return nil, errors.New("redis: url and addresses are mutually exclusive")
 	case cfg.URL != "":
 		u := expand(cfg.URL)
 		parsed, err := parseRedisURL(u)
@@ -126,8 +182,7 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 		}
 		*o = *parsed
 		b.urlSum = shortHash(u)
-	case len(cfg.Addresses) > 1:
-		b.cluster = true
+	case b.mode != ModeStandalone:
 		for _, a := range cfg.Addresses {
 			b.addrs = append(b.addrs, expand(a))
 		}
@@ -136,12 +191,6 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 		o.Network, o.Addr = "tcp", expand(cfg.Addresses[0])
 	default:
 		o.Network, o.Addr = "tcp", "127.0.0.1:6379"
-	}
-	if b.cluster && cfg.DB != 0 {
-		return nil, fmt.Errorf("redis: db must be 0 with a Redis Cluster (several addresses), got %d", cfg.DB)
-	}
-	if cfg.DB < 0 {
-		return nil, fmt.Errorf("redis: db must be >= 0, got %d", cfg.DB)
 	}
 	if cfg.DB != 0 {
 		o.DB = cfg.DB
@@ -152,6 +201,7 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 	if cfg.Password != "" {
 		o.Password = expand(cfg.Password)
 	}
+	b.sUser, b.sPass = expand(cfg.SentinelUsername), expand(cfg.SentinelPassword)
 	if cfg.TLS && o.TLSConfig == nil {
 		o.TLSConfig = &tls.Config{}
 	}
@@ -159,18 +209,15 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 		o.TLSConfig.MinVersion = tls.VersionTLS12
 	}
 	for _, t := range []struct {
-		name string
-		cfg  caddy.Duration
-		dst  *time.Duration
-		def  time.Duration
+		cfg caddy.Duration
+		dst *time.Duration
+		def time.Duration
 	}{
-		{"dial_timeout", cfg.DialTimeout, &o.DialTimeout, redisstore.DefaultDialTimeout},
-		{"read_timeout", cfg.ReadTimeout, &o.ReadTimeout, redisstore.DefaultReadTimeout},
-		{"write_timeout", cfg.WriteTimeout, &o.WriteTimeout, redisstore.DefaultWriteTimeout},
+		{cfg.DialTimeout, &o.DialTimeout, redisstore.DefaultDialTimeout},
+		{cfg.ReadTimeout, &o.ReadTimeout, redisstore.DefaultReadTimeout},
+		{cfg.WriteTimeout, &o.WriteTimeout, redisstore.DefaultWriteTimeout},
 	} {
 		switch {
-		case t.cfg < 0:
-			return nil, fmt.Errorf("redis: %s must be > 0, got %s", t.name, time.Duration(t.cfg))
 		case t.cfg > 0:
 			*t.dst = time.Duration(t.cfg)
 		case *t.dst <= 0: // neither set here nor in the URL's query
@@ -197,16 +244,22 @@ func parseRedisURL(s string) (*redis.Options, error) {
 	return o, nil
 }
 
+// servers names the servers the client dials first: the standalone
+// server, or the Sentinels or seed nodes, sorted.
+func (b *redisBackend) servers() string {
+	if b.mode == ModeStandalone {
+		return b.opts.Addr
+	}
+	return strings.Join(slices.Sorted(slices.Values(b.addrs)), ",")
+}
+
 // clientKey is the identity of the client: everything that configures
-// it, with the password hashed.
+// it, with the passwords hashed.
 func (b *redisBackend) clientKey() string {
 	o := &b.opts
-	mode, addrs := "single", []string{o.Network + ":" + o.Addr}
-	if b.cluster {
-		mode, addrs = "cluster", slices.Sorted(slices.Values(b.addrs))
-	}
-	return fmt.Sprintf("redis|%s|%s|db=%d|user=%s|pw=%s|tls=%t|timeouts=%s/%s/%s|url=%s",
-		mode, strings.Join(addrs, ","), o.DB, o.Username, shortHash(o.Password), o.TLSConfig != nil,
+	return fmt.Sprintf("redis|%s|%s:%s|master=%s|db=%d|user=%s|pw=%s|suser=%s|spw=%s|tls=%t|timeouts=%s/%s/%s|url=%s",
+		b.mode, o.Network, b.servers(), b.master, o.DB, o.Username, shortHash(o.Password),
+		b.sUser, shortHash(b.sPass), o.TLSConfig != nil,
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, b.urlSum)
 }
 
@@ -222,11 +275,14 @@ func shortHash(s string) string {
 func (b *redisBackend) key() string { return b.ckey + "|prefix=" + b.prefix }
 
 func (b *redisBackend) location() string {
-	addrs := []string{b.opts.Addr}
-	if b.cluster {
-		addrs = slices.Sorted(slices.Values(b.addrs))
+	where := b.servers()
+	switch b.mode {
+	case ModeSentinel:
+		where = "sentinel:" + b.master + "@" + where
+	case ModeCluster:
+		where = "cluster:" + where
 	}
-	return fmt.Sprintf("redis|%s|db=%d|prefix=%s", strings.Join(addrs, ","), b.opts.DB, b.prefix)
+	return fmt.Sprintf("redis|%s|db=%d|prefix=%s", where, b.opts.DB, b.prefix)
 }
 
 func (b *redisBackend) open(name string) (fairqueue.Store, func(), error) {
@@ -241,24 +297,42 @@ func (b *redisBackend) open(name string) (fairqueue.Store, func(), error) {
 	return st, release, nil
 }
 
-// newClient makes the go-redis client; it connects lazily, at the first
-// command.
+// newClient makes the go-redis client of the mode, with the same short
+// timeouts and bounded retries in every mode; it connects lazily, at the
+// first command.
 func (b *redisBackend) newClient() redis.UniversalClient {
 	o := b.opts
-	if !b.cluster {
-		return redis.NewClient(&o)
+	switch b.mode {
+	case ModeSentinel:
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName:            b.master,
+			SentinelAddrs:         b.addrs,
+			SentinelUsername:      b.sUser,
+			SentinelPassword:      b.sPass,
+			Username:              o.Username,
+			Password:              o.Password,
+			DB:                    o.DB,
+			TLSConfig:             o.TLSConfig,
+			DialTimeout:           o.DialTimeout,
+			ReadTimeout:           o.ReadTimeout,
+			WriteTimeout:          o.WriteTimeout,
+			MaxRetries:            o.MaxRetries,
+			ContextTimeoutEnabled: o.ContextTimeoutEnabled,
+		})
+	case ModeCluster:
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:                 b.addrs,
+			Username:              o.Username,
+			Password:              o.Password,
+			TLSConfig:             o.TLSConfig,
+			DialTimeout:           o.DialTimeout,
+			ReadTimeout:           o.ReadTimeout,
+			WriteTimeout:          o.WriteTimeout,
+			MaxRetries:            o.MaxRetries,
+			ContextTimeoutEnabled: o.ContextTimeoutEnabled,
+		})
 	}
-	return redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:                 b.addrs,
-		Username:              o.Username,
-		Password:              o.Password,
-		TLSConfig:             o.TLSConfig,
-		DialTimeout:           o.DialTimeout,
-		ReadTimeout:           o.ReadTimeout,
-		WriteTimeout:          o.WriteTimeout,
-		MaxRetries:            o.MaxRetries,
-		ContextTimeoutEnabled: o.ContextTimeoutEnabled,
-	})
+	return redis.NewClient(&o)
 }
 
 // clients shares one go-redis client per client identity across queue

@@ -19,6 +19,7 @@ const (
 	phQueue      = "http.fair_queue.queue"
 	phModel      = "http.fair_queue.model"
 	phStreaming  = "http.fair_queue.streaming"
+	phTenant     = "http.fair_queue.tenant" // the tenant's key (a hash), never its value
 	phOutcome    = "http.fair_queue.outcome"
 	phReason     = "http.fair_queue.reason"
 	phWaitMS     = "http.fair_queue.wait_ms"
@@ -58,6 +59,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	streaming := info.stream || wantsEventStream(r)
 	repl.Set(phModel, info.model)
 	repl.Set(phStreaming, streaming)
+	req := h.fairRequest(repl, info)
 
 	name := h.Name
 	if h.dynamic {
@@ -90,7 +92,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	defer done()
 
 	start := time.Now()
-	permit, err := e.q.Acquire(r.Context(), fairqueue.Request{})
+	permit, err := e.q.Acquire(r.Context(), req)
 	if err != nil {
 		if rej, ok := errors.AsType[*fairqueue.RejectError](err); ok {
 			return h.reject(w, r, repl, name, streaming, rej)
@@ -132,22 +134,21 @@ func (h *Handler) record(r *http.Request, repl *caddy.Replacer, name, outcome, r
 	repl.Set(phReason, reason)
 	repl.Set(phWaitMS, waitMS)
 	repl.Set(phPosition, position)
+	fields := []zap.Field{
+		zap.String("queue", name),
+		zap.String("outcome", outcome),
+		zap.String("reason", reason),
+		zap.Int64("wait_ms", waitMS),
+		zap.Int("position", position),
+	}
+	if tenant, _ := repl.GetString(phTenant); tenant != "" { // a hash, set with Tenant only
+		fields = append(fields, zap.String("tenant", tenant))
+	}
 	if extra, ok := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); ok {
-		extra.Set(zap.Dict("fair_queue",
-			zap.String("queue", name),
-			zap.String("outcome", outcome),
-			zap.String("reason", reason),
-			zap.Int64("wait_ms", waitMS),
-			zap.Int("position", position),
-		))
+		extra.Set(zap.Dict("fair_queue", fields...))
 	}
 	observe(name, outcome, waited)
 	if c := h.logger.Check(zapcore.DebugLevel, "fair queue"); c != nil {
-		c.Write(
-			zap.String("queue", name),
-			zap.String("outcome", outcome),
-			zap.Duration("wait", waited),
-			zap.Int("position", position),
-		)
+		c.Write(fields...)
 	}
 }

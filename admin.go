@@ -1,0 +1,264 @@
+package caddyfairqueue
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+func init() {
+	caddy.RegisterModule(adminAPI{})
+}
+
+// Admin API limits: how much of each queue a status shows, and how long
+// reading one queue from its store may take.
+const (
+	adminHead         = 10
+	adminFlows        = 10
+	adminStoreTimeout = 2 * time.Second
+	adminParallel     = 8 // queues read from their stores at once
+)
+
+// adminAPI is the admin.api.fair_queue module. Caddy loads every
+// admin.api.* module it knows, so it needs no config: GET /fair_queue/
+// on the admin endpoint lists the queues this instance serves, with
+// their live state read from the store. It is read-only.
+type adminAPI struct{}
+
+// CaddyModule returns the Caddy module information.
+func (adminAPI) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "admin.api.fair_queue",
+		New: func() caddy.Module { return new(adminAPI) },
+	}
+}
+
+// Routes returns the /fair_queue/ route.
+func (a adminAPI) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{{Pattern: "/fair_queue/", Handler: caddy.AdminHandlerFunc(a.serveStatus)}}
+}
+
+func (adminAPI) serveStatus(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodGet {
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("method not allowed")}
+	}
+	if r.URL.Path != "/fair_queue/" {
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no such resource: %s", r.URL.Path)}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(queueStatus(r.Context()))
+}
+
+// statusReport is the body of GET /fair_queue/; the CLI reads it.
+type statusReport struct {
+	Queues []queueReport `json:"queues"`
+}
+
+// queueReport is one queue as this instance sees it.
+type queueReport struct {
+	Name      string `json:"name"`
+	Store     string `json:"store"`             // "redis" or "local"
+	Mode      string `json:"mode,omitempty"`    // redis: standalone, sentinel or cluster
+	Address   string `json:"address,omitempty"` // redis: host:port, or the Sentinels or cluster seeds; never credentials
+	Master    string `json:"master,omitempty"`  // redis sentinel: the master's name
+	DB        int    `json:"db,omitempty"`
+	KeyPrefix string `json:"key_prefix,omitempty"`
+	Permits   int    `json:"permits"`        // 0 when unknown (the CLI reading Redis directly)
+	MaxWaitMS int64  `json:"max_wait_ms"`    // configured max wait
+	LeaseMS   int64  `json:"lease_ms"`       // configured lease
+	Node      string `json:"node,omitempty"` // this instance's node ID in the queue
+	// Stats is this instance's view; Cluster the whole queue's as of this
+	// instance's last heartbeat (absent before it). Both are omitted by
+	// the CLI reading Redis directly.
+	Stats    *nodeReport    `json:"stats,omitempty"`
+	Cluster  *clusterReport `json:"cluster,omitempty"`
+	Snapshot *snapshotJSON  `json:"snapshot,omitempty"` // live, from the store
+	Error    string         `json:"error,omitempty"`    // why Snapshot is missing
+}
+
+// nodeReport is fairqueue.Stats in the API.
+type nodeReport struct {
+	Waiting  int   `json:"waiting"`
+	InFlight int   `json:"in_flight"`
+	StoreUp  bool  `json:"store_up"`
+	Grants   int64 `json:"grants"`
+}
+
+// clusterReport is fairqueue.ClusterView in the API.
+type clusterReport struct {
+	Waiting  int `json:"waiting"`
+	InFlight int `json:"in_flight"`
+	Nodes    int `json:"nodes"`
+}
+
+// snapshotJSON is fairqueue.Snapshot with durations in milliseconds.
+type snapshotJSON struct {
+	Waiting int                  `json:"waiting"`
+	Head    []string             `json:"head"`
+	Holders []holderJSON         `json:"holders"`
+	Nodes   []nodeJSON           `json:"nodes"`
+	Flows   []fairqueue.FlowInfo `json:"flows"`
+	Grants  int64                `json:"grants"`
+}
+
+type holderJSON struct {
+	Ticket      string `json:"ticket"`
+	Node        string `json:"node"`
+	LeaseLeftMS int64  `json:"lease_left_ms"`
+}
+
+type nodeJSON struct {
+	ID          string `json:"id"`
+	Alive       bool   `json:"alive"`
+	ExpiresInMS int64  `json:"expires_in_ms"` // negative: dead that long
+}
+
+func snapshotReport(s fairqueue.Snapshot) *snapshotJSON {
+	out := &snapshotJSON{Waiting: s.Waiting, Head: s.Head, Flows: s.Flows, Grants: s.Grants,
+		Holders: []holderJSON{}, Nodes: []nodeJSON{}}
+	if out.Head == nil {
+		out.Head = []string{}
+	}
+	if out.Flows == nil {
+		out.Flows = []fairqueue.FlowInfo{}
+	}
+	for _, h := range s.Holders {
+		out.Holders = append(out.Holders, holderJSON{Ticket: h.Ticket, Node: h.Node, LeaseLeftMS: h.LeaseLeft.Milliseconds()})
+	}
+	for _, n := range s.Nodes {
+		out.Nodes = append(out.Nodes, nodeJSON{ID: n.ID, Alive: n.Alive, ExpiresInMS: n.ExpiresIn.Milliseconds()})
+	}
+	// Stores return holders and nodes in no useful order: the holder
+	// whose lease ends first, and live nodes, come first.
+	slices.SortStableFunc(out.Holders, func(a, b holderJSON) int { return cmp.Compare(a.LeaseLeftMS, b.LeaseLeftMS) })
+	slices.SortStableFunc(out.Nodes, func(a, b nodeJSON) int { return cmp.Compare(b.ExpiresInMS, a.ExpiresInMS) })
+	return out
+}
+
+// queueStatus reports every live engine of the process, sorted by queue
+// name and store, reading the stores in parallel.
+func queueStatus(ctx context.Context) statusReport {
+	live := liveEngines()
+	out := statusReport{Queues: make([]queueReport, len(live))}
+	sem := make(chan struct{}, adminParallel)
+	var wg sync.WaitGroup
+	for i, le := range live {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			out.Queues[i] = le.report(ctx)
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(out.Queues, func(a, b queueReport) int {
+		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Store, b.Store), cmp.Compare(a.Address, b.Address),
+			cmp.Compare(a.DB, b.DB), cmp.Compare(a.KeyPrefix, b.KeyPrefix))
+	})
+	return out
+}
+
+// liveEngine is an engine of the pool with its pool key.
+type liveEngine struct {
+	key string
+	e   *engine
+}
+
+// liveEngines lists the engines in the pool; Range holds the pool's
+// lock, so nothing else is done inside it.
+func liveEngines() []liveEngine {
+	var out []liveEngine
+	engines.Range(func(k, v any) bool {
+		key, _ := k.(string)
+		if e, ok := v.(*engine); ok && e != nil {
+			out = append(out, liveEngine{key: key, e: e})
+		}
+		return true
+	})
+	return out
+}
+
+func (le liveEngine) report(ctx context.Context) queueReport {
+	q := le.e.q
+	cfg, st := q.Config(), q.Stats()
+	rep := storeOf(le.key, le.e.name)
+	rep.Name = le.e.name
+	rep.Permits = cfg.Permits
+	rep.MaxWaitMS = cfg.MaxWait.Milliseconds()
+	rep.LeaseMS = cfg.Lease.Milliseconds()
+	rep.Node = q.Node()
+	rep.Stats = &nodeReport{Waiting: st.Waiting, InFlight: st.InFlight, StoreUp: st.StoreUp, Grants: st.Grants}
+	if st.Cluster.Nodes > 0 {
+		rep.Cluster = &clusterReport{Waiting: st.Cluster.Waiting, InFlight: st.Cluster.Holders, Nodes: st.Cluster.Nodes}
+	}
+	ictx, cancel := context.WithTimeout(ctx, adminStoreTimeout)
+	defer cancel()
+	snap, err := q.Inspect(ictx, adminHead, adminFlows)
+	if err != nil {
+		rep.Error = err.Error()
+		return rep
+	}
+	rep.Snapshot = snapshotReport(snap)
+	return rep
+}
+
+// stores describes the store of every backend key an engine was opened
+// with (noteStore), for the admin API. It only grows with distinct store
+// configurations, which are few.
+var stores sync.Map // backend key -> storeDesc
+
+// storeDesc is where a queue lives, without credentials.
+type storeDesc struct {
+	kind      string // "redis" or "local"
+	mode      string // standalone, sentinel or cluster
+	address   string // host:port, unix:/path, or comma-separated seeds or Sentinels
+	master    string // the Sentinel master name
+	db        int
+	keyPrefix string
+}
+
+// noteStore records the description of b, whose engines the admin API
+// may list. newEngine calls it.
+func noteStore(b backend) {
+	d := storeDesc{kind: "local"}
+	if rb, ok := b.(*redisBackend); ok {
+		d = storeDesc{kind: "redis", mode: rb.mode, address: rb.servers(), master: rb.master,
+			db: rb.opts.DB, keyPrefix: rb.prefix}
+		if rb.opts.Network == "unix" {
+			d.address = "unix:" + d.address
+		}
+	}
+	stores.Store(b.key(), d)
+}
+
+// storeOf describes the store of the engine whose pool key is key (its
+// backend's key, then "|queue=" and its name).
+func storeOf(key, name string) queueReport {
+	bkey, _ := strings.CutSuffix(key, "|queue="+name)
+	v, ok := stores.Load(bkey)
+	if !ok {
+		kind := "local"
+		if strings.HasPrefix(bkey, "redis|") {
+			kind = "redis"
+		}
+		return queueReport{Store: kind}
+	}
+	d := v.(storeDesc)
+	return queueReport{Store: d.kind, Mode: d.mode, Address: d.address, Master: d.master, DB: d.db, KeyPrefix: d.keyPrefix}
+}
+
+// Interface guards
+var (
+	_ caddy.AdminRouter = adminAPI{}
+	_ caddy.Module      = adminAPI{}
+)

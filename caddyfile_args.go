@@ -1,0 +1,126 @@
+package caddyfairqueue
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/dustin/go-humanize"
+)
+
+// parseBlock parses the block that follows the current token, calling
+// the parser of each option; an unknown option, or one given twice that
+// is not repeatable, is an error.
+func parseBlock(d *caddyfile.Dispenser, opts map[string]func(*caddyfile.Dispenser) error, repeatable ...string) error {
+	seen := make(map[string]bool)
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		opt := d.Val()
+		parse, ok := opts[opt]
+		if !ok {
+			return d.Errf("unrecognized subdirective '%s'", opt)
+		}
+		if seen[opt] && !slices.Contains(repeatable, opt) {
+			return d.Errf("subdirective '%s' is given twice", opt)
+		}
+		seen[opt] = true
+		if err := parse(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stringArg reads exactly one argument.
+func stringArg(d *caddyfile.Dispenser) (string, error) {
+	if !d.NextArg() {
+		return "", d.ArgErr()
+	}
+	v := d.Val()
+	if d.NextArg() {
+		return "", d.ArgErr()
+	}
+	return v, nil
+}
+
+// intArg reads one integer argument of at least minimum.
+func intArg(d *caddyfile.Dispenser, minimum int) (int, error) {
+	opt := d.Val()
+	v, err := stringArg(d)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, d.Errf("%s: '%s' is not an integer", opt, v)
+	}
+	if n < minimum {
+		return 0, d.Errf("%s must be at least %d, got %d", opt, minimum, n)
+	}
+	return n, nil
+}
+
+// durationArg reads one duration argument of at least minimum.
+func durationArg(d *caddyfile.Dispenser, minimum time.Duration) (caddy.Duration, error) {
+	opt := d.Val()
+	v, err := stringArg(d)
+	if err != nil {
+		return 0, err
+	}
+	dur, err := caddy.ParseDuration(v)
+	if err != nil {
+		return 0, d.Errf("%s: invalid duration '%s'", opt, v)
+	}
+	if dur < minimum {
+		if minimum == time.Nanosecond {
+			return 0, d.Errf("%s must be positive, got %s", opt, v)
+		}
+		return 0, d.Errf("%s must be at least %s, got %s", opt, minimum, v)
+	}
+	return caddy.Duration(dur), nil
+}
+
+// sizeArg reads one positive size argument such as 8MiB or 512KB.
+func sizeArg(d *caddyfile.Dispenser) (int64, error) {
+	opt := d.Val()
+	v, err := stringArg(d)
+	if err != nil {
+		return 0, err
+	}
+	n, err := humanize.ParseBytes(v)
+	if err != nil || n > math.MaxInt64 {
+		return 0, d.Errf("%s: invalid size '%s'", opt, v)
+	}
+	if n == 0 {
+		return 0, d.Errf("%s must be positive, got %s", opt, v)
+	}
+	return int64(n), nil
+}
+
+// floatArg reads one number argument within [lo, hi].
+func floatArg(d *caddyfile.Dispenser, lo, hi float64) (float64, error) {
+	opt := d.Val()
+	v, err := stringArg(d)
+	if err != nil {
+		return 0, err
+	}
+	return parseFloatArg(d, opt, v, lo, hi)
+}
+
+// parseFloatArg parses v, the value of option opt, as a number within
+// [lo, hi].
+func parseFloatArg(d *caddyfile.Dispenser, opt, v string, lo, hi float64) (float64, error) {
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) {
+		return 0, d.Errf("%s: '%s' is not a number", opt, v)
+	}
+	if f < lo || f > hi {
+		if math.IsInf(hi, 1) {
+			return 0, d.Errf("%s must be at least %v, got %s", opt, lo, v)
+		}
+		return 0, d.Errf("%s must be %v to %v, got %s", opt, lo, hi, v)
+	}
+	return f, nil
+}

@@ -1,0 +1,158 @@
+package caddyfairqueue
+
+import (
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+)
+
+// parseRedis parses the redis block; see UnmarshalCaddyfile.
+func parseRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
+	rc := new(RedisConfig)
+	if d.NextArg() {
+		rc.URL = d.Val()
+		if d.NextArg() {
+			return nil, d.ArgErr()
+		}
+	}
+	err := parseBlock(d, map[string]func(*caddyfile.Dispenser) error{
+		"url": func(d *caddyfile.Dispenser) (err error) {
+			if rc.URL != "" {
+				return d.Err("redis: url is given twice")
+			}
+			rc.URL, err = stringArg(d)
+			return err
+		},
+		"mode": func(d *caddyfile.Dispenser) (err error) {
+			if rc.Mode, err = stringArg(d); err != nil {
+				return err
+			}
+			switch rc.Mode {
+			case ModeStandalone, ModeSentinel, ModeCluster:
+				return nil
+			}
+			return d.Errf("redis: mode must be %s, %s or %s, got '%s'", ModeStandalone, ModeSentinel, ModeCluster, rc.Mode)
+		},
+		"master_name": func(d *caddyfile.Dispenser) (err error) {
+			rc.MasterName, err = stringArg(d)
+			return err
+		},
+		"sentinel_username": func(d *caddyfile.Dispenser) (err error) {
+			rc.SentinelUsername, err = stringArg(d)
+			return err
+		},
+		"sentinel_password": func(d *caddyfile.Dispenser) (err error) {
+			rc.SentinelPassword, err = stringArg(d)
+			return err
+		},
+		"address": func(d *caddyfile.Dispenser) error {
+			rc.Addresses = d.RemainingArgs()
+			if len(rc.Addresses) == 0 {
+				return d.ArgErr()
+			}
+			return nil
+		},
+		"username": func(d *caddyfile.Dispenser) (err error) {
+			rc.Username, err = stringArg(d)
+			return err
+		},
+		"password": func(d *caddyfile.Dispenser) (err error) {
+			rc.Password, err = stringArg(d)
+			return err
+		},
+		"db": func(d *caddyfile.Dispenser) (err error) {
+			rc.DB, err = intArg(d, 0)
+			return err
+		},
+		"tls": func(d *caddyfile.Dispenser) error {
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			rc.TLS = true
+			return nil
+		},
+		"key_prefix": func(d *caddyfile.Dispenser) (err error) {
+			rc.KeyPrefix, err = stringArg(d)
+			return err
+		},
+		"dial_timeout": func(d *caddyfile.Dispenser) (err error) {
+			rc.DialTimeout, err = durationArg(d, time.Nanosecond)
+			return err
+		},
+		"read_timeout": func(d *caddyfile.Dispenser) (err error) {
+			rc.ReadTimeout, err = durationArg(d, time.Nanosecond)
+			return err
+		},
+		"write_timeout": func(d *caddyfile.Dispenser) (err error) {
+			rc.WriteTimeout, err = durationArg(d, time.Nanosecond)
+			return err
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if rc.URL != "" && len(rc.Addresses) > 0 {
+		return nil, d.Err("redis: url and address are mutually exclusive")
+	}
+	// A URL with placeholders is checked at load time, once replaced.
+	if rc.URL != "" && !strings.Contains(rc.URL, "{") {
+		if _, err := parseRedisURL(rc.URL); err != nil {
+			return nil, d.Err(err.Error())
+		}
+	}
+	if err := rc.check(); err != nil {
+		return nil, d.Err(err.Error())
+	}
+	return rc, nil
+}
+
+// parseReject parses one reject block; see UnmarshalCaddyfile.
+func parseReject(d *caddyfile.Dispenser) (*RejectConfig, error) {
+	rc := &RejectConfig{Reasons: d.RemainingArgs()}
+	for _, r := range rc.Reasons {
+		if !validReason(r) {
+			return nil, d.Errf("reject: unknown reason '%s' (want timeout, queue_full, shutting_down or store_unavailable)", r)
+		}
+	}
+	statusOpt := func(dst *int, name string) func(*caddyfile.Dispenser) error {
+		return func(d *caddyfile.Dispenser) (err error) {
+			if *dst, err = intArg(d, 0); err != nil {
+				return err
+			}
+			if !validStatus(*dst) {
+				return d.Errf("reject: %s must be 200-599, got %d", name, *dst)
+			}
+			return nil
+		}
+	}
+	stringOpt := func(dst *string) func(*caddyfile.Dispenser) error {
+		return func(d *caddyfile.Dispenser) (err error) {
+			*dst, err = stringArg(d)
+			return err
+		}
+	}
+	err := parseBlock(d, map[string]func(*caddyfile.Dispenser) error{
+		"status":     statusOpt(&rc.Status, "status"),
+		"sse_status": statusOpt(&rc.SSEStatus, "sse_status"),
+		"retry_after": func(d *caddyfile.Dispenser) (err error) {
+			if rc.RetryAfter, err = stringArg(d); err != nil {
+				return err
+			}
+			if _, err := parseRetryAfter(rc.RetryAfter); err != nil {
+				return d.Err(err.Error())
+			}
+			return nil
+		},
+		"body":      stringOpt(&rc.Body),
+		"sse_event": stringOpt(&rc.SSEEvent),
+		"sse_data":  stringOpt(&rc.SSEData),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if rc.Status == 0 && rc.SSEStatus == 0 && rc.RetryAfter == "" && rc.Body == "" && rc.SSEEvent == "" && rc.SSEData == "" {
+		return nil, d.Err("reject: a block with at least one option is required")
+	}
+	return rc, nil
+}

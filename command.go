@@ -1,0 +1,322 @@
+package caddyfairqueue
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	caddycmd "github.com/caddyserver/caddy/v2/cmd"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
+)
+
+func init() {
+	caddycmd.RegisterCommand(caddycmd.Command{
+		Name:  "fair-queue",
+		Usage: "status|purge [flags]",
+		Short: "Shows the state of fair_queue queues, or clears a broken one",
+		Long: `
+Shows the live state of fair_queue queues, or clears a broken one.
+
+  status  reads the admin endpoint of a running Caddy (--admin, default
+          localhost:2019) and prints the queues it serves: permits,
+          waiting requests, permits in flight, live instances, the head
+          of the queue and the holders. With --redis it reads Redis
+          directly instead (every queue under --key-prefix, or --queue).
+
+  purge   deletes every key of one queue in Redis, for an operator
+          clearing a broken queue; it refuses to run without --yes. As
+          after a Redis restart, live instances put back the permits they
+          hold and the requests they have waiting at their next heartbeat
+          (within a third of the lease); everything else is gone.
+
+A password for --redis may come from the REDISCLI_AUTH environment
+variable, to keep it out of the process list.`,
+		CobraFunc: setupFairQueueCommand,
+	})
+}
+
+// cliTimeout bounds every call of the fair-queue command.
+const cliTimeout = 5 * time.Second
+
+func setupFairQueueCommand(cmd *cobra.Command) {
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Prints the queues' live state as a table",
+		Example: `  caddy fair-queue status
+  caddy fair-queue status --admin localhost:2019 --queue chat
+  caddy fair-queue status --redis redis://10.0.0.5:6379/0
+  caddy fair-queue status --json`,
+		Args: cobra.NoArgs,
+		RunE: runStatus,
+	}
+	status.Flags().String("admin", "", "Address of the admin endpoint of a running Caddy (default localhost:2019)")
+	status.Flags().String("redis", "", "Read Redis directly: redis://[user@]host:port/db, rediss://... or unix:///path")
+	status.Flags().StringSlice("queue", nil, "Only this queue (repeatable); with --redis the default is every queue found")
+	status.Flags().String("key-prefix", redisstore.DefaultKeyPrefix, "Key prefix of the queues, with --redis")
+	status.Flags().Bool("json", false, "Print the JSON of the admin API instead of a table")
+
+	purge := &cobra.Command{
+		Use:     "purge",
+		Short:   "Deletes every key of a queue in Redis",
+		Example: "  caddy fair-queue purge --queue chat --redis redis://10.0.0.5:6379/0 --yes",
+		Args:    cobra.NoArgs,
+		RunE:    runPurge,
+	}
+	purge.Flags().String("queue", "", "Name of the queue to purge (required)")
+	purge.Flags().String("redis", "", "Redis of the queue: redis://[user@]host:port/db, rediss://... or unix:///path (required)")
+	purge.Flags().String("key-prefix", redisstore.DefaultKeyPrefix, "Key prefix of the queue")
+	purge.Flags().Bool("yes", false, "Confirm: delete the queue's whole state in Redis")
+
+	cmd.AddCommand(status, purge)
+}
+
+func runStatus(cmd *cobra.Command, _ []string) error {
+	fl := cmd.Flags()
+	admin, _ := fl.GetString("admin")
+	rawURL, _ := fl.GetString("redis")
+	queues, _ := fl.GetStringSlice("queue")
+	prefix, _ := fl.GetString("key-prefix")
+	asJSON, _ := fl.GetBool("json")
+	if admin != "" && rawURL != "" {
+		return errors.New("--admin and --redis are mutually exclusive")
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), cliTimeout)
+	defer cancel()
+
+	var rep statusReport
+	var err error
+	if rawURL != "" {
+		rep, err = statusFromRedis(ctx, rawURL, prefix, queues)
+	} else {
+		rep, err = statusFromAdmin(admin, queues)
+	}
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return printStatus(out, rep)
+}
+
+// statusFromAdmin reads GET /fair_queue/ of a running Caddy.
+func statusFromAdmin(addr string, queues []string) (statusReport, error) {
+	addr, err := caddycmd.DetermineAdminAPIAddress(addr, nil, "", "")
+	if err != nil {
+		return statusReport{}, err
+	}
+	resp, err := caddycmd.AdminAPIRequest(addr, http.MethodGet, "/fair_queue/", nil, nil)
+	if err != nil {
+		return statusReport{}, fmt.Errorf("reading the admin endpoint %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	var rep statusReport
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&rep); err != nil {
+		return statusReport{}, fmt.Errorf("decoding the answer of %s: %w", addr, err)
+	}
+	if len(queues) > 0 {
+		rep.Queues = slices.DeleteFunc(rep.Queues, func(q queueReport) bool { return !slices.Contains(queues, q.Name) })
+	}
+	return rep, nil
+}
+
+// statusFromRedis inspects queues in Redis directly: those named, or
+// every queue found under prefix.
+func statusFromRedis(ctx context.Context, rawURL, prefix string, queues []string) (statusReport, error) {
+	rdb, err := cliRedis(rawURL)
+	if err != nil {
+		return statusReport{}, err
+	}
+	defer rdb.Close()
+	if len(queues) == 0 {
+		if queues, err = findQueues(ctx, rdb, prefix); err != nil {
+			return statusReport{}, err
+		}
+	}
+	o := rdb.Options()
+	rep := statusReport{Queues: []queueReport{}}
+	for _, name := range queues {
+		q := queueReport{Name: name, Store: "redis", Address: o.Addr, DB: o.DB, KeyPrefix: prefix}
+		snap, err := redisstore.New(rdb, name, redisstore.Options{KeyPrefix: prefix}).Inspect(ctx, adminHead, adminFlows)
+		if err != nil {
+			q.Error = err.Error()
+		} else {
+			q.Snapshot = snapshotReport(snap)
+		}
+		rep.Queues = append(rep.Queues, q)
+	}
+	return rep, nil
+}
+
+// findQueues lists the queues under prefix that have state in Redis, by
+// their epoch key (the first key a queue gets; the last instance to
+// leave deletes it). SCAN, not KEYS: it does not block Redis.
+func findQueues(ctx context.Context, rdb *redis.Client, prefix string) ([]string, error) {
+	clean := strings.NewReplacer("{", "_", "}", "_").Replace(prefix)
+	start, end := "{"+clean+":", "}:epoch"
+	var names []string
+	iter := rdb.Scan(ctx, 0, globEscape(start)+"*"+globEscape(end), 1000).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		if name, ok := strings.CutPrefix(k, start); ok {
+			if name, ok := strings.CutSuffix(name, end); ok && !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return nil, fmt.Errorf("listing queues: %w", err)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// globEscape quotes the characters special to Redis' MATCH patterns.
+func globEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`).Replace(s)
+}
+
+// cliRedis makes a client for the command line: a single server, short
+// timeouts, the password from REDISCLI_AUTH when the URL has none.
+func cliRedis(rawURL string) (*redis.Client, error) {
+	o, err := parseRedisURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if o.Password == "" {
+		o.Password = os.Getenv("REDISCLI_AUTH")
+	}
+	for _, d := range []*time.Duration{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout} {
+		if *d <= 0 {
+			*d = 2 * time.Second
+		}
+	}
+	o.MaxRetries = 1
+	return redis.NewClient(o), nil
+}
+
+func runPurge(cmd *cobra.Command, _ []string) error {
+	fl := cmd.Flags()
+	name, _ := fl.GetString("queue")
+	rawURL, _ := fl.GetString("redis")
+	prefix, _ := fl.GetString("key-prefix")
+	yes, _ := fl.GetBool("yes")
+	switch {
+	case name == "":
+		return errors.New("--queue is required")
+	case rawURL == "":
+		return errors.New("--redis is required")
+	case !yes:
+		return fmt.Errorf("refusing to purge queue %q without --yes: it deletes the queue's whole state in Redis "+
+			"(live instances put back their own permits and waiters at their next heartbeat; everything else is lost)", name)
+	}
+	rdb, err := cliRedis(rawURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), cliTimeout)
+	defer cancel()
+	st := redisstore.New(rdb, name, redisstore.Options{KeyPrefix: prefix})
+	before, err := st.Inspect(ctx, 0, 0)
+	if err != nil {
+		return err
+	}
+	if err := st.Purge(ctx); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "purged queue %q (keys %s*): %d waiting, %d holders; "+
+		"live instances put back their own at their next heartbeat\n", name, st.Tag(), before.Waiting, len(before.Holders))
+	return err
+}
+
+// printStatus writes rep as a summary table, then each queue's head and
+// holders.
+func printStatus(w io.Writer, rep statusReport) error {
+	if len(rep.Queues) == 0 {
+		_, err := fmt.Fprintln(w, "no queues")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUEUE\tSTORE\tPERMITS\tWAITING\tIN FLIGHT\tNODES\tGRANTS")
+	for _, q := range rep.Queues {
+		permits := "-"
+		if q.Permits > 0 {
+			permits = fmt.Sprint(q.Permits)
+		}
+		waiting, inFlight, nodes, grants := "?", "?", "?", "?"
+		if s := q.Snapshot; s != nil {
+			alive := 0
+			for _, n := range s.Nodes {
+				if n.Alive {
+					alive++
+				}
+			}
+			waiting, inFlight = fmt.Sprint(s.Waiting), fmt.Sprint(len(s.Holders))
+			nodes, grants = fmt.Sprint(alive), fmt.Sprint(s.Grants)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, storeLabel(q), permits, waiting, inFlight, nodes, grants)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, q := range rep.Queues {
+		if err := printQueueDetail(w, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func printQueueDetail(w io.Writer, q queueReport) error {
+	s := q.Snapshot
+	if s == nil {
+		_, err := fmt.Fprintf(w, "\n%s: %s\n", q.Name, cmp.Or(q.Error, "no state"))
+		return err
+	}
+	if len(s.Head) == 0 && len(s.Holders) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "\n%s\n", q.Name)
+	if len(s.Head) > 0 {
+		fmt.Fprintf(w, "  head (next %d of %d waiting): %s\n", len(s.Head), s.Waiting, strings.Join(s.Head, " "))
+	}
+	if len(s.Holders) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  HOLDER\tNODE\tLEASE LEFT")
+	for _, h := range s.Holders {
+		left := (time.Duration(h.LeaseLeftMS) * time.Millisecond).Round(100 * time.Millisecond)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", h.Ticket, h.Node, left)
+	}
+	return tw.Flush()
+}
+
+// storeLabel names a queue's store in one column: "local", or
+// "redis host:port/db", with the key prefix when it is not the default.
+func storeLabel(q queueReport) string {
+	if q.Store != "redis" {
+		return q.Store
+	}
+	s := fmt.Sprintf("redis %s/%d", q.Address, q.DB)
+	if q.KeyPrefix != "" && q.KeyPrefix != redisstore.DefaultKeyPrefix {
+		s += " prefix=" + q.KeyPrefix
+	}
+	return s
+}
