@@ -110,7 +110,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		outcome, reason = outcomeFailOpen, string(fairqueue.ReasonStoreUnavailable)
 	}
 	h.record(r, repl, name, outcome, reason, permit.Waited(), permit.Position())
-	return next.ServeHTTP(w, r)
+	if err := next.ServeHTTP(w, r); err != nil {
+		return err // Caddy still writes the error: nothing may be flushed first
+	}
+	// Send what the upstream wrote before the permit's release (a Redis
+	// round trip) runs, so that the release adds nothing to the
+	// client's latency.
+	_ = http.NewResponseController(w).Flush()
+	return nil
 }
 
 // reject records and answers a request that got no permit.

@@ -351,7 +351,7 @@ func (q *Queue) localQueue(cfg *Config) *Queue {
 	}
 	lc := Config{Name: cfg.Name + " (local fallback)", Permits: permits, MaxWait: cfg.MaxWait,
 		PollInterval: cfg.PollInterval, Lease: cfg.Lease, Fair: cfg.Fair, PriorityFactor: cfg.PriorityFactor,
-		MaxQueue: cfg.MaxQueue, MaxQueuePerTenant: cfg.MaxQueuePerTenant, Logger: cfg.Logger}
+		MaxQueue: cfg.MaxQueue, MaxQueuePerTenant: cfg.MaxQueuePerTenant, Logger: cfg.Logger, Observer: cfg.Observer}
 	q.localMu.Lock()
 	defer q.localMu.Unlock()
 	if q.local == nil {
