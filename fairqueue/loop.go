@@ -283,6 +283,8 @@ func (q *Queue) leave() error {
 		cancel()
 		q.log.Info("node left queue", zap.Error(err))
 	}
+	q.bgMu.Lock() // closed is set: no background call starts after this
+	q.bgMu.Unlock()
 	q.bg.Wait()
 	q.localMu.Lock()
 	if q.local != nil {

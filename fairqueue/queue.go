@@ -36,7 +36,8 @@ type Queue struct {
 	stopCh   chan struct{} // closed when the background loop must stop
 	loopDone chan struct{}
 	kick     chan struct{}
-	bg       sync.WaitGroup // background store calls (releases of stray grants)
+	bg       sync.WaitGroup // background store calls (stray grants, lost acquires)
+	bgMu     sync.Mutex     // orders bg.Add before the bg.Wait of leave
 	closed   atomic.Bool
 
 	health health
@@ -194,7 +195,9 @@ func (q *Queue) Acquire(ctx context.Context, req Request) (*Permit, error) {
 		t.state.CompareAndSwap(statePending, stateCancelled)
 		// The call may have reached the store: cancel with a tombstone
 		// so a retried or late acquire cannot queue the ticket again.
-		q.cleanup(t, true)
+		// The store is likely in trouble: the answer does not wait.
+		q.forget(t)
+		q.background(func() { q.cancelInStore(t, true) })
 		// go-redis turns a context deadline into a socket deadline, so
 		// the call can fail a moment before the context reports it.
 		if ctx.Err() != nil {
@@ -419,6 +422,10 @@ func (q *Queue) newTicket(failOpen bool, tenant string) *ticket {
 // the store. It is idempotent; the store call is bounded by StoreTimeout.
 func (q *Queue) cleanup(t *ticket, tombstone bool) {
 	q.forget(t)
+	q.cancelInStore(t, tombstone)
+}
+
+func (q *Queue) cancelInStore(t *ticket, tombstone bool) {
 	cfg := q.cfg.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 	defer cancel()
@@ -435,13 +442,20 @@ func (q *Queue) forget(t *ticket) {
 }
 
 func (q *Queue) releaseAsync(id string) {
+	q.background(func() { q.releaseID(id) })
+}
+
+// background runs a store call that nobody waits for; Close waits for it.
+func (q *Queue) background(f func()) {
+	q.bgMu.Lock()
+	defer q.bgMu.Unlock()
 	if q.closed.Load() {
 		return
 	}
 	q.bg.Add(1)
 	go func() {
 		defer q.bg.Done()
-		q.releaseID(id)
+		f()
 	}()
 }
 
