@@ -180,6 +180,9 @@ var (
 		"Requests waiting in the whole queue, all instances, as the store reported at this instance's last heartbeat. Reported only by an instance that has waiters or holders (its heartbeats run every lease/3); take max by queue.")
 	descClusterInFlight = newStateDesc("cluster_in_flight",
 		"Permits held in the whole queue, all instances, as the store reported at this instance's last heartbeat. Reported like cluster_waiting.")
+	descClusterLeaseExpirations = prometheus.NewDesc("caddy_fair_queue_cluster_lease_expirations_total",
+		"Permits of the whole queue freed because their lease ended unrenewed (a crashed or partitioned instance), since the queue's state in the store began; as the store reported at this instance's last heartbeat. Reported like cluster_waiting.",
+		[]string{"queue"}, nil)
 	descClusterNodes = newStateDesc("cluster_nodes",
 		"Live instances of the queue, as the store reported at this instance's last heartbeat. Reported like cluster_waiting.")
 )
@@ -196,7 +199,7 @@ type stateCollector struct{}
 // Describe implements prometheus.Collector.
 func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPermits, descNodeWaiting, descNodeInFlight, descStoreUp,
-		descClusterWaiting, descClusterInFlight, descClusterNodes} {
+		descClusterWaiting, descClusterInFlight, descClusterNodes, descClusterLeaseExpirations} {
 		ch <- d
 	}
 }
@@ -215,6 +218,7 @@ func (stateCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descClusterWaiting, g.clusterWaiting)
 			gauge(descClusterInFlight, g.clusterInFlight)
 			gauge(descClusterNodes, g.clusterNodes)
+			ch <- prometheus.MustNewConstMetric(descClusterLeaseExpirations, prometheus.CounterValue, float64(g.leaseExpirations), name)
 		}
 	}
 }
@@ -223,6 +227,7 @@ func (stateCollector) Collect(ch chan<- prometheus.Metric) {
 type gauges struct {
 	permits, waiting, inFlight, storeUp           int
 	clusterWaiting, clusterInFlight, clusterNodes int
+	leaseExpirations                              int64
 }
 
 // queueGauges reads the gauges of every live engine, by queue label.
@@ -254,6 +259,7 @@ func queueGauges() map[string]*gauges {
 			g.clusterWaiting += st.Cluster.Waiting
 			g.clusterInFlight += st.Cluster.Holders
 			g.clusterNodes += st.Cluster.Nodes
+			g.leaseExpirations = max(g.leaseExpirations, st.Cluster.LeaseExpirations)
 		}
 	}
 	return out

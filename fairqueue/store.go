@@ -147,6 +147,10 @@ type ClusterView struct {
 	Holders int
 	// Nodes is the number of live nodes.
 	Nodes int
+	// LeaseExpirations counts the permits freed because their lease ended
+	// unrenewed (a crashed or partitioned node), since the queue's state
+	// began.
+	LeaseExpirations int64
 }
 
 // ReconcileResult is the answer to Store.Reconcile.

@@ -31,6 +31,7 @@ type Store struct {
 	nodes    map[string]time.Time // node -> liveness expiry
 	handlers map[string]fairqueue.Handler
 	gone     map[string]time.Time // tombstones -> expiry
+	expired  int64                // permits freed by an ended lease
 	vtime    float64              // fair queueing: the tag of the last grant
 	tlast    map[string]float64   // tenant -> tag of its last queued ticket
 	twait    map[string]int       // tenant -> its tickets waiting
@@ -123,6 +124,7 @@ func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) 
 	for id, exp := range s.holders {
 		if !exp.After(now) {
 			delete(s.holders, id)
+			s.expired++
 		}
 	}
 	for len(s.holders) < l.Permits && s.waiting.Len() > 0 {
@@ -261,7 +263,7 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 	now := s.now()
 	res := fairqueue.HeartbeatResult{Epoch: s.epoch, Rejoined: !s.alive(hb.Node, now)}
 	s.nodes[hb.Node] = now.Add(hb.Lease)
-	res.Cluster = fairqueue.ClusterView{Waiting: s.waiting.Len(), Holders: len(s.holders)}
+	res.Cluster = fairqueue.ClusterView{Waiting: s.waiting.Len(), Holders: len(s.holders), LeaseExpirations: s.expired}
 	for _, exp := range s.nodes {
 		if !exp.Before(now) {
 			res.Cluster.Nodes++

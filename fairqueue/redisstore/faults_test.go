@@ -56,6 +56,8 @@ func TestCrashedNodesPermitsReturnAfterLease(t *testing.T) {
 		wait := r.at.Sub(crashed)
 		t.Logf("permit back %s after the crash (lease 1s)", wait)
 		assert.Less(t, wait, 4*time.Second)
+		eventually(t, 3*time.Second, func() bool { return live.q.Stats().Cluster.LeaseExpirations == 1 },
+			"the expired lease is counted in the cluster view")
 		r.p.Release()
 	case <-time.After(6 * time.Second):
 		t.Fatal("crashed node's permit never came back")

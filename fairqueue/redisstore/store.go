@@ -102,7 +102,7 @@ func New(rdb redis.UniversalClient, name string, opts Options) *Store {
 	clean := strings.NewReplacer("{", "_", "}", "_")
 	tag := "{" + clean.Replace(prefix) + ":" + clean.Replace(name) + "}"
 	s := &Store{rdb: rdb, tag: tag, chPrefix: tag + ":node:", sharded: opts.Sharded}
-	for _, k := range []string{"seq", "waiting", "holders", "nodes", "epoch", "grants", "gone", "vtime", "tlast", "twait"} {
+	for _, k := range []string{"seq", "waiting", "holders", "nodes", "epoch", "grants", "gone", "vtime", "tlast", "twait", "expired"} {
 		s.keys = append(s.keys, tag+":"+k)
 	}
 	return s
@@ -257,12 +257,13 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 	if err != nil {
 		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: %w", s.tag, err)
 	}
-	if len(v) != 5 {
+	if len(v) != 6 {
 		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: unexpected reply %v", s.tag, v)
 	}
 	epoch, _ := v[0].(string)
 	return fairqueue.HeartbeatResult{Epoch: epoch, Rejoined: toInt(v[1]) == 1,
-		Cluster: fairqueue.ClusterView{Waiting: int(toInt(v[2])), Holders: int(toInt(v[3])), Nodes: int(toInt(v[4]))}}, nil
+		Cluster: fairqueue.ClusterView{Waiting: int(toInt(v[2])), Holders: int(toInt(v[3])), Nodes: int(toInt(v[4])),
+			LeaseExpirations: toInt(v[5])}}, nil
 }
 
 // Reconcile implements fairqueue.Store.

@@ -1,5 +1,5 @@
 -- acquire: grant a ticket at once (fast path) or put it in the queue.
--- KEYS: the common layout (all ten).
+-- KEYS: the common layout (all eleven).
 -- ARGV: 1 ticket, 2-5 common, 6 node, 7 epoch candidate, 8 the ticket's
 --   cost / its tenant's weight (fair queueing; a ticket without a tenant
 --   is ordered by arrival), 9 max waiting (0: no cap), 10 max waiting per

@@ -14,6 +14,7 @@
 --   9 tlast    HASH flow -> tag of its last queued ticket
 --  10 twait    HASH flow -> its tickets waiting; a flow's fields are
 --              deleted when its backlog empties, so nothing outlives it
+--  11 expired  INCR counter: permits freed by an ended lease
 -- (a flow is one tenant's requests in one priority band)
 -- ARGV, the same first five for every script:
 --   1 ticket ID (or node ID)   2 permits   3 lease ms
@@ -70,7 +71,9 @@ end
 -- reap frees the permits whose lease ended (a crashed or partitioned
 -- node). At most the holders, so at most about the permits.
 local function reap()
-  return redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  local n = redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  if n > 0 then redis.call('INCRBY', KEYS[11], n) end
+  return n
 end
 
 -- dispatch hands free permits to the head of the queue, in order, and

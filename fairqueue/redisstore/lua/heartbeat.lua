@@ -1,10 +1,11 @@
 -- heartbeat: renew a node's liveness and the leases of its permits.
--- KEYS: the common layout (2-5 used).
+-- KEYS: the common layout (2-5, 11 used).
 -- ARGV: 1 node, 2-5 common, 6 epoch the node knows ('' if none),
 --   7 epoch candidate, 8 count n of held tickets, 9..8+n held tickets,
 --   9+n.. adopted tickets (admitted while Redis was unreachable).
--- Returns {epoch, rejoined, waiting, holders, nodes}: the last three are
--- the cluster's view (queue length, permits held, live nodes); rejoined =
+-- Returns {epoch, rejoined, waiting, holders, nodes, expired}: the last
+-- four are the cluster's view (queue length, permits held, live nodes,
+-- leases that ended unrenewed since the queue began); rejoined =
 -- 1 when the node was not alive
 -- here (Redis lost its data, or the node was silent longer than its
 -- lease), so its waiters must be queued again.
@@ -34,4 +35,4 @@ for i = 9 + n, #ARGV do
   redis.call('ZADD', KEYS[3], now + lease, ARGV[i])
 end
 return {cur, rejoined, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
-  redis.call('ZCOUNT', KEYS[4], now, '+inf')}
+  redis.call('ZCOUNT', KEYS[4], now, '+inf'), tonumber(redis.call('GET', KEYS[11]) or '0')}

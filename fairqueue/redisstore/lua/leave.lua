@@ -2,7 +2,7 @@
 -- liveness entry removed (its waiters, if any remain, are dropped when
 -- they reach the head). When the queue is then empty everywhere, its
 -- counters, epoch, tombstones and fairness state are deleted too: nothing is left.
--- KEYS: the common layout (all ten).
+-- KEYS: the common layout (all eleven).
 -- ARGV: 1 node, 2-5 common.
 -- Returns the number of permits released.
 -- Idempotent: a second run finds nothing of the node.
@@ -13,6 +13,6 @@ reap()
 dispatch('')
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 if redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4]) == 0 then
-  redis.call('DEL', KEYS[1], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10])
+  redis.call('DEL', KEYS[1], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11])
 end
 return #held
