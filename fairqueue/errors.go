@@ -28,6 +28,11 @@ var (
 	ErrQueueFull        = errors.New("fair queue: queue full")
 	ErrShuttingDown     = errors.New("fair queue: shutting down")
 	ErrStoreUnavailable = errors.New("fair queue: store unavailable")
+	// ErrStoreBusy is wrapped by a store error that says this process is
+	// overloaded (e.g. every client connection busy), not that the store
+	// is down: it does not count against the store's health, and Acquire
+	// retries the call until the max wait.
+	ErrStoreBusy = errors.New("fair queue: store client busy")
 )
 
 // RejectError is returned by Queue.Acquire when a ticket ends without a

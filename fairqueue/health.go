@@ -26,7 +26,7 @@ func (h *health) up() bool { return !h.down.Load() }
 func (h *health) record(log *zap.Logger, err error) {
 	if err == nil {
 		h.ok(log)
-	} else if !errors.Is(err, errClosed) {
+	} else if !errors.Is(err, errClosed) && !errors.Is(err, ErrStoreBusy) {
 		h.failed(log, err)
 	}
 }

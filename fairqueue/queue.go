@@ -188,9 +188,7 @@ func (q *Queue) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	if t == nil {
 		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
 	}
-	actx, cancel := context.WithDeadline(ctx, deadline)
-	res, err := q.store.Acquire(actx, TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Cost: req.increment(cfg.PriorityFactor)})
-	cancel()
+	res, err := q.send(ctx, t, req, cfg, deadline)
 	if err != nil {
 		t.state.CompareAndSwap(statePending, stateCancelled)
 		// The call may have reached the store: cancel with a tombstone
@@ -209,7 +207,6 @@ func (q *Queue) Acquire(ctx context.Context, req Request) (*Permit, error) {
 		if !time.Now().Before(deadline) {
 			return nil, q.reject(ReasonTimeout, start, 0, err)
 		}
-		q.health.failed(q.log, err)
 		return q.unavailable(ctx, req, start, deadline, err)
 	}
 	q.health.ok(q.log)
@@ -230,6 +227,44 @@ func (q *Queue) Acquire(ctx context.Context, req Request) (*Permit, error) {
 		q.grant(t, res.GrantNo)
 	}
 	return q.wait(ctx, t, start, deadline)
+}
+
+// send asks the store to grant or queue t. A failed call is sent again
+// (the scripts are idempotent by ticket) while the store is still up and
+// the deadline allows: one failure or a busy client pool is not an
+// outage, so on_store_error does not apply to it.
+func (q *Queue) send(ctx context.Context, t *ticket, req Request, cfg *Config, deadline time.Time) (AcquireResult, error) {
+	args := TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Cost: req.increment(cfg.PriorityFactor)}
+	backoff := 10 * time.Millisecond
+	for {
+		actx, cancel := context.WithDeadline(ctx, deadline)
+		res, err := q.store.Acquire(actx, args)
+		cancel()
+		if err == nil {
+			return res, nil
+		}
+		if ctx.Err() != nil || !time.Now().Before(callDeadline(ctx, deadline)) {
+			return res, err // the caller's deadline, not the store's fault
+		}
+		q.health.record(q.log, err)
+		if !q.health.up() || time.Until(deadline) <= backoff {
+			return res, err
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return res, err
+		}
+		backoff = min(2*backoff, 200*time.Millisecond)
+	}
+}
+
+// callDeadline is the earlier of ctx's deadline and d.
+func callDeadline(ctx context.Context, d time.Time) time.Time {
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		return cd
+	}
+	return d
 }
 
 // wait settles the race between a grant and the end of the wait with one

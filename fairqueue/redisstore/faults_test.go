@@ -370,3 +370,36 @@ func TestLocalFallbackQueuesInTheNodeWhileRedisIsAway(t *testing.T) {
 	assert.False(t, p.Local(), "the shared queue is used again")
 	p.Release()
 }
+
+// A busy client pool (this process overloaded, Redis fine) is not an
+// outage: the acquire is sent again until a connection frees, and no
+// request is admitted without a permit (fail open) meanwhile.
+func TestBusyClientPoolIsNotAnOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1, PoolTimeout: 20 * time.Millisecond,
+		ReadTimeout: 2 * time.Second, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	q, err := fairqueue.New(redisstore.New(rdb, "busy", redisstore.Options{}),
+		fairqueue.Config{Name: "busy", Permits: 1, FailOpen: true, MaxWait: 5 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Close() })
+	p, err := q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	p.Release()
+
+	blocked := make(chan struct{})
+	go func() { // holds the only pooled connection for 600ms
+		close(blocked)
+		rdb.BLPop(context.Background(), 600*time.Millisecond, "{busy}:nothing")
+	}()
+	<-blocked
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	p, err = q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	t.Logf("granted after %s with the pool busy", time.Since(start))
+	assert.False(t, p.FailOpen(), "a busy pool must not admit without a permit")
+	assert.True(t, q.Stats().StoreUp, "a busy pool does not mark the store down")
+	assert.Equal(t, []string{p.Ticket()}, readState(t, srv.Client(t), "busy").Holders)
+	p.Release()
+}

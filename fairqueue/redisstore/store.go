@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -200,7 +201,7 @@ func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.
 	v, err := scripts.acquire.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch(),
 		strconv.FormatFloat(t.Cost, 'g', -1, 64), t.MaxQueue, t.MaxQueuePerTenant)...).Slice()
 	if err != nil {
-		return fairqueue.AcquireResult{}, fmt.Errorf("acquire %s: %w", s.tag, err)
+		return fairqueue.AcquireResult{}, fmt.Errorf("acquire %s: %w", s.tag, busy(err))
 	}
 	if len(v) != 7 {
 		return fairqueue.AcquireResult{}, fmt.Errorf("acquire %s: unexpected reply %v", s.tag, v)
@@ -224,7 +225,7 @@ func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.
 func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
 	v, err := scripts.release.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits)...).Result()
 	if err != nil {
-		return fmt.Errorf("release %s: %w", s.tag, err)
+		return fmt.Errorf("release %s: %w", s.tag, busy(err))
 	}
 	s.deliver(v)
 	return nil
@@ -238,7 +239,7 @@ func (s *Store) Cancel(ctx context.Context, t fairqueue.TicketArgs) error {
 	}
 	v, err := scripts.cancel.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, ttl)...).Result()
 	if err != nil {
-		return fmt.Errorf("cancel %s: %w", s.tag, err)
+		return fmt.Errorf("cancel %s: %w", s.tag, busy(err))
 	}
 	s.deliver(v)
 	return nil
@@ -255,7 +256,7 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 	}
 	v, err := scripts.heartbeat.Run(ctx, s.rdb, s.keys, s.args(hb.Node, hb.Limits, more...)...).Slice()
 	if err != nil {
-		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: %w", s.tag, err)
+		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: %w", s.tag, busy(err))
 	}
 	if len(v) != 6 {
 		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: unexpected reply %v", s.tag, v)
@@ -270,7 +271,7 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 func (s *Store) Reconcile(ctx context.Context, node string, l fairqueue.Limits) (fairqueue.ReconcileResult, error) {
 	v, err := scripts.reconcile.Run(ctx, s.rdb, s.keys, s.args(node, l, inFlight.Milliseconds())...).Slice()
 	if err != nil {
-		return fairqueue.ReconcileResult{}, fmt.Errorf("reconcile %s: %w", s.tag, err)
+		return fairqueue.ReconcileResult{}, fmt.Errorf("reconcile %s: %w", s.tag, busy(err))
 	}
 	if len(v) != 5 {
 		return fairqueue.ReconcileResult{}, fmt.Errorf("reconcile %s: unexpected reply %v", s.tag, v)
@@ -290,7 +291,7 @@ func (s *Store) Reconcile(ctx context.Context, node string, l fairqueue.Limits) 
 // Leave implements fairqueue.Store.
 func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) error {
 	if err := scripts.leave.Run(ctx, s.rdb, s.keys, s.args(node, l)...).Err(); err != nil {
-		return fmt.Errorf("leave %s: %w", s.tag, err)
+		return fmt.Errorf("leave %s: %w", s.tag, busy(err))
 	}
 	return nil
 }
@@ -306,6 +307,15 @@ func (s *Store) Close() error {
 		return sub.Close()
 	}
 	return nil
+}
+
+// busy marks an error that says this process has no free connection:
+// the client is overloaded, Redis is not (necessarily) down.
+func busy(err error) error {
+	if errors.Is(err, redis.ErrPoolTimeout) {
+		return fmt.Errorf("%w: %w", fairqueue.ErrStoreBusy, err)
+	}
+	return err
 }
 
 func toInt(v any) int64 {
