@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: all test vet fmt bench-engine
+.PHONY: all test vet fmt bench-engine caddy xcaddy run demo-cluster bench-bins bench bench-quick
 
 all: test
 
@@ -25,5 +25,41 @@ fmt:
 bench-engine:
 	$(GO) test -run '^$$' -bench . -benchtime 2000x ./fairqueue/...
 
-# TODO: run (Caddy with the plugin and mockllm), demo-cluster and bench
-# targets are added by the owners of those parts.
+## caddy: build bin/caddy (Caddy + standard modules + fair_queue) with go build
+caddy:
+	$(GO) build -o bin/caddy ./cmd/caddy
+
+# xcaddy builds from this checkout. The module path is not published, so
+# the proxy refuses it: GOPROXY falls back to "off" and Go uses the local
+# replacement. CADDY_VERSION follows go.mod.
+XCADDY ?= github.com/caddyserver/xcaddy/cmd/xcaddy@v0.4.5
+XCADDY_GOPROXY ?= $(shell $(GO) env GOPROXY | sed 's/,direct$$//; s/|off$$//')|off
+CADDY_VERSION ?= $(shell $(GO) list -m -f '{{.Version}}' github.com/caddyserver/caddy/v2)
+
+## xcaddy: build bin/caddy-xcaddy the way users do (xcaddy build --with this checkout)
+xcaddy:
+	GOPROXY='$(XCADDY_GOPROXY)' CADDY_VERSION=$(CADDY_VERSION) $(GO) run $(XCADDY) build \
+		--with github.com/fair-queue/caddy-fair-queue=. --output bin/caddy-xcaddy
+
+## run: build Caddy and the mock LLM, run them with Caddyfile.example on :8080 (Ctrl-C stops)
+run:
+	GO=$(GO) ./scripts/run.sh
+
+## demo-cluster: Redis, mock LLM, 3 Caddy nodes sharing one queue, a burst of streams with live progress
+demo-cluster:
+	GO=$(GO) ./scripts/demo-cluster.sh
+
+bench-bins:
+	./scripts/ensure-redis.sh
+	./scripts/ensure-haproxy.sh || echo "bench: haproxy unavailable, the comparison leaves it out"
+	$(GO) build -o bin/caddy ./cmd/caddy
+	$(GO) build -o bin/mockllm ./cmd/mockllm
+	$(GO) build -o bin/bench ./cmd/bench
+
+## bench: fair_queue vs HAProxy vs reverse_proxy, full run; writes BENCHMARKS.md and bench-results/
+bench: bench-bins
+	bin/bench
+
+## bench-quick: the same in under 2 minutes, for regressions; reports, never fails on a missed target
+bench-quick: bench-bins
+	bin/bench -quick

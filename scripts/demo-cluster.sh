@@ -8,7 +8,7 @@
 # queue depth, requests in flight, granted and rejected every 500ms, and
 # ends with a table of the wait per node and the upstream's highest
 # concurrency against the permits. Every process it starts is stopped at
-# the end, on Ctrl-C too. Takes about 25s.
+# the end, on Ctrl-C too. Takes about 20s.
 #
 # Environment: RATE (arrivals/s, default 6), DURATION (default 10s),
 # TOKENS and TOKEN_DELAY (each answer: 20 tokens of 40ms, so the 4

@@ -5,8 +5,10 @@
 # service, if it starts one, is not used. Safe to run again.
 set -euo pipefail
 
-if version="$(haproxy -v 2>/dev/null | head -n 1)" && [ -n "$version" ]; then
-	echo "ensure-haproxy: $version"
+# haproxy -v prints several lines; take the first without a pipe (head
+# closing it early would fail the check under pipefail).
+if out="$(haproxy -v 2>/dev/null)" && [ -n "$out" ]; then
+	echo "ensure-haproxy: ${out%%$'\n'*}"
 	exit 0
 fi
 
@@ -28,8 +30,8 @@ echo "ensure-haproxy: installing haproxy"
 "${sudo[@]}" apt-get update
 "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y haproxy
 
-if ! version="$(haproxy -v | head -n 1)"; then
+if ! out="$(haproxy -v)"; then
 	echo "ensure-haproxy: haproxy does not run after install" >&2
 	exit 1
 fi
-echo "ensure-haproxy: $version"
+echo "ensure-haproxy: ${out%%$'\n'*}"

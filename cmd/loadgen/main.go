@@ -10,7 +10,8 @@
 //	        [-permits 4] [-wait-table] [-json out.json] [-results]
 //
 // Closed loop: -c clients, each sending its next request when the last
-// one ends, for -n requests in total or for -d. Open loop: -rate requests
+// one ends, for -n requests in total or for -d (with neither, each client
+// sends one request). Open loop: -rate requests
 // per second for -d. -tokens and -delay go to the upstream as the
 // X-Mock-Tokens and X-Mock-Delay headers of internal/mockllm. With
 // -permits, the summary compares the upstream's highest concurrency

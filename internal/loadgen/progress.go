@@ -44,10 +44,14 @@ type Observed struct {
 
 // UpstreamStats is the part of mockllm's GET /stats the tools read.
 type UpstreamStats struct {
-	InFlight    int `json:"in_flight"`
+	// InFlight is the number of completions running now.
+	InFlight int `json:"in_flight"`
+	// MaxInFlight is the highest InFlight since start or reset.
 	MaxInFlight int `json:"max_in_flight"`
-	Served      int `json:"served"`
-	Canceled    int `json:"canceled"`
+	// Served and Canceled count completions answered in full and cut
+	// short by their client.
+	Served   int `json:"served"`
+	Canceled int `json:"canceled"`
 }
 
 // Monitor prints a progress line of a run at a fixed interval.

@@ -13,12 +13,15 @@ import (
 
 // Latency summarizes a set of durations, in milliseconds.
 type Latency struct {
-	Count int     `json:"count"`
-	Mean  float64 `json:"mean_ms"`
-	P50   float64 `json:"p50_ms"`
-	P90   float64 `json:"p90_ms"`
-	P99   float64 `json:"p99_ms"`
-	Max   float64 `json:"max_ms"`
+	// Count is the number of durations.
+	Count int `json:"count"`
+	// Mean, P50, P90, P99 and Max are in milliseconds, rounded to the
+	// microsecond; percentiles are nearest-rank.
+	Mean float64 `json:"mean_ms"`
+	P50  float64 `json:"p50_ms"`
+	P90  float64 `json:"p90_ms"`
+	P99  float64 `json:"p99_ms"`
+	Max  float64 `json:"max_ms"`
 }
 
 // Summarize returns the Latency of ds (which it sorts in place).
@@ -57,11 +60,13 @@ func ms(d time.Duration) float64 {
 // TargetReport summarizes the requests sent to one target. Latencies
 // count only requests with outcome ok.
 type TargetReport struct {
-	Target   string `json:"target"`
-	Sent     int    `json:"sent"`
-	OK       int    `json:"ok"`
-	Rejected int    `json:"rejected"`
-	Failed   int    `json:"failed"`
+	// Target is the base URL, or "all" for the whole run.
+	Target string `json:"target"`
+	// Sent, OK, Rejected and Failed count requests by outcome.
+	Sent     int `json:"sent"`
+	OK       int `json:"ok"`
+	Rejected int `json:"rejected"`
+	Failed   int `json:"failed"`
 	// TTFB is the time to first byte: behind a queue, with a streaming
 	// upstream, the wait for a permit.
 	TTFB Latency `json:"ttfb"`
@@ -71,15 +76,20 @@ type TargetReport struct {
 
 // Report is the outcome of a run.
 type Report struct {
-	Config   Config    `json:"config"`
-	Started  time.Time `json:"started"`
-	Elapsed  float64   `json:"elapsed_s"`
-	Sent     int       `json:"sent"`
-	OK       int       `json:"ok"`
-	Rejected int       `json:"rejected"`
-	Failed   int       `json:"failed"`
-	Canceled int       `json:"canceled"`
-	Dropped  int64     `json:"dropped,omitempty"`
+	// Config is the run's configuration, defaults filled in.
+	Config Config `json:"config"`
+	// Started is when the run started; Elapsed its length in seconds,
+	// until the last request ended.
+	Started time.Time `json:"started"`
+	Elapsed float64   `json:"elapsed_s"`
+	// Sent, OK, Rejected, Failed and Canceled count requests by outcome.
+	Sent     int `json:"sent"`
+	OK       int `json:"ok"`
+	Rejected int `json:"rejected"`
+	Failed   int `json:"failed"`
+	Canceled int `json:"canceled"`
+	// Dropped counts open-loop arrivals not sent (MaxInFlight reached).
+	Dropped int64 `json:"dropped,omitempty"`
 	// Throughput is OK requests per second of the run.
 	Throughput float64 `json:"throughput_rps"`
 	// ByStatus counts requests per HTTP status ("0" for no response).
@@ -88,7 +98,9 @@ type Report struct {
 	// error event came without the header, "status" for a bare 429/503).
 	ByReason map[string]int `json:"by_reason,omitempty"`
 	// Errors counts failures per error message.
-	Errors  map[string]int `json:"errors,omitempty"`
+	Errors map[string]int `json:"errors,omitempty"`
+	// Overall summarizes every request; Targets each target, in the
+	// order of Config.Targets.
 	Overall TargetReport   `json:"overall"`
 	Targets []TargetReport `json:"targets"`
 	// Results holds every request when Config.KeepResults is set.
@@ -245,7 +257,7 @@ func counts(m map[string]int) string {
 // from an upstream that sends its headers at once (mockllm does).
 func (rep *Report) WriteWaitTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "node\trequests\tgranted+done\trejected\tfailed\twait p50 ms\twait p99 ms\twait max ms\t")
+	fmt.Fprintln(tw, "node\trequests\tok\trejected\tfailed\twait p50 ms\twait p99 ms\twait max ms\t")
 	rows := append([]TargetReport{}, rep.Targets...)
 	if len(rows) > 1 {
 		rows = append(rows, rep.Overall)

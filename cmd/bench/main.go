@@ -1,0 +1,75 @@
+// Command bench compares fair_queue with HAProxy and plain Caddy
+// reverse_proxy in front of the same mock LLM (package internal/bench)
+// and writes BENCHMARKS.md, bench-results/results.json and PNG plots.
+//
+// Usage:
+//
+//	bench [-quick] [-caddy bin/caddy] [-mockllm bin/mockllm] [-out bench-results]
+//	      [-md BENCHMARKS.md] [-systems haproxy,caddy,fq-local,fq-redis-1,fq-redis-3]
+//
+// It needs redis-server in PATH and, for the reference, haproxy
+// (scripts/ensure-redis.sh, scripts/ensure-haproxy.sh). Missed targets
+// are reported, not failures: it exits non-zero only when it cannot run.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/bench"
+)
+
+func main() {
+	var opts bench.Options
+	flag.BoolVar(&opts.Quick, "quick", false, "short run (under 2 minutes) for regressions")
+	flag.StringVar(&opts.Caddy, "caddy", "bin/caddy", "Caddy binary with the fair_queue plugin")
+	flag.StringVar(&opts.MockLLM, "mockllm", "bin/mockllm", "mockllm binary")
+	flag.StringVar(&opts.OutDir, "out", "bench-results", "directory for results.json, plots and logs")
+	flag.StringVar(&opts.Markdown, "md", "BENCHMARKS.md", "markdown report to write (empty: none)")
+	systems := flag.String("systems", "", "comma-separated subset of systems to run (default all)")
+	limit := flag.Duration("limit", 0, "abort after this long (default 5m quick, 30m full)")
+	flag.Parse()
+
+	if *systems != "" {
+		opts.Systems = strings.Split(*systems, ",")
+	}
+	for _, bin := range []string{opts.Caddy, opts.MockLLM} {
+		if _, err := os.Stat(bin); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v (build it: make caddy; go build -o bin/mockllm ./cmd/mockllm)\n", err)
+			os.Exit(2)
+		}
+	}
+	if *limit == 0 {
+		*limit = 30 * time.Minute
+		if opts.Quick {
+			*limit = 5 * time.Minute
+		}
+	}
+	opts.Log = os.Stdout
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *limit)
+	defer cancel()
+
+	res, err := bench.Run(ctx, opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("\n%-52s %-12s %-8s %s\n", "target", "system", "result", "measured")
+	for _, c := range res.Checks {
+		fmt.Printf("%-52s %-12s %-8s %s\n", c.Target, c.System, c.Result, c.Value)
+	}
+	fmt.Printf("\nbench: %s run in %.0f s; wrote %s/results.json", res.Mode, res.Elapsed, opts.OutDir)
+	if opts.Markdown != "" {
+		fmt.Printf(" and %s", opts.Markdown)
+	}
+	fmt.Println()
+}

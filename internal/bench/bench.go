@@ -1,0 +1,243 @@
+// Package bench measures fair_queue side by side with HAProxy and plain
+// Caddy reverse_proxy on one machine: it starts mockllm, redis-server,
+// HAProxy and Caddy processes on free loopback ports, drives them with
+// package loadgen, and writes results.json, PNG plots and BENCHMARKS.md.
+// cmd/bench is its command line (make bench, make bench-quick).
+//
+// Every process it starts runs in its own process group, dies with the
+// bench (Pdeathsig), and is stopped before Run returns.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Options configure a run.
+type Options struct {
+	// Quick selects short loads and 2,000 waiters (under 2 minutes);
+	// otherwise longer loads, more arrival rates, a streaming saturated
+	// load and 10,000 waiters.
+	Quick bool
+	// Caddy and MockLLM are the paths of the binaries (bin/caddy,
+	// bin/mockllm).
+	Caddy, MockLLM string
+	// OutDir receives results.json, the plots and logs/.
+	OutDir string
+	// Markdown is the BENCHMARKS.md to write; empty: none.
+	Markdown string
+	// Systems restricts the run to these spec names; empty: all.
+	Systems []string
+	// Log receives progress lines.
+	Log io.Writer
+}
+
+// bench is one run in progress.
+type bench struct {
+	opts    Options
+	env     *Env
+	rdb     *redis.Client
+	hc      *http.Client
+	mockURL string
+	res     *Results
+}
+
+func (b *bench) logf(format string, args ...any) {
+	if b.opts.Log != nil {
+		fmt.Fprintf(b.opts.Log, format+"\n", args...)
+	}
+}
+
+// settings returns the loads of a quick or a full run.
+func settings(quick bool) Settings {
+	s := Settings{
+		Permits: 4, ServiceMS: 10, Clients: 64, MaxWaitS: 60,
+		LowLoadClients: 1, LowLoadDelayMS: 0,
+		StreamTokens: 5, StreamTokenMS: 2, IdleWindowS: 5,
+		WaiterRampRPS: 1000, WaiterRampMiBps: 16,
+	}
+	if quick {
+		s.SaturatedS, s.LowLoadS, s.OpenLoopS = 3, 2, 2
+		s.OpenLoopLoads = []float64{0.5, 0.8, 0.95, 1.1}
+		s.Waiters = 2000
+		return s
+	}
+	s.SaturatedS, s.LowLoadS, s.OpenLoopS = 10, 5, 5
+	s.Bursts = []Burst{{PromptBytes: 1 << 10, RPS: 2000}, {PromptBytes: 64 << 10, RPS: 1000}}
+	s.OpenLoopLoads = []float64{0.25, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0, 1.1}
+	s.Waiters = 10000
+	s.StreamSaturated = true
+	return s
+}
+
+// Run runs the benchmark and writes its outputs. It returns an error only
+// when it could not run (a binary or a server missing); targets missed
+// are results, not errors.
+func Run(ctx context.Context, opts Options) (*Results, error) {
+	mode := "full"
+	if opts.Quick {
+		mode = "quick"
+	}
+	logDir := filepath.Join(opts.OutDir, "logs")
+	if err := os.RemoveAll(logDir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return nil, err
+	}
+	haproxy, _ := exec.LookPath("haproxy")
+	b := &bench{
+		opts: opts,
+		hc:   &http.Client{Timeout: 10 * time.Second},
+		res: &Results{
+			Mode: mode, Started: time.Now(), Settings: settings(opts.Quick),
+			Machine: describeMachine(opts.Caddy, haproxy),
+		},
+	}
+	set := b.res.Settings
+	procs := NewProcs(logDir)
+	defer procs.StopAll()
+
+	ports, err := FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	mockAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
+	redisAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
+	b.mockURL = "http://" + mockAddr
+	b.env = &Env{
+		Caddy: opts.Caddy, HAProxy: haproxy, Dir: logDir, Procs: procs,
+		MockAddr: mockAddr, RedisAddr: redisAddr,
+		Permits: set.Permits, MaxWait: secs(set.MaxWaitS),
+	}
+
+	rs, err := procs.Start("redis", "redis-server", "--port", strconv.Itoa(ports[1]),
+		"--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", logDir)
+	if err != nil {
+		return nil, fmt.Errorf("redis-server (run scripts/ensure-redis.sh): %w", err)
+	}
+	if err := rs.WaitListen(ctx, redisAddr, 15*time.Second); err != nil {
+		return nil, err
+	}
+	mock, err := procs.Start("mockllm", opts.MockLLM, "-listen", mockAddr, "-timeline",
+		"-tokens", "1", "-delay", ms2d(set.ServiceMS).String())
+	if err != nil {
+		return nil, err
+	}
+	if err := mock.WaitListen(ctx, mockAddr, 15*time.Second); err != nil {
+		return nil, err
+	}
+	b.rdb = redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: -1, PoolSize: 2})
+	defer b.rdb.Close()
+
+	b.logf("bench %s: %d CPUs (%s); permits %d, upstream %.0f ms, %d clients; logs in %s",
+		mode, b.res.Machine.CPUs, b.res.Machine.CPU, set.Permits, set.ServiceMS, set.Clients, logDir)
+	if haproxy == "" {
+		b.logf("haproxy not found: run scripts/ensure-haproxy.sh; HAProxy is left out")
+	}
+	if err := b.calibrate(ctx); err != nil {
+		return nil, err
+	}
+	for _, spec := range DefaultSpecs() {
+		if len(opts.Systems) > 0 && !slices.Contains(opts.Systems, spec.Name) {
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		b.res.Systems = append(b.res.Systems, b.measureSystem(ctx, spec))
+	}
+	b.runWaiters(ctx)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+
+	b.res.Machine.LoadEnd = loadAverage()
+	b.res.Checks = evaluate(b.res)
+	b.res.Elapsed = round(time.Since(b.res.Started).Seconds(), 1)
+	return b.res, b.write()
+}
+
+// openLoopFor says which systems get the arrival-rate sweep: the limiters
+// (a quick run leaves out the 3-node cluster to stay short).
+func (b *bench) openLoopFor(spec Spec) bool {
+	if !spec.Limited() {
+		return false
+	}
+	return !b.opts.Quick || spec.Nodes == 1
+}
+
+// runWaiters measures the systems holding many waiters: the Redis store
+// on one node (RSS with 1 KiB and 64 KiB prompts, idle Redis load), and
+// in a full run the local store too.
+func (b *bench) runWaiters(ctx context.Context) {
+	set := b.res.Settings
+	for _, spec := range DefaultSpecs() {
+		if spec.Kind != KindFairQueue || spec.Nodes != 1 || (!spec.Redis && b.opts.Quick) {
+			continue
+		}
+		if b.res.system(spec.Name) == nil {
+			continue // did not run, or failed
+		}
+		b.logf("== %s: %d waiters", spec.Label, set.Waiters)
+		type waiterLoad struct {
+			prompt      int
+			rate        float64
+			idle, burst bool
+		}
+		loads := []waiterLoad{
+			{prompt: 1 << 10, idle: true},
+			{prompt: 64 << 10},
+		}
+		for _, burst := range set.Bursts {
+			if spec.Redis {
+				loads = append(loads, waiterLoad{prompt: burst.PromptBytes, rate: burst.RPS, burst: true})
+			}
+		}
+		for _, l := range loads {
+			if ctx.Err() != nil {
+				return
+			}
+			if l.rate == 0 {
+				l.rate = min(set.WaiterRampRPS, set.WaiterRampMiBps*(1<<20)/float64(l.prompt))
+			}
+			run, err := b.waiters(ctx, spec, set.Waiters, l.prompt, l.rate, l.idle)
+			if err != nil {
+				b.logf("   failed: %v", err)
+				run = &WaiterRun{System: spec.Name, Waiters: set.Waiters, PromptBytes: l.prompt, RampRPS: l.rate, Note: err.Error()}
+			}
+			run.Burst = l.burst
+			b.res.Waiters = append(b.res.Waiters, run)
+		}
+	}
+}
+
+// write saves results.json, the plots and BENCHMARKS.md.
+func (b *bench) write() error {
+	data, err := json.MarshalIndent(b.res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(b.opts.OutDir, "results.json"), append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	plots, err := writePlots(b.res, b.opts.OutDir)
+	if err != nil {
+		b.logf("plots: %v", err)
+	}
+	if b.opts.Markdown == "" {
+		return nil
+	}
+	return os.WriteFile(b.opts.Markdown, []byte(markdown(b.res, b.opts, plots)), 0o644)
+}

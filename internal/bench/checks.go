@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Targets of the benchmark issue.
+const (
+	TargetThroughput   = "saturated throughput >= 0.97x HAProxy"
+	TargetFastPath     = "fast path <= +0.2 ms p50 over reverse_proxy"
+	TargetHandoff      = "handoff p99 <= 2 ms"
+	TargetFastScripts  = "<= 2 Redis script calls per fast-path request"
+	TargetQueueScripts = "<= 3 Redis script calls per queued request"
+	TargetConcurrency  = "upstream max concurrency <= permits"
+	TargetRSS          = "<= 50 KB RSS per waiting connection (1 KiB prompt)"
+	TargetRSS64        = "RSS per waiting connection (64 KiB prompt), reported"
+	TargetIdle         = "idle Redis load independent of the number of waiters"
+)
+
+func verdict(ok bool) string {
+	if ok {
+		return "pass"
+	}
+	return "FAIL"
+}
+
+// evaluate compares the measurements with the targets, one check per
+// target and system it applies to.
+func evaluate(res *Results) []Check {
+	var checks []Check
+	add := func(target, system, value, result string) {
+		checks = append(checks, Check{Target: target, System: system, Value: value, Result: result})
+	}
+	ha := res.system("haproxy")
+	plain := res.system("caddy")
+	permits := res.Settings.Permits
+	for _, s := range res.Systems {
+		if s.Error != "" || !s.Spec.Limited() {
+			continue
+		}
+		name := s.Spec.Name
+		fq := s.Spec.Kind == KindFairQueue
+		if fq && s.Saturated != nil {
+			if ha != nil && ha.Saturated != nil && ha.Saturated.Throughput > 0 {
+				r := s.Saturated.Throughput / ha.Saturated.Throughput
+				add(TargetThroughput, name, fmt.Sprintf("%.1f vs %.1f req/s = %.3fx", s.Saturated.Throughput, ha.Saturated.Throughput, r), verdict(r >= 0.97))
+			} else {
+				add(TargetThroughput, name, fmt.Sprintf("%.1f req/s (no HAProxy run)", s.Saturated.Throughput), "n/a")
+			}
+		}
+		if fq && s.LowLoad != nil && plain != nil && plain.LowLoad != nil {
+			d50 := s.LowLoad.P50 - plain.LowLoad.P50
+			d99 := s.LowLoad.P99 - plain.LowLoad.P99
+			add(TargetFastPath, name, fmt.Sprintf("p50 %+.3f ms, p99 %+.3f ms (%.3f / %.3f ms vs %.3f / %.3f)",
+				d50, d99, s.LowLoad.P50, s.LowLoad.P99, plain.LowLoad.P50, plain.LowLoad.P99), verdict(d50 <= 0.2))
+		}
+		if s.Saturated != nil && s.Saturated.HandoffCount > 0 {
+			add(TargetHandoff, name, fmt.Sprintf("p50 %.3f ms, p99 %.3f ms (%d handoffs)",
+				s.Saturated.HandoffP50, s.Saturated.HandoffP99, s.Saturated.HandoffCount), verdict(s.Saturated.HandoffP99 <= 2))
+		}
+		if s.Spec.Redis && s.LowLoad != nil {
+			add(TargetFastScripts, name, fmt.Sprintf("%.2f scripts, %.2f commands (inside scripts too) per request",
+				s.LowLoad.ScriptsPerRequest, s.LowLoad.CommandsPerRequest), verdict(s.LowLoad.ScriptsPerRequest <= 2))
+		}
+		if s.Spec.Redis && s.Saturated != nil {
+			add(TargetQueueScripts, name, fmt.Sprintf("%.2f scripts, %.2f commands (inside scripts too) per request",
+				s.Saturated.ScriptsPerRequest, s.Saturated.CommandsPerRequest), verdict(s.Saturated.ScriptsPerRequest <= 3))
+		}
+		for _, run := range []*LoadRun{s.Saturated, s.SaturatedStream} {
+			if run != nil {
+				add(TargetConcurrency, name, fmt.Sprintf("%d vs %d", run.UpstreamMax, permits), verdict(run.UpstreamMax <= permits))
+			}
+		}
+	}
+	for _, w := range res.Waiters {
+		target := TargetRSS64
+		if w.PromptBytes == 1<<10 {
+			target = TargetRSS
+		}
+		name := fmt.Sprintf("%s (%d waiters at %.0f/s)", w.System, w.Waiters, w.RampRPS)
+		if w.UpstreamMax > 0 {
+			add(TargetConcurrency, name, fmt.Sprintf("%d vs %d (%d waiters served, %d failed while the permits were held)",
+				w.UpstreamMax, permits, w.Served, w.Failed), verdict(w.UpstreamMax <= permits))
+		}
+		if w.Burst {
+			continue
+		}
+		if w.Note != "" || w.Queued <= 0 {
+			result := "n/a"
+			if target == TargetRSS {
+				result = "FAIL"
+			}
+			add(target, name, "not measured: "+w.Note, result)
+			continue
+		}
+		value := fmt.Sprintf("%.1f KiB per waiter (%d waiting, RSS %.1f -> %.1f MiB)",
+			w.RSSPerWaiter, w.Queued, float64(w.RSSBefore)/(1<<20), float64(w.RSSAfter)/(1<<20))
+		if target == TargetRSS {
+			add(TargetRSS, name, value, verdict(w.RSSPerWaiter*1024 <= 50_000))
+		} else {
+			add(TargetRSS64, name, value, "n/a")
+		}
+		if w.BaseWaiters > 0 {
+			ok := w.IdleCmdsPerS <= 1.5*w.BaseCmdsPerS+2
+			add(TargetIdle, name, fmt.Sprintf("%.1f cmds/s with %d waiting vs %.1f with %d",
+				w.IdleCmdsPerS, w.Queued, w.BaseCmdsPerS, w.BaseWaiters), verdict(ok))
+		}
+	}
+	// One block per target, in the order of the issue.
+	order := []string{TargetThroughput, TargetFastPath, TargetHandoff, TargetFastScripts,
+		TargetQueueScripts, TargetConcurrency, TargetRSS, TargetRSS64, TargetIdle}
+	slices.SortStableFunc(checks, func(a, b Check) int {
+		return slices.Index(order, a.Target) - slices.Index(order, b.Target)
+	})
+	return checks
+}

@@ -1,0 +1,190 @@
+package bench
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// markdown renders BENCHMARKS.md from the results of a run.
+func markdown(res *Results, opts Options, plots []string) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	set := res.Settings
+	m := res.Machine
+	cmd := "make bench"
+	if res.Mode == "quick" {
+		cmd = "make bench-quick"
+	}
+
+	w("# Benchmarks\n\n")
+	w("fair_queue side by side with HAProxy (`maxconn` + `timeout queue`) and plain Caddy `reverse_proxy`,\n")
+	w("all in front of the same mock LLM, on one machine. This file is written by `%s`\n", cmd)
+	w("(`cmd/bench`); the raw figures are in `%s/results.json`, the plots beside it.\n\n",
+		filepath.ToSlash(opts.OutDir))
+	w("Last run: **%s** mode, %s, %.0f s.\n\n", res.Mode, res.Started.Format("2006-01-02 15:04 MST"), res.Elapsed)
+
+	w("## Machine\n\n| nproc | CPU | memory | kernel | Go | Redis | HAProxy | Caddy |\n|---|---|---|---|---|---|---|---|\n")
+	w("| %d | %s | %d MiB | %s | %s | %s | %s | %s |\n\n", m.CPUs, m.CPU, m.MemoryMB, m.Kernel, m.Go,
+		orNone(version(m.Redis, "v=")), orNone(version(m.HAProxy, "version ")), orNone(version(m.Caddy, "")))
+	w("The load generator runs on the same %d CPUs as the servers it measures: absolute numbers are\n", m.CPUs)
+	w("lower bounds for a real deployment, the comparisons between systems are what matters. Load average\n")
+	w("(1 min) when the run started: **%.2f** (above ~0.5, other work shared the CPUs and the figures are\n", m.LoadStart)
+	w("noisier than usual); when it ended: %.2f, the bench's own processes included. A quick run is short:\n", m.LoadEnd)
+	w("compare several runs, not single figures.\n\n")
+
+	w("## Targets\n\n| target | system | measured | result |\n|---|---|---|---|\n")
+	for _, c := range res.Checks {
+		w("| %s | %s | %s | %s |\n", c.Target, c.System, c.Value, c.Result)
+	}
+	w("\n")
+	for _, s := range res.Systems {
+		if s.Error != "" {
+			w("- **%s** was not measured: `%s`\n", s.Spec.Label, oneLine(s.Error, 300))
+		}
+	}
+
+	w("\n## Saturated: %d clients, %d permits, %.0f ms upstream\n\n", set.Clients, set.Permits, set.ServiceMS)
+	w("Closed loop for %.0f s, unstreamed answers. Handoff: upstream arrival of a request minus the end of the\n", set.SaturatedS)
+	w("previous completion it replaced (mockllm `-timeline`); utilization: busy permit-time / (permits x wall time).\n")
+	w("The upstream alone, %d clients straight to mockllm, serves **%.1f req/s** (%.1f streamed): the ceiling of\n", set.Permits, set.UpstreamRPS, set.UpstreamStreamRPS)
+	w("every limiter here.\n\n")
+	loadTable(&b, res, func(s *System) *LoadRun { return s.Saturated })
+	if set.StreamSaturated {
+		w("\nThe same with streamed answers (%d tokens x %.0f ms):\n\n", set.StreamTokens, set.StreamTokenMS)
+		loadTable(&b, res, func(s *System) *LoadRun { return s.SaturatedStream })
+	}
+
+	w("\n(a) every command Redis executed, those run inside the scripts included (INFO commandstats counts both).\n")
+	w("\n## Low load: fast-path overhead\n\n")
+	w("%d client, back-to-back requests, upstream answers at once (1 token, no delay), %.0f s.\n\n", set.LowLoadClients, set.LowLoadS)
+	w("| system | requests | p50 ms | p99 ms | p50 vs reverse_proxy | p99 vs reverse_proxy | Redis scripts / req | Redis cmds / req (a) |\n|---|---|---|---|---|---|---|---|\n")
+	plain := res.system("caddy")
+	for _, s := range res.Systems {
+		if s.LowLoad == nil {
+			continue
+		}
+		d50, d99 := "", ""
+		if plain != nil && plain.LowLoad != nil && s.Spec.Name != "caddy" {
+			d50 = fmt.Sprintf("%+.3f ms", s.LowLoad.P50-plain.LowLoad.P50)
+			d99 = fmt.Sprintf("%+.3f ms", s.LowLoad.P99-plain.LowLoad.P99)
+		}
+		w("| %s | %d | %.3f | %.3f | %s | %s | %s | %s |\n", s.Spec.Label, s.LowLoad.Requests, s.LowLoad.P50, s.LowLoad.P99,
+			d50, d99, redisFig(s, s.LowLoad.ScriptsPerRequest), redisFig(s, s.LowLoad.CommandsPerRequest))
+	}
+
+	w("\n## Open loop: wait vs arrival rate\n\n")
+	w("Fixed arrival rate for %.0f s per point, streamed answers of %d x %.0f ms. Load = rate / %.1f req/s, the\n",
+		set.OpenLoopS, set.StreamTokens, set.StreamTokenMS, set.UpstreamStreamRPS)
+	w("measured throughput of the upstream alone with %d clients.\n", set.Permits)
+	w("Wait = time to first byte (mockllm sends its headers at once).\n\n")
+	w("| system | rate req/s | load | wait p50 ms | wait p99 ms | ok | rejected | failed |\n|---|---|---|---|---|---|---|---|\n")
+	for _, s := range res.Systems {
+		for _, p := range s.OpenLoop {
+			w("| %s | %.0f | %.2f | %.2f | %.2f | %d | %d | %d |\n", s.Spec.Label, p.Rate, p.Load, p.WaitP50, p.WaitP99, p.OK, p.Rejected, p.Failed)
+		}
+	}
+
+	w("\n## Many waiters\n\n")
+	w("All %d permits held by streams that last minutes, then N requests queued behind them on one Caddy node.\n", set.Permits)
+	w("RSS: `VmRSS` of the Caddy process before and after queueing them. Idle Redis load: every command Redis\n")
+	w("executed over %.0f s (INFO commandstats, the bench's own INFO excluded) with the waiters queued, compared\n", set.IdleWindowS)
+	w("with the same node holding only a few waiters. The waiters arrive at %.0f req/s (fewer for large prompts:\n", set.WaiterRampRPS)
+	w("at most %.0f MiB/s of them). While every permit is held no waiter may reach the upstream: \"upstream max\"\n", set.WaiterRampMiBps)
+	w("above %d, or waiters served, mean requests got in without a permit.", set.Permits)
+	if len(set.Bursts) > 0 {
+		w(" The burst runs (Redis store) send them much faster and check only that.")
+	}
+	w("\n\n")
+	w("| system | waiters | prompt | queued | RSS before MiB | RSS after MiB | KiB per waiter | Redis cmds/s (few waiters) | Redis cmds/s (all waiting) | scripts/s | upstream max | served / failed / rejected | note |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, x := range res.Waiters {
+		base, idle, scripts := "", "", ""
+		if x.BaseWaiters > 0 {
+			base = fmt.Sprintf("%.1f (%d)", x.BaseCmdsPerS, x.BaseWaiters)
+			idle = fmt.Sprintf("%.1f", x.IdleCmdsPerS)
+			scripts = fmt.Sprintf("%.1f", x.IdleScripts)
+		}
+		note := x.Note
+		if len(x.Reasons) > 0 {
+			note = strings.TrimSpace(note + " rejects: " + fmt.Sprint(x.Reasons))
+		}
+		w("| %s | %d at %.0f/s | %d KiB | %d | %.1f | %.1f | %.1f | %s | %s | %s | %d | %d / %d / %d | %s |\n", x.System, x.Waiters, x.RampRPS, x.PromptBytes/1024, x.Queued,
+			float64(x.RSSBefore)/(1<<20), float64(x.RSSAfter)/(1<<20), x.RSSPerWaiter, base, idle, scripts,
+			x.UpstreamMax, x.Served, x.Failed, x.Rejected, oneLine(note, 160))
+	}
+
+	if len(plots) > 0 {
+		w("\n## Plots\n\nWritten to `%s/` (not committed: run the bench to see them):\n\n", filepath.ToSlash(opts.OutDir))
+		for _, p := range plots {
+			w("- `%s`\n", p)
+		}
+	}
+
+	w("\n## Reproduce\n\n```sh\nmake bench-quick   # under 2 minutes: short loads, %d waiters; reports, never fails on noise\n", settings(true).Waiters)
+	w("make bench         # longer loads, more rates, a streaming saturated load, %d waiters\n```\n\n", settings(false).Waiters)
+	w("Both build `bin/caddy` and `bin/mockllm`, install `redis-server` and `haproxy` from the Debian packages if\n")
+	w("missing, start every server on free loopback ports, stop them all at the end, and rewrite this file.\n")
+	w("Logs and configs of the last run are in `%s/logs/`.\n", filepath.ToSlash(opts.OutDir))
+	return b.String()
+}
+
+// loadTable writes one row per system for the load pick selects.
+func loadTable(b *strings.Builder, res *Results, pick func(*System) *LoadRun) {
+	ha := res.system("haproxy")
+	fmt.Fprintf(b, "| system | req/s | vs HAProxy | p50 ms | p99 ms | upstream max / permits | utilization | handoff p50 / p99 ms | Redis scripts / req | Redis cmds / req (a) | rejected | failed |\n")
+	fmt.Fprintf(b, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range res.Systems {
+		run := pick(s)
+		if run == nil {
+			continue
+		}
+		ratio := ""
+		if s.Spec.Limited() && ha != nil && pick(ha) != nil && pick(ha).Throughput > 0 {
+			ratio = fmt.Sprintf("%.3fx", run.Throughput/pick(ha).Throughput)
+		}
+		limit, util, handoff := "unlimited", "", ""
+		if s.Spec.Limited() {
+			limit = fmt.Sprintf("%d", res.Settings.Permits)
+			util = fmt.Sprintf("%.3f", run.Utilization)
+			handoff = fmt.Sprintf("%.3f / %.3f", run.HandoffP50, run.HandoffP99)
+		}
+		fmt.Fprintf(b, "| %s | %.1f | %s | %.2f | %.2f | %d / %s | %s | %s | %s | %s | %d | %d |\n",
+			s.Spec.Label, run.Throughput, ratio, run.P50, run.P99, run.UpstreamMax, limit, util, handoff,
+			redisFig(s, run.ScriptsPerRequest), redisFig(s, run.CommandsPerRequest), run.Rejected, run.Failed)
+	}
+}
+
+func redisFig(s *System, v float64) string {
+	if !s.Spec.Redis {
+		return ""
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "not installed"
+	}
+	return strings.ReplaceAll(s, "|", "/")
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	s = strings.ReplaceAll(s, "|", "/")
+	if len(s) > n {
+		s = s[:n] + "..."
+	}
+	return s
+}
+
+// version picks the version out of a server's version line: the word
+// after marker ("v=7.0.15"), or the first word.
+func version(line, marker string) string {
+	if i := strings.Index(line, marker); marker != "" && i >= 0 {
+		line = line[i+len(marker):]
+	}
+	if f := strings.Fields(line); len(f) > 0 {
+		return f[0]
+	}
+	return ""
+}

@@ -1,0 +1,250 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
+	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
+)
+
+// load runs one closed or open loop against targets and returns its
+// report. The per-request timeout outlasts the longest queue wait.
+func (b *bench) load(ctx context.Context, targets []string, cfg loadgen.Config) (*loadgen.Report, error) {
+	cfg.Targets = targets
+	if cfg.Timeout == 0 {
+		cfg.Timeout = b.env.MaxWait + 10*time.Second
+	}
+	r, err := loadgen.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return r.Run(ctx)
+}
+
+// warm opens connections and warms caches before a system is measured.
+func (b *bench) warm(ctx context.Context, r *Running) error {
+	_, err := b.load(ctx, r.Targets, loadgen.Config{
+		Clients: 8, Duration: 300 * time.Millisecond, Tokens: 1, Delay: time.Millisecond,
+	})
+	return err
+}
+
+// measure runs cfg against r with the upstream's and Redis' counters
+// reset first, and returns what the load, the upstream and Redis saw.
+func (b *bench) measure(ctx context.Context, r *Running, cfg loadgen.Config) (*LoadRun, error) {
+	if err := b.resetCounters(ctx); err != nil {
+		return nil, err
+	}
+	rep, err := b.load(ctx, r.Targets, cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Releases run after the last answers reach the clients.
+	time.Sleep(100 * time.Millisecond)
+	st, err := b.mockStats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	run := &LoadRun{
+		Requests: rep.Sent, OK: rep.OK, Rejected: rep.Rejected, Failed: rep.Failed,
+		Elapsed: round(rep.Elapsed, 3), Throughput: rep.Throughput,
+		P50: rep.Overall.Total.P50, P90: rep.Overall.Total.P90,
+		P99: rep.Overall.Total.P99, Max: rep.Overall.Total.Max,
+		CDF:         quantiles(rep.Durations(), 200),
+		UpstreamMax: st.MaxInFlight,
+	}
+	if r.Spec.Limited() && rep.Elapsed > 0 {
+		run.Utilization = round(st.BusyMS/(float64(b.env.Permits)*rep.Elapsed*1000), 3)
+		gaps := make([]time.Duration, len(st.HandoffGapsUS))
+		for i, us := range st.HandoffGapsUS {
+			gaps[i] = time.Duration(us) * time.Microsecond
+		}
+		slices.Sort(gaps)
+		run.HandoffCount = len(gaps)
+		run.HandoffP50 = msOf(loadgen.Percentile(gaps, 50))
+		run.HandoffP99 = msOf(loadgen.Percentile(gaps, 99))
+	}
+	if r.Spec.Redis && rep.Sent > 0 {
+		cs, err := ReadCommandStats(ctx, b.rdb)
+		if err != nil {
+			return nil, err
+		}
+		run.Commands = cs
+		run.ScriptsPerRequest = round(float64(cs.Scripts())/float64(rep.Sent), 2)
+		run.CommandsPerRequest = round(float64(cs.Total())/float64(rep.Sent), 2)
+	}
+	return run, nil
+}
+
+// measureSystem starts spec, runs the low-load, saturated and open-loop
+// measurements on it and stops it.
+func (b *bench) measureSystem(ctx context.Context, spec Spec) *System {
+	sys := &System{Spec: spec}
+	b.logf("== %s", spec.Label)
+	r, err := b.env.Start(ctx, spec)
+	if err != nil {
+		sys.Error = err.Error()
+		b.logf("   not measured: %v", err)
+		return sys
+	}
+	defer b.env.Stop(r)
+	if err := b.warm(ctx, r); err != nil {
+		sys.Error = err.Error()
+		return sys
+	}
+	set := b.res.Settings
+	step := func(name string, cfg loadgen.Config) *LoadRun {
+		if err != nil {
+			return nil
+		}
+		var run *LoadRun
+		run, err = b.measure(ctx, r, cfg)
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err == nil {
+			b.logf("   %-18s %6d req  %8.1f ok/s  p50 %7.2f ms  p99 %7.2f ms  upstream max %d  rejected %d failed %d",
+				name, run.Requests, run.Throughput, run.P50, run.P99, run.UpstreamMax, run.Rejected, run.Failed)
+		}
+		return run
+	}
+	sys.LowLoad = step("low load", loadgen.Config{
+		Clients: set.LowLoadClients, Duration: secs(set.LowLoadS), Tokens: 1, Delay: 0,
+	})
+	sys.Saturated = step("saturated", loadgen.Config{
+		Clients: set.Clients, Duration: secs(set.SaturatedS), Tokens: 1, Delay: ms2d(set.ServiceMS),
+	})
+	if set.StreamSaturated {
+		sys.SaturatedStream = step("saturated stream", loadgen.Config{
+			Clients: set.Clients, Duration: secs(set.SaturatedS), Stream: true,
+			Tokens: set.StreamTokens, Delay: ms2d(set.StreamTokenMS),
+		})
+	}
+	if err == nil && b.openLoopFor(spec) {
+		sys.OpenLoop, err = b.openLoop(ctx, r)
+	}
+	if err != nil {
+		sys.Error = err.Error()
+		b.logf("   failed: %v", err)
+	}
+	return sys
+}
+
+// calibrate measures the upstream alone with Permits clients, unstreamed
+// and streamed: what a perfect limiter would let through.
+func (b *bench) calibrate(ctx context.Context) error {
+	set := &b.res.Settings
+	d := secs(min(set.SaturatedS, 2))
+	for _, stream := range []bool{false, true} {
+		cfg := loadgen.Config{Clients: b.env.Permits, Duration: d, Tokens: 1, Delay: ms2d(set.ServiceMS)}
+		if stream {
+			cfg.Stream, cfg.Tokens, cfg.Delay = true, set.StreamTokens, ms2d(set.StreamTokenMS)
+		}
+		rep, err := b.load(ctx, []string{b.mockURL}, cfg)
+		if err != nil {
+			return err
+		}
+		if stream {
+			set.UpstreamStreamRPS = rep.Throughput
+		} else {
+			set.UpstreamRPS = rep.Throughput
+		}
+	}
+	b.logf("upstream alone, %d clients: %.1f req/s unstreamed, %.1f req/s streamed",
+		b.env.Permits, set.UpstreamRPS, set.UpstreamStreamRPS)
+	return nil
+}
+
+// openLoop measures the wait at each arrival rate of the settings.
+func (b *bench) openLoop(ctx context.Context, r *Running) ([]*RatePoint, error) {
+	set := b.res.Settings
+	capacity := set.UpstreamStreamRPS
+	if capacity <= 0 {
+		capacity = float64(b.env.Permits) / (float64(set.StreamTokens) * set.StreamTokenMS / 1000)
+	}
+	var points []*RatePoint
+	for _, load := range set.OpenLoopLoads {
+		rate := math.Round(load * capacity)
+		rep, err := b.load(ctx, r.Targets, loadgen.Config{
+			Rate: rate, Duration: secs(set.OpenLoopS), Stream: true,
+			Tokens: set.StreamTokens, Delay: ms2d(set.StreamTokenMS),
+		})
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
+			return points, err
+		}
+		p := &RatePoint{
+			Rate: rate, Load: load, Sent: rep.Sent, OK: rep.OK, Rejected: rep.Rejected, Failed: rep.Failed,
+			Throughput: rep.Throughput, WaitP50: rep.Overall.TTFB.P50, WaitP99: rep.Overall.TTFB.P99,
+		}
+		points = append(points, p)
+		b.logf("   open loop %4.0f/s  (load %.2f)  wait p50 %7.2f ms  p99 %7.2f ms  ok %d rejected %d failed %d",
+			rate, load, p.WaitP50, p.WaitP99, p.OK, p.Rejected, p.Failed)
+		time.Sleep(200 * time.Millisecond) // let a backlog drain
+	}
+	return points, nil
+}
+
+// resetCounters zeroes mockllm's stats and Redis' command statistics.
+func (b *bench) resetCounters(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.mockURL+"/stats/reset", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("reset mockllm stats: %w", err)
+	}
+	resp.Body.Close()
+	if err := b.rdb.ConfigResetStat(ctx).Err(); err != nil {
+		return fmt.Errorf("redis CONFIG RESETSTAT: %w", err)
+	}
+	return nil
+}
+
+// mockStats reads mockllm's /stats, timeline included.
+func (b *bench) mockStats(ctx context.Context) (mockllm.Stats, error) {
+	var st mockllm.Stats
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.mockURL+"/stats", nil)
+	if err != nil {
+		return st, err
+	}
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		return st, fmt.Errorf("mockllm stats: %w", err)
+	}
+	defer resp.Body.Close()
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// quantiles returns n evenly spaced quantiles (1/n ... 1) of sorted ds, in
+// ms.
+func quantiles(sorted []time.Duration, n int) []float64 {
+	if len(sorted) == 0 {
+		return nil
+	}
+	out := make([]float64, n)
+	for i := range n {
+		out[i] = msOf(loadgen.Percentile(sorted, 100*float64(i+1)/float64(n)))
+	}
+	return out
+}
+
+func msOf(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 3) }
+
+func ms2d(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
+
+func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+func round(v float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(v*p) / p
+}

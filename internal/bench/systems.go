@@ -1,0 +1,216 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Kinds of system under test.
+const (
+	KindHAProxy   = "haproxy"
+	KindPlain     = "plain"
+	KindFairQueue = "fair_queue"
+)
+
+// Spec describes one system under test.
+type Spec struct {
+	// Name is short and unique: it names log files and the queue.
+	Name string `json:"name"`
+	// Label is how tables and plots show it.
+	Label string `json:"label"`
+	// Kind is one of the Kind constants.
+	Kind string `json:"kind"`
+	// Nodes is the number of Caddy processes (fair_queue with Redis).
+	Nodes int `json:"nodes"`
+	// Redis selects the Redis store; otherwise the in-process one.
+	Redis bool `json:"redis"`
+}
+
+// Limited reports whether the system holds the upstream to the permits.
+func (s Spec) Limited() bool { return s.Kind != KindPlain }
+
+// DefaultSpecs are the systems of a run, HAProxy first: it is the
+// reference the others are compared with.
+func DefaultSpecs() []Spec {
+	return []Spec{
+		{Name: "haproxy", Label: "HAProxy maxconn", Kind: KindHAProxy, Nodes: 1},
+		{Name: "caddy", Label: "Caddy reverse_proxy", Kind: KindPlain, Nodes: 1},
+		{Name: "fq-local", Label: "fair_queue local", Kind: KindFairQueue, Nodes: 1},
+		{Name: "fq-redis-1", Label: "fair_queue Redis 1 node", Kind: KindFairQueue, Nodes: 1, Redis: true},
+		{Name: "fq-redis-3", Label: "fair_queue Redis 3 nodes", Kind: KindFairQueue, Nodes: 3, Redis: true},
+	}
+}
+
+// Env is what every system of a run shares: the binaries, the upstream,
+// Redis, and the owner of the processes.
+type Env struct {
+	// Caddy is the path of the Caddy binary with the plugin; HAProxy the
+	// path of haproxy, empty when unavailable.
+	Caddy   string
+	HAProxy string
+	// Dir receives configs and logs; Procs owns the processes.
+	Dir   string
+	Procs *Procs
+	// MockAddr and RedisAddr are the host:port of mockllm and Redis.
+	MockAddr  string
+	RedisAddr string
+	// Permits and MaxWait configure every limiter.
+	Permits int
+	MaxWait time.Duration
+}
+
+// Running is a started system.
+type Running struct {
+	// Spec is the system.
+	Spec Spec
+	// Targets are the base URLs, one per node.
+	Targets []string
+	// Queue is the fair_queue name (Redis keys {fair_queue:<Queue>}:...).
+	Queue string
+	procs []*Proc
+}
+
+// PIDs returns the process ids of the system's nodes.
+func (r *Running) PIDs() []int {
+	pids := make([]int, len(r.procs))
+	for i, p := range r.procs {
+		pids[i] = p.PID()
+	}
+	return pids
+}
+
+// Port returns the port node i listens on.
+func (r *Running) Port(i int) int {
+	u := r.Targets[i]
+	port, _ := strconv.Atoi(u[strings.LastIndexByte(u, ':')+1:])
+	return port
+}
+
+// Start starts the nodes of spec and waits until they listen.
+func (e *Env) Start(ctx context.Context, spec Spec) (*Running, error) {
+	ports, err := FreePorts(spec.Nodes)
+	if err != nil {
+		return nil, err
+	}
+	r := &Running{Spec: spec, Queue: "bench-" + spec.Name}
+	for i, port := range ports {
+		name := spec.Name
+		if spec.Nodes > 1 {
+			name += "-" + strconv.Itoa(i+1)
+		}
+		listen := "127.0.0.1:" + strconv.Itoa(port)
+		p, err := e.startNode(name, listen, spec, r.Queue)
+		if err != nil {
+			e.Stop(r)
+			return nil, err
+		}
+		r.procs = append(r.procs, p)
+		if err := p.WaitListen(ctx, listen, 15*time.Second); err != nil {
+			e.Stop(r)
+			return nil, err
+		}
+		r.Targets = append(r.Targets, "http://"+listen)
+	}
+	return r, nil
+}
+
+// startNode writes the config of one node and starts it.
+func (e *Env) startNode(name, listen string, spec Spec, queue string) (*Proc, error) {
+	if spec.Kind == KindHAProxy {
+		if e.HAProxy == "" {
+			return nil, fmt.Errorf("haproxy is not installed")
+		}
+		cfg := filepath.Join(e.Dir, name+".cfg")
+		if err := os.WriteFile(cfg, []byte(e.haproxyConfig(listen)), 0o644); err != nil {
+			return nil, err
+		}
+		return e.Procs.Start(name, e.HAProxy, "-db", "-f", cfg)
+	}
+	data, err := e.caddyConfig(listen, spec, queue)
+	if err != nil {
+		return nil, err
+	}
+	cfg := filepath.Join(e.Dir, name+".json")
+	if err := os.WriteFile(cfg, data, 0o644); err != nil {
+		return nil, err
+	}
+	return e.Procs.Start(name, e.Caddy, "run", "--config", cfg)
+}
+
+// Stop stops the nodes of r.
+func (e *Env) Stop(r *Running) {
+	for _, p := range r.procs {
+		e.Procs.Stop(p)
+	}
+}
+
+// haproxyConfig queues in HAProxy itself: at most Permits connections to
+// the upstream, the others wait up to MaxWait ("timeout queue").
+func (e *Env) haproxyConfig(listen string) string {
+	return fmt.Sprintf(`global
+	maxconn 9000
+
+defaults
+	mode http
+	timeout connect 2s
+	timeout client 15m
+	timeout server 15m
+	timeout queue %dms
+	option http-keep-alive
+	# forward each streamed chunk at once (no MSG_MORE batching), as SSE needs
+	option http-no-delay
+
+frontend fe
+	bind %s
+	default_backend be
+
+backend be
+	server s1 %s maxconn %d
+`, e.MaxWait.Milliseconds(), listen, e.MockAddr, e.Permits)
+}
+
+// caddyConfig returns the JSON config of one Caddy node: reverse_proxy to
+// mockllm, preceded by fair_queue unless spec is plain. Admin is off, logs
+// only warnings.
+func (e *Env) caddyConfig(listen string, spec Spec, queue string) ([]byte, error) {
+	var handlers []any
+	if spec.Kind == KindFairQueue {
+		fq := map[string]any{
+			"handler":  "fair_queue",
+			"name":     queue,
+			"permits":  e.Permits,
+			"max_wait": e.MaxWait.String(),
+			"max_body": 1 << 20,
+		}
+		if spec.Redis {
+			fq["redis"] = map[string]any{"url": "redis://" + e.RedisAddr + "/0"}
+		}
+		handlers = append(handlers, fq)
+	}
+	handlers = append(handlers, map[string]any{
+		"handler":        "reverse_proxy",
+		"upstreams":      []any{map[string]any{"dial": e.MockAddr}},
+		"flush_interval": -1,
+	})
+	cfg := map[string]any{
+		"admin": map[string]any{"disabled": true, "config": map[string]any{"persist": false}},
+		"logging": map[string]any{"logs": map[string]any{
+			"default": map[string]any{"level": "WARN"},
+		}},
+		"apps": map[string]any{"http": map[string]any{
+			"grace_period": "1s",
+			"servers": map[string]any{"bench": map[string]any{
+				"listen":          []string{listen},
+				"automatic_https": map[string]any{"disable": true},
+				"routes":          []any{map[string]any{"handle": handlers}},
+			}},
+		}},
+	}
+	return json.MarshalIndent(cfg, "", "  ")
+}
