@@ -80,6 +80,17 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        sse_event   <name>             # default "error"
 //	        sse_data    <template>         # default: body, or the default error object
 //	    }
+//
+//	    # streaming requests that wait: send the 200 event-stream header
+//	    # and an SSE comment every interval; default off
+//	    sse_keepalive <interval>           # at least 100ms, shorter than max_wait
+//	    sse_queue_events                   # also an "event: queue"; requires sse_keepalive
+//
+//	    # record each reject in a Redis stream; requires redis; default off
+//	    reject_stream <key> {
+//	        maxlen <n>                     # about n entries kept (MAXLEN ~); default 10000
+//	        field  <name> <template>       # repeatable, e.g. field conversation {http.request.header.X-Conversation-Id}
+//	    }
 //	}
 //
 // Every option may be given once, except weight (once per tenant value)
@@ -143,6 +154,18 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.Redis, err = parseRedis(d)
 			return err
 		},
+		"sse_keepalive": duration(&h.SSEKeepalive, minSSEKeepalive),
+		"sse_queue_events": func(d *caddyfile.Dispenser) error {
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			h.SSEQueueEvents = true
+			return nil
+		},
+		"reject_stream": func(d *caddyfile.Dispenser) (err error) {
+			h.RejectStream, err = parseRejectStream(d)
+			return err
+		},
 		"reject": func(d *caddyfile.Dispenser) error {
 			rc, err := parseReject(d)
 			if err != nil {
@@ -164,6 +187,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.Err("permits is required")
 	case time.Duration(h.PollInterval) > maxWait:
 		return d.Errf("poll_interval (%s) must not exceed max_wait (%s)", time.Duration(h.PollInterval), maxWait)
+	case time.Duration(h.SSEKeepalive) >= maxWait:
+		return d.Errf("sse_keepalive (%s) must be shorter than max_wait (%s), or it never fires", time.Duration(h.SSEKeepalive), maxWait)
 	}
 	if err := h.checkOptions(); err != nil {
 		return d.Err(err.Error())

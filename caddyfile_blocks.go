@@ -156,3 +156,45 @@ func parseReject(d *caddyfile.Dispenser) (*RejectConfig, error) {
 	}
 	return rc, nil
 }
+
+// parseRejectStream parses `reject_stream <key> [{ ... }]`; see
+// UnmarshalCaddyfile.
+func parseRejectStream(d *caddyfile.Dispenser) (*RejectStreamConfig, error) {
+	key, err := stringArg(d)
+	if err != nil {
+		return nil, err
+	}
+	rs := &RejectStreamConfig{Key: key}
+	err = parseBlock(d, map[string]func(*caddyfile.Dispenser) error{
+		"maxlen": func(d *caddyfile.Dispenser) error {
+			n, err := intArg(d, 1)
+			rs.MaxLen = int64(n)
+			return err
+		},
+		"field": func(d *caddyfile.Dispenser) error {
+			args := d.RemainingArgs()
+			if len(args) != 2 {
+				return d.ArgErr()
+			}
+			name := args[0]
+			if _, dup := rs.Fields[name]; dup {
+				return d.Errf("reject_stream: field '%s' is given twice", name)
+			}
+			if err := checkRejectField(name); err != nil {
+				return d.Err(err.Error())
+			}
+			if rs.Fields == nil {
+				rs.Fields = make(map[string]string)
+			}
+			rs.Fields[name] = args[1]
+			return nil
+		},
+	}, "field")
+	if err != nil {
+		return nil, err
+	}
+	if err := rs.check(); err != nil {
+		return nil, d.Err(err.Error())
+	}
+	return rs, nil
+}

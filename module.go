@@ -208,12 +208,41 @@ type Handler struct {
 	// reason. See RejectConfig for the defaults.
 	Reject []*RejectConfig `json:"reject,omitempty"`
 
+	// SSEKeepalive, when set, keeps a streaming request (Accept:
+	// text/event-stream, or "stream": true in the JSON body) that has
+	// waited this long in the queue from being cut by an idle timeout
+	// of a proxy or CDN on the way: the handler sends the response's
+	// header (200, Content-Type text/event-stream, Cache-Control
+	// no-cache, X-Accel-Buffering no) and then an SSE comment, such as
+	// ": queued waited=12s", every interval until the request is
+	// granted or rejected. Every SSE client ignores comments. Once the
+	// header is sent the upstream's status and header cannot be: when
+	// granted, the upstream's body is relayed as it comes (an upstream
+	// error status becomes an SSE "error" event whose data is the
+	// upstream's JSON error, or a default error object); a reject
+	// becomes the reject's SSE event (see RejectConfig; its sse_status
+	// and headers no longer apply, so the reason is only in the event's
+	// data). At least 100ms and shorter than MaxWait. Default 0: off.
+	SSEKeepalive caddy.Duration `json:"sse_keepalive,omitempty"`
+
+	// SSEQueueEvents adds to each keepalive comment a named event,
+	// "event: queue" with data {"position":N,"eta_s":T,"waited_s":W}
+	// (position and eta_s are null while the queue cannot tell them).
+	// Off by default: OpenAI SDKs hand events they do not know to the
+	// caller as if they were completion chunks. Requires SSEKeepalive.
+	SSEQueueEvents bool `json:"sse_queue_events,omitempty"`
+
+	// RejectStream records each reject in a Redis stream, for the
+	// application to act on. Requires Redis. Default: off.
+	RejectStream *RejectStreamConfig `json:"reject_stream,omitempty"`
+
 	logger   *zap.Logger
 	backend  backend
 	policies map[fairqueue.Reason]*rejectPolicy
-	dynamic  bool   // Name has placeholders
-	fair     bool   // Tenant or Priority is set
-	gen      uint64 // provisioning number
+	rejects  *rejectStream // with RejectStream
+	dynamic  bool          // Name has placeholders
+	fair     bool          // Tenant or Priority is set
+	gen      uint64        // provisioning number
 	claim    *claimKey
 
 	mu       sync.Mutex
@@ -252,6 +281,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.backend, err = newStore(h.Redis, caddy.NewReplacer(), h.logger)
 	if err != nil {
 		return err
+	}
+	if h.RejectStream != nil {
+		rb, ok := h.backend.(*redisBackend)
+		if !ok {
+			return errRejectStreamNeedsRedis
+		}
+		if h.rejects, err = newRejectStream(h.RejectStream, rb, h.logger); err != nil {
+			return err
+		}
 	}
 	h.fair = h.Tenant != "" || h.Priority != ""
 	registerMetrics(ctx.GetMetricsRegistry())
@@ -296,6 +334,7 @@ func (h *Handler) onShutdown(exiting bool) {
 // done (at once when the process exits).
 func (h *Handler) Cleanup() error {
 	h.dropClaim()
+	h.rejects.close()
 	return h.releaseEngines()
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -59,7 +58,9 @@ type RejectConfig struct {
 
 	// SSEStatus is the HTTP status of an answer to a streaming request
 	// (Accept: text/event-stream, or "stream": true in the JSON body),
-	// 200-599. Default 200, so that SSE clients read the event.
+	// 200-599. Default 200, so that SSE clients read the event. When
+	// sse_keepalive has already sent the header (200), only the event
+	// is sent: put {http.fair_queue.reason} in SSEData to tell why.
 	SSEStatus int `json:"sse_status,omitempty"`
 
 	// SSEEvent is the event name of the SSE answer. Default "error".
@@ -273,25 +274,17 @@ func retryAfterSeconds(configured, estimate time.Duration) int {
 // of the reject (reason, retry_after, message); the caller has set the
 // others (queue, model, wait_ms, position).
 func (p *rejectPolicy) write(w http.ResponseWriter, repl *caddy.Replacer, rej *fairqueue.RejectError, streaming bool) error {
-	retry := retryAfterSeconds(p.retryAfter, rej.RetryAfter)
-	msg := rejectMessage(rej, retry)
-	repl.Set(phReason, string(rej.Reason))
-	repl.Set(phRetryAfter, retry)
-	repl.Set(phMessage, msg)
-
+	retry, msg := p.setPlaceholders(repl, rej)
 	h := w.Header()
 	h.Set("Fair-Queue-Reason", string(rej.Reason))
 	h.Set("Retry-After", strconv.Itoa(retry))
 	h.Set("Cache-Control", "no-cache")
-
-	var def []byte
-	if (streaming && p.sseData == "") || (!streaming && p.body == "") {
-		def = marshalError(msg, errorType(rej.Reason), string(rej.Reason))
-	}
 	if !streaming {
-		body := def
+		var body []byte
 		if p.body != "" {
 			body = []byte(replaceJSON(repl, p.body))
+		} else {
+			body = marshalError(msg, errorType(rej.Reason), string(rej.Reason))
 		}
 		h.Set("Content-Type", "application/json")
 		h.Set("Content-Length", strconv.Itoa(len(body)))
@@ -299,21 +292,45 @@ func (p *rejectPolicy) write(w http.ResponseWriter, repl *caddy.Replacer, rej *f
 		_, err := w.Write(body)
 		return err
 	}
-	data := string(def)
-	if p.sseData != "" {
-		data = replaceJSON(repl, p.sseData)
-	}
 	h.Set("Content-Type", "text/event-stream")
 	h.Del("Content-Length")
 	w.WriteHeader(p.sseStatus)
-	_, err := w.Write(sseEvent(p.sseEvent, data))
-	if err == nil {
-		err = http.NewResponseController(w).Flush()
-		if errors.Is(err, http.ErrNotSupported) {
-			err = nil
-		}
+	return p.writeEvent(w, repl, rej, msg)
+}
+
+// writeCommitted answers, with the SSE reject event alone, a streaming
+// request whose response header sse_keepalive has already sent: the
+// status, Fair-Queue-Reason and Retry-After can no longer be, so the
+// event's data must say why (the default error object has the reason as
+// its code).
+func (p *rejectPolicy) writeCommitted(w http.ResponseWriter, repl *caddy.Replacer, rej *fairqueue.RejectError) error {
+	_, msg := p.setPlaceholders(repl, rej)
+	return p.writeEvent(w, repl, rej, msg)
+}
+
+// setPlaceholders sets the reject's placeholders and returns the
+// Retry-After value and the default message.
+func (p *rejectPolicy) setPlaceholders(repl *caddy.Replacer, rej *fairqueue.RejectError) (retry int, msg string) {
+	retry = retryAfterSeconds(p.retryAfter, rej.RetryAfter)
+	msg = rejectMessage(rej, retry)
+	repl.Set(phReason, string(rej.Reason))
+	repl.Set(phRetryAfter, retry)
+	repl.Set(phMessage, msg)
+	return retry, msg
+}
+
+// writeEvent writes and flushes the SSE reject event.
+func (p *rejectPolicy) writeEvent(w http.ResponseWriter, repl *caddy.Replacer, rej *fairqueue.RejectError, msg string) error {
+	var data string
+	if p.sseData != "" {
+		data = replaceJSON(repl, p.sseData)
+	} else {
+		data = string(marshalError(msg, errorType(rej.Reason), string(rej.Reason)))
 	}
-	return err
+	if _, err := w.Write(sseEvent(p.sseEvent, data)); err != nil {
+		return err
+	}
+	return flush(w)
 }
 
 // sseEvent frames one server-sent event; each line of data becomes a

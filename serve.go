@@ -85,24 +85,35 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		// The request names a queue this handler cannot open: as if
 		// that queue were full. Its name, perhaps client input, stays
 		// out of logs and metric labels.
-		return h.reject(w, r, repl, overflowQueue, streaming, &fairqueue.RejectError{
+		return h.reject(w, r, repl, overflowQueue, streaming, false, &fairqueue.RejectError{
 			Reason: fairqueue.ReasonQueueFull, RetryAfter: time.Duration(h.MaxWait), Err: err,
 		})
 	}
 	defer done()
 
 	start := time.Now()
+	ka := h.startKeepalive(w, streaming, start)
+	req.OnQueued = ka.onQueued()
 	permit, err := e.q.Acquire(r.Context(), req)
+	committed := ka.halt()
 	if err != nil {
 		if rej, ok := errors.AsType[*fairqueue.RejectError](err); ok {
-			return h.reject(w, r, repl, name, streaming, rej)
+			return h.reject(w, r, repl, name, streaming, committed, rej)
 		}
 		if r.Context().Err() != nil {
 			// The client left while waiting; there is nobody to answer.
 			h.record(r, repl, name, outcomeCancelled, "", time.Since(start), 0)
 			return nil
 		}
-		return caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("fair_queue %s: %w", name, err))
+		err = fmt.Errorf("fair_queue %s: %w", name, err)
+		if committed {
+			// Caddy's error answer would need the header that is sent.
+			h.logger.Error("acquiring a permit", zap.String("queue", name), zap.Error(err))
+			_, _ = w.Write(sseEvent("error", string(marshalError("The request queue failed.", "server_error", "internal_error"))))
+			_ = flush(w)
+			return nil
+		}
+		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}
 	defer permit.Release()
 	outcome, reason := outcomeGranted, ""
@@ -110,6 +121,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		outcome, reason = outcomeFailOpen, string(fairqueue.ReasonStoreUnavailable)
 	}
 	h.record(r, repl, name, outcome, reason, permit.Waited(), permit.Position())
+	if committed {
+		return h.relay(w, r, next, name)
+	}
 	if err := next.ServeHTTP(w, r); err != nil {
 		return err // Caddy still writes the error: nothing may be flushed first
 	}
@@ -120,15 +134,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return nil
 }
 
-// reject records and answers a request that got no permit.
-func (h *Handler) reject(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, name string, streaming bool, rej *fairqueue.RejectError) error {
+// reject records and answers a request that got no permit; committed:
+// sse_keepalive has sent the header of an event stream.
+func (h *Handler) reject(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, name string, streaming, committed bool, rej *fairqueue.RejectError) error {
 	h.record(r, repl, name, string(rej.Reason), string(rej.Reason), rej.Waited, rej.Position)
 	p := h.policies[rej.Reason]
 	if p == nil { // a reason newer than this handler
 		p = h.policies[fairqueue.ReasonStoreUnavailable]
 	}
-	if err := p.write(w, repl, rej, streaming); err != nil {
+	var err error
+	if committed {
+		err = p.writeCommitted(w, repl, rej)
+	} else {
+		err = p.write(w, repl, rej, streaming)
+	}
+	if err != nil {
 		h.logger.Debug("writing reject", zap.String("queue", name), zap.Error(err))
+	}
+	if h.rejects != nil {
+		h.rejects.add(repl, name, rej)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package caddyfairqueue
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -64,6 +65,8 @@ func (h *Handler) validate() error {
 		return fmt.Errorf("lease must be at least %s, got %s", fairqueue.MinLease, time.Duration(h.Lease))
 	case h.MaxBody < 0:
 		return fmt.Errorf("max_body must be positive, got %d", h.MaxBody)
+	case h.SSEKeepalive >= h.MaxWait:
+		return fmt.Errorf("sse_keepalive (%s) must be shorter than max_wait (%s), or it never fires", time.Duration(h.SSEKeepalive), time.Duration(h.MaxWait))
 	}
 	return h.checkOptions()
 }
@@ -98,6 +101,17 @@ func (h *Handler) checkOptions() error {
 		return fmt.Errorf("max_queue must be >= 0, got %d", h.MaxQueue)
 	case h.MaxQueuePerTenant < 0:
 		return fmt.Errorf("max_queue_per_tenant must be >= 0, got %d", h.MaxQueuePerTenant)
+	case h.SSEKeepalive != 0 && time.Duration(h.SSEKeepalive) < minSSEKeepalive:
+		return fmt.Errorf("sse_keepalive must be at least %s, got %s", minSSEKeepalive, time.Duration(h.SSEKeepalive))
+	case h.SSEQueueEvents && h.SSEKeepalive == 0:
+		return fmt.Errorf("sse_queue_events requires sse_keepalive")
+	case h.RejectStream != nil && h.Redis == nil:
+		return errRejectStreamNeedsRedis
+	}
+	if h.RejectStream != nil {
+		if err := h.RejectStream.check(); err != nil {
+			return err
+		}
 	}
 	for v, w := range h.Weights {
 		if len(v) > maxTenantLen {
@@ -109,6 +123,9 @@ func (h *Handler) checkOptions() error {
 	}
 	return nil
 }
+
+// errRejectStreamNeedsRedis: reject_stream writes to the queues' Redis.
+var errRejectStreamNeedsRedis = errors.New("reject_stream requires a redis block (the stream is written to the queues' Redis)")
 
 func (h *Handler) settings() queueSettings {
 	return queueSettings{

@@ -90,3 +90,15 @@ func (d *drainRate) retryAfter(position int, maxWait time.Duration) time.Duratio
 	s := math.Round(float64(max(position, 1)) / rate)
 	return min(max(time.Duration(s)*time.Second, time.Second), hi.Round(time.Second))
 }
+
+// eta is the time for position grants at the observed rate, rounded to
+// the second; 0 when the rate is unknown.
+func (d *drainRate) eta(position int) time.Duration {
+	d.mu.Lock()
+	rate := d.rate
+	d.mu.Unlock()
+	if rate <= 0 {
+		return 0
+	}
+	return time.Duration(math.Round(float64(max(position, 1))/rate)) * time.Second
+}

@@ -114,6 +114,10 @@ type Request struct {
 	// MaxWait overrides Config.MaxWait for this request when > 0 and
 	// shorter (a client that says how long it will wait).
 	MaxWait time.Duration
+	// OnQueued, when set, is called once, from Acquire's goroutine, when
+	// the ticket joins the queue (not when it is granted at once), with a
+	// live view of its place for progress feedback.
+	OnQueued func(Waiting)
 	// Priority is the request's band, 0 (default, lowest) to MaxPriority
 	// (with Config.Fair). A band is served PriorityFactor times as often
 	// as the band below it when both are backlogged: a request of a
@@ -225,6 +229,8 @@ func (q *Queue) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	t.position, t.grants0 = res.Position, res.Grants
 	if res.Granted {
 		q.grant(t, res.GrantNo)
+	} else if req.OnQueued != nil {
+		req.OnQueued(Waiting{q: q, t: t})
 	}
 	return q.wait(ctx, t, start, deadline)
 }
@@ -419,6 +425,21 @@ func (q *Queue) permit(t *ticket, start time.Time) *Permit {
 	}
 	return p
 }
+
+// Waiting is a queued ticket's live view (Request.OnQueued). Its methods
+// make no store call and are safe from any goroutine.
+type Waiting struct {
+	q *Queue
+	t *ticket
+}
+
+// Position estimates the tickets ahead plus one (1 = next), from the
+// queue's grants since the ticket was queued (read at each reconcile).
+func (w Waiting) Position() int { return w.q.position(w.t) }
+
+// ETA estimates the wait left from the observed drain rate; 0 when the
+// rate is not known yet.
+func (w Waiting) ETA() time.Duration { return w.q.drain.eta(w.Position()) }
 
 // position estimates the tickets ahead of t from the grants made since
 // it was queued.
