@@ -2,6 +2,7 @@ package memstore_test
 
 import (
 	"context"
+	"runtime"
 	"sort"
 	"testing"
 	"time"
@@ -33,9 +34,13 @@ func BenchmarkHandoff(b *testing.B) {
 			got <- time.Now()
 		}()
 		for q.Stats().Waiting == 0 {
-			time.Sleep(5 * time.Microsecond)
+			runtime.Gosched()
 		}
-		time.Sleep(100 * time.Microsecond) // let the waiter park
+		// Let the waiter park, keeping this thread busy: a sleeping
+		// thread would add the OS's wake-up time to the measure.
+		for t := time.Now(); time.Since(t) < 100*time.Microsecond; {
+			runtime.Gosched()
+		}
 		t0 := time.Now()
 		p.Release()
 		lat = append(lat, (<-got).Sub(t0))
