@@ -210,7 +210,8 @@ func (s *scanner) value() {
 // unquote decodes a JSON string token (quotes included).
 func unquote(tok []byte) string {
 	if !bytes.ContainsRune(tok, '\\') {
-		return string(tok[1 : len(tok)-1])
+		// As encoding/json does: invalid UTF-8 becomes U+FFFD.
+		return strings.ToValidUTF8(string(tok[1:len(tok)-1]), "\uFFFD")
 	}
 	var s string
 	_ = json.Unmarshal(tok, &s)

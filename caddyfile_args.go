@@ -113,7 +113,7 @@ func floatArg(d *caddyfile.Dispenser, lo, hi float64) (float64, error) {
 // [lo, hi].
 func parseFloatArg(d *caddyfile.Dispenser, opt, v string, lo, hi float64) (float64, error) {
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || math.IsNaN(f) {
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
 		return 0, d.Errf("%s: '%s' is not a number", opt, v)
 	}
 	if f < lo || f > hi {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -63,7 +64,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	name := h.Name
 	if h.dynamic {
-		if name = repl.ReplaceAll(h.Name, ""); name == "" {
+		// The name may come from client input: make it valid UTF-8, as
+		// logs and metric labels require.
+		if name = strings.ToValidUTF8(repl.ReplaceAll(h.Name, ""), "\uFFFD"); name == "" {
 			name = DefaultName
 		}
 	}

@@ -92,7 +92,7 @@ func TestKeepaliveFeedsAWaitingStreamThenRelaysOrRejects(t *testing.T) {
 		for range 2 {
 			select {
 			case b := <-ch:
-				assert.Regexp(t, `^: queued waited=\d+s$`, b)
+				assert.Regexp(t, `^: queued (position=\d+ )?(eta=\d+s )?waited=\d+s$`, b)
 			case <-time.After(5 * time.Second):
 				t.Fatal("no keepalive comment within 5s")
 			}

@@ -1,0 +1,222 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// chaosLoad is a fixed number of streaming clients, each sending one
+// request after another to the live Caddy instances in turn, recording
+// when and how each request was answered.
+type chaosLoad struct {
+	client  *http.Client
+	timeout time.Duration // per request: a hang shows as a late error, not a stuck test
+
+	mu      sync.Mutex
+	targets []*Caddy
+	next    int
+	results []loadResult
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// loadResult is one request of the load.
+type loadResult struct {
+	caddy  string
+	start  time.Time
+	answer time.Duration // until the response headers (a grant or a reject) or the error
+	status int
+	reason string // Fair-Queue-Reason, "" when granted
+	full   bool   // a granted stream arrived whole
+	err    error
+}
+
+func (r loadResult) String() string {
+	return fmt.Sprintf("%s at %s: %d reason=%q full=%t answer after %v err=%v",
+		r.caddy, r.start.Format("15:04:05.000"), r.status, r.reason, r.full, r.answer.Round(time.Millisecond), r.err)
+}
+
+// startChaosLoad starts clients streaming clients against targets.
+func startChaosLoad(t *testing.T, clients int, timeout time.Duration, targets []*Caddy) *chaosLoad {
+	tr := &http.Transport{DisableKeepAlives: true, DisableCompression: true}
+	l := &chaosLoad{client: &http.Client{Transport: tr}, timeout: timeout, targets: slices.Clone(targets), stop: make(chan struct{})}
+	t.Cleanup(func() {
+		l.Stop()
+		tr.CloseIdleConnections()
+	})
+	for range clients {
+		l.wg.Go(l.run)
+	}
+	return l
+}
+
+// SetTargets replaces the instances new requests go to.
+func (l *chaosLoad) SetTargets(targets []*Caddy) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.targets = slices.Clone(targets)
+}
+
+// Stop stops the clients after their current request and waits for
+// them.
+func (l *chaosLoad) Stop() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	l.wg.Wait()
+}
+
+// Results returns every request recorded so far.
+func (l *chaosLoad) Results() []loadResult {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.results)
+}
+
+func (l *chaosLoad) target() *Caddy {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.targets[l.next%len(l.targets)]
+	l.next++
+	return c
+}
+
+func (l *chaosLoad) run() {
+	for {
+		select {
+		case <-l.stop:
+			return
+		default:
+		}
+		c := l.target()
+		r := l.one(c)
+		l.mu.Lock()
+		l.results = append(l.results, r)
+		l.mu.Unlock()
+		if r.err != nil || r.reason != "" {
+			// A rejected client backs off a little, as a real one would
+			// (fail_closed answers at once).
+			select {
+			case <-l.stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+}
+
+func (l *chaosLoad) one(c *Caddy) loadResult {
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	defer cancel()
+	r := loadResult{caddy: c.name, start: time.Now()}
+	resp, err := l.client.Do(Chat{Stream: true}.request(ctx, c.URL()))
+	r.answer = time.Since(r.start)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	defer resp.Body.Close()
+	r.status, r.reason = resp.StatusCode, resp.Header.Get("Fair-Queue-Reason")
+	b, err := io.ReadAll(resp.Body)
+	r.err = err
+	r.full = err == nil && r.reason == "" && strings.HasSuffix(string(b), "data: [DONE]\n\n")
+	return r
+}
+
+// nodeID returns the node ID of c in queue name, from its admin API.
+func nodeID(t *testing.T, c *Caddy, name string) string {
+	t.Helper()
+	status, body := getBody(t, c.adminURL()+"/fair_queue/")
+	if status != http.StatusOK {
+		t.Fatalf("%s admin status: %d %s", c.name, status, body)
+	}
+	var rep struct {
+		Queues []struct {
+			Name string `json:"name"`
+			Node string `json:"node"`
+		} `json:"queues"`
+	}
+	if err := json.Unmarshal([]byte(body), &rep); err != nil {
+		t.Fatalf("%s admin status: %v: %s", c.name, err, body)
+	}
+	for _, q := range rep.Queues {
+		if q.Name == name && q.Node != "" {
+			return q.Node
+		}
+	}
+	t.Fatalf("%s serves no queue %q: %s", c.name, name, body)
+	return ""
+}
+
+// holderSampler polls the number of permits held in Redis, as the queue
+// itself counts them, and keeps the highest count since the last take.
+type holderSampler struct {
+	rdb  *redis.Client
+	key  string
+	stop chan struct{}
+	done chan struct{}
+
+	mu  sync.Mutex
+	max int
+}
+
+func startHolderSampler(t *testing.T, q Queue, addr string) *holderSampler {
+	s := &holderSampler{
+		// Short timeouts: while Redis is frozen, samples are skipped.
+		rdb:  redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, MaxRetries: -1, PoolSize: 1}),
+		key:  q.key("holders"),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	go s.run()
+	t.Cleanup(func() {
+		close(s.stop)
+		<-s.done
+		_ = s.rdb.Close()
+	})
+	return s
+}
+
+func (s *holderSampler) run() {
+	defer close(s.done)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		n, err := s.rdb.ZCard(ctx, s.key).Result()
+		cancel()
+		if err != nil {
+			continue
+		}
+		s.mu.Lock()
+		s.max = max(s.max, int(n))
+		s.mu.Unlock()
+	}
+}
+
+// take returns the highest count since the last take, and starts over.
+func (s *holderSampler) take() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.max
+	s.max = 0
+	return m
+}
