@@ -88,7 +88,12 @@ func TestKillMasterFailsOverToTheReplica(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, rdb.Set(ctx, "before", "failover", 0).Err())
 	// WAIT: the replica acknowledged the write, so the failover keeps it.
-	require.NoError(t, rdb.Do(ctx, "WAIT", 1, 5000).Err())
+	// (Short WAITs: the client's read timeout is 250ms and the replica may
+	// still be syncing.)
+	require.Eventually(t, func() bool {
+		n, err := rdb.Do(ctx, "WAIT", 1, 100).Int()
+		return err == nil && n >= 1
+	}, 10*time.Second, 10*time.Millisecond, "the replica never acknowledged the write")
 
 	old := s.MasterAddr()
 	start := time.Now()
