@@ -2,13 +2,6 @@ package caddyfairqueue
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -61,18 +54,17 @@ func TestRedisIdentityIncludesModeAndMasterButNoPassword(t *testing.T) {
 
 func TestSentinelModeQueuesOnTheMasterTheSentinelsName(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
-	master := redistest.Start(t)
-	sentinel := startSentinel(t, "llm-queue", master.Port())
+	s := redistest.StartSentinel(t)
 	h := provision(t, newContext(t), "", &Handler{Name: "sentinel", Permits: 1, Redis: &RedisConfig{
-		Mode: ModeSentinel, MasterName: "llm-queue", Addresses: []string{sentinel},
+		Mode: ModeSentinel, MasterName: s.MasterName(), Addresses: s.SentinelAddrs()[:1],
 	}})
 	handsOverThePermit(t, h)
-	assert.NotEmpty(t, master.Keys(t, "{fair_queue:sentinel}:*"), "the queue lives on the master")
+	assert.NotEmpty(t, s.Servers()[0].Keys(t, "{fair_queue:sentinel}:*"), "the queue lives on the master")
 }
 
 func TestClusterModeQueuesOnARedisCluster(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
-	seeds := startCluster(t, 3)
+	seeds := redistest.StartCluster(t, 3).Addrs()
 	h := provision(t, newContext(t), "", &Handler{Name: "cluster", Permits: 1, Redis: &RedisConfig{
 		Mode: ModeCluster, Addresses: seeds[:1], // one seed finds the others
 	}})
@@ -100,90 +92,4 @@ func handsOverThePermit(t *testing.T, h *Handler) {
 	b.wait(t)
 	assert.Equal(t, "granted", b.placeholder(phOutcome))
 	assert.Equal(t, "1", b.placeholder(phPosition))
-}
-
-// startSentinel starts a Redis Sentinel (redis-server --sentinel)
-// monitoring the master on 127.0.0.1:masterPort under name, and returns
-// its address. It is killed when the test ends.
-func startSentinel(t *testing.T, name string, masterPort int) string {
-	t.Helper()
-	bin, err := exec.LookPath(redistest.Binary)
-	require.NoError(t, err)
-	dir := t.TempDir()
-	port := freePort(t)
-	conf := filepath.Join(dir, "sentinel.conf") // Sentinel rewrites it: it must be a file
-	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf(
-		"port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 1\n",
-		port, dir, name, masterPort)), 0o644))
-	log, err := os.Create(filepath.Join(dir, "sentinel.log"))
-	require.NoError(t, err)
-	defer log.Close()
-	cmd := exec.Command(bin, conf, "--sentinel")
-	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, log, log
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			out, _ := os.ReadFile(log.Name())
-			t.Logf("sentinel log:\n%s", out)
-		}
-	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	c := redis.NewSentinelClient(&redis.Options{Addr: addr, DialTimeout: 250 * time.Millisecond, MaxRetries: -1})
-	defer c.Close()
-	require.Eventually(t, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		got, err := c.GetMasterAddrByName(ctx, name).Result()
-		return err == nil && len(got) == 2 && got[1] == strconv.Itoa(masterPort)
-	}, 15*time.Second, 50*time.Millisecond, "sentinel not serving")
-	return addr
-}
-
-// startCluster starts a Redis Cluster of n masters (no replicas), the
-// slots split evenly, and returns their addresses once every node
-// reports the cluster ok.
-func startCluster(t *testing.T, n int) []string {
-	t.Helper()
-	var nodes []*redistest.Server
-	var addrs []string
-	for range n {
-		s := redistest.Start(t, redistest.WithArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "2000"))
-		nodes = append(nodes, s)
-		addrs = append(addrs, s.Addr())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	const slots = 16384
-	var clients []*redis.Client
-	for i, s := range nodes {
-		c := s.Client(t)
-		clients = append(clients, c)
-		lo, hi := i*slots/n, (i+1)*slots/n-1
-		require.NoError(t, c.ClusterAddSlotsRange(ctx, lo, hi).Err())
-		if i > 0 {
-			require.NoError(t, clients[0].ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(s.Port())).Err())
-		}
-	}
-	require.Eventually(t, func() bool {
-		for _, c := range clients {
-			info, err := c.ClusterInfo(ctx).Result()
-			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(n)) {
-				return false
-			}
-		}
-		return true
-	}, 30*time.Second, 100*time.Millisecond, "cluster not ok")
-	return addrs
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
