@@ -63,7 +63,7 @@ func TestAdminAPIListsQueuesWithLiveStateFromTheirStores(t *testing.T) {
 			r.wait(t)
 		}
 	})
-	require.Eventually(t, func() bool { return engineOf(t, hr).q.Stats().Waiting == 1 }, 5*time.Second, 10*time.Millisecond)
+	waitingIn(t, hr, 1)
 
 	rec, err := getStatus(t, http.MethodGet, "/fair_queue/")
 	require.NoError(t, err)

@@ -123,6 +123,23 @@ var okHandler = caddyhttp.HandlerFunc(func(w http.ResponseWriter, _ *http.Reques
 	return nil
 })
 
+// settled waits until every request that entered h's engines has exited:
+// a permit's release runs after the answer (engine.finish).
+func settled(t *testing.T, h *Handler) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, e := range h.engineList() {
+			e.mu.Lock()
+			n := e.active
+			e.mu.Unlock()
+			if n != 0 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "requests still running")
+}
+
 // poolEmpty asserts that no engine, Redis client or local store is left.
 func poolEmpty(t *testing.T) {
 	t.Helper()
@@ -218,6 +235,7 @@ func TestHandlerDropsWaiterWhoseClientLeft(t *testing.T) {
 
 	next.release <- struct{}{}
 	a.wait(t)
+	settled(t, h)
 	c := newRequest(context.Background(), ``).start(h, next)
 	next.waitEntered(t)
 	assert.Equal(t, "0", c.placeholder(phPosition), "the permit went to c at once, not to b who left")

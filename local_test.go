@@ -29,12 +29,16 @@ func provisionLocal(t *testing.T, ctx caddy.Context, h *Handler) *Handler {
 	return h
 }
 
-// waitingIn waits until the handler's only engine has n local waiters.
+// waitingIn waits until the store of the handler's only engine queues n
+// tickets. (The engine counts a waiter before its store call, which a
+// later request can overtake: only the store's queue defines the order.)
 func waitingIn(t *testing.T, h *Handler, n int) {
 	t.Helper()
 	e := engineOf(t, h)
-	require.Eventually(t, func() bool { return e.q.Stats().Waiting == n }, 5*time.Second, 5*time.Millisecond,
-		"want %d waiting", n)
+	require.Eventually(t, func() bool {
+		snap, err := e.q.Inspect(context.Background(), 0, 0)
+		return err == nil && snap.Waiting == n
+	}, 5*time.Second, 5*time.Millisecond, "want %d waiting", n)
 }
 
 func TestLocalQueueQueuesBeyondPermitsAndHandsOverOnRelease(t *testing.T) {

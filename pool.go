@@ -46,6 +46,11 @@ type engine struct {
 	log      *zap.Logger
 	fallback *memstore.Store // this node's queue while the store is down (on_store_error local)
 
+	// remote: releasing a permit is a store round trip (Redis), so
+	// finish runs it in the background.
+	remote   bool
+	releases sync.WaitGroup // background releases in progress
+
 	mu      sync.Mutex
 	active  int    // requests between enter and exit
 	retired bool   // the pool dropped its last reference
@@ -68,7 +73,32 @@ func newEngine(b backend, name string, h *Handler) (*engine, error) {
 		return nil, err
 	}
 	noteStore(b) // for the admin API
-	return &engine{name: name, q: q, release: release, log: h.logger, fallback: fallback, gen: h.gen}, nil
+	return &engine{name: name, q: q, release: release, log: h.logger, fallback: fallback, gen: h.gen,
+		remote: b.location() != localKey}, nil
+}
+
+// finish ends a request that entered the engine: it releases the
+// request's permit, if it got one, then calls done (the request's exit).
+// A release that is a store round trip runs in the background: HTTP/1.1
+// reads a connection's next request only once the handler has returned,
+// so a release in the handler would delay the client's next request by
+// that round trip. The upstream has answered by then; the permit only
+// has to reach the next waiter, which it does as fast either way.
+func (e *engine) finish(p *fairqueue.Permit, done func()) {
+	switch {
+	case p == nil:
+		done()
+	case !e.remote || p.Local():
+		p.Release()
+		done()
+	default:
+		e.releases.Add(1)
+		go func() {
+			p.Release()
+			e.releases.Done() // before done: done may close the engine, which waits for releases
+			done()
+		}()
+	}
 }
 
 // enter counts a request that uses the engine; exit must follow.
@@ -115,6 +145,9 @@ func (e *engine) close() error {
 	}
 	e.closed = true
 	e.mu.Unlock()
+	// Let background releases finish (each is bounded by the store
+	// timeout) rather than fail on a closed client.
+	e.releases.Wait()
 	err := e.q.Close()
 	e.release()
 	return err

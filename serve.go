@@ -92,12 +92,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			Reason: fairqueue.ReasonQueueFull, RetryAfter: time.Duration(h.MaxWait), Err: err,
 		})
 	}
-	defer done()
+	var permit *fairqueue.Permit
+	defer func() { e.finish(permit, done) }()
 
 	start := time.Now()
 	ka := h.startKeepalive(w, streaming, start)
 	req.OnQueued = ka.onQueued()
-	permit, err := e.q.Acquire(r.Context(), req)
+	permit, err = e.q.Acquire(r.Context(), req)
 	committed := ka.halt()
 	if err != nil {
 		if rej, ok := errors.AsType[*fairqueue.RejectError](err); ok {
@@ -118,7 +119,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}
-	defer permit.Release()
 	outcome, reason := outcomeGranted, ""
 	if permit.FailOpen() {
 		outcome, reason = outcomeFailOpen, string(fairqueue.ReasonStoreUnavailable)
@@ -130,9 +130,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err := next.ServeHTTP(w, r); err != nil {
 		return err // Caddy still writes the error: nothing may be flushed first
 	}
-	// Send what the upstream wrote before the permit's release (a Redis
-	// round trip) runs, so that the release adds nothing to the
-	// client's latency.
+	// Send what the upstream wrote now: the permit's release (a Redis
+	// round trip) runs after this handler returns (see engine.finish).
 	_ = http.NewResponseController(w).Flush()
 	return nil
 }

@@ -277,6 +277,13 @@ func callDeadline(ctx context.Context, d time.Time) time.Time {
 // compare-and-set on the ticket state, as x/sync/semaphore does: whoever
 // moves the ticket out of pending first decides its fate.
 func (q *Queue) wait(ctx context.Context, t *ticket, start, deadline time.Time) (*Permit, error) {
+	if ctx.Err() == nil {
+		select {
+		case <-t.granted: // granted at once: no timer needed
+			return q.permit(t, start), nil
+		default:
+		}
+	}
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	var end int32

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -329,10 +330,22 @@ func toInt(v any) int64 {
 	return 0
 }
 
+// epochPrefix and epochCount make epoch candidates: unique across
+// processes (a random prefix) and calls (a counter), without a random
+// read on every acquire.
+var (
+	epochPrefix = func() string {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		return hex.EncodeToString(b[:]) + "-"
+	}()
+	epochCount atomic.Uint64
+)
+
+// newEpoch returns a data-set ID candidate no other call has used: the
+// scripts set it only where the epoch key is missing (the data was lost).
 func newEpoch() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return epochPrefix + strconv.FormatUint(epochCount.Add(1), 36)
 }
 
 // Inspect implements fairqueue.Inspector with one read-only script.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,7 +135,7 @@ func TestEvaluateComparesWithHAProxyAndReverseProxy(t *testing.T) {
 	res.Systems = []*System{
 		{Spec: DefaultSpecs()[0], Saturated: &LoadRun{Throughput: 100, UpstreamMax: 4, HandoffCount: 9, HandoffP99: 1}},
 		{Spec: DefaultSpecs()[1], LowLoad: &LoadRun{P50: 1}, Saturated: &LoadRun{Throughput: 900, UpstreamMax: 64}},
-		{Spec: DefaultSpecs()[3], LowLoad: &LoadRun{P50: 1.1, ScriptsPerRequest: 2},
+		{Spec: DefaultSpecs()[4], LowLoad: &LoadRun{P50: 1.1, ScriptsPerRequest: 2},
 			Saturated: &LoadRun{Throughput: 96, UpstreamMax: 5, HandoffCount: 9, HandoffP99: 3, ScriptsPerRequest: 2.5}},
 	}
 	res.Waiters = []*WaiterRun{{System: "fq-redis-1", Waiters: 10, PromptBytes: 1024, Queued: 10, RampRPS: 500,
@@ -156,6 +157,44 @@ func TestEvaluateComparesWithHAProxyAndReverseProxy(t *testing.T) {
 		TargetConcurrency + " fq-redis-1 (10 waiters at 500/s)": "FAIL", // a waiter got in
 		TargetIdle + " fq-redis-1 (10 waiters at 500/s)":        "FAIL",
 	}, got)
+}
+
+func TestFastPathIsComparedWithAsManyNodes(t *testing.T) {
+	t.Parallel()
+	spec := func(name string) Spec {
+		for _, s := range DefaultSpecs() {
+			if s.Name == name {
+				return s
+			}
+		}
+		t.Fatalf("no spec %s", name)
+		return Spec{}
+	}
+	res := &Results{Settings: settings(true)}
+	res.Systems = []*System{
+		{Spec: spec("caddy"), LowLoad: &LoadRun{P50: 1}},
+		{Spec: spec("caddy-3"), LowLoad: &LoadRun{P50: 1.1}},
+		{Spec: spec("fq-redis-1"), LowLoad: &LoadRun{P50: 1.25}},
+		{Spec: spec("fq-redis-3"), LowLoad: &LoadRun{P50: 1.25}},
+	}
+	got := map[string]string{}
+	for _, c := range evaluate(res) {
+		if c.Target == TargetFastPath {
+			got[c.System] = c.Result + " " + c.Value
+		}
+	}
+	assert.Equal(t, map[string]string{
+		"fq-redis-1": "FAIL p50 +0.250 ms, p99 +0.000 ms (1.250 / 0.000 ms vs 1.000 / 0.000, Caddy reverse_proxy)",
+		"fq-redis-3": "pass p50 +0.150 ms, p99 +0.000 ms (1.250 / 0.000 ms vs 1.100 / 0.000, Caddy reverse_proxy 3 nodes)",
+	}, got)
+
+	// Without the 3-node baseline, the single node is the reference.
+	res.Systems = slices.Delete(res.Systems, 1, 2)
+	for _, c := range evaluate(res) {
+		if c.Target == TargetFastPath && c.System == "fq-redis-3" {
+			assert.Equal(t, "FAIL", c.Result, c.Value)
+		}
+	}
 }
 
 func TestBurstRunChecksOnlyAdmission(t *testing.T) {

@@ -33,7 +33,6 @@ func evaluate(res *Results) []Check {
 		checks = append(checks, Check{Target: target, System: system, Value: value, Result: result})
 	}
 	ha := res.system("haproxy")
-	plain := res.system("caddy")
 	permits := res.Settings.Permits
 	for _, s := range res.Systems {
 		if s.Error != "" || !s.Spec.Limited() {
@@ -49,11 +48,11 @@ func evaluate(res *Results) []Check {
 				add(TargetThroughput, name, fmt.Sprintf("%.1f req/s (no HAProxy run)", s.Saturated.Throughput), "n/a")
 			}
 		}
-		if fq && s.LowLoad != nil && plain != nil && plain.LowLoad != nil {
-			d50 := s.LowLoad.P50 - plain.LowLoad.P50
-			d99 := s.LowLoad.P99 - plain.LowLoad.P99
-			add(TargetFastPath, name, fmt.Sprintf("p50 %+.3f ms, p99 %+.3f ms (%.3f / %.3f ms vs %.3f / %.3f)",
-				d50, d99, s.LowLoad.P50, s.LowLoad.P99, plain.LowLoad.P50, plain.LowLoad.P99), verdict(d50 <= 0.2))
+		if base := res.baseline(s); fq && s.LowLoad != nil && base != nil {
+			d50 := s.LowLoad.P50 - base.LowLoad.P50
+			d99 := s.LowLoad.P99 - base.LowLoad.P99
+			add(TargetFastPath, name, fmt.Sprintf("p50 %+.3f ms, p99 %+.3f ms (%.3f / %.3f ms vs %.3f / %.3f, %s)",
+				d50, d99, s.LowLoad.P50, s.LowLoad.P99, base.LowLoad.P50, base.LowLoad.P99, base.Spec.Label), verdict(d50 <= 0.2))
 		}
 		if s.Saturated != nil && s.Saturated.HandoffCount > 0 {
 			add(TargetHandoff, name, fmt.Sprintf("p50 %.3f ms, p99 %.3f ms (%d handoffs)",

@@ -57,17 +57,18 @@ func markdown(res *Results, opts Options, plots []string) string {
 
 	w("\n(a) every command Redis executed, those run inside the scripts included (INFO commandstats counts both).\n")
 	w("\n## Low load: fast-path overhead\n\n")
-	w("%d client, back-to-back requests, upstream answers at once (1 token, no delay), %.0f s.\n\n", set.LowLoadClients, set.LowLoadS)
+	w("%d client, back-to-back requests, upstream answers at once (1 token, no delay), %.0f s. Each system is\n", set.LowLoadClients, set.LowLoadS)
+	w("compared with plain reverse_proxy on as many nodes (the client's requests go round-robin to the nodes):\n")
+	w("what the queue adds, without what the topology adds.\n\n")
 	w("| system | requests | p50 ms | p99 ms | p50 vs reverse_proxy | p99 vs reverse_proxy | Redis scripts / req | Redis cmds / req (a) |\n|---|---|---|---|---|---|---|---|\n")
-	plain := res.system("caddy")
 	for _, s := range res.Systems {
 		if s.LowLoad == nil {
 			continue
 		}
 		d50, d99 := "", ""
-		if plain != nil && plain.LowLoad != nil && s.Spec.Name != "caddy" {
-			d50 = fmt.Sprintf("%+.3f ms", s.LowLoad.P50-plain.LowLoad.P50)
-			d99 = fmt.Sprintf("%+.3f ms", s.LowLoad.P99-plain.LowLoad.P99)
+		if base := res.baseline(s); base != nil && s.Spec.Kind != KindPlain {
+			d50 = fmt.Sprintf("%+.3f ms", s.LowLoad.P50-base.LowLoad.P50)
+			d99 = fmt.Sprintf("%+.3f ms", s.LowLoad.P99-base.LowLoad.P99)
 		}
 		w("| %s | %d | %.3f | %.3f | %s | %s | %s | %s |\n", s.Spec.Label, s.LowLoad.Requests, s.LowLoad.P50, s.LowLoad.P99,
 			d50, d99, redisFig(s, s.LowLoad.ScriptsPerRequest), redisFig(s, s.LowLoad.CommandsPerRequest))

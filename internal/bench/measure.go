@@ -117,6 +117,13 @@ func (b *bench) measureSystem(ctx context.Context, spec Spec) *System {
 	sys.LowLoad = step("low load", loadgen.Config{
 		Clients: set.LowLoadClients, Duration: secs(set.LowLoadS), Tokens: 1, Delay: 0,
 	})
+	if spec.BaselineOnly {
+		if err != nil {
+			sys.Error = err.Error()
+			b.logf("   failed: %v", err)
+		}
+		return sys
+	}
 	sys.Saturated = step("saturated", loadgen.Config{
 		Clients: set.Clients, Duration: secs(set.SaturatedS), Tokens: 1, Delay: ms2d(set.ServiceMS),
 	})

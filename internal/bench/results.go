@@ -211,3 +211,22 @@ func (res *Results) system(name string) *System {
 	}
 	return nil
 }
+
+// baseline returns the plain reverse_proxy system that s's low-load
+// latency is compared with: the one with as many nodes, else the
+// single node; nil when neither ran.
+func (res *Results) baseline(s *System) *System {
+	var single *System
+	for _, b := range res.Systems {
+		if b.Spec.Kind != KindPlain || b.LowLoad == nil || b == s {
+			continue
+		}
+		if b.Spec.Nodes == s.Spec.Nodes {
+			return b
+		}
+		if b.Spec.Nodes == 1 {
+			single = b
+		}
+	}
+	return single
+}

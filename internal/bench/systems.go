@@ -30,6 +30,10 @@ type Spec struct {
 	Nodes int `json:"nodes"`
 	// Redis selects the Redis store; otherwise the in-process one.
 	Redis bool `json:"redis"`
+	// BaselineOnly: the system only runs the low load, as the
+	// reference of a fair_queue system with as many nodes (the latency
+	// a queue adds is measured against the same topology without it).
+	BaselineOnly bool `json:"baseline_only,omitempty"`
 }
 
 // Limited reports whether the system holds the upstream to the permits.
@@ -41,6 +45,7 @@ func DefaultSpecs() []Spec {
 	return []Spec{
 		{Name: "haproxy", Label: "HAProxy maxconn", Kind: KindHAProxy, Nodes: 1},
 		{Name: "caddy", Label: "Caddy reverse_proxy", Kind: KindPlain, Nodes: 1},
+		{Name: "caddy-3", Label: "Caddy reverse_proxy 3 nodes", Kind: KindPlain, Nodes: 3, BaselineOnly: true},
 		{Name: "fq-local", Label: "fair_queue local", Kind: KindFairQueue, Nodes: 1},
 		{Name: "fq-redis-1", Label: "fair_queue Redis 1 node", Kind: KindFairQueue, Nodes: 1, Redis: true},
 		{Name: "fq-redis-3", Label: "fair_queue Redis 3 nodes", Kind: KindFairQueue, Nodes: 3, Redis: true},
