@@ -59,7 +59,15 @@ func markdown(res *Results, opts Options, plots []string) string {
 	w("\n## Low load: fast-path overhead\n\n")
 	w("%d client, back-to-back requests, upstream answers at once (1 token, no delay), %.0f s. Each system is\n", set.LowLoadClients, set.LowLoadS)
 	w("compared with plain reverse_proxy on as many nodes (the client's requests go round-robin to the nodes):\n")
-	w("what the queue adds, without what the topology adds.\n\n")
+	w("what the queue adds, without what the topology adds.")
+	if set.RedisRTTP50MS > 0 {
+		w("\nOne Redis round trip (a no-op script call from go-redis) takes p50 **%.3f ms**, p99 %.3f ms, when\n", set.RedisRTTP50MS, set.RedisRTTP99MS)
+		w("Redis has been idle for 0.5 ms, as between the requests of this load (%.3f ms back to back: most of\n", set.RedisRTTBusyP50MS)
+		w("the round trip is waking up an idle process): the least a queue shared through Redis adds. The\n")
+		w("acquire is one such call; the release runs after the answer and adds none to its request, but\n")
+		w("takes CPU from the next one on a machine this small.")
+	}
+	w("\n\n")
 	w("| system | requests | p50 ms | p99 ms | p50 vs reverse_proxy | p99 vs reverse_proxy | Redis scripts / req | Redis cmds / req (a) |\n|---|---|---|---|---|---|---|---|\n")
 	for _, s := range res.Systems {
 		if s.LowLoad == nil {

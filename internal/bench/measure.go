@@ -9,6 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 )
@@ -165,7 +167,42 @@ func (b *bench) calibrate(ctx context.Context) error {
 	}
 	b.logf("upstream alone, %d clients: %.1f req/s unstreamed, %.1f req/s streamed",
 		b.env.Permits, set.UpstreamRPS, set.UpstreamStreamRPS)
+	busy, _, err := redisRTT(ctx, b.rdb, 2000, 0)
+	if err != nil {
+		return fmt.Errorf("redis round trip: %w", err)
+	}
+	p50, p99, err := redisRTT(ctx, b.rdb, 1000, 500*time.Microsecond)
+	if err != nil {
+		return fmt.Errorf("redis round trip: %w", err)
+	}
+	set.RedisRTTP50MS, set.RedisRTTP99MS, set.RedisRTTBusyP50MS = round(p50, 3), round(p99, 3), round(busy, 3)
+	b.logf("Redis round trip (one script call): p50 %.3f ms, p99 %.3f ms after 0.5 ms idle; p50 %.3f ms back to back",
+		p50, p99, busy)
 	return nil
+}
+
+// rttScript is a script that does nothing: its call is the round trip.
+var rttScript = redis.NewScript("return 1")
+
+// redisRTT times n script calls, each after pause; it returns their p50
+// and p99 in milliseconds.
+func redisRTT(ctx context.Context, rdb *redis.Client, n int, pause time.Duration) (p50, p99 float64, err error) {
+	if err := rttScript.Load(ctx, rdb).Err(); err != nil {
+		return 0, 0, err
+	}
+	d := make([]float64, n)
+	for i := range d {
+		if pause > 0 {
+			time.Sleep(pause)
+		}
+		t0 := time.Now()
+		if err := rttScript.EvalSha(ctx, rdb, nil).Err(); err != nil {
+			return 0, 0, err
+		}
+		d[i] = time.Since(t0).Seconds() * 1000
+	}
+	slices.Sort(d)
+	return d[n/2], d[n*99/100], nil
 }
 
 // openLoop measures the wait at each arrival rate of the settings.

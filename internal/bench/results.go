@@ -58,6 +58,16 @@ type Settings struct {
 	// every limiter. The open-loop rates are fractions of the latter.
 	UpstreamRPS       float64 `json:"upstream_rps"`
 	UpstreamStreamRPS float64 `json:"upstream_stream_rps"`
+	// RedisRTTP50MS and RedisRTTP99MS are the round trip of one no-op
+	// script call to the bench's Redis from a Go client (go-redis, as
+	// fair_queue uses), each call after 0.5 ms without one, as at low
+	// load: the least a queue shared through Redis adds to a request
+	// (fair_queue's fast path makes one such call before the upstream,
+	// its release one after the answer). RedisRTTBusyP50MS is the same
+	// back to back, when neither side's CPU idles between calls.
+	RedisRTTP50MS     float64 `json:"redis_rtt_p50_ms"`
+	RedisRTTP99MS     float64 `json:"redis_rtt_p99_ms"`
+	RedisRTTBusyP50MS float64 `json:"redis_rtt_busy_p50_ms"`
 	// WaiterRampRPS is the arrival rate of the many waiters, lowered for
 	// large prompts to send at most WaiterRampMiBps of them.
 	WaiterRampRPS   float64 `json:"waiter_ramp_rps"`
