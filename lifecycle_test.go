@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -261,4 +262,25 @@ func TestOnExitTheLastReferenceClosesTheQueueAtOnce(t *testing.T) {
 
 	next.release <- struct{}{}
 	a.wait(t)
+}
+
+func TestHandlerReturnsWithoutWaitingForThePermitsRelease(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	// A release that waited for this frozen Redis would take the whole
+	// read timeout; the request's wait below gives up long before.
+	h := provision(t, newContext(t), rds.Addr(), &Handler{Permits: 1, Redis: &RedisConfig{
+		Addresses: []string{rds.Addr()}, ReadTimeout: caddy.Duration(time.Minute), WriteTimeout: caddy.Duration(time.Minute),
+	}})
+	freeze := caddyhttp.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
+		rds.Freeze()
+		w.WriteHeader(http.StatusOK)
+		return nil
+	})
+	a := newRequest(context.Background(), ``).start(h, freeze).wait(t)
+	assert.Equal(t, http.StatusOK, a.w.Code)
+	rds.Thaw()
+	assert.Eventually(t, func() bool { return len(rds.Keys(t, "*holders*")) == 0 }, 10*time.Second, 10*time.Millisecond,
+		"the release completes once Redis answers")
+	settled(t, h)
 }

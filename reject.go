@@ -23,7 +23,9 @@ import (
 //
 // Placeholders in Body and SSEData are replaced when the answer is
 // written, with their values JSON-escaped (so that they are safe inside
-// JSON strings); unknown placeholders are left as they are. Besides the
+// JSON strings); unknown placeholders, and every other brace and
+// backslash, are left as they are. A placeholder lies inside one JSON
+// string or wholly outside strings (a number). Besides the
 // request's placeholders, these describe the reject:
 //
 //	{http.fair_queue.reason}       timeout, queue_full, shutting_down or store_unavailable
@@ -350,19 +352,56 @@ func sseEvent(event, data string) []byte {
 	return b.Bytes()
 }
 
-// replaceJSON replaces the known placeholders of tmpl with their values
-// JSON-escaped, and leaves unknown ones (and JSON's own braces) as they
-// are.
+// replaceJSON replaces the known placeholders of tmpl, a JSON template,
+// with their values JSON-escaped. A placeholder lies inside one JSON
+// string, or wholly outside strings (a number such as
+// {http.fair_queue.retry_after}); a brace that does not open a known
+// placeholder, JSON's own braces and backslashes are copied as they are
+// (Caddy's replacer is not used: it takes `\{` for an escaped brace and
+// may read a placeholder across two JSON strings).
 func replaceJSON(repl *caddy.Replacer, tmpl string) string {
-	esc := caddy.NewEmptyReplacer()
-	esc.Map(func(key string) (any, bool) {
-		v, ok := repl.Get(key)
-		if !ok {
-			return nil, false
+	var b strings.Builder
+	b.Grow(len(tmpl))
+	start, inString := 0, false // start: the current segment's first byte
+	for i := 0; i < len(tmpl); i++ {
+		switch c := tmpl[i]; {
+		case inString && c == '\\':
+			i++ // an escaped character, perhaps a quote
+		case c == '"':
+			// A segment ends: a string's content, or what lies between
+			// strings.
+			replacePlaceholders(&b, repl, tmpl[start:i])
+			b.WriteByte('"')
+			start, inString = i+1, !inString
 		}
-		return jsonEscape(caddy.ToString(v)), true
-	})
-	return esc.ReplaceKnown(tmpl, "")
+	}
+	replacePlaceholders(&b, repl, tmpl[min(start, len(tmpl)):])
+	return b.String()
+}
+
+// replacePlaceholders writes seg to b, each {key} whose key repl knows
+// replaced by its value, JSON-escaped.
+func replacePlaceholders(b *strings.Builder, repl *caddy.Replacer, seg string) {
+	for {
+		open := strings.IndexByte(seg, '{')
+		if open < 0 {
+			b.WriteString(seg)
+			return
+		}
+		b.WriteString(seg[:open])
+		seg = seg[open:]
+		end := strings.IndexAny(seg[1:], "{}")
+		if end >= 0 && seg[1+end] == '}' && end > 0 {
+			key := seg[1 : 1+end]
+			if v, ok := repl.Get(key); ok && !strings.ContainsAny(key, " \t\r\n\\") {
+				b.WriteString(jsonEscape(caddy.ToString(v)))
+				seg = seg[2+end:]
+				continue
+			}
+		}
+		b.WriteByte('{')
+		seg = seg[1:]
+	}
 }
 
 // jsonEscape escapes s for the inside of a JSON string.

@@ -103,6 +103,20 @@ func TestRejectTemplatesReplacePlaceholdersJSONEscaped(t *testing.T) {
 	assert.Equal(t, 429, w.Code)
 }
 
+func TestRejectTemplatesKeepJSONStructureAndBackslashes(t *testing.T) {
+	// A backslash before a brace is JSON's (an escaped backslash), and a
+	// brace in one string never pairs with a brace in another.
+	cfg := []*RejectConfig{{
+		Body: `{"path":"C:\\{http.fair_queue.model}\\","{env.":"x","odd":"}","n":{http.fair_queue.retry_after}}`,
+	}}
+	rej := &fairqueue.RejectError{Reason: fairqueue.ReasonTimeout, RetryAfter: 3 * time.Second}
+	w := renderReject(t, cfg, rej, false, map[string]any{phModel: "m{1}"})
+	require.True(t, json.Valid(w.Body.Bytes()), "body must stay valid JSON: %s", w.Body)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &got))
+	assert.Equal(t, map[string]any{"path": `C:\m{1}\`, "{env.": "x", "odd": "}", "n": float64(3)}, got)
+}
+
 func TestRejectSSEDataDefaultsToBodyAndSplitsLines(t *testing.T) {
 	cfg := []*RejectConfig{{Body: "line one\nline two {http.fair_queue.reason}", SSEEvent: "queue"}}
 	rej := &fairqueue.RejectError{Reason: fairqueue.ReasonTimeout, RetryAfter: time.Second}

@@ -5,7 +5,8 @@
 // Usage:
 //
 //	bench [-quick] [-caddy bin/caddy] [-mockllm bin/mockllm] [-out bench-results]
-//	      [-md BENCHMARKS.md] [-systems haproxy,caddy,fq-local,fq-redis-1,fq-redis-3]
+//	      [-md BENCHMARKS.md] [-systems haproxy,caddy,caddy-3,fq-local,fq-redis-1,fq-redis-3]
+//	bench -render [-out bench-results] [-md BENCHMARKS.md]
 //
 // It needs redis-server in PATH and, for the reference, haproxy
 // (scripts/ensure-redis.sh, scripts/ensure-haproxy.sh). Missed targets
@@ -34,7 +35,17 @@ func main() {
 	flag.StringVar(&opts.Markdown, "md", "BENCHMARKS.md", "markdown report to write (empty: none)")
 	systems := flag.String("systems", "", "comma-separated subset of systems to run (default all)")
 	limit := flag.Duration("limit", 0, "abort after this long (default 5m quick, 30m full)")
+	render := flag.Bool("render", false, "run nothing: rewrite the report and plots from <out>/results.json")
 	flag.Parse()
+	if *render {
+		res, err := bench.Render(opts)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("bench: rendered the %s run of %s\n", res.Mode, res.Started.Format(time.RFC3339))
+		return
+	}
 
 	if *systems != "" {
 		opts.Systems = strings.Split(*systems, ",")

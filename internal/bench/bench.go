@@ -223,6 +223,23 @@ func (b *bench) runWaiters(ctx context.Context) {
 	}
 }
 
+// Render rewrites the plots and the Markdown report of opts from the
+// results.json of an earlier run (in opts.OutDir), its targets evaluated
+// again: for a report whose layout changed since the run.
+func Render(opts Options) (*Results, error) {
+	data, err := os.ReadFile(filepath.Join(opts.OutDir, "results.json"))
+	if err != nil {
+		return nil, err
+	}
+	res := new(Results)
+	if err := json.Unmarshal(data, res); err != nil {
+		return nil, fmt.Errorf("results.json: %w", err)
+	}
+	res.Checks = evaluate(res)
+	b := &bench{opts: opts, res: res}
+	return res, b.write()
+}
+
 // write saves results.json, the plots and BENCHMARKS.md.
 func (b *bench) write() error {
 	data, err := json.MarshalIndent(b.res, "", "  ")

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -145,17 +146,17 @@ func TestEvaluateComparesWithHAProxyAndReverseProxy(t *testing.T) {
 		got[c.Target+" "+c.System] = c.Result
 	}
 	assert.Equal(t, map[string]string{
-		TargetHandoff + " haproxy":                              "pass",
-		TargetConcurrency + " haproxy":                          "pass",
-		TargetThroughput + " fq-redis-1":                        "FAIL", // 0.96x
-		TargetFastPath + " fq-redis-1":                          "pass", // +0.1 ms
-		TargetHandoff + " fq-redis-1":                           "FAIL",
-		TargetFastScripts + " fq-redis-1":                       "pass",
-		TargetQueueScripts + " fq-redis-1":                      "pass",
-		TargetConcurrency + " fq-redis-1":                       "FAIL",
-		TargetRSS + " fq-redis-1 (10 waiters at 500/s)":         "pass",
-		TargetConcurrency + " fq-redis-1 (10 waiters at 500/s)": "FAIL", // a waiter got in
-		TargetIdle + " fq-redis-1 (10 waiters at 500/s)":        "FAIL",
+		TargetHandoff + " haproxy":                                              "pass",
+		TargetConcurrency + " haproxy":                                          "pass",
+		TargetThroughput + " fq-redis-1":                                        "FAIL", // 0.96x
+		TargetFastPath + " fq-redis-1":                                          "pass", // +0.1 ms
+		TargetHandoff + " fq-redis-1":                                           "FAIL",
+		TargetFastScripts + " fq-redis-1":                                       "pass",
+		TargetQueueScripts + " fq-redis-1":                                      "pass",
+		TargetConcurrency + " fq-redis-1":                                       "FAIL",
+		TargetRSS + " fq-redis-1 (10 waiters, 1 KiB prompts, at 500/s)":         "pass",
+		TargetConcurrency + " fq-redis-1 (10 waiters, 1 KiB prompts, at 500/s)": "FAIL", // a waiter got in
+		TargetIdle + " fq-redis-1 (10 waiters, 1 KiB prompts, at 500/s)":        "FAIL",
 	}, got)
 }
 
@@ -205,7 +206,7 @@ func TestBurstRunChecksOnlyAdmission(t *testing.T) {
 	checks := evaluate(res)
 	require.Len(t, checks, 1)
 	assert.Equal(t, Check{
-		Target: TargetConcurrency, System: "fq-redis-1 (10000 waiters at 2000/s)",
+		Target: TargetConcurrency, System: "fq-redis-1 (10000 waiters, 1 KiB prompts, at 2000/s)",
 		Value: "188 vs 4 (2650 waiters served, 0 failed while the permits were held)", Result: "FAIL",
 	}, checks[0])
 }
@@ -217,7 +218,7 @@ func TestReportAndPlotsAreWritten(t *testing.T) {
 	res := &Results{Mode: "quick", Settings: settings(true), Machine: Machine{CPUs: 2, Redis: "Redis server v=7.0.15 sha=0"}}
 	res.Systems = []*System{
 		{Spec: DefaultSpecs()[0], LowLoad: run, Saturated: run, OpenLoop: []*RatePoint{{Rate: 10, WaitP50: 1}, {Rate: 20, WaitP50: 2}}},
-		{Spec: DefaultSpecs()[2], Error: "redis is required | local queue not yet available"},
+		{Spec: DefaultSpecs()[3], Error: "redis is required | local queue not yet available"},
 	}
 	res.Checks = evaluate(res)
 	plots, err := writePlots(res, dir)
@@ -234,4 +235,26 @@ func TestReportAndPlotsAreWritten(t *testing.T) {
 	assert.Contains(t, md, "redis is required / local queue")
 	assert.Contains(t, md, "make bench-quick")
 	assert.False(t, strings.Contains(md, "%!"), "no formatting errors")
+}
+
+func TestRenderRewritesTheReportFromResultsJSON(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	res := &Results{Mode: "full", Settings: settings(false), Machine: Machine{CPUs: 2}}
+	res.Systems = []*System{
+		{Spec: DefaultSpecs()[0], Saturated: &LoadRun{Throughput: 100, UpstreamMax: 4}},
+		{Spec: DefaultSpecs()[0], SaturatedStream: &LoadRun{Throughput: 90, UpstreamMax: 5}},
+	}
+	data, err := json.Marshal(res)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "results.json"), data, 0o644))
+
+	md := filepath.Join(dir, "BENCHMARKS.md")
+	got, err := Render(Options{OutDir: dir, Markdown: md})
+	require.NoError(t, err)
+	assert.Equal(t, "full", got.Mode)
+	report, err := os.ReadFile(md)
+	require.NoError(t, err)
+	assert.Contains(t, string(report), "| upstream max concurrency <= permits | haproxy (streamed) | 5 vs 4 | FAIL |",
+		"the targets are evaluated again")
 }

@@ -66,9 +66,13 @@ func evaluate(res *Results) []Check {
 			add(TargetQueueScripts, name, fmt.Sprintf("%.2f scripts, %.2f commands (inside scripts too) per request",
 				s.Saturated.ScriptsPerRequest, s.Saturated.CommandsPerRequest), verdict(s.Saturated.ScriptsPerRequest <= 3))
 		}
-		for _, run := range []*LoadRun{s.Saturated, s.SaturatedStream} {
+		for i, run := range []*LoadRun{s.Saturated, s.SaturatedStream} {
 			if run != nil {
-				add(TargetConcurrency, name, fmt.Sprintf("%d vs %d", run.UpstreamMax, permits), verdict(run.UpstreamMax <= permits))
+				label := name
+				if i == 1 {
+					label += " (streamed)"
+				}
+				add(TargetConcurrency, label, fmt.Sprintf("%d vs %d", run.UpstreamMax, permits), verdict(run.UpstreamMax <= permits))
 			}
 		}
 	}
@@ -77,7 +81,7 @@ func evaluate(res *Results) []Check {
 		if w.PromptBytes == 1<<10 {
 			target = TargetRSS
 		}
-		name := fmt.Sprintf("%s (%d waiters at %.0f/s)", w.System, w.Waiters, w.RampRPS)
+		name := fmt.Sprintf("%s (%d waiters, %s prompts, at %.0f/s)", w.System, w.Waiters, sizeLabel(w.PromptBytes), w.RampRPS)
 		if w.UpstreamMax > 0 {
 			add(TargetConcurrency, name, fmt.Sprintf("%d vs %d (%d waiters served, %d failed while the permits were held)",
 				w.UpstreamMax, permits, w.Served, w.Failed), verdict(w.UpstreamMax <= permits))
@@ -113,4 +117,12 @@ func evaluate(res *Results) []Check {
 		return slices.Index(order, a.Target) - slices.Index(order, b.Target)
 	})
 	return checks
+}
+
+// sizeLabel writes a prompt size: "1 KiB", "64 KiB", or bytes.
+func sizeLabel(n int) string {
+	if n >= 1<<10 && n%(1<<10) == 0 {
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
 }
