@@ -3,10 +3,8 @@ package fairqueue
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -96,67 +94,6 @@ func (q *Queue) Reconfigure(cfg Config) error {
 	q.cfg.Store(&cfg)
 	q.health.downAfter.Store(int32(cfg.DownAfter))
 	return nil
-}
-
-// Request describes one acquire. The zero value is a plain FIFO request.
-type Request struct {
-	// Tenant is who the request is for (an API key, a user ID, a client
-	// address): with Config.Fair, tenants share the permits fairly. It is
-	// hashed before it reaches the store; "" is one default tenant.
-	Tenant string
-	// Weight is the tenant's share relative to others (2 = twice the
-	// grants of a weight-1 tenant when both are backlogged). Default 1.
-	Weight float64
-	// Cost is the request's size in fairness accounting (e.g. its
-	// max_tokens); a tenant of costly requests gets fewer of them.
-	// Default 1, capped at MaxCost.
-	Cost float64
-	// MaxWait overrides Config.MaxWait for this request when > 0 and
-	// shorter (a client that says how long it will wait).
-	MaxWait time.Duration
-	// OnQueued, when set, is called once, from Acquire's goroutine, when
-	// the ticket joins the queue (not when it is granted at once), with a
-	// live view of its place for progress feedback.
-	OnQueued func(Waiting)
-	// Priority is the request's band, 0 (default, lowest) to MaxPriority
-	// (with Config.Fair). A band is served PriorityFactor times as often
-	// as the band below it when both are backlogged: a request of a
-	// higher band overtakes the lower bands' backlog at once, and a lower
-	// band still gets at least one grant in every 1+PriorityFactor+... .
-	Priority int
-}
-
-// MaxPriority is the highest priority band.
-const MaxPriority = 3
-
-// flow names the request's place in fair queueing: its tenant (hashed)
-// and band. Each flow is FIFO; flows interleave by their weights.
-func (r Request) flow() string {
-	return TenantKey(r.Tenant) + "." + strconv.Itoa(min(max(r.Priority, 0), MaxPriority))
-}
-
-// MaxCost bounds Request.Cost, so one request cannot push its tenant's
-// place in the queue arbitrarily far.
-const MaxCost = 1e6
-
-// increment is how far r moves its flow's virtual finish tag.
-func (r Request) increment(factor float64) float64 {
-	w, c := r.Weight, r.Cost
-	if !(w > 0) { // also NaN
-		w = 1
-	}
-	if !(c > 0) {
-		c = 1
-	}
-	return min(c, MaxCost) / (w * math.Pow(factor, float64(min(max(r.Priority, 0), MaxPriority))))
-}
-
-// TenantKey is the store's name for tenant: a fixed-length hash, so a
-// tenant value (an API key) never reaches the store and cannot inject
-// separators into key or ticket names.
-func TenantKey(tenant string) string {
-	sum := sha256.Sum256([]byte(tenant))
-	return hex.EncodeToString(sum[:8])
 }
 
 // Acquire blocks until the ticket is granted a permit, ctx ends (the
@@ -357,63 +294,6 @@ func (q *Queue) Granted(grants ...Grant) {
 // Resynced implements Handler: notifications may have been lost.
 func (q *Queue) Resynced() { q.kickLoop() }
 
-// unavailable applies the store-error policy: queue locally, admit
-// (fail open) or reject. Local and fail-open permits are unregistered
-// tickets that the next successful heartbeat registers (adopts), so the
-// shared queue counts them once the store is back.
-func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline time.Time, cause error) (*Permit, error) {
-	cfg := q.cfg.Load()
-	var inner *Permit
-	switch {
-	case cfg.Fallback != nil:
-		req.MaxWait = time.Until(deadline)
-		if req.MaxWait <= 0 {
-			return nil, q.reject(ReasonTimeout, start, 0, cause)
-		}
-		lp, err := q.localQueue(cfg).Acquire(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		inner = lp
-	case !cfg.FailOpen:
-		return nil, q.reject(ReasonStoreUnavailable, start, 0, cause)
-	}
-	t := q.newTicket(true, "")
-	if t == nil {
-		if inner != nil {
-			inner.Release()
-		}
-		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
-	}
-	return &Permit{q: q, t: t, waited: time.Since(start), local: inner}, nil
-}
-
-// localQueue returns the node's fallback queue (in-process, created on
-// first use), sized to the configured local permits, or else to this
-// node's share of the permits among the live nodes last seen.
-func (q *Queue) localQueue(cfg *Config) *Queue {
-	permits := cfg.LocalPermits
-	if permits <= 0 {
-		nodes := 1
-		if c := q.cluster.Load(); c != nil && c.Nodes > 0 {
-			nodes = c.Nodes
-		}
-		permits = max(cfg.Permits/nodes, 1)
-	}
-	lc := Config{Name: cfg.Name + " (local fallback)", Permits: permits, MaxWait: cfg.MaxWait,
-		PollInterval: cfg.PollInterval, Lease: cfg.Lease, Fair: cfg.Fair, PriorityFactor: cfg.PriorityFactor,
-		MaxQueue: cfg.MaxQueue, MaxQueuePerTenant: cfg.MaxQueuePerTenant, Logger: cfg.Logger, Observer: cfg.Observer}
-	q.localMu.Lock()
-	defer q.localMu.Unlock()
-	if q.local == nil {
-		q.local, _ = New(cfg.Fallback, lc)
-		q.log.Warn("store unreachable: queueing in this node only", zap.Int("local_permits", permits))
-	} else if q.local.Config().Permits != permits {
-		_ = q.local.Reconfigure(lc)
-	}
-	return q.local
-}
-
 func (q *Queue) reject(r Reason, start time.Time, pos int, cause error) error {
 	cfg := q.cfg.Load()
 	waited := time.Since(start)
@@ -431,31 +311,6 @@ func (q *Queue) permit(t *ticket, start time.Time) *Permit {
 		o.Granted(p.waited, t.position > 0)
 	}
 	return p
-}
-
-// Waiting is a queued ticket's live view (Request.OnQueued). Its methods
-// make no store call and are safe from any goroutine.
-type Waiting struct {
-	q *Queue
-	t *ticket
-}
-
-// Position estimates the tickets ahead plus one (1 = next), from the
-// queue's grants since the ticket was queued (read at each reconcile).
-func (w Waiting) Position() int { return w.q.position(w.t) }
-
-// ETA estimates the wait left from the observed drain rate; 0 when the
-// rate is not known yet.
-func (w Waiting) ETA() time.Duration { return w.q.drain.eta(w.Position()) }
-
-// position estimates the tickets ahead of t from the grants made since
-// it was queued.
-func (q *Queue) position(t *ticket) int {
-	if t.position == 0 {
-		return 0
-	}
-	p := t.position - int(q.grants.Load()-t.grants0)
-	return max(p, 1)
 }
 
 // newTicket mints and registers a ticket before any store call names it,

@@ -1,0 +1,65 @@
+package fairqueue
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// unavailable applies the store-error policy: queue locally, admit
+// (fail open) or reject. Local and fail-open permits are unregistered
+// tickets that the next successful heartbeat registers (adopts), so the
+// shared queue counts them once the store is back.
+func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline time.Time, cause error) (*Permit, error) {
+	cfg := q.cfg.Load()
+	var inner *Permit
+	switch {
+	case cfg.Fallback != nil:
+		req.MaxWait = time.Until(deadline)
+		if req.MaxWait <= 0 {
+			return nil, q.reject(ReasonTimeout, start, 0, cause)
+		}
+		lp, err := q.localQueue(cfg).Acquire(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		inner = lp
+	case !cfg.FailOpen:
+		return nil, q.reject(ReasonStoreUnavailable, start, 0, cause)
+	}
+	t := q.newTicket(true, "")
+	if t == nil {
+		if inner != nil {
+			inner.Release()
+		}
+		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
+	}
+	return &Permit{q: q, t: t, waited: time.Since(start), local: inner}, nil
+}
+
+// localQueue returns the node's fallback queue (in-process, created on
+// first use), sized to the configured local permits, or else to this
+// node's share of the permits among the live nodes last seen.
+func (q *Queue) localQueue(cfg *Config) *Queue {
+	permits := cfg.LocalPermits
+	if permits <= 0 {
+		nodes := 1
+		if c := q.cluster.Load(); c != nil && c.Nodes > 0 {
+			nodes = c.Nodes
+		}
+		permits = max(cfg.Permits/nodes, 1)
+	}
+	lc := Config{Name: cfg.Name + " (local fallback)", Permits: permits, MaxWait: cfg.MaxWait,
+		PollInterval: cfg.PollInterval, Lease: cfg.Lease, Fair: cfg.Fair, PriorityFactor: cfg.PriorityFactor,
+		MaxQueue: cfg.MaxQueue, MaxQueuePerTenant: cfg.MaxQueuePerTenant, Logger: cfg.Logger, Observer: cfg.Observer}
+	q.localMu.Lock()
+	defer q.localMu.Unlock()
+	if q.local == nil {
+		q.local, _ = New(cfg.Fallback, lc)
+		q.log.Warn("store unreachable: queueing in this node only", zap.Int("local_permits", permits))
+	} else if q.local.Config().Permits != permits {
+		_ = q.local.Reconfigure(lc)
+	}
+	return q.local
+}

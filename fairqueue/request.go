@@ -1,0 +1,95 @@
+package fairqueue
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"math"
+	"strconv"
+	"time"
+)
+
+// Request describes one acquire. The zero value is a plain FIFO request.
+type Request struct {
+	// Tenant is who the request is for (an API key, a user ID, a client
+	// address): with Config.Fair, tenants share the permits fairly. It is
+	// hashed before it reaches the store; "" is one default tenant.
+	Tenant string
+	// Weight is the tenant's share relative to others (2 = twice the
+	// grants of a weight-1 tenant when both are backlogged). Default 1.
+	Weight float64
+	// Cost is the request's size in fairness accounting (e.g. its
+	// max_tokens); a tenant of costly requests gets fewer of them.
+	// Default 1, capped at MaxCost.
+	Cost float64
+	// MaxWait overrides Config.MaxWait for this request when > 0 and
+	// shorter (a client that says how long it will wait).
+	MaxWait time.Duration
+	// OnQueued, when set, is called once, from Acquire's goroutine, when
+	// the ticket joins the queue (not when it is granted at once), with a
+	// live view of its place for progress feedback.
+	OnQueued func(Waiting)
+	// Priority is the request's band, 0 (default, lowest) to MaxPriority
+	// (with Config.Fair). A band is served PriorityFactor times as often
+	// as the band below it when both are backlogged: a request of a
+	// higher band overtakes the lower bands' backlog at once, and a lower
+	// band still gets at least one grant in every 1+PriorityFactor+... .
+	Priority int
+}
+
+// MaxPriority is the highest priority band.
+const MaxPriority = 3
+
+// flow names the request's place in fair queueing: its tenant (hashed)
+// and band. Each flow is FIFO; flows interleave by their weights.
+func (r Request) flow() string {
+	return TenantKey(r.Tenant) + "." + strconv.Itoa(min(max(r.Priority, 0), MaxPriority))
+}
+
+// MaxCost bounds Request.Cost, so one request cannot push its tenant's
+// place in the queue arbitrarily far.
+const MaxCost = 1e6
+
+// increment is how far r moves its flow's virtual finish tag.
+func (r Request) increment(factor float64) float64 {
+	w, c := r.Weight, r.Cost
+	if !(w > 0) { // also NaN
+		w = 1
+	}
+	if !(c > 0) {
+		c = 1
+	}
+	return min(c, MaxCost) / (w * math.Pow(factor, float64(min(max(r.Priority, 0), MaxPriority))))
+}
+
+// TenantKey is the store's name for tenant: a fixed-length hash, so a
+// tenant value (an API key) never reaches the store and cannot inject
+// separators into key or ticket names.
+func TenantKey(tenant string) string {
+	sum := sha256.Sum256([]byte(tenant))
+	return hex.EncodeToString(sum[:8])
+}
+
+// Waiting is a queued ticket's live view (Request.OnQueued). Its methods
+// make no store call and are safe from any goroutine.
+type Waiting struct {
+	q *Queue
+	t *ticket
+}
+
+// Position estimates the tickets ahead plus one (1 = next), from the
+// queue's grants since the ticket was queued (read at each reconcile).
+func (w Waiting) Position() int { return w.q.position(w.t) }
+
+// ETA estimates the wait left from the observed drain rate; 0 when the
+// rate is not known yet.
+func (w Waiting) ETA() time.Duration { return w.q.drain.eta(w.Position()) }
+
+// position estimates the tickets ahead of t from the grants made since
+// it was queued.
+func (q *Queue) position(t *ticket) int {
+	if t.position == 0 {
+		return 0
+	}
+	p := t.position - int(q.grants.Load()-t.grants0)
+	return max(p, 1)
+}
