@@ -144,6 +144,7 @@ func (q *Queue) heartbeat(cfg *Config) {
 	for _, t := range adopt {
 		t.registered.Store(true)
 	}
+	q.readded(res.Readded)
 	q.cluster.Store(&res.Cluster)
 	if q.epoch != "" && res.Epoch != q.epoch {
 		q.log.Warn("store lost its data; re-registered this node's permits", zap.Int("held", len(held)))
@@ -164,6 +165,27 @@ func (q *Queue) heartbeat(cfg *Config) {
 				q.grant(t, r.GrantNo)
 			}
 		}
+	}
+}
+
+// readded handles the held tickets a heartbeat counted again: those the
+// node still holds had lost their holder entry (logged); one released
+// while the heartbeat was on its way is released again.
+func (q *Queue) readded(ids []string) {
+	lost := 0
+	for _, id := range ids {
+		q.mu.Lock()
+		t := q.tickets[id]
+		q.mu.Unlock()
+		if t == nil {
+			q.releaseAsync(id)
+			continue
+		}
+		lost++
+	}
+	if lost > 0 && q.epoch != "" {
+		q.log.Warn("store had lost permits this node holds (a failover, or a lease that ended); counted them again",
+			zap.Int("permits", lost))
 	}
 }
 

@@ -137,6 +137,12 @@ type HeartbeatResult struct {
 	Rejoined bool
 	// Cluster is the queue as the store sees it.
 	Cluster ClusterView
+	// Readded lists the held tickets of the call whose holder entry was
+	// missing and was added again: the store lost it (a restart, a
+	// failover that lost the last writes), or the lease ended during a
+	// partition. A ticket the node released while the call was on its
+	// way is among them: the node releases it again.
+	Readded []string
 }
 
 // ClusterView is a queue's state across every node.

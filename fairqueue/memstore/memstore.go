@@ -255,8 +255,9 @@ func (s *Store) Cancel(_ context.Context, t fairqueue.TicketArgs) error {
 	return nil
 }
 
-// Heartbeat implements fairqueue.Store. An in-process store never loses
-// its data, so held tickets are only renewed, never re-added.
+// Heartbeat implements fairqueue.Store. A held ticket whose lease ended
+// (the node stalled longer than the lease) is counted again, as in
+// every store: its request still runs.
 func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqueue.HeartbeatResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -270,9 +271,10 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 		}
 	}
 	for _, id := range hb.Held {
-		if _, ok := s.holders[id]; ok {
-			s.holders[id] = now.Add(hb.Lease)
+		if _, ok := s.holders[id]; !ok {
+			res.Readded = append(res.Readded, id)
 		}
+		s.holders[id] = now.Add(hb.Lease)
 	}
 	for _, id := range hb.Adopt {
 		s.holders[id] = now.Add(hb.Lease)

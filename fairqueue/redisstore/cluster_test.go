@@ -247,10 +247,9 @@ func TestClusterNodesShareOneQueueOverShardedPubSub(t *testing.T) {
 // call fails: the nodes reject with store_unavailable, and requests
 // already holding permits keep running. Writes the replica had not
 // received when the master died are lost (asynchronous replication). A
-// grant lost that way is unknown to the new master, and since the data
-// set survived (its epoch key did) heartbeats do not re-add it: the
-// upstream may see one request more per lost grant until that request
-// ends; at most twice the permits in all. A release lost the same way
+// grant lost that way is unknown to the new master until its owner's
+// next heartbeat counts it again: the upstream may see one request more
+// per lost grant until then; at most twice the permits in all. A release lost the same way
 // holds a permit for nobody until the owner's next reconcile frees it
 // (at most the lease). On loopback the replica lags by well under a
 // millisecond, so this run usually loses nothing; it checks the bound

@@ -403,3 +403,52 @@ func TestBusyClientPoolIsNotAnOutage(t *testing.T) {
 	assert.Equal(t, []string{p.Ticket()}, readState(t, srv.Client(t), "busy").Holders)
 	p.Release()
 }
+
+// A failover that loses the last writes keeps the epoch key (written long
+// before) but may lose a grant: the holder entry of a request that runs.
+// The owner's next heartbeat counts it again, so no waiter is granted on
+// top of it for longer than one heartbeat interval.
+func TestGrantLostWithTheEpochKeptIsCountedAgain(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := fairqueue.Config{Permits: 1, Lease: 1200 * time.Millisecond, PollInterval: 50 * time.Millisecond, MaxWait: 5 * time.Second}
+	a := newNode(t, srv, "lostgrant", cfg)
+	p, err := a.q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	defer p.Release()
+
+	// The lost write: the holder entry is gone, the epoch is not.
+	tag := redisstore.New(a.rdb, "lostgrant", redisstore.Options{}).Tag()
+	require.NoError(t, a.rdb.ZRem(context.Background(), tag+":holders", p.Ticket()).Err())
+	require.NotEmpty(t, a.rdb.Get(context.Background(), tag+":epoch").Val())
+
+	eventually(t, 5*time.Second, func() bool {
+		return slices.Contains(readState(t, a.rdb, "lostgrant").Holders, p.Ticket())
+	}, "the running request's permit was never counted again")
+
+	// Counted again, the permit is held: another node's request waits.
+	b := newNode(t, srv, "lostgrant", cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = b.q.Acquire(ctx, fairqueue.Request{})
+	require.ErrorIs(t, err, context.DeadlineExceeded, "granted on top of the running request")
+}
+
+// A heartbeat that names a ticket no longer held (released while the
+// heartbeat was on its way) re-adds it and says so: the node releases it
+// again (Queue.readded), so the permit is not held for nobody.
+func TestHeartbeatReportsTheTicketsItCountedAgain(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	st := redisstore.New(rdb, "readd", redisstore.Options{})
+	ctx := context.Background()
+	require.NoError(t, st.Open(ctx, "n1", nopHandler{}))
+	l := fairqueue.Limits{Permits: 2, Lease: time.Minute}
+	res, err := st.Acquire(ctx, fairqueue.TicketArgs{ID: "n1:1", Node: "n1", Limits: l})
+	require.NoError(t, err)
+	require.True(t, res.Granted)
+
+	hb, err := st.Heartbeat(ctx, fairqueue.HeartbeatArgs{Node: "n1", Limits: l, Held: []string{"n1:1", "n1:2"}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"n1:2"}, hb.Readded, "only the ticket whose entry was missing")
+	assert.Equal(t, 2, hb.Cluster.Holders)
+}

@@ -259,13 +259,20 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 	if err != nil {
 		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: %w", s.tag, busy(err))
 	}
-	if len(v) != 6 {
+	if len(v) != 7 {
 		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: unexpected reply %v", s.tag, v)
 	}
 	epoch, _ := v[0].(string)
-	return fairqueue.HeartbeatResult{Epoch: epoch, Rejoined: toInt(v[1]) == 1,
+	res := fairqueue.HeartbeatResult{Epoch: epoch, Rejoined: toInt(v[1]) == 1,
 		Cluster: fairqueue.ClusterView{Waiting: int(toInt(v[2])), Holders: int(toInt(v[3])), Nodes: int(toInt(v[4])),
-			LeaseExpirations: toInt(v[5])}}, nil
+			LeaseExpirations: toInt(v[5])}}
+	readded, _ := v[6].([]any)
+	for _, id := range readded {
+		if s, ok := id.(string); ok {
+			res.Readded = append(res.Readded, s)
+		}
+	}
+	return res, nil
 }
 
 // Reconcile implements fairqueue.Store.
