@@ -184,7 +184,7 @@ func (q *Queue) readded(ids []string) {
 		lost++
 	}
 	if lost > 0 && q.epoch != "" {
-		q.log.Warn("store had lost permits this node holds (a failover, or a lease that ended); counted them again",
+		q.log.Warn("store had lost permits this node holds (a failover?); counted them again",
 			zap.Int("permits", lost))
 	}
 }

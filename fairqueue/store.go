@@ -139,9 +139,9 @@ type HeartbeatResult struct {
 	Cluster ClusterView
 	// Readded lists the held tickets of the call whose holder entry was
 	// missing and was added again: the store lost it (a restart, a
-	// failover that lost the last writes), or the lease ended during a
-	// partition. A ticket the node released while the call was on its
-	// way is among them: the node releases it again.
+	// failover that lost the last writes) while the node was alive. A
+	// ticket the node released while the call was on its way is among
+	// them: the node releases it again.
 	Readded []string
 }
 

@@ -255,14 +255,17 @@ func (s *Store) Cancel(_ context.Context, t fairqueue.TicketArgs) error {
 	return nil
 }
 
-// Heartbeat implements fairqueue.Store. A held ticket whose lease ended
-// (the node stalled longer than the lease) is counted again, as in
-// every store: its request still runs.
+// Heartbeat implements fairqueue.Store. An in-process store never loses
+// its data: a held ticket it does not have was released while the
+// heartbeat was on its way; it is re-added and reported, as by every
+// store, and the node releases it again. A node that is not alive
+// re-adds nothing (its permits may belong to others).
 func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqueue.HeartbeatResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	res := fairqueue.HeartbeatResult{Epoch: s.epoch, Rejoined: !s.alive(hb.Node, now)}
+	alive := s.alive(hb.Node, now)
+	res := fairqueue.HeartbeatResult{Epoch: s.epoch, Rejoined: !alive}
 	s.nodes[hb.Node] = now.Add(hb.Lease)
 	res.Cluster = fairqueue.ClusterView{Waiting: s.waiting.Len(), Holders: len(s.holders), LeaseExpirations: s.expired}
 	for _, exp := range s.nodes {
@@ -271,10 +274,12 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 		}
 	}
 	for _, id := range hb.Held {
-		if _, ok := s.holders[id]; !ok {
+		if _, ok := s.holders[id]; ok {
+			s.holders[id] = now.Add(hb.Lease)
+		} else if alive {
+			s.holders[id] = now.Add(hb.Lease)
 			res.Readded = append(res.Readded, id)
 		}
-		s.holders[id] = now.Add(hb.Lease)
 	}
 	for _, id := range hb.Adopt {
 		s.holders[id] = now.Add(hb.Lease)
