@@ -144,7 +144,7 @@ func (q *Queue) heartbeat(cfg *Config) {
 	for _, t := range adopt {
 		t.registered.Store(true)
 	}
-	q.readded(res.Readded)
+	q.readded(res.Readded, res.Epoch == q.epoch)
 	q.cluster.Store(&res.Cluster)
 	if q.epoch != "" && res.Epoch != q.epoch {
 		q.log.Warn("store lost its data; re-registered this node's permits", zap.Int("held", len(held)))
@@ -169,9 +169,10 @@ func (q *Queue) heartbeat(cfg *Config) {
 }
 
 // readded handles the held tickets a heartbeat counted again: those the
-// node still holds had lost their holder entry (logged); one released
-// while the heartbeat was on its way is released again.
-func (q *Queue) readded(ids []string) {
+// node still holds had lost their holder entry (logged when the data set
+// is the same: a new one is logged as such); one released while the
+// heartbeat was on its way is released again.
+func (q *Queue) readded(ids []string, sameEpoch bool) {
 	lost := 0
 	for _, id := range ids {
 		q.mu.Lock()
@@ -183,7 +184,7 @@ func (q *Queue) readded(ids []string) {
 		}
 		lost++
 	}
-	if lost > 0 && q.epoch != "" {
+	if lost > 0 && sameEpoch && q.epoch != "" {
 		q.log.Warn("store had lost permits this node holds (a failover?); counted them again",
 			zap.Int("permits", lost))
 	}
