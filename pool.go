@@ -85,20 +85,28 @@ func newEngine(b backend, name string, h *Handler) (*engine, error) {
 // that round trip. The upstream has answered by then; the permit only
 // has to reach the next waiter, which it does as fast either way.
 func (e *engine) finish(p *fairqueue.Permit, done func()) {
-	switch {
-	case p == nil:
+	if p == nil {
 		done()
-	case !e.remote || p.Local():
+		return
+	}
+	// A closed engine's queue has left the store (its permits with it):
+	// nothing goes in the background then, so close's wait sees every Add.
+	e.mu.Lock()
+	background := e.remote && !p.Local() && !e.closed
+	if background {
+		e.releases.Add(1)
+	}
+	e.mu.Unlock()
+	if !background {
 		p.Release()
 		done()
-	default:
-		e.releases.Add(1)
-		go func() {
-			p.Release()
-			e.releases.Done() // before done: done may close the engine, which waits for releases
-			done()
-		}()
+		return
 	}
+	go func() {
+		p.Release()
+		e.releases.Done() // before done: done may close the engine, which waits for releases
+		done()
+	}()
 }
 
 // enter counts a request that uses the engine; exit must follow.
