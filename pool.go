@@ -89,8 +89,9 @@ func (e *engine) finish(p *fairqueue.Permit, done func()) {
 		done()
 		return
 	}
-	// A closed engine's queue has left the store (its permits with it):
-	// nothing goes in the background then, so close's wait sees every Add.
+	// A closed engine's queue is leaving the store, which releases every
+	// permit of the node: nothing goes in the background then, so close's
+	// wait sees every Add.
 	e.mu.Lock()
 	background := e.remote && !p.Local() && !e.closed
 	if background {

@@ -54,7 +54,7 @@ func (q *Queue) loop() {
 	poll := q.cfg.Load().PollInterval
 	ticker := time.NewTicker(poll)
 	defer ticker.Stop()
-	var lastBeat time.Time
+	var lastBeat, sweepUntil time.Time
 	wasUp := true
 	for {
 		select {
@@ -72,10 +72,14 @@ func (q *Queue) loop() {
 		up := q.health.up()
 		beat := time.Since(lastBeat) >= cfg.Lease/3 || q.resync.Swap(false) || (up && !wasUp)
 		if beat && (waiting+held > 0 || !up) {
-			q.heartbeat(cfg)
+			if !q.heartbeat(cfg) {
+				// Its reply may be lost with tickets it re-added that
+				// this node had released: reconcile finds such ghosts.
+				sweepUntil = time.Now().Add(cfg.Lease / 3)
+			}
 			lastBeat = time.Now()
 		}
-		if waiting > 0 || !up {
+		if waiting > 0 || !up || time.Now().Before(sweepUntil) {
 			q.reconcile(cfg)
 		}
 		wasUp = up
@@ -122,8 +126,9 @@ func (q *Queue) snapshot() (pending, held, adopt []*ticket) {
 
 // heartbeat renews this node's liveness and leases, registers fail-open
 // permits, and puts the node's waiters back in the queue when the store
-// forgot the node (data loss, or silence longer than the lease).
-func (q *Queue) heartbeat(cfg *Config) {
+// forgot the node (data loss, or silence longer than the lease). It
+// reports whether the store answered.
+func (q *Queue) heartbeat(cfg *Config) (ok bool) {
 	pending, held, adopt := q.snapshot()
 	args := HeartbeatArgs{Node: q.node, Limits: cfg.limits(), Held: ids(held), Adopt: ids(adopt), Epoch: q.epoch}
 	if args.Epoch == "" {
@@ -139,7 +144,7 @@ func (q *Queue) heartbeat(cfg *Config) {
 	}
 	q.health.record(q.log, err)
 	if err != nil {
-		return
+		return false
 	}
 	for _, t := range adopt {
 		t.registered.Store(true)
@@ -159,13 +164,14 @@ func (q *Queue) heartbeat(cfg *Config) {
 			cancel()
 			if err != nil {
 				q.health.record(q.log, err)
-				return
+				return true // the heartbeat itself was answered
 			}
 			if r.Granted {
 				q.grant(t, r.GrantNo)
 			}
 		}
 	}
+	return true
 }
 
 // readded handles the held tickets a heartbeat counted again: those the
@@ -185,7 +191,7 @@ func (q *Queue) readded(ids []string, sameEpoch bool) {
 		lost++
 	}
 	if lost > 0 && sameEpoch && q.epoch != "" {
-		q.log.Warn("store had lost permits this node holds (a failover?); counted them again",
+		q.log.Warn("store had dropped permits this node holds (a failover, or a partition longer than the lease); counted them again",
 			zap.Int("permits", lost))
 	}
 }

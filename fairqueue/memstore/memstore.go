@@ -258,8 +258,9 @@ func (s *Store) Cancel(_ context.Context, t fairqueue.TicketArgs) error {
 // Heartbeat implements fairqueue.Store. An in-process store never loses
 // its data: a held ticket it does not have was released while the
 // heartbeat was on its way; it is re-added and reported, as by every
-// store, and the node releases it again. A node that is not alive
-// re-adds nothing (its permits may belong to others).
+// store, and the node releases it again. A node that was not alive
+// re-adds nothing in that heartbeat (it may have left); from its next
+// one on it counts again the permits it still holds.
 func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqueue.HeartbeatResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -267,12 +268,6 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 	alive := s.alive(hb.Node, now)
 	res := fairqueue.HeartbeatResult{Epoch: s.epoch, Rejoined: !alive}
 	s.nodes[hb.Node] = now.Add(hb.Lease)
-	res.Cluster = fairqueue.ClusterView{Waiting: s.waiting.Len(), Holders: len(s.holders), LeaseExpirations: s.expired}
-	for _, exp := range s.nodes {
-		if !exp.Before(now) {
-			res.Cluster.Nodes++
-		}
-	}
 	for _, id := range hb.Held {
 		if _, ok := s.holders[id]; ok {
 			s.holders[id] = now.Add(hb.Lease)
@@ -283,6 +278,12 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 	}
 	for _, id := range hb.Adopt {
 		s.holders[id] = now.Add(hb.Lease)
+	}
+	res.Cluster = fairqueue.ClusterView{Waiting: s.waiting.Len(), Holders: len(s.holders), LeaseExpirations: s.expired}
+	for _, exp := range s.nodes {
+		if !exp.Before(now) {
+			res.Cluster.Nodes++
+		}
 	}
 	for id, exp := range s.gone {
 		if !exp.After(now) {

@@ -58,8 +58,9 @@ func markdown(res *Results, opts Options, plots []string) string {
 	w("\n(a) every command Redis executed, those run inside the scripts included (INFO commandstats counts both).\n")
 	w("\n## Low load: fast-path overhead\n\n")
 	w("%d client, back-to-back requests, upstream answers at once (1 token, no delay), %.0f s. Each system is\n", set.LowLoadClients, set.LowLoadS)
-	w("compared with plain reverse_proxy on as many nodes (the client's requests go round-robin to the nodes):\n")
-	w("what the queue adds, without what the topology adds.")
+	w("compared with plain reverse_proxy on as many nodes when that ran, else on one (the client's requests go\n")
+	w("round-robin to the nodes): what the queue adds, without what the topology adds. The targets name the\n")
+	w("baseline each used.")
 	if set.RedisRTTP50MS > 0 {
 		w("\nOne Redis round trip (a no-op script call from go-redis) takes p50 **%.3f ms**, p99 %.3f ms, when\n", set.RedisRTTP50MS, set.RedisRTTP99MS)
 		w("Redis has been idle for 0.5 ms, as between the requests of this load (%.3f ms back to back: most of\n", set.RedisRTTBusyP50MS)

@@ -26,7 +26,8 @@ type Spec struct {
 	Label string `json:"label"`
 	// Kind is one of the Kind constants.
 	Kind string `json:"kind"`
-	// Nodes is the number of Caddy processes (fair_queue with Redis).
+	// Nodes is the number of Caddy processes, the load spread over them
+	// round-robin.
 	Nodes int `json:"nodes"`
 	// Redis selects the Redis store; otherwise the in-process one.
 	Redis bool `json:"redis"`

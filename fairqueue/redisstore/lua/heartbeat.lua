@@ -14,11 +14,13 @@
 -- it: the data set is new (the epoch changed), or the node is still
 -- alive here (a failover that lost the last writes kept the epoch key).
 -- Its request still runs on the upstream, so counting it is the truth.
--- A node that is not alive (silent longer than its lease, or gone: a
--- heartbeat delayed past the node's leave) re-adds nothing, since its
--- permits may already belong to others. A ticket released while this
--- heartbeat was on its way is re-added too: the node releases it again
--- when it sees it in the reply.
+-- A node that is not alive re-adds nothing in this heartbeat: it may have
+-- left (a heartbeat delayed past its leave, while other nodes keep the
+-- queue). A node back from a partition longer than its lease is alive
+-- again after this heartbeat, and its next one counts its running
+-- requests again. A ticket released while this heartbeat was on its way
+-- is re-added too: the node releases it again when it sees it in the
+-- reply (or, if the reply is lost, its reconcile finds the ghost).
 -- Idempotent: it only sets expiries to now + lease.
 local node = ARGV[1]
 local cur = redis.call('GET', KEYS[5])
