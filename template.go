@@ -48,7 +48,7 @@ func replaceJSON(repl *caddy.Replacer, tmpl string) string {
 			start, inString = i+1, !inString
 		}
 	}
-	replacePlaceholders(&b, repl, tmpl[min(start, len(tmpl)):])
+	replacePlaceholders(&b, repl, tmpl[start:])
 	return b.String()
 }
 

@@ -268,8 +268,8 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 			LeaseExpirations: toInt(v[5])}}
 	readded, _ := v[6].([]any)
 	for _, id := range readded {
-		if s, ok := id.(string); ok {
-			res.Readded = append(res.Readded, s)
+		if ticket, ok := id.(string); ok {
+			res.Readded = append(res.Readded, ticket)
 		}
 	}
 	return res, nil
