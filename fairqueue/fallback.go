@@ -58,6 +58,9 @@ func (q *Queue) localQueue(cfg *Config) *Queue {
 	if q.local == nil {
 		q.local, _ = New(cfg.Fallback, lc)
 		q.log.Warn("store unreachable: queueing in this node only", zap.Int("local_permits", permits))
+		if q.isDraining() {
+			q.local.RejectWaiters()
+		}
 	} else if q.local.Config().Permits != permits {
 		_ = q.local.Reconfigure(lc)
 	}

@@ -43,7 +43,11 @@ type Queue struct {
 	grants atomic.Int64 // highest grant counter seen
 	epoch  string       // data-set ID confirmed by the last heartbeat; loop only
 	seen   atomic.Pointer[string]
-	resync atomic.Bool // the data-set ID changed: heartbeat at once
+	resync atomic.Bool // the data-set ID or the lease changed: heartbeat at once
+	// verify: the store may have lost this node's waiters (a failed call,
+	// a new subscription, a rejoin): the next heartbeat names them.
+	verify atomic.Bool
+	beats  uint64 // heartbeats sent; loop only
 
 	cluster atomic.Pointer[ClusterView] // from the last heartbeat
 
@@ -69,6 +73,7 @@ func New(store Store, cfg Config) (*Queue, error) {
 	}
 	q.log = cfg.Logger.With(zap.String("queue", cfg.Name), zap.String("node", q.node))
 	q.health.onFail = func(err error) {
+		q.verify.Store(true) // the call may have run, or Redis may be failing over
 		if o := q.cfg.Load().Observer; o != nil {
 			o.StoreError(err)
 		}
@@ -91,8 +96,15 @@ func (q *Queue) Reconfigure(cfg Config) error {
 		return err
 	}
 	cfg = cfg.withDefaults()
-	q.cfg.Store(&cfg)
+	old := q.cfg.Swap(&cfg)
 	q.health.downAfter.Store(int32(cfg.DownAfter))
+	if old.Lease != cfg.Lease {
+		// Held permits carry the old lease's expiry and the store grants
+		// this node's waiters with the lease it last heard: renew both
+		// now, not at the new interval.
+		q.resync.Store(true)
+		q.kickLoop()
+	}
 	return nil
 }
 
@@ -166,8 +178,11 @@ func (q *Queue) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	t.position, t.grants0 = res.Position, res.Grants
 	if res.Granted {
 		q.grant(t, res.GrantNo)
-	} else if req.OnQueued != nil {
-		req.OnQueued(Waiting{q: q, t: t})
+	} else {
+		t.queued.Store(true)
+		if req.OnQueued != nil {
+			req.OnQueued(Waiting{q: q, t: t})
+		}
 	}
 	return q.wait(ctx, t, start, deadline)
 }
@@ -177,7 +192,8 @@ func (q *Queue) Acquire(ctx context.Context, req Request) (*Permit, error) {
 // the deadline allows: one failure or a busy client pool is not an
 // outage, so on_store_error does not apply to it.
 func (q *Queue) send(ctx context.Context, t *ticket, req Request, cfg *Config, deadline time.Time) (AcquireResult, error) {
-	args := TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Cost: req.increment(cfg.PriorityFactor)}
+	t.cost = req.increment(cfg.PriorityFactor)
+	args := TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Cost: t.cost}
 	backoff := 10 * time.Millisecond
 	for {
 		actx, cancel := context.WithDeadline(ctx, deadline)
@@ -226,6 +242,12 @@ func (q *Queue) wait(ctx context.Context, t *ticket, start, deadline time.Time) 
 	var end int32
 	select {
 	case <-t.granted:
+		if ctx.Err() != nil {
+			// Granted as its client left (select picks either): the
+			// permit goes to the next waiter, not to nobody.
+			q.giveBack(t)
+			return nil, ctx.Err()
+		}
 		return q.permit(t, start), nil
 	case <-ctx.Done():
 		end = stateCancelled
@@ -238,11 +260,10 @@ func (q *Queue) wait(ctx context.Context, t *ticket, start, deadline time.Time) 
 		// Granted at the same moment. A client that is gone gives the
 		// permit back; a timeout or drain that lost the race is served.
 		<-t.granted
-		p := q.permit(t, start)
 		if end != stateCancelled {
-			return p, nil
+			return q.permit(t, start), nil
 		}
-		p.Release()
+		q.giveBack(t)
 		return nil, ctx.Err()
 	}
 	pos := q.position(t)
@@ -292,7 +313,13 @@ func (q *Queue) Granted(grants ...Grant) {
 }
 
 // Resynced implements Handler: notifications may have been lost.
-func (q *Queue) Resynced() { q.kickLoop() }
+// A new subscription follows a broken connection, perhaps a failover
+// that lost the last writes: the next heartbeat checks this node's
+// waiters are still queued.
+func (q *Queue) Resynced() {
+	q.verify.Store(true)
+	q.kickLoop()
+}
 
 func (q *Queue) reject(r Reason, start time.Time, pos int, cause error) error {
 	cfg := q.cfg.Load()
@@ -302,6 +329,11 @@ func (q *Queue) reject(r Reason, start time.Time, pos int, cause error) error {
 	}
 	return &RejectError{Reason: r, Waited: waited, Position: pos,
 		RetryAfter: q.drain.retryAfter(pos, cfg.MaxWait), Err: cause}
+}
+
+// giveBack releases the permit of a granted ticket whose caller has gone.
+func (q *Queue) giveBack(t *ticket) {
+	(&Permit{q: q, t: t}).Release()
 }
 
 // permit hands a granted ticket to its caller.

@@ -29,7 +29,9 @@ type Store interface {
 	// granted meanwhile.
 	Cancel(ctx context.Context, t TicketArgs) error
 	// Heartbeat renews node's liveness and the leases of the permits it
-	// holds.
+	// holds, records node's lease (every grant to node's waiters, by any
+	// node, expires after it), and reports which of the pending tickets
+	// it names the store has neither queued nor granted.
 	Heartbeat(ctx context.Context, hb HeartbeatArgs) (HeartbeatResult, error)
 	// Reconcile dispatches permits freed by lease expiry and returns the
 	// tickets of node that hold a permit.
@@ -123,17 +125,27 @@ type HeartbeatArgs struct {
 	// Adopt are permits admitted while the store was unreachable
 	// (fail open): they are added as holders if missing.
 	Adopt []string
+	// Pending are tickets of this node waiting for a grant, named when the
+	// node has reason to doubt the store still has them (it was forgotten,
+	// a call failed, the subscription was re-established): the store
+	// reports those it lost in HeartbeatResult.Missing.
+	Pending []string
 	// Epoch is the data-set ID this node last saw ("" if none).
 	Epoch string
+	// Beat numbers the node's heartbeats (increasing, from 1): a
+	// heartbeat sent again (a client retry) answers Rejoined as its first
+	// run did.
+	Beat uint64
 }
 
 // HeartbeatResult is the answer to Store.Heartbeat.
 type HeartbeatResult struct {
 	// Epoch is the store's current data-set ID.
 	Epoch string
-	// Rejoined: the store did not know this node (it lost its data, or
-	// the node was silent longer than its lease): its waiting tickets are
-	// no longer in the queue and must be sent again.
+	// Rejoined: the store had forgotten this node since its last
+	// heartbeat (it lost its data, the node was silent longer than its
+	// lease, or an acquire brought it back): its waiting tickets may be
+	// gone; the node names them (Pending) in its next heartbeat.
 	Rejoined bool
 	// Cluster is the queue as the store sees it.
 	Cluster ClusterView
@@ -143,6 +155,9 @@ type HeartbeatResult struct {
 	// ticket the node released while the call was on its way is among
 	// them: the node releases it again.
 	Readded []string
+	// Missing lists the Pending tickets the store has neither queued nor
+	// granted: the node queues them again.
+	Missing []string
 }
 
 // ClusterView is a queue's state across every node.

@@ -24,6 +24,10 @@ type ticket struct {
 	// the store by the next heartbeat (adopted).
 	failOpen   bool
 	registered atomic.Bool // the store knows it as a holder
+	// queued: the store answered its acquire and queued it, so a
+	// heartbeat may ask whether the store still has it.
+	queued atomic.Bool
+	cost   float64 // TicketArgs.Cost, to queue it again with the same cost
 
 	grantNo atomic.Int64 // 0 until known: a grant found by reconcile learns it from its late message
 	// Written before wait starts.

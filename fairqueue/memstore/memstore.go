@@ -29,6 +29,7 @@ type Store struct {
 	index    map[string]*waiter   // waiting tickets by ID
 	holders  map[string]time.Time // ticket -> lease expiry
 	nodes    map[string]time.Time // node -> liveness expiry
+	members  map[string]member    // node -> its lease and join mark
 	handlers map[string]fairqueue.Handler
 	gone     map[string]time.Time // tombstones -> expiry
 	expired  int64                // permits freed by an ended lease
@@ -45,11 +46,29 @@ func New() *Store {
 		index:    make(map[string]*waiter),
 		holders:  make(map[string]time.Time),
 		nodes:    make(map[string]time.Time),
+		members:  make(map[string]member),
 		handlers: make(map[string]fairqueue.Handler),
 		gone:     make(map[string]time.Time),
 		tlast:    make(map[string]float64),
 		twait:    make(map[string]int),
 	}
+}
+
+// member is what the store knows of a node besides its liveness: its own
+// lease (grants to its waiters, by any node, expire after it) and mark,
+// the heartbeat that last found it forgotten (0: an acquire brought it
+// back; its next heartbeat reports it rejoined).
+type member struct {
+	lease time.Duration
+	mark  uint64
+}
+
+// leaseOf is node's own lease, or def when the store does not know it.
+func (s *Store) leaseOf(node string, def time.Duration) time.Duration {
+	if m, ok := s.members[node]; ok {
+		return m.lease
+	}
+	return def
 }
 
 type waiter struct {
@@ -138,7 +157,7 @@ func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) 
 		if tenantOf(w.id) != "" {
 			s.vtime = max(s.vtime, w.score)
 		}
-		s.holders[w.id] = now.Add(l.Lease)
+		s.holders[w.id] = now.Add(s.leaseOf(node, l.Lease))
 		s.grants++
 		if h := s.handlers[node]; h != nil {
 			out[h] = append(out[h], fairqueue.Grant{Ticket: w.id, No: s.grants, At: now})
@@ -166,7 +185,12 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 		res.Gone = true
 		return res, nil
 	}
-	s.nodes[t.Node] = now.Add(t.Lease)
+	if !s.alive(t.Node, now) {
+		// Brought back: its next heartbeat reports it rejoined, since
+		// its waiters may have been dropped while it was not alive.
+		s.nodes[t.Node] = now.Add(t.Lease)
+		s.members[t.Node] = member{lease: t.Lease}
+	}
 	res.Grants = s.grants
 	if _, ok := s.holders[t.ID]; ok {
 		res.Granted = true
@@ -258,22 +282,37 @@ func (s *Store) Cancel(_ context.Context, t fairqueue.TicketArgs) error {
 // Heartbeat implements fairqueue.Store. An in-process store never loses
 // its data: a held ticket it does not have was released while the
 // heartbeat was on its way; it is re-added and reported, as by every
-// store, and the node releases it again. A node that was not alive
+// store, and the node releases it again. A node that was forgotten (not
+// alive, or brought back by an acquire since its last heartbeat)
 // re-adds nothing in that heartbeat (it may have left); from its next
-// one on it counts again the permits it still holds.
+// one on it counts again the permits it still holds. Its pending
+// tickets that are not here (dropped at the head while it was not
+// alive) are reported missing.
 func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqueue.HeartbeatResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	alive := s.alive(hb.Node, now)
-	res := fairqueue.HeartbeatResult{Epoch: s.epoch, Rejoined: !alive}
+	m, known := s.members[hb.Node]
+	if !known || m.mark == 0 || !s.alive(hb.Node, now) {
+		m.mark = hb.Beat
+	}
+	rejoined := m.mark == hb.Beat
+	m.lease = hb.Lease
+	s.members[hb.Node] = m
+	res := fairqueue.HeartbeatResult{Epoch: s.epoch, Rejoined: rejoined}
 	s.nodes[hb.Node] = now.Add(hb.Lease)
 	for _, id := range hb.Held {
 		if _, ok := s.holders[id]; ok {
 			s.holders[id] = now.Add(hb.Lease)
-		} else if alive {
+		} else if !rejoined {
 			s.holders[id] = now.Add(hb.Lease)
 			res.Readded = append(res.Readded, id)
+		}
+	}
+	for _, id := range hb.Pending {
+		_, held := s.holders[id]
+		if _, queued := s.index[id]; !queued && !held {
+			res.Missing = append(res.Missing, id)
 		}
 	}
 	for _, id := range hb.Adopt {
@@ -304,6 +343,7 @@ func (s *Store) Reconcile(_ context.Context, node string, l fairqueue.Limits) (f
 	for n, exp := range s.nodes {
 		if exp.Before(now) {
 			delete(s.nodes, n)
+			delete(s.members, n)
 		}
 	}
 	res := fairqueue.ReconcileResult{Epoch: s.epoch, Grants: s.grants, Waiting: s.waiting.Len()}
@@ -327,6 +367,7 @@ func (s *Store) Leave(_ context.Context, node string, l fairqueue.Limits) error 
 		}
 	}
 	delete(s.nodes, node)
+	delete(s.members, node)
 	delete(s.handlers, node)
 	s.reapAndDispatch(l, s.now(), out)
 	return nil

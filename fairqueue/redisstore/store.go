@@ -104,7 +104,7 @@ func New(rdb redis.UniversalClient, name string, opts Options) *Store {
 	clean := strings.NewReplacer("{", "_", "}", "_")
 	tag := "{" + clean.Replace(prefix) + ":" + clean.Replace(name) + "}"
 	s := &Store{rdb: rdb, tag: tag, chPrefix: tag + ":node:", sharded: opts.Sharded}
-	for _, k := range []string{"seq", "waiting", "holders", "nodes", "epoch", "grants", "gone", "vtime", "tlast", "twait", "expired"} {
+	for _, k := range []string{"seq", "waiting", "holders", "nodes", "epoch", "grants", "gone", "vtime", "tlast", "twait", "expired", "members"} {
 		s.keys = append(s.keys, tag+":"+k)
 	}
 	return s
@@ -248,31 +248,36 @@ func (s *Store) Cancel(ctx context.Context, t fairqueue.TicketArgs) error {
 
 // Heartbeat implements fairqueue.Store.
 func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fairqueue.HeartbeatResult, error) {
-	more := []any{hb.Epoch, newEpoch(), len(hb.Held)}
-	for _, id := range hb.Held {
-		more = append(more, id)
-	}
-	for _, id := range hb.Adopt {
-		more = append(more, id)
+	more := make([]any, 0, 5+len(hb.Held)+len(hb.Pending)+len(hb.Adopt))
+	more = append(more, hb.Epoch, newEpoch(), strconv.FormatUint(hb.Beat, 10), len(hb.Held), len(hb.Pending))
+	for _, l := range [][]string{hb.Held, hb.Pending, hb.Adopt} {
+		for _, id := range l {
+			more = append(more, id)
+		}
 	}
 	v, err := scripts.heartbeat.Run(ctx, s.rdb, s.keys, s.args(hb.Node, hb.Limits, more...)...).Slice()
 	if err != nil {
 		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: %w", s.tag, busy(err))
 	}
-	if len(v) != 7 {
+	if len(v) != 8 {
 		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: unexpected reply %v", s.tag, v)
 	}
 	epoch, _ := v[0].(string)
-	res := fairqueue.HeartbeatResult{Epoch: epoch, Rejoined: toInt(v[1]) == 1,
+	return fairqueue.HeartbeatResult{Epoch: epoch, Rejoined: toInt(v[1]) == 1,
 		Cluster: fairqueue.ClusterView{Waiting: int(toInt(v[2])), Holders: int(toInt(v[3])), Nodes: int(toInt(v[4])),
-			LeaseExpirations: toInt(v[5])}}
-	readded, _ := v[6].([]any)
-	for _, id := range readded {
-		if ticket, ok := id.(string); ok {
-			res.Readded = append(res.Readded, ticket)
+			LeaseExpirations: toInt(v[5])},
+		Readded: stringList(v[6]), Missing: stringList(v[7])}, nil
+}
+
+// stringList reads a script's list of strings.
+func stringList(v any) []string {
+	var out []string
+	for _, x := range asList(v) {
+		if id, ok := x.(string); ok {
+			out = append(out, id)
 		}
 	}
-	return res, nil
+	return out
 }
 
 // Reconcile implements fairqueue.Store.
@@ -287,12 +292,7 @@ func (s *Store) Reconcile(ctx context.Context, node string, l fairqueue.Limits) 
 	s.deliver(v[4])
 	epoch, _ := v[0].(string)
 	res := fairqueue.ReconcileResult{Epoch: epoch, Grants: toInt(v[1]), Waiting: int(toInt(v[2]))}
-	holders, _ := v[3].([]any)
-	for _, h := range holders {
-		if id, ok := h.(string); ok {
-			res.Holders = append(res.Holders, id)
-		}
-	}
+	res.Holders = stringList(v[3])
 	return res, nil
 }
 
@@ -365,10 +365,7 @@ func (s *Store) Inspect(ctx context.Context, head, flows int) (fairqueue.Snapsho
 		return fairqueue.Snapshot{}, fmt.Errorf("inspect %s: unexpected reply %v", s.tag, v)
 	}
 	snap := fairqueue.Snapshot{Waiting: int(toInt(v[0])), Grants: toInt(v[5])}
-	for _, x := range asList(v[1]) {
-		id, _ := x.(string)
-		snap.Head = append(snap.Head, id)
-	}
+	snap.Head = stringList(v[1])
 	pairs(v[2], func(id string, ms int64) {
 		snap.Holders = append(snap.Holders, fairqueue.Holder{Ticket: id, Node: fairqueue.TicketNode(id), LeaseLeft: time.Duration(ms) * time.Millisecond})
 	})

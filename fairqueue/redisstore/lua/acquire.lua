@@ -1,9 +1,14 @@
 -- acquire: grant a ticket at once (fast path) or put it in the queue.
--- KEYS: the common layout (all eleven).
+-- KEYS: the common layout (all twelve).
 -- ARGV: 1 ticket, 2-5 common, 6 node, 7 epoch candidate, 8 the ticket's
 --   cost / its tenant's weight (fair queueing; a ticket without a tenant
 --   is ordered by arrival), 9 max waiting (0: no cap), 10 max waiting per
 --   tenant (0: no cap).
+-- A node that is not alive here (new, idle past its lease, or forgotten)
+-- is made alive, with its lease, and marked (mark 0) so that its next
+-- heartbeat reports it rejoined: Redis may have dropped its waiters, and
+-- only the heartbeat can tell the node to check them. An alive node's
+-- liveness is left to its heartbeats.
 -- Returns {status, seq, grant_no, position, grants, epoch, own grants},
 --   status one of 'granted', 'queued', 'gone', 'full' (a cap refused it);
 --   own grants: {ticket, grant no, ...} made to the node's earlier waiters
@@ -20,7 +25,10 @@ local tomb = redis.call('ZSCORE', KEYS[7], id)
 if tomb and tonumber(tomb) > now then
   return {'gone', 0, 0, 0, 0, epoch, {}}
 end
-redis.call('ZADD', KEYS[4], now + lease, node)
+if not alive(node) then
+  redis.call('ZADD', KEYS[4], now + lease, node)
+  redis.call('HSET', KEYS[12], node, lease .. ' 0')
+end
 if redis.call('ZSCORE', KEYS[3], id) then
   return {'granted', 0, 0, 0, grants(), epoch, {}}
 end

@@ -15,6 +15,11 @@
 --  10 twait    HASH flow -> its tickets waiting; a flow's fields are
 --              deleted when its backlog empties, so nothing outlives it
 --  11 expired  INCR counter: permits freed by an ended lease
+--  12 members  HASH node -> "<lease ms> <mark>": the node's own lease
+--              (every grant to its waiters expires after it, whoever
+--              makes the grant) and its join mark: the number of the
+--              heartbeat that last found the node forgotten, or 0 when an
+--              acquire brought it back and its next heartbeat must say so
 -- (a flow is one tenant's requests in one priority band)
 -- ARGV, the same first five for every script:
 --   1 ticket ID (or node ID)   2 permits   3 lease ms
@@ -64,6 +69,13 @@ local function alive(node)
   return exp ~= false and tonumber(exp) >= now
 end
 
+-- lease_of is node's own lease (ms): a grant to its waiter lasts as long
+-- as the owner renews it, not as long as the granting node would.
+local function lease_of(node)
+  local v = redis.call('HGET', KEYS[12], node)
+  return (v and tonumber(string.match(v, '^(%d+)'))) or lease
+end
+
 local function grants()
   return tonumber(redis.call('GET', KEYS[6]) or '0')
 end
@@ -94,12 +106,13 @@ local function dispatch(self)
     left_queue(id)
     if alive(owner) then
       if tenant_of(id) then advance(tonumber(head[2])) end
-      redis.call('ZADD', KEYS[3], now + lease, id)
       local no = redis.call('INCR', KEYS[6])
       if owner == self then
+        redis.call('ZADD', KEYS[3], now + lease, id)
         own[#own + 1] = id
         own[#own + 1] = no
       else
+        redis.call('ZADD', KEYS[3], now + lease_of(owner), id)
         redis.call(ARGV[5], ARGV[4] .. owner, id .. ' ' .. no .. ' ' .. now)
       end
       free = free - 1
@@ -111,14 +124,32 @@ local function dispatch(self)
   return own
 end
 
--- mine lists the holders owned by node (scans the holders: about the
--- permits, never the waiters), leaving out those granted or renewed in the
--- last `fresh` ms: their grant message may still be in flight.
+-- mine lists the holders owned by node, the calling node (scans the
+-- holders: about the permits, never the waiters). With fresh, it leaves
+-- out those granted or renewed in the last `fresh` ms under the node's
+-- lease: their grant message may still be in flight. A holder whose
+-- expiry lies beyond the node's lease was granted under an earlier,
+-- longer one and is listed.
 local function mine(node, fresh)
   local prefix = node .. ':'
   local out = {}
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now + lease - (fresh or 0))) do
-    if string.sub(id, 1, #prefix) == prefix then out[#out + 1] = id end
+  local h = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+  for i = 1, #h, 2 do
+    local id, exp = h[i], tonumber(h[i + 1])
+    if string.sub(id, 1, #prefix) == prefix and
+       not (fresh and exp > now + lease - fresh and exp <= now + lease) then
+      out[#out + 1] = id
+    end
   end
   return out
+end
+
+-- forget_dead removes nodes whose liveness ended, with their member
+-- entries (at most 100 a call).
+local function forget_dead()
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. now, 'LIMIT', 0, 100)
+  if #dead > 0 then
+    redis.call('ZREM', KEYS[4], unpack(dead))
+    redis.call('HDEL', KEYS[12], unpack(dead))
+  end
 end

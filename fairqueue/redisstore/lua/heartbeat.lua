@@ -1,49 +1,65 @@
--- heartbeat: renew a node's liveness and the leases of its permits.
--- KEYS: the common layout (2-5, 11 used).
+-- heartbeat: renew a node's liveness and the leases of its permits, and
+-- tell it which of its waiters Redis no longer has.
+-- KEYS: the common layout (2-5, 11, 12 used).
 -- ARGV: 1 node, 2-5 common, 6 epoch the node knows ('' if none),
---   7 epoch candidate, 8 count n of held tickets, 9..8+n held tickets,
---   9+n.. adopted tickets (admitted while Redis was unreachable).
--- Returns {epoch, rejoined, waiting, holders, nodes, expired, re-added}:
--- waiting to expired are the cluster's view (queue length, permits held,
--- live nodes, leases that ended unrenewed since the queue began);
--- rejoined = 1 when the node was not alive here (Redis lost its data, or
--- the node was silent longer than its lease), so its waiters must be
--- queued again; re-added lists the held tickets whose holder entry was
--- missing.
+--   7 epoch candidate, 8 this heartbeat's number (per node, increasing),
+--   9 count n of held tickets, 10 count m of pending tickets, then the n
+--   held tickets, the m pending tickets, and the adopted tickets
+--   (admitted while Redis was unreachable) to the end.
+-- Returns {epoch, rejoined, waiting, holders, nodes, expired, re-added,
+-- missing}: waiting to expired are the cluster's view (queue length,
+-- permits held, live nodes, leases that ended unrenewed since the queue
+-- began); rejoined = 1 when Redis had forgotten the node (it lost its
+-- data, the node was silent longer than its lease, or an acquire brought
+-- the node back since its last heartbeat): its waiters may be gone, so it
+-- should name them in a heartbeat; re-added lists the held tickets whose
+-- holder entry was missing; missing lists the pending tickets that are
+-- neither waiting nor holding here: the node queues them again.
+-- The node's lease is recorded with its membership: grants made to its
+-- waiters by any node expire after it.
 -- A held ticket whose entry is missing is counted again when Redis lost
--- it: the data set is new (the epoch changed), or the node is still
--- alive here (a failover that lost the last writes kept the epoch key).
--- Its request still runs on the upstream, so counting it is the truth.
--- A node that is not alive re-adds nothing in this heartbeat: it may have
--- left (a heartbeat delayed past its leave, while other nodes keep the
--- queue). A node back from a partition longer than its lease is alive
--- again after this heartbeat, and its next one counts its running
--- requests again. A ticket released while this heartbeat was on its way
--- is re-added too: the node releases it again when it sees it in the
--- reply (or, if the reply is lost, its reconcile finds the ghost).
--- Idempotent: it only sets expiries to now + lease.
-local node = ARGV[1]
+-- it: the data set is new (the epoch changed), or the node is alive here
+-- and was not forgotten (a failover that lost the last writes kept the
+-- epoch key). Its request still runs on the upstream, so counting it is
+-- the truth. A forgotten node re-adds nothing in this heartbeat: it may
+-- have left (a heartbeat delayed past its leave, while other nodes keep
+-- the queue); its next heartbeat counts its running requests again. A
+-- ticket released while this heartbeat was on its way is re-added too:
+-- the node releases again every ticket it released meanwhile.
+-- Idempotent: expiries are set to now + lease, and a re-sent heartbeat
+-- (same number) reports rejoined as its first run did (the mark).
+local node, beat = ARGV[1], ARGV[8]
 local cur = redis.call('GET', KEYS[5])
 local lost = (not cur) or (ARGV[6] ~= '' and cur ~= ARGV[6])
 if not cur then
   cur = ARGV[7]
   redis.call('SET', KEYS[5], cur)
 end
+local info = redis.call('HGET', KEYS[12], node)
+local mark = info and string.match(info, ' (%S+)$')
+if lost or not mark or mark == '0' or not alive(node) then mark = beat end
 local rejoined = 0
-if not alive(node) then rejoined = 1 end
-local readd = lost or rejoined == 0
+if mark == beat then rejoined = 1 end
+redis.call('HSET', KEYS[12], node, lease .. ' ' .. mark)
 redis.call('ZADD', KEYS[4], now + lease, node)
-local n = tonumber(ARGV[8])
+local readd = lost or rejoined == 0
+local n, m = tonumber(ARGV[9]), tonumber(ARGV[10])
 local readded = {}
-for i = 9, 8 + n do
+for i = 11, 10 + n do
   if not readd then
     redis.call('ZADD', KEYS[3], 'XX', now + lease, ARGV[i])
   elseif redis.call('ZADD', KEYS[3], now + lease, ARGV[i]) == 1 then
     readded[#readded + 1] = ARGV[i]
   end
 end
-for i = 9 + n, #ARGV do
+local missing = {}
+for i = 11 + n, 10 + n + m do
+  if not redis.call('ZSCORE', KEYS[2], ARGV[i]) and not redis.call('ZSCORE', KEYS[3], ARGV[i]) then
+    missing[#missing + 1] = ARGV[i]
+  end
+end
+for i = 11 + n + m, #ARGV do
   redis.call('ZADD', KEYS[3], now + lease, ARGV[i])
 end
 return {cur, rejoined, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
-  redis.call('ZCOUNT', KEYS[4], now, '+inf'), tonumber(redis.call('GET', KEYS[11]) or '0'), readded}
+  redis.call('ZCOUNT', KEYS[4], now, '+inf'), tonumber(redis.call('GET', KEYS[11]) or '0'), readded, missing}

@@ -2,7 +2,7 @@
 -- dispatches (permits freed by expiry have no releaser), forgets dead
 -- nodes and expired tombstones, and lists the node's holders so it can find grants whose
 -- message was lost.
--- KEYS: the common layout (2-10 used).
+-- KEYS: the common layout (2-10, 12 used).
 -- ARGV: 1 node, 2-5 common, 6 ms: holders granted or renewed more recently
 --   are left out (their grant message may still be in flight).
 -- Returns {epoch, grants, waiting, {holder tickets of node}, own grants}
@@ -10,6 +10,6 @@
 -- Idempotent: a second run finds nothing more to free or dispatch.
 reap()
 local own = dispatch(ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+forget_dead()
 redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now)
 return {redis.call('GET', KEYS[5]) or '', grants(), redis.call('ZCARD', KEYS[2]), mine(ARGV[1], tonumber(ARGV[6])), own}
