@@ -35,6 +35,7 @@ func TestConformance(t *testing.T) {
 			t.Cleanup(func() { _ = q.Close() })
 			return q
 		},
+		Store: func(t *testing.T, name string) fairqueue.Store { return store(name) },
 		State: func(t *testing.T, name string) ([]string, []string) {
 			st := store(name).State()
 			return st.Waiting, st.Holders

@@ -432,30 +432,3 @@ func TestGrantLostWithTheEpochKeptIsCountedAgain(t *testing.T) {
 	_, err = b.q.Acquire(ctx, fairqueue.Request{})
 	require.ErrorIs(t, err, context.DeadlineExceeded, "granted on top of the running request")
 }
-
-// A heartbeat that names a ticket no longer held (released while the
-// heartbeat was on its way) re-adds it and says so: the node releases it
-// again (Queue.readded), so the permit is not held for nobody.
-func TestHeartbeatReportsTheTicketsItCountedAgain(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	st := redisstore.New(rdb, "readd", redisstore.Options{})
-	ctx := context.Background()
-	require.NoError(t, st.Open(ctx, "n1", nopHandler{}))
-	l := fairqueue.Limits{Permits: 2, Lease: time.Minute}
-	res, err := st.Acquire(ctx, fairqueue.TicketArgs{ID: "n1:1", Node: "n1", Limits: l})
-	require.NoError(t, err)
-	require.True(t, res.Granted)
-
-	// The first heartbeat after the acquire that brought the node in is
-	// its join: it re-adds nothing (it might be one delayed past a leave).
-	hb, err := st.Heartbeat(ctx, fairqueue.HeartbeatArgs{Node: "n1", Limits: l, Held: []string{"n1:1", "n1:2"}, Beat: 1})
-	require.NoError(t, err)
-	assert.True(t, hb.Rejoined)
-	assert.Empty(t, hb.Readded)
-	hb, err = st.Heartbeat(ctx, fairqueue.HeartbeatArgs{Node: "n1", Limits: l, Held: []string{"n1:1", "n1:2"}, Beat: 2})
-	require.NoError(t, err)
-	assert.False(t, hb.Rejoined)
-	assert.Equal(t, []string{"n1:2"}, hb.Readded, "only the ticket whose entry was missing")
-	assert.Equal(t, 2, hb.Cluster.Holders)
-}

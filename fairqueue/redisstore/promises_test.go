@@ -92,21 +92,6 @@ func TestLongerLeaseRenewsHeldPermitsAtOnce(t *testing.T) {
 		"the held permit kept the old lease's expiry")
 }
 
-// The last node's leave finds every permit it holds, also those granted
-// under a longer lease than the one it has now, and so leaves Redis clean.
-func TestLeaveReleasesPermitsOfAnEarlierLongerLease(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	st := redisstore.New(rdb, "leave", redisstore.Options{})
-	ctx := context.Background()
-	require.NoError(t, st.Open(ctx, "n1", nopHandler{}))
-	res, err := st.Acquire(ctx, fairqueue.TicketArgs{ID: "n1:1", Node: "n1", Limits: fairqueue.Limits{Permits: 1, Lease: time.Minute}})
-	require.NoError(t, err)
-	require.True(t, res.Granted)
-	require.NoError(t, st.Leave(ctx, "n1", fairqueue.Limits{Permits: 1, Lease: 2 * time.Second}))
-	assert.Empty(t, srv.Keys(t, "*"), "the last leave left keys behind")
-}
-
 // Redis can forget a node and its waiters while the node runs (a
 // partition longer than the lease: its waiters were dropped at the head).
 // A request of that node reaching Redis first makes the node alive again;

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
 	"github.com/fair-queue/caddy-fair-queue/fairqueue/storetest"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
@@ -16,6 +17,9 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		NewNode: func(t *testing.T, name string, cfg fairqueue.Config) *fairqueue.Queue {
 			return newNode(t, srv, name, cfg).q
+		},
+		Store: func(t *testing.T, name string) fairqueue.Store {
+			return redisstore.New(srv.Client(t), name, redisstore.Options{})
 		},
 		State: func(t *testing.T, name string) ([]string, []string) {
 			st := readState(t, admin, name)

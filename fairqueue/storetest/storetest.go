@@ -20,6 +20,11 @@ type Harness struct {
 	// State returns the queue's waiting and holding tickets as the store
 	// has them.
 	State func(t *testing.T, name string) (waiting, holders []string)
+	// Store returns a new handle on queue name, as one process opens it,
+	// for the cases that drive the Store contract directly; the case
+	// opens it as a node and closes it. Optional: without it those cases
+	// are skipped.
+	Store func(t *testing.T, name string) fairqueue.Store
 }
 
 // Run runs every behaviour of the suite as a subtest.
