@@ -1,0 +1,134 @@
+package fairqueue
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Drain stops admitting, answers every waiting Acquire of this node with
+// ErrShuttingDown (removing it from the store), waits until every permit
+// of this node is released or ctx ends, then leaves the queue: remaining
+// permits are released in the store, and the background loop and the
+// store's subscription stop. Nothing of this node stays in the store.
+func (q *Queue) Drain(ctx context.Context) error {
+	q.RejectWaiters()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for q.count(false) > 0 {
+		select {
+		case <-ctx.Done():
+			return q.leave()
+		case <-tick.C:
+		}
+	}
+	return q.leave()
+}
+
+// RejectWaiters stops admitting and answers every waiting Acquire with
+// ErrShuttingDown at once; held permits stay valid. It is the first half
+// of Drain, for callers that wait for in-flight work elsewhere.
+func (q *Queue) RejectWaiters() {
+	q.mu.Lock()
+	if !q.draining {
+		q.draining = true
+		close(q.drainCh)
+	}
+	q.mu.Unlock()
+	// The fallback queue's waiters too (it is created under localMu and
+	// checks draining then, so none is missed).
+	q.localMu.Lock()
+	defer q.localMu.Unlock()
+	if q.local != nil {
+		q.local.RejectWaiters()
+	}
+}
+
+// Close is Drain without waiting for held permits: waiters are answered,
+// and permits still held are released in the store.
+func (q *Queue) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Load().StoreTimeout)
+	defer cancel()
+	q.RejectWaiters()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for q.count(true) > 0 {
+		select {
+		case <-ctx.Done():
+			return q.leave()
+		case <-tick.C:
+		}
+	}
+	return q.leave()
+}
+
+func (q *Queue) count(pendingOnly bool) int {
+	w, h := q.census()
+	if pendingOnly {
+		return w
+	}
+	return w + h
+}
+
+func (q *Queue) leave() error {
+	if !q.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	q.openMu.Lock()
+	opened := q.opened
+	q.openMu.Unlock()
+	if opened {
+		close(q.stopCh)
+		<-q.loopDone
+	}
+	// Background calls (each bounded by the store timeout) end before the
+	// leave: a cancel that ran after the last node's leave deleted the
+	// queue's keys would create some again. closed is set: no background
+	// call starts after this.
+	q.bgMu.Lock()
+	q.bgMu.Unlock()
+	q.bg.Wait()
+	var err error
+	if opened {
+		cfg := q.cfg.Load()
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
+		err = q.store.Leave(ctx, q.node, cfg.limits())
+		cancel()
+		q.log.Info("node left queue", zap.Error(err))
+	}
+	q.localMu.Lock()
+	if q.local != nil {
+		_ = q.local.Close()
+	}
+	q.localMu.Unlock()
+	if cerr := q.store.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Stats is a node's view of its queue.
+type Stats struct {
+	// Waiting is the number of this node's tickets waiting.
+	Waiting int
+	// InFlight is the number of this node's permits held.
+	InFlight int
+	// StoreUp is the store's up/down state.
+	StoreUp bool
+	// Grants is the highest grant counter of the queue seen.
+	Grants int64
+	// Cluster is the whole queue as the store reported it at this node's
+	// last heartbeat (zero before the first).
+	Cluster ClusterView
+}
+
+// Stats returns this node's view of the queue.
+func (q *Queue) Stats() Stats {
+	w, h := q.census()
+	st := Stats{Waiting: w, InFlight: h, StoreUp: q.health.up(), Grants: q.grants.Load()}
+	if c := q.cluster.Load(); c != nil {
+		st.Cluster = *c
+	}
+	return st
+}

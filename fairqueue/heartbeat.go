@@ -1,0 +1,158 @@
+package fairqueue
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+func (q *Queue) snapshot() (pending, held, adopt []*ticket) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, t := range q.tickets {
+		switch {
+		case t.state.Load() == statePending:
+			if t.queued.Load() {
+				pending = append(pending, t)
+			}
+		case t.state.Load() != stateGranted:
+		case t.registered.Load():
+			held = append(held, t)
+		default:
+			adopt = append(adopt, t)
+		}
+	}
+	return pending, held, adopt
+}
+
+// heartbeat renews this node's liveness and leases, registers fail-open
+// permits, and, when the store may have lost this node's waiters (see
+// Queue.verify), names them and queues again those it lost. It reports
+// whether the store answered.
+func (q *Queue) heartbeat(cfg *Config) (ok bool) {
+	pending, held, adopt := q.snapshot()
+	verify := q.verify.Swap(false)
+	q.beats++
+	args := HeartbeatArgs{Node: q.node, Limits: cfg.limits(), Held: ids(held), Adopt: ids(adopt), Epoch: q.epoch, Beat: q.beats}
+	if verify {
+		args.Pending = ids(pending)
+	}
+	if args.Epoch == "" {
+		if s := q.seen.Load(); s != nil {
+			args.Epoch = *s
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
+	defer cancel()
+	res, err := q.store.Heartbeat(ctx, args)
+	if c := q.log.Check(zapcore.DebugLevel, "heartbeat"); c != nil {
+		c.Write(zap.Int("held", len(args.Held)), zap.Int("adopt", len(args.Adopt)), zap.Int("pending", len(args.Pending)),
+			zap.Bool("rejoined", res.Rejoined), zap.Int("missing", len(res.Missing)), zap.Error(err))
+	}
+	q.health.record(q.log, err)
+	if err == nil {
+		for _, t := range adopt {
+			t.registered.Store(true)
+		}
+	}
+	// The call may have run (maybe twice: a client retry) and counted
+	// again a permit released while it was on its way, which no reply
+	// would then report: release again every such permit. Permit.Release
+	// forgets the ticket before it reads registered, so one of the two
+	// always releases it in the store.
+	q.releaseEnded(held)
+	q.releaseEnded(adopt)
+	if err != nil {
+		q.verify.Store(true)
+		return false
+	}
+	q.readded(res.Readded, res.Epoch == q.epoch)
+	q.cluster.Store(&res.Cluster)
+	if q.epoch != "" && res.Epoch != q.epoch {
+		q.log.Warn("store lost its data; re-registered this node's permits", zap.Int("held", len(held)))
+	}
+	q.epoch = res.Epoch
+	q.seen.Store(&res.Epoch)
+	if res.Rejoined {
+		// Heartbeat again right away: that one counts the permits this
+		// node still holds (a forgotten node re-adds nothing: this call
+		// might have been one delayed past the node's leave) and names
+		// its waiters, unless this one did.
+		if !verify {
+			q.verify.Store(true)
+		}
+		q.resync.Store(true)
+		q.kickLoop()
+	}
+	if len(res.Missing) > 0 {
+		q.log.Warn("store had lost waiters of this node; queueing them again", zap.Int("waiting", len(res.Missing)))
+		q.requeue(cfg, res.Missing)
+	}
+	return true
+}
+
+// releaseEnded releases again, in the background, the tickets of ts
+// that ended (were released) since the snapshot.
+func (q *Queue) releaseEnded(ts []*ticket) {
+	for _, t := range ts {
+		q.mu.Lock()
+		cur := q.tickets[t.id]
+		q.mu.Unlock()
+		if cur != t {
+			q.releaseAsync(t.id)
+		}
+	}
+}
+
+// requeue queues again waiters the store lost, with their cost. Queue
+// caps do not apply: each was admitted once. A waiter that ended while
+// its acquire was on its way is cancelled again, since its own cancel
+// may have reached the store first.
+func (q *Queue) requeue(cfg *Config, lost []string) {
+	l := cfg.limits()
+	l.MaxQueue, l.MaxQueuePerTenant = 0, 0
+	for _, id := range lost {
+		q.mu.Lock()
+		t := q.tickets[id]
+		q.mu.Unlock()
+		if t == nil || t.state.Load() != statePending {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
+		r, err := q.store.Acquire(ctx, TicketArgs{ID: id, Node: q.node, Limits: l, Cost: t.cost})
+		cancel()
+		q.health.record(q.log, err)
+		if err != nil {
+			return // verify is set again: the next heartbeat retries
+		}
+		q.mu.Lock()
+		cur := q.tickets[id]
+		q.mu.Unlock()
+		switch {
+		case cur != t:
+			q.background(func() { q.cancelInStore(t, false) })
+		case r.Granted:
+			q.grant(t, r.GrantNo)
+		}
+	}
+}
+
+// readded logs the held tickets a heartbeat counted again that the node
+// still holds: they had lost their holder entry (logged when the data set
+// is the same: a new one is logged as such).
+func (q *Queue) readded(ids []string, sameEpoch bool) {
+	lost := 0
+	for _, id := range ids {
+		q.mu.Lock()
+		t := q.tickets[id]
+		q.mu.Unlock()
+		if t != nil {
+			lost++
+		}
+	}
+	if lost > 0 && sameEpoch && q.epoch != "" {
+		q.log.Warn("store had dropped permits this node holds (a failover, or a partition longer than the lease); counted them again",
+			zap.Int("permits", lost))
+	}
+}
