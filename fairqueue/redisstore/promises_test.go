@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -348,4 +349,49 @@ func TestRejectWaitersAnswersTheFallbackQueuesWaiters(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a waiter of the fallback queue was not answered on shutdown")
 	}
+}
+
+// reacquireHook runs before forwarding an acquire of a ticket already
+// acquired once (the requeue of a waiter Redis lost).
+type reacquireHook struct {
+	fairqueue.Store
+	seen   sync.Map
+	before func(t fairqueue.TicketArgs)
+}
+
+func (s *reacquireHook) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.AcquireResult, error) {
+	if _, again := s.seen.LoadOrStore(t.ID, true); again && s.before != nil {
+		s.before(t)
+	}
+	return s.Store.Acquire(ctx, t)
+}
+
+// A lost waiter whose client leaves while its requeue is on the way is
+// not left in the queue for nobody: its own cancel may reach Redis first.
+func TestWaiterThatLeavesDuringItsRequeueIsNotLeftQueued(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := fairqueue.Config{Permits: 1, Lease: 30 * time.Second, PollInterval: 50 * time.Millisecond, MaxWait: 8 * time.Second}
+	holder := newNode(t, srv, "leaving", cfg)
+	p, err := holder.q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	defer p.Release()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var lost <-chan acquired
+	hook := &reacquireHook{}
+	hook.before = func(fairqueue.TicketArgs) {
+		cancel() // the client leaves; its cancel reaches Redis before this acquire
+		<-lost
+	}
+	var a *node
+	a = wrappedNode(t, srv, "leaving", cfg, func(s fairqueue.Store) fairqueue.Store { hook.Store = s; return hook })
+	lost = acquireAsync(a, ctx)
+	eventually(t, 5*time.Second, func() bool { return len(readState(t, a.rdb, "leaving").Waiting) == 1 }, "the request never queued")
+	tag := redisstore.New(a.rdb, "leaving", redisstore.Options{}).Tag()
+	require.NoError(t, a.rdb.Del(context.Background(), tag+":waiting").Err())
+	require.NoError(t, a.rdb.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Err())
+	eventually(t, 5*time.Second, func() bool { return ctx.Err() != nil }, "the lost waiter was never queued again")
+	time.Sleep(300 * time.Millisecond)
+	eventually(t, 2*time.Second, func() bool { return len(readState(t, a.rdb, "leaving").Waiting) == 0 },
+		"a waiter that left is queued for nobody")
 }
