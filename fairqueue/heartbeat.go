@@ -26,6 +26,10 @@ func (q *Queue) snapshot() (pending, held, adopt []*ticket) {
 	return pending, held, adopt
 }
 
+// pendingPerCall bounds the waiters one heartbeat call names, so that a
+// deep queue does not make one long script.
+const pendingPerCall = 1000
+
 // heartbeat renews this node's liveness and leases, registers fail-open
 // permits, and, when the store may have lost this node's waiters (see
 // Queue.verify), names them and queues again those it lost. It reports
@@ -35,8 +39,11 @@ func (q *Queue) heartbeat(cfg *Config) (ok bool) {
 	verify := q.verify.Swap(false)
 	q.beats++
 	args := HeartbeatArgs{Node: q.node, Limits: cfg.limits(), Held: ids(held), Adopt: ids(adopt), Epoch: q.epoch, Beat: q.beats}
+	var more []string // pending tickets for further calls of this heartbeat
 	if verify {
-		args.Pending = ids(pending)
+		all := ids(pending)
+		n := min(len(all), pendingPerCall)
+		args.Pending, more = all[:n], all[n:]
 	}
 	if args.Epoch == "" {
 		if s := q.seen.Load(); s != nil {
@@ -84,6 +91,21 @@ func (q *Queue) heartbeat(cfg *Config) (ok bool) {
 		}
 		q.resync.Store(true)
 		q.kickLoop()
+	}
+	for len(more) > 0 && err == nil {
+		// The same heartbeat (same number), the rest of its waiters: one
+		// script call stays short however many wait.
+		n := min(len(more), pendingPerCall)
+		cctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
+		var r HeartbeatResult
+		r, err = q.store.Heartbeat(cctx, HeartbeatArgs{Node: q.node, Limits: args.Limits, Epoch: res.Epoch, Beat: args.Beat, Pending: more[:n]})
+		cancel()
+		q.health.record(q.log, err)
+		res.Missing = append(res.Missing, r.Missing...)
+		more = more[n:]
+	}
+	if err != nil {
+		q.verify.Store(true) // the waiters not yet named are named next time
 	}
 	if len(res.Missing) > 0 {
 		q.log.Warn("store had lost waiters of this node; queueing them again", zap.Int("waiting", len(res.Missing)))

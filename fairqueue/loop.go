@@ -45,14 +45,17 @@ func (q *Queue) start(ctx context.Context) error {
 	return nil
 }
 
-// loop is the node's one background goroutine: per poll interval one
-// reconcile while it has waiters (or while the store is down, as a probe),
-// per Lease/3 one heartbeat while it has waiters or holders. An idle node
-// sends nothing.
+// loop is the node's one background goroutine: per poll interval (or
+// Lease/3, if shorter) one reconcile while it has waiters (or while the
+// store is down, as a probe), per Lease/3 one heartbeat while it has
+// waiters or holders. An idle node sends nothing.
 func (q *Queue) loop() {
 	defer close(q.loopDone)
-	poll := q.cfg.Load().PollInterval
-	ticker := time.NewTicker(poll)
+	// A tick at least every Lease/3 too: a heartbeat is due then, and a
+	// node is alive only while its heartbeats are on time.
+	period := func(c *Config) time.Duration { return min(c.PollInterval, c.Lease/3) }
+	tick := period(q.cfg.Load())
+	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
 	var lastBeat, sweepUntil time.Time
 	wasUp := true
@@ -64,9 +67,9 @@ func (q *Queue) loop() {
 		case <-ticker.C:
 		}
 		cfg := q.cfg.Load()
-		if cfg.PollInterval != poll {
-			poll = cfg.PollInterval
-			ticker.Reset(poll)
+		if p := period(cfg); p != tick {
+			tick = p
+			ticker.Reset(tick)
 		}
 		waiting, held := q.census()
 		up := q.health.up()

@@ -395,3 +395,28 @@ func TestWaiterThatLeavesDuringItsRequeueIsNotLeftQueued(t *testing.T) {
 	eventually(t, 2*time.Second, func() bool { return len(readState(t, a.rdb, "leaving").Waiting) == 0 },
 		"a waiter that left is queued for nobody")
 }
+
+// However many waiters an instance has, the heartbeat names them in calls
+// of a bounded size, and every one Redis lost is queued again.
+func TestManyLostWaitersAreAllQueuedAgain(t *testing.T) {
+	const waiters = 2500 // more than one heartbeat call names
+	srv := redistest.Start(t)
+	cfg := fairqueue.Config{Permits: 1, Lease: 30 * time.Second, PollInterval: 50 * time.Millisecond, MaxWait: 20 * time.Second}
+	holder := newNode(t, srv, "many", cfg)
+	a := newNode(t, srv, "many", cfg)
+	p, err := holder.q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	defer p.Release()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range waiters {
+		wg.Go(func() { _, _ = a.q.Acquire(ctx, fairqueue.Request{}) })
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	tag := redisstore.New(a.rdb, "many", redisstore.Options{}).Tag()
+	card := func() int64 { return a.rdb.ZCard(context.Background(), tag+":waiting").Val() }
+	eventually(t, 20*time.Second, func() bool { return card() == waiters }, "the requests never queued")
+	require.NoError(t, a.rdb.Del(context.Background(), tag+":waiting").Err())
+	require.NoError(t, a.rdb.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Err())
+	eventually(t, 10*time.Second, func() bool { return card() == waiters }, "lost waiters were not all queued again")
+}
