@@ -55,6 +55,21 @@ var scripts = struct {
 	leave:     load("leave"),
 }
 
+// keyNames are the queue's keys, in the order of every script's KEYS;
+// the scripts name them K.<name> (lua/common.lua).
+var keyNames = []string{"seq", "waiting", "holders", "nodes", "epoch", "grants", "gone", "vtime", "tlast", "twait", "expired", "members"}
+
+// keyTable is the Lua table K that names KEYS by keyNames.
+func keyTable() string {
+	var b strings.Builder
+	b.WriteString("local K = {")
+	for i, k := range keyNames {
+		fmt.Fprintf(&b, "%s = KEYS[%d], ", k, i+1)
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
+
 func load(name string) *redis.Script {
 	common, err := luaFS.ReadFile("lua/common.lua")
 	if err != nil {
@@ -64,7 +79,7 @@ func load(name string) *redis.Script {
 	if err != nil {
 		panic(err)
 	}
-	return redis.NewScript(string(common) + "\n" + string(body))
+	return redis.NewScript(keyTable() + string(common) + "\n" + string(body))
 }
 
 // Options configure a Store.
@@ -104,7 +119,7 @@ func New(rdb redis.UniversalClient, name string, opts Options) *Store {
 	clean := strings.NewReplacer("{", "_", "}", "_")
 	tag := "{" + clean.Replace(prefix) + ":" + clean.Replace(name) + "}"
 	s := &Store{rdb: rdb, tag: tag, chPrefix: tag + ":node:", sharded: opts.Sharded}
-	for _, k := range []string{"seq", "waiting", "holders", "nodes", "epoch", "grants", "gone", "vtime", "tlast", "twait", "expired", "members"} {
+	for _, k := range keyNames {
 		s.keys = append(s.keys, tag+":"+k)
 	}
 	return s
@@ -179,24 +194,6 @@ func (s *Store) detectSharded(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
-// parseGrant reads a grant message: "<ticket> <grant no> <Redis ms>".
-func parseGrant(payload string) (fairqueue.Grant, bool) {
-	f := strings.Fields(payload)
-	if len(f) == 0 {
-		return fairqueue.Grant{}, false
-	}
-	g := fairqueue.Grant{Ticket: f[0]}
-	if len(f) > 1 {
-		g.No, _ = strconv.ParseInt(f[1], 10, 64)
-	}
-	if len(f) > 2 {
-		if ms, err := strconv.ParseInt(f[2], 10, 64); err == nil {
-			g.At = time.UnixMilli(ms)
-		}
-	}
-	return g, true
-}
-
 // Acquire implements fairqueue.Store.
 func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.AcquireResult, error) {
 	v, err := scripts.acquire.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch(),
@@ -204,22 +201,12 @@ func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.
 	if err != nil {
 		return fairqueue.AcquireResult{}, fmt.Errorf("acquire %s: %w", s.tag, busy(err))
 	}
-	if len(v) != 7 {
-		return fairqueue.AcquireResult{}, fmt.Errorf("acquire %s: unexpected reply %v", s.tag, v)
+	res, own, err := decodeAcquire(v)
+	if err != nil {
+		return res, fmt.Errorf("acquire %s: %w", s.tag, err)
 	}
-	s.deliver(v[6])
-	status, _ := v[0].(string)
-	epoch, _ := v[5].(string)
-	return fairqueue.AcquireResult{
-		Granted:  status == "granted",
-		Gone:     status == "gone",
-		Full:     status == "full",
-		Seq:      toInt(v[1]),
-		GrantNo:  toInt(v[2]),
-		Position: int(toInt(v[3])),
-		Grants:   toInt(v[4]),
-		Epoch:    epoch,
-	}, nil
+	s.deliver(own)
+	return res, nil
 }
 
 // Release implements fairqueue.Store.
@@ -259,25 +246,11 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 	if err != nil {
 		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: %w", s.tag, busy(err))
 	}
-	if len(v) != 8 {
-		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: unexpected reply %v", s.tag, v)
+	res, err := decodeHeartbeat(v)
+	if err != nil {
+		return res, fmt.Errorf("heartbeat %s: %w", s.tag, err)
 	}
-	epoch, _ := v[0].(string)
-	return fairqueue.HeartbeatResult{Epoch: epoch, Rejoined: toInt(v[1]) == 1,
-		Cluster: fairqueue.ClusterView{Waiting: int(toInt(v[2])), Holders: int(toInt(v[3])), Nodes: int(toInt(v[4])),
-			LeaseExpirations: toInt(v[5])},
-		Readded: stringList(v[6]), Missing: stringList(v[7])}, nil
-}
-
-// stringList reads a script's list of strings.
-func stringList(v any) []string {
-	var out []string
-	for _, x := range asList(v) {
-		if id, ok := x.(string); ok {
-			out = append(out, id)
-		}
-	}
-	return out
+	return res, nil
 }
 
 // Reconcile implements fairqueue.Store.
@@ -286,13 +259,11 @@ func (s *Store) Reconcile(ctx context.Context, node string, l fairqueue.Limits) 
 	if err != nil {
 		return fairqueue.ReconcileResult{}, fmt.Errorf("reconcile %s: %w", s.tag, busy(err))
 	}
-	if len(v) != 5 {
-		return fairqueue.ReconcileResult{}, fmt.Errorf("reconcile %s: unexpected reply %v", s.tag, v)
+	res, own, err := decodeReconcile(v)
+	if err != nil {
+		return res, fmt.Errorf("reconcile %s: %w", s.tag, err)
 	}
-	s.deliver(v[4])
-	epoch, _ := v[0].(string)
-	res := fairqueue.ReconcileResult{Epoch: epoch, Grants: toInt(v[1]), Waiting: int(toInt(v[2]))}
-	res.Holders = stringList(v[3])
+	s.deliver(own)
 	return res, nil
 }
 
@@ -326,17 +297,6 @@ func busy(err error) error {
 	return err
 }
 
-func toInt(v any) int64 {
-	switch n := v.(type) {
-	case int64:
-		return n
-	case string:
-		i, _ := strconv.ParseInt(n, 10, 64)
-		return i
-	}
-	return 0
-}
-
 // epochPrefix and epochCount make epoch candidates: unique across
 // processes (a random prefix) and calls (a counter), without a random
 // read on every acquire.
@@ -357,24 +317,18 @@ func newEpoch() string {
 
 // Inspect implements fairqueue.Inspector with one read-only script.
 func (s *Store) Inspect(ctx context.Context, head, flows int) (fairqueue.Snapshot, error) {
-	v, err := scripts.inspect.Run(ctx, s.rdb, s.keys, s.args("", fairqueue.Limits{}, max(head, 0), max(flows, 0))...).Slice()
+	args := s.args("", fairqueue.Limits{}, max(head, 0), max(flows, 0))
+	v, err := scripts.inspect.RunRO(ctx, s.rdb, s.keys, args...).Slice()
+	if err != nil && strings.Contains(err.Error(), "unknown command") { // before Redis 7: no EVAL_RO
+		v, err = scripts.inspect.Run(ctx, s.rdb, s.keys, args...).Slice()
+	}
 	if err != nil {
 		return fairqueue.Snapshot{}, fmt.Errorf("inspect %s: %w", s.tag, err)
 	}
-	if len(v) != 6 {
-		return fairqueue.Snapshot{}, fmt.Errorf("inspect %s: unexpected reply %v", s.tag, v)
+	snap, err := decodeInspect(v)
+	if err != nil {
+		return snap, fmt.Errorf("inspect %s: %w", s.tag, err)
 	}
-	snap := fairqueue.Snapshot{Waiting: int(toInt(v[0])), Grants: toInt(v[5])}
-	snap.Head = stringList(v[1])
-	pairs(v[2], func(id string, ms int64) {
-		snap.Holders = append(snap.Holders, fairqueue.Holder{Ticket: id, Node: fairqueue.TicketNode(id), LeaseLeft: time.Duration(ms) * time.Millisecond})
-	})
-	pairs(v[3], func(id string, ms int64) {
-		snap.Nodes = append(snap.Nodes, fairqueue.NodeInfo{ID: id, Alive: ms >= 0, ExpiresIn: time.Duration(ms) * time.Millisecond})
-	})
-	pairs(v[4], func(flow string, n int64) {
-		snap.Flows = append(snap.Flows, fairqueue.FlowInfo{Flow: flow, Waiting: int(n)})
-	})
 	return snap, nil
 }
 
@@ -385,19 +339,6 @@ func (s *Store) Purge(ctx context.Context) error {
 		return fmt.Errorf("purge %s: %w", s.tag, err)
 	}
 	return nil
-}
-
-func asList(v any) []any {
-	l, _ := v.([]any)
-	return l
-}
-
-func pairs(v any, f func(string, int64)) {
-	l := asList(v)
-	for i := 0; i+1 < len(l); i += 2 {
-		k, _ := l[i].(string)
-		f(k, toInt(l[i+1]))
-	}
 }
 
 var (

@@ -1,5 +1,5 @@
 -- acquire: grant a ticket at once (fast path) or put it in the queue.
--- KEYS: the common layout (all twelve).
+-- KEYS: the common layout (K, see common.lua).
 -- ARGV: 1 ticket, 2-5 common, 6 node, 7 epoch candidate, 8 the ticket's
 --   cost / its tenant's weight (fair queueing; a ticket without a tenant
 --   is ordered by arrival), 9 max waiting (0: no cap), 10 max waiting per
@@ -20,50 +20,54 @@
 -- 'granted' (grant_no 0), one already waiting answers 'queued' with its
 -- rank, a cancelled one (tombstone) answers 'gone'; none is changed.
 local id, node = ARGV[1], ARGV[6]
-local epoch = redis.call('SET', KEYS[5], ARGV[7], 'NX', 'GET') or ARGV[7]
-local tomb = redis.call('ZSCORE', KEYS[7], id)
+local epoch = redis.call('SET', K.epoch, ARGV[7], 'NX', 'GET') or ARGV[7]
+-- answer builds the reply (decoded by decodeAcquire in replies.go).
+local function answer(status, seq, no, position, own)
+  return {status, seq, no, position, grants(), epoch, own or {}}
+end
+local tomb = redis.call('ZSCORE', K.gone, id)
 if tomb and tonumber(tomb) > now then
-  return {'gone', 0, 0, 0, 0, epoch, {}}
+  return answer('gone', 0, 0, 0)
 end
 if not alive(node) then
-  redis.call('ZADD', KEYS[4], now + lease, node)
-  redis.call('HSET', KEYS[12], node, lease .. ' 0')
+  redis.call('ZADD', K.nodes, now + lease, node)
+  redis.call('HSET', K.members, node, lease .. ' 0')
 end
-if redis.call('ZSCORE', KEYS[3], id) then
-  return {'granted', 0, 0, 0, grants(), epoch, {}}
+if redis.call('ZSCORE', K.holders, id) then
+  return answer('granted', 0, 0, 0)
 end
-local rank = redis.call('ZRANK', KEYS[2], id)
+local rank = redis.call('ZRANK', K.waiting, id)
 if rank then
-  return {'queued', 0, 0, rank + 1, grants(), epoch, {}}
+  return answer('queued', 0, 0, rank + 1)
 end
 reap()
 local own = dispatch(node)
 local tenant = tenant_of(id)
-local waiting = redis.call('ZCARD', KEYS[2])
-local free = waiting == 0 and redis.call('ZCARD', KEYS[3]) < permits
+local waiting = redis.call('ZCARD', K.waiting)
+local free = waiting == 0 and redis.call('ZCARD', K.holders) < permits
 if not free then
   local cap, tcap = tonumber(ARGV[9]), tonumber(ARGV[10])
   if (cap > 0 and waiting >= cap) or
-     (tenant and tcap > 0 and tonumber(redis.call('HGET', KEYS[10], tenant) or '0') >= tcap) then
-    return {'full', 0, 0, waiting + 1, grants(), epoch, own}
+     (tenant and tcap > 0 and tonumber(redis.call('HGET', K.twait, tenant) or '0') >= tcap) then
+    return answer('full', 0, 0, waiting + 1, own)
   end
 end
-local seq = redis.call('INCR', KEYS[1])
+local seq = redis.call('INCR', K.seq)
 local score = seq
 if tenant then
-  local v = tonumber(redis.call('GET', KEYS[8]) or '0')
-  local last = tonumber(redis.call('HGET', KEYS[9], tenant) or '0')
+  local v = tonumber(redis.call('GET', K.vtime) or '0')
+  local last = tonumber(redis.call('HGET', K.tlast, tenant) or '0')
   score = math.max(v, last) + tonumber(ARGV[8])
 end
 if free then
-  redis.call('ZADD', KEYS[3], now + lease, id)
+  redis.call('ZADD', K.holders, now + lease, id)
   if tenant then advance(score) end
-  local no = redis.call('INCR', KEYS[6])
-  return {'granted', seq, no, 0, no, epoch, own}
+  local no = redis.call('INCR', K.grants)
+  return answer('granted', seq, no, 0, own)
 end
-redis.call('ZADD', KEYS[2], score, id)
+redis.call('ZADD', K.waiting, score, id)
 if tenant then
-  redis.call('HSET', KEYS[9], tenant, tostring(score))
-  redis.call('HINCRBY', KEYS[10], tenant, 1)
+  redis.call('HSET', K.tlast, tenant, tostring(score))
+  redis.call('HINCRBY', K.twait, tenant, 1)
 end
-return {'queued', seq, 0, redis.call('ZRANK', KEYS[2], id) + 1, grants(), epoch, own}
+return answer('queued', seq, 0, redis.call('ZRANK', K.waiting, id) + 1, own)

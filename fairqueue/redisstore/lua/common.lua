@@ -1,21 +1,23 @@
 -- common.lua: prepended to every script of this package.
 --
--- KEYS, the same layout for every script (all share the queue's hash tag,
--- so a queue lives in one Redis Cluster slot):
---   1 seq      INCR counter: arrival order
---   2 waiting  ZSET ticket -> arrival order
---   3 holders  ZSET ticket -> lease expiry (ms, Redis server time)
---   4 nodes    ZSET node -> liveness expiry (ms, Redis server time)
---   5 epoch    random ID of this data set; missing = Redis lost its data
---   6 grants   INCR counter: grants made
---   7 gone     ZSET ticket -> tombstone expiry: cancelled tickets whose
+-- KEYS, the same layout for every script, named in the table K (made by
+-- the Go side from its one list of key names and prepended to this file;
+-- every key shares the queue's hash tag, so a queue lives in one Redis
+-- Cluster slot):
+--   K.seq      INCR counter: arrival order
+--   K.waiting  ZSET ticket -> arrival order (FIFO) or virtual finish tag
+--   K.holders  ZSET ticket -> lease expiry (ms, Redis server time)
+--   K.nodes    ZSET node -> liveness expiry (ms, Redis server time)
+--   K.epoch    random ID of this data set; missing = Redis lost its data
+--   K.grants   INCR counter: grants made
+--   K.gone     ZSET ticket -> tombstone expiry: cancelled tickets whose
 --              acquire may still reach Redis late
---   8 vtime    the fair queue's virtual time: the tag of the last grant
---   9 tlast    HASH flow -> tag of its last queued ticket
---  10 twait    HASH flow -> its tickets waiting; a flow's fields are
+--   K.vtime    the fair queue's virtual time: the tag of the last grant
+--   K.tlast    HASH flow -> tag of its last queued ticket
+--   K.twait    HASH flow -> its tickets waiting; a flow's fields are
 --              deleted when its backlog empties, so nothing outlives it
---  11 expired  INCR counter: permits freed by an ended lease
---  12 members  HASH node -> "<lease ms> <mark>": the node's own lease
+--   K.expired  INCR counter: permits freed by an ended lease
+--   K.members  HASH node -> "<lease ms> <mark>": the node's own lease
 --              (every grant to its waiters expires after it, whoever
 --              makes the grant) and its join mark: the number of the
 --              heartbeat that last found the node forgotten, or 0 when an
@@ -52,39 +54,39 @@ end
 -- tenant whose requests timed out is not punished later).
 local function left_queue(id)
   local t = tenant_of(id)
-  if t and redis.call('HINCRBY', KEYS[10], t, -1) <= 0 then
-    redis.call('HDEL', KEYS[10], t)
-    redis.call('HDEL', KEYS[9], t)
+  if t and redis.call('HINCRBY', K.twait, t, -1) <= 0 then
+    redis.call('HDEL', K.twait, t)
+    redis.call('HDEL', K.tlast, t)
   end
 end
 
 -- advance moves the virtual time to a granted tag.
 local function advance(tag)
-  local v = tonumber(redis.call('GET', KEYS[8]) or '0')
-  if tag > v then redis.call('SET', KEYS[8], tostring(tag)) end
+  local v = tonumber(redis.call('GET', K.vtime) or '0')
+  if tag > v then redis.call('SET', K.vtime, tostring(tag)) end
 end
 
 local function alive(node)
-  local exp = redis.call('ZSCORE', KEYS[4], node)
+  local exp = redis.call('ZSCORE', K.nodes, node)
   return exp ~= false and tonumber(exp) >= now
 end
 
 -- lease_of is node's own lease (ms): a grant to its waiter lasts as long
 -- as the owner renews it, not as long as the granting node would.
 local function lease_of(node)
-  local v = redis.call('HGET', KEYS[12], node)
+  local v = redis.call('HGET', K.members, node)
   return (v and tonumber(string.match(v, '^(%d+)'))) or lease
 end
 
 local function grants()
-  return tonumber(redis.call('GET', KEYS[6]) or '0')
+  return tonumber(redis.call('GET', K.grants) or '0')
 end
 
 -- reap frees the permits whose lease ended (a crashed or partitioned
 -- node). At most the holders, so at most about the permits.
 local function reap()
-  local n = redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  if n > 0 then redis.call('INCRBY', KEYS[11], n) end
+  local n = redis.call('ZREMRANGEBYSCORE', K.holders, '-inf', now)
+  if n > 0 then redis.call('INCRBY', K.expired, n) end
   return n
 end
 
@@ -95,24 +97,24 @@ end
 -- waiters without a Pub/Sub round trip. Waiters of dead nodes are dropped
 -- on the way (at most 1000 a call, to bound the script).
 local function dispatch(self)
-  local free = permits - redis.call('ZCARD', KEYS[3])
+  local free = permits - redis.call('ZCARD', K.holders)
   local skipped = 0
   local own = {}
   while free > 0 do
-    local head = redis.call('ZPOPMIN', KEYS[2])
+    local head = redis.call('ZPOPMIN', K.waiting)
     if #head == 0 then break end
     local id = head[1]
     local owner = owner_of(id)
     left_queue(id)
     if alive(owner) then
       if tenant_of(id) then advance(tonumber(head[2])) end
-      local no = redis.call('INCR', KEYS[6])
+      local no = redis.call('INCR', K.grants)
       if owner == self then
-        redis.call('ZADD', KEYS[3], now + lease, id)
+        redis.call('ZADD', K.holders, now + lease, id)
         own[#own + 1] = id
         own[#own + 1] = no
       else
-        redis.call('ZADD', KEYS[3], now + lease_of(owner), id)
+        redis.call('ZADD', K.holders, now + lease_of(owner), id)
         redis.call(ARGV[5], ARGV[4] .. owner, id .. ' ' .. no .. ' ' .. now)
       end
       free = free - 1
@@ -133,7 +135,7 @@ end
 local function mine(node, fresh)
   local prefix = node .. ':'
   local out = {}
-  local h = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+  local h = redis.call('ZRANGE', K.holders, 0, -1, 'WITHSCORES')
   for i = 1, #h, 2 do
     local id, exp = h[i], tonumber(h[i + 1])
     if string.sub(id, 1, #prefix) == prefix and
@@ -147,9 +149,9 @@ end
 -- forget_dead removes nodes whose liveness ended, with their member
 -- entries (at most 100 a call).
 local function forget_dead()
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. now, 'LIMIT', 0, 100)
+  local dead = redis.call('ZRANGEBYSCORE', K.nodes, '-inf', '(' .. now, 'LIMIT', 0, 100)
   if #dead > 0 then
-    redis.call('ZREM', KEYS[4], unpack(dead))
-    redis.call('HDEL', KEYS[12], unpack(dead))
+    redis.call('ZREM', K.nodes, unpack(dead))
+    redis.call('HDEL', K.members, unpack(dead))
   end
 end

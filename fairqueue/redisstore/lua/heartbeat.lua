@@ -1,6 +1,6 @@
 -- heartbeat: renew a node's liveness and the leases of its permits, and
 -- tell it which of its waiters Redis no longer has.
--- KEYS: the common layout (2-5, 11, 12 used).
+-- KEYS: the common layout (K, see common.lua).
 -- ARGV: 1 node, 2-5 common, 6 epoch the node knows ('' if none),
 --   7 epoch candidate, 8 this heartbeat's number (per node, increasing),
 --   9 count n of held tickets, 10 count m of pending tickets, then the n
@@ -29,37 +29,37 @@
 -- Idempotent: expiries are set to now + lease, and a re-sent heartbeat
 -- (same number) reports rejoined as its first run did (the mark).
 local node, beat = ARGV[1], ARGV[8]
-local cur = redis.call('GET', KEYS[5])
+local cur = redis.call('GET', K.epoch)
 local lost = (not cur) or (ARGV[6] ~= '' and cur ~= ARGV[6])
 if not cur then
   cur = ARGV[7]
-  redis.call('SET', KEYS[5], cur)
+  redis.call('SET', K.epoch, cur)
 end
-local info = redis.call('HGET', KEYS[12], node)
+local info = redis.call('HGET', K.members, node)
 local mark = info and string.match(info, ' (%S+)$')
 if lost or not mark or mark == '0' or not alive(node) then mark = beat end
 local rejoined = 0
 if mark == beat then rejoined = 1 end
-redis.call('HSET', KEYS[12], node, lease .. ' ' .. mark)
-redis.call('ZADD', KEYS[4], now + lease, node)
+redis.call('HSET', K.members, node, lease .. ' ' .. mark)
+redis.call('ZADD', K.nodes, now + lease, node)
 local readd = lost or rejoined == 0
 local n, m = tonumber(ARGV[9]), tonumber(ARGV[10])
 local readded = {}
 for i = 11, 10 + n do
   if not readd then
-    redis.call('ZADD', KEYS[3], 'XX', now + lease, ARGV[i])
-  elseif redis.call('ZADD', KEYS[3], now + lease, ARGV[i]) == 1 then
+    redis.call('ZADD', K.holders, 'XX', now + lease, ARGV[i])
+  elseif redis.call('ZADD', K.holders, now + lease, ARGV[i]) == 1 then
     readded[#readded + 1] = ARGV[i]
   end
 end
 local missing = {}
 for i = 11 + n, 10 + n + m do
-  if not redis.call('ZSCORE', KEYS[2], ARGV[i]) and not redis.call('ZSCORE', KEYS[3], ARGV[i]) then
+  if not redis.call('ZSCORE', K.waiting, ARGV[i]) and not redis.call('ZSCORE', K.holders, ARGV[i]) then
     missing[#missing + 1] = ARGV[i]
   end
 end
 for i = 11 + n + m, #ARGV do
-  redis.call('ZADD', KEYS[3], now + lease, ARGV[i])
+  redis.call('ZADD', K.holders, now + lease, ARGV[i])
 end
-return {cur, rejoined, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
-  redis.call('ZCOUNT', KEYS[4], now, '+inf'), tonumber(redis.call('GET', KEYS[11]) or '0'), readded, missing}
+return {cur, rejoined, redis.call('ZCARD', K.waiting), redis.call('ZCARD', K.holders),
+  redis.call('ZCOUNT', K.nodes, now, '+inf'), tonumber(redis.call('GET', K.expired) or '0'), readded, missing}

@@ -1,24 +1,24 @@
 -- inspect: a read-only snapshot of the queue for operators.
--- KEYS: the common layout (2, 3, 4, 6, 10 used).
+-- KEYS: the common layout (K, see common.lua).
 -- ARGV: 1 unused, 2-5 common, 6 how many head tickets, 7 how many flows.
 -- Returns {waiting, {head tickets}, {holder, ms left, ...},
 --   {node, ms left, ...}, {flow, waiting, ...} (busiest first), grants}.
 -- Idempotent: it writes nothing.
-local head = redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[6]) - 1)
+local head = redis.call('ZRANGE', K.waiting, 0, tonumber(ARGV[6]) - 1)
 local holders = {}
-local h = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+local h = redis.call('ZRANGE', K.holders, 0, -1, 'WITHSCORES')
 for i = 1, #h, 2 do
   holders[#holders + 1] = h[i]
   holders[#holders + 1] = tonumber(h[i + 1]) - now
 end
 local nodes = {}
-local n = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+local n = redis.call('ZRANGE', K.nodes, 0, -1, 'WITHSCORES')
 for i = 1, #n, 2 do
   nodes[#nodes + 1] = n[i]
   nodes[#nodes + 1] = tonumber(n[i + 1]) - now
 end
 local flows = {}
-local f = redis.call('HGETALL', KEYS[10])
+local f = redis.call('HGETALL', K.twait)
 for i = 1, #f, 2 do flows[#flows + 1] = {f[i], tonumber(f[i + 1])} end
 table.sort(flows, function(a, b) return a[2] > b[2] end)
 local top = {}
@@ -26,4 +26,4 @@ for i = 1, math.min(#flows, tonumber(ARGV[7])) do
   top[#top + 1] = flows[i][1]
   top[#top + 1] = flows[i][2]
 end
-return {redis.call('ZCARD', KEYS[2]), head, holders, nodes, top, grants()}
+return {redis.call('ZCARD', K.waiting), head, holders, nodes, top, grants()}

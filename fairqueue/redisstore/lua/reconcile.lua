@@ -2,7 +2,7 @@
 -- dispatches (permits freed by expiry have no releaser), forgets dead
 -- nodes and expired tombstones, and lists the node's holders so it can find grants whose
 -- message was lost.
--- KEYS: the common layout (2-10, 12 used).
+-- KEYS: the common layout (K, see common.lua).
 -- ARGV: 1 node, 2-5 common, 6 ms: holders granted or renewed more recently
 --   are left out (their grant message may still be in flight).
 -- Returns {epoch, grants, waiting, {holder tickets of node}, own grants}
@@ -11,5 +11,5 @@
 reap()
 local own = dispatch(ARGV[1])
 forget_dead()
-redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now)
-return {redis.call('GET', KEYS[5]) or '', grants(), redis.call('ZCARD', KEYS[2]), mine(ARGV[1], tonumber(ARGV[6])), own}
+redis.call('ZREMRANGEBYSCORE', K.gone, '-inf', now)
+return {redis.call('GET', K.epoch) or '', grants(), redis.call('ZCARD', K.waiting), mine(ARGV[1], tonumber(ARGV[6])), own}
