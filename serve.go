@@ -119,6 +119,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}
+	if r.Context().Err() != nil {
+		// Granted as the client left (the grant raced its cancel, or it
+		// left just after): forwarded, the request would run upstream
+		// for nobody, beside the requests of live clients. The deferred
+		// finish hands the permit to the next waiter as this returns.
+		h.record(r, repl, name, outcomeCancelled, "", permit.Waited(), permit.Position())
+		return nil
+	}
 	outcome, reason := outcomeGranted, ""
 	if permit.FailOpen() {
 		outcome, reason = outcomeFailOpen, string(fairqueue.ReasonStoreUnavailable)
