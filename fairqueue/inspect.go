@@ -57,16 +57,6 @@ type FlowInfo struct {
 	Waiting int    `json:"waiting"`
 }
 
-// TicketNode returns the node that owns a ticket ID.
-func TicketNode(ticket string) string {
-	for i := 0; i < len(ticket); i++ {
-		if ticket[i] == ':' {
-			return ticket[:i]
-		}
-	}
-	return ticket
-}
-
 // Inspect returns the queue's live state from the store, or
 // ErrStoreUnavailable wrapped when the store cannot show it.
 func (q *Queue) Inspect(ctx context.Context, head, flows int) (Snapshot, error) {

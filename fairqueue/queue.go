@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -318,17 +317,14 @@ func (q *Queue) permit(t *ticket, start time.Time) *Permit {
 // newTicket mints and registers a ticket before any store call names it,
 // so a grant can never arrive for a ticket the node does not know. A
 // fail-open ticket is born granted and unregistered in the store.
-func (q *Queue) newTicket(failOpen bool, tenant string) *ticket {
+func (q *Queue) newTicket(failOpen bool, flow string) *ticket {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.draining {
 		return nil
 	}
 	q.counter++
-	id := q.node + ":" + strconv.FormatUint(q.counter, 36)
-	if tenant != "" {
-		id += ":" + tenant
-	}
+	id := TicketID{Node: q.node, Counter: q.counter, Flow: flow}.String()
 	t := &ticket{id: id, granted: make(chan struct{}), failOpen: failOpen}
 	if failOpen {
 		t.state.Store(stateGranted)

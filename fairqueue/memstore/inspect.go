@@ -50,7 +50,7 @@ func (s *Store) Inspect(_ context.Context, head, flows int) (fairqueue.Snapshot,
 	now := s.now()
 	snap := fairqueue.Snapshot{Waiting: len(st.Waiting), Head: st.Waiting[:min(max(head, 0), len(st.Waiting))], Grants: s.grants}
 	for id, exp := range s.holders {
-		snap.Holders = append(snap.Holders, fairqueue.Holder{Ticket: id, Node: owner(id), LeaseLeft: exp.Sub(now)})
+		snap.Holders = append(snap.Holders, fairqueue.Holder{Ticket: id, Node: fairqueue.TicketNode(id), LeaseLeft: exp.Sub(now)})
 	}
 	for n, exp := range s.nodes {
 		snap.Nodes = append(snap.Nodes, fairqueue.NodeInfo{ID: n, Alive: !exp.Before(now), ExpiresIn: exp.Sub(now)})

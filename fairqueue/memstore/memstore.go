@@ -8,7 +8,6 @@ package memstore
 import (
 	"container/heap"
 	"context"
-	"strings"
 	"sync"
 	"time"
 
@@ -107,21 +106,10 @@ func (p pending) deliver() {
 	}
 }
 
-func owner(id string) string {
-	node, _, _ := strings.Cut(id, ":")
-	return node
-}
-
-func tenantOf(id string) string {
-	_, rest, _ := strings.Cut(id, ":")
-	_, tenant, _ := strings.Cut(rest, ":")
-	return tenant
-}
-
 // leftQueue does a waiter's tenant bookkeeping when it leaves the queue;
 // an emptied backlog forgets the tenant (capping its tag at vtime).
 func (s *Store) leftQueue(w *waiter) {
-	t := tenantOf(w.id)
+	t := fairqueue.TicketFlow(w.id)
 	if t == "" {
 		return
 	}
@@ -149,11 +137,11 @@ func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) 
 		w := heap.Pop(&s.waiting).(*waiter)
 		delete(s.index, w.id)
 		s.leftQueue(w)
-		node := owner(w.id)
+		node := fairqueue.TicketNode(w.id)
 		if !s.alive(node, now) {
 			continue
 		}
-		if tenantOf(w.id) != "" {
+		if fairqueue.TicketFlow(w.id) != "" {
 			s.vtime = max(s.vtime, w.score)
 		}
 		s.holders[w.id] = now.Add(s.leaseOf(node, l.Lease))
@@ -200,7 +188,7 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 		return res, nil
 	}
 	s.reapAndDispatch(t.Limits, now, out)
-	tenant := tenantOf(t.ID)
+	tenant := fairqueue.TicketFlow(t.ID)
 	free := s.waiting.Len() == 0 && len(s.holders) < t.Permits
 	if !free && ((t.MaxQueue > 0 && s.waiting.Len() >= t.MaxQueue) ||
 		(tenant != "" && t.MaxQueuePerTenant > 0 && s.twait[tenant] >= t.MaxQueuePerTenant)) {
@@ -235,7 +223,7 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 
 // rank counts the waiters ahead of w: O(n) (FIFO: O(1), w is last).
 func (s *Store) rank(w *waiter) int {
-	if tenantOf(w.id) == "" && s.waiting.Len() > 0 && w.seq == s.seq {
+	if fairqueue.TicketFlow(w.id) == "" && s.waiting.Len() > 0 && w.seq == s.seq {
 		return s.waiting.Len() - 1
 	}
 	n := 0
@@ -347,7 +335,7 @@ func (s *Store) Reconcile(_ context.Context, node string, l fairqueue.Limits) (f
 	}
 	res := fairqueue.ReconcileResult{Epoch: s.epoch, Grants: s.grants, Waiting: s.waiting.Len()}
 	for id := range s.holders {
-		if owner(id) == node {
+		if fairqueue.TicketNode(id) == node {
 			res.Holders = append(res.Holders, id)
 		}
 	}
@@ -361,7 +349,7 @@ func (s *Store) Leave(_ context.Context, node string, l fairqueue.Limits) error 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id := range s.holders {
-		if owner(id) == node {
+		if fairqueue.TicketNode(id) == node {
 			delete(s.holders, id)
 		}
 	}

@@ -42,7 +42,7 @@ if rank then
 end
 reap()
 local own = dispatch(node)
-local tenant = tenant_of(id)
+local tenant = flow_of(id) -- the flow: a tenant in one band
 local waiting = redis.call('ZCARD', K.waiting)
 local free = waiting == 0 and redis.call('ZCARD', K.holders) < permits
 if not free then

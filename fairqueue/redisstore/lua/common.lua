@@ -40,12 +40,21 @@ end
 local permits = tonumber(ARGV[2])
 local lease = tonumber(ARGV[3])
 
-local function owner_of(id)
-  return string.match(id, '^([^:]*)') or id
+-- ticket reads a ticket ID, "<node>:<counter>" or "<node>:<counter>:<flow>"
+-- (fairqueue.TicketID): its owner node, and its flow (nil in FIFO).
+local function ticket(id)
+  local node, flow = string.match(id, '^([^:]*):[^:]*:?(.*)$')
+  if flow == '' then flow = nil end
+  return node or id, flow
 end
 
-local function tenant_of(id)
-  return string.match(id, '^[^:]*:[^:]*:(.+)$')
+local function owner_of(id)
+  return (ticket(id))
+end
+
+local function flow_of(id)
+  local _, flow = ticket(id)
+  return flow
 end
 
 -- left_queue does a waiter's tenant bookkeeping when it leaves the queue
@@ -53,7 +62,7 @@ end
 -- which also caps its tag at the virtual time when it comes back (a
 -- tenant whose requests timed out is not punished later).
 local function left_queue(id)
-  local t = tenant_of(id)
+  local t = flow_of(id)
   if t and redis.call('HINCRBY', K.twait, t, -1) <= 0 then
     redis.call('HDEL', K.twait, t)
     redis.call('HDEL', K.tlast, t)
@@ -107,7 +116,7 @@ local function dispatch(self)
     local owner = owner_of(id)
     left_queue(id)
     if alive(owner) then
-      if tenant_of(id) then advance(tonumber(head[2])) end
+      if flow_of(id) then advance(tonumber(head[2])) end
       local no = redis.call('INCR', K.grants)
       if owner == self then
         redis.call('ZADD', K.holders, now + lease, id)
@@ -133,12 +142,11 @@ end
 -- expiry lies beyond the node's lease was granted under an earlier,
 -- longer one and is listed.
 local function mine(node, fresh)
-  local prefix = node .. ':'
   local out = {}
   local h = redis.call('ZRANGE', K.holders, 0, -1, 'WITHSCORES')
   for i = 1, #h, 2 do
     local id, exp = h[i], tonumber(h[i + 1])
-    if string.sub(id, 1, #prefix) == prefix and
+    if owner_of(id) == node and
        not (fresh and exp > now + lease - fresh and exp <= now + lease) then
       out[#out + 1] = id
     end
