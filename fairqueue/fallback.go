@@ -50,9 +50,12 @@ func (q *Queue) localQueue(cfg *Config) *Queue {
 		}
 		permits = max(cfg.Permits/nodes, 1)
 	}
-	lc := Config{Name: cfg.Name + " (local fallback)", Permits: permits, MaxWait: cfg.MaxWait,
-		PollInterval: cfg.PollInterval, Lease: cfg.Lease, Fair: cfg.Fair, PriorityFactor: cfg.PriorityFactor,
-		MaxQueue: cfg.MaxQueue, MaxQueuePerTenant: cfg.MaxQueuePerTenant, Logger: cfg.Logger, Observer: cfg.Observer}
+	// The node's settings, but its own permits and no policy of its own:
+	// a new Config field applies to the fallback unless cleared here.
+	lc := *cfg
+	lc.Name += " (local fallback)"
+	lc.Permits = permits
+	lc.FailOpen, lc.Fallback, lc.LocalPermits = false, nil, 0
 	q.localMu.Lock()
 	defer q.localMu.Unlock()
 	if q.local == nil {
