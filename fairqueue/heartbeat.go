@@ -146,7 +146,8 @@ func (q *Queue) requeue(cfg *Config, lost []string) {
 		cancel()
 		q.health.record(q.log, err)
 		if err != nil {
-			return // verify is set again: the next heartbeat retries
+			q.verify.Store(true) // the next heartbeat names them again
+			return
 		}
 		q.mu.Lock()
 		cur := q.tickets[id]
