@@ -41,6 +41,17 @@ const (
 	outcomeCancelled = "cancelled"
 )
 
+// abortGrace is how long the permit of a request whose client left while
+// the upstream ran it stays held once reverse_proxy returns. Clients that
+// leave together (a load balancer or a batch job cut off) are not seen
+// leaving together: the server learns of each closed connection when it
+// reads it, some milliseconds apart on a busy instance, and the upstream
+// still runs the aborted request until it notices its closed connection.
+// Handed on at once, the permit would go to a waiter whose client is gone
+// but not yet seen gone, forwarded beside the aborted request. A client
+// that leaves costs its permit this long; a served request costs nothing.
+const abortGrace = 50 * time.Millisecond
+
 // ServeHTTP reads the request body, waits for a permit of the request's
 // queue and calls next while holding it; or answers with a reject.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
@@ -93,7 +104,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		})
 	}
 	var permit *fairqueue.Permit
-	defer func() { e.finish(permit, done) }()
+	aborted := false // forwarded, and the upstream's answer did not end normally
+	defer func() {
+		if aborted && r.Context().Err() != nil {
+			// The client left while the upstream ran its request.
+			time.Sleep(abortGrace)
+		}
+		e.finish(permit, done)
+	}()
 
 	start := time.Now()
 	ka := h.startKeepalive(w, streaming, start)
@@ -132,12 +150,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		outcome, reason = outcomeFailOpen, string(fairqueue.ReasonStoreUnavailable)
 	}
 	h.record(r, repl, name, outcome, reason, permit.Waited(), permit.Position())
+	// Cleared when next returns normally: reverse_proxy panics on an
+	// aborted stream (relay hides upstream errors: there the context tells).
+	aborted = true
 	if committed {
 		return h.relay(w, r, next, name)
 	}
 	if err := next.ServeHTTP(w, r); err != nil {
 		return err // Caddy still writes the error: nothing may be flushed first
 	}
+	aborted = false
 	// Send what the upstream wrote now: the permit's release (a Redis
 	// round trip) runs after this handler returns (see engine.finish).
 	_ = http.NewResponseController(w).Flush()
