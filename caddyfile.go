@@ -1,7 +1,6 @@
 package caddyfairqueue
 
 import (
-	"cmp"
 	"math"
 	"strconv"
 	"time"
@@ -143,11 +142,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if h.OnStoreError, err = stringArg(d); err != nil {
 				return err
 			}
-			switch h.OnStoreError {
-			case FailOpen, FailClosed, FailLocal:
-				return nil
+			if err := checkOnStoreError(h.OnStoreError); err != nil {
+				return d.Err(err.Error())
 			}
-			return d.Errf("on_store_error must be %s, %s or %s, got '%s'", FailOpen, FailClosed, FailLocal, h.OnStoreError)
+			return nil
 		},
 		"local_permits": integer(&h.LocalPermits, 1),
 		"redis": func(d *caddyfile.Dispenser) (err error) {
@@ -181,16 +179,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if err != nil {
 		return err
 	}
-	maxWait := cmp.Or(time.Duration(h.MaxWait), fairqueue.DefaultMaxWait)
-	switch {
-	case h.Permits == 0:
+	if h.Permits == 0 {
 		return d.Err("permits is required")
-	case time.Duration(h.PollInterval) > maxWait:
-		return d.Errf("poll_interval (%s) must not exceed max_wait (%s)", time.Duration(h.PollInterval), maxWait)
-	case time.Duration(h.SSEKeepalive) >= maxWait:
-		return d.Errf("sse_keepalive (%s) must be shorter than max_wait (%s), or it never fires", time.Duration(h.SSEKeepalive), maxWait)
 	}
-	if err := h.checkOptions(); err != nil {
+	// The rules that join options: what Provision would refuse.
+	if err := h.validate(); err != nil {
 		return d.Err(err.Error())
 	}
 	return nil

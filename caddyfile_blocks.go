@@ -1,7 +1,6 @@
 package caddyfairqueue
 
 import (
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -28,11 +27,10 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 			if rc.Mode, err = stringArg(d); err != nil {
 				return err
 			}
-			switch rc.Mode {
-			case ModeStandalone, ModeSentinel, ModeCluster:
-				return nil
+			if err := checkMode(rc.Mode); err != nil {
+				return d.Err(err.Error())
 			}
-			return d.Errf("redis: mode must be %s, %s or %s, got '%s'", ModeStandalone, ModeSentinel, ModeCluster, rc.Mode)
+			return nil
 		},
 		"master_name": func(d *caddyfile.Dispenser) (err error) {
 			rc.MasterName, err = stringArg(d)
@@ -92,15 +90,6 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rc.URL != "" && len(rc.Addresses) > 0 {
-		return nil, d.Err("redis: url and address are mutually exclusive")
-	}
-	// A URL with placeholders is checked at load time, once replaced.
-	if rc.URL != "" && !strings.Contains(rc.URL, "{") {
-		if _, err := parseRedisURL(rc.URL); err != nil {
-			return nil, d.Err(err.Error())
-		}
-	}
 	if err := rc.check(); err != nil {
 		return nil, d.Err(err.Error())
 	}
@@ -111,8 +100,8 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 func parseReject(d *caddyfile.Dispenser) (*RejectConfig, error) {
 	rc := &RejectConfig{Reasons: d.RemainingArgs()}
 	for _, r := range rc.Reasons {
-		if !validReason(r) {
-			return nil, d.Errf("reject: unknown reason '%s' (want timeout, queue_full, shutting_down or store_unavailable)", r)
+		if err := checkReason(r); err != nil {
+			return nil, d.Err(err.Error())
 		}
 	}
 	statusOpt := func(dst *int, name string) func(*caddyfile.Dispenser) error {
@@ -120,8 +109,8 @@ func parseReject(d *caddyfile.Dispenser) (*RejectConfig, error) {
 			if *dst, err = intArg(d, 0); err != nil {
 				return err
 			}
-			if !validStatus(*dst) {
-				return d.Errf("reject: %s must be 200-599, got %d", name, *dst)
+			if err := checkStatus(name, *dst); err != nil {
+				return d.Err(err.Error())
 			}
 			return nil
 		}

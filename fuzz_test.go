@@ -166,7 +166,7 @@ func FuzzTenantNormalisation(f *testing.F) {
 		f.Add(s)
 	}
 	hex16 := regexp.MustCompile(`^[0-9a-f]{16}$`)
-	h := &Handler{Tenant: "{fuzz.tenant}", fair: true, Weights: map[string]float64{"gold": 3}}
+	h := &Handler{Tenant: "{fuzz.tenant}", Weights: map[string]float64{"gold": 3}}
 	f.Fuzz(func(t *testing.T, v string) {
 		repl := caddy.NewReplacer()
 		repl.Set("fuzz.tenant", v)

@@ -172,7 +172,7 @@ func TestProvisionRefusesBadJSONConfig(t *testing.T) {
 		{"bad policy", &Handler{Permits: 1, OnStoreError: "maybe", Redis: &RedisConfig{}}, `on_store_error must be fail_open, fail_closed or local, got "maybe"`},
 		{"bad reason", &Handler{Permits: 1, Redis: &RedisConfig{}, Reject: []*RejectConfig{{Reasons: []string{"late"}, Status: 500}}}, `reject: unknown reason "late"`},
 		{"bad url", &Handler{Permits: 1, Redis: &RedisConfig{URL: "redis://:{env.FQ_TEST_PW}@host:port"}}, "redis: invalid url"},
-		{"url and addresses", &Handler{Permits: 1, Redis: &RedisConfig{URL: "redis://a", Addresses: []string{"b:1"}}}, "url and addresses are mutually exclusive"},
+		{"url and addresses", &Handler{Permits: 1, Redis: &RedisConfig{URL: "redis://a", Addresses: []string{"b:1"}}}, "url and address are mutually exclusive"},
 		{"cluster with db", &Handler{Permits: 1, Redis: &RedisConfig{Mode: ModeCluster, Addresses: []string{"a:1", "b:1"}, DB: 1}}, "redis: db must be 0 with mode cluster"},
 		{"several addresses without a mode", &Handler{Permits: 1, Redis: &RedisConfig{Addresses: []string{"a:1", "b:1"}}}, "redis: mode standalone takes one address, got 2"},
 		{"sentinel without master", &Handler{Permits: 1, Redis: &RedisConfig{Mode: ModeSentinel, Addresses: []string{"a:1"}}}, "redis: mode sentinel needs master_name"},

@@ -39,15 +39,6 @@ var (
 	handoffBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
 )
 
-// rejectReasons are the reasons the engine rejects with; their series
-// exist from a queue's first use, so that rate() sees the first one.
-var rejectReasons = []fairqueue.Reason{
-	fairqueue.ReasonTimeout,
-	fairqueue.ReasonQueueFull,
-	fairqueue.ReasonShuttingDown,
-	fairqueue.ReasonStoreUnavailable,
-}
-
 var metrics = struct {
 	once        sync.Once
 	requests    *prometheus.CounterVec
@@ -127,12 +118,12 @@ func newObserver(queue string) fairqueue.Observer {
 	o := &queueObserver{
 		queue:       queue,
 		grants:      metrics.grants.With(l),
-		rejects:     make(map[fairqueue.Reason]prometheus.Counter, len(rejectReasons)),
+		rejects:     make(map[fairqueue.Reason]prometheus.Counter, len(reasons)),
 		other:       metrics.rejects.MustCurryWith(l),
 		handoff:     metrics.handoff.With(l),
 		storeErrors: metrics.storeErrors.With(l),
 	}
-	for _, r := range rejectReasons {
+	for _, r := range reasons { // every series from the first use, so that rate() sees the first reject
 		o.rejects[r] = o.other.WithLabelValues(string(r))
 	}
 	return o

@@ -13,6 +13,7 @@
 package caddyfairqueue
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 
@@ -49,6 +50,15 @@ const (
 	// LocalPermits permits, while the store is unreachable.
 	FailLocal = "local"
 )
+
+// checkOnStoreError is the rule of OnStoreError (set, not defaulted).
+func checkOnStoreError(policy string) error {
+	switch policy {
+	case FailOpen, FailClosed, FailLocal:
+		return nil
+	}
+	return fmt.Errorf("on_store_error must be %s, %s or %s, got %q", FailOpen, FailClosed, FailLocal, policy)
+}
 
 // CostMaxTokens is the Cost that reads a request's cost from its body.
 const CostMaxTokens = "max_tokens"
@@ -241,7 +251,6 @@ type Handler struct {
 	policies map[fairqueue.Reason]*rejectPolicy
 	rejects  *rejectStream // with RejectStream
 	dynamic  bool          // Name has placeholders
-	fair     bool          // Tenant or Priority is set
 	gen      uint64        // provisioning number
 	claim    *claimKey
 
@@ -291,7 +300,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return err
 		}
 	}
-	h.fair = h.Tenant != "" || h.Priority != ""
 	registerMetrics(ctx.GetMetricsRegistry())
 
 	if srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok {

@@ -1,6 +1,7 @@
 package caddyfairqueue
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
@@ -29,6 +30,15 @@ const (
 	// ModeCluster is a Redis Cluster.
 	ModeCluster = "cluster"
 )
+
+// checkMode is the rule of RedisConfig.Mode (set, not defaulted).
+func checkMode(mode string) error {
+	switch mode {
+	case ModeStandalone, ModeSentinel, ModeCluster:
+		return nil
+	}
+	return fmt.Errorf("redis: mode must be %s, %s or %s, got %q", ModeStandalone, ModeSentinel, ModeCluster, mode)
+}
 
 // RedisConfig says where the shared state of the queues lives. Every
 // Caddy instance whose handlers name the same Redis, database, key
@@ -107,18 +117,17 @@ type RedisConfig struct {
 	WriteTimeout caddy.Duration `json:"write_timeout,omitempty"`
 }
 
-// check validates the fields whose rules do not depend on placeholders;
+// check validates the fields whose rules do not depend on placeholders
+// (a URL with placeholders is checked once replaced, by newRedisBackend);
 // errors name the option and never show a secret.
 func (cfg *RedisConfig) check() error {
-	mode := cfg.Mode
-	if mode == "" {
-		mode = ModeStandalone
+	mode := cmp.Or(cfg.Mode, ModeStandalone)
+	if err := checkMode(mode); err != nil {
+		return err
 	}
 	switch {
-	case mode != ModeStandalone && mode != ModeSentinel && mode != ModeCluster:
-		return fmt.Errorf("redis: mode must be %s, %s or %s, got %q", ModeStandalone, ModeSentinel, ModeCluster, cfg.Mode)
 	case cfg.URL != "" && len(cfg.Addresses) > 0:
-		return errors.New("redis: url and addresses are mutually exclusive")
+		return errors.New("redis: url and address are mutually exclusive")
 	case cfg.URL != "" && mode != ModeStandalone:
 		return fmt.Errorf("redis: url is for mode %s only; give the %s addresses with address", ModeStandalone, mode)
 	case mode == ModeStandalone && len(cfg.Addresses) > 1:
@@ -143,6 +152,10 @@ func (cfg *RedisConfig) check() error {
 		if t.v < 0 {
 			return fmt.Errorf("redis: %s must be > 0, got %s", t.name, time.Duration(t.v))
 		}
+	}
+	if cfg.URL != "" && !strings.Contains(cfg.URL, "{") {
+		_, err := parseRedisURL(cfg.URL)
+		return err
 	}
 	return nil
 }

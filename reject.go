@@ -74,7 +74,8 @@ type RejectConfig struct {
 	SSEData string `json:"sse_data,omitempty"`
 }
 
-// reasons are the reject reasons, in the order they are documented.
+// reasons are the reasons the engine rejects with, in the order they are
+// documented; their metric series exist from a queue's first use.
 var reasons = []fairqueue.Reason{
 	fairqueue.ReasonTimeout,
 	fairqueue.ReasonQueueFull,
@@ -82,7 +83,22 @@ var reasons = []fairqueue.Reason{
 	fairqueue.ReasonStoreUnavailable,
 }
 
-func validReason(s string) bool { return slices.Contains(reasons, fairqueue.Reason(s)) }
+// checkReason is the rule of RejectConfig.Reasons, for one reason.
+func checkReason(r string) error {
+	if !slices.Contains(reasons, fairqueue.Reason(r)) {
+		return fmt.Errorf("reject: unknown reason %q (want timeout, queue_full, shutting_down or store_unavailable)", r)
+	}
+	return nil
+}
+
+// checkStatus is the rule of Status and SSEStatus (option name): a final
+// answer, not an informational 1xx.
+func checkStatus(name string, code int) error {
+	if code < 200 || code > 599 {
+		return fmt.Errorf("reject: %s must be 200-599, got %d", name, code)
+	}
+	return nil
+}
 
 // rejectPolicy is the resolved answer for one reason.
 type rejectPolicy struct {
@@ -97,15 +113,19 @@ type rejectPolicy struct {
 // check validates one entry; it names the offending option.
 func (rc *RejectConfig) check() error {
 	for _, r := range rc.Reasons {
-		if !validReason(r) {
-			return fmt.Errorf("reject: unknown reason %q (want timeout, queue_full, shutting_down or store_unavailable)", r)
+		if err := checkReason(r); err != nil {
+			return err
 		}
 	}
-	if rc.Status != 0 && !validStatus(rc.Status) {
-		return fmt.Errorf("reject: status must be 200-599, got %d", rc.Status)
-	}
-	if rc.SSEStatus != 0 && !validStatus(rc.SSEStatus) {
-		return fmt.Errorf("reject: sse_status must be 200-599, got %d", rc.SSEStatus)
+	for _, st := range []struct {
+		name string
+		code int
+	}{{"status", rc.Status}, {"sse_status", rc.SSEStatus}} {
+		if st.code != 0 {
+			if err := checkStatus(st.name, st.code); err != nil {
+				return err
+			}
+		}
 	}
 	if _, err := parseRetryAfter(rc.RetryAfter); err != nil {
 		return err
@@ -115,9 +135,6 @@ func (rc *RejectConfig) check() error {
 	}
 	return nil
 }
-
-// validStatus: a final answer, not an informational 1xx.
-func validStatus(code int) bool { return code >= 200 && code <= 599 }
 
 func parseRetryAfter(s string) (time.Duration, error) {
 	if s == "" || s == "auto" {

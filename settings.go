@@ -1,6 +1,7 @@
 package caddyfairqueue
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -48,35 +49,26 @@ func (h *Handler) setDefaults() {
 	}
 }
 
-// validate checks the options after defaults; errors name the option.
+// validate checks the options, with or without setDefaults applied: the
+// Caddyfile parser runs it too, to refuse at load what Provision would.
+// Errors name the option. The queue's own rules (permits, max_wait,
+// poll_interval, lease, priority_factor, max_queue...) are
+// fairqueue.Config.Validate's; the rules of the glue's options are here.
 func (h *Handler) validate() error {
+	if err := h.settings().config().Validate(); err != nil {
+		return err
+	}
+	if h.OnStoreError != "" { // "": the default
+		if err := checkOnStoreError(h.OnStoreError); err != nil {
+			return err
+		}
+	}
+	maxWait := cmp.Or(time.Duration(h.MaxWait), fairqueue.DefaultMaxWait)
 	switch {
-	case h.Permits <= 0:
-		return fmt.Errorf("permits must be at least 1, got %d", h.Permits)
 	case h.MaxWait < 0:
 		return fmt.Errorf("max_wait must be positive, got %s", time.Duration(h.MaxWait))
-	case time.Duration(h.MaxWait) < fairqueue.MinPollInterval:
-		return fmt.Errorf("max_wait must be at least %s (the smallest poll_interval), got %s", fairqueue.MinPollInterval, time.Duration(h.MaxWait))
-	case time.Duration(h.PollInterval) < fairqueue.MinPollInterval:
-		return fmt.Errorf("poll_interval must be at least %s, got %s", fairqueue.MinPollInterval, time.Duration(h.PollInterval))
-	case h.PollInterval > h.MaxWait:
-		return fmt.Errorf("poll_interval (%s) must not exceed max_wait (%s)", time.Duration(h.PollInterval), time.Duration(h.MaxWait))
-	case time.Duration(h.Lease) < fairqueue.MinLease:
-		return fmt.Errorf("lease must be at least %s, got %s", fairqueue.MinLease, time.Duration(h.Lease))
 	case h.MaxBody < 0:
 		return fmt.Errorf("max_body must be positive, got %d", h.MaxBody)
-	case h.SSEKeepalive >= h.MaxWait:
-		return fmt.Errorf("sse_keepalive (%s) must be shorter than max_wait (%s), or it never fires", time.Duration(h.SSEKeepalive), time.Duration(h.MaxWait))
-	}
-	return h.checkOptions()
-}
-
-// checkOptions checks the store-error and fairness options. It needs no
-// defaults applied, so that the Caddyfile parser runs it too.
-func (h *Handler) checkOptions() error {
-	switch {
-	case h.OnStoreError != "" && h.OnStoreError != FailOpen && h.OnStoreError != FailClosed && h.OnStoreError != FailLocal:
-		return fmt.Errorf("on_store_error must be %s, %s or %s, got %q", FailOpen, FailClosed, FailLocal, h.OnStoreError)
 	case h.LocalPermits < 0:
 		return fmt.Errorf("local_permits must be >= 0, got %d", h.LocalPermits)
 	case h.LocalPermits > 0 && h.OnStoreError != FailLocal:
@@ -89,20 +81,16 @@ func (h *Handler) checkOptions() error {
 		return fmt.Errorf("max_queue_per_tenant requires tenant")
 	case h.Cost != "" && h.Cost != CostMaxTokens:
 		return fmt.Errorf("cost must be %s, got %q", CostMaxTokens, h.Cost)
-	case h.Cost != "" && h.Tenant == "" && h.Priority == "":
+	case h.Cost != "" && !h.fair():
 		return fmt.Errorf("cost requires tenant or priority (a FIFO queue has no use for it)")
 	case h.MaxCost != 0 && h.Cost == "":
 		return fmt.Errorf("max_cost requires cost %s", CostMaxTokens)
 	case h.MaxCost < 0 || h.MaxCost > fairqueue.MaxCost:
 		return fmt.Errorf("max_cost must be 1 to %d, got %d", int(fairqueue.MaxCost), h.MaxCost)
-	case h.PriorityFactor != 0 && !(h.PriorityFactor >= 2): // NaN too
-		return fmt.Errorf("priority_factor must be at least 2, got %v", h.PriorityFactor)
-	case h.MaxQueue < 0:
-		return fmt.Errorf("max_queue must be >= 0, got %d", h.MaxQueue)
-	case h.MaxQueuePerTenant < 0:
-		return fmt.Errorf("max_queue_per_tenant must be >= 0, got %d", h.MaxQueuePerTenant)
 	case h.SSEKeepalive != 0 && time.Duration(h.SSEKeepalive) < minSSEKeepalive:
 		return fmt.Errorf("sse_keepalive must be at least %s, got %s", minSSEKeepalive, time.Duration(h.SSEKeepalive))
+	case time.Duration(h.SSEKeepalive) >= maxWait:
+		return fmt.Errorf("sse_keepalive (%s) must be shorter than max_wait (%s), or it never fires", time.Duration(h.SSEKeepalive), maxWait)
 	case h.SSEQueueEvents && h.SSEKeepalive == 0:
 		return fmt.Errorf("sse_queue_events requires sse_keepalive")
 	case h.RejectStream != nil && h.Redis == nil:
@@ -124,8 +112,28 @@ func (h *Handler) checkOptions() error {
 	return nil
 }
 
+// fair reports whether the queue orders requests fairly across tenants
+// (Tenant or Priority is set) rather than in strict FIFO order.
+func (h *Handler) fair() bool { return h.Tenant != "" || h.Priority != "" }
+
 // errRejectStreamNeedsRedis: reject_stream writes to the queues' Redis.
 var errRejectStreamNeedsRedis = errors.New("reject_stream requires a redis block (the stream is written to the queues' Redis)")
+
+// queueSettings are the settings of one queue that every fair_queue
+// handler of one config naming that queue must agree on: they share one
+// engine.
+type queueSettings struct {
+	permits           int
+	maxWait           time.Duration
+	pollInterval      time.Duration
+	lease             time.Duration
+	onStoreError      string
+	localPermits      int
+	fair              bool
+	priorityFactor    float64
+	maxQueue          int
+	maxQueuePerTenant int
+}
 
 func (h *Handler) settings() queueSettings {
 	return queueSettings{
@@ -135,19 +143,44 @@ func (h *Handler) settings() queueSettings {
 		lease:             time.Duration(h.Lease),
 		onStoreError:      h.OnStoreError,
 		localPermits:      h.LocalPermits,
-		fair:              h.Tenant != "" || h.Priority != "",
+		fair:              h.fair(),
 		priorityFactor:    h.PriorityFactor,
 		maxQueue:          h.MaxQueue,
 		maxQueuePerTenant: h.MaxQueuePerTenant,
 	}
 }
 
-// queueConfig is the engine configuration of queue name; fallback is
-// the engine's own in-process store for on_store_error local.
-func (h *Handler) queueConfig(name string, fallback fairqueue.Store) fairqueue.Config {
-	s := h.settings()
+// diff names the first setting in which s and o differ, with both values.
+func (s queueSettings) diff(o queueSettings) string {
+	switch {
+	case s.permits != o.permits:
+		return fmt.Sprintf("permits (%d and %d)", s.permits, o.permits)
+	case s.maxWait != o.maxWait:
+		return fmt.Sprintf("max_wait (%s and %s)", s.maxWait, o.maxWait)
+	case s.pollInterval != o.pollInterval:
+		return fmt.Sprintf("poll_interval (%s and %s)", s.pollInterval, o.pollInterval)
+	case s.lease != o.lease:
+		return fmt.Sprintf("lease (%s and %s)", s.lease, o.lease)
+	case s.onStoreError != o.onStoreError:
+		return fmt.Sprintf("on_store_error (%s and %s)", s.onStoreError, o.onStoreError)
+	case s.localPermits != o.localPermits:
+		return fmt.Sprintf("local_permits (%d and %d)", s.localPermits, o.localPermits)
+	case s.fair != o.fair:
+		return "fairness (tenant or priority set in one only)"
+	case s.priorityFactor != o.priorityFactor:
+		return fmt.Sprintf("priority_factor (%v and %v)", s.priorityFactor, o.priorityFactor)
+	case s.maxQueue != o.maxQueue:
+		return fmt.Sprintf("max_queue (%d and %d)", s.maxQueue, o.maxQueue)
+	case s.maxQueuePerTenant != o.maxQueuePerTenant:
+		return fmt.Sprintf("max_queue_per_tenant (%d and %d)", s.maxQueuePerTenant, o.maxQueuePerTenant)
+	}
+	return ""
+}
+
+// config is the engine configuration of the settings, without what one
+// queue's engine adds (its name, logger, observer and fallback store).
+func (s queueSettings) config() fairqueue.Config {
 	cfg := fairqueue.Config{
-		Name:              name,
 		Permits:           s.permits,
 		MaxWait:           s.maxWait,
 		PollInterval:      s.pollInterval,
@@ -157,11 +190,20 @@ func (h *Handler) queueConfig(name string, fallback fairqueue.Store) fairqueue.C
 		MaxQueue:          s.maxQueue,
 		MaxQueuePerTenant: s.maxQueuePerTenant,
 		FailOpen:          s.onStoreError == FailOpen,
-		Logger:            h.logger,
-		Observer:          newObserver(name),
 	}
 	if s.onStoreError == FailLocal {
-		cfg.Fallback, cfg.LocalPermits = fallback, s.localPermits
+		cfg.LocalPermits = s.localPermits
+	}
+	return cfg
+}
+
+// queueConfig is the engine configuration of queue name; fallback is
+// the engine's own in-process store for on_store_error local.
+func (h *Handler) queueConfig(name string, fallback fairqueue.Store) fairqueue.Config {
+	cfg := h.settings().config()
+	cfg.Name, cfg.Logger, cfg.Observer = name, h.logger, newObserver(name)
+	if h.OnStoreError == FailLocal {
+		cfg.Fallback = fallback
 	}
 	return cfg
 }

@@ -16,7 +16,7 @@ import (
 // Tenant and Priority queues every request in strict FIFO order: the
 // zero Request.
 func (h *Handler) fairRequest(repl *caddy.Replacer, info bodyInfo) fairqueue.Request {
-	if !h.fair {
+	if !h.fair() {
 		return fairqueue.Request{}
 	}
 	var req fairqueue.Request

@@ -21,7 +21,6 @@ func fairHandler(t *testing.T, h *Handler) *Handler {
 	h.Permits = 1
 	h.setDefaults()
 	require.NoError(t, h.validate())
-	h.fair = h.Tenant != "" || h.Priority != ""
 	return h
 }
 

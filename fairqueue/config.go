@@ -27,13 +27,15 @@ type Config struct {
 	// Name of the queue, for logs and errors.
 	Name string
 	// Permits is the number of tickets that may hold a permit at once,
-	// across every node of the queue. Required, > 0.
+	// across every node of the queue. Required, at least 1.
 	Permits int
-	// MaxWait bounds how long Acquire waits. Default 20s.
+	// MaxWait bounds how long Acquire waits. Default 20s, at least 50ms
+	// (the smallest PollInterval).
 	MaxWait time.Duration
 	// PollInterval is how often a node with waiters reconciles with the
 	// store (the safety net for lost notifications and expired leases).
-	// Default 200ms, at least 50ms.
+	// Default 200ms, or MaxWait when that is shorter; at least 50ms and
+	// at most MaxWait.
 	PollInterval time.Duration
 	// Lease is how long a permit stays held without renewal; nodes renew
 	// their permits every Lease/3, and a node silent for Lease is dead.
@@ -99,7 +101,8 @@ func (c Config) withDefaults() Config {
 		c.MaxWait = DefaultMaxWait
 	}
 	if c.PollInterval <= 0 {
-		c.PollInterval = DefaultPollInterval
+		// A short max wait needs no longer interval than itself.
+		c.PollInterval = min(DefaultPollInterval, c.MaxWait)
 	}
 	if c.Lease <= 0 {
 		c.Lease = DefaultLease
@@ -119,12 +122,16 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports the first invalid field of c (after defaults).
+// Validate reports the first invalid field of c (after defaults). It is
+// the one home of these rules: the Caddy handler validates its options
+// through it, and its Caddyfile parser too, to name the line.
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	switch {
 	case c.Permits <= 0:
-		return fmt.Errorf("permits must be > 0, got %d", c.Permits)
+		return fmt.Errorf("permits must be at least 1, got %d", c.Permits)
+	case c.MaxWait < MinPollInterval:
+		return fmt.Errorf("max_wait must be at least %s (the smallest poll_interval), got %s", MinPollInterval, c.MaxWait)
 	case c.PollInterval < MinPollInterval:
 		return fmt.Errorf("poll_interval must be at least %s, got %s", MinPollInterval, c.PollInterval)
 	case c.PollInterval > c.MaxWait:
