@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -153,11 +152,11 @@ func queueStatus(ctx context.Context) statusReport {
 	out := statusReport{Queues: make([]queueReport, len(live))}
 	sem := make(chan struct{}, adminParallel)
 	var wg sync.WaitGroup
-	for i, le := range live {
+	for i, e := range live {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			out.Queues[i] = le.report(ctx)
+			out.Queues[i] = e.report(ctx)
 		})
 	}
 	wg.Wait()
@@ -168,31 +167,12 @@ func queueStatus(ctx context.Context) statusReport {
 	return out
 }
 
-// liveEngine is an engine of the pool with its pool key.
-type liveEngine struct {
-	key string
-	e   *engine
-}
-
-// liveEngines lists the engines in the pool; Range holds the pool's
-// lock, so nothing else is done inside it.
-func liveEngines() []liveEngine {
-	var out []liveEngine
-	engines.Range(func(k, v any) bool {
-		key, _ := k.(string)
-		if e, ok := v.(*engine); ok && e != nil {
-			out = append(out, liveEngine{key: key, e: e})
-		}
-		return true
-	})
-	return out
-}
-
-func (le liveEngine) report(ctx context.Context) queueReport {
-	q := le.e.q
+// report is the engine's queue as this instance sees it, its snapshot
+// read from the store.
+func (e *engine) report(ctx context.Context) queueReport {
+	q, d := e.q, e.store
 	cfg, st := q.Config(), q.Stats()
-	rep := storeOf(le.key, le.e.name)
-	rep.Name = le.e.name
+	rep := queueReport{Name: e.name, Store: d.kind, Mode: d.mode, Address: d.address, Master: d.master, DB: d.db, KeyPrefix: d.keyPrefix}
 	rep.Permits = cfg.Permits
 	rep.MaxWaitMS = cfg.MaxWait.Milliseconds()
 	rep.LeaseMS = cfg.Lease.Milliseconds()
@@ -210,51 +190,6 @@ func (le liveEngine) report(ctx context.Context) queueReport {
 	}
 	rep.Snapshot = snapshotReport(snap)
 	return rep
-}
-
-// stores describes the store of every backend key an engine was opened
-// with (noteStore), for the admin API. It only grows with distinct store
-// configurations, which are few.
-var stores sync.Map // backend key -> storeDesc
-
-// storeDesc is where a queue lives, without credentials.
-type storeDesc struct {
-	kind      string // "redis" or "local"
-	mode      string // standalone, sentinel or cluster
-	address   string // host:port, unix:/path, or comma-separated seeds or Sentinels
-	master    string // the Sentinel master name
-	db        int
-	keyPrefix string
-}
-
-// noteStore records the description of b, whose engines the admin API
-// may list. newEngine calls it.
-func noteStore(b backend) {
-	d := storeDesc{kind: "local"}
-	if rb, ok := b.(*redisBackend); ok {
-		d = storeDesc{kind: "redis", mode: rb.mode, address: rb.servers(), master: rb.master,
-			db: rb.opts.DB, keyPrefix: rb.prefix}
-		if rb.opts.Network == "unix" {
-			d.address = "unix:" + d.address
-		}
-	}
-	stores.Store(b.key(), d)
-}
-
-// storeOf describes the store of the engine whose pool key is key (its
-// backend's key, then "|queue=" and its name).
-func storeOf(key, name string) queueReport {
-	bkey, _ := strings.CutSuffix(key, "|queue="+name)
-	v, ok := stores.Load(bkey)
-	if !ok {
-		kind := "local"
-		if strings.HasPrefix(bkey, "redis|") {
-			kind = "redis"
-		}
-		return queueReport{Store: kind}
-	}
-	d := v.(storeDesc)
-	return queueReport{Store: d.kind, Mode: d.mode, Address: d.address, Master: d.master, DB: d.db, KeyPrefix: d.keyPrefix}
 }
 
 // Interface guards

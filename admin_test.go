@@ -88,7 +88,7 @@ func TestAdminAPIListsQueuesWithLiveStateFromTheirStores(t *testing.T) {
 	rq := rep.Queues[1]
 	assert.Equal(t, "admin-redis", rq.Name)
 	require.Equal(t, "redis", rq.Store)
-	require.NotEmpty(t, rq.Address, "no store description: newEngine must call noteStore(b) (issue 7 hook)")
+	require.NotEmpty(t, rq.Address, "no store description: newEngine must keep b.describe()")
 	assert.Equal(t, rds.Addr(), rq.Address)
 	assert.Equal(t, ModeStandalone, rq.Mode)
 	assert.Equal(t, 0, rq.DB)

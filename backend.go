@@ -10,16 +10,18 @@ import (
 
 // backend is where a handler's queues live: in Redis (redisBackend) or
 // in this process (localBackend). Two handlers whose backends have the
-// same key share engines (and so waiting tickets and permits survive a
-// config reload); two whose backends have the same location read and
+// same storeID share engines (and so waiting tickets and permits survive
+// a config reload); two whose backends have the same dataID read and
 // write the same queues.
 type backend interface {
-	// key identifies the store's whole client configuration; it holds
-	// no secret.
-	key() string
-	// location identifies the data the store reads and writes: equal
-	// locations and queue names are one queue.
-	location() string
+	// storeID identifies the store's whole configuration: the client's
+	// and the key prefix. It holds no secret.
+	storeID() string
+	// dataID identifies the data the store reads and writes: equal data
+	// IDs and queue names are one queue.
+	dataID() string
+	// describe tells where the store's queues live, for the admin API.
+	describe() storeDesc
 	// open returns the store of queue name and a func that frees what
 	// open acquired. It makes no network call.
 	open(name string) (fairqueue.Store, func(), error)
@@ -35,8 +37,8 @@ func newStore(cfg *RedisConfig, repl *caddy.Replacer, log *zap.Logger) (backend,
 	return newRedisBackend(cfg, repl)
 }
 
-// localKey is the key and the location of every in-process queue.
-const localKey = "local"
+// localID is the store ID and the data ID of every in-process queue.
+const localID = "local"
 
 // localBackend keeps each queue in an in-process store (memstore), one
 // per queue name, shared by every engine of that name in the process.
@@ -44,8 +46,9 @@ type localBackend struct {
 	log *zap.Logger
 }
 
-func (localBackend) key() string      { return localKey }
-func (localBackend) location() string { return localKey }
+func (localBackend) storeID() string     { return localID }
+func (localBackend) dataID() string      { return localID }
+func (localBackend) describe() storeDesc { return storeDesc{kind: "local"} }
 
 // open returns the memstore of queue name. The store is pooled apart
 // from the engines so that an engine retired by a reload, whose last

@@ -18,7 +18,8 @@ var claims = struct {
 
 type claimKey struct {
 	load  <-chan struct{}
-	queue string // store location and queue name
+	data  string // backend.dataID
+	queue string
 }
 
 type claim struct {
@@ -33,7 +34,7 @@ func (h *Handler) addClaim(ctx caddy.Context) error {
 	if load == nil {
 		return nil
 	}
-	k := claimKey{load: load, queue: h.backend.location() + "|queue=" + h.Name}
+	k := claimKey{load: load, data: h.backend.dataID(), queue: h.Name}
 	s := h.settings()
 	claims.Lock()
 	defer claims.Unlock()

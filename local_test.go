@@ -159,7 +159,7 @@ func TestLocalQueueSaysOnceThatItIsLocal(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	b, err := newStore(nil, caddy.NewReplacer(), zap.New(core))
 	require.NoError(t, err)
-	assert.Equal(t, "local", b.key())
+	assert.Equal(t, "local", b.storeID())
 	_, release1, err := b.open("q")
 	require.NoError(t, err)
 	_, release2, err := b.open("q") // a second engine of the same queue

@@ -227,9 +227,9 @@ type gauges struct {
 // is down.
 func queueGauges() map[string]*gauges {
 	out := make(map[string]*gauges)
-	for _, le := range liveEngines() {
-		cfg, st := le.e.q.Config(), le.e.q.Stats()
-		label := le.e.name
+	for _, e := range liveEngines() {
+		cfg, st := e.q.Config(), e.q.Stats()
+		label := e.name
 		if o, ok := cfg.Observer.(*queueObserver); ok {
 			label = o.queue
 		}

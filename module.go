@@ -255,10 +255,10 @@ type Handler struct {
 	claim    *claimKey
 
 	mu       sync.Mutex
-	engines  map[string]*engineRef // pool keys this handler holds
+	engines  map[engineKey]*engineRef // the pool references this handler holds
 	cleaned  bool
-	borrowed map[string]bool // after cleanup: the queues it held or requests borrowed
-	capOnce  sync.Once       // logs the queue cap once
+	borrowed map[engineKey]bool // after cleanup: the queues it held or requests borrowed
+	capOnce  sync.Once          // logs the queue cap once
 }
 
 // CaddyModule returns the Caddy module information.
@@ -277,7 +277,7 @@ func (*Handler) CaddyModule() caddy.ModuleInfo {
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	h.gen = provisions.Add(1)
-	h.engines = make(map[string]*engineRef)
+	h.engines = make(map[engineKey]*engineRef)
 	h.setDefaults()
 	if err := h.validate(); err != nil {
 		return err
@@ -315,8 +315,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	// Take the reference now, so that a reload hands the engine from the
 	// old handler to this one without closing it in between.
-	key := h.backend.key() + "|queue=" + h.Name
-	e, err := h.loadEngine(key, h.Name)
+	key := newEngineKey(h.backend, h.Name)
+	e, err := h.loadEngine(key)
 	if err != nil {
 		return err
 	}

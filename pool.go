@@ -21,11 +21,21 @@ const maxQueuesPerHandler = 100
 // maxQueueNameLen bounds a queue name resolved from the request.
 const maxQueueNameLen = 200
 
-// engines holds one engine per store identity and queue name in this
-// process, shared by every handler (of every config generation) that
-// names it, so that a config reload keeps waiting tickets in place and
-// permits leased.
+// engines holds one engine per engineKey in this process, shared by
+// every handler (of every config generation) that names it, so that a
+// config reload keeps waiting tickets in place and permits leased.
 var engines = caddy.NewUsagePool()
+
+// engineKey identifies an engine of the pool: the store configuration
+// (backend.storeID) and the queue name.
+type engineKey struct {
+	store string
+	queue string
+}
+
+func newEngineKey(b backend, queue string) engineKey {
+	return engineKey{store: b.storeID(), queue: queue}
+}
 
 // exiting reports whether the process is exiting; a variable for tests.
 var exiting = caddy.Exiting
@@ -41,6 +51,7 @@ var provisions atomic.Uint64
 // requests still run), except when the process exits.
 type engine struct {
 	name     string
+	store    storeDesc // where the queue lives, for the admin API
 	q        *fairqueue.Queue
 	release  func() // frees what the backend opened (a Redis client, a local store)
 	log      *zap.Logger
@@ -72,9 +83,8 @@ func newEngine(b backend, name string, h *Handler) (*engine, error) {
 		release()
 		return nil, err
 	}
-	noteStore(b) // for the admin API
-	return &engine{name: name, q: q, release: release, log: h.logger, fallback: fallback, gen: h.gen,
-		remote: b.location() != localKey}, nil
+	return &engine{name: name, store: b.describe(), q: q, release: release, log: h.logger, fallback: fallback, gen: h.gen,
+		remote: b.dataID() != localID}, nil
 }
 
 // finish ends a request that entered the engine: it releases the
@@ -190,7 +200,7 @@ var errTooManyQueues = fmt.Errorf("more than %d queues from one fair_queue handl
 // done when the request is over. The first use of an engine by a handler
 // applies the handler's settings to it.
 func (h *Handler) use(name string) (e *engine, done func(), err error) {
-	key := h.backend.key() + "|queue=" + name
+	key := newEngineKey(h.backend, name)
 	h.mu.Lock()
 	if h.cleaned {
 		// A request that reached an old handler after its cleanup (a
@@ -205,7 +215,7 @@ func (h *Handler) use(name string) (e *engine, done func(), err error) {
 			h.borrowed[key] = true
 		}
 		h.mu.Unlock()
-		e, err := h.loadEngine(key, name)
+		e, err := h.loadEngine(key)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -221,7 +231,7 @@ func (h *Handler) use(name string) (e *engine, done func(), err error) {
 			h.mu.Unlock()
 			return nil, nil, errTooManyQueues
 		}
-		e, err := h.loadEngine(key, name)
+		e, err := h.loadEngine(key)
 		if err != nil {
 			h.mu.Unlock()
 			return nil, nil, err
@@ -238,17 +248,17 @@ func (h *Handler) use(name string) (e *engine, done func(), err error) {
 }
 
 // loadEngine takes a pool reference to the engine of key.
-func (h *Handler) loadEngine(key, name string) (*engine, error) {
+func (h *Handler) loadEngine(key engineKey) (*engine, error) {
 	v, _, err := engines.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return newEngine(h.backend, name, h)
+		return newEngine(h.backend, key.queue, h)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue %q: %w", name, err)
+		return nil, fmt.Errorf("queue %q: %w", key.queue, err)
 	}
 	return v.(*engine), nil
 }
 
-func (h *Handler) dropEngine(key string) {
+func (h *Handler) dropEngine(key engineKey) {
 	if _, err := engines.Delete(key); err != nil {
 		h.logger.Warn("closing queue", zap.Error(err))
 	}
@@ -284,9 +294,9 @@ func (h *Handler) engineList() []*engine {
 func (h *Handler) releaseEngines() error {
 	h.mu.Lock()
 	h.cleaned = true
-	keys := make([]string, 0, len(h.engines))
+	keys := make([]engineKey, 0, len(h.engines))
 	if h.borrowed == nil {
-		h.borrowed = make(map[string]bool, len(h.engines))
+		h.borrowed = make(map[engineKey]bool, len(h.engines))
 	}
 	for k := range h.engines {
 		keys = append(keys, k)
@@ -301,4 +311,27 @@ func (h *Handler) releaseEngines() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// liveEngines lists the engines in the pool, for the admin API and the
+// gauges; Range holds the pool's lock, so nothing else is done inside it.
+func liveEngines() []*engine {
+	var out []*engine
+	engines.Range(func(_, v any) bool {
+		if e, ok := v.(*engine); ok && e != nil {
+			out = append(out, e)
+		}
+		return true
+	})
+	return out
+}
+
+// storeDesc is where a queue lives, without credentials.
+type storeDesc struct {
+	kind      string // "redis" or "local"
+	mode      string // standalone, sentinel or cluster
+	address   string // host:port, unix:/path, or comma-separated seeds or Sentinels
+	master    string // the Sentinel master name
+	db        int
+	keyPrefix string
 }

@@ -162,15 +162,15 @@ func (cfg *RedisConfig) check() error {
 
 // redisBackend is a resolved RedisConfig.
 type redisBackend struct {
-	mode   string
-	opts   redis.Options // the client's options; Addr unused but with standalone
-	addrs  []string      // Sentinels or cluster seed nodes
-	master string        // sentinel master name
-	sUser  string        // Sentinel ACL user
-	sPass  string        // Sentinel password
-	prefix string
-	urlSum string // hash of the URL: its query may hold more client options
-	ckey   string // client identity
+	mode             string
+	opts             redis.Options // the client's options; Addr unused but with standalone
+	addrs            []string      // Sentinels or cluster seed nodes
+	master           string        // sentinel master name
+	sentinelUser     string
+	sentinelPassword string
+	prefix           string
+	urlHash          string // the URL's query may hold more client options
+	clientID         string // the go-redis client's identity in the clients pool (clientIdentity)
 }
 
 func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, error) {
@@ -194,7 +194,7 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 			return nil, err
 		}
 		*o = *parsed
-		b.urlSum = shortHash(u)
+		b.urlHash = shortHash(u)
 	case b.mode != ModeStandalone:
 		for _, a := range cfg.Addresses {
 			b.addrs = append(b.addrs, expand(a))
@@ -214,7 +214,7 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 	if cfg.Password != "" {
 		o.Password = expand(cfg.Password)
 	}
-	b.sUser, b.sPass = expand(cfg.SentinelUsername), expand(cfg.SentinelPassword)
+	b.sentinelUser, b.sentinelPassword = expand(cfg.SentinelUsername), expand(cfg.SentinelPassword)
 	if cfg.TLS && o.TLSConfig == nil {
 		o.TLSConfig = &tls.Config{}
 	}
@@ -239,7 +239,7 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 	}
 	o.MaxRetries = redisstore.DefaultMaxRetries
 	o.ContextTimeoutEnabled = true
-	b.ckey = b.clientKey()
+	b.clientID = b.clientIdentity()
 	return b, nil
 }
 
@@ -266,14 +266,14 @@ func (b *redisBackend) servers() string {
 	return strings.Join(slices.Sorted(slices.Values(b.addrs)), ",")
 }
 
-// clientKey is the identity of the client: everything that configures
-// it, with the passwords hashed.
-func (b *redisBackend) clientKey() string {
+// clientIdentity is the identity of the client: everything that
+// configures it, with the passwords hashed.
+func (b *redisBackend) clientIdentity() string {
 	o := &b.opts
 	return fmt.Sprintf("redis|%s|%s:%s|master=%s|db=%d|user=%s|pw=%s|suser=%s|spw=%s|tls=%t|timeouts=%s/%s/%s|url=%s",
 		b.mode, o.Network, b.servers(), b.master, o.DB, o.Username, shortHash(o.Password),
-		b.sUser, shortHash(b.sPass), o.TLSConfig != nil,
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, b.urlSum)
+		b.sentinelUser, shortHash(b.sentinelPassword), o.TLSConfig != nil,
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, b.urlHash)
 }
 
 // shortHash identifies a secret without revealing it ("" stays "").
@@ -285,9 +285,9 @@ func shortHash(s string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-func (b *redisBackend) key() string { return b.ckey + "|prefix=" + b.prefix }
+func (b *redisBackend) storeID() string { return b.clientID + "|prefix=" + b.prefix }
 
-func (b *redisBackend) location() string {
+func (b *redisBackend) dataID() string {
 	where := b.servers()
 	switch b.mode {
 	case ModeSentinel:
@@ -298,16 +298,32 @@ func (b *redisBackend) location() string {
 	return fmt.Sprintf("redis|%s|db=%d|prefix=%s", where, b.opts.DB, b.prefix)
 }
 
+func (b *redisBackend) describe() storeDesc {
+	d := storeDesc{kind: "redis", mode: b.mode, address: b.servers(), master: b.master, db: b.opts.DB, keyPrefix: b.prefix}
+	if b.opts.Network == "unix" {
+		d.address = "unix:" + d.address
+	}
+	return d
+}
+
 func (b *redisBackend) open(name string) (fairqueue.Store, func(), error) {
-	v, _, err := clients.LoadOrNew(b.ckey, func() (caddy.Destructor, error) {
+	rdb, release, err := b.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	return redisstore.New(rdb, name, redisstore.Options{KeyPrefix: b.prefix}), release, nil
+}
+
+// client takes a reference to the backend's go-redis client, shared
+// through the clients pool; release drops it.
+func (b *redisBackend) client() (rdb redis.UniversalClient, release func(), err error) {
+	v, _, err := clients.LoadOrNew(b.clientID, func() (caddy.Destructor, error) {
 		return &redisClient{rdb: b.newClient()}, nil
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	st := redisstore.New(v.(*redisClient).rdb, name, redisstore.Options{KeyPrefix: b.prefix})
-	release := func() { _, _ = clients.Delete(b.ckey) }
-	return st, release, nil
+	return v.(*redisClient).rdb, func() { _, _ = clients.Delete(b.clientID) }, nil
 }
 
 // newClient makes the go-redis client of the mode, with the same short
@@ -320,8 +336,8 @@ func (b *redisBackend) newClient() redis.UniversalClient {
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName:            b.master,
 			SentinelAddrs:         b.addrs,
-			SentinelUsername:      b.sUser,
-			SentinelPassword:      b.sPass,
+			SentinelUsername:      b.sentinelUser,
+			SentinelPassword:      b.sentinelPassword,
 			Username:              o.Username,
 			Password:              o.Password,
 			DB:                    o.DB,

@@ -23,20 +23,20 @@ func TestRedisIdentityIncludesModeAndMasterButNoPassword(t *testing.T) {
 	}
 	sentinel := newB(&RedisConfig{Mode: ModeSentinel, MasterName: "m1", Addresses: []string{"s2:1", "s1:1"},
 		Password: "{env.FQ_TEST_PW}", SentinelPassword: "{env.FQ_TEST_SPW}"})
-	assert.Equal(t, "sentinel-s3cret", sentinel.sPass)
-	for _, s := range []string{sentinel.key(), sentinel.location()} {
+	assert.Equal(t, "sentinel-s3cret", sentinel.sentinelPassword)
+	for _, s := range []string{sentinel.storeID(), sentinel.dataID()} {
 		assert.NotContains(t, s, "s3cret")
 	}
-	assert.Equal(t, "redis|sentinel:m1@s1:1,s2:1|db=0|prefix=fair_queue", sentinel.location())
+	assert.Equal(t, "redis|sentinel:m1@s1:1,s2:1|db=0|prefix=fair_queue", sentinel.dataID())
 	other := newB(&RedisConfig{Mode: ModeSentinel, MasterName: "m2", Addresses: []string{"s1:1", "s2:1"}})
-	assert.NotEqual(t, sentinel.key(), other.key(), "another master is another client")
-	assert.NotEqual(t, sentinel.location(), other.location(), "and other queues")
+	assert.NotEqual(t, sentinel.storeID(), other.storeID(), "another master is another client")
+	assert.NotEqual(t, sentinel.dataID(), other.dataID(), "and other queues")
 
 	cluster := newB(&RedisConfig{Mode: ModeCluster, Addresses: []string{"s1:1", "s2:1"}})
-	assert.NotEqual(t, cluster.key(), other.key())
-	assert.Equal(t, "redis|cluster:s1:1,s2:1|db=0|prefix=fair_queue", cluster.location())
+	assert.NotEqual(t, cluster.storeID(), other.storeID())
+	assert.Equal(t, "redis|cluster:s1:1,s2:1|db=0|prefix=fair_queue", cluster.dataID())
 	single := newB(&RedisConfig{Addresses: []string{"s1:1"}})
-	assert.Equal(t, "redis|s1:1|db=0|prefix=fair_queue", single.location())
+	assert.Equal(t, "redis|s1:1|db=0|prefix=fair_queue", single.dataID())
 
 	for _, tc := range []struct {
 		b    *redisBackend

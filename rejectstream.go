@@ -203,17 +203,14 @@ func (s *rejectStream) close() {
 func (s *rejectStream) run(ctx context.Context, cancel context.CancelFunc, records <-chan []any) {
 	defer close(s.done)
 	defer cancel()
-	v, _, err := clients.LoadOrNew(s.rb.ckey, func() (caddy.Destructor, error) {
-		return &redisClient{rdb: s.rb.newClient()}, nil
-	})
+	rdb, release, err := s.rb.client()
 	if err != nil { // the constructor cannot fail; still, never spin
 		s.log.Error("reject_stream: no Redis client", zap.String("stream", s.key), zap.Error(err))
 		for range records {
 		}
 		return
 	}
-	defer func() { _, _ = clients.Delete(s.rb.ckey) }()
-	rdb := v.(*redisClient).rdb
+	defer release()
 
 	var failed int64
 	var lastErr error
