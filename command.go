@@ -144,7 +144,7 @@ func statusFromRedis(ctx context.Context, rawURL, prefix string, queues []string
 	}
 	defer rdb.Close()
 	if len(queues) == 0 {
-		if queues, err = findQueues(ctx, rdb, prefix); err != nil {
+		if queues, err = redisstore.ListQueues(ctx, rdb, prefix); err != nil {
 			return statusReport{}, err
 		}
 	}
@@ -161,34 +161,6 @@ func statusFromRedis(ctx context.Context, rawURL, prefix string, queues []string
 		rep.Queues = append(rep.Queues, q)
 	}
 	return rep, nil
-}
-
-// findQueues lists the queues under prefix that have state in Redis, by
-// their epoch key (the first key a queue gets; the last instance to
-// leave deletes it). SCAN, not KEYS: it does not block Redis.
-func findQueues(ctx context.Context, rdb *redis.Client, prefix string) ([]string, error) {
-	clean := strings.NewReplacer("{", "_", "}", "_").Replace(prefix)
-	start, end := "{"+clean+":", "}:epoch"
-	var names []string
-	iter := rdb.Scan(ctx, 0, globEscape(start)+"*"+globEscape(end), 1000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
-		if name, ok := strings.CutPrefix(k, start); ok {
-			if name, ok := strings.CutSuffix(name, end); ok && !slices.Contains(names, name) {
-				names = append(names, name)
-			}
-		}
-	}
-	if err := iter.Err(); err != nil {
-		return nil, fmt.Errorf("listing queues: %w", err)
-	}
-	slices.Sort(names)
-	return names, nil
-}
-
-// globEscape quotes the characters special to Redis' MATCH patterns.
-func globEscape(s string) string {
-	return strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`).Replace(s)
 }
 
 // cliRedis makes a client for the command line: a single server, short

@@ -111,13 +111,7 @@ type Store struct {
 
 // New returns a Store for queue name on rdb. It makes no Redis call.
 func New(rdb redis.UniversalClient, name string, opts Options) *Store {
-	prefix := opts.KeyPrefix
-	if prefix == "" {
-		prefix = DefaultKeyPrefix
-	}
-	// Braces would change the hash tag and split the queue across slots.
-	clean := strings.NewReplacer("{", "_", "}", "_")
-	tag := "{" + clean.Replace(prefix) + ":" + clean.Replace(name) + "}"
+	tag := TagOf(opts.KeyPrefix, name)
 	s := &Store{rdb: rdb, tag: tag, chPrefix: tag + ":node:", sharded: opts.Sharded}
 	for _, k := range keyNames {
 		s.keys = append(s.keys, tag+":"+k)
