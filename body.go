@@ -228,27 +228,3 @@ func wantsEventStream(r *http.Request) bool {
 	}
 	return false
 }
-
-// writeTooLarge answers a request whose body exceeds max_body.
-func writeTooLarge(w http.ResponseWriter, limit int64) {
-	msg := "The request body is larger than the " + formatBytes(limit) + " this endpoint accepts."
-	body := marshalError(msg, "invalid_request_error", "request_too_large")
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(http.StatusRequestEntityTooLarge)
-	_, _ = w.Write(body)
-}
-
-// formatBytes writes n in the largest binary unit that divides it.
-func formatBytes(n int64) string {
-	for _, u := range []struct {
-		size int64
-		name string
-	}{{1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}} {
-		if n >= u.size && n%u.size == 0 {
-			return strconv.FormatInt(n/u.size, 10) + " " + u.name
-		}
-	}
-	return strconv.FormatInt(n, 10) + " bytes"
-}

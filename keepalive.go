@@ -1,8 +1,6 @@
 package caddyfairqueue
 
 import (
-	"github.com/fair-queue/caddy-fair-queue/fairqueue"
-
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -15,6 +13,8 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 )
 
 // Waiting feedback for streaming clients (sse_keepalive): a proxy or CDN
@@ -185,15 +185,6 @@ func (k *keepalive) halt() (committed bool) {
 	return k.committed
 }
 
-// flush sends what w buffered; a writer that cannot flush is no error.
-func flush(w http.ResponseWriter) error {
-	err := http.NewResponseController(w).Flush()
-	if errors.Is(err, http.ErrNotSupported) {
-		return nil
-	}
-	return err
-}
-
 // relay serves a granted request whose response the keepalive already
 // committed: the upstream's status and header are gone, its body is
 // relayed as it comes, and an error (an error status, or the next
@@ -221,10 +212,7 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, next caddyhttp.H
 	if status < http.StatusBadRequest {
 		return flush(w)
 	}
-	if _, werr := w.Write(sseEvent("error", string(upstreamError(status, cw.errBody.Bytes())))); werr != nil {
-		return nil // the client is gone
-	}
-	_ = flush(w)
+	_ = writeEvent(w, "error", string(upstreamError(status, cw.errBody.Bytes()))) // fails only when the client is gone
 	return nil
 }
 

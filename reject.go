@@ -1,9 +1,7 @@
 package caddyfairqueue
 
 import (
-	"bytes"
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -260,25 +258,6 @@ func errorType(r fairqueue.Reason) string {
 	return "server_error"
 }
 
-// apiError is an OpenAI-style error answer.
-type apiError struct {
-	Error apiErrorObject `json:"error"`
-}
-
-type apiErrorObject struct {
-	Message string `json:"message"`
-	Type    string `json:"type"`
-	Code    string `json:"code"`
-}
-
-func marshalError(message, typ, code string) []byte {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(apiError{Error: apiErrorObject{Message: message, Type: typ, Code: code}})
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-}
-
 // retryAfterSeconds is the Retry-After value: whole seconds, rounded up,
 // at least 1.
 func retryAfterSeconds(configured, estimate time.Duration) int {
@@ -305,11 +284,7 @@ func (p *rejectPolicy) write(w http.ResponseWriter, repl *caddy.Replacer, rej *f
 		} else {
 			body = marshalError(msg, errorType(rej.Reason), string(rej.Reason))
 		}
-		h.Set("Content-Type", "application/json")
-		h.Set("Content-Length", strconv.Itoa(len(body)))
-		w.WriteHeader(p.status)
-		_, err := w.Write(body)
-		return err
+		return writeJSON(w, p.status, body)
 	}
 	h.Set("Content-Type", "text/event-stream")
 	h.Del("Content-Length")
@@ -346,8 +321,5 @@ func (p *rejectPolicy) writeEvent(w http.ResponseWriter, repl *caddy.Replacer, r
 	} else {
 		data = string(marshalError(msg, errorType(rej.Reason), string(rej.Reason)))
 	}
-	if _, err := w.Write(sseEvent(p.sseEvent, data)); err != nil {
-		return err
-	}
-	return flush(w)
+	return writeEvent(w, p.sseEvent, data)
 }

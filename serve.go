@@ -15,20 +15,6 @@ import (
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 )
 
-// Placeholders the handler sets on every request it queues.
-const (
-	phQueue      = "http.fair_queue.queue"
-	phModel      = "http.fair_queue.model"
-	phStreaming  = "http.fair_queue.streaming"
-	phTenant     = "http.fair_queue.tenant" // the tenant's key (a hash), never its value
-	phOutcome    = "http.fair_queue.outcome"
-	phReason     = "http.fair_queue.reason"
-	phWaitMS     = "http.fair_queue.wait_ms"
-	phPosition   = "http.fair_queue.position"
-	phRetryAfter = "http.fair_queue.retry_after"
-	phMessage    = "http.fair_queue.message"
-)
-
 // overflowQueue stands in logs and metrics for the name of a queue that
 // a handler could not open (see maxQueuesPerHandler).
 const overflowQueue = "(overflow)"
@@ -131,8 +117,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		if committed {
 			// Caddy's error answer would need the header that is sent.
 			h.logger.Error("acquiring a permit", zap.String("queue", name), zap.Error(err))
-			_, _ = w.Write(sseEvent("error", string(marshalError("The request queue failed.", "server_error", "internal_error"))))
-			_ = flush(w)
+			_ = writeEvent(w, "error", string(marshalError("The request queue failed.", "server_error", "internal_error")))
 			return nil
 		}
 		return caddyhttp.Error(http.StatusInternalServerError, err)

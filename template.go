@@ -1,29 +1,10 @@
 package caddyfairqueue
 
 import (
-	"bytes"
-	"encoding/json"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 )
-
-// sseEvent frames one server-sent event; each line of data becomes a
-// data field, as the SSE format requires.
-func sseEvent(event, data string) []byte {
-	var b bytes.Buffer
-	b.WriteString("event: ")
-	b.WriteString(event)
-	b.WriteByte('\n')
-	data = strings.ReplaceAll(data, "\r\n", "\n")
-	for line := range strings.SplitSeq(data, "\n") {
-		b.WriteString("data: ")
-		b.WriteString(strings.TrimSuffix(line, "\r"))
-		b.WriteByte('\n')
-	}
-	b.WriteByte('\n')
-	return b.Bytes()
-}
 
 // replaceJSON replaces the known placeholders of tmpl, a JSON template,
 // with their values JSON-escaped. A placeholder lies inside one JSON
@@ -79,10 +60,6 @@ func replacePlaceholders(b *strings.Builder, repl *caddy.Replacer, seg string) {
 
 // jsonEscape escapes s for the inside of a JSON string.
 func jsonEscape(s string) string {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s)
-	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	b := encodeJSON(s)
 	return string(b[1 : len(b)-1])
 }

@@ -1,0 +1,103 @@
+package caddyfairqueue
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// What the handler writes itself rather than the upstream: OpenAI-style
+// error bodies, and server-sent events (a reject to a streaming request,
+// and everything once sse_keepalive has sent the header).
+
+// apiError is an OpenAI-style error answer.
+type apiError struct {
+	Error apiErrorObject `json:"error"`
+}
+
+type apiErrorObject struct {
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Code    string `json:"code"`
+}
+
+// marshalError is the JSON of an OpenAI-style error.
+func marshalError(message, typ, code string) []byte {
+	return encodeJSON(apiError{Error: apiErrorObject{Message: message, Type: typ, Code: code}})
+}
+
+// encodeJSON is json.Marshal without its HTML escaping: a message or a
+// placeholder's value keeps its <, > and & as they are.
+func encodeJSON(v any) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// writeJSON answers with status and a JSON body.
+func writeJSON(w http.ResponseWriter, status int, body []byte) error {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, err := w.Write(body)
+	return err
+}
+
+// writeTooLarge answers a request whose body exceeds max_body.
+func writeTooLarge(w http.ResponseWriter, limit int64) {
+	msg := "The request body is larger than the " + formatBytes(limit) + " this endpoint accepts."
+	_ = writeJSON(w, http.StatusRequestEntityTooLarge, marshalError(msg, "invalid_request_error", "request_too_large"))
+}
+
+// formatBytes writes n in the largest binary unit that divides it.
+func formatBytes(n int64) string {
+	for _, u := range []struct {
+		size int64
+		name string
+	}{{1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}} {
+		if n >= u.size && n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + " " + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
+}
+
+// sseEvent frames one server-sent event; each line of data becomes a
+// data field, as the SSE format requires.
+func sseEvent(event, data string) []byte {
+	var b bytes.Buffer
+	b.WriteString("event: ")
+	b.WriteString(event)
+	b.WriteByte('\n')
+	data = strings.ReplaceAll(data, "\r\n", "\n")
+	for line := range strings.SplitSeq(data, "\n") {
+		b.WriteString("data: ")
+		b.WriteString(strings.TrimSuffix(line, "\r"))
+		b.WriteByte('\n')
+	}
+	b.WriteByte('\n')
+	return b.Bytes()
+}
+
+// writeEvent writes one server-sent event and flushes it.
+func writeEvent(w http.ResponseWriter, event, data string) error {
+	if _, err := w.Write(sseEvent(event, data)); err != nil {
+		return err
+	}
+	return flush(w)
+}
+
+// flush sends what w buffered; a writer that cannot flush is no error.
+func flush(w http.ResponseWriter) error {
+	err := http.NewResponseController(w).Flush()
+	if errors.Is(err, http.ErrNotSupported) {
+		return nil
+	}
+	return err
+}
