@@ -40,6 +40,7 @@ func (q *Queue) start(ctx context.Context) error {
 		return err
 	}
 	q.opened = true
+	q.health.ok(q.log) // the store answered: a down mark from failed opens ends
 	q.log.Info("node joined queue", zap.Int("permits", cfg.Permits))
 	go q.loop()
 	return nil
