@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: all test vet fmt bench-engine caddy xcaddy run demo-cluster bench-bins bench bench-quick
+.PHONY: all test vet fmt bench-engine caddy xcaddy run demo-cluster bench-bins bench bench-quick soak
 
 all: test
 
@@ -12,6 +12,14 @@ test:
 	./scripts/ensure-redis.sh
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 25m ./...
+
+## soak: the model-based test of the queue under faults, long, on both stores (SOAK_CHECKS, SOAK_STEPS; a failure prints its -rapid.seed)
+# The package list comes before the -rapid flags: go test hands every flag
+# after the first one it does not know to the test binaries.
+soak:
+	./scripts/ensure-redis.sh
+	$(GO) test -race -count=1 -timeout 120m -run TestModel ./fairqueue/memstore/ ./fairqueue/redisstore/ \
+		-rapid.checks=$(or $(SOAK_CHECKS),500) -rapid.steps=$(or $(SOAK_STEPS),100)
 
 ## vet: go vet every package
 vet:
