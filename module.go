@@ -13,7 +13,6 @@
 package caddyfairqueue
 
 import (
-	"fmt"
 	"strings"
 	"sync"
 
@@ -53,30 +52,11 @@ const (
 
 // checkOnStoreError is the rule of OnStoreError (set, not defaulted).
 func checkOnStoreError(policy string) error {
-	switch policy {
-	case FailOpen, FailClosed, FailLocal:
-		return nil
-	}
-	return fmt.Errorf("on_store_error must be %s, %s or %s, got %q", FailOpen, FailClosed, FailLocal, policy)
+	return checkOneOf("on_store_error", policy, FailOpen, FailClosed, FailLocal)
 }
 
 // CostMaxTokens is the Cost that reads a request's cost from its body.
 const CostMaxTokens = "max_tokens"
-
-// Placeholders the handler sets on every request it queues (see Handler;
-// retry_after and message: a reject's, see RejectConfig).
-const (
-	phQueue      = "http.fair_queue.queue"
-	phModel      = "http.fair_queue.model"
-	phStreaming  = "http.fair_queue.streaming"
-	phTenant     = "http.fair_queue.tenant" // the tenant's key (a hash), never its value
-	phOutcome    = "http.fair_queue.outcome"
-	phReason     = "http.fair_queue.reason"
-	phWaitMS     = "http.fair_queue.wait_ms"
-	phPosition   = "http.fair_queue.position"
-	phRetryAfter = "http.fair_queue.retry_after"
-	phMessage    = "http.fair_queue.message"
-)
 
 // Handler holds each request in a cluster-wide fair queue until one of
 // the queue's permits is free, then passes it to the next handler
@@ -275,6 +255,21 @@ type Handler struct {
 	borrowed map[engineKey]bool // after cleanup: the queues it held or requests borrowed
 	capOnce  sync.Once          // logs the queue cap once
 }
+
+// Placeholders the handler sets on every request it queues (see Handler;
+// retry_after and message: a reject's, see RejectConfig).
+const (
+	phQueue      = "http.fair_queue.queue"
+	phModel      = "http.fair_queue.model"
+	phStreaming  = "http.fair_queue.streaming"
+	phTenant     = "http.fair_queue.tenant" // the tenant's key (a hash), never its value
+	phOutcome    = "http.fair_queue.outcome"
+	phReason     = "http.fair_queue.reason"
+	phWaitMS     = "http.fair_queue.wait_ms"
+	phPosition   = "http.fair_queue.position"
+	phRetryAfter = "http.fair_queue.retry_after"
+	phMessage    = "http.fair_queue.message"
+)
 
 // CaddyModule returns the Caddy module information.
 func (*Handler) CaddyModule() caddy.ModuleInfo {

@@ -31,15 +31,6 @@ const (
 	ModeCluster = "cluster"
 )
 
-// checkMode is the rule of RedisConfig.Mode (set, not defaulted).
-func checkMode(mode string) error {
-	switch mode {
-	case ModeStandalone, ModeSentinel, ModeCluster:
-		return nil
-	}
-	return fmt.Errorf("redis: mode must be %s, %s or %s, got %q", ModeStandalone, ModeSentinel, ModeCluster, mode)
-}
-
 // RedisConfig says where the shared state of the queues lives. Every
 // Caddy instance whose handlers name the same Redis, database, key
 // prefix and queue name shares that queue's permits and order.
@@ -115,6 +106,11 @@ type RedisConfig struct {
 
 	// WriteTimeout bounds sending a command to Redis. Default 500ms.
 	WriteTimeout caddy.Duration `json:"write_timeout,omitempty"`
+}
+
+// checkMode is the rule of RedisConfig.Mode (set, not defaulted).
+func checkMode(mode string) error {
+	return checkOneOf("redis: mode", mode, ModeStandalone, ModeSentinel, ModeCluster)
 }
 
 // check validates the fields whose rules do not depend on placeholders

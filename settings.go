@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -112,6 +114,15 @@ func (h *Handler) validate() error {
 	return nil
 }
 
+// checkOneOf is the rule of an option that takes one of a few values.
+func checkOneOf(option, v string, values ...string) error {
+	if slices.Contains(values, v) {
+		return nil
+	}
+	last := len(values) - 1
+	return fmt.Errorf("%s must be %s or %s, got %q", option, strings.Join(values[:last], ", "), values[last], v)
+}
+
 // fair reports whether the queue orders requests fairly across tenants
 // (Tenant or Priority is set) rather than in strict FIFO order.
 func (h *Handler) fair() bool { return h.Tenant != "" || h.Priority != "" }
@@ -152,27 +163,26 @@ func (h *Handler) settings() queueSettings {
 
 // diff names the first setting in which s and o differ, with both values.
 func (s queueSettings) diff(o queueSettings) string {
-	switch {
-	case s.permits != o.permits:
-		return fmt.Sprintf("permits (%d and %d)", s.permits, o.permits)
-	case s.maxWait != o.maxWait:
-		return fmt.Sprintf("max_wait (%s and %s)", s.maxWait, o.maxWait)
-	case s.pollInterval != o.pollInterval:
-		return fmt.Sprintf("poll_interval (%s and %s)", s.pollInterval, o.pollInterval)
-	case s.lease != o.lease:
-		return fmt.Sprintf("lease (%s and %s)", s.lease, o.lease)
-	case s.onStoreError != o.onStoreError:
-		return fmt.Sprintf("on_store_error (%s and %s)", s.onStoreError, o.onStoreError)
-	case s.localPermits != o.localPermits:
-		return fmt.Sprintf("local_permits (%d and %d)", s.localPermits, o.localPermits)
-	case s.fair != o.fair:
+	if s.fair != o.fair {
 		return "fairness (tenant or priority set in one only)"
-	case s.priorityFactor != o.priorityFactor:
-		return fmt.Sprintf("priority_factor (%v and %v)", s.priorityFactor, o.priorityFactor)
-	case s.maxQueue != o.maxQueue:
-		return fmt.Sprintf("max_queue (%d and %d)", s.maxQueue, o.maxQueue)
-	case s.maxQueuePerTenant != o.maxQueuePerTenant:
-		return fmt.Sprintf("max_queue_per_tenant (%d and %d)", s.maxQueuePerTenant, o.maxQueuePerTenant)
+	}
+	for _, f := range []struct {
+		option string
+		a, b   any
+	}{
+		{"permits", s.permits, o.permits},
+		{"max_wait", s.maxWait, o.maxWait},
+		{"poll_interval", s.pollInterval, o.pollInterval},
+		{"lease", s.lease, o.lease},
+		{"on_store_error", s.onStoreError, o.onStoreError},
+		{"local_permits", s.localPermits, o.localPermits},
+		{"priority_factor", s.priorityFactor, o.priorityFactor},
+		{"max_queue", s.maxQueue, o.maxQueue},
+		{"max_queue_per_tenant", s.maxQueuePerTenant, o.maxQueuePerTenant},
+	} {
+		if f.a != f.b {
+			return fmt.Sprintf("%s (%v and %v)", f.option, f.a, f.b)
+		}
 	}
 	return ""
 }
