@@ -90,6 +90,9 @@ cat <<EOF
   Caddy      http://localhost:$CADDY_PORT   (config $CONFIG)
   logs       $LOG_DIR/caddy.log, $LOG_DIR/mockllm.log
 
+Open http://localhost:$CADDY_PORT/ in a browser: a chat page that streams its
+answers and shows its place in the queue while it waits.
+
 Send a plain and a streaming chat completion:
 
   curl localhost:$CADDY_PORT/v1/chat/completions -H 'Content-Type: application/json' -d '{"model":"mock","messages":[{"role":"user","content":"hi"}]}'
