@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs HAProxy from the distribution's packages if it is not in PATH.
-# cmd/bench (make bench) runs it as the reference queue: `server ...
+# bench/ (make bench) runs it as the reference queue: `server ...
 # maxconn N` + `timeout queue`, on a free loopback port; the package's own
 # service, if it starts one, is not used. Safe to run again.
 set -euo pipefail

@@ -7,7 +7,7 @@
 //
 // Requests may override the answer with the X-Mock-Tokens and
 // X-Mock-Delay headers; GET /stats shows the concurrency it saw, and with
-// -timeline the busy time and handoff gaps that cmd/bench reads.
+// -timeline the busy time and handoff gaps that the bench (bench/) reads.
 package main
 
 import (

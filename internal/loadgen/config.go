@@ -6,7 +6,7 @@
 // It runs a closed loop (a fixed number of clients, each sending its next
 // request when the previous one ends) or an open loop (a fixed arrival
 // rate, whatever the responses). cmd/loadgen is its command line and
-// cmd/bench reuses it to compare systems.
+// the bench (bench/) reuses it to compare systems.
 package loadgen
 
 import (

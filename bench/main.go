@@ -1,6 +1,8 @@
 // Command bench compares fair_queue with HAProxy and plain Caddy
 // reverse_proxy in front of the same mock LLM (package internal/bench)
 // and writes BENCHMARKS.md, bench-results/results.json and PNG plots.
+// It is a module of its own (see go.mod); build it from this directory:
+// go build -o ../bin/bench . (make bench-bins).
 //
 // Usage:
 //
@@ -23,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fair-queue/caddy-fair-queue/internal/bench"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/bench"
 )
 
 func main() {

@@ -20,7 +20,7 @@ func markdown(res *Results, opts Options, plots []string) string {
 	w("# Benchmarks\n\n")
 	w("fair_queue side by side with HAProxy (`maxconn` + `timeout queue`) and plain Caddy `reverse_proxy`,\n")
 	w("all in front of the same mock LLM, on one machine. This file is written by `%s`\n", cmd)
-	w("(`cmd/bench`); the raw figures are in `%s/results.json`, the plots beside it.\n\n",
+	w("(`bench/`); the raw figures are in `%s/results.json`, the plots beside it.\n\n",
 		filepath.ToSlash(opts.OutDir))
 	w("Last run: **%s** mode, %s, %.0f s.\n\n", res.Mode, res.Started.Format("2006-01-02 15:04 MST"), res.Elapsed)
 

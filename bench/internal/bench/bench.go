@@ -2,7 +2,8 @@
 // Caddy reverse_proxy on one machine: it starts mockllm, redis-server,
 // HAProxy and Caddy processes on free loopback ports, drives them with
 // package loadgen, and writes results.json, PNG plots and BENCHMARKS.md.
-// cmd/bench is its command line (make bench, make bench-quick).
+// The bench command (bench/main.go) is its command line (make bench,
+// make bench-quick).
 //
 // Every process it starts runs in its own process group, dies with the
 // bench (Pdeathsig), and is stopped before Run returns.
