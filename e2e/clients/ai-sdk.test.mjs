@@ -1,0 +1,157 @@
+// The Vercel AI SDK (ai, with @ai-sdk/openai-compatible) against
+// fair_queue in front of the mock LLM.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { generateText, streamText, RetryError, APICallError } from 'ai';
+import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
+
+import { baseURL, hold, recorder, tokens, answerOf, assertRetriesHonourRetryAfter, keepaliveComments } from './lib.mjs';
+
+const model = (queue, rec) =>
+  createOpenAICompatible({ name: 'fair-queue', baseURL: baseURL('ai', queue), fetch: rec.fetch }).chatModel('mock');
+const prompt = 'Say hello.';
+
+// stream runs streamText to its end and returns what a caller sees: the
+// text of textStream, the parts of fullStream, what onError got, and the
+// finish reason.
+async function stream(options) {
+  const errors = [];
+  const result = streamText({ ...options, onError: ({ error }) => errors.push(error) });
+  const parts = [];
+  for await (const p of result.fullStream) parts.push(p);
+  let finishReason;
+  try {
+    finishReason = await result.finishReason;
+  } catch (err) {
+    finishReason = err;
+  }
+  return { text: await result.text.catch(() => undefined), parts, errors, finishReason };
+}
+
+test('a timeout reject is a RetryError whose last error is the 429 APICallError, after 2 retries that wait Retry-After', async () => {
+  const release = await hold(baseURL('ai', 'timeout'));
+  const rec = recorder();
+  try {
+    await assert.rejects(generateText({ model: model('timeout', rec), prompt }), (err) => {
+      assert.ok(RetryError.isInstance(err), `got ${err.constructor.name}: ${err.message}`);
+      assert.equal(err.reason, 'maxRetriesExceeded');
+      assert.equal(err.errors.length, 3);
+      const last = err.lastError;
+      assert.ok(APICallError.isInstance(last), `last error ${last?.constructor.name}`);
+      assert.equal(last.statusCode, 429);
+      assert.equal(last.isRetryable, true);
+      assert.equal(last.responseHeaders['fair-queue-reason'], 'timeout');
+      assert.match(last.message, /^The server is busy: the request waited 1s in the queue without being served\. Please retry after 3 seconds\.$/);
+      return true;
+    });
+    assertRetriesHonourRetryAfter(rec.attempts);
+  } finally {
+    await release();
+  }
+});
+
+// The AI SDK never throws from a stream: an error event becomes an
+// error part of fullStream and a call of onError, textStream just ends,
+// and the finish reason is "error" (not "stop"). That is how a caller of
+// streamText tells a reject from an empty answer.
+test('a streaming timeout reject is an error part with the reject (finish reason error), not a clean empty stream', async () => {
+  const release = await hold(baseURL('ai', 'timeout'));
+  const rec = recorder();
+  try {
+    const got = await stream({ model: model('timeout', rec), prompt });
+    assert.equal(got.text, '');
+    const errs = got.parts.filter((p) => p.type === 'error');
+    assert.equal(errs.length, 1, `parts: ${got.parts.map((p) => p.type)}`);
+    assert.deepEqual(got.errors, [errs[0].error]);
+    assert.equal(errs[0].error.code, 'timeout');
+    assert.equal(errs[0].error.type, 'rate_limit_exceeded');
+    assert.match(errs[0].error.message, /^The server is busy: the request waited 1s in the queue/);
+    assert.equal(got.finishReason, 'error');
+    assert.equal(rec.attempts.length, 1, 'a 200 stream is not retried');
+  } finally {
+    await release();
+  }
+});
+
+test('a granted stream yields every token, and the keepalive comments it waited with are never content', async () => {
+  const release = await hold(baseURL('ai', 'keepalive'));
+  const rec = recorder();
+  const n = 25;
+  const result = streamText({ model: model('keepalive', rec), prompt, headers: tokens(n) });
+  const deltas = [];
+  const reading = (async () => { for await (const t of result.textStream) deltas.push(t); })();
+  await new Promise((r) => setTimeout(r, 700));
+  assert.deepEqual(deltas, [], 'nothing while queued');
+  await release();
+  await reading;
+  await rec.attempts[0].done;
+
+  assert.ok(keepaliveComments(rec.attempts[0].body).length >= 3, `comments on the wire: ${rec.attempts[0].body.slice(0, 300)}`);
+  assert.equal(deltas.length, n);
+  assert.equal(deltas.join(''), answerOf(n));
+  assert.equal(await result.finishReason, 'stop');
+});
+
+test('a streaming reject after keepalive comments is an error part with the reject', async () => {
+  const release = await hold(baseURL('ai', 'keepalive'));
+  const rec = recorder();
+  try {
+    const got = await stream({ model: model('keepalive', rec), prompt });
+    assert.equal(got.text, '');
+    const errs = got.parts.filter((p) => p.type === 'error');
+    assert.equal(errs.length, 1, `parts: ${got.parts.map((p) => p.type)}`);
+    assert.equal(errs[0].error.code, 'timeout');
+    assert.match(errs[0].error.message, /^The server is busy: the request waited 3s in the queue/);
+    assert.equal(got.finishReason, 'error');
+    assert.equal(got.parts.filter((p) => p.type === 'text-delta').length, 0, 'no comment became text');
+    await rec.attempts[0].done;
+    assert.ok(keepaliveComments(rec.attempts[0].body).length >= 5);
+  } finally {
+    await release();
+  }
+});
+
+test('a plain request granted after waiting gets the whole answer', async () => {
+  const release = await hold(baseURL('ai', 'keepalive'));
+  const rec = recorder();
+  const pending = generateText({ model: model('keepalive', rec), prompt, headers: tokens(5) });
+  await new Promise((r) => setTimeout(r, 500));
+  await release();
+  const { text } = await pending;
+  assert.equal(text, answerOf(5));
+  assert.equal(rec.attempts.length, 1);
+});
+
+test('a streaming reject answered 429 (reject sse_status 429) carries the reject\'s message',
+  { todo: 'fair_queue sends the SSE event as the body of the 429 (Content-Type text/event-stream): the SDK finds no JSON error and reports "Too Many Requests"' },
+  async () => {
+    const release = await hold(baseURL('ai', 'sse429'));
+    const rec = recorder();
+    try {
+      const got = await stream({ model: model('sse429', rec), prompt });
+      assert.equal(rec.attempts.length, 3, 'retried');
+      const [err] = got.errors;
+      assert.ok(RetryError.isInstance(err), `got ${err?.constructor.name}`);
+      assert.match(err.lastError.message, /^The server is busy/);
+    } finally {
+      await release();
+    }
+  });
+
+// Why sse_queue_events is off by default: the SDK cannot parse a queue
+// event as a chunk and reports each as an error (to onError, which logs
+// by default), though the answer then comes whole.
+test('with sse_queue_events, each queue event is an error part before the whole answer', async () => {
+  const release = await hold(baseURL('ai', 'events'));
+  const rec = recorder();
+  const pending = stream({ model: model('events', rec), prompt, headers: tokens(3) });
+  await new Promise((r) => setTimeout(r, 700));
+  await release();
+  const got = await pending;
+  const errs = got.parts.filter((p) => p.type === 'error');
+  assert.ok(errs.length >= 3, `parts: ${got.parts.map((p) => p.type)}`);
+  for (const e of errs) assert.equal(e.error.name, 'AI_TypeValidationError');
+  assert.equal(got.errors.length, errs.length);
+  assert.equal(got.text, answerOf(3));
+  assert.equal(got.finishReason, 'stop');
+});
