@@ -3,9 +3,7 @@ package caddyfairqueue
 import (
 	"math"
 	"strconv"
-	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -99,67 +97,35 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	str := func(dst *string) func(*caddyfile.Dispenser) error {
-		return func(d *caddyfile.Dispenser) (err error) {
-			*dst, err = stringArg(d)
-			return err
-		}
-	}
-	integer := func(dst *int, minimum int) func(*caddyfile.Dispenser) error {
-		return func(d *caddyfile.Dispenser) (err error) {
-			*dst, err = intArg(d, minimum)
-			return err
-		}
-	}
-	duration := func(dst *caddy.Duration, minimum time.Duration) func(*caddyfile.Dispenser) error {
-		return func(d *caddyfile.Dispenser) (err error) {
-			*dst, err = durationArg(d, minimum)
-			return err
-		}
-	}
-	err := parseBlock(d, map[string]func(*caddyfile.Dispenser) error{
-		"name":          str(&h.Name),
-		"permits":       integer(&h.Permits, 1),
-		"max_wait":      duration(&h.MaxWait, fairqueue.MinPollInterval),
-		"poll_interval": duration(&h.PollInterval, fairqueue.MinPollInterval),
-		"lease":         duration(&h.Lease, fairqueue.MinLease),
+	err := parseBlock(d, map[string]optionParser{
+		"name":          stringOpt(&h.Name),
+		"permits":       intOpt(&h.Permits, 1),
+		"max_wait":      durationOpt(&h.MaxWait, fairqueue.MinPollInterval),
+		"poll_interval": durationOpt(&h.PollInterval, fairqueue.MinPollInterval),
+		"lease":         durationOpt(&h.Lease, fairqueue.MinLease),
 		"max_body": func(d *caddyfile.Dispenser) (err error) {
 			h.MaxBody, err = sizeArg(d)
 			return err
 		},
-		"tenant":             str(&h.Tenant),
+		"tenant":             stringOpt(&h.Tenant),
 		"weight":             h.parseWeight,
-		"weight_placeholder": str(&h.WeightPlaceholder),
+		"weight_placeholder": stringOpt(&h.WeightPlaceholder),
 		"cost":               h.parseCost,
-		"priority":           str(&h.Priority),
+		"priority":           stringOpt(&h.Priority),
 		"priority_factor": func(d *caddyfile.Dispenser) (err error) {
 			h.PriorityFactor, err = floatArg(d, 2, math.Inf(1))
 			return err
 		},
-		"max_queue":            integer(&h.MaxQueue, 0),
-		"max_queue_per_tenant": integer(&h.MaxQueuePerTenant, 0),
-		"on_store_error": func(d *caddyfile.Dispenser) (err error) {
-			if h.OnStoreError, err = stringArg(d); err != nil {
-				return err
-			}
-			if err := checkOnStoreError(h.OnStoreError); err != nil {
-				return d.Err(err.Error())
-			}
-			return nil
-		},
-		"local_permits": integer(&h.LocalPermits, 1),
+		"max_queue":            intOpt(&h.MaxQueue, 0),
+		"max_queue_per_tenant": intOpt(&h.MaxQueuePerTenant, 0),
+		"on_store_error":       checkedOpt(&h.OnStoreError, checkOnStoreError),
+		"local_permits":        intOpt(&h.LocalPermits, 1),
 		"redis": func(d *caddyfile.Dispenser) (err error) {
 			h.Redis, err = parseRedis(d)
 			return err
 		},
-		"sse_keepalive": duration(&h.SSEKeepalive, minSSEKeepalive),
-		"sse_queue_events": func(d *caddyfile.Dispenser) error {
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			h.SSEQueueEvents = true
-			return nil
-		},
+		"sse_keepalive":    durationOpt(&h.SSEKeepalive, minSSEKeepalive),
+		"sse_queue_events": flagOpt(&h.SSEQueueEvents),
 		"reject_stream": func(d *caddyfile.Dispenser) (err error) {
 			h.RejectStream, err = parseRejectStream(d)
 			return err

@@ -11,10 +11,13 @@ import (
 	"github.com/dustin/go-humanize"
 )
 
+// optionParser reads the arguments of one option of a block.
+type optionParser = func(*caddyfile.Dispenser) error
+
 // parseBlock parses the block that follows the current token, calling
 // the parser of each option; an unknown option, or one given twice that
 // is not repeatable, is an error.
-func parseBlock(d *caddyfile.Dispenser, opts map[string]func(*caddyfile.Dispenser) error, repeatable ...string) error {
+func parseBlock(d *caddyfile.Dispenser, opts map[string]optionParser, repeatable ...string) error {
 	seen := make(map[string]bool)
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()
@@ -31,6 +34,55 @@ func parseBlock(d *caddyfile.Dispenser, opts map[string]func(*caddyfile.Dispense
 		}
 	}
 	return nil
+}
+
+// stringOpt reads the option's one argument into dst.
+func stringOpt(dst *string) optionParser {
+	return func(d *caddyfile.Dispenser) (err error) {
+		*dst, err = stringArg(d)
+		return err
+	}
+}
+
+// checkedOpt reads the option's one argument into dst and applies rule,
+// the option's predicate, so that an error names the option's line.
+func checkedOpt(dst *string, rule func(string) error) optionParser {
+	return func(d *caddyfile.Dispenser) (err error) {
+		if *dst, err = stringArg(d); err != nil {
+			return err
+		}
+		if err := rule(*dst); err != nil {
+			return d.Err(err.Error())
+		}
+		return nil
+	}
+}
+
+// intOpt reads the option's one integer argument, at least minimum.
+func intOpt(dst *int, minimum int) optionParser {
+	return func(d *caddyfile.Dispenser) (err error) {
+		*dst, err = intArg(d, minimum)
+		return err
+	}
+}
+
+// durationOpt reads the option's one duration argument, at least minimum.
+func durationOpt(dst *caddy.Duration, minimum time.Duration) optionParser {
+	return func(d *caddyfile.Dispenser) (err error) {
+		*dst, err = durationArg(d, minimum)
+		return err
+	}
+}
+
+// flagOpt sets dst for an option that takes no argument.
+func flagOpt(dst *bool) optionParser {
+	return func(d *caddyfile.Dispenser) error {
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+		*dst = true
+		return nil
+	}
 }
 
 // stringArg reads exactly one argument.

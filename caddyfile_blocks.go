@@ -15,7 +15,7 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 			return nil, d.ArgErr()
 		}
 	}
-	err := parseBlock(d, map[string]func(*caddyfile.Dispenser) error{
+	err := parseBlock(d, map[string]optionParser{
 		"url": func(d *caddyfile.Dispenser) (err error) {
 			if rc.URL != "" {
 				return d.Err("redis: url is given twice")
@@ -23,27 +23,10 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 			rc.URL, err = stringArg(d)
 			return err
 		},
-		"mode": func(d *caddyfile.Dispenser) (err error) {
-			if rc.Mode, err = stringArg(d); err != nil {
-				return err
-			}
-			if err := checkMode(rc.Mode); err != nil {
-				return d.Err(err.Error())
-			}
-			return nil
-		},
-		"master_name": func(d *caddyfile.Dispenser) (err error) {
-			rc.MasterName, err = stringArg(d)
-			return err
-		},
-		"sentinel_username": func(d *caddyfile.Dispenser) (err error) {
-			rc.SentinelUsername, err = stringArg(d)
-			return err
-		},
-		"sentinel_password": func(d *caddyfile.Dispenser) (err error) {
-			rc.SentinelPassword, err = stringArg(d)
-			return err
-		},
+		"mode":              checkedOpt(&rc.Mode, checkMode),
+		"master_name":       stringOpt(&rc.MasterName),
+		"sentinel_username": stringOpt(&rc.SentinelUsername),
+		"sentinel_password": stringOpt(&rc.SentinelPassword),
 		"address": func(d *caddyfile.Dispenser) error {
 			rc.Addresses = d.RemainingArgs()
 			if len(rc.Addresses) == 0 {
@@ -51,41 +34,14 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 			}
 			return nil
 		},
-		"username": func(d *caddyfile.Dispenser) (err error) {
-			rc.Username, err = stringArg(d)
-			return err
-		},
-		"password": func(d *caddyfile.Dispenser) (err error) {
-			rc.Password, err = stringArg(d)
-			return err
-		},
-		"db": func(d *caddyfile.Dispenser) (err error) {
-			rc.DB, err = intArg(d, 0)
-			return err
-		},
-		"tls": func(d *caddyfile.Dispenser) error {
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			rc.TLS = true
-			return nil
-		},
-		"key_prefix": func(d *caddyfile.Dispenser) (err error) {
-			rc.KeyPrefix, err = stringArg(d)
-			return err
-		},
-		"dial_timeout": func(d *caddyfile.Dispenser) (err error) {
-			rc.DialTimeout, err = durationArg(d, time.Nanosecond)
-			return err
-		},
-		"read_timeout": func(d *caddyfile.Dispenser) (err error) {
-			rc.ReadTimeout, err = durationArg(d, time.Nanosecond)
-			return err
-		},
-		"write_timeout": func(d *caddyfile.Dispenser) (err error) {
-			rc.WriteTimeout, err = durationArg(d, time.Nanosecond)
-			return err
-		},
+		"username":      stringOpt(&rc.Username),
+		"password":      stringOpt(&rc.Password),
+		"db":            intOpt(&rc.DB, 0),
+		"tls":           flagOpt(&rc.TLS),
+		"key_prefix":    stringOpt(&rc.KeyPrefix),
+		"dial_timeout":  durationOpt(&rc.DialTimeout, time.Nanosecond),
+		"read_timeout":  durationOpt(&rc.ReadTimeout, time.Nanosecond),
+		"write_timeout": durationOpt(&rc.WriteTimeout, time.Nanosecond),
 	})
 	if err != nil {
 		return nil, err
@@ -104,7 +60,7 @@ func parseReject(d *caddyfile.Dispenser) (*RejectConfig, error) {
 			return nil, d.Err(err.Error())
 		}
 	}
-	statusOpt := func(dst *int, name string) func(*caddyfile.Dispenser) error {
+	statusOpt := func(dst *int, name string) optionParser {
 		return func(d *caddyfile.Dispenser) (err error) {
 			if *dst, err = intArg(d, 0); err != nil {
 				return err
@@ -115,24 +71,13 @@ func parseReject(d *caddyfile.Dispenser) (*RejectConfig, error) {
 			return nil
 		}
 	}
-	stringOpt := func(dst *string) func(*caddyfile.Dispenser) error {
-		return func(d *caddyfile.Dispenser) (err error) {
-			*dst, err = stringArg(d)
-			return err
-		}
-	}
-	err := parseBlock(d, map[string]func(*caddyfile.Dispenser) error{
+	err := parseBlock(d, map[string]optionParser{
 		"status":     statusOpt(&rc.Status, "status"),
 		"sse_status": statusOpt(&rc.SSEStatus, "sse_status"),
-		"retry_after": func(d *caddyfile.Dispenser) (err error) {
-			if rc.RetryAfter, err = stringArg(d); err != nil {
-				return err
-			}
-			if _, err := parseRetryAfter(rc.RetryAfter); err != nil {
-				return d.Err(err.Error())
-			}
-			return nil
-		},
+		"retry_after": checkedOpt(&rc.RetryAfter, func(s string) error {
+			_, err := parseRetryAfter(s)
+			return err
+		}),
 		"body":      stringOpt(&rc.Body),
 		"sse_event": stringOpt(&rc.SSEEvent),
 		"sse_data":  stringOpt(&rc.SSEData),
@@ -154,7 +99,7 @@ func parseRejectStream(d *caddyfile.Dispenser) (*RejectStreamConfig, error) {
 		return nil, err
 	}
 	rs := &RejectStreamConfig{Key: key}
-	err = parseBlock(d, map[string]func(*caddyfile.Dispenser) error{
+	err = parseBlock(d, map[string]optionParser{
 		"maxlen": func(d *caddyfile.Dispenser) error {
 			n, err := intArg(d, 1)
 			rs.MaxLen = int64(n)
