@@ -327,37 +327,19 @@ func (b *redisBackend) client() (rdb redis.UniversalClient, release func(), err 
 // first command.
 func (b *redisBackend) newClient() redis.UniversalClient {
 	o := b.opts
-	switch b.mode {
-	case ModeSentinel:
-		return redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName:            b.master,
-			SentinelAddrs:         b.addrs,
-			SentinelUsername:      b.sentinelUser,
-			SentinelPassword:      b.sentinelPassword,
-			Username:              o.Username,
-			Password:              o.Password,
-			DB:                    o.DB,
-			TLSConfig:             o.TLSConfig,
-			DialTimeout:           o.DialTimeout,
-			ReadTimeout:           o.ReadTimeout,
-			WriteTimeout:          o.WriteTimeout,
-			MaxRetries:            o.MaxRetries,
-			ContextTimeoutEnabled: o.ContextTimeoutEnabled,
-		})
-	case ModeCluster:
-		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:                 b.addrs,
-			Username:              o.Username,
-			Password:              o.Password,
-			TLSConfig:             o.TLSConfig,
-			DialTimeout:           o.DialTimeout,
-			ReadTimeout:           o.ReadTimeout,
-			WriteTimeout:          o.WriteTimeout,
-			MaxRetries:            o.MaxRetries,
-			ContextTimeoutEnabled: o.ContextTimeoutEnabled,
-		})
+	if b.mode == ModeStandalone {
+		return redis.NewClient(&o)
 	}
-	return redis.NewClient(&o)
+	u := redis.UniversalOptions{
+		Addrs: b.addrs, MasterName: b.master, SentinelUsername: b.sentinelUser, SentinelPassword: b.sentinelPassword,
+		Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig,
+		DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
+		MaxRetries: o.MaxRetries, ContextTimeoutEnabled: o.ContextTimeoutEnabled,
+	}
+	if b.mode == ModeSentinel {
+		return redis.NewFailoverClient(u.Failover())
+	}
+	return redis.NewClusterClient(u.Cluster())
 }
 
 // clients shares one go-redis client per client identity across queue

@@ -174,27 +174,17 @@ func compileRejects(entries []*RejectConfig) (map[fairqueue.Reason]*rejectPolicy
 				return nil, fmt.Errorf("reject: %s is set twice %s", dup, scope)
 			}
 		}
-		p := &rejectPolicy{status: http.StatusTooManyRequests, sseStatus: http.StatusOK, sseEvent: "error"}
+		status := http.StatusTooManyRequests
 		if r == fairqueue.ReasonShuttingDown || r == fairqueue.ReasonStoreUnavailable {
-			p.status = http.StatusServiceUnavailable
+			status = http.StatusServiceUnavailable
 		}
-		for _, rc := range []*RejectConfig{&all, &own} {
-			if rc.Status != 0 {
-				p.status = rc.Status
-			}
-			if rc.RetryAfter != "" {
-				p.retryAfter, _ = parseRetryAfter(rc.RetryAfter)
-			}
-			if rc.Body != "" {
-				p.body = rc.Body
-			}
-			if rc.SSEStatus != 0 {
-				p.sseStatus = rc.SSEStatus
-			}
-			if rc.SSEEvent != "" {
-				p.sseEvent = rc.SSEEvent
-			}
+		p := &rejectPolicy{
+			status:    cmp.Or(own.Status, all.Status, status),
+			body:      cmp.Or(own.Body, all.Body),
+			sseStatus: cmp.Or(own.SSEStatus, all.SSEStatus, http.StatusOK),
+			sseEvent:  cmp.Or(own.SSEEvent, all.SSEEvent, "error"),
 		}
+		p.retryAfter, _ = parseRetryAfter(cmp.Or(own.RetryAfter, all.RetryAfter))
 		p.sseData = cmp.Or(own.SSEData, all.SSEData, p.body)
 		out[r] = p
 	}
@@ -204,31 +194,26 @@ func compileRejects(entries []*RejectConfig) (map[fairqueue.Reason]*rejectPolicy
 // merge copies the fields src sets into dst; it returns the name of a
 // field both set, if any.
 func merge(dst, src *RejectConfig) (dup string) {
-	setInt := func(name string, d *int, v int) {
-		if v == 0 {
-			return
-		}
-		if *d != 0 && dup == "" {
-			dup = name
-		}
-		*d = v
-	}
-	setString := func(name string, d *string, v string) {
-		if v == "" {
-			return
-		}
-		if *d != "" && dup == "" {
-			dup = name
-		}
-		*d = v
-	}
-	setInt("status", &dst.Status, src.Status)
-	setString("retry_after", &dst.RetryAfter, src.RetryAfter)
-	setString("body", &dst.Body, src.Body)
-	setInt("sse_status", &dst.SSEStatus, src.SSEStatus)
-	setString("sse_event", &dst.SSEEvent, src.SSEEvent)
-	setString("sse_data", &dst.SSEData, src.SSEData)
+	mergeField(&dup, "status", &dst.Status, src.Status)
+	mergeField(&dup, "retry_after", &dst.RetryAfter, src.RetryAfter)
+	mergeField(&dup, "body", &dst.Body, src.Body)
+	mergeField(&dup, "sse_status", &dst.SSEStatus, src.SSEStatus)
+	mergeField(&dup, "sse_event", &dst.SSEEvent, src.SSEEvent)
+	mergeField(&dup, "sse_data", &dst.SSEData, src.SSEData)
 	return dup
+}
+
+// mergeField sets *d to v when v is set; a *d already set names the
+// field in *dup, unless a field is named there already.
+func mergeField[T comparable](dup *string, name string, d *T, v T) {
+	var zero T
+	if v == zero {
+		return
+	}
+	if *d != zero && *dup == "" {
+		*dup = name
+	}
+	*d = v
 }
 
 // rejectMessage is the default human-readable message of a reject.

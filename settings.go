@@ -24,31 +24,17 @@ const (
 )
 
 func (h *Handler) setDefaults() {
-	if h.Name == "" {
-		h.Name = DefaultName
+	h.Name = cmp.Or(h.Name, DefaultName)
+	h.MaxWait = cmp.Or(h.MaxWait, caddy.Duration(fairqueue.DefaultMaxWait))
+	// A short max wait needs no longer interval than itself.
+	h.PollInterval = cmp.Or(h.PollInterval, min(caddy.Duration(fairqueue.DefaultPollInterval), h.MaxWait))
+	h.Lease = cmp.Or(h.Lease, caddy.Duration(fairqueue.DefaultLease))
+	h.MaxBody = cmp.Or(h.MaxBody, DefaultMaxBody)
+	h.OnStoreError = cmp.Or(h.OnStoreError, FailOpen)
+	if h.Cost == CostMaxTokens {
+		h.MaxCost = cmp.Or(h.MaxCost, DefaultMaxCost)
 	}
-	if h.MaxWait == 0 {
-		h.MaxWait = caddy.Duration(fairqueue.DefaultMaxWait)
-	}
-	if h.PollInterval == 0 {
-		// A short max wait needs no longer interval than itself.
-		h.PollInterval = min(caddy.Duration(fairqueue.DefaultPollInterval), h.MaxWait)
-	}
-	if h.Lease == 0 {
-		h.Lease = caddy.Duration(fairqueue.DefaultLease)
-	}
-	if h.MaxBody == 0 {
-		h.MaxBody = DefaultMaxBody
-	}
-	if h.OnStoreError == "" {
-		h.OnStoreError = FailOpen
-	}
-	if h.Cost == CostMaxTokens && h.MaxCost == 0 {
-		h.MaxCost = DefaultMaxCost
-	}
-	if h.PriorityFactor == 0 {
-		h.PriorityFactor = fairqueue.DefaultPriorityFactor
-	}
+	h.PriorityFactor = cmp.Or(h.PriorityFactor, fairqueue.DefaultPriorityFactor)
 }
 
 // validate checks the options, with or without setDefaults applied: the
