@@ -98,38 +98,26 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.ArgErr()
 	}
 	err := parseBlock(d, map[string]optionParser{
-		"name":          stringOpt(&h.Name),
-		"permits":       intOpt(&h.Permits, 1),
-		"max_wait":      durationOpt(&h.MaxWait, fairqueue.MinPollInterval),
-		"poll_interval": durationOpt(&h.PollInterval, fairqueue.MinPollInterval),
-		"lease":         durationOpt(&h.Lease, fairqueue.MinLease),
-		"max_body": func(d *caddyfile.Dispenser) (err error) {
-			h.MaxBody, err = sizeArg(d)
-			return err
-		},
-		"tenant":             stringOpt(&h.Tenant),
-		"weight":             h.parseWeight,
-		"weight_placeholder": stringOpt(&h.WeightPlaceholder),
-		"cost":               h.parseCost,
-		"priority":           stringOpt(&h.Priority),
-		"priority_factor": func(d *caddyfile.Dispenser) (err error) {
-			h.PriorityFactor, err = floatArg(d, 2, math.Inf(1))
-			return err
-		},
-		"max_queue":            intOpt(&h.MaxQueue, 0),
-		"max_queue_per_tenant": intOpt(&h.MaxQueuePerTenant, 0),
+		"name":                 opt(&h.Name, stringArg),
+		"permits":              opt(&h.Permits, intArg(1)),
+		"max_wait":             opt(&h.MaxWait, durationArg(fairqueue.MinPollInterval)),
+		"poll_interval":        opt(&h.PollInterval, durationArg(fairqueue.MinPollInterval)),
+		"lease":                opt(&h.Lease, durationArg(fairqueue.MinLease)),
+		"max_body":             opt(&h.MaxBody, sizeArg),
+		"tenant":               opt(&h.Tenant, stringArg),
+		"weight":               h.parseWeight,
+		"weight_placeholder":   opt(&h.WeightPlaceholder, stringArg),
+		"cost":                 h.parseCost,
+		"priority":             opt(&h.Priority, stringArg),
+		"priority_factor":      opt(&h.PriorityFactor, floatArg(2, math.Inf(1))),
+		"max_queue":            opt(&h.MaxQueue, intArg(0)),
+		"max_queue_per_tenant": opt(&h.MaxQueuePerTenant, intArg(0)),
 		"on_store_error":       checkedOpt(&h.OnStoreError, checkOnStoreError),
-		"local_permits":        intOpt(&h.LocalPermits, 1),
-		"redis": func(d *caddyfile.Dispenser) (err error) {
-			h.Redis, err = parseRedis(d)
-			return err
-		},
-		"sse_keepalive":    durationOpt(&h.SSEKeepalive, minSSEKeepalive),
-		"sse_queue_events": flagOpt(&h.SSEQueueEvents),
-		"reject_stream": func(d *caddyfile.Dispenser) (err error) {
-			h.RejectStream, err = parseRejectStream(d)
-			return err
-		},
+		"local_permits":        opt(&h.LocalPermits, intArg(1)),
+		"redis":                opt(&h.Redis, parseRedis),
+		"sse_keepalive":        opt(&h.SSEKeepalive, durationArg(minSSEKeepalive)),
+		"sse_queue_events":     flagOpt(&h.SSEQueueEvents),
+		"reject_stream":        opt(&h.RejectStream, parseRejectStream),
 		"reject": func(d *caddyfile.Dispenser) error {
 			rc, err := parseReject(d)
 			if err != nil {

@@ -36,10 +36,10 @@ func parseBlock(d *caddyfile.Dispenser, opts map[string]optionParser, repeatable
 	return nil
 }
 
-// stringOpt reads the option's one argument into dst.
-func stringOpt(dst *string) optionParser {
+// opt is the parser of an option whose arguments read reads into dst.
+func opt[T any](dst *T, read func(*caddyfile.Dispenser) (T, error)) optionParser {
 	return func(d *caddyfile.Dispenser) (err error) {
-		*dst, err = stringArg(d)
+		*dst, err = read(d)
 		return err
 	}
 }
@@ -55,22 +55,6 @@ func checkedOpt(dst *string, rule func(string) error) optionParser {
 			return d.Err(err.Error())
 		}
 		return nil
-	}
-}
-
-// intOpt reads the option's one integer argument, at least minimum.
-func intOpt(dst *int, minimum int) optionParser {
-	return func(d *caddyfile.Dispenser) (err error) {
-		*dst, err = intArg(d, minimum)
-		return err
-	}
-}
-
-// durationOpt reads the option's one duration argument, at least minimum.
-func durationOpt(dst *caddy.Duration, minimum time.Duration) optionParser {
-	return func(d *caddyfile.Dispenser) (err error) {
-		*dst, err = durationArg(d, minimum)
-		return err
 	}
 }
 
@@ -97,47 +81,55 @@ func stringArg(d *caddyfile.Dispenser) (string, error) {
 	return v, nil
 }
 
+// optionArg reads the one argument of the option at d, and its name.
+func optionArg(d *caddyfile.Dispenser) (opt, v string, err error) {
+	opt = d.Val()
+	v, err = stringArg(d)
+	return opt, v, err
+}
+
 // intArg reads one integer argument of at least minimum.
-func intArg(d *caddyfile.Dispenser, minimum int) (int, error) {
-	opt := d.Val()
-	v, err := stringArg(d)
-	if err != nil {
-		return 0, err
+func intArg(minimum int) func(*caddyfile.Dispenser) (int, error) {
+	return func(d *caddyfile.Dispenser) (int, error) {
+		opt, v, err := optionArg(d)
+		if err != nil {
+			return 0, err
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, d.Errf("%s: '%s' is not an integer", opt, v)
+		}
+		if n < minimum {
+			return 0, d.Errf("%s must be at least %d, got %d", opt, minimum, n)
+		}
+		return n, nil
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, d.Errf("%s: '%s' is not an integer", opt, v)
-	}
-	if n < minimum {
-		return 0, d.Errf("%s must be at least %d, got %d", opt, minimum, n)
-	}
-	return n, nil
 }
 
 // durationArg reads one duration argument of at least minimum.
-func durationArg(d *caddyfile.Dispenser, minimum time.Duration) (caddy.Duration, error) {
-	opt := d.Val()
-	v, err := stringArg(d)
-	if err != nil {
-		return 0, err
-	}
-	dur, err := caddy.ParseDuration(v)
-	if err != nil {
-		return 0, d.Errf("%s: invalid duration '%s'", opt, v)
-	}
-	if dur < minimum {
-		if minimum == time.Nanosecond {
-			return 0, d.Errf("%s must be positive, got %s", opt, v)
+func durationArg(minimum time.Duration) func(*caddyfile.Dispenser) (caddy.Duration, error) {
+	return func(d *caddyfile.Dispenser) (caddy.Duration, error) {
+		opt, v, err := optionArg(d)
+		if err != nil {
+			return 0, err
 		}
-		return 0, d.Errf("%s must be at least %s, got %s", opt, minimum, v)
+		dur, err := caddy.ParseDuration(v)
+		if err != nil {
+			return 0, d.Errf("%s: invalid duration '%s'", opt, v)
+		}
+		if dur < minimum {
+			if minimum == time.Nanosecond {
+				return 0, d.Errf("%s must be positive, got %s", opt, v)
+			}
+			return 0, d.Errf("%s must be at least %s, got %s", opt, minimum, v)
+		}
+		return caddy.Duration(dur), nil
 	}
-	return caddy.Duration(dur), nil
 }
 
 // sizeArg reads one positive size argument such as 8MiB or 512KB.
 func sizeArg(d *caddyfile.Dispenser) (int64, error) {
-	opt := d.Val()
-	v, err := stringArg(d)
+	opt, v, err := optionArg(d)
 	if err != nil {
 		return 0, err
 	}
@@ -152,13 +144,14 @@ func sizeArg(d *caddyfile.Dispenser) (int64, error) {
 }
 
 // floatArg reads one number argument within [lo, hi].
-func floatArg(d *caddyfile.Dispenser, lo, hi float64) (float64, error) {
-	opt := d.Val()
-	v, err := stringArg(d)
-	if err != nil {
-		return 0, err
+func floatArg(lo, hi float64) func(*caddyfile.Dispenser) (float64, error) {
+	return func(d *caddyfile.Dispenser) (float64, error) {
+		opt, v, err := optionArg(d)
+		if err != nil {
+			return 0, err
+		}
+		return parseFloatArg(d, opt, v, lo, hi)
 	}
-	return parseFloatArg(d, opt, v, lo, hi)
 }
 
 // parseFloatArg parses v, the value of option opt, as a number within

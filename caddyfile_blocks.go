@@ -24,9 +24,9 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 			return err
 		},
 		"mode":              checkedOpt(&rc.Mode, checkMode),
-		"master_name":       stringOpt(&rc.MasterName),
-		"sentinel_username": stringOpt(&rc.SentinelUsername),
-		"sentinel_password": stringOpt(&rc.SentinelPassword),
+		"master_name":       opt(&rc.MasterName, stringArg),
+		"sentinel_username": opt(&rc.SentinelUsername, stringArg),
+		"sentinel_password": opt(&rc.SentinelPassword, stringArg),
 		"address": func(d *caddyfile.Dispenser) error {
 			rc.Addresses = d.RemainingArgs()
 			if len(rc.Addresses) == 0 {
@@ -34,14 +34,14 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 			}
 			return nil
 		},
-		"username":      stringOpt(&rc.Username),
-		"password":      stringOpt(&rc.Password),
-		"db":            intOpt(&rc.DB, 0),
+		"username":      opt(&rc.Username, stringArg),
+		"password":      opt(&rc.Password, stringArg),
+		"db":            opt(&rc.DB, intArg(0)),
 		"tls":           flagOpt(&rc.TLS),
-		"key_prefix":    stringOpt(&rc.KeyPrefix),
-		"dial_timeout":  durationOpt(&rc.DialTimeout, time.Nanosecond),
-		"read_timeout":  durationOpt(&rc.ReadTimeout, time.Nanosecond),
-		"write_timeout": durationOpt(&rc.WriteTimeout, time.Nanosecond),
+		"key_prefix":    opt(&rc.KeyPrefix, stringArg),
+		"dial_timeout":  opt(&rc.DialTimeout, durationArg(time.Nanosecond)),
+		"read_timeout":  opt(&rc.ReadTimeout, durationArg(time.Nanosecond)),
+		"write_timeout": opt(&rc.WriteTimeout, durationArg(time.Nanosecond)),
 	})
 	if err != nil {
 		return nil, err
@@ -62,7 +62,7 @@ func parseReject(d *caddyfile.Dispenser) (*RejectConfig, error) {
 	}
 	statusOpt := func(dst *int, name string) optionParser {
 		return func(d *caddyfile.Dispenser) (err error) {
-			if *dst, err = intArg(d, 0); err != nil {
+			if *dst, err = intArg(0)(d); err != nil {
 				return err
 			}
 			if err := checkStatus(name, *dst); err != nil {
@@ -78,9 +78,9 @@ func parseReject(d *caddyfile.Dispenser) (*RejectConfig, error) {
 			_, err := parseRetryAfter(s)
 			return err
 		}),
-		"body":      stringOpt(&rc.Body),
-		"sse_event": stringOpt(&rc.SSEEvent),
-		"sse_data":  stringOpt(&rc.SSEData),
+		"body":      opt(&rc.Body, stringArg),
+		"sse_event": opt(&rc.SSEEvent, stringArg),
+		"sse_data":  opt(&rc.SSEData, stringArg),
 	})
 	if err != nil {
 		return nil, err
@@ -101,7 +101,7 @@ func parseRejectStream(d *caddyfile.Dispenser) (*RejectStreamConfig, error) {
 	rs := &RejectStreamConfig{Key: key}
 	err = parseBlock(d, map[string]optionParser{
 		"maxlen": func(d *caddyfile.Dispenser) error {
-			n, err := intArg(d, 1)
+			n, err := intArg(1)(d)
 			rs.MaxLen = int64(n)
 			return err
 		},
