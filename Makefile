@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: all test vet fmt bench-engine caddy xcaddy run demo-cluster bench-bins bench bench-quick soak
+.PHONY: all test e2e screenshot vet fmt bench-engine caddy xcaddy run demo-cluster bench-bins bench bench-quick soak
 
 all: test
 
@@ -16,6 +16,19 @@ test:
 	cd bench && $(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 25m ./...
 	cd bench && $(GO) test -race -count=1 ./...
+
+## e2e: the chat page in headless Chromium (chromium installed if needed) and the client libraries (npm ci) against real Caddy
+# Its own target: the browser and npm installs and the libraries' retry
+# waits would slow make test down. CI runs it after make test.
+e2e:
+	./scripts/ensure-chromium.sh
+	$(GO) vet -tags e2e ./e2e/... ./internal/e2etest/
+	$(GO) test -tags e2e -count=1 -timeout 15m ./e2e/...
+
+## screenshot: take docs/chat-waiting.png again (the chat page waiting in the queue, shown in the README)
+screenshot:
+	./scripts/ensure-chromium.sh
+	CHAT_SCREENSHOT=docs/chat-waiting.png $(GO) test -tags e2e -count=1 -run TestChatPageShowsItsPlaceInTheQueue ./e2e/chat/
 
 ## soak: the model-based test of the queue under faults, long, on both stores (SOAK_CHECKS, SOAK_STEPS; a failure prints its -rapid.seed)
 # The package list comes before the -rapid flags: go test hands every flag
