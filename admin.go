@@ -66,13 +66,8 @@ type statusReport struct {
 
 // queueReport is one queue as this instance sees it.
 type queueReport struct {
-	Name      string `json:"name"`
-	Store     string `json:"store"`             // "redis" or "local"
-	Mode      string `json:"mode,omitempty"`    // redis: standalone, sentinel or cluster
-	Address   string `json:"address,omitempty"` // redis: host:port, or the Sentinels or cluster seeds; never credentials
-	Master    string `json:"master,omitempty"`  // redis sentinel: the master's name
-	DB        int    `json:"db,omitempty"`
-	KeyPrefix string `json:"key_prefix,omitempty"`
+	Name string `json:"name"`
+	storeDesc
 	Permits   int    `json:"permits"`        // 0 when unknown (the CLI reading Redis directly)
 	MaxWaitMS int64  `json:"max_wait_ms"`    // configured max wait
 	LeaseMS   int64  `json:"lease_ms"`       // configured lease
@@ -170,9 +165,9 @@ func queueStatus(ctx context.Context) statusReport {
 // report is the engine's queue as this instance sees it, its snapshot
 // read from the store.
 func (e *engine) report(ctx context.Context) queueReport {
-	q, d := e.q, e.store
+	q := e.q
 	cfg, st := q.Config(), q.Stats()
-	rep := queueReport{Name: e.name, Store: d.kind, Mode: d.mode, Address: d.address, Master: d.master, DB: d.db, KeyPrefix: d.keyPrefix}
+	rep := queueReport{Name: e.name, storeDesc: e.store}
 	rep.Permits = cfg.Permits
 	rep.MaxWaitMS = cfg.MaxWait.Milliseconds()
 	rep.LeaseMS = cfg.Lease.Milliseconds()

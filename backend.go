@@ -48,7 +48,7 @@ type localBackend struct {
 
 func (localBackend) storeID() string     { return localID }
 func (localBackend) dataID() string      { return localID }
-func (localBackend) describe() storeDesc { return storeDesc{kind: "local"} }
+func (localBackend) describe() storeDesc { return storeDesc{Store: "local"} }
 
 // open returns the memstore of queue name. The store is pooled apart
 // from the engines so that an engine retired by a reload, whose last

@@ -151,7 +151,7 @@ func statusFromRedis(ctx context.Context, rawURL, prefix string, queues []string
 	o := rdb.Options()
 	rep := statusReport{Queues: []queueReport{}}
 	for _, name := range queues {
-		q := queueReport{Name: name, Store: "redis", Address: o.Addr, DB: o.DB, KeyPrefix: prefix}
+		q := queueReport{Name: name, storeDesc: storeDesc{Store: "redis", Address: o.Addr, DB: o.DB, KeyPrefix: prefix}}
 		snap, err := redisstore.New(rdb, name, redisstore.Options{KeyPrefix: prefix}).Inspect(ctx, adminHead, adminFlows)
 		if err != nil {
 			q.Error = err.Error()

@@ -326,12 +326,13 @@ func liveEngines() []*engine {
 	return out
 }
 
-// storeDesc is where a queue lives, without credentials.
+// storeDesc is where a queue lives, without credentials, as the admin
+// API reports it (queueReport).
 type storeDesc struct {
-	kind      string // "redis" or "local"
-	mode      string // standalone, sentinel or cluster
-	address   string // host:port, unix:/path, or comma-separated seeds or Sentinels
-	master    string // the Sentinel master name
-	db        int
-	keyPrefix string
+	Store     string `json:"store"`             // "redis" or "local"
+	Mode      string `json:"mode,omitempty"`    // redis: standalone, sentinel or cluster
+	Address   string `json:"address,omitempty"` // redis: host:port, unix:/path, or the Sentinels or cluster seeds; never credentials
+	Master    string `json:"master,omitempty"`  // redis sentinel: the master's name
+	DB        int    `json:"db,omitempty"`
+	KeyPrefix string `json:"key_prefix,omitempty"`
 }

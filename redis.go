@@ -295,9 +295,9 @@ func (b *redisBackend) dataID() string {
 }
 
 func (b *redisBackend) describe() storeDesc {
-	d := storeDesc{kind: "redis", mode: b.mode, address: b.servers(), master: b.master, db: b.opts.DB, keyPrefix: b.prefix}
+	d := storeDesc{Store: "redis", Mode: b.mode, Address: b.servers(), Master: b.master, DB: b.opts.DB, KeyPrefix: b.prefix}
 	if b.opts.Network == "unix" {
-		d.address = "unix:" + d.address
+		d.Address = "unix:" + d.Address
 	}
 	return d
 }
