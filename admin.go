@@ -66,8 +66,8 @@ type statusReport struct {
 
 // queueReport is one queue as this instance sees it.
 type queueReport struct {
-	Name string `json:"name"`
-	storeDesc
+	Name      string `json:"name"`
+	storeDesc        // store, mode, address, master, db, key_prefix
 	Permits   int    `json:"permits"`        // 0 when unknown (the CLI reading Redis directly)
 	MaxWaitMS int64  `json:"max_wait_ms"`    // configured max wait
 	LeaseMS   int64  `json:"lease_ms"`       // configured lease

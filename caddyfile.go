@@ -98,14 +98,16 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.ArgErr()
 	}
 	err := parseBlock(d, map[string]optionParser{
-		"name":                 opt(&h.Name, stringArg),
-		"permits":              opt(&h.Permits, intArg(1)),
-		"max_wait":             opt(&h.MaxWait, durationArg(fairqueue.MinPollInterval)),
-		"poll_interval":        opt(&h.PollInterval, durationArg(fairqueue.MinPollInterval)),
-		"lease":                opt(&h.Lease, durationArg(fairqueue.MinLease)),
-		"max_body":             opt(&h.MaxBody, sizeArg),
-		"tenant":               opt(&h.Tenant, stringArg),
-		"weight":               h.parseWeight,
+		"name":          opt(&h.Name, stringArg),
+		"permits":       opt(&h.Permits, intArg(1)),
+		"max_wait":      opt(&h.MaxWait, durationArg(fairqueue.MinPollInterval)),
+		"poll_interval": opt(&h.PollInterval, durationArg(fairqueue.MinPollInterval)),
+		"lease":         opt(&h.Lease, durationArg(fairqueue.MinLease)),
+		"max_body":      opt(&h.MaxBody, sizeArg),
+		"tenant":        opt(&h.Tenant, stringArg),
+		"weight": pairOpt(&h.Weights, "weight: tenant value", func(d *caddyfile.Dispenser, _, w string) (float64, error) {
+			return parseFloatArg(d, "weight", w, minWeight, maxWeight)
+		}),
 		"weight_placeholder":   opt(&h.WeightPlaceholder, stringArg),
 		"cost":                 h.parseCost,
 		"priority":             opt(&h.Priority, stringArg),
@@ -140,28 +142,6 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if err := h.validate(); err != nil {
 		return d.Err(err.Error())
 	}
-	return nil
-}
-
-// parseWeight parses `weight <tenant value> <w>`; a tenant value may
-// appear once.
-func (h *Handler) parseWeight(d *caddyfile.Dispenser) error {
-	args := d.RemainingArgs()
-	if len(args) != 2 {
-		return d.ArgErr()
-	}
-	tenant := args[0]
-	if _, dup := h.Weights[tenant]; dup {
-		return d.Errf("weight: tenant value '%s' is given twice", tenant)
-	}
-	w, err := parseFloatArg(d, "weight", args[1], minWeight, maxWeight)
-	if err != nil {
-		return err
-	}
-	if h.Weights == nil {
-		h.Weights = make(map[string]float64)
-	}
-	h.Weights[tenant] = w
 	return nil
 }
 

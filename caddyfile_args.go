@@ -69,6 +69,29 @@ func flagOpt(dst *bool) optionParser {
 	}
 }
 
+// pairOpt reads `<key> <value>` of a repeatable option into *m, the
+// value converted by parse; a key may be given once (what names it).
+func pairOpt[V any](m *map[string]V, what string, parse func(d *caddyfile.Dispenser, key, value string) (V, error)) optionParser {
+	return func(d *caddyfile.Dispenser) error {
+		args := d.RemainingArgs()
+		if len(args) != 2 {
+			return d.ArgErr()
+		}
+		if _, dup := (*m)[args[0]]; dup {
+			return d.Errf("%s '%s' is given twice", what, args[0])
+		}
+		v, err := parse(d, args[0], args[1])
+		if err != nil {
+			return err
+		}
+		if *m == nil {
+			*m = make(map[string]V)
+		}
+		(*m)[args[0]] = v
+		return nil
+	}
+}
+
 // stringArg reads exactly one argument.
 func stringArg(d *caddyfile.Dispenser) (string, error) {
 	if !d.NextArg() {

@@ -105,24 +105,12 @@ func parseRejectStream(d *caddyfile.Dispenser) (*RejectStreamConfig, error) {
 			rs.MaxLen = int64(n)
 			return err
 		},
-		"field": func(d *caddyfile.Dispenser) error {
-			args := d.RemainingArgs()
-			if len(args) != 2 {
-				return d.ArgErr()
-			}
-			name := args[0]
-			if _, dup := rs.Fields[name]; dup {
-				return d.Errf("reject_stream: field '%s' is given twice", name)
-			}
+		"field": pairOpt(&rs.Fields, "reject_stream: field", func(d *caddyfile.Dispenser, name, tmpl string) (string, error) {
 			if err := checkRejectField(name); err != nil {
-				return d.Err(err.Error())
+				return "", d.Err(err.Error())
 			}
-			if rs.Fields == nil {
-				rs.Fields = make(map[string]string)
-			}
-			rs.Fields[name] = args[1]
-			return nil
-		},
+			return tmpl, nil
+		}),
 	}, "field")
 	if err != nil {
 		return nil, err
