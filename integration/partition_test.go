@@ -255,7 +255,12 @@ func TestPartitionLatency(t *testing.T) {
 	t.Logf("MEASURED with 50-100ms each way on %s's link: at most %d at the upstream, %d permits held in Redis; %s served %d",
 		c.name, s.peak, maxHeld, c.name, cGranted)
 	assert.LessOrEqual(t, s.peak, partitionPermits, "requests at the upstream at once")
-	assert.LessOrEqual(t, maxHeld, partitionPermits, "permits held at once in Redis")
+	// Redis may count one permit more for a moment: a heartbeat delayed
+	// on the slow link counts again a permit released meanwhile, which
+	// the node then releases again (README, "A heartbeat of a live node
+	// re-adds a missing holder"). Counting more only delays a grant; the
+	// upstream's count above is the promise.
+	assert.LessOrEqual(t, maxHeld, partitionPermits+1, "permits held at once in Redis")
 	assert.Positive(t, cGranted, "requests %s served", c.name)
 	checkPartitionResults(t, results, c.name)
 }
