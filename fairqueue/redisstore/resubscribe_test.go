@@ -2,11 +2,9 @@ package redisstore_test
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -46,7 +44,7 @@ func TestHandoffAfterSlotMigrationArrivesBeforeReconcile(t *testing.T) {
 		return len(holders) == 0
 	}, "the permit was not released")
 
-	_, to := moveSlot(t, cluster, tag)
+	to := cluster.MoveSlot(t, tag).To
 	channel := tag + ":node:" + n2.Node()
 	newOwner := to.Client(t)
 	assert.Eventually(t, func() bool {
@@ -82,76 +80,4 @@ func TestHandoffAfterSlotMigrationArrivesBeforeReconcile(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("no handoff within 5s of the release (the next reconcile is %v after the nodes opened)", poll)
 	}
-}
-
-// moveSlot moves the slot of key to another master the way redis-cli
-// --cluster reshard does (IMPORTING on the new owner, MIGRATING on the
-// old, the keys moved with MIGRATE, then NODE on every master, the new
-// owner first) and waits until every master agrees. The old owner
-// unsubscribes the clients of the slot's shard channels. It returns the
-// old and the new owner.
-func moveSlot(t *testing.T, c *redistest.Cluster, key string) (from, to *redistest.Server) {
-	t.Helper()
-	ctx := context.Background()
-	nodes := c.Nodes()
-	var clients []*redis.Client
-	var ids []string
-	for _, n := range nodes {
-		cl := n.Client(t)
-		id, err := cl.ClusterMyID(ctx).Result()
-		require.NoError(t, err)
-		clients, ids = append(clients, cl), append(ids, id)
-	}
-	s, err := clients[0].ClusterKeySlot(ctx, key).Result()
-	require.NoError(t, err)
-	slot := int(s)
-	fi := slices.Index(ids, slotOwner(t, clients[0], slot))
-	require.NotEqual(t, -1, fi, "no master owns slot %d", slot)
-	ti := (fi + 1) % len(nodes)
-
-	require.NoError(t, clients[ti].Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[fi]).Err())
-	require.NoError(t, clients[fi].Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[ti]).Err())
-	for {
-		keys, err := clients[fi].ClusterGetKeysInSlot(ctx, slot, 100).Result()
-		require.NoError(t, err)
-		if len(keys) == 0 {
-			break
-		}
-		args := []any{"MIGRATE", "127.0.0.1", nodes[ti].Port(), "", 0, 5000, "KEYS"}
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		require.NoError(t, clients[fi].Do(ctx, args...).Err())
-	}
-	order := []int{ti, fi}
-	for i := range nodes {
-		if i != ti && i != fi {
-			order = append(order, i)
-		}
-	}
-	for _, i := range order {
-		require.NoError(t, clients[i].Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", ids[ti]).Err())
-	}
-	eventually(t, 10*time.Second, func() bool {
-		for _, cl := range clients {
-			if slotOwner(t, cl, slot) != ids[ti] {
-				return false
-			}
-		}
-		return true
-	}, "masters do not agree that %s owns slot %d", nodes[ti].Addr(), slot)
-	return nodes[fi], nodes[ti]
-}
-
-// slotOwner returns the ID of the master that rdb says serves slot.
-func slotOwner(t *testing.T, rdb *redis.Client, slot int) string {
-	t.Helper()
-	slots, err := rdb.ClusterSlots(context.Background()).Result()
-	require.NoError(t, err)
-	for _, s := range slots {
-		if s.Start <= slot && slot <= s.End && len(s.Nodes) > 0 {
-			return s.Nodes[0].ID
-		}
-	}
-	return ""
 }
