@@ -26,6 +26,12 @@ type node struct {
 // short timeouts a production queue client has.
 func newNode(t testing.TB, srv *redistest.Server, name string, cfg fairqueue.Config) *node {
 	t.Helper()
+	return wrappedNode(t, srv, name, cfg, func(s fairqueue.Store) fairqueue.Store { return s })
+}
+
+// wrappedNode is newNode with wrap between the Queue and its Redis store.
+func wrappedNode(t testing.TB, srv *redistest.Server, name string, cfg fairqueue.Config, wrap func(fairqueue.Store) fairqueue.Store) *node {
+	t.Helper()
 	rdb := redis.NewClient(&redis.Options{
 		Addr:                  srv.Addr(),
 		DialTimeout:           redisstore.DefaultDialTimeout,
@@ -38,7 +44,7 @@ func newNode(t testing.TB, srv *redistest.Server, name string, cfg fairqueue.Con
 	if cfg.Logger == nil && os.Getenv("FQ_DEBUG") != "" {
 		cfg.Logger, _ = zap.NewDevelopment()
 	}
-	q, err := fairqueue.New(redisstore.New(rdb, name, redisstore.Options{}), cfg)
+	q, err := fairqueue.New(wrap(redisstore.New(rdb, name, redisstore.Options{})), cfg)
 	require.NoError(t, err)
 	n := &node{q: q, rdb: rdb}
 	t.Cleanup(func() {

@@ -23,22 +23,6 @@ import (
 // the upstream never runs more than the permits (outside the documented
 // windows), every waiter is answered, nothing is left behind.
 
-// wrappedNode is newNode with a store wrapper between the Queue and Redis.
-func wrappedNode(t *testing.T, srv *redistest.Server, name string, cfg fairqueue.Config, wrap func(fairqueue.Store) fairqueue.Store) *node {
-	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: redisstore.DefaultDialTimeout,
-		ReadTimeout: redisstore.DefaultReadTimeout, WriteTimeout: redisstore.DefaultWriteTimeout,
-		MaxRetries: redisstore.DefaultMaxRetries, ContextTimeoutEnabled: true})
-	cfg.Name = name
-	q, err := fairqueue.New(wrap(redisstore.New(rdb, name, redisstore.Options{})), cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = q.Close()
-		_ = rdb.Close()
-	})
-	return &node{q: q, rdb: rdb}
-}
-
 func holderExpiry(t *testing.T, rdb *redis.Client, name, ticket string) time.Duration {
 	t.Helper()
 	tag := redisstore.New(rdb, name, redisstore.Options{}).Tag()
