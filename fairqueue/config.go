@@ -41,9 +41,12 @@ type Config struct {
 	// their permits every Lease/3, and a node silent for Lease is dead.
 	// Default 30s, at least 1s.
 	Lease time.Duration
-	// Fair orders the queue fairly across tenants (Request.Tenant) by
-	// self-clocked fair queueing instead of strict arrival order: FIFO
-	// inside each tenant, tenants interleaved by weight and cost.
+	// Fair orders the queue fairly across tenants (Request.Tenant)
+	// instead of strict arrival order: each flow (a tenant in one
+	// priority band) has a usage counter, charged Request.Cost / weight
+	// at each grant (and corrected by Permit.Charge at release); the
+	// backlogged flow with the least usage is served next, ties by
+	// arrival, FIFO inside each flow.
 	Fair bool
 	// PriorityFactor is how many times more often a priority band is
 	// served than the band below it when both are backlogged (with
@@ -55,6 +58,11 @@ type Config struct {
 	// MaxQueuePerTenant caps the tickets of one tenant waiting in one
 	// priority band (with Fair); beyond it, ErrQueueFull. 0: no cap.
 	MaxQueuePerTenant int
+	// MaxInFlightPerTenant caps the permits one tenant holds at once
+	// across the cluster (all its priority bands; with Fair): its other
+	// requests wait, and dispatch serves other tenants meanwhile. 0: no
+	// cap.
+	MaxInFlightPerTenant int
 	// FailOpen admits a request without a permit when the store is
 	// unreachable (Permit.FailOpen reports it); otherwise Acquire fails
 	// with ErrStoreUnavailable.
@@ -144,10 +152,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max_queue must be >= 0, got %d", c.MaxQueue)
 	case c.MaxQueuePerTenant < 0:
 		return fmt.Errorf("max_queue_per_tenant must be >= 0, got %d", c.MaxQueuePerTenant)
+	case c.MaxInFlightPerTenant < 0:
+		return fmt.Errorf("max_in_flight_per_tenant must be >= 0, got %d", c.MaxInFlightPerTenant)
 	}
 	return nil
 }
 
 func (c Config) limits() Limits {
-	return Limits{Permits: c.Permits, Lease: c.Lease, MaxQueue: c.MaxQueue, MaxQueuePerTenant: c.MaxQueuePerTenant}
+	return Limits{Permits: c.Permits, Lease: c.Lease, MaxQueue: c.MaxQueue,
+		MaxQueuePerTenant: c.MaxQueuePerTenant, MaxInFlightPerTenant: c.MaxInFlightPerTenant}
 }

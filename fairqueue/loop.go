@@ -136,7 +136,7 @@ func (q *Queue) reconcile(cfg *Config) {
 		q.mu.Unlock()
 		switch {
 		case t == nil:
-			q.releaseID(id)
+			q.releaseID(id, 0)
 		case t.state.Load() == statePending:
 			if c := q.log.Check(zapcore.DebugLevel, "grant found by reconcile"); c != nil {
 				c.Write(zap.String("ticket", id))

@@ -191,7 +191,8 @@ func (q *Queue) Acquire(ctx context.Context, req Request) (*Permit, error) {
 // the deadline allows: one failure or a busy client pool is not an
 // outage, so on_store_error does not apply to it.
 func (q *Queue) send(ctx context.Context, t *ticket, req Request, cfg *Config, deadline time.Time) (AcquireResult, error) {
-	t.cost = req.increment(cfg.PriorityFactor)
+	t.scale = req.scale(cfg.PriorityFactor)
+	t.cost = clampCost(req.Cost) * t.scale
 	args := TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Cost: t.cost}
 	backoff := 10 * time.Millisecond
 	for {
@@ -358,7 +359,7 @@ func (q *Queue) forget(t *ticket) {
 }
 
 func (q *Queue) releaseAsync(id string) {
-	q.background(func() { q.releaseID(id) })
+	q.background(func() { q.releaseID(id, 0) })
 }
 
 // background runs a store call that nobody waits for; Close waits for it.
@@ -375,14 +376,16 @@ func (q *Queue) background(f func()) {
 	}()
 }
 
-func (q *Queue) releaseID(id string) {
+// releaseID releases ticket id's permit in the store; correction is
+// TicketArgs.Correction.
+func (q *Queue) releaseID(id string, correction float64) {
 	if q.closed.Load() {
 		return // Leave released every permit of this node
 	}
 	cfg := q.cfg.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 	defer cancel()
-	err := q.store.Release(ctx, TicketArgs{ID: id, Node: q.node, Limits: cfg.limits()})
+	err := q.store.Release(ctx, TicketArgs{ID: id, Node: q.node, Limits: cfg.limits(), Correction: correction})
 	q.health.record(q.log, err)
 }
 

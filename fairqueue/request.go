@@ -18,8 +18,10 @@ type Request struct {
 	// grants of a weight-1 tenant when both are backlogged). Default 1.
 	Weight float64
 	// Cost is the request's size in fairness accounting (e.g. its
-	// max_tokens); a tenant of costly requests gets fewer of them.
-	// Default 1, capped at MaxCost.
+	// max_tokens, or the seconds it is expected to hold the permit),
+	// charged to its flow when it is granted; Permit.Charge replaces it
+	// with what the request really used. A tenant of costly requests gets
+	// fewer of them. Default 1, capped at MaxCost.
 	Cost float64
 	// MaxWait overrides Config.MaxWait for this request when > 0 and
 	// shorter (a client that says how long it will wait).
@@ -49,16 +51,22 @@ func (r Request) flow() string {
 // place in the queue arbitrarily far.
 const MaxCost = 1e6
 
-// increment is how far r moves its flow's virtual finish tag.
-func (r Request) increment(factor float64) float64 {
-	w, c := r.Weight, r.Cost
+// scale is what one unit of cost adds to r's flow's usage counter:
+// 1 / (weight x factor^band).
+func (r Request) scale(factor float64) float64 {
+	w := r.Weight
 	if !(w > 0) { // also NaN
 		w = 1
 	}
+	return 1 / (w * math.Pow(factor, float64(min(max(r.Priority, 0), MaxPriority))))
+}
+
+// clampCost bounds a cost to (0, MaxCost]; a missing or invalid cost is 1.
+func clampCost(c float64) float64 {
 	if !(c > 0) {
-		c = 1
+		return 1
 	}
-	return min(c, MaxCost) / (w * math.Pow(factor, float64(min(max(r.Priority, 0), MaxPriority))))
+	return min(c, MaxCost)
 }
 
 // TenantKey is the store's name for tenant: a fixed-length hash, so a

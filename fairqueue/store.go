@@ -75,6 +75,9 @@ type Limits struct {
 	MaxQueue int
 	// MaxQueuePerTenant caps one tenant's tickets waiting; 0: no cap.
 	MaxQueuePerTenant int
+	// MaxInFlightPerTenant caps the permits one tenant holds (all
+	// nodes, all priority bands; fair tickets only); 0: no cap.
+	MaxInFlightPerTenant int
 }
 
 // TicketArgs identifies a ticket in a store call. A ticket ID is
@@ -88,9 +91,14 @@ type TicketArgs struct {
 	// Acquire of the same ticket reaching the store later does nothing.
 	// Needed only when the ticket's Acquire got no answer.
 	Tombstone bool
-	// Cost is the ticket's cost divided by its tenant's weight: how far
-	// the ticket moves its tenant's virtual finish tag (fair queueing).
+	// Cost is the ticket's estimated cost divided by its tenant's weight
+	// (and PriorityFactor to the power of its band): what its grant adds
+	// to its flow's usage counter (fair queueing).
 	Cost float64
+	// Correction, on Release, is what the ticket really used minus Cost,
+	// in the same units: added to its flow's usage counter when the
+	// permit is released (0: the estimate stands).
+	Correction float64
 }
 
 // AcquireResult is the answer to Store.Acquire.

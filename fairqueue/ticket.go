@@ -28,6 +28,7 @@ type ticket struct {
 	// heartbeat may ask whether the store still has it.
 	queued atomic.Bool
 	cost   float64 // TicketArgs.Cost, to queue it again with the same cost
+	scale  float64 // what one unit of Request.Cost adds to its flow's counter
 
 	grantNo atomic.Int64 // 0 until known: a grant found by reconcile learns it from its late message
 	// Written before wait starts.
@@ -43,6 +44,16 @@ type Permit struct {
 	waited time.Duration
 	once   sync.Once
 	local  *Permit // the fallback queue's permit (Config.Fallback)
+	used   atomic.Pointer[float64]
+}
+
+// Charge records what the request really used, in the units of
+// Request.Cost (seconds held, tokens): at Release, its flow's usage
+// counter is corrected from the estimate it was charged at the grant to
+// this (fair queueing; bounded to MaxCost). Without Charge, the estimate
+// stands. The last call before Release counts.
+func (p *Permit) Charge(used float64) {
+	p.used.Store(&used)
 }
 
 // Release gives the permit back; the store hands it to the next waiter
@@ -56,7 +67,11 @@ func (p *Permit) Release() {
 		if p.t.failOpen && !p.t.registered.Load() {
 			return
 		}
-		p.q.releaseID(p.t.id)
+		correction := 0.0
+		if u := p.used.Load(); u != nil && p.t.scale > 0 {
+			correction = min(max(*u, 0), MaxCost)*p.t.scale - p.t.cost
+		}
+		p.q.releaseID(p.t.id, correction)
 	})
 }
 

@@ -55,6 +55,9 @@ func universalState(t testing.TB, rdb redis.UniversalClient, name string) (waiti
 	tag := redisstore.New(rdb, name, redisstore.Options{}).Tag()
 	waiting, err := rdb.ZRange(ctx, tag+":waiting", 0, -1).Result()
 	require.NoError(t, err)
+	fair, err := rdb.HKeys(ctx, tag+":fticket").Result() // fair tickets waiting
+	require.NoError(t, err)
+	waiting = append(waiting, fair...)
 	holders, err = rdb.ZRange(ctx, tag+":holders", 0, -1).Result()
 	require.NoError(t, err)
 	return waiting, holders

@@ -79,6 +79,9 @@ func readState(t testing.TB, rdb *redis.Client, name string) queueState {
 	tag := redisstore.New(rdb, name, redisstore.Options{}).Tag()
 	w, err := rdb.ZRange(ctx, tag+":waiting", 0, -1).Result()
 	require.NoError(t, err)
+	fw, err := rdb.HKeys(ctx, tag+":fticket").Result() // fair tickets waiting
+	require.NoError(t, err)
+	w = append(w, fw...)
 	h, err := rdb.ZRange(ctx, tag+":holders", 0, -1).Result()
 	require.NoError(t, err)
 	n, err := rdb.ZRange(ctx, tag+":nodes", 0, -1).Result()

@@ -57,7 +57,8 @@ var scripts = struct {
 
 // keyNames are the queue's keys, in the order of every script's KEYS;
 // the scripts name them K.<name> (lua/common.lua).
-var keyNames = []string{"seq", "waiting", "holders", "nodes", "epoch", "grants", "gone", "vtime", "tlast", "twait", "expired", "members"}
+var keyNames = []string{"seq", "waiting", "holders", "nodes", "epoch", "grants", "gone", "vtime", "twait", "expired", "members",
+	"fwait", "fticket", "fready", "fcount", "fidle", "finf"}
 
 // keyTable is the Lua table K that names KEYS by keyNames.
 func keyTable() string {
@@ -70,16 +71,22 @@ func keyTable() string {
 	return b.String()
 }
 
+// prelude are the files every script starts with, in order: the
+// functions the scripts share.
+var prelude = []string{"common", "fair", "dispatch"}
+
 func load(name string) *redis.Script {
-	common, err := luaFS.ReadFile("lua/common.lua")
-	if err != nil {
-		panic(err)
+	var b strings.Builder
+	b.WriteString(keyTable())
+	for _, f := range append(prelude, name) {
+		src, err := luaFS.ReadFile("lua/" + f + ".lua")
+		if err != nil {
+			panic(err)
+		}
+		b.Write(src)
+		b.WriteString("\n")
 	}
-	body, err := luaFS.ReadFile("lua/" + name + ".lua")
-	if err != nil {
-		panic(err)
-	}
-	return redis.NewScript(keyTable() + string(common) + "\n" + string(body))
+	return redis.NewScript(b.String())
 }
 
 // Options configure a Store.
@@ -124,7 +131,7 @@ func New(rdb redis.UniversalClient, name string, opts Options) *Store {
 func (s *Store) Tag() string { return s.tag }
 
 func (s *Store) args(first string, l fairqueue.Limits, more ...any) []any {
-	return append([]any{first, l.Permits, l.Lease.Milliseconds(), s.chPrefix, s.pub}, more...)
+	return append([]any{first, l.Permits, l.Lease.Milliseconds(), s.chPrefix, s.pub, l.MaxInFlightPerTenant}, more...)
 }
 
 // Open implements fairqueue.Store: it subscribes node to its grant
@@ -205,7 +212,8 @@ func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.
 
 // Release implements fairqueue.Store.
 func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
-	v, err := scripts.release.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits)...).Result()
+	v, err := scripts.release.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits,
+		strconv.FormatFloat(t.Correction, 'g', -1, 64))...).Result()
 	if err != nil {
 		return fmt.Errorf("release %s: %w", s.tag, busy(err))
 	}

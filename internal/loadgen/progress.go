@@ -18,7 +18,7 @@ type ProgressConfig struct {
 	// Every is the time between two lines. Default 500ms.
 	Every time.Duration
 	// RedisAddr (host:port), when set with Queue, adds the queue depth
-	// (ZCARD of the waiting set) and the permits held (ZCARD of holders).
+	// (the FIFO and fair waiting sets) and the permits held (ZCARD of holders).
 	RedisAddr string
 	// Queue is the fair_queue name.
 	Queue string
@@ -139,14 +139,16 @@ func (m *Monitor) tick() {
 	if m.rdb != nil {
 		tag := "{" + m.cfg.KeyPrefix + ":" + m.cfg.Queue + "}"
 		pipe := m.rdb.Pipeline()
-		waiting := pipe.ZCard(ctx, tag+":waiting")
+		fifo := pipe.ZCard(ctx, tag+":waiting")
+		fair := pipe.HLen(ctx, tag+":fticket") // fair tickets waiting
 		holders := pipe.ZCard(ctx, tag+":holders")
 		if _, err := pipe.Exec(ctx); err != nil {
 			b.WriteString("  | redis: " + err.Error())
 		} else {
-			fmt.Fprintf(&b, "  | queue depth %d  permits held %d", waiting.Val(), holders.Val())
+			waiting := fifo.Val() + fair.Val()
+			fmt.Fprintf(&b, "  | queue depth %d  permits held %d", waiting, holders.Val())
 			m.mu.Lock()
-			m.obs.MaxWaiting = max(m.obs.MaxWaiting, waiting.Val())
+			m.obs.MaxWaiting = max(m.obs.MaxWaiting, waiting)
 			m.obs.MaxHolders = max(m.obs.MaxHolders, holders.Val())
 			m.mu.Unlock()
 		}

@@ -120,11 +120,16 @@ func (b *bench) waiters(ctx context.Context, spec Spec, w, promptBytes int, rate
 		if !spec.Redis {
 			return -1
 		}
-		n, err := b.rdb.ZCard(ctx, "{fair_queue:"+r.Queue+"}:waiting").Result()
+		tag := "{fair_queue:" + r.Queue + "}"
+		n, err := b.rdb.ZCard(ctx, tag+":waiting").Result()
 		if err != nil {
 			return -1
 		}
-		return n
+		f, err := b.rdb.HLen(ctx, tag+":fticket").Result() // fair tickets waiting
+		if err != nil {
+			return -1
+		}
+		return n + f
 	}
 	// queue starts n waiters and waits until they are all queued.
 	queue := func(n, prompt int, want int64) (int64, error) {

@@ -1,16 +1,16 @@
 -- cancel: take a ticket out of the queue (client gone, timeout, drain);
 -- if it was granted meanwhile, release its permit and hand it on.
 -- KEYS: the common layout (K, see common.lua).
--- ARGV: 1 ticket, 2-5 common, 6 tombstone TTL ms (0: no tombstone).
+-- ARGV: 1 ticket, 2-6 common, 7 tombstone TTL ms (0: no tombstone).
 -- Returns the grants dispatch made to the cancelling node's own waiters
--- ({ticket, grant no, ...}; see dispatch in common.lua).
+-- ({ticket, grant no, ...}; see dispatch in dispatch.lua).
 -- Idempotent: a second cancel finds nothing to remove. The tombstone
 -- makes an acquire of the same ticket that reaches Redis later a no-op.
-if tonumber(ARGV[6]) > 0 then
-  redis.call('ZADD', K.gone, now + tonumber(ARGV[6]), ARGV[1])
+local id = ARGV[1]
+if tonumber(ARGV[7]) > 0 then
+  redis.call('ZADD', K.gone, now + tonumber(ARGV[7]), id)
 end
-local w = redis.call('ZREM', K.waiting, ARGV[1])
-if w == 1 then left_queue(ARGV[1]) end
-redis.call('ZREM', K.holders, ARGV[1])
+if redis.call('ZREM', K.waiting, id) == 0 then unqueue(id) end
+if redis.call('ZREM', K.holders, id) == 1 then unheld(id, 0) end
 reap()
-return dispatch(owner_of(ARGV[1]))
+return dispatch(owner_of(id))

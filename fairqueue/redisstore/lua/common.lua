@@ -12,21 +12,35 @@
 --   K.grants   INCR counter: grants made
 --   K.gone     ZSET ticket -> tombstone expiry: cancelled tickets whose
 --              acquire may still reach Redis late
---   K.vtime    the fair queue's virtual time: the tag of the last grant
---   K.tlast    HASH flow -> tag of its last queued ticket
---   K.twait    HASH flow -> its tickets waiting; a flow's fields are
---              deleted when its backlog empties, so nothing outlives it
+--   K.vtime    fair queueing's virtual time: the largest usage counter a
+--              flow had when it was granted (the floor of a new flow)
+--   K.twait    HASH flow -> its tickets waiting
 --   K.expired  INCR counter: permits freed by an ended lease
 --   K.members  HASH node -> "<lease ms> <mark>": the node's own lease
 --              (every grant to its waiters expires after it, whoever
 --              makes the grant) and its join mark: the number of the
 --              heartbeat that last found the node forgotten, or 0 when an
 --              acquire brought it back and its next heartbeat must say so
+--   K.fwait    ZSET (all scores 0, ordered by member) of the fair
+--              tickets waiting, "<flow>|<seq, 16 hex digits>|<cost>|<ticket>":
+--              a flow's tickets are one range, in arrival order
+--   K.fticket  HASH fair ticket -> its K.fwait member
+--   K.fready   ZSET "<head seq hex>|<flow>" -> the flow's usage counter:
+--              the flows with waiters that may be served now (a flow whose
+--              tenant holds its max_in_flight_per_tenant is left out);
+--              the least counter is served first, ties by arrival
+--   K.fcount   HASH flow -> usage counter, for every active flow (waiting
+--              or holding a permit)
+--   K.fidle    ZSET flow -> usage counter of a flow gone idle above the
+--              virtual time (it used more than its share: kept until the
+--              virtual time passes it, so coming back is no fresh start)
+--   K.finf     HASH flow or tenant -> permits it holds (fair tickets)
 -- (a flow is one tenant's requests in one priority band)
--- ARGV, the same first five for every script:
+-- ARGV, the same first six for every script:
 --   1 ticket ID (or node ID)   2 permits   3 lease ms
 --   4 channel prefix (+ node ID = that node's grant channel)
 --   5 publish command: 'spublish' (sharded Pub/Sub) or 'publish'
+--   6 max permits one tenant holds (max_in_flight_per_tenant; 0: no cap)
 --
 -- Ticket IDs are "<node>:<counter>" (FIFO) or "<node>:<counter>:<flow>"
 -- (fair queueing), so a ticket names its owner node and its flow.
@@ -39,6 +53,7 @@ do
 end
 local permits = tonumber(ARGV[2])
 local lease = tonumber(ARGV[3])
+local tenant_cap = tonumber(ARGV[6])
 
 -- ticket reads a ticket ID, "<node>:<counter>" or "<node>:<counter>:<flow>"
 -- (fairqueue.TicketID): its owner node, and its flow (nil in FIFO).
@@ -57,24 +72,6 @@ local function flow_of(id)
   return flow
 end
 
--- left_queue does a waiter's tenant bookkeeping when it leaves the queue
--- (granted, cancelled or dropped): an emptied backlog forgets the tenant,
--- which also caps its tag at the virtual time when it comes back (a
--- tenant whose requests timed out is not punished later).
-local function left_queue(id)
-  local t = flow_of(id)
-  if t and redis.call('HINCRBY', K.twait, t, -1) <= 0 then
-    redis.call('HDEL', K.twait, t)
-    redis.call('HDEL', K.tlast, t)
-  end
-end
-
--- advance moves the virtual time to a granted tag.
-local function advance(tag)
-  local v = tonumber(redis.call('GET', K.vtime) or '0')
-  if tag > v then redis.call('SET', K.vtime, tostring(tag)) end
-end
-
 local function alive(node)
   local exp = redis.call('ZSCORE', K.nodes, node)
   return exp ~= false and tonumber(exp) >= now
@@ -89,50 +86,6 @@ end
 
 local function grants()
   return tonumber(redis.call('GET', K.grants) or '0')
-end
-
--- reap frees the permits whose lease ended (a crashed or partitioned
--- node). At most the holders, so at most about the permits.
-local function reap()
-  local n = redis.call('ZREMRANGEBYSCORE', K.holders, '-inf', now)
-  if n > 0 then redis.call('INCRBY', K.expired, n) end
-  return n
-end
-
--- dispatch hands free permits to the head of the queue, in order, and
--- tells each grantee's node on its own channel ("<ticket> <grant no>
--- <Redis time ms>"), except the calling node (self): its grants are
--- returned instead ({ticket, grant no, ...}), so the caller wakes its own
--- waiters without a Pub/Sub round trip. Waiters of dead nodes are dropped
--- on the way (at most 1000 a call, to bound the script).
-local function dispatch(self)
-  local free = permits - redis.call('ZCARD', K.holders)
-  local skipped = 0
-  local own = {}
-  while free > 0 do
-    local head = redis.call('ZPOPMIN', K.waiting)
-    if #head == 0 then break end
-    local id = head[1]
-    local owner = owner_of(id)
-    left_queue(id)
-    if alive(owner) then
-      if flow_of(id) then advance(tonumber(head[2])) end
-      local no = redis.call('INCR', K.grants)
-      if owner == self then
-        redis.call('ZADD', K.holders, now + lease, id)
-        own[#own + 1] = id
-        own[#own + 1] = no
-      else
-        redis.call('ZADD', K.holders, now + lease_of(owner), id)
-        redis.call(ARGV[5], ARGV[4] .. owner, id .. ' ' .. no .. ' ' .. now)
-      end
-      free = free - 1
-    else
-      skipped = skipped + 1
-      if skipped >= 1000 then break end
-    end
-  end
-  return own
 end
 
 -- mine lists the holders owned by node, the calling node (scans the

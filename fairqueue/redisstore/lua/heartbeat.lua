@@ -1,9 +1,9 @@
 -- heartbeat: renew a node's liveness and the leases of its permits, and
 -- tell it which of its waiters Redis no longer has.
 -- KEYS: the common layout (K, see common.lua).
--- ARGV: 1 node, 2-5 common, 6 epoch the node knows ('' if none),
---   7 epoch candidate, 8 this heartbeat's number (per node, increasing),
---   9 count n of held tickets, 10 count m of pending tickets, then the n
+-- ARGV: 1 node, 2-6 common, 7 epoch the node knows ('' if none),
+--   8 epoch candidate, 9 this heartbeat's number (per node, increasing),
+--   10 count n of held tickets, 11 count m of pending tickets, then the n
 --   held tickets, the m pending tickets, and the adopted tickets
 --   (admitted while Redis was unreachable) to the end.
 -- Returns {epoch, rejoined, waiting, holders, nodes, expired, re-added,
@@ -28,11 +28,11 @@
 -- the node releases again every ticket it released meanwhile.
 -- Idempotent: expiries are set to now + lease, and a re-sent heartbeat
 -- (same number) reports rejoined as its first run did (the mark).
-local node, beat = ARGV[1], ARGV[8]
+local node, beat = ARGV[1], ARGV[9]
 local cur = redis.call('GET', K.epoch)
-local lost = (not cur) or (ARGV[6] ~= '' and cur ~= ARGV[6])
+local lost = (not cur) or (ARGV[7] ~= '' and cur ~= ARGV[7])
 if not cur then
-  cur = ARGV[7]
+  cur = ARGV[8]
   redis.call('SET', K.epoch, cur)
 end
 local info = redis.call('HGET', K.members, node)
@@ -43,23 +43,26 @@ if mark == beat then rejoined = 1 end
 redis.call('HSET', K.members, node, lease .. ' ' .. mark)
 redis.call('ZADD', K.nodes, now + lease, node)
 local readd = lost or rejoined == 0
-local n, m = tonumber(ARGV[9]), tonumber(ARGV[10])
+local n, m = tonumber(ARGV[10]), tonumber(ARGV[11])
 local readded = {}
-for i = 11, 10 + n do
+for i = 12, 11 + n do
   if not readd then
     redis.call('ZADD', K.holders, 'XX', now + lease, ARGV[i])
   elseif redis.call('ZADD', K.holders, now + lease, ARGV[i]) == 1 then
     readded[#readded + 1] = ARGV[i]
+    held(ARGV[i])
   end
 end
 local missing = {}
-for i = 11 + n, 10 + n + m do
-  if not redis.call('ZSCORE', K.waiting, ARGV[i]) and not redis.call('ZSCORE', K.holders, ARGV[i]) then
-    missing[#missing + 1] = ARGV[i]
+for i = 12 + n, 11 + n + m do
+  local id = ARGV[i]
+  if not redis.call('ZSCORE', K.waiting, id) and redis.call('HEXISTS', K.fticket, id) == 0 and
+     not redis.call('ZSCORE', K.holders, id) then
+    missing[#missing + 1] = id
   end
 end
-for i = 11 + n + m, #ARGV do
-  redis.call('ZADD', K.holders, now + lease, ARGV[i])
+for i = 12 + n + m, #ARGV do
+  if redis.call('ZADD', K.holders, now + lease, ARGV[i]) == 1 then held(ARGV[i]) end
 end
-return {cur, rejoined, redis.call('ZCARD', K.waiting), redis.call('ZCARD', K.holders),
+return {cur, rejoined, waiting(), redis.call('ZCARD', K.holders),
   redis.call('ZCOUNT', K.nodes, now, '+inf'), tonumber(redis.call('GET', K.expired) or '0'), readded, missing}

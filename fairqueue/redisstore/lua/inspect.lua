@@ -1,10 +1,25 @@
 -- inspect: a read-only snapshot of the queue for operators.
 -- KEYS: the common layout (K, see common.lua).
--- ARGV: 1 unused, 2-5 common, 6 how many head tickets, 7 how many flows.
+-- ARGV: 1 unused, 2-6 common, 7 how many head tickets, 8 how many flows.
 -- Returns {waiting, {head tickets}, {holder, ms left, ...},
 --   {node, ms left, ...}, {flow, waiting, ...} (busiest first), grants}.
+--   The head lists the ready flows' first tickets, least usage first,
+--   then the FIFO tickets in order.
 -- Idempotent: it writes nothing.
-local head = redis.call('ZRANGE', K.waiting, 0, tonumber(ARGV[6]) - 1)
+local want = tonumber(ARGV[7])
+local head = {}
+if want > 0 then
+  for _, r in ipairs(redis.call('ZRANGE', K.fready, 0, want - 1)) do
+    local m = head_of(string.match(r, '^[^|]*|(.*)$'))
+    if m then
+      local _, _, _, id = parse(m)
+      head[#head + 1] = id
+    end
+  end
+  for _, id in ipairs(redis.call('ZRANGE', K.waiting, 0, want - 1 - #head)) do
+    if #head < want then head[#head + 1] = id end
+  end
+end
 local holders = {}
 local h = redis.call('ZRANGE', K.holders, 0, -1, 'WITHSCORES')
 for i = 1, #h, 2 do
@@ -22,8 +37,8 @@ local f = redis.call('HGETALL', K.twait)
 for i = 1, #f, 2 do flows[#flows + 1] = {f[i], tonumber(f[i + 1])} end
 table.sort(flows, function(a, b) return a[2] > b[2] end)
 local top = {}
-for i = 1, math.min(#flows, tonumber(ARGV[7])) do
+for i = 1, math.min(#flows, tonumber(ARGV[8])) do
   top[#top + 1] = flows[i][1]
   top[#top + 1] = flows[i][2]
 end
-return {redis.call('ZCARD', K.waiting), head, holders, nodes, top, grants()}
+return {waiting(), head, holders, nodes, top, grants()}

@@ -1,9 +1,10 @@
 -- reconcile: a node's periodic safety net. Frees expired leases and
 -- dispatches (permits freed by expiry have no releaser), forgets dead
--- nodes and expired tombstones, and lists the node's holders so it can find grants whose
+-- nodes, expired tombstones and idle flows' counters the virtual time
+-- has passed, and lists the node's holders so it can find grants whose
 -- message was lost.
 -- KEYS: the common layout (K, see common.lua).
--- ARGV: 1 node, 2-5 common, 6 ms: holders granted or renewed more recently
+-- ARGV: 1 node, 2-6 common, 7 ms: holders granted or renewed more recently
 --   are left out (their grant message may still be in flight).
 -- Returns {epoch, grants, waiting, {holder tickets of node}, own grants}
 -- (own grants: {ticket, grant no, ...} made to the node by this call).
@@ -12,4 +13,5 @@ reap()
 local own = dispatch(ARGV[1])
 forget_dead()
 redis.call('ZREMRANGEBYSCORE', K.gone, '-inf', now)
-return {redis.call('GET', K.epoch) or '', grants(), redis.call('ZCARD', K.waiting), mine(ARGV[1], tonumber(ARGV[6])), own}
+redis.call('ZREMRANGEBYSCORE', K.fidle, '-inf', num(vtime()))
+return {redis.call('GET', K.epoch) or '', grants(), waiting(), mine(ARGV[1], tonumber(ARGV[7])), own}

@@ -1,0 +1,68 @@
+-- dispatch.lua: handing permits on, prepended to every script after
+-- fair.lua.
+
+-- reap frees the permits whose lease ended (a crashed or partitioned
+-- node). At most the holders, so at most about the permits.
+local function reap()
+  local ids = redis.call('ZRANGEBYSCORE', K.holders, '-inf', now)
+  for _, id in ipairs(ids) do
+    redis.call('ZREM', K.holders, id)
+    unheld(id, 0)
+  end
+  if #ids > 0 then redis.call('INCRBY', K.expired, #ids) end
+  return #ids
+end
+
+-- next_waiter takes the next ticket to serve out of the queue: the
+-- fair flow with the least usage or the FIFO head, whichever arrived
+-- first (both kinds wait only while a reload turns Fair on or off).
+-- Returns the ticket and, for a fair one, its flow and cost; nil when
+-- nobody may be served.
+local function next_waiter()
+  local r, flow, seq, m = best_fair()
+  local h = redis.call('ZRANGE', K.waiting, 0, 0, 'WITHSCORES')
+  if r and (#h == 0 or seq < tonumber(h[2])) then
+    redis.call('ZREM', K.fready, r)
+    take(m)
+    local _, _, cost, id = parse(m)
+    return id, flow, cost
+  end
+  if #h == 0 then return nil end
+  redis.call('ZREM', K.waiting, h[1])
+  return h[1]
+end
+
+-- dispatch hands free permits to the head of the queue, in order, and
+-- tells each grantee's node on its own channel ("<ticket> <grant no>
+-- <Redis time ms>"), except the calling node (self): its grants are
+-- returned instead ({ticket, grant no, ...}), so the caller wakes its own
+-- waiters without a Pub/Sub round trip. Waiters of dead nodes are dropped
+-- on the way (at most 1000 a call, to bound the script).
+local function dispatch(self)
+  local free = permits - redis.call('ZCARD', K.holders)
+  local skipped = 0
+  local own = {}
+  while free > 0 do
+    local id, flow, cost = next_waiter()
+    if not id then break end
+    local owner = owner_of(id)
+    if alive(owner) then
+      if flow then charge(flow, cost) end
+      local no = redis.call('INCR', K.grants)
+      if owner == self then
+        redis.call('ZADD', K.holders, now + lease, id)
+        own[#own + 1] = id
+        own[#own + 1] = no
+      else
+        redis.call('ZADD', K.holders, now + lease_of(owner), id)
+        redis.call(ARGV[5], ARGV[4] .. owner, id .. ' ' .. no .. ' ' .. now)
+      end
+      free = free - 1
+    else
+      skipped = skipped + 1
+    end
+    if flow then refresh(flow) end
+    if skipped >= 1000 then break end
+  end
+  return own
+end

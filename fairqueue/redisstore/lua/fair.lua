@@ -1,0 +1,228 @@
+-- fair.lua: fair queueing by usage (Config.Fair), prepended to every
+-- script after common.lua.
+--
+-- Each flow (a tenant in one priority band, "<tenant>.<band>") has a
+-- usage counter (K.fcount). A grant charges the ticket's cost (already
+-- divided by its weight and band factor) to it; a release corrects it
+-- by what the request really used (TicketArgs.Correction). Dispatch
+-- serves the ready flow with the least counter, ties by the arrival of
+-- its head, FIFO inside each flow (Sheng et al., "Fairness in Serving
+-- Large Language Models", OSDI 2024: the virtual token counter). A flow
+-- that becomes active (its first waiter, nothing held) starts at the
+-- least counter among the ready flows (the virtual time K.vtime when
+-- none is), or where it stopped if that is higher: idle time earns no
+-- credit, and leaving does not erase usage. A flow with a request in
+-- service is still active: its next request keeps its counter.
+-- A tenant that holds max_in_flight_per_tenant permits (ARGV[6]) has
+-- its flows left out of the ready set; its release puts them back.
+-- Counters are written with 17 significant digits (exact doubles) and
+-- rebased when the virtual time passes 1e9.
+
+local function num(x)
+  return string.format('%.17g', x)
+end
+
+-- A tenant's flows are its priority bands 0..MAXBAND (fairqueue.MaxPriority).
+local MAXBAND = 3
+
+local function tenant_of(flow)
+  return string.match(flow, '^(.*)%.[^.]*$') or flow
+end
+
+local function vtime()
+  return tonumber(redis.call('GET', K.vtime) or '0')
+end
+
+-- A waiting fair ticket is the K.fwait member
+-- "<flow>|<seq, 16 hex digits>|<cost>|<ticket>": one flow's tickets are
+-- one lexical range, in arrival order.
+local function fmember(flow, seq, cost, id)
+  return flow .. '|' .. string.format('%016x', seq) .. '|' .. num(cost) .. '|' .. id
+end
+
+-- parse reads a K.fwait member: flow, seq (hex), cost, ticket.
+local function parse(m)
+  local flow, seq, cost, id = string.match(m, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  return flow, seq, tonumber(cost), id
+end
+
+-- head_of is the K.fwait member of flow's first waiter, or nil.
+local function head_of(flow)
+  return redis.call('ZRANGEBYLEX', K.fwait, '[' .. flow .. '|', '[' .. flow .. '|~', 'LIMIT', 0, 1)[1]
+end
+
+-- ready_key is flow's K.fready member while m is its head.
+local function ready_key(flow, m)
+  local _, seq = parse(m)
+  return seq .. '|' .. flow
+end
+
+local function counter(flow)
+  return tonumber(redis.call('HGET', K.fcount, flow) or '') -- nil: idle
+end
+
+local function capped(tenant)
+  return tenant_cap > 0 and tonumber(redis.call('HGET', K.finf, tenant) or '0') >= tenant_cap
+end
+
+-- floor is where a flow becoming active starts: the least counter of
+-- the ready flows, else the virtual time.
+local function floor()
+  local r = redis.call('ZRANGE', K.fready, 0, 0, 'WITHSCORES')
+  if #r > 0 then return tonumber(r[2]) end
+  return vtime()
+end
+
+-- activate gives an idle flow its counter: max(its counter when it went
+-- idle, if kept, and from).
+local function activate(flow, from)
+  if redis.call('HEXISTS', K.fcount, flow) == 1 then return end
+  local c = from
+  local idle = redis.call('ZSCORE', K.fidle, flow)
+  if idle then
+    c = math.max(c, tonumber(idle))
+    redis.call('ZREM', K.fidle, flow)
+  end
+  redis.call('HSET', K.fcount, flow, num(c))
+end
+
+-- unready takes flow out of the ready set: before its head changes.
+local function unready(flow)
+  local m = head_of(flow)
+  if m then redis.call('ZREM', K.fready, ready_key(flow, m)) end
+end
+
+-- refresh brings flow's ready entry up to date after a change: ready
+-- with its head and counter when it has waiters and its tenant is under
+-- the cap. A flow with no waiters and no permit held goes idle: its
+-- counter is kept (K.fidle) only while above the virtual time.
+local function refresh(flow)
+  local m = head_of(flow)
+  if m then
+    if not capped(tenant_of(flow)) then
+      redis.call('ZADD', K.fready, num(counter(flow) or vtime()), ready_key(flow, m))
+    end
+  elseif not redis.call('HGET', K.finf, flow) then
+    local c = counter(flow)
+    if c then
+      redis.call('HDEL', K.fcount, flow)
+      if c > vtime() then redis.call('ZADD', K.fidle, num(c), flow) end
+    end
+  end
+end
+
+-- rebase subtracts v from every counter and the virtual time, keeping
+-- their order, so that they never grow into the doubles' precision.
+local function rebase(v)
+  local c = redis.call('HGETALL', K.fcount)
+  for i = 1, #c, 2 do redis.call('HSET', K.fcount, c[i], num(tonumber(c[i + 1]) - v)) end
+  for _, key in ipairs({K.fready, K.fidle}) do
+    local r = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+    for i = 1, #r, 2 do redis.call('ZADD', key, num(tonumber(r[i + 1]) - v), r[i]) end
+  end
+  redis.call('SET', K.vtime, '0')
+end
+
+-- charge does a fair grant's bookkeeping: the flow's counter before the
+-- charge advances the virtual time, the cost is added, and the flow and
+-- its tenant hold one more permit.
+local function charge(flow, cost)
+  local v, c = vtime(), counter(flow) or vtime()
+  if c > v then
+    v = c
+    redis.call('SET', K.vtime, num(v))
+  end
+  redis.call('HSET', K.fcount, flow, num(c + cost))
+  redis.call('HINCRBY', K.finf, flow, 1)
+  redis.call('HINCRBY', K.finf, tenant_of(flow), 1)
+  if v > 1e9 then rebase(v) end
+end
+
+-- held counts a holder entry added outside a grant (a heartbeat re-adding
+-- or adopting a permit): nothing is charged.
+local function held(id)
+  local flow = flow_of(id)
+  if not flow then return end
+  activate(flow, vtime())
+  redis.call('HINCRBY', K.finf, flow, 1)
+  redis.call('HINCRBY', K.finf, tenant_of(flow), 1)
+end
+
+-- unheld does the bookkeeping of a holder entry removed (release,
+-- cancel, lease end, leave): correction is added to the flow's counter,
+-- and a tenant that was at its cap has its flows ready again.
+local function unheld(id, correction)
+  local flow = flow_of(id)
+  if not flow then return end
+  local tenant = tenant_of(flow)
+  local was = capped(tenant)
+  if redis.call('HINCRBY', K.finf, flow, -1) <= 0 then redis.call('HDEL', K.finf, flow) end
+  if redis.call('HINCRBY', K.finf, tenant, -1) <= 0 then redis.call('HDEL', K.finf, tenant) end
+  local c = counter(flow)
+  if c and correction ~= 0 then redis.call('HSET', K.fcount, flow, num(c + correction)) end
+  refresh(flow)
+  if was then
+    for b = 0, MAXBAND do
+      local f = tenant .. '.' .. b
+      if f ~= flow then refresh(f) end
+    end
+  end
+end
+
+-- take removes the fair waiter m from the queue.
+local function take(m)
+  local flow, _, _, id = parse(m)
+  redis.call('ZREM', K.fwait, m)
+  redis.call('HDEL', K.fticket, id)
+  if redis.call('HINCRBY', K.twait, flow, -1) <= 0 then redis.call('HDEL', K.twait, flow) end
+end
+
+-- enqueue queues fair ticket id at the tail of its flow.
+local function enqueue(flow, seq, cost, id)
+  activate(flow, floor())
+  local m = fmember(flow, seq, cost, id)
+  redis.call('ZADD', K.fwait, 0, m)
+  redis.call('HSET', K.fticket, id, m)
+  redis.call('HINCRBY', K.twait, flow, 1)
+  refresh(flow)
+  return m
+end
+
+-- unqueue removes fair ticket id from the queue; false if it is not there.
+local function unqueue(id)
+  local m = redis.call('HGET', K.fticket, id)
+  if not m then return false end
+  local flow = parse(m)
+  unready(flow)
+  take(m)
+  refresh(flow)
+  return true
+end
+
+-- best_fair is the ready flow to serve next, as its ready key, flow, head
+-- seq and head member; flows of tenants at the cap found on the way
+-- leave the ready set (the cap may have been lowered by a reload).
+local function best_fair()
+  while true do
+    local r = redis.call('ZRANGE', K.fready, 0, 0)[1]
+    if not r then return nil end
+    local seq, flow = string.match(r, '^([^|]*)|(.*)$')
+    local m = not capped(tenant_of(flow)) and head_of(flow)
+    if m then return r, flow, tonumber(seq, 16), m end
+    redis.call('ZREM', K.fready, r)
+  end
+end
+
+-- waiting is the queue length: FIFO and fair tickets.
+local function waiting()
+  return redis.call('ZCARD', K.waiting) + redis.call('HLEN', K.fticket)
+end
+
+-- fposition estimates the place of the fair waiter m of flow: the flows
+-- ready take turns, so each ticket ahead in its own flow is a round.
+local function fposition(flow, m)
+  local ahead = redis.call('ZLEXCOUNT', K.fwait, '[' .. flow .. '|', '(' .. m)
+  local nready = redis.call('ZCARD', K.fready)
+  local rank = redis.call('ZRANK', K.fready, ready_key(flow, head_of(flow))) or nready
+  return math.min(waiting(), ahead * math.max(nready, 1) + rank + 1)
+end
