@@ -268,8 +268,16 @@ func (q Queue) card(t *testing.T, k string) int {
 	return int(n)
 }
 
-// Waiting returns the number of tickets in the queue's waiting set.
-func (q Queue) Waiting(t *testing.T) int { t.Helper(); return q.card(t, "waiting") }
+// Waiting returns the number of tickets waiting: the FIFO set and the
+// fair tickets.
+func (q Queue) Waiting(t *testing.T) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, err := q.rdb.HLen(ctx, q.key("fticket")).Result()
+	require.NoError(t, err, "HLEN %s", q.key("fticket"))
+	return q.card(t, "waiting") + int(n)
+}
 
 // Holders returns the number of permits held.
 func (q Queue) Holders(t *testing.T) int { t.Helper(); return q.card(t, "holders") }
