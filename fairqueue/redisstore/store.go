@@ -56,9 +56,11 @@ var scripts = struct {
 }
 
 // keyNames are the queue's keys, in the order of every script's KEYS;
-// the scripts name them K.<name> (lua/common.lua).
+// the scripts name them K.<name> (lua/common.lua). "tlast" is no longer
+// written: it is listed so that a queue's state written by an earlier
+// version is still deleted with the rest (leave, purge).
 var keyNames = []string{"seq", "waiting", "holders", "nodes", "epoch", "grants", "gone", "vtime", "twait", "expired", "members",
-	"fwait", "fticket", "fready", "fcount", "fidle", "finf"}
+	"fwait", "fticket", "fready", "fcount", "fidle", "finf", "tlast"}
 
 // keyTable is the Lua table K that names KEYS by keyNames.
 func keyTable() string {

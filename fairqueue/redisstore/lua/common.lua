@@ -35,6 +35,7 @@
 --              virtual time (it used more than its share: kept until the
 --              virtual time passes it, so coming back is no fresh start)
 --   K.finf     HASH flow or tenant -> permits it holds (fair tickets)
+--   K.tlast    written by earlier versions only; deleted with the rest
 -- (a flow is one tenant's requests in one priority band)
 -- ARGV, the same first six for every script:
 --   1 ticket ID (or node ID)   2 permits   3 lease ms
