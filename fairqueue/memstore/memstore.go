@@ -1,8 +1,9 @@
 // Package memstore is the in-process implementation of fairqueue.Store,
 // for a queue local to one process (one Caddy instance, no Redis). It has
-// the semantics of the Redis store: FIFO by arrival, leases, node
-// liveness, tombstones, idempotent calls; grants are handed over by a
-// function call instead of a Pub/Sub message.
+// the semantics of the Redis store: FIFO by arrival or fair queueing by
+// usage counters (fair.go), leases, node liveness, tombstones, idempotent
+// calls; grants are handed over by a function call instead of a Pub/Sub
+// message.
 package memstore
 
 import (
@@ -23,17 +24,15 @@ type Store struct {
 	seq      int64
 	grants   int64
 	epoch    string
-	waiting  waitHeap
-	index    map[string]*waiter   // waiting tickets by ID
+	waiting  waitHeap             // FIFO tickets waiting (fair ones wait in their flow)
+	index    map[string]*waiter   // every waiting ticket by ID
 	holders  map[string]time.Time // ticket -> lease expiry
 	nodes    map[string]time.Time // node -> liveness expiry
 	members  map[string]member    // node -> its lease and join mark
 	handlers map[string]fairqueue.Handler
 	gone     map[string]time.Time // tombstones -> expiry
 	expired  int64                // permits freed by an ended lease
-	vtime    float64              // fair queueing: the tag of the last grant
-	tlast    map[string]float64   // tenant -> tag of its last queued ticket
-	twait    map[string]int       // tenant -> its tickets waiting
+	fairState
 }
 
 // New returns an empty Store.
@@ -47,8 +46,8 @@ func New() *Store {
 		members:  make(map[string]member),
 		handlers: make(map[string]fairqueue.Handler),
 		gone:     make(map[string]time.Time),
-		tlast:    make(map[string]float64),
-		twait:    make(map[string]int),
+
+		fairState: newFairState(),
 	}
 }
 
@@ -70,25 +69,20 @@ func (s *Store) leaseOf(node string, def time.Duration) time.Duration {
 }
 
 type waiter struct {
-	id    string
-	score float64 // seq (FIFO) or virtual finish tag (fair)
-	seq   int64
-	i     int
+	id   string
+	seq  int64
+	cost float64 // TicketArgs.Cost (fair)
+	flow *flow   // nil: a FIFO ticket
+	i    int
 }
 
+// waitHeap orders waiters by arrival.
 type waitHeap []*waiter
 
 func (h waitHeap) Len() int           { return len(h) }
-func (h waitHeap) Less(i, j int) bool { return before(h[i], h[j]) }
-
-func before(a, b *waiter) bool {
-	if a.score != b.score {
-		return a.score < b.score
-	}
-	return a.seq < b.seq
-}
-func (h waitHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i]; h[i].i = i; h[j].i = j }
-func (h *waitHeap) Push(x any)   { w := x.(*waiter); w.i = len(*h); *h = append(*h, w) }
+func (h waitHeap) Less(i, j int) bool { return h[i].seq < h[j].seq }
+func (h waitHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].i = i; h[j].i = j }
+func (h *waitHeap) Push(x any)        { w := x.(*waiter); w.i = len(*h); *h = append(*h, w) }
 func (h *waitHeap) Pop() any {
 	old := *h
 	w := old[len(old)-1]
@@ -106,45 +100,45 @@ func (p pending) deliver() {
 	}
 }
 
-// leftQueue does a waiter's tenant bookkeeping when it leaves the queue;
-// an emptied backlog forgets the tenant (capping its tag at vtime).
-func (s *Store) leftQueue(w *waiter) {
-	t := fairqueue.TicketFlow(w.id)
-	if t == "" {
-		return
-	}
-	if s.twait[t]--; s.twait[t] <= 0 {
-		delete(s.twait, t)
-		delete(s.tlast, t)
-	}
-}
-
 func (s *Store) alive(node string, now time.Time) bool {
 	exp, ok := s.nodes[node]
 	return ok && !exp.Before(now)
 }
 
-// reapAndDispatch frees expired leases and grants the head of the queue
-// while permits are free, skipping waiters of dead nodes.
+// reapAndDispatch frees expired leases and, while permits are free,
+// grants the FIFO head or the head of the next ready flow, whichever
+// arrived first (both kinds wait only while a reload toggles Fair),
+// dropping waiters of dead nodes.
 func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) {
+	s.inCap = l.MaxInFlightPerTenant
 	for id, exp := range s.holders {
 		if !exp.After(now) {
-			delete(s.holders, id)
+			s.unhold(id, 0)
 			s.expired++
 		}
 	}
-	for len(s.holders) < l.Permits && s.waiting.Len() > 0 {
-		w := heap.Pop(&s.waiting).(*waiter)
-		delete(s.index, w.id)
-		s.leftQueue(w)
+	for len(s.holders) < l.Permits {
+		var w *waiter
+		if f := s.next(l.MaxInFlightPerTenant); f != nil && (s.waiting.Len() == 0 || f.q[0].seq < s.waiting[0].seq) {
+			w = f.q[0]
+		} else if s.waiting.Len() > 0 {
+			w = s.waiting[0]
+		} else {
+			break
+		}
+		s.unqueue(w)
 		node := fairqueue.TicketNode(w.id)
 		if !s.alive(node, now) {
+			if w.flow != nil {
+				s.settle(w.flow)
+			}
 			continue
 		}
-		if fairqueue.TicketFlow(w.id) != "" {
-			s.vtime = max(s.vtime, w.score)
-		}
+		_, held := s.holders[w.id]
 		s.holders[w.id] = now.Add(s.leaseOf(node, l.Lease))
+		if w.flow != nil {
+			s.charge(w.flow, w.cost, held)
+		}
 		s.grants++
 		if h := s.handlers[node]; h != nil {
 			out[h] = append(out[h], fairqueue.Grant{Ticket: w.id, No: s.grants, At: now})
@@ -183,52 +177,60 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 		res.Granted = true
 		return res, nil
 	}
+	inCap := t.MaxInFlightPerTenant
 	if w, ok := s.index[t.ID]; ok {
-		res.Position = s.rank(w) + 1
+		res.Position = s.position(w, inCap)
 		return res, nil
 	}
 	s.reapAndDispatch(t.Limits, now, out)
-	tenant := fairqueue.TicketFlow(t.ID)
-	free := s.waiting.Len() == 0 && len(s.holders) < t.Permits
-	if !free && ((t.MaxQueue > 0 && s.waiting.Len() >= t.MaxQueue) ||
-		(tenant != "" && t.MaxQueuePerTenant > 0 && s.twait[tenant] >= t.MaxQueuePerTenant)) {
-		res.Full, res.Position = true, s.waiting.Len()+1
+	name := fairqueue.TicketFlow(t.ID)
+	free := len(s.holders) < t.Permits && s.waiting.Len() == 0 && s.next(inCap) == nil
+	var f *flow
+	if name != "" {
+		f = s.flows[name]
+		free = free && (inCap <= 0 || s.tenantIn[flowTenant(name)] < inCap)
+	}
+	if !free && ((t.MaxQueue > 0 && len(s.index) >= t.MaxQueue) ||
+		(f != nil && t.MaxQueuePerTenant > 0 && f.q.Len() >= t.MaxQueuePerTenant)) {
+		res.Full, res.Position = true, len(s.index)+1
 		return res, nil
 	}
 	s.seq++
 	res.Seq = s.seq
-	score := float64(s.seq)
-	if tenant != "" {
-		score = max(s.vtime, s.tlast[tenant]) + t.Cost
-	}
 	if free {
 		s.holders[t.ID] = now.Add(t.Lease)
-		if tenant != "" {
-			s.vtime = max(s.vtime, score)
+		if name != "" {
+			s.charge(s.arrive(name, inCap), t.Cost, false)
 		}
 		s.grants++
 		res.Granted, res.GrantNo, res.Grants = true, s.grants, s.grants
 		return res, nil
 	}
-	w := &waiter{id: t.ID, score: score, seq: s.seq}
+	w := &waiter{id: t.ID, seq: s.seq, cost: t.Cost}
+	res.Grants = s.grants
+	if name != "" {
+		res.Position = s.enqueue(w, name, inCap)
+		return res, nil
+	}
 	heap.Push(&s.waiting, w)
 	s.index[t.ID] = w
-	if tenant != "" {
-		s.tlast[tenant] = score
-		s.twait[tenant]++
-	}
-	res.Position, res.Grants = s.rank(w)+1, s.grants
+	res.Position = len(s.index) // every other waiter arrived before it
 	return res, nil
 }
 
-// rank counts the waiters ahead of w: O(n) (FIFO: O(1), w is last).
-func (s *Store) rank(w *waiter) int {
-	if fairqueue.TicketFlow(w.id) == "" && s.waiting.Len() > 0 && w.seq == s.seq {
-		return s.waiting.Len() - 1
+// position is the number of waiters ahead of w plus one: a FIFO waiter
+// counts those that arrived before it (O(1) for the newest), a fair one
+// estimates it (fairPosition).
+func (s *Store) position(w *waiter, inCap int) int {
+	if w.flow != nil {
+		return s.fairPosition(w, inCap)
 	}
-	n := 0
-	for _, o := range s.waiting {
-		if before(o, w) {
+	if w.seq == s.seq {
+		return len(s.index)
+	}
+	n := 1
+	for _, o := range s.index {
+		if o.seq < w.seq {
 			n++
 		}
 	}
@@ -241,7 +243,7 @@ func (s *Store) Release(_ context.Context, t fairqueue.TicketArgs) error {
 	defer out.deliver()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.holders, t.ID)
+	s.unhold(t.ID, t.Correction)
 	s.reapAndDispatch(t.Limits, s.now(), out)
 	return nil
 }
@@ -257,11 +259,12 @@ func (s *Store) Cancel(_ context.Context, t fairqueue.TicketArgs) error {
 		s.gone[t.ID] = now.Add(time.Minute)
 	}
 	if w, ok := s.index[t.ID]; ok {
-		heap.Remove(&s.waiting, w.i)
-		delete(s.index, t.ID)
-		s.leftQueue(w)
+		s.unqueue(w)
+		if w.flow != nil {
+			s.settle(w.flow)
+		}
 	}
-	delete(s.holders, t.ID)
+	s.unhold(t.ID, 0)
 	s.reapAndDispatch(t.Limits, now, out)
 	return nil
 }
@@ -293,6 +296,7 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 			s.holders[id] = now.Add(hb.Lease)
 		} else if !rejoined {
 			s.holders[id] = now.Add(hb.Lease)
+			s.heldAgain(id)
 			res.Readded = append(res.Readded, id)
 		}
 	}
@@ -303,9 +307,12 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 		}
 	}
 	for _, id := range hb.Adopt {
+		if _, ok := s.holders[id]; !ok {
+			s.heldAgain(id)
+		}
 		s.holders[id] = now.Add(hb.Lease)
 	}
-	res.Cluster = fairqueue.ClusterView{Waiting: s.waiting.Len(), Holders: len(s.holders), LeaseExpirations: s.expired}
+	res.Cluster = fairqueue.ClusterView{Waiting: len(s.index), Holders: len(s.holders), LeaseExpirations: s.expired}
 	for _, exp := range s.nodes {
 		if !exp.Before(now) {
 			res.Cluster.Nodes++
@@ -327,13 +334,14 @@ func (s *Store) Reconcile(_ context.Context, node string, l fairqueue.Limits) (f
 	defer s.mu.Unlock()
 	now := s.now()
 	s.reapAndDispatch(l, now, out)
+	s.pruneIdle()
 	for n, exp := range s.nodes {
 		if exp.Before(now) {
 			delete(s.nodes, n)
 			delete(s.members, n)
 		}
 	}
-	res := fairqueue.ReconcileResult{Epoch: s.epoch, Grants: s.grants, Waiting: s.waiting.Len()}
+	res := fairqueue.ReconcileResult{Epoch: s.epoch, Grants: s.grants, Waiting: len(s.index)}
 	for id := range s.holders {
 		if fairqueue.TicketNode(id) == node {
 			res.Holders = append(res.Holders, id)
@@ -350,13 +358,14 @@ func (s *Store) Leave(_ context.Context, node string, l fairqueue.Limits) error 
 	defer s.mu.Unlock()
 	for id := range s.holders {
 		if fairqueue.TicketNode(id) == node {
-			delete(s.holders, id)
+			s.unhold(id, 0)
 		}
 	}
 	delete(s.nodes, node)
 	delete(s.members, node)
 	delete(s.handlers, node)
 	s.reapAndDispatch(l, s.now(), out)
+	s.pruneIdle()
 	return nil
 }
 
