@@ -127,3 +127,38 @@ func vtime(t *testing.T, rdb *redis.Client, s *redisstore.Store) float64 {
 	require.NoError(t, err)
 	return v
 }
+
+// While a reload turns fair queueing on or off, FIFO and fair tickets
+// wait together: they are served by arrival, each kind in its order.
+func TestFIFOAndFairTicketsTogetherAreServedByArrival(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	s := redisstore.New(rdb, "mixed", redisstore.Options{})
+	ctx := context.Background()
+	require.NoError(t, s.Open(ctx, "n1", nopHandler{}))
+	defer s.Close()
+	l := fairqueue.Limits{Permits: 1, Lease: 10 * time.Second}
+	args := func(id string) fairqueue.TicketArgs {
+		return fairqueue.TicketArgs{ID: id, Node: "n1", Limits: l, Cost: 1}
+	}
+	first := args("n1:1")
+	_, err := s.Acquire(ctx, first)
+	require.NoError(t, err)
+	order := []string{"n1:2", "n1:3:aaaa.0", "n1:4", "n1:5:bbbb.0", "n1:6:aaaa.0", "n1:7"}
+	for _, id := range order {
+		r, err := s.Acquire(ctx, args(id))
+		require.NoError(t, err)
+		require.False(t, r.Granted, id)
+	}
+	assert.Len(t, readState(t, rdb, "mixed").Waiting, len(order))
+	held := first
+	var got []string
+	for range order {
+		require.NoError(t, s.Release(ctx, held))
+		h := readState(t, rdb, "mixed").Holders
+		require.Len(t, h, 1)
+		got = append(got, h[0])
+		held = args(h[0])
+	}
+	assert.Equal(t, order, got)
+}

@@ -20,14 +20,16 @@ end
 -- nobody may be served.
 local function next_waiter()
   local r, flow, seq, m = best_fair()
+  if not r then -- FIFO only: one call
+    return redis.call('ZPOPMIN', K.waiting)[1]
+  end
   local h = redis.call('ZRANGE', K.waiting, 0, 0, 'WITHSCORES')
-  if r and (#h == 0 or seq < tonumber(h[2])) then
+  if #h == 0 or seq < tonumber(h[2]) then
     redis.call('ZREM', K.fready, r)
     take(m)
     local _, _, cost, id = parse(m)
     return id, flow, cost
   end
-  if #h == 0 then return nil end
   redis.call('ZREM', K.waiting, h[1])
   return h[1]
 end
