@@ -162,3 +162,34 @@ func TestFIFOAndFairTicketsTogetherAreServedByArrival(t *testing.T) {
 	}
 	assert.Equal(t, order, got)
 }
+
+// The permits a tenant holds are recounted from the holders at each
+// reconcile: a count that drifted above the truth (bookkeeping lost in a
+// failover, an operator's edit) would keep a capped tenant waiting for
+// releases that never come.
+func TestReconcileRecountsATenantsPermitsFromTheHolders(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	s := redisstore.New(rdb, "recount", redisstore.Options{})
+	ctx := context.Background()
+	require.NoError(t, s.Open(ctx, "n1", nopHandler{}))
+	defer s.Close()
+	l := fairqueue.Limits{Permits: 2, Lease: 10 * time.Second, MaxInFlightPerTenant: 1}
+	a1 := fairqueue.TicketArgs{ID: "n1:1:aaaa.0", Node: "n1", Limits: l, Cost: 1}
+	a2 := fairqueue.TicketArgs{ID: "n1:2:aaaa.1", Node: "n1", Limits: l, Cost: 1}
+	r, err := s.Acquire(ctx, a1)
+	require.NoError(t, err)
+	require.True(t, r.Granted)
+	r, err = s.Acquire(ctx, a2)
+	require.NoError(t, err)
+	require.False(t, r.Granted, "the tenant is at its cap")
+	require.NoError(t, rdb.HSet(ctx, s.Tag()+":finf", "aaaa", 3, "aaaa.0", 3).Err()) // the drift
+	require.NoError(t, s.Release(ctx, a1))
+	assert.Empty(t, readState(t, rdb, "recount").Holders, "counted as holding 2 more, the tenant waits")
+	_, err = s.Reconcile(ctx, "n1", l)
+	require.NoError(t, err)
+	assert.Equal(t, []string{a2.ID}, readState(t, rdb, "recount").Holders, "recounted, it is served")
+	inf, err := rdb.HGetAll(ctx, s.Tag()+":finf").Result()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"aaaa": "1", "aaaa.1": "1"}, inf)
+}

@@ -226,3 +226,40 @@ local function fposition(flow, m)
   local rank = redis.call('ZRANK', K.fready, ready_key(flow, head_of(flow))) or nready
   return math.min(waiting(), ahead * math.max(nready, 1) + rank + 1)
 end
+
+-- recount rebuilds the permits held per flow and tenant from the holders,
+-- the truth, should the two ever disagree (bookkeeping lost with a
+-- failover or an operator's edit): a tenant counted above its real use
+-- would wait for releases that never come. O(holders), about the permits.
+local function recount()
+  local want = {}
+  for _, id in ipairs(redis.call('ZRANGE', K.holders, 0, -1)) do
+    local flow = flow_of(id)
+    if flow then
+      local tenant = tenant_of(flow)
+      want[flow] = (want[flow] or 0) + 1
+      want[tenant] = (want[tenant] or 0) + 1
+    end
+  end
+  local have = redis.call('HGETALL', K.finf)
+  local wrong = {}
+  for i = 1, #have, 2 do
+    local k, n = have[i], tonumber(have[i + 1])
+    if want[k] ~= n then wrong[#wrong + 1] = k end
+    want[k] = want[k] or 0
+  end
+  for k, n in pairs(want) do
+    if redis.call('HEXISTS', K.finf, k) == 0 and n > 0 then wrong[#wrong + 1] = k end
+  end
+  for _, k in ipairs(wrong) do
+    if want[k] > 0 then
+      redis.call('HSET', K.finf, k, want[k])
+    else
+      redis.call('HDEL', K.finf, k)
+    end
+  end
+  for _, k in ipairs(wrong) do
+    local tenant = tenant_of(k)
+    for b = 0, MAXBAND do refresh(tenant .. '.' .. b) end
+  end
+end

@@ -1,4 +1,5 @@
--- reconcile: a node's periodic safety net. Frees expired leases and
+-- reconcile: a node's periodic safety net. Frees expired leases,
+-- recounts the permits each tenant holds from the holders (fair.lua),
 -- dispatches (permits freed by expiry have no releaser), forgets dead
 -- nodes, expired tombstones and idle flows' counters the virtual time
 -- has passed, and lists the node's holders so it can find grants whose
@@ -10,6 +11,7 @@
 -- (own grants: {ticket, grant no, ...} made to the node by this call).
 -- Idempotent: a second run finds nothing more to free or dispatch.
 reap()
+recount()
 local own = dispatch(ARGV[1])
 forget_dead()
 redis.call('ZREMRANGEBYSCORE', K.gone, '-inf', now)
