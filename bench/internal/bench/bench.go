@@ -160,6 +160,9 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		b.res.Systems = append(b.res.Systems, b.measureSystem(ctx, spec))
 	}
 	b.runWaiters(ctx)
+	if len(opts.Systems) == 0 || slices.Contains(opts.Systems, "fairness") {
+		b.runFairness(ctx)
+	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}

@@ -110,9 +110,10 @@ func evaluate(res *Results) []Check {
 				w.IdleCmdsPerS, w.Queued, w.BaseCmdsPerS, w.BaseWaiters), verdict(ok))
 		}
 	}
+	checks = append(checks, fairnessChecks(res.Fairness)...)
 	// One block per target, in the order of the issue.
 	order := []string{TargetThroughput, TargetFastPath, TargetHandoff, TargetFastScripts,
-		TargetQueueScripts, TargetConcurrency, TargetRSS, TargetRSS64, TargetIdle}
+		TargetQueueScripts, TargetConcurrency, TargetRSS, TargetRSS64, TargetIdle, TargetFairTime, TargetFairTokens}
 	slices.SortStableFunc(checks, func(a, b Check) int {
 		return slices.Index(order, a.Target) - slices.Index(order, b.Target)
 	})

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -123,6 +124,12 @@ func markdown(res *Results, opts Options, plots []string) string {
 			x.UpstreamMax, x.Served, x.Failed, x.Rejected, oneLine(note, 160))
 	}
 
+	fairPlot := ""
+	if slices.Contains(plots, PlotFairness) {
+		fairPlot = plotLink(opts, PlotFairness)
+	}
+	fairnessMarkdown(&b, res.Fairness, fairPlot)
+
 	if len(plots) > 0 {
 		w("\n## Plots\n\nWritten to `%s/` (not committed: run the bench to see them):\n\n", filepath.ToSlash(opts.OutDir))
 		for _, p := range plots {
@@ -197,4 +204,16 @@ func version(line, marker string) string {
 		return f[0]
 	}
 	return ""
+}
+
+// plotLink is the path of plot file as a link from the report: relative
+// to the report's directory when both paths are.
+func plotLink(opts Options, file string) string {
+	p := filepath.Join(opts.OutDir, file)
+	if opts.Markdown != "" {
+		if rel, err := filepath.Rel(filepath.Dir(opts.Markdown), p); err == nil {
+			p = rel
+		}
+	}
+	return filepath.ToSlash(p)
 }

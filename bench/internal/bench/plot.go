@@ -107,7 +107,11 @@ func writePlots(res *Results, dir string) ([]string, error) {
 		}
 		written = append(written, PlotWaitVsRate)
 	}
-	return written, nil
+	ok, err := writeFairnessPlot(res.Fairness, filepath.Join(dir, PlotFairness))
+	if ok {
+		written = append(written, PlotFairness)
+	}
+	return written, err
 }
 
 // addLine adds a solid line in the i-th color, with a legend entry.

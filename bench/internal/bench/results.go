@@ -18,6 +18,8 @@ type Results struct {
 	Systems []*System `json:"systems"`
 	// Waiters holds the many-waiters measurements.
 	Waiters []*WaiterRun `json:"waiters"`
+	// Fairness is the fairness scenario: tenants' shares per queue mode.
+	Fairness *Fairness `json:"fairness,omitempty"`
 	// Checks are the targets of the benchmark issue, each pass/fail/n/a.
 	Checks []Check `json:"checks"`
 }

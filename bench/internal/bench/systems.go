@@ -35,6 +35,10 @@ type Spec struct {
 	// reference of a fair_queue system with as many nodes (the latency
 	// a queue adds is measured against the same topology without it).
 	BaselineOnly bool `json:"baseline_only,omitempty"`
+	// Tenant and Cost set fair_queue's tenant and cost (the fairness
+	// scenario); empty: strict FIFO, the default cost.
+	Tenant string `json:"tenant,omitempty"`
+	Cost   string `json:"cost,omitempty"`
 }
 
 // Limited reports whether the system holds the upstream to the permits.
@@ -193,6 +197,12 @@ func (e *Env) caddyConfig(listen string, spec Spec, queue string) ([]byte, error
 			"permits":  e.Permits,
 			"max_wait": e.MaxWait.String(),
 			"max_body": 1 << 20,
+		}
+		if spec.Tenant != "" {
+			fq["tenant"] = spec.Tenant
+		}
+		if spec.Cost != "" {
+			fq["cost"] = spec.Cost
 		}
 		if spec.Redis {
 			fq["redis"] = map[string]any{"url": "redis://" + e.RedisAddr + "/0"}
