@@ -51,10 +51,18 @@ type NodeInfo struct {
 	ExpiresIn time.Duration `json:"expires_in"`
 }
 
-// FlowInfo is one flow's backlog.
+// FlowInfo is one flow's backlog and use (a flow is a tenant, hashed, in
+// one priority band: "<tenant key>.<band>").
 type FlowInfo struct {
 	Flow    string `json:"flow"`
 	Waiting int    `json:"waiting"`
+	// Held is the number of permits the flow's requests hold.
+	Held int `json:"held"`
+	// Usage is the flow's usage counter minus the queue's virtual time,
+	// in cost units divided by weight: above 0, the flow has used more
+	// than the least-served flows waiting; the least usage is served
+	// first.
+	Usage float64 `json:"usage"`
 }
 
 // Inspect returns the queue's live state from the store, or

@@ -78,7 +78,7 @@ func (s *Store) Inspect(_ context.Context, head, flows int) (fairqueue.Snapshot,
 	}
 	for _, f := range s.flows {
 		if f.q.Len() > 0 {
-			snap.Flows = append(snap.Flows, fairqueue.FlowInfo{Flow: f.name, Waiting: f.q.Len()})
+			snap.Flows = append(snap.Flows, fairqueue.FlowInfo{Flow: f.name, Waiting: f.q.Len(), Held: f.inflight, Usage: f.counter - s.vtime})
 		}
 	}
 	slices.SortFunc(snap.Flows, func(a, b fairqueue.FlowInfo) int {

@@ -69,9 +69,14 @@ func decodeInspect(v []any) (fairqueue.Snapshot, error) {
 	pairs(v[3], func(id string, ms int64) {
 		snap.Nodes = append(snap.Nodes, fairqueue.NodeInfo{ID: id, Alive: ms >= 0, ExpiresIn: time.Duration(ms) * time.Millisecond})
 	})
-	pairs(v[4], func(flow string, n int64) {
-		snap.Flows = append(snap.Flows, fairqueue.FlowInfo{Flow: flow, Waiting: int(n)})
-	})
+	for _, f := range asList(v[4]) {
+		if f := asList(f); len(f) == 4 {
+			name, _ := f[0].(string)
+			usage, _ := f[3].(string)
+			u, _ := strconv.ParseFloat(usage, 64)
+			snap.Flows = append(snap.Flows, fairqueue.FlowInfo{Flow: name, Waiting: int(toInt(f[1])), Held: int(toInt(f[2])), Usage: u})
+		}
+	}
 	return snap, nil
 }
 

@@ -50,6 +50,10 @@ func inspect(t *testing.T, h Harness) {
 	require.Len(t, snap.Flows, 2)
 	assert.Equal(t, 2, snap.Flows[0].Waiting, "the busiest flow first")
 	assert.Equal(t, fairqueue.TenantKey("b")+".0", snap.Flows[0].Flow)
+	// a holds the permit and was charged its cost, 1; b, new, starts
+	// at the least usage of the flows waiting: a's.
+	assert.Equal(t, fairqueue.FlowInfo{Flow: fairqueue.TenantKey("b") + ".0", Waiting: 2, Held: 0, Usage: 1}, snap.Flows[0])
+	assert.Equal(t, fairqueue.FlowInfo{Flow: fairqueue.TenantKey("a") + ".0", Waiting: 1, Held: 1, Usage: 1}, snap.Flows[1])
 }
 
 func fastPath(t *testing.T, h Harness) {

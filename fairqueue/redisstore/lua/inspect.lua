@@ -2,7 +2,8 @@
 -- KEYS: the common layout (K, see common.lua).
 -- ARGV: 1 unused, 2-6 common, 7 how many head tickets, 8 how many flows.
 -- Returns {waiting, {head tickets}, {holder, ms left, ...},
---   {node, ms left, ...}, {flow, waiting, ...} (busiest first), grants}.
+--   {node, ms left, ...}, {{flow, waiting, held, usage}, ...} (busiest
+--   first; usage: its counter minus the virtual time), grants}.
 --   The head lists the ready flows' first tickets, least usage first,
 --   then the FIFO tickets in order.
 -- Idempotent: it writes nothing.
@@ -37,8 +38,9 @@ local f = redis.call('HGETALL', K.twait)
 for i = 1, #f, 2 do flows[#flows + 1] = {f[i], tonumber(f[i + 1])} end
 table.sort(flows, function(a, b) return a[2] > b[2] end)
 local top = {}
+local v = vtime()
 for i = 1, math.min(#flows, tonumber(ARGV[8])) do
-  top[#top + 1] = flows[i][1]
-  top[#top + 1] = flows[i][2]
+  local flow = flows[i][1]
+  top[#top + 1] = {flow, flows[i][2], tonumber(redis.call('HGET', K.finf, flow) or '0'), num((counter(flow) or v) - v)}
 end
 return {waiting(), head, holders, nodes, top, grants()}
