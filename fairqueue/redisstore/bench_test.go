@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -120,59 +121,70 @@ func BenchmarkHandoff(b *testing.B) {
 
 // BenchmarkQueuedRequest: a closed loop of clients on three nodes keeps
 // `waiters` tickets queued behind 4 permits; each op is one request that
-// waited its turn. Script calls per request must not grow with the queue.
+// waited its turn. Script calls per request must not grow with the queue,
+// in FIFO order or fair across 100 tenants.
 func BenchmarkQueuedRequest(b *testing.B) {
-	for _, waiters := range []int{100, 5000} {
-		b.Run("waiters="+strconv.Itoa(waiters), func(b *testing.B) {
-			srv := redistest.Start(b)
-			cfg := fairqueue.Config{Permits: 4, MaxWait: 10 * time.Minute}
-			var nodes []*node
-			for range 3 {
-				nodes = append(nodes, newNode(b, srv, "queued", cfg))
-				p, _ := nodes[len(nodes)-1].q.Acquire(context.Background(), fairqueue.Request{})
+	for _, fair := range []bool{false, true} {
+		for _, waiters := range []int{100, 5000} {
+			b.Run(fmt.Sprintf("fair=%t/waiters=%d", fair, waiters), func(b *testing.B) {
+				benchQueued(b, fair, waiters)
+			})
+		}
+	}
+}
+
+func benchQueued(b *testing.B, fair bool, waiters int) {
+	srv := redistest.Start(b)
+	cfg := fairqueue.Config{Permits: 4, MaxWait: 10 * time.Minute, Fair: fair}
+	var nodes []*node
+	for range 3 {
+		nodes = append(nodes, newNode(b, srv, "queued", cfg))
+		p, _ := nodes[len(nodes)-1].q.Acquire(context.Background(), fairqueue.Request{})
+		p.Release()
+	}
+	admin := srv.Client(b)
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	ctx, stop := context.WithCancel(context.Background())
+	start := make(chan struct{})
+	for i := range waiters + 4 {
+		wg.Add(1)
+		go func(n *node, tenant string) {
+			defer wg.Done()
+			<-start
+			for ctx.Err() == nil {
+				p, err := n.q.Acquire(ctx, fairqueue.Request{Tenant: tenant})
+				if err != nil {
+					return
+				}
+				done.Add(1)
 				p.Release()
 			}
-			admin := srv.Client(b)
-			var done atomic.Int64
-			var wg sync.WaitGroup
-			ctx, stop := context.WithCancel(context.Background())
-			start := make(chan struct{})
-			for i := range waiters + 4 {
-				wg.Add(1)
-				go func(n *node) {
-					defer wg.Done()
-					<-start
-					for ctx.Err() == nil {
-						p, err := n.q.Acquire(ctx, fairqueue.Request{})
-						if err != nil {
-							return
-						}
-						done.Add(1)
-						p.Release()
-					}
-				}(nodes[i%3])
-			}
-			close(start)
-			// Let the queue fill before measuring.
-			for admin.ZCard(context.Background(), "{fair_queue:queued}:waiting").Val() < int64(waiters*9/10) {
-				time.Sleep(5 * time.Millisecond)
-			}
-			s0, a0 := commandStats(b, admin)
-			d0 := done.Load()
-			b.ResetTimer()
-			for done.Load()-d0 < int64(b.N) {
-				time.Sleep(time.Millisecond)
-			}
-			b.StopTimer()
-			s1, a1 := commandStats(b, admin)
-			n := done.Load() - d0
-			stop()
-			for _, nd := range nodes {
-				nd.q.RejectWaiters()
-			}
-			wg.Wait()
-			b.ReportMetric(float64(s1-s0-1)/float64(n), "scripts/op")
-			b.ReportMetric(float64(a1-a0-1)/float64(n), "cmds/op")
-		})
+		}(nodes[i%3], strconv.Itoa(i%100))
 	}
+	close(start)
+	// Let the queue fill before measuring.
+	queued := func() int64 {
+		return admin.ZCard(context.Background(), "{fair_queue:queued}:waiting").Val() +
+			admin.HLen(context.Background(), "{fair_queue:queued}:fticket").Val()
+	}
+	for queued() < int64(waiters*9/10) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	s0, a0 := commandStats(b, admin)
+	d0 := done.Load()
+	b.ResetTimer()
+	for done.Load()-d0 < int64(b.N) {
+		time.Sleep(time.Millisecond)
+	}
+	b.StopTimer()
+	s1, a1 := commandStats(b, admin)
+	n := done.Load() - d0
+	stop()
+	for _, nd := range nodes {
+		nd.q.RejectWaiters()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(s1-s0-1)/float64(n), "scripts/op")
+	b.ReportMetric(float64(a1-a0-1)/float64(n), "cmds/op")
 }

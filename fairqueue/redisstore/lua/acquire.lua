@@ -40,20 +40,21 @@ if rank then
   return answer('queued', 0, 0, rank + 1)
 end
 local flow = flow_of(id) -- a tenant in one band
-local m = redis.call('HGET', K.fticket, id)
+local m = flow and redis.call('HGET', K.fticket, id)
 if m then
   return answer('queued', 0, 0, fposition(flow, m))
 end
 reap()
-local own = dispatch(node)
-local n = waiting()
-local free = redis.call('ZCARD', K.holders) < permits and redis.call('ZCARD', K.waiting) == 0 and
-  redis.call('ZCARD', K.fready) == 0 and not (flow and capped(tenant_of(flow)))
+local own, idle = dispatch(node)
+local free = idle and not (flow and capped(tenant_of(flow)))
 if not free then
   local cap, fcap = tonumber(ARGV[10]), tonumber(ARGV[11])
-  if (cap > 0 and n >= cap) or
-     (flow and fcap > 0 and tonumber(redis.call('HGET', K.twait, flow) or '0') >= fcap) then
-    return answer('full', 0, 0, n + 1, own)
+  if cap > 0 or (flow and fcap > 0) then
+    local n = waiting()
+    if (cap > 0 and n >= cap) or
+       (flow and fcap > 0 and tonumber(redis.call('HGET', K.twait, flow) or '0') >= fcap) then
+      return answer('full', 0, 0, n + 1, own)
+    end
   end
 end
 local seq = redis.call('INCR', K.seq)

@@ -13,4 +13,4 @@ end
 if redis.call('ZREM', K.waiting, id) == 0 then unqueue(id) end
 if redis.call('ZREM', K.holders, id) == 1 then unheld(id, 0) end
 reap()
-return dispatch(owner_of(id))
+return (dispatch(owner_of(id)))

@@ -40,13 +40,16 @@ end
 -- returned instead ({ticket, grant no, ...}), so the caller wakes its own
 -- waiters without a Pub/Sub round trip. Waiters of dead nodes are dropped
 -- on the way (at most 1000 a call, to bound the script).
+-- Also returns idle: true when a permit is still free and nobody waiting
+-- may be served (no FIFO waiter, no ready flow), so the caller's fast
+-- path needs no more calls to know it.
 local function dispatch(self)
   local free = permits - redis.call('ZCARD', K.holders)
   local skipped = 0
   local own = {}
   while free > 0 do
     local id, flow, cost = next_waiter()
-    if not id then break end
+    if not id then return own, true end
     local owner = owner_of(id)
     if alive(owner) then
       if flow then charge(flow, cost) end
@@ -66,5 +69,5 @@ local function dispatch(self)
     if flow then refresh(flow) end
     if skipped >= 1000 then break end
   end
-  return own
+  return own, false
 end

@@ -12,7 +12,7 @@
 -- Idempotent: a second run finds nothing more to free or dispatch.
 reap()
 recount()
-local own = dispatch(ARGV[1])
+local own = (dispatch(ARGV[1]))
 forget_dead()
 redis.call('ZREMRANGEBYSCORE', K.gone, '-inf', now)
 redis.call('ZREMRANGEBYSCORE', K.fidle, '-inf', num(vtime()))

@@ -8,4 +8,4 @@
 -- Idempotent: releasing a ticket that holds nothing only dispatches.
 if redis.call('ZREM', K.holders, ARGV[1]) == 1 then unheld(ARGV[1], tonumber(ARGV[7])) end
 reap()
-return dispatch(owner_of(ARGV[1]))
+return (dispatch(owner_of(ARGV[1])))
