@@ -2,7 +2,9 @@ package caddyfairqueue
 
 import (
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -41,11 +43,15 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    tenant        <placeholders>       # e.g. {http.request.header.Authorization}; hashed, cut at 1KiB
 //	    weight        <tenant value> <w>   # repeatable; 0.01-1000, default 1; requires tenant
 //	    weight_placeholder <placeholders>  # a number per request, for tenants without a weight line
-//	    cost          max_tokens [<max>]   # cost = the body's max_tokens, 1 to max (default 32768); default cost 1
+//	    cost          requests|max_tokens [<max>]|time|tokens [<max>]   # what a request is charged; default requests (1 each)
+//	                                       # max_tokens: the body's max_tokens, 1 to max (default 32768)
+//	                                       # time: the seconds the permit is held (estimated, corrected at release)
+//	                                       # tokens: body bytes/4 + max_tokens (1024 if none), 1 to max; corrected to usage.total_tokens
 //	    priority      <placeholders>       # band 0 (default) to 3
 //	    priority_factor <n>                # default 8, at least 2
 //	    max_queue     <n>                  # waiting requests, cluster-wide; beyond: 429 queue_full. default 0: no cap
 //	    max_queue_per_tenant <n>           # per tenant and band; requires tenant. default 0: no cap
+//	    max_in_flight_per_tenant <n>       # permits one tenant holds at once, cluster-wide; requires tenant or priority. default 0: no cap
 //
 //	    # no redis block: the queue lives in this process only
 //	    redis [<url>] {
@@ -108,18 +114,19 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"weight": pairOpt(&h.Weights, "weight: tenant value", func(d *caddyfile.Dispenser, _, w string) (float64, error) {
 			return parseFloatArg(d, "weight", w, minWeight, maxWeight)
 		}),
-		"weight_placeholder":   opt(&h.WeightPlaceholder, stringArg),
-		"cost":                 h.parseCost,
-		"priority":             opt(&h.Priority, stringArg),
-		"priority_factor":      opt(&h.PriorityFactor, floatArg(2, math.Inf(1))),
-		"max_queue":            opt(&h.MaxQueue, intArg(0)),
-		"max_queue_per_tenant": opt(&h.MaxQueuePerTenant, intArg(0)),
-		"on_store_error":       checkedOpt(&h.OnStoreError, checkOnStoreError),
-		"local_permits":        opt(&h.LocalPermits, intArg(1)),
-		"redis":                opt(&h.Redis, parseRedis),
-		"sse_keepalive":        opt(&h.SSEKeepalive, durationArg(minSSEKeepalive)),
-		"sse_queue_events":     flagOpt(&h.SSEQueueEvents),
-		"reject_stream":        opt(&h.RejectStream, parseRejectStream),
+		"weight_placeholder":       opt(&h.WeightPlaceholder, stringArg),
+		"cost":                     h.parseCost,
+		"priority":                 opt(&h.Priority, stringArg),
+		"priority_factor":          opt(&h.PriorityFactor, floatArg(2, math.Inf(1))),
+		"max_queue":                opt(&h.MaxQueue, intArg(0)),
+		"max_queue_per_tenant":     opt(&h.MaxQueuePerTenant, intArg(0)),
+		"max_in_flight_per_tenant": opt(&h.MaxInFlightPerTenant, intArg(0)),
+		"on_store_error":           checkedOpt(&h.OnStoreError, checkOnStoreError),
+		"local_permits":            opt(&h.LocalPermits, intArg(1)),
+		"redis":                    opt(&h.Redis, parseRedis),
+		"sse_keepalive":            opt(&h.SSEKeepalive, durationArg(minSSEKeepalive)),
+		"sse_queue_events":         flagOpt(&h.SSEQueueEvents),
+		"reject_stream":            opt(&h.RejectStream, parseRejectStream),
 		"reject": func(d *caddyfile.Dispenser) error {
 			rc, err := parseReject(d)
 			if err != nil {
@@ -145,17 +152,21 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// parseCost parses `cost max_tokens [<max>]`.
+// parseCost parses `cost <mode> [<max>]`: requests, max_tokens [<max>],
+// time or tokens [<max>].
 func (h *Handler) parseCost(d *caddyfile.Dispenser) error {
 	args := d.RemainingArgs()
 	if len(args) < 1 || len(args) > 2 {
 		return d.ArgErr()
 	}
-	if args[0] != CostMaxTokens {
-		return d.Errf("cost: unknown source '%s' (want %s)", args[0], CostMaxTokens)
+	if !slices.Contains(costModes, args[0]) {
+		return d.Errf("cost: unknown mode '%s' (want %s)", args[0], strings.Join(costModes, ", "))
 	}
-	h.Cost = CostMaxTokens
+	h.Cost = args[0]
 	if len(args) == 2 {
+		if !takesMax(h.Cost) {
+			return d.Errf("cost: mode %s takes no max (only %s and %s do)", h.Cost, CostMaxTokens, CostTokens)
+		}
 		n, err := strconv.Atoi(args[1])
 		if err != nil {
 			return d.Errf("cost: max '%s' is not an integer", args[1])

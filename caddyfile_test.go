@@ -36,6 +36,7 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 		priority_factor 4
 		max_queue 100
 		max_queue_per_tenant 10
+		max_in_flight_per_tenant 3
 		redis {
 			url redis://caddy:secret@10.0.0.1:6380/3
 			username other
@@ -63,21 +64,22 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 	}`)
 	require.NoError(t, err)
 	want := &Handler{
-		Name:              "{http.fair_queue.model}",
-		Permits:           8,
-		MaxWait:           caddy.Duration(45 * time.Second),
-		PollInterval:      caddy.Duration(100 * time.Millisecond),
-		MaxBody:           512000,
-		Lease:             caddy.Duration(time.Minute),
-		Tenant:            "{http.request.header.Authorization}",
-		Weights:           map[string]float64{"Bearer gold": 4, "Bearer bronze": 0.5},
-		WeightPlaceholder: "{http.request.header.X-Weight}",
-		Cost:              CostMaxTokens,
-		MaxCost:           4096,
-		Priority:          "{http.request.header.X-Priority}",
-		PriorityFactor:    4,
-		MaxQueue:          100,
-		MaxQueuePerTenant: 10,
+		Name:                 "{http.fair_queue.model}",
+		Permits:              8,
+		MaxWait:              caddy.Duration(45 * time.Second),
+		PollInterval:         caddy.Duration(100 * time.Millisecond),
+		MaxBody:              512000,
+		Lease:                caddy.Duration(time.Minute),
+		Tenant:               "{http.request.header.Authorization}",
+		Weights:              map[string]float64{"Bearer gold": 4, "Bearer bronze": 0.5},
+		WeightPlaceholder:    "{http.request.header.X-Weight}",
+		Cost:                 CostMaxTokens,
+		MaxCost:              4096,
+		Priority:             "{http.request.header.X-Priority}",
+		PriorityFactor:       4,
+		MaxQueue:             100,
+		MaxQueuePerTenant:    10,
+		MaxInFlightPerTenant: 3,
 		Redis: &RedisConfig{
 			URL:          "redis://caddy:secret@10.0.0.1:6380/3",
 			Username:     "other",
@@ -211,7 +213,18 @@ func TestCaddyfileRefusesBadConfigNamingTheOption(t *testing.T) {
 		{"weight placeholder without tenant", "permits 1\nweight_placeholder {http.request.header.W}", "weight_placeholder requires tenant"},
 		{"weight placeholder twice", "permits 1\ntenant x\nweight_placeholder a\nweight_placeholder b", "subdirective 'weight_placeholder' is given twice"},
 		{"cost without source", "permits 1\ntenant x\ncost", "wrong argument count"},
-		{"cost unknown source", "permits 1\ntenant x\ncost prompt_tokens", "cost: unknown source 'prompt_tokens' (want max_tokens)"},
+		{"cost unknown mode", "permits 1\ntenant x\ncost prompt_tokens", "cost: unknown mode 'prompt_tokens' (want requests, max_tokens, time, tokens)"},
+		{"cost time with a max", "permits 1\ntenant x\ncost time 30", "cost: mode time takes no max (only max_tokens and tokens do)"},
+		{"cost requests with a max", "permits 1\ntenant x\ncost requests 5", "cost: mode requests takes no max"},
+		{"cost tokens max zero", "permits 1\ntenant x\ncost tokens 0", "cost: max must be 1 to 1000000, got 0"},
+		{"cost tokens max not a number", "permits 1\ntenant x\ncost tokens many", "cost: max 'many' is not an integer"},
+		{"cost tokens in a FIFO queue", "permits 1\ncost tokens", "cost requires tenant or priority"},
+		{"cost time in a FIFO queue", "permits 1\ncost time", "cost requires tenant or priority"},
+		{"max in flight without tenant", "permits 1\nmax_in_flight_per_tenant 2", "max_in_flight_per_tenant requires tenant or priority"},
+		{"max in flight negative", "permits 1\ntenant x\nmax_in_flight_per_tenant -1", "max_in_flight_per_tenant must be at least 0, got -1"},
+		{"max in flight not a number", "permits 1\ntenant x\nmax_in_flight_per_tenant two", "max_in_flight_per_tenant: 'two' is not an integer"},
+		{"max in flight without value", "permits 1\ntenant x\nmax_in_flight_per_tenant", "wrong argument count"},
+		{"max in flight twice", "permits 1\ntenant x\nmax_in_flight_per_tenant 1\nmax_in_flight_per_tenant 2", "subdirective 'max_in_flight_per_tenant' is given twice"},
 		{"cost max not a number", "permits 1\ntenant x\ncost max_tokens lots", "cost: max 'lots' is not an integer"},
 		{"cost max zero", "permits 1\ntenant x\ncost max_tokens 0", "cost: max must be 1 to 1000000, got 0"},
 		{"cost max too large", "permits 1\ntenant x\ncost max_tokens 1000001", "cost: max must be 1 to 1000000, got 1000001"},

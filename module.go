@@ -33,7 +33,8 @@ const (
 	DefaultName = "default"
 	// DefaultMaxBody is the largest request body read, 8 MiB.
 	DefaultMaxBody = 8 << 20
-	// DefaultMaxCost bounds the cost of one request with cost max_tokens.
+	// DefaultMaxCost bounds the cost of one request with cost max_tokens
+	// or tokens.
 	DefaultMaxCost = 32768
 )
 
@@ -54,9 +55,6 @@ const (
 func checkOnStoreError(policy string) error {
 	return checkOneOf("on_store_error", policy, FailOpen, FailClosed, FailLocal)
 }
-
-// CostMaxTokens is the Cost that reads a request's cost from its body.
-const CostMaxTokens = "max_tokens"
 
 // Handler holds each request in a cluster-wide fair queue until one of
 // the queue's permits is free, then passes it to the next handler
@@ -125,9 +123,9 @@ type Handler struct {
 	// Tenant is a placeholder expression naming who a request is for,
 	// such as {http.request.header.Authorization} or
 	// {http.request.remote.host}. Setting it makes the queue fair across
-	// tenants: FIFO inside each tenant, tenants interleaved (self-clocked
-	// fair queueing) so that one sending ten times the requests of
-	// another does not get ten times the permits. The value is replaced
+	// tenants: FIFO inside each tenant, tenants interleaved by what they
+	// were charged (see Cost) so that one sending ten times the requests
+	// of another does not get ten times the permits. The value is replaced
 	// per request, cut to its first 1 KiB (longer values that share
 	// those bytes are one tenant) and hashed before it reaches the store
 	// or any log; an empty value is one default tenant. Default: none,
@@ -148,16 +146,48 @@ type Handler struct {
 	// 1000. Requires Tenant.
 	WeightPlaceholder string `json:"weight_placeholder,omitempty"`
 
-	// Cost is how much of its tenant's share a request uses: "" (every
-	// request costs 1) or "max_tokens": the top-level max_tokens (or
-	// max_completion_tokens, or max_output_tokens; the largest if
-	// several) of the JSON request body, bounded to 1 to MaxCost. A
-	// request that sets none costs 1. Requires Tenant or Priority.
+	// Cost is what a request is charged to its tenant's share, which
+	// orders the tenants (the backlogged tenant charged the least so far,
+	// per weight, is served next). One of:
+	//
+	//   - "requests" (or "", the default): every request costs 1; tenants
+	//     get equal numbers of grants.
+	//   - "max_tokens": the top-level max_tokens (or
+	//     max_completion_tokens, or max_output_tokens; the largest if
+	//     several) of the JSON request body, bounded to 1 to MaxCost; a
+	//     request that sets none costs 1. Charged at the grant, never
+	//     corrected.
+	//   - "time": the seconds the request holds its permit, from the
+	//     grant to the end of its response (streams included). At the
+	//     grant it is charged an estimate, the moving average
+	//     (alpha 0.2, 1s before the first request; one average per
+	//     handler, started again at each config load) of the holds of
+	//     this handler's recent requests; at the release the charge is
+	//     corrected to the real hold. Takes no MaxCost: a hold is
+	//     charged in full (at most 1000000 s).
+	//   - "tokens": tokens. At the grant, an estimate: the request
+	//     body's size in bytes / 4, rounded up, for the prompt (the
+	//     whole body is counted, messages, tools and JSON alike), plus
+	//     its max_tokens as above (1024 when it sets none), bounded to
+	//     1 to MaxCost. At the release the charge is corrected to the
+	//     response's usage.total_tokens (bounded to MaxCost): from a
+	//     JSON body (Content-Type application/json, up to 1 MiB), or
+	//     from the last server-sent event (Content-Type
+	//     text/event-stream) whose data carries a usage object with
+	//     total_tokens (OpenAI sends one with
+	//     "stream_options":{"include_usage":true}; a Responses API
+	//     event's response.usage counts too; lines longer than 64 KiB
+	//     are skipped). A response without usage, or with a
+	//     Content-Encoding, keeps the estimate. The response is passed
+	//     on as it comes, never held back.
+	//
+	// Requires Tenant or Priority.
 	Cost string `json:"cost,omitempty"`
 
-	// MaxCost bounds the cost of one request with Cost "max_tokens", so
-	// that one request cannot push its tenant far back. Default 32768,
-	// at most 1000000.
+	// MaxCost bounds the cost of one request with Cost "max_tokens" or
+	// "tokens" (with "tokens" both the estimate and the usage charged),
+	// so that one request cannot push its tenant far back. Default
+	// 32768, at most 1000000. Only with those two modes.
 	MaxCost int `json:"max_cost,omitempty"`
 
 	// Priority is a placeholder expression giving a request's priority
@@ -183,6 +213,16 @@ type Handler struct {
 	// priority band; one more is rejected at once with reason
 	// queue_full. Requires Tenant. Default 0: no cap.
 	MaxQueuePerTenant int `json:"max_queue_per_tenant,omitempty"`
+
+	// MaxInFlightPerTenant caps the permits one tenant holds at once,
+	// across the cluster and all its priority bands: its further requests
+	// wait (up to MaxWait, as any other) while other tenants' requests
+	// are served past them, and are served again as soon as one of its
+	// requests ends. With Priority but no Tenant every request is one
+	// tenant, so this caps the queue's running requests below Permits.
+	// Handlers of one config that name one queue must agree on it. Requires
+	// Tenant or Priority. Default 0: no cap.
+	MaxInFlightPerTenant int `json:"max_in_flight_per_tenant,omitempty"`
 
 	// Redis is where the queues live, shared by every Caddy instance that
 	// names the same Redis. Without it each queue lives in this process
@@ -254,6 +294,9 @@ type Handler struct {
 	cleaned  bool
 	borrowed map[engineKey]bool // after cleanup: the queues it held or requests borrowed
 	capOnce  sync.Once          // logs the queue cap once
+
+	hold    holdAverage        // cost time: the estimate of a request's hold
+	charged func(used float64) // tests: sees each Permit.Charge
 }
 
 // Placeholders the handler sets on every request it queues (see Handler;

@@ -57,7 +57,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	streaming := info.stream || wantsEventStream(r)
 	repl.Set(phModel, info.model)
 	repl.Set(phStreaming, streaming)
-	req := h.fairRequest(repl, info)
+	req := h.fairRequest(repl, len(body), info)
 
 	name := h.Name
 	if h.dynamic {
@@ -90,8 +90,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		})
 	}
 	var permit *fairqueue.Permit
-	aborted := false // forwarded, and the upstream's answer did not end normally
+	var granted time.Time  // when Acquire returned the permit
+	var usage *usageWriter // cost tokens: reads the response's usage
+	forwarded := false     // next was called
+	aborted := false       // forwarded, and the upstream's answer did not end normally
 	defer func() {
+		// What the request used, charged as its permit is released
+		// (cost time: the hold ends here, before any abort grace).
+		h.charge(permit, granted, forwarded, usage)
 		if aborted && r.Context().Err() != nil {
 			// The client left while the upstream ran its request.
 			time.Sleep(abortGrace)
@@ -103,6 +109,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	ka := h.startKeepalive(w, streaming, start)
 	req.OnQueued = ka.onQueued()
 	permit, err = e.q.Acquire(r.Context(), req)
+	granted = time.Now()
 	committed := ka.halt()
 	if err != nil {
 		if rej, ok := errors.AsType[*fairqueue.RejectError](err); ok {
@@ -137,7 +144,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	h.record(r, repl, name, outcome, reason, permit.Waited(), permit.Position())
 	// Cleared when next returns normally: reverse_proxy panics on an
 	// aborted stream (relay hides upstream errors: there the context tells).
-	aborted = true
+	aborted, forwarded = true, true
+	if h.Cost == CostTokens && !permit.FailOpen() {
+		// Passes the response on as it comes; reads its usage.
+		usage = newUsageWriter(w)
+		w = usage
+	}
 	if committed {
 		return h.relay(w, r, next, name)
 	}

@@ -31,7 +31,7 @@ func (h *Handler) setDefaults() {
 	h.Lease = cmp.Or(h.Lease, caddy.Duration(fairqueue.DefaultLease))
 	h.MaxBody = cmp.Or(h.MaxBody, DefaultMaxBody)
 	h.OnStoreError = cmp.Or(h.OnStoreError, FailOpen)
-	if h.Cost == CostMaxTokens {
+	if takesMax(h.Cost) {
 		h.MaxCost = cmp.Or(h.MaxCost, DefaultMaxCost)
 	}
 	h.PriorityFactor = cmp.Or(h.PriorityFactor, fairqueue.DefaultPriorityFactor)
@@ -67,12 +67,14 @@ func (h *Handler) validate() error {
 		return fmt.Errorf("weight_placeholder requires tenant")
 	case h.MaxQueuePerTenant != 0 && h.Tenant == "":
 		return fmt.Errorf("max_queue_per_tenant requires tenant")
-	case h.Cost != "" && h.Cost != CostMaxTokens:
-		return fmt.Errorf("cost must be %s, got %q", CostMaxTokens, h.Cost)
+	case h.Cost != "" && !slices.Contains(costModes, h.Cost):
+		return checkOneOf("cost", h.Cost, costModes...)
 	case h.Cost != "" && !h.fair():
 		return fmt.Errorf("cost requires tenant or priority (a FIFO queue has no use for it)")
-	case h.MaxCost != 0 && h.Cost == "":
-		return fmt.Errorf("max_cost requires cost %s", CostMaxTokens)
+	case h.MaxCost != 0 && !takesMax(h.Cost):
+		return fmt.Errorf("max_cost requires cost %s or %s", CostMaxTokens, CostTokens)
+	case h.MaxInFlightPerTenant != 0 && !h.fair():
+		return fmt.Errorf("max_in_flight_per_tenant requires tenant or priority (a FIFO queue has no tenants)")
 	case h.MaxCost < 0 || h.MaxCost > fairqueue.MaxCost:
 		return fmt.Errorf("max_cost must be 1 to %d, got %d", int(fairqueue.MaxCost), h.MaxCost)
 	case h.SSEKeepalive != 0 && time.Duration(h.SSEKeepalive) < minSSEKeepalive:
@@ -130,6 +132,7 @@ type queueSettings struct {
 	priorityFactor    float64
 	maxQueue          int
 	maxQueuePerTenant int
+	maxInFlight       int // per tenant
 }
 
 func (h *Handler) settings() queueSettings {
@@ -144,6 +147,7 @@ func (h *Handler) settings() queueSettings {
 		priorityFactor:    h.PriorityFactor,
 		maxQueue:          h.MaxQueue,
 		maxQueuePerTenant: h.MaxQueuePerTenant,
+		maxInFlight:       h.MaxInFlightPerTenant,
 	}
 }
 
@@ -165,6 +169,7 @@ func (s queueSettings) diff(o queueSettings) string {
 		{"priority_factor", s.priorityFactor, o.priorityFactor},
 		{"max_queue", s.maxQueue, o.maxQueue},
 		{"max_queue_per_tenant", s.maxQueuePerTenant, o.maxQueuePerTenant},
+		{"max_in_flight_per_tenant", s.maxInFlight, o.maxInFlight},
 	} {
 		if f.a != f.b {
 			return fmt.Sprintf("%s (%v and %v)", f.option, f.a, f.b)
@@ -177,15 +182,16 @@ func (s queueSettings) diff(o queueSettings) string {
 // queue's engine adds (its name, logger, observer and fallback store).
 func (s queueSettings) config() fairqueue.Config {
 	cfg := fairqueue.Config{
-		Permits:           s.permits,
-		MaxWait:           s.maxWait,
-		PollInterval:      s.pollInterval,
-		Lease:             s.lease,
-		Fair:              s.fair,
-		PriorityFactor:    s.priorityFactor,
-		MaxQueue:          s.maxQueue,
-		MaxQueuePerTenant: s.maxQueuePerTenant,
-		FailOpen:          s.onStoreError == FailOpen,
+		Permits:              s.permits,
+		MaxWait:              s.maxWait,
+		PollInterval:         s.pollInterval,
+		Lease:                s.lease,
+		Fair:                 s.fair,
+		PriorityFactor:       s.priorityFactor,
+		MaxQueue:             s.maxQueue,
+		MaxQueuePerTenant:    s.maxQueuePerTenant,
+		MaxInFlightPerTenant: s.maxInFlight,
+		FailOpen:             s.onStoreError == FailOpen,
 	}
 	if s.onStoreError == FailLocal {
 		cfg.LocalPermits = s.localPermits

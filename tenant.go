@@ -15,7 +15,7 @@ import (
 // for the engine, and sets the tenant placeholder. A handler without
 // Tenant and Priority queues every request in strict FIFO order: the
 // zero Request.
-func (h *Handler) fairRequest(repl *caddy.Replacer, info bodyInfo) fairqueue.Request {
+func (h *Handler) fairRequest(repl *caddy.Replacer, bodyLen int, info bodyInfo) fairqueue.Request {
 	if !h.fair() {
 		return fairqueue.Request{}
 	}
@@ -28,9 +28,7 @@ func (h *Handler) fairRequest(repl *caddy.Replacer, info bodyInfo) fairqueue.Req
 	if h.Priority != "" {
 		req.Priority = priorityBand(repl.ReplaceAll(h.Priority, ""))
 	}
-	if h.Cost == CostMaxTokens {
-		req.Cost = float64(min(max(info.maxTokens, 1), int64(h.MaxCost)))
-	}
+	req.Cost = h.requestCost(bodyLen, info)
 	return req
 }
 

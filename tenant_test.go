@@ -27,7 +27,7 @@ func fairHandler(t *testing.T, h *Handler) *Handler {
 // resolve runs fairRequest for a request with the given body and headers.
 func resolve(h *Handler, body string, header ...string) (fairqueue.Request, *request) {
 	req := newRequest(context.Background(), body, header...)
-	return h.fairRequest(req.repl, sniffBody([]byte(body))), req
+	return h.fairRequest(req.repl, len(body), sniffBody([]byte(body))), req
 }
 
 func TestWithoutTenantOrPriorityRequestsAreFIFO(t *testing.T) {

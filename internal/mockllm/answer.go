@@ -8,6 +8,11 @@ type answer struct {
 	created int64
 	model   string
 	kind    kind
+	// promptTokens is the usage's prompt_tokens: the request body's size
+	// in bytes / 4, rounded up.
+	promptTokens int
+	// includeUsage: "stream_options":{"include_usage":true} was asked.
+	includeUsage bool
 }
 
 const token = "tok "
@@ -26,12 +31,43 @@ func (a answer) chunk(last bool) map[string]any {
 	} else {
 		choice["text"] = token
 	}
-	return map[string]any{
+	c := map[string]any{
 		"id":      a.id,
 		"object":  object,
 		"created": a.created,
 		"model":   a.model,
 		"choices": []any{choice},
+	}
+	if a.includeUsage {
+		c["usage"] = nil // as OpenAI: null in every chunk but the usage chunk
+	}
+	return c
+}
+
+// usageChunk returns the streamed event that follows the last token when
+// the request asked for include_usage: no choices, the usage of tokens
+// tokens.
+func (a answer) usageChunk(tokens int) map[string]any {
+	object := "text_completion"
+	if a.kind == chatKind {
+		object = "chat.completion.chunk"
+	}
+	return map[string]any{
+		"id":      a.id,
+		"object":  object,
+		"created": a.created,
+		"model":   a.model,
+		"choices": []any{},
+		"usage":   a.usage(tokens),
+	}
+}
+
+// usage is the OpenAI usage object of an answer of tokens tokens.
+func (a answer) usage(tokens int) map[string]int {
+	return map[string]int{
+		"prompt_tokens":     a.promptTokens,
+		"completion_tokens": tokens,
+		"total_tokens":      a.promptTokens + tokens,
 	}
 }
 
@@ -52,10 +88,6 @@ func (a answer) whole(tokens int) map[string]any {
 		"created": a.created,
 		"model":   a.model,
 		"choices": []any{choice},
-		"usage": map[string]int{
-			"prompt_tokens":     0,
-			"completion_tokens": tokens,
-			"total_tokens":      tokens,
-		},
+		"usage":   a.usage(tokens),
 	}
 }

@@ -4,7 +4,12 @@
 // tokens, one per delay, streamed as server-sent events or returned as one
 // JSON object, and it counts what a fair queue in front of it must
 // control: how many completions run at once, how many were served, and in
-// which order clients arrived. Tests start it in-process with
+// which order clients arrived. Answers carry an OpenAI usage object
+// (prompt_tokens: the request body's bytes / 4, rounded up;
+// completion_tokens: the tokens sent): in the JSON answer, and in a
+// last streamed chunk (no choices) when the request sets
+// "stream_options":{"include_usage":true}, as OpenAI does; the other
+// chunks then carry "usage":null. Tests start it in-process with
 // httptest.NewServer(mockllm.New(cfg).Handler()); cmd/mockllm runs it
 // standalone.
 package mockllm
@@ -13,12 +18,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 )
+
+// maxBody is the largest request body read.
+const maxBody = 64 << 20
 
 // Defaults of Config.
 const (
@@ -212,8 +221,11 @@ const (
 
 // completionRequest holds the fields of an OpenAI request the mock reads.
 type completionRequest struct {
-	Model  string `json:"model"`
-	Stream bool   `json:"stream"`
+	Model         string `json:"model"`
+	Stream        bool   `json:"stream"`
+	StreamOptions struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
 }
 
 // outcome is how a completion ended, for the counters.
@@ -235,8 +247,13 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, k kind) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("reading the body: %v", err))
+		return
+	}
 	var req completionRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+	if err := json.Unmarshal(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid JSON body: %v", err))
 		return
 	}
@@ -252,6 +269,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, k kind) {
 		created: time.Now().Unix(),
 		model:   req.Model,
 		kind:    k,
+
+		promptTokens: (len(body) + 3) / 4,
+		includeUsage: req.StreamOptions.IncludeUsage,
 	}
 	if req.Stream {
 		result = s.stream(r.Context(), w, a, tokens, delay)
@@ -302,6 +322,15 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, a answer, to
 			return canceled
 		}
 		if err := rc.Flush(); err != nil {
+			return canceled
+		}
+	}
+	if a.includeUsage {
+		chunk, err := json.Marshal(a.usageChunk(tokens))
+		if err != nil {
+			panic(err) // cannot happen: the types are fixed
+		}
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", chunk); err != nil {
 			return canceled
 		}
 	}

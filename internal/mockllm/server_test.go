@@ -344,3 +344,57 @@ func TestNewAppliesDefaults(t *testing.T) {
 		})
 	}
 }
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+func TestAnswersCarryUsage(t *testing.T) {
+	t.Parallel()
+	_, hs := start(t, Config{Delay: -1})
+	body := `{"model":"m","messages":[{"role":"user","content":"hello there"}]}` // 67 bytes: 17 prompt tokens
+	want := usage{PromptTokens: 17, CompletionTokens: 5, TotalTokens: 22}
+
+	resp := post(t, context.Background(), hs.URL+"/v1/chat/completions", body, HeaderTokens, "5")
+	defer resp.Body.Close()
+	var whole struct {
+		Usage usage `json:"usage"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&whole))
+	assert.Equal(t, want, whole.Usage)
+
+	// Streamed with include_usage: every chunk has "usage":null, then one
+	// without choices carries it, then [DONE].
+	streamed := strings.TrimSuffix(body, "}") + `,"stream":true,"stream_options":{"include_usage":true}}`
+	want.PromptTokens = (len(streamed) + 3) / 4
+	want.TotalTokens = want.PromptTokens + 5
+	resp = post(t, context.Background(), hs.URL+"/v1/chat/completions", streamed, HeaderTokens, "5")
+	defer resp.Body.Close()
+	data := events(t, resp.Body)
+	require.Len(t, data, 7, "5 tokens, the usage chunk, [DONE]")
+	for _, d := range data[:5] {
+		var c map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal([]byte(d), &c))
+		assert.Equal(t, "null", string(c["usage"]), d)
+	}
+	var last struct {
+		Choices []any  `json:"choices"`
+		Usage   *usage `json:"usage"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(data[5]), &last))
+	assert.Empty(t, last.Choices)
+	require.NotNil(t, last.Usage)
+	assert.Equal(t, want, *last.Usage)
+	assert.Equal(t, "[DONE]", data[6])
+
+	// Without include_usage, as OpenAI: no usage at all.
+	resp = post(t, context.Background(), hs.URL+"/v1/completions", `{"stream":true}`, HeaderTokens, "2")
+	defer resp.Body.Close()
+	data = events(t, resp.Body)
+	require.Len(t, data, 3)
+	for _, d := range data {
+		assert.NotContains(t, d, "usage")
+	}
+}
