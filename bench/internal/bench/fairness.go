@@ -578,7 +578,7 @@ func fairnessSummary(f *Fairness) string {
 	}
 	return fmt.Sprintf("In short: strict FIFO hands out permits by client, so long (4x the permit-time per request) takes %s of the "+
 		"permit-time and chat %s; `cost requests` equalizes the grants per tenant, not the use (long %s, chat %s); "+
-		"`cost time` and `cost tokens` charge what each request used, bringing long down to %s and %s and chat up to %s and %s.",
+		"`cost time` and `cost tokens` charge what each request used, bringing long down to %s and %s, while chat gets %s and %s (at most 50%% with one request at a time on 2 permits).",
 		pct(long, "fifo"), pct(chat, "fifo"), pct(long, "requests"), pct(chat, "requests"),
 		pct(long, "time"), pct(long, "tokens"), pct(chat, "time"), pct(chat, "tokens"))
 }
