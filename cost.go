@@ -39,8 +39,8 @@ var costModes = []string{CostRequests, CostMaxTokens, CostTime, CostTokens}
 func takesMax(mode string) bool { return mode == CostMaxTokens || mode == CostTokens }
 
 const (
-	// defaultCompletionTokens is what cost tokens expects a request
-	// without max_tokens to generate.
+	// defaultCompletionTokens is what cost tokens expects a request to
+	// generate before it has seen an answer's usage.
 	defaultCompletionTokens = 1024
 	// promptBytesPerToken: cost tokens counts ceil(body bytes / 4)
 	// tokens of prompt, the usual rule of thumb for English text.
@@ -54,39 +54,60 @@ const (
 	minHoldEstimate = 1e-6
 )
 
-// tokensEstimate is the cost of a request with cost tokens at enqueue:
-// ceil(request body bytes / 4) for the prompt (the whole body: messages,
-// system prompt, tools and JSON punctuation alike) plus its max_tokens
-// (defaultCompletionTokens when it sets none), bounded to 1..maxCost.
-func tokensEstimate(bodyLen int, info bodyInfo, maxCost int) float64 {
-	completion := info.maxTokens
-	if completion <= 0 {
-		completion = defaultCompletionTokens
-	}
-	prompt := (int64(bodyLen) + promptBytesPerToken - 1) / promptBytesPerToken
-	return float64(min(max(prompt+completion, 1), int64(maxCost)))
+// promptTokens is cost tokens' count of a prompt: ceil(request body
+// bytes / 4) (the whole body: messages, system prompt, tools and JSON
+// punctuation alike).
+func promptTokens(bodyLen int) float64 {
+	return float64((int64(bodyLen) + promptBytesPerToken - 1) / promptBytesPerToken)
 }
 
-// holdAverage is the exponentially weighted moving average of the
-// seconds the requests of one handler held their permit: the estimate
-// cost time charges at the grant. Safe for concurrent use.
+// tokensEstimate is the cost of a request with cost tokens at enqueue:
+// its prompt tokens plus the completion expected (the handler's moving
+// average of the completions it saw, defaultCompletionTokens before the
+// first), at most the body's max_tokens when it sets one; bounded to
+// 1..maxCost. An estimate close to the real use keeps a tenant's
+// counter honest while its requests run: a returning tenant starts at
+// the others' counters, which hold what their running requests were
+// charged.
+func tokensEstimate(bodyLen int, info bodyInfo, expected float64, maxCost int) float64 {
+	completion := expected
+	if info.maxTokens > 0 {
+		completion = min(completion, float64(info.maxTokens))
+	}
+	return min(max(math.Ceil(promptTokens(bodyLen)+completion), 1), float64(maxCost))
+}
+
+// holdAverage is the exponentially weighted moving average of what the
+// requests of one handler used: the seconds they held their permit (the
+// estimate cost time charges at the grant), or the tokens they generated
+// (cost tokens, with seed defaultCompletionTokens). Safe for concurrent
+// use.
 type holdAverage struct {
+	// seed is the estimate before the first observation; 0: holdSeed.
+	seed float64
 	mu   sync.Mutex
 	secs float64
 	seen bool
 }
 
-// estimate returns the average, holdSeed before the first hold.
+func (a *holdAverage) seedValue() float64 {
+	if a.seed > 0 {
+		return a.seed
+	}
+	return holdSeed
+}
+
+// estimate returns the average, the seed before the first observation.
 func (a *holdAverage) estimate() float64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.seen {
-		return holdSeed
+		return a.seedValue()
 	}
 	return max(a.secs, minHoldEstimate)
 }
 
-// observe adds one hold of secs seconds.
+// observe adds one observation (seconds held, tokens generated).
 func (a *holdAverage) observe(secs float64) {
 	if !(secs >= 0) || math.IsInf(secs, 0) {
 		return
@@ -94,7 +115,7 @@ func (a *holdAverage) observe(secs float64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.seen {
-		a.secs, a.seen = holdSeed, true
+		a.secs, a.seen = a.seedValue(), true
 	}
 	a.secs += holdAlpha * (secs - a.secs)
 }
@@ -106,7 +127,7 @@ func (h *Handler) requestCost(bodyLen int, info bodyInfo) float64 {
 	case CostMaxTokens:
 		return float64(min(max(info.maxTokens, 1), int64(h.MaxCost)))
 	case CostTokens:
-		return tokensEstimate(bodyLen, info, h.MaxCost)
+		return tokensEstimate(bodyLen, info, h.completion.estimate(), h.MaxCost)
 	case CostTime:
 		return h.hold.estimate()
 	}
@@ -134,6 +155,7 @@ func (h *Handler) charge(p *fairqueue.Permit, granted time.Time, forwarded bool,
 			return
 		}
 		if total, ok := uw.totalTokens(); ok {
+			h.completion.observe(max(total-uw.prompt, 0))
 			h.chargePermit(p, min(total, float64(h.MaxCost)))
 		}
 	}
@@ -182,6 +204,8 @@ type usageWriter struct {
 
 	total float64 // the last usage.total_tokens found
 	found bool
+
+	prompt float64 // the request's prompt tokens (promptTokens)
 }
 
 func newUsageWriter(w http.ResponseWriter) *usageWriter {

@@ -82,16 +82,16 @@ func TestTokensEstimate(t *testing.T) {
 		maxCost   int
 		want      float64
 	}{
-		{"prompt bytes / 4 rounded up, plus max_tokens", 10, 100, 1000, 3 + 100},
+		{"prompt bytes / 4 rounded up, plus max_tokens below the expected", 10, 100, 1000, 3 + 100},
 		{"exact multiple", 400, 50, 1000, 100 + 50},
-		{"no max_tokens: 1024", 8, 0, DefaultMaxCost, 2 + 1024},
+		{"max_tokens above the expected: the expected", 8, 5000, DefaultMaxCost, 2 + 1024},
+		{"no max_tokens: the expected", 8, 0, DefaultMaxCost, 2 + 1024},
 		{"empty body", 0, 0, DefaultMaxCost, 1024},
 		{"bounded to max", 1 << 20, 512, 1000, 1000},
-		{"huge max_tokens saturates at max", 4, maxTokenCount, DefaultMaxCost, DefaultMaxCost},
 		{"a max of 1", 0, 0, 1, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, tokensEstimate(tc.bodyLen, bodyInfo{maxTokens: tc.maxTokens}, tc.maxCost))
+			assert.Equal(t, tc.want, tokensEstimate(tc.bodyLen, bodyInfo{maxTokens: tc.maxTokens}, defaultCompletionTokens, tc.maxCost))
 		})
 	}
 	// Through the handler: the body as read, its max_tokens sniffed.
@@ -99,8 +99,13 @@ func TestTokensEstimate(t *testing.T) {
 	body := `{"max_tokens":256,"messages":[{"role":"user","content":"` + strings.Repeat("a", 1000) + `"}]}`
 	got, _ := resolve(h, body)
 	assert.Equal(t, float64((len(body)+3)/4+256), got.Cost)
-	got, _ = resolve(h, `{"max_completion_tokens":9000}`)
-	assert.Equal(t, 5000.0, got.Cost)
+	small := `{"max_completion_tokens":9000}`
+	got, _ = resolve(h, small)
+	assert.Equal(t, float64((len(small)+3)/4+defaultCompletionTokens), got.Cost, "before any usage: 1024 expected")
+	// The completions seen teach the expected: 1024 + 0.2 x (24 - 1024).
+	h.completion.observe(24)
+	got, _ = resolve(h, small)
+	assert.Equal(t, float64((len(small)+3)/4+824), got.Cost)
 }
 
 func TestHoldAverage(t *testing.T) {
@@ -360,7 +365,8 @@ func TestCostTokensChargesTheUsageOfTheResponse(t *testing.T) {
 		}
 	}
 	// The mock's usage: prompt_tokens = ceil(body bytes / 4) plus the
-	// tokens it sends; the estimate was prompt + max_tokens (5000).
+	// tokens it sends; the estimate was prompt + 1024 (max_tokens 5000
+	// is more than the 1024 expected before any usage).
 	whole := `{"model":"m","max_tokens":5000,"messages":[{"role":"user","content":"hello"}]}`
 	resp := ask(whole, 7)
 	_, _ = io.ReadAll(resp.Body)
@@ -368,6 +374,7 @@ func TestCostTokensChargesTheUsageOfTheResponse(t *testing.T) {
 	used, ok := next()
 	require.True(t, ok, "JSON answer: Charge")
 	assert.Equal(t, float64((len(whole)+3)/4+7), used)
+	assert.InDelta(t, 1024+0.2*(7-1024), h.completion.estimate(), 1e-9, "the completion seen is learned")
 
 	stream := `{"model":"m","max_tokens":5000,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hello"}]}`
 	resp = ask(stream, 9)

@@ -168,8 +168,9 @@ type Handler struct {
 	//   - "tokens": tokens. At the grant, an estimate: the request
 	//     body's size in bytes / 4, rounded up, for the prompt (the
 	//     whole body is counted, messages, tools and JSON alike), plus
-	//     its max_tokens as above (1024 when it sets none), bounded to
-	//     1 to MaxCost. At the release the charge is corrected to the
+	//     the completion expected (the moving average of the completions
+	//     seen in responses' usage, 1024 before the first), at most its
+	//     max_tokens, bounded to 1 to MaxCost. At the release the charge is corrected to the
 	//     response's usage.total_tokens (bounded to MaxCost): from a
 	//     JSON body (Content-Type application/json, up to 1 MiB), or
 	//     from the last server-sent event (Content-Type
@@ -295,8 +296,10 @@ type Handler struct {
 	borrowed map[engineKey]bool // after cleanup: the queues it held or requests borrowed
 	capOnce  sync.Once          // logs the queue cap once
 
-	hold    holdAverage        // cost time: the estimate of a request's hold
-	charged func(used float64) // tests: sees each Permit.Charge
+	hold holdAverage // cost time: the estimate of a request's hold
+	// cost tokens: the estimate of a request's completion tokens
+	completion holdAverage
+	charged    func(used float64) // tests: sees each Permit.Charge
 }
 
 // Placeholders the handler sets on every request it queues (see Handler;

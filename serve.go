@@ -148,6 +148,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if h.Cost == CostTokens && !permit.FailOpen() {
 		// Passes the response on as it comes; reads its usage.
 		usage = newUsageWriter(w)
+		usage.prompt = promptTokens(len(body))
 		w = usage
 	}
 	if committed {

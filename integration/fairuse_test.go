@@ -52,7 +52,10 @@ func TestFairByUseThroughTwoInstances(t *testing.T) {
 	// four with one client each (a chat user who waits for the answer
 	// before asking again): each gets a fifth of the requests, and a
 	// light tenant waits for at most 2 service times of grants to others
-	// (4 with 2 permits).
+	// (4 with 2 permits), plus one the count cannot place: a request
+	// granted just before ours was sent, or just after ours was granted,
+	// may reach the upstream on the other side of it (the stores' test
+	// counts by grant number and holds the 4 exactly).
 	t.Run("one-request tenants get their share", func(t *testing.T) {
 		mock.Reset()
 		run := closedLoop{queue: "share", clients: map[string]int{"heavy": 10, "l1": 1, "l2": 1, "l3": 1, "l4": 1}, total: 300}
@@ -62,10 +65,10 @@ func TestFairByUseThroughTwoInstances(t *testing.T) {
 		assert.GreaterOrEqual(t, j, 0.98)
 		for _, tenant := range []string{"l1", "l2", "l3", "l4"} {
 			t.Logf("%s: others' requests ahead p99 %d", tenant, got.p99(t, tenant))
-			assert.LessOrEqual(t, got.p99(t, tenant), 4, "light tenant %s waits at most 2 service times (2 permits)", tenant)
+			assert.LessOrEqual(t, got.p99(t, tenant), 4+1, "light tenant %s waits at most 2 service times (2 permits)", tenant)
 		}
 		assert.LessOrEqual(t, mock.MaxInFlight(), 2, "requests at the upstream at once")
-		assert.Zero(t, Queue{rdb: rdb, name: "share"}.Waiting(t), "tickets left waiting")
+		Queue{rdb: rdb, name: "share"}.awaitWaiting(t, 0, 10*time.Second) // the clients that left are cancelled
 	})
 
 	// cost time, two backlogged tenants, one whose answers take 4 times
@@ -100,10 +103,10 @@ func TestFairByUseThroughTwoInstances(t *testing.T) {
 		got := run.run(t, client, caddies, mock)
 		for _, tenant := range []string{"a", "b"} {
 			t.Logf("%s: %.0f requests, others' requests ahead p99 %d", tenant, got.count[tenant], got.p99(t, tenant))
-			assert.LessOrEqual(t, got.p99(t, tenant), 2, "tenant %s is not held up by the capped one", tenant)
+			assert.LessOrEqual(t, got.p99(t, tenant), 2+1, "tenant %s is not held up by the capped one", tenant)
 		}
 		assert.LessOrEqual(t, mock.MaxInFlight(), 3, "requests at the upstream at once")
-		assert.Zero(t, Queue{rdb: rdb, name: "cap"}.Waiting(t), "tickets left waiting")
+		Queue{rdb: rdb, name: "cap"}.awaitWaiting(t, 0, 10*time.Second) // the clients that left are cancelled
 	})
 }
 
