@@ -10,7 +10,9 @@
 // Queue), registers the local waiter, and only then asks the store, in
 // one call: a free permit with nobody waiting is granted at once (the
 // fast path); otherwise the ticket joins the queue, ordered by the
-// store's own arrival counter, never by node clocks.
+// store's own arrival counter, never by node clocks. With Config.Fair,
+// each flow (a tenant in one priority band) is FIFO and the flow with
+// the least usage is served next (see Config.Fair and Permit.Charge).
 //
 // When a permit is released, the same store call pops the head of the
 // queue, makes it the holder and notifies only that ticket's node, which

@@ -5,7 +5,7 @@
 -- every key shares the queue's hash tag, so a queue lives in one Redis
 -- Cluster slot):
 --   K.seq      INCR counter: arrival order
---   K.waiting  ZSET ticket -> arrival order (FIFO) or virtual finish tag
+--   K.waiting  ZSET FIFO ticket -> arrival order (fair tickets: K.fwait)
 --   K.holders  ZSET ticket -> lease expiry (ms, Redis server time)
 --   K.nodes    ZSET node -> liveness expiry (ms, Redis server time)
 --   K.epoch    random ID of this data set; missing = Redis lost its data
