@@ -404,7 +404,8 @@ func TestFairAndFIFOTogether(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 4, snap.Waiting)
 	assert.Equal(t, []string{a1, b1, f1}, snap.Head)
-	assert.Equal(t, []fairqueue.FlowInfo{{Flow: a, Waiting: 1}, {Flow: b, Waiting: 1}}, snap.Flows)
+	// A holds x (charged 1, V 0); B started at A's counter.
+	assert.Equal(t, []fairqueue.FlowInfo{{Flow: a, Waiting: 1, Held: 1, Usage: 1}, {Flow: b, Waiting: 1, Usage: 1}}, snap.Flows)
 	assert.Equal(t, []string{f1, a1, b1, f2}, f.drain(x))
 	f.clean()
 }
