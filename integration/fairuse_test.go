@@ -57,7 +57,7 @@ func TestFairByUseThroughTwoInstances(t *testing.T) {
 	// may reach the upstream on the other side of it (the stores' test
 	// counts by grant number and holds the 4 exactly).
 	t.Run("one-request tenants get their share", func(t *testing.T) {
-		mock.Reset()
+		quiet(t, mock)
 		run := closedLoop{queue: "share", clients: map[string]int{"heavy": 10, "l1": 1, "l2": 1, "l3": 1, "l4": 1}, total: 300}
 		got := run.run(t, client, caddies, mock)
 		j := jain(got.counts("heavy", "l1", "l2", "l3", "l4"))
@@ -75,7 +75,7 @@ func TestFairByUseThroughTwoInstances(t *testing.T) {
 	// as long: each gets about half the permit-time (counting requests
 	// would give the slow one 80%).
 	t.Run("cost time splits the permit-time", func(t *testing.T) {
-		mock.Reset()
+		quiet(t, mock)
 		tokens := map[string]int{"quick": 1, "slow": 4}
 		run := closedLoop{queue: "time", clients: map[string]int{"quick": 4, "slow": 4}, total: 300, tokens: tokens}
 		got := run.run(t, client, caddies, mock)
@@ -94,11 +94,11 @@ func TestFairByUseThroughTwoInstances(t *testing.T) {
 	// holds one permit at a time, and two one-client tenants share the
 	// other two without waiting for it.
 	t.Run("max_in_flight_per_tenant caps a tenant cluster-wide", func(t *testing.T) {
-		mock.Reset()
+		quiet(t, mock)
 		run := closedLoop{queue: "cap", clients: map[string]int{"big": 6}, total: 30}
 		run.run(t, client, caddies, mock)
 		assert.Equal(t, 1, mock.MaxInFlight(), "a capped tenant alone, with permits free")
-		mock.Reset()
+		quiet(t, mock)
 		run = closedLoop{queue: "cap", clients: map[string]int{"big": 6, "a": 1, "b": 1}, total: 150}
 		got := run.run(t, client, caddies, mock)
 		for _, tenant := range []string{"a", "b"} {
@@ -202,4 +202,13 @@ func jain(xs []float64) float64 {
 		sq += x * x
 	}
 	return sum * sum / (float64(len(xs)) * sq)
+}
+
+// quiet waits until the upstream has no request of an earlier case left
+// (cancelled clients' requests end at its next token), then resets its
+// counts, so that one case's requests are not counted in the next.
+func quiet(t *testing.T, mock *mockllm.Server) {
+	t.Helper()
+	require.True(t, eventually(10*time.Second, func() bool { return mock.InFlight() == 0 }), "requests left at the upstream")
+	mock.Reset()
 }
