@@ -21,12 +21,8 @@ import (
 // ones: a correction applies once however often its release is sent, a
 // re-added holder is counted once, and the last leave deletes every key.
 func TestFairScriptsAreIdempotentByTicket(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	s := redisstore.New(rdb, "fairidem", redisstore.Options{})
+	rdb, s := openStore(t, "fairidem")
 	ctx := context.Background()
-	require.NoError(t, s.Open(ctx, "n1", nopHandler{}))
-	defer s.Close()
 	l := fairqueue.Limits{Permits: 1, Lease: 10 * time.Second, MaxInFlightPerTenant: 1}
 	ticket := func(n int, flow string) fairqueue.TicketArgs {
 		return fairqueue.TicketArgs{ID: fmt.Sprintf("n1:%d:%s", n, flow), Node: "n1", Limits: l, Cost: 1}
@@ -83,12 +79,8 @@ func TestFairScriptsAreIdempotentByTicket(t *testing.T) {
 // Usage past 10^9 is rebased: the virtual time and the counters are
 // brought back near 0, their differences kept exactly.
 func TestFairCountersAreRebasedBeforeTheyLosePrecision(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	s := redisstore.New(rdb, "rebase", redisstore.Options{})
+	rdb, s := openStore(t, "rebase")
 	ctx := context.Background()
-	require.NoError(t, s.Open(ctx, "n1", nopHandler{}))
-	defer s.Close()
 	l := fairqueue.Limits{Permits: 2, Lease: 10 * time.Second}
 	// Flow a holds a permit all along at a small counter; flow b is
 	// granted and released over and over at 4e8 a grant.
@@ -131,12 +123,8 @@ func vtime(t *testing.T, rdb *redis.Client, s *redisstore.Store) float64 {
 // While a reload turns fair queueing on or off, FIFO and fair tickets
 // wait together: they are served by arrival, each kind in its order.
 func TestFIFOAndFairTicketsTogetherAreServedByArrival(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	s := redisstore.New(rdb, "mixed", redisstore.Options{})
+	rdb, s := openStore(t, "mixed")
 	ctx := context.Background()
-	require.NoError(t, s.Open(ctx, "n1", nopHandler{}))
-	defer s.Close()
 	l := fairqueue.Limits{Permits: 1, Lease: 10 * time.Second}
 	args := func(id string) fairqueue.TicketArgs {
 		return fairqueue.TicketArgs{ID: id, Node: "n1", Limits: l, Cost: 1}
@@ -168,12 +156,8 @@ func TestFIFOAndFairTicketsTogetherAreServedByArrival(t *testing.T) {
 // failover, an operator's edit) would keep a capped tenant waiting for
 // releases that never come.
 func TestReconcileRecountsATenantsPermitsFromTheHolders(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	s := redisstore.New(rdb, "recount", redisstore.Options{})
+	rdb, s := openStore(t, "recount")
 	ctx := context.Background()
-	require.NoError(t, s.Open(ctx, "n1", nopHandler{}))
-	defer s.Close()
 	l := fairqueue.Limits{Permits: 2, Lease: 10 * time.Second, MaxInFlightPerTenant: 1}
 	a1 := fairqueue.TicketArgs{ID: "n1:1:aaaa.0", Node: "n1", Limits: l, Cost: 1}
 	a2 := fairqueue.TicketArgs{ID: "n1:2:aaaa.1", Node: "n1", Limits: l, Cost: 1}
@@ -192,4 +176,15 @@ func TestReconcileRecountsATenantsPermitsFromTheHolders(t *testing.T) {
 	inf, err := rdb.HGetAll(ctx, s.Tag()+":finf").Result()
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{"aaaa": "1", "aaaa.1": "1"}, inf)
+}
+
+// openStore starts a Redis and opens queue name on it as node "n1",
+// for the tests that drive the scripts directly.
+func openStore(t *testing.T, name string) (*redis.Client, *redisstore.Store) {
+	t.Helper()
+	rdb := redistest.Start(t).Client(t)
+	s := redisstore.New(rdb, name, redisstore.Options{})
+	require.NoError(t, s.Open(context.Background(), "n1", nopHandler{}))
+	t.Cleanup(func() { _ = s.Close() })
+	return rdb, s
 }

@@ -197,12 +197,8 @@ func TestRedisDataLossRecovers(t *testing.T) {
 // go-redis re-sends a script after a lost answer: running each one twice
 // with the same ticket must leave the same state as running it once.
 func TestScriptsAreIdempotentByTicket(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	s := redisstore.New(rdb, "idem", redisstore.Options{})
+	rdb, s := openStore(t, "idem")
 	ctx := context.Background()
-	require.NoError(t, s.Open(ctx, "n1", nopHandler{}))
-	defer s.Close()
 	l := fairqueue.Limits{Permits: 1, Lease: 10 * time.Second}
 	t1 := fairqueue.TicketArgs{ID: "n1:1", Node: "n1", Limits: l}
 	t2 := fairqueue.TicketArgs{ID: "n1:2", Node: "n1", Limits: l}
