@@ -27,8 +27,18 @@ type Config struct {
 	// Name of the queue, for logs and errors.
 	Name string
 	// Permits is the number of tickets that may hold a permit at once,
-	// across every node of the queue. Required, at least 1.
+	// across every node of the queue. Required, at least 1, unless
+	// Upstreams are given: then it defaults to (and may lower) the sum
+	// of their permits.
 	Permits int
+	// Upstreams is a pool of backends, each with its own permits: a grant
+	// names the upstream its request goes to (Permit.Upstream), the one
+	// with the most free permits relative to its size, ties to the one
+	// granted longest ago; none ever runs more than its permits across
+	// the cluster. An upstream that failed a request (Permit.Cool,
+	// Permit.Requeue) is left out of dispatch for a cooldown. Every node
+	// should list the same upstreams; the calling node's list applies.
+	Upstreams []Upstream
 	// MaxWait bounds how long Acquire waits. Default 20s, at least 50ms
 	// (the smallest PollInterval).
 	MaxWait time.Duration
@@ -124,6 +134,9 @@ func (c Config) withDefaults() Config {
 	if c.DownAfter <= 0 {
 		c.DownAfter = 2
 	}
+	if c.Permits == 0 && len(c.Upstreams) > 0 {
+		c.Permits = poolPermits(c.Upstreams)
+	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
@@ -135,6 +148,9 @@ func (c Config) withDefaults() Config {
 // through it, and its Caddyfile parser too, to name the line.
 func (c Config) Validate() error {
 	c = c.withDefaults()
+	if err := validUpstreams(c.Upstreams); err != nil {
+		return err
+	}
 	switch {
 	case c.Permits <= 0:
 		return fmt.Errorf("permits must be at least 1, got %d", c.Permits)
@@ -160,5 +176,5 @@ func (c Config) Validate() error {
 
 func (c Config) limits() Limits {
 	return Limits{Permits: c.Permits, Lease: c.Lease, MaxQueue: c.MaxQueue,
-		MaxQueuePerTenant: c.MaxQueuePerTenant, MaxInFlightPerTenant: c.MaxInFlightPerTenant}
+		MaxQueuePerTenant: c.MaxQueuePerTenant, MaxInFlightPerTenant: c.MaxInFlightPerTenant, Upstreams: c.Upstreams}
 }

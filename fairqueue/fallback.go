@@ -35,7 +35,14 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 		}
 		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
 	}
-	return &Permit{q: q, t: t, waited: time.Since(start), local: inner}, nil
+	up := q.localUpstream(cfg)
+	if inner != nil {
+		up = inner.Upstream()
+	}
+	if up != "" {
+		t.upstream.Store(&up) // adopted on it when the store is back
+	}
+	return &Permit{q: q, t: t, waited: time.Since(start), local: inner, req: req, start: start, deadline: deadline}, nil
 }
 
 // localQueue returns the node's fallback queue (in-process, created on
@@ -56,6 +63,7 @@ func (q *Queue) localQueue(cfg *Config) *Queue {
 	lc.Name += " (local fallback)"
 	lc.Permits = permits
 	lc.FailOpen, lc.Fallback, lc.LocalPermits = false, nil, 0
+	lc.Upstreams = localUpstreams(cfg.Upstreams, permits, cfg.Permits)
 	q.localMu.Lock()
 	defer q.localMu.Unlock()
 	if q.local == nil {
@@ -64,8 +72,33 @@ func (q *Queue) localQueue(cfg *Config) *Queue {
 		if q.isDraining() {
 			q.local.RejectWaiters()
 		}
-	} else if q.local.Config().Permits != permits {
+	} else if lcur := q.local.Config(); lcur.Permits != permits || !sameUpstreams(lcur.Upstreams, lc.Upstreams) {
 		_ = q.local.Reconfigure(lc)
 	}
 	return q.local
+}
+
+// localUpstreams scales each upstream's permits to the fallback queue's
+// share (local of all), at least 1 each.
+func localUpstreams(us []Upstream, local, all int) []Upstream {
+	if len(us) == 0 {
+		return nil
+	}
+	out := make([]Upstream, len(us))
+	for i, u := range us {
+		out[i] = Upstream{Dial: u.Dial, Permits: max(u.Permits*local/max(all, 1), 1)}
+	}
+	return out
+}
+
+func sameUpstreams(a, b []Upstream) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }

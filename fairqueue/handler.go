@@ -15,7 +15,7 @@ func (q *Queue) Granted(grants ...Grant) {
 			q.releaseAsync(g.Ticket)
 			continue
 		}
-		q.grant(t, g.No)
+		q.grant(t, g.No, g.Upstream)
 		q.observe(g.No, "")
 		if o := q.cfg.Load().Observer; o != nil && !g.At.IsZero() {
 			o.Handoff(max(time.Since(g.At), 0))

@@ -38,7 +38,8 @@ func (q *Queue) heartbeat(cfg *Config) (ok bool) {
 	pending, held, adopt := q.snapshot()
 	verify := q.verify.Swap(false)
 	q.beats++
-	args := HeartbeatArgs{Node: q.node, Limits: cfg.limits(), Held: ids(held), Adopt: ids(adopt), Epoch: q.epoch, Beat: q.beats}
+	args := HeartbeatArgs{Node: q.node, Limits: cfg.limits(), Held: ids(held), Adopt: ids(adopt),
+		Upstreams: upstreamsOf(held, adopt), Epoch: q.epoch, Beat: q.beats}
 	var more []string // pending tickets for further calls of this heartbeat
 	if verify {
 		all := ids(pending)
@@ -156,7 +157,7 @@ func (q *Queue) requeue(cfg *Config, lost []string) {
 		case cur != t:
 			q.background(func() { q.cancelInStore(t, false) })
 		case r.Granted:
-			q.grant(t, r.GrantNo)
+			q.grant(t, r.GrantNo, r.Upstream)
 		}
 	}
 }

@@ -31,6 +31,9 @@ type Snapshot struct {
 	Flows []FlowInfo `json:"flows,omitempty"`
 	// Grants is the number of grants made since the queue's state began.
 	Grants int64 `json:"grants"`
+	// Upstreams are the pool upstreams the store knows of (holding
+	// permits or cooling), by dial address; empty without a pool.
+	Upstreams []UpstreamInfo `json:"upstreams,omitempty"`
 }
 
 // Holder is one held permit.
@@ -39,6 +42,8 @@ type Holder struct {
 	Node   string `json:"node"`
 	// LeaseLeft is the time until the lease ends unless renewed.
 	LeaseLeft time.Duration `json:"lease_left"`
+	// Upstream is the pool upstream it runs on ("" without a pool).
+	Upstream string `json:"upstream,omitempty"`
 }
 
 // NodeInfo is one node's liveness.

@@ -141,7 +141,7 @@ func (q *Queue) reconcile(cfg *Config) {
 			if c := q.log.Check(zapcore.DebugLevel, "grant found by reconcile"); c != nil {
 				c.Write(zap.String("ticket", id))
 			}
-			q.grant(t, 0)
+			q.grant(t, 0, res.Upstreams[id])
 		}
 	}
 }

@@ -39,8 +39,9 @@ type Queue struct {
 
 	health health
 	drain  drainRate
-	grants atomic.Int64 // highest grant counter seen
-	epoch  string       // data-set ID confirmed by the last heartbeat; loop only
+	grants atomic.Int64  // highest grant counter seen
+	rr     atomic.Uint64 // round robin of fail-open permits over the upstreams
+	epoch  string        // data-set ID confirmed by the last heartbeat; loop only
 	seen   atomic.Pointer[string]
 	resync atomic.Bool // the data-set ID or the lease changed: heartbeat at once
 	// verify: the store may have lost this node's waiters (a failed call,
@@ -176,14 +177,18 @@ func (q *Queue) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	t.seq = res.Seq
 	t.position, t.grants0 = res.Position, res.Grants
 	if res.Granted {
-		q.grant(t, res.GrantNo)
+		q.grant(t, res.GrantNo, res.Upstream)
 	} else {
 		t.queued.Store(true)
 		if req.OnQueued != nil {
 			req.OnQueued(Waiting{q: q, t: t})
 		}
 	}
-	return q.wait(ctx, t, start, deadline)
+	p, err := q.wait(ctx, t, start, deadline)
+	if p != nil {
+		p.req, p.deadline = req, deadline
+	}
+	return p, err
 }
 
 // send asks the store to grant or queue t. A failed call is sent again
@@ -281,9 +286,12 @@ func (q *Queue) wait(ctx context.Context, t *ticket, start, deadline time.Time) 
 // grant moves t to granted if it is still pending. A grant for a ticket
 // that already left pending is given back by that ticket's own cleanup
 // (its cancel releases what it holds).
-func (q *Queue) grant(t *ticket, no int64) {
+func (q *Queue) grant(t *ticket, no int64, upstream string) {
 	if no != 0 {
 		t.grantNo.CompareAndSwap(0, no)
+	}
+	if upstream != "" {
+		t.upstream.CompareAndSwap(nil, &upstream)
 	}
 	if t.state.CompareAndSwap(statePending, stateGranted) {
 		t.registered.Store(true)
@@ -308,7 +316,7 @@ func (q *Queue) giveBack(t *ticket) {
 
 // permit hands a granted ticket to its caller.
 func (q *Queue) permit(t *ticket, start time.Time) *Permit {
-	p := &Permit{q: q, t: t, waited: time.Since(start)}
+	p := &Permit{q: q, t: t, waited: time.Since(start), start: start}
 	if o := q.cfg.Load().Observer; o != nil {
 		o.Granted(p.waited, t.position > 0)
 	}
@@ -379,13 +387,24 @@ func (q *Queue) background(f func()) {
 // releaseID releases ticket id's permit in the store; correction is
 // TicketArgs.Correction.
 func (q *Queue) releaseID(id string, correction float64) {
+	args := q.releaseArgs(id)
+	args.Correction = correction
+	q.release(args)
+}
+
+// releaseArgs are the arguments of a release of ticket id.
+func (q *Queue) releaseArgs(id string) TicketArgs {
+	return TicketArgs{ID: id, Node: q.node, Limits: q.cfg.Load().limits()}
+}
+
+// release gives a permit back in the store (bounded by StoreTimeout).
+func (q *Queue) release(args TicketArgs) {
 	if q.closed.Load() {
 		return // Leave released every permit of this node
 	}
-	cfg := q.cfg.Load()
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Load().StoreTimeout)
 	defer cancel()
-	err := q.store.Release(ctx, TicketArgs{ID: id, Node: q.node, Limits: cfg.limits(), Correction: correction})
+	err := q.store.Release(ctx, args)
 	q.health.record(q.log, err)
 }
 

@@ -36,6 +36,12 @@ type Store interface {
 	// Reconcile dispatches permits freed by lease expiry and returns the
 	// tickets of node that hold a permit.
 	Reconcile(ctx context.Context, node string, limits Limits) (ReconcileResult, error)
+	// Requeue gives back the permit of t.Old (if it still holds one) and
+	// queues the new ticket t.ID at t.Old's arrival place t.Seq, in one
+	// step, then dispatches: an upstream refused the request (see
+	// Permit.Requeue). It answers as Acquire does (the new ticket may be
+	// granted at once); no queue cap applies. Idempotent by both tickets.
+	Requeue(ctx context.Context, t RequeueArgs) (AcquireResult, error)
 	// Leave removes node: its permits are released, its liveness entry
 	// deleted, and dispatch runs.
 	Leave(ctx context.Context, node string, limits Limits) error
@@ -64,6 +70,9 @@ type Grant struct {
 	// At is when the store made the grant (its own clock); zero when
 	// unknown.
 	At time.Time
+	// Upstream is the pool upstream the grant is for (Limits.Upstreams);
+	// "" when the queue has no pool.
+	Upstream string
 }
 
 // Limits are the settings every store call carries; the config of the
@@ -78,6 +87,10 @@ type Limits struct {
 	// MaxInFlightPerTenant caps the permits one tenant holds (all
 	// nodes, all priority bands; fair tickets only); 0: no cap.
 	MaxInFlightPerTenant int
+	// Upstreams is the pool (Config.Upstreams): every grant names one,
+	// with free permits and not cooling, and none holds more than its
+	// Permits; Permits caps them all together. Empty: no pool.
+	Upstreams []Upstream
 }
 
 // TicketArgs identifies a ticket in a store call. A ticket ID is
@@ -99,6 +112,10 @@ type TicketArgs struct {
 	// in the same units: added to its flow's usage counter when the
 	// permit is released (0: the estimate stands).
 	Correction float64
+	// Cool, on Release (and Requeue), names an upstream that failed the
+	// request: dispatch leaves it out for CoolFor, across the cluster.
+	Cool    string
+	CoolFor time.Duration
 }
 
 // AcquireResult is the answer to Store.Acquire.
@@ -121,6 +138,8 @@ type AcquireResult struct {
 	Grants int64
 	// Epoch identifies the store's data set (see HeartbeatArgs.Epoch).
 	Epoch string
+	// Upstream is the pool upstream of the grant when Granted.
+	Upstream string
 }
 
 // HeartbeatArgs is one node's periodic renewal.
@@ -133,6 +152,10 @@ type HeartbeatArgs struct {
 	// Adopt are permits admitted while the store was unreachable
 	// (fail open): they are added as holders if missing.
 	Adopt []string
+	// Upstreams maps the Held and Adopt tickets that run on a pool
+	// upstream to it, so that a holder the store re-adds or adopts counts
+	// on its upstream too.
+	Upstreams map[string]string
 	// Pending are tickets of this node waiting for a grant, named when the
 	// node has reason to doubt the store still has them (it was forgotten,
 	// a call failed, the subscription was re-established): the store
@@ -186,6 +209,8 @@ type ClusterView struct {
 type ReconcileResult struct {
 	// Holders are this node's tickets that hold a permit.
 	Holders []string
+	// Upstreams maps the Holders granted on a pool upstream to it.
+	Upstreams map[string]string
 	// Grants is the queue's grant counter.
 	Grants int64
 	// Waiting is the queue length (all nodes).

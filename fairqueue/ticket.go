@@ -30,7 +30,9 @@ type ticket struct {
 	cost   float64 // TicketArgs.Cost, to queue it again with the same cost
 	scale  float64 // what one unit of Request.Cost adds to its flow's counter
 
-	grantNo atomic.Int64 // 0 until known: a grant found by reconcile learns it from its late message
+	// upstream is the pool upstream of its grant (Config.Upstreams).
+	upstream atomic.Pointer[string]
+	grantNo  atomic.Int64 // 0 until known: a grant found by reconcile learns it from its late message
 	// Written before wait starts.
 	seq      int64
 	position int
@@ -45,6 +47,11 @@ type Permit struct {
 	once   sync.Once
 	local  *Permit // the fallback queue's permit (Config.Fallback)
 	used   atomic.Pointer[float64]
+	cool   atomic.Pointer[time.Duration] // Cool: the upstream cools this long at release
+	// For Requeue: the request and the end of its wait.
+	req      Request
+	start    time.Time
+	deadline time.Time
 }
 
 // Charge records what the request really used, in the units of
@@ -59,20 +66,30 @@ func (p *Permit) Charge(used float64) {
 // Release gives the permit back; the store hands it to the next waiter
 // at once. It is idempotent and safe from any goroutine.
 func (p *Permit) Release() {
-	p.once.Do(func() {
-		if p.local != nil {
-			p.local.Release()
+	p.once.Do(p.releaseNow)
+}
+
+func (p *Permit) releaseNow() {
+	if p.local != nil {
+		if d := p.cool.Load(); d != nil {
+			p.local.Cool(*d)
 		}
-		p.q.forget(p.t)
-		if p.t.failOpen && !p.t.registered.Load() {
-			return
+		p.local.Release()
+	}
+	p.q.forget(p.t)
+	if p.t.failOpen && !p.t.registered.Load() {
+		return
+	}
+	args := p.q.releaseArgs(p.t.id)
+	if u := p.used.Load(); u != nil && p.t.scale > 0 {
+		args.Correction = min(max(*u, 0), MaxCost)*p.t.scale - p.t.cost
+	}
+	if d := p.cool.Load(); d != nil && p.local == nil {
+		if up := upstreamOf(p.t); up != "" {
+			args.Cool, args.CoolFor = up, *d
 		}
-		correction := 0.0
-		if u := p.used.Load(); u != nil && p.t.scale > 0 {
-			correction = min(max(*u, 0), MaxCost)*p.t.scale - p.t.cost
-		}
-		p.q.releaseID(p.t.id, correction)
-	})
+	}
+	p.q.release(args)
 }
 
 // Ticket returns the ticket ID ("<node>:<counter>").

@@ -9,6 +9,7 @@ package memstore
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -376,3 +377,8 @@ var (
 	_ fairqueue.Store     = (*Store)(nil)
 	_ fairqueue.Inspector = (*Store)(nil)
 )
+
+// Requeue implements fairqueue.Store.
+func (s *Store) Requeue(_ context.Context, t fairqueue.RequeueArgs) (fairqueue.AcquireResult, error) {
+	return fairqueue.AcquireResult{}, errors.New("memstore: requeue not implemented")
+}

@@ -349,3 +349,8 @@ var (
 	_ fairqueue.Store     = (*Store)(nil)
 	_ fairqueue.Inspector = (*Store)(nil)
 )
+
+// Requeue implements fairqueue.Store.
+func (s *Store) Requeue(ctx context.Context, t fairqueue.RequeueArgs) (fairqueue.AcquireResult, error) {
+	return fairqueue.AcquireResult{}, errors.New("redisstore: requeue not implemented")
+}

@@ -1099,6 +1099,11 @@ func (l *faultyLink) Cancel(ctx context.Context, t fairqueue.TicketArgs) error {
 	return err
 }
 
+// Requeue implements fairqueue.Store.
+func (l *faultyLink) Requeue(ctx context.Context, t fairqueue.RequeueArgs) (fairqueue.AcquireResult, error) {
+	return through(l, "requeue "+t.Old+" as "+t.ID, func() (fairqueue.AcquireResult, error) { return l.inner.Requeue(ctx, t) })
+}
+
 // Heartbeat implements fairqueue.Store.
 func (l *faultyLink) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fairqueue.HeartbeatResult, error) {
 	return through(l, "heartbeat", func() (fairqueue.HeartbeatResult, error) { return l.inner.Heartbeat(ctx, hb) })
