@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,15 +13,17 @@ import (
 // The scripts' replies, one decoder per script, each beside the shape it
 // reads: a new field is one edit here and one in the script's reply.
 
-// decodeAcquire reads acquire.lua's answer: {status, seq, grant no,
-// position, grants, epoch, own grants}.
+// decodeAcquire reads acquire.lua's (and requeue.lua's) answer: {status,
+// seq, grant no, position, grants, epoch, own grants, upstream}.
 func decodeAcquire(v []any) (fairqueue.AcquireResult, any, error) {
-	if len(v) != 7 {
+	if len(v) != 8 {
 		return fairqueue.AcquireResult{}, nil, fmt.Errorf("unexpected reply %v", v)
 	}
 	status, _ := v[0].(string)
 	epoch, _ := v[5].(string)
+	up, _ := v[7].(string)
 	return fairqueue.AcquireResult{
+		Upstream: up,
 		Granted:  status == "granted",
 		Gone:     status == "gone",
 		Full:     status == "full",
@@ -46,20 +49,29 @@ func decodeHeartbeat(v []any) (fairqueue.HeartbeatResult, error) {
 }
 
 // decodeReconcile reads reconcile.lua's answer: {epoch, grants, waiting,
-// holder tickets of the node, own grants}.
+// holder tickets of the node, own grants, the holders' upstreams}.
 func decodeReconcile(v []any) (fairqueue.ReconcileResult, any, error) {
-	if len(v) != 5 {
+	if len(v) != 6 {
 		return fairqueue.ReconcileResult{}, nil, fmt.Errorf("unexpected reply %v", v)
 	}
 	epoch, _ := v[0].(string)
-	return fairqueue.ReconcileResult{Epoch: epoch, Grants: toInt(v[1]), Waiting: int(toInt(v[2])), Holders: stringList(v[3])}, v[4], nil
+	res := fairqueue.ReconcileResult{Epoch: epoch, Grants: toInt(v[1]), Waiting: int(toInt(v[2])), Holders: stringList(v[3])}
+	for i, u := range asList(v[5]) {
+		if up, _ := u.(string); up != "" && i < len(res.Holders) {
+			if res.Upstreams == nil {
+				res.Upstreams = make(map[string]string)
+			}
+			res.Upstreams[res.Holders[i]] = up
+		}
+	}
+	return res, v[4], nil
 }
 
 // decodeInspect reads inspect.lua's answer: {waiting, head tickets,
 // {holder, ms left, ...}, {node, ms left, ...}, {flow, waiting, ...},
-// grants}.
+// grants, {holder, upstream, ...}, {upstream, ms cooling left, ...}}.
 func decodeInspect(v []any) (fairqueue.Snapshot, error) {
-	if len(v) != 6 {
+	if len(v) != 8 {
 		return fairqueue.Snapshot{}, fmt.Errorf("unexpected reply %v", v)
 	}
 	snap := fairqueue.Snapshot{Waiting: int(toInt(v[0])), Head: stringList(v[1]), Grants: toInt(v[5])}
@@ -77,10 +89,41 @@ func decodeInspect(v []any) (fairqueue.Snapshot, error) {
 			snap.Flows = append(snap.Flows, fairqueue.FlowInfo{Flow: name, Waiting: int(toInt(f[1])), Held: int(toInt(f[2])), Usage: u})
 		}
 	}
+	decodePool(&snap, asList(v[6]), asList(v[7]))
 	return snap, nil
 }
 
-// parseGrant reads a grant message: "<ticket> <grant no> <Redis ms>".
+// decodePool fills snap's upstreams from inspect.lua's {holder, upstream,
+// ...} and {upstream, ms cooling left, ...}.
+func decodePool(snap *fairqueue.Snapshot, held, cooling []any) {
+	byID := map[string]string{}
+	ups := map[string]*fairqueue.UpstreamInfo{}
+	get := func(dial string) *fairqueue.UpstreamInfo {
+		if ups[dial] == nil {
+			ups[dial] = &fairqueue.UpstreamInfo{Dial: dial}
+		}
+		return ups[dial]
+	}
+	for i := 0; i+1 < len(held); i += 2 {
+		id, _ := held[i].(string)
+		dial, _ := held[i+1].(string)
+		byID[id] = dial
+	}
+	for i := range snap.Holders {
+		if dial := byID[snap.Holders[i].Ticket]; dial != "" {
+			snap.Holders[i].Upstream = dial
+			get(dial).InFlight++
+		}
+	}
+	pairs(cooling, func(dial string, ms int64) { get(dial).CoolLeft = time.Duration(ms) * time.Millisecond })
+	for _, u := range ups {
+		snap.Upstreams = append(snap.Upstreams, *u)
+	}
+	slices.SortFunc(snap.Upstreams, func(a, b fairqueue.UpstreamInfo) int { return strings.Compare(a.Dial, b.Dial) })
+}
+
+// parseGrant reads a grant message: "<ticket> <grant no> <Redis ms>
+// [<upstream>]".
 func parseGrant(payload string) (fairqueue.Grant, bool) {
 	f := strings.Fields(payload)
 	if len(f) == 0 {
@@ -94,6 +137,9 @@ func parseGrant(payload string) (fairqueue.Grant, bool) {
 		if ms, err := strconv.ParseInt(f[2], 10, 64); err == nil {
 			g.At = time.UnixMilli(ms)
 		}
+	}
+	if len(f) > 3 {
+		g.Upstream = f[3]
 	}
 	return g, true
 }

@@ -44,8 +44,9 @@ const (
 var luaFS embed.FS
 
 var scripts = struct {
-	acquire, release, cancel, heartbeat, reconcile, leave, inspect *redis.Script
+	acquire, release, cancel, requeue, heartbeat, reconcile, leave, inspect *redis.Script
 }{
+	requeue:   load("requeue"),
 	inspect:   load("inspect"),
 	acquire:   load("acquire"),
 	release:   load("release"),
@@ -60,7 +61,7 @@ var scripts = struct {
 // written: it is listed so that a queue's state written by an earlier
 // version is still deleted with the rest (leave, purge).
 var keyNames = []string{"seq", "waiting", "holders", "nodes", "epoch", "grants", "gone", "vtime", "twait", "expired", "members",
-	"fwait", "fticket", "fready", "fcount", "fidle", "finf", "tlast"}
+	"fwait", "fticket", "fready", "fcount", "fidle", "finf", "tlast", "uheld", "ucool", "ulast"}
 
 // keyTable is the Lua table K that names KEYS by keyNames.
 func keyTable() string {
@@ -75,7 +76,7 @@ func keyTable() string {
 
 // prelude are the files every script starts with, in order: the
 // functions the scripts share.
-var prelude = []string{"common", "fair", "dispatch"}
+var prelude = []string{"common", "pool", "fair", "dispatch"}
 
 func load(name string) *redis.Script {
 	var b strings.Builder
@@ -133,7 +134,7 @@ func New(rdb redis.UniversalClient, name string, opts Options) *Store {
 func (s *Store) Tag() string { return s.tag }
 
 func (s *Store) args(first string, l fairqueue.Limits, more ...any) []any {
-	return append([]any{first, l.Permits, l.Lease.Milliseconds(), s.chPrefix, s.pub, l.MaxInFlightPerTenant}, more...)
+	return append([]any{first, l.Permits, l.Lease.Milliseconds(), s.chPrefix, s.pub, l.MaxInFlightPerTenant, poolArg(l.Upstreams)}, more...)
 }
 
 // Open implements fairqueue.Store: it subscribes node to its grant
@@ -168,7 +169,12 @@ func (s *Store) Open(ctx context.Context, node string, h fairqueue.Handler) erro
 // {ticket, grant no, ...}, to its Handler.
 func (s *Store) deliver(v any) {
 	var gs []fairqueue.Grant
-	pairs(v, func(id string, no int64) { gs = append(gs, fairqueue.Grant{Ticket: id, No: no}) })
+	l := asList(v)
+	for i := 0; i+2 < len(l); i += 3 {
+		id, _ := l[i].(string)
+		up, _ := l[i+2].(string)
+		gs = append(gs, fairqueue.Grant{Ticket: id, No: toInt(l[i+1]), Upstream: up})
+	}
 	if len(gs) == 0 {
 		return
 	}
@@ -215,7 +221,7 @@ func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.
 // Release implements fairqueue.Store.
 func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
 	v, err := scripts.release.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits,
-		strconv.FormatFloat(t.Correction, 'g', -1, 64))...).Result()
+		strconv.FormatFloat(t.Correction, 'g', -1, 64), t.Cool, t.CoolFor.Milliseconds())...).Result()
 	if err != nil {
 		return fmt.Errorf("release %s: %w", s.tag, busy(err))
 	}
@@ -241,8 +247,11 @@ func (s *Store) Cancel(ctx context.Context, t fairqueue.TicketArgs) error {
 func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fairqueue.HeartbeatResult, error) {
 	more := make([]any, 0, 5+len(hb.Held)+len(hb.Pending)+len(hb.Adopt))
 	more = append(more, hb.Epoch, newEpoch(), strconv.FormatUint(hb.Beat, 10), len(hb.Held), len(hb.Pending))
-	for _, l := range [][]string{hb.Held, hb.Pending, hb.Adopt} {
+	for i, l := range [][]string{hb.Held, hb.Pending, hb.Adopt} {
 		for _, id := range l {
+			if up := hb.Upstreams[id]; up != "" && i != 1 {
+				id += " " + up // counts on its upstream if added again
+			}
 			more = append(more, id)
 		}
 	}
@@ -352,5 +361,30 @@ var (
 
 // Requeue implements fairqueue.Store.
 func (s *Store) Requeue(ctx context.Context, t fairqueue.RequeueArgs) (fairqueue.AcquireResult, error) {
-	return fairqueue.AcquireResult{}, errors.New("redisstore: requeue not implemented")
+	v, err := scripts.requeue.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch(),
+		strconv.FormatFloat(t.Cost, 'g', -1, 64), t.Old, t.Seq,
+		strconv.FormatFloat(t.Correction, 'g', -1, 64), t.Cool, t.CoolFor.Milliseconds())...).Slice()
+	if err != nil {
+		return fairqueue.AcquireResult{}, fmt.Errorf("requeue %s: %w", s.tag, busy(err))
+	}
+	res, own, err := decodeAcquire(v)
+	if err != nil {
+		return res, fmt.Errorf("requeue %s: %w", s.tag, err)
+	}
+	s.deliver(own)
+	return res, nil
+}
+
+// poolArg is the scripts' form of a pool: "<dial> <permits> ...".
+func poolArg(us []fairqueue.Upstream) string {
+	var b strings.Builder
+	for _, u := range us {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(u.Dial)
+		b.WriteByte(' ')
+		b.WriteString(strconv.Itoa(u.Permits))
+	}
+	return b.String()
 }

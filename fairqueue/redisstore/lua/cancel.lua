@@ -1,14 +1,14 @@
 -- cancel: take a ticket out of the queue (client gone, timeout, drain);
 -- if it was granted meanwhile, release its permit and hand it on.
 -- KEYS: the common layout (K, see common.lua).
--- ARGV: 1 ticket, 2-6 common, 7 tombstone TTL ms (0: no tombstone).
+-- ARGV: 1 ticket, 2-7 common, 8 tombstone TTL ms (0: no tombstone).
 -- Returns the grants dispatch made to the cancelling node's own waiters
--- ({ticket, grant no, ...}; see dispatch in dispatch.lua).
+-- ({ticket, grant no, upstream, ...}; see dispatch in dispatch.lua).
 -- Idempotent: a second cancel finds nothing to remove. The tombstone
 -- makes an acquire of the same ticket that reaches Redis later a no-op.
 local id = ARGV[1]
-if tonumber(ARGV[7]) > 0 then
-  redis.call('ZADD', K.gone, now + tonumber(ARGV[7]), id)
+if tonumber(ARGV[8]) > 0 then
+  redis.call('ZADD', K.gone, now + tonumber(ARGV[8]), id)
 end
 if redis.call('ZREM', K.waiting, id) == 0 then unqueue(id) end
 if redis.call('ZREM', K.holders, id) == 1 then unheld(id, 0) end

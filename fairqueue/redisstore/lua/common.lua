@@ -35,13 +35,17 @@
 --              virtual time (it used more than its share: kept until the
 --              virtual time passes it, so coming back is no fresh start)
 --   K.finf     HASH flow or tenant -> permits it holds (fair tickets)
+--   K.uheld    HASH holder ticket -> its pool upstream (pool.lua)
+--   K.ucool    ZSET upstream -> end of its cooldown (ms, Redis time)
+--   K.ulast    HASH upstream -> grant number of its last grant
 --   K.tlast    written by earlier versions only; deleted with the rest
 -- (a flow is one tenant's requests in one priority band)
--- ARGV, the same first six for every script:
+-- ARGV, the same first seven for every script:
 --   1 ticket ID (or node ID)   2 permits   3 lease ms
 --   4 channel prefix (+ node ID = that node's grant channel)
 --   5 publish command: 'spublish' (sharded Pub/Sub) or 'publish'
 --   6 max permits one tenant holds (max_in_flight_per_tenant; 0: no cap)
+--   7 the pool's upstreams, "<dial> <permits> ..." ('' : no pool)
 --
 -- Ticket IDs are "<node>:<counter>" (FIFO) or "<node>:<counter>:<flow>"
 -- (fair queueing), so a ticket names its owner node and its flow.

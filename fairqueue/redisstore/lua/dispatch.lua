@@ -36,31 +36,41 @@ end
 
 -- dispatch hands free permits to the head of the queue, in order, and
 -- tells each grantee's node on its own channel ("<ticket> <grant no>
--- <Redis time ms>"), except the calling node (self): its grants are
--- returned instead ({ticket, grant no, ...}), so the caller wakes its own
--- waiters without a Pub/Sub round trip. Waiters of dead nodes are dropped
--- on the way (at most 1000 a call, to bound the script).
--- Also returns idle: true when a permit is still free and nobody waiting
--- may be served (no FIFO waiter, no ready flow), so the caller's fast
--- path needs no more calls to know it.
+-- <Redis time ms> [<upstream>]"), except the calling node (self): its
+-- grants are returned instead ({ticket, grant no, upstream or '', ...}),
+-- so the caller wakes its own waiters without a Pub/Sub round trip.
+-- With a pool, a permit is free only while an upstream has one too
+-- (pool.lua picks it). Waiters of dead nodes are dropped on the way (at
+-- most 1000 a call, to bound the script).
+-- Also returns idle: true when a permit (and an upstream) is still free
+-- and nobody waiting may be served (no FIFO waiter, no ready flow), so
+-- the caller's fast path needs no more calls to know it; and then the
+-- pool's view and the upstream the fast path takes.
 local function dispatch(self)
   local free = permits - redis.call('ZCARD', K.holders)
   local skipped = 0
   local own = {}
+  local v = free > 0 and pool_view()
   while free > 0 do
+    local up = v and pick(v)
+    if v and not up then return own, false end
     local id, flow, cost = next_waiter()
-    if not id then return own, true end
+    if not id then return own, true, v, up end
     local owner = owner_of(id)
     if alive(owner) then
       if flow then charge(flow, cost) end
       local no = redis.call('INCR', K.grants)
+      if up then place(v, id, up, no) end
       if owner == self then
         redis.call('ZADD', K.holders, now + lease, id)
         own[#own + 1] = id
         own[#own + 1] = no
+        own[#own + 1] = up or ''
       else
         redis.call('ZADD', K.holders, now + lease_of(owner), id)
-        redis.call(ARGV[5], ARGV[4] .. owner, id .. ' ' .. no .. ' ' .. now)
+        local msg = id .. ' ' .. no .. ' ' .. now
+        if up then msg = msg .. ' ' .. up end
+        redis.call(ARGV[5], ARGV[4] .. owner, msg)
       end
       free = free - 1
     else

@@ -149,9 +149,11 @@ local function held(id)
 end
 
 -- unheld does the bookkeeping of a holder entry removed (release,
--- cancel, lease end, leave): correction is added to the flow's counter,
--- and a tenant that was at its cap has its flows ready again.
+-- cancel, lease end, leave): its upstream entry goes (pool.lua),
+-- correction is added to the flow's counter, and a tenant that was at
+-- its cap has its flows ready again.
 local function unheld(id, correction)
+  unplace(id)
   local flow = flow_of(id)
   if not flow then return end
   local tenant = tenant_of(flow)

@@ -1,11 +1,13 @@
 -- heartbeat: renew a node's liveness and the leases of its permits, and
 -- tell it which of its waiters Redis no longer has.
 -- KEYS: the common layout (K, see common.lua).
--- ARGV: 1 node, 2-6 common, 7 epoch the node knows ('' if none),
---   8 epoch candidate, 9 this heartbeat's number (per node, increasing),
---   10 count n of held tickets, 11 count m of pending tickets, then the n
+-- ARGV: 1 node, 2-7 common, 8 epoch the node knows ('' if none),
+--   9 epoch candidate, 10 this heartbeat's number (per node, increasing),
+--   11 count n of held tickets, 12 count m of pending tickets, then the n
 --   held tickets, the m pending tickets, and the adopted tickets
---   (admitted while Redis was unreachable) to the end.
+--   (admitted while Redis was unreachable) to the end. A held or adopted
+--   ticket on a pool upstream is "<ticket> <upstream>": re-added or
+--   adopted, it counts on its upstream too (pool.lua).
 -- Returns {epoch, rejoined, waiting, holders, nodes, expired, re-added,
 -- missing}: waiting to expired are the cluster's view (queue length,
 -- permits held, live nodes, leases that ended unrenewed since the queue
@@ -28,11 +30,11 @@
 -- the node releases again every ticket it released meanwhile.
 -- Idempotent: expiries are set to now + lease, and a re-sent heartbeat
 -- (same number) reports rejoined as its first run did (the mark).
-local node, beat = ARGV[1], ARGV[9]
+local node, beat = ARGV[1], ARGV[10]
 local cur = redis.call('GET', K.epoch)
-local lost = (not cur) or (ARGV[7] ~= '' and cur ~= ARGV[7])
+local lost = (not cur) or (ARGV[8] ~= '' and cur ~= ARGV[8])
 if not cur then
-  cur = ARGV[8]
+  cur = ARGV[9]
   redis.call('SET', K.epoch, cur)
 end
 local info = redis.call('HGET', K.members, node)
@@ -43,26 +45,34 @@ if mark == beat then rejoined = 1 end
 redis.call('HSET', K.members, node, lease .. ' ' .. mark)
 redis.call('ZADD', K.nodes, now + lease, node)
 local readd = lost or rejoined == 0
-local n, m = tonumber(ARGV[10]), tonumber(ARGV[11])
+local n, m = tonumber(ARGV[11]), tonumber(ARGV[12])
+-- add counts a holder entry added again (re-added or adopted) on its
+-- upstream, if it names one: "<ticket> <upstream>".
+local function add(arg)
+  local id, up = string.match(arg, '^(%S+) (%S+)$')
+  id = id or arg
+  if redis.call('ZADD', K.holders, now + lease, id) == 0 then return nil end
+  held(id)
+  if up then redis.call('HSET', K.uheld, id, up) end
+  return id
+end
 local readded = {}
-for i = 12, 11 + n do
+for i = 13, 12 + n do
   if not readd then
-    redis.call('ZADD', K.holders, 'XX', now + lease, ARGV[i])
-  elseif redis.call('ZADD', K.holders, now + lease, ARGV[i]) == 1 then
-    readded[#readded + 1] = ARGV[i]
-    held(ARGV[i])
+    redis.call('ZADD', K.holders, 'XX', now + lease, (string.match(ARGV[i], '^%S+')))
+  else
+    local id = add(ARGV[i])
+    if id then readded[#readded + 1] = id end
   end
 end
 local missing = {}
-for i = 12 + n, 11 + n + m do
+for i = 13 + n, 12 + n + m do
   local id = ARGV[i]
   if not redis.call('ZSCORE', K.waiting, id) and redis.call('HEXISTS', K.fticket, id) == 0 and
      not redis.call('ZSCORE', K.holders, id) then
     missing[#missing + 1] = id
   end
 end
-for i = 12 + n + m, #ARGV do
-  if redis.call('ZADD', K.holders, now + lease, ARGV[i]) == 1 then held(ARGV[i]) end
-end
+for i = 13 + n + m, #ARGV do add(ARGV[i]) end
 return {cur, rejoined, waiting(), redis.call('ZCARD', K.holders),
   redis.call('ZCOUNT', K.nodes, now, '+inf'), tonumber(redis.call('GET', K.expired) or '0'), readded, missing}

@@ -1,13 +1,14 @@
 -- inspect: a read-only snapshot of the queue for operators.
 -- KEYS: the common layout (K, see common.lua).
--- ARGV: 1 unused, 2-6 common, 7 how many head tickets, 8 how many flows.
+-- ARGV: 1 unused, 2-7 common, 8 how many head tickets, 9 how many flows.
 -- Returns {waiting, {head tickets}, {holder, ms left, ...},
 --   {node, ms left, ...}, {{flow, waiting, held, usage}, ...} (busiest
---   first; usage: its counter minus the virtual time), grants}.
+--   first; usage: its counter minus the virtual time), grants,
+--   {holder, upstream, ...}, {upstream, ms cooling left, ...}}.
 --   The head lists the ready flows' first tickets, least usage first,
 --   then the FIFO tickets in order.
 -- Idempotent: it writes nothing.
-local want = tonumber(ARGV[7])
+local want = tonumber(ARGV[8])
 local head = {}
 if want > 0 then
   for _, r in ipairs(redis.call('ZRANGE', K.fready, 0, want - 1)) do
@@ -39,8 +40,14 @@ for i = 1, #f, 2 do flows[#flows + 1] = {f[i], tonumber(f[i + 1])} end
 table.sort(flows, function(a, b) return a[2] > b[2] end)
 local top = {}
 local v = vtime()
-for i = 1, math.min(#flows, tonumber(ARGV[8])) do
+for i = 1, math.min(#flows, tonumber(ARGV[9])) do
   local flow = flows[i][1]
   top[#top + 1] = {flow, flows[i][2], tonumber(redis.call('HGET', K.finf, flow) or '0'), num((counter(flow) or v) - v)}
 end
-return {waiting(), head, holders, nodes, top, grants()}
+local cooling = {}
+local c = redis.call('ZRANGEBYSCORE', K.ucool, '(' .. now, '+inf', 'WITHSCORES')
+for i = 1, #c, 2 do
+  cooling[#cooling + 1] = c[i]
+  cooling[#cooling + 1] = tonumber(c[i + 1]) - now
+end
+return {waiting(), head, holders, nodes, top, grants(), redis.call('HGETALL', K.uheld), cooling}

@@ -5,15 +5,23 @@
 -- has passed, and lists the node's holders so it can find grants whose
 -- message was lost.
 -- KEYS: the common layout (K, see common.lua).
--- ARGV: 1 node, 2-6 common, 7 ms: holders granted or renewed more recently
+-- ARGV: 1 node, 2-7 common, 8 ms: holders granted or renewed more recently
 --   are left out (their grant message may still be in flight).
--- Returns {epoch, grants, waiting, {holder tickets of node}, own grants}
--- (own grants: {ticket, grant no, ...} made to the node by this call).
+-- Returns {epoch, grants, waiting, {holder tickets of node}, own grants,
+-- {their upstreams}} (own grants: {ticket, grant no, upstream, ...} made
+-- to the node by this call; the upstreams, '' for none, in the order of
+-- the holders).
 -- Idempotent: a second run finds nothing more to free or dispatch.
 reap()
 recount()
+pool_tidy()
 local own = (dispatch(ARGV[1]))
 forget_dead()
 redis.call('ZREMRANGEBYSCORE', K.gone, '-inf', now)
 redis.call('ZREMRANGEBYSCORE', K.fidle, '-inf', num(vtime()))
-return {redis.call('GET', K.epoch) or '', grants(), waiting(), mine(ARGV[1], tonumber(ARGV[7])), own}
+local held = mine(ARGV[1], tonumber(ARGV[8]))
+local ups = {}
+if #held > 0 and redis.call('EXISTS', K.uheld) == 1 then
+  for i, u in ipairs(redis.call('HMGET', K.uheld, unpack(held))) do ups[i] = u or '' end
+end
+return {redis.call('GET', K.epoch) or '', grants(), waiting(), held, own, ups}

@@ -1,0 +1,85 @@
+-- pool.lua: upstream pools (Limits.Upstreams), prepended to every script
+-- after common.lua.
+--
+-- ARGV[7] lists the calling node's upstreams, "<dial> <permits> ..."
+-- ('' : no pool). Every grant then names one upstream: K.uheld maps the
+-- holder to it, so an upstream's permits in flight are its entries there
+-- (about the permits: a scan of K.uheld reads as much as one of the
+-- holders). An entry is written in the script that adds the holder and
+-- deleted with it; one left behind by a node without the pool list only
+-- lowers what is granted, and reconcile deletes it.
+-- K.ucool holds the upstreams left out of dispatch until a time (they
+-- failed a request), K.ulast the grant number of each one's last grant.
+
+local pool = {}
+for dial, n in string.gmatch(ARGV[7] or '', '(%S+) (%d+)') do
+  pool[#pool + 1] = {dial = dial, permits = tonumber(n)}
+end
+
+-- pool_view reads what choosing an upstream needs: permits in flight,
+-- who is cooling, and when each was granted last. nil without a pool.
+local function pool_view()
+  if #pool == 0 then return nil end
+  local v = {inf = {}, cool = {}, last = {}}
+  for _, u in ipairs(redis.call('HVALS', K.uheld)) do v.inf[u] = (v.inf[u] or 0) + 1 end
+  for _, u in ipairs(redis.call('ZRANGEBYSCORE', K.ucool, '(' .. now, '+inf')) do v.cool[u] = true end
+  local dials = {}
+  for i, u in ipairs(pool) do dials[i] = u.dial end
+  local last = redis.call('HMGET', K.ulast, unpack(dials))
+  for i, u in ipairs(pool) do v.last[u.dial] = tonumber(last[i]) or -1 end
+  return v
+end
+
+-- pick is the upstream to grant on: not cooling and under its permits,
+-- the most free relative to its size (compared exactly), ties to the
+-- one granted longest ago, then list order. nil when none may be.
+local function pick(v)
+  local best, bfree, bsize, blast
+  for _, u in ipairs(pool) do
+    local free = u.permits - (v.inf[u.dial] or 0)
+    if free > 0 and not v.cool[u.dial] then
+      local l = v.last[u.dial]
+      local a, b = free * (bsize or 1), (bfree or 0) * u.permits
+      if not best or a > b or (a == b and l < blast) then
+        best, bfree, bsize, blast = u.dial, free, u.permits, l
+      end
+    end
+  end
+  return best
+end
+
+-- place records a grant of ticket id on upstream dial (grant number no).
+local function place(v, id, dial, no)
+  redis.call('HSET', K.uheld, id, dial)
+  redis.call('HSET', K.ulast, dial, no)
+  v.inf[dial] = (v.inf[dial] or 0) + 1
+  v.last[dial] = no
+end
+
+-- unplace forgets the upstream of a holder removed.
+local function unplace(id)
+  if #pool > 0 then redis.call('HDEL', K.uheld, id) end
+end
+
+-- cool leaves upstream dial out of dispatch for ms (the later end wins).
+local function cool(dial, ms)
+  ms = tonumber(ms) or 0
+  if dial ~= '' and ms > 0 then
+    redis.call('ZADD', K.ucool, 'GT', now + ms, dial)
+  end
+end
+
+-- upstream_of is the upstream holder id runs on, or ''.
+local function upstream_of(id)
+  return redis.call('HGET', K.uheld, id) or ''
+end
+
+-- pool_tidy deletes upstream entries of tickets that hold nothing and
+-- ended cooldowns (reconcile). About the permits.
+local function pool_tidy()
+  local h = redis.call('HKEYS', K.uheld)
+  for _, id in ipairs(h) do
+    if not redis.call('ZSCORE', K.holders, id) then redis.call('HDEL', K.uheld, id) end
+  end
+  redis.call('ZREMRANGEBYSCORE', K.ucool, '-inf', now)
+end

@@ -1,0 +1,51 @@
+-- requeue: a held ticket gives its permit back and a new ticket of the
+-- same node and flow takes its place in the queue, in one step: an
+-- upstream refused the request before anything reached the client
+-- (fairqueue.Permit.Requeue).
+-- KEYS: the common layout (K, see common.lua).
+-- ARGV: 1 new ticket, 2-7 common, 8 node, 9 epoch candidate, 10 the new
+--   ticket's cost, 11 the old ticket, 12 its arrival order (the new
+--   ticket's place: before every ticket that arrived later), 13 the old
+--   ticket's correction (usually minus its cost: its grant is undone),
+--   14 an upstream to cool ('' : none), 15 for how many ms.
+-- Returns acquire's reply (see acquire.lua): 'queued' with the new
+--   ticket's position (a grant dispatch made it at once is among the own
+--   grants), or for a call sent again 'granted' or 'queued' as the new
+--   ticket stands, or 'gone' (cancelled meanwhile). No queue cap applies.
+-- Idempotent by both tickets.
+local id, node, old, seq = ARGV[1], ARGV[8], ARGV[11], tonumber(ARGV[12])
+local epoch = redis.call('SET', K.epoch, ARGV[9], 'NX', 'GET') or ARGV[9]
+local function answer(status, no, position, own, up)
+  return {status, seq, no, position, grants(), epoch, own or {}, up or ''}
+end
+if not alive(node) then
+  redis.call('ZADD', K.nodes, now + lease, node)
+  redis.call('HSET', K.members, node, lease .. ' 0')
+end
+local flow = flow_of(id)
+local tomb = redis.call('ZSCORE', K.gone, id)
+local gone = tomb and tonumber(tomb) > now
+local known = gone or redis.call('ZSCORE', K.holders, id) or redis.call('ZSCORE', K.waiting, id) or
+  (flow and redis.call('HEXISTS', K.fticket, id) == 1)
+-- The new ticket first: its flow, still holding the old permit, stays
+-- active and keeps its counter.
+if not known then
+  if flow then
+    unready(flow) -- its head may change
+    enqueue(flow, seq, tonumber(ARGV[10]), id)
+  else
+    redis.call('ZADD', K.waiting, seq, id)
+  end
+end
+if redis.call('ZREM', K.holders, old) == 1 then unheld(old, tonumber(ARGV[13])) end
+cool(ARGV[14], ARGV[15])
+reap()
+local own = (dispatch(node))
+if gone then return answer('gone', 0, 0, own) end
+if redis.call('ZSCORE', K.holders, id) then
+  return answer(known and 'granted' or 'queued', 0, 0, own, #pool > 0 and upstream_of(id))
+end
+local rank = redis.call('ZRANK', K.waiting, id)
+if rank then return answer('queued', 0, rank + 1, own) end
+local m = flow and redis.call('HGET', K.fticket, id)
+return answer('queued', 0, m and fposition(flow, m) or 1, own)

@@ -1,0 +1,129 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+// Every script with a pool is idempotent by ticket: a cooldown, a
+// requeue and a re-added holder count once however often they are sent.
+func TestPoolScriptsAreIdempotentByTicket(t *testing.T) {
+	rdb, s := openStore(t, "poolidem")
+	ctx := context.Background()
+	l := fairqueue.Limits{Permits: 3, Lease: 10 * time.Second,
+		Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 1}, {Dial: "b:1", Permits: 1}}}
+	tk := func(n int) fairqueue.TicketArgs {
+		return fairqueue.TicketArgs{ID: fmt.Sprintf("n1:%d", n), Node: "n1", Limits: l, Cost: 1}
+	}
+	dump := func() string {
+		out := stateString(readState(t, rdb, "poolidem"))
+		for _, k := range []string{"uheld", "ulast"} {
+			m, err := rdb.HGetAll(ctx, s.Tag()+":"+k).Result()
+			require.NoError(t, err)
+			out += fmt.Sprintf(" %s=%v", k, m)
+		}
+		z, err := rdb.ZRange(ctx, s.Tag()+":ucool", 0, -1).Result()
+		require.NoError(t, err)
+		return out + fmt.Sprintf(" ucool=%v", z)
+	}
+	twice := func(name string, f func() error) {
+		t.Helper()
+		require.NoError(t, f(), name)
+		once := dump()
+		require.NoError(t, f(), name+" again")
+		assert.Equal(t, once, dump(), "%s run twice", name)
+	}
+	ups := map[string]string{}
+	for i := 1; i <= 3; i++ {
+		twice(fmt.Sprintf("acquire %d", i), func() error {
+			r, err := s.Acquire(ctx, tk(i))
+			if r.Upstream != "" {
+				ups[tk(i).ID] = r.Upstream
+			}
+			return err
+		})
+	}
+	require.Equal(t, map[string]string{"n1:1": "a:1", "n1:2": "b:1"}, ups, "one grant per upstream, in list order")
+	twice("release cooling a", func() error {
+		rel := tk(1)
+		rel.Cool, rel.CoolFor = "a:1", 5*time.Second
+		return s.Release(ctx, rel)
+	})
+	// a cools: n1:3 still waits although a has a free permit.
+	st := readState(t, rdb, "poolidem")
+	assert.Equal(t, []string{"n1:3"}, st.Waiting, "a cooling: nobody is granted on it")
+	twice("requeue n1:2 as n1:4", func() error {
+		r := fairqueue.RequeueArgs{TicketArgs: tk(4), Old: "n1:2", Seq: 2}
+		r.Correction = -1
+		res, err := s.Requeue(ctx, r)
+		assert.False(t, res.Gone)
+		return err
+	})
+	// n1:4 took n1:2's place (seq 2, before n1:3) and its freed permit on b.
+	st = readState(t, rdb, "poolidem")
+	assert.Equal(t, []string{"n1:4"}, st.Holders, "the requeued ticket is served first, at its place")
+	assert.Equal(t, []string{"n1:3"}, st.Waiting)
+	held, err := rdb.HGetAll(ctx, s.Tag()+":uheld").Result()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"n1:4": "b:1"}, held)
+	twice("heartbeat", func() error {
+		_, err := s.Heartbeat(ctx, fairqueue.HeartbeatArgs{Node: "n1", Limits: l, Held: []string{"n1:4"},
+			Upstreams: map[string]string{"n1:4": "b:1"}})
+		return err
+	})
+}
+
+// A holder Redis lost (a restart without persistence) is counted again
+// by its node's heartbeat on its upstream too, so the upstream is not
+// granted past its permits afterwards.
+func TestPoolHolderReaddedAfterDataLossCountsOnItsUpstream(t *testing.T) {
+	rdb, s := openStore(t, "poolloss")
+	ctx := context.Background()
+	l := fairqueue.Limits{Permits: 2, Lease: 10 * time.Second,
+		Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 1}, {Dial: "b:1", Permits: 1}}}
+	r, err := s.Acquire(ctx, fairqueue.TicketArgs{ID: "n1:1", Node: "n1", Limits: l})
+	require.NoError(t, err)
+	require.Equal(t, "a:1", r.Upstream)
+	require.NoError(t, rdb.FlushAll(ctx).Err())
+	_, err = s.Heartbeat(ctx, fairqueue.HeartbeatArgs{Node: "n1", Limits: l, Held: []string{"n1:1"},
+		Upstreams: map[string]string{"n1:1": "a:1"}, Epoch: r.Epoch, Beat: 1})
+	require.NoError(t, err)
+	r, err = s.Acquire(ctx, fairqueue.TicketArgs{ID: "n1:2", Node: "n1", Limits: l})
+	require.NoError(t, err)
+	assert.Equal(t, "b:1", r.Upstream, "a still runs n1:1: the next grant goes to b")
+	r, err = s.Acquire(ctx, fairqueue.TicketArgs{ID: "n1:3", Node: "n1", Limits: l})
+	require.NoError(t, err)
+	assert.False(t, r.Granted, "both upstreams full")
+}
+
+// An upstream entry left behind by a release from a node without the
+// pool (a reload removing it) only holds back grants until a reconcile
+// deletes it; nothing leaks.
+func TestPoolEntryLeftByANodeWithoutThePoolIsTidiedByReconcile(t *testing.T) {
+	rdb, s := openStore(t, "pooltidy")
+	ctx := context.Background()
+	pool := fairqueue.Limits{Permits: 1, Lease: 10 * time.Second, Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 1}}}
+	plain := fairqueue.Limits{Permits: 1, Lease: 10 * time.Second}
+	_, err := s.Acquire(ctx, fairqueue.TicketArgs{ID: "n1:1", Node: "n1", Limits: pool})
+	require.NoError(t, err)
+	require.NoError(t, s.Release(ctx, fairqueue.TicketArgs{ID: "n1:1", Node: "n1", Limits: plain}))
+	r, err := s.Acquire(ctx, fairqueue.TicketArgs{ID: "n1:2", Node: "n1", Limits: pool})
+	require.NoError(t, err)
+	assert.False(t, r.Granted, "the stale entry counts: under-admits, never over")
+	rec, err := s.Reconcile(ctx, "n1", pool)
+	require.NoError(t, err)
+	_ = rec
+	st := readState(t, rdb, "pooltidy")
+	assert.Equal(t, []string{"n1:2"}, st.Holders, "reconcile deleted the stale entry and granted a")
+	require.NoError(t, s.Leave(ctx, "n1", pool))
+	keys, err := rdb.Keys(ctx, s.Tag()+"*").Result()
+	require.NoError(t, err)
+	assert.Empty(t, keys)
+}
