@@ -187,13 +187,15 @@ func (s *Store) heldAgain(id string) {
 	}
 }
 
-// unhold ends id's hold, if it holds a permit: its flow's counter takes
-// the correction, and the flow may go idle.
+// unhold ends id's hold, if it holds a permit: its upstream slot is
+// freed, its flow's counter takes the correction, and the flow may go
+// idle.
 func (s *Store) unhold(id string, correction float64) {
 	if _, ok := s.holders[id]; !ok {
 		return
 	}
 	delete(s.holders, id)
+	s.unholdOn(id)
 	f := s.flows[fairqueue.TicketFlow(id)]
 	if f == nil || f.inflight == 0 {
 		return

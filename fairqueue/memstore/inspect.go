@@ -20,6 +20,9 @@ type State struct {
 	Waiting []string
 	Holders []string
 	Nodes   []string
+	// Upstreams are the pool upstreams the store keeps state for: with
+	// holders, cooling, or granted on since the queue was last empty.
+	Upstreams []string
 }
 
 // State returns a snapshot of the queue. Readiness under the tenant cap
@@ -44,6 +47,17 @@ func (s *Store) State() State {
 	for n := range s.nodes {
 		st.Nodes = append(st.Nodes, n)
 	}
+	for dial := range s.inflight {
+		st.Upstreams = append(st.Upstreams, dial)
+	}
+	for dial := range s.cooling {
+		st.Upstreams = append(st.Upstreams, dial)
+	}
+	for dial := range s.lastNo {
+		st.Upstreams = append(st.Upstreams, dial)
+	}
+	slices.Sort(st.Upstreams)
+	st.Upstreams = slices.Compact(st.Upstreams)
 	return st
 }
 
@@ -71,8 +85,10 @@ func (s *Store) Inspect(_ context.Context, head, flows int) (fairqueue.Snapshot,
 	}
 	snap.Head = snap.Head[:min(max(head, 0), len(snap.Head))]
 	for id, exp := range s.holders {
-		snap.Holders = append(snap.Holders, fairqueue.Holder{Ticket: id, Node: fairqueue.TicketNode(id), LeaseLeft: exp.Sub(now)})
+		snap.Holders = append(snap.Holders, fairqueue.Holder{Ticket: id, Node: fairqueue.TicketNode(id),
+			LeaseLeft: exp.Sub(now), Upstream: s.holderOn[id]})
 	}
+	snap.Upstreams = s.upstreamInfos(now)
 	for n, exp := range s.nodes {
 		snap.Nodes = append(snap.Nodes, fairqueue.NodeInfo{ID: n, Alive: !exp.Before(now), ExpiresIn: exp.Sub(now)})
 	}
@@ -89,7 +105,7 @@ func (s *Store) Inspect(_ context.Context, head, flows int) (fairqueue.Snapshot,
 }
 
 // Purge implements fairqueue.Inspector: the queue forgets every waiter
-// and holder and its fair queueing state (nodes stay registered).
+// and holder, its fair queueing and pool state (nodes stay registered).
 func (s *Store) Purge(context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -97,5 +113,6 @@ func (s *Store) Purge(context.Context) error {
 	s.index = make(map[string]*waiter)
 	s.holders = make(map[string]time.Time)
 	s.fairState = newFairState()
+	s.poolState = newPoolState()
 	return nil
 }

@@ -9,7 +9,6 @@ package memstore
 import (
 	"container/heap"
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -34,6 +33,7 @@ type Store struct {
 	gone     map[string]time.Time // tombstones -> expiry
 	expired  int64                // permits freed by an ended lease
 	fairState
+	poolState
 }
 
 // New returns an empty Store.
@@ -49,6 +49,7 @@ func New() *Store {
 		gone:     make(map[string]time.Time),
 
 		fairState: newFairState(),
+		poolState: newPoolState(),
 	}
 }
 
@@ -106,10 +107,10 @@ func (s *Store) alive(node string, now time.Time) bool {
 	return ok && !exp.Before(now)
 }
 
-// reapAndDispatch frees expired leases and, while permits are free,
-// grants the FIFO head or the head of the next ready flow, whichever
-// arrived first (both kinds wait only while a reload toggles Fair),
-// dropping waiters of dead nodes.
+// reapAndDispatch frees expired leases and, while permits are free (and
+// an upstream of the pool is eligible, pool.go), grants the FIFO head or
+// the head of the next ready flow, whichever arrived first (both kinds
+// wait only while a reload toggles Fair), dropping waiters of dead nodes.
 func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) {
 	s.inCap = l.MaxInFlightPerTenant
 	for id, exp := range s.holders {
@@ -118,7 +119,12 @@ func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) 
 			s.expired++
 		}
 	}
+	s.pruneCooling(now)
 	for len(s.holders) < l.Permits {
+		up, ok := s.pick(l, now)
+		if !ok {
+			break
+		}
 		var w *waiter
 		if f := s.next(l.MaxInFlightPerTenant); f != nil && (s.waiting.Len() == 0 || f.q[0].seq < s.waiting[0].seq) {
 			w = f.q[0]
@@ -141,8 +147,12 @@ func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) 
 			s.charge(w.flow, w.cost, held)
 		}
 		s.grants++
+		if on, ok := s.holderOn[w.id]; ok {
+			up = on // adopted while it waited: it runs there
+		}
+		s.granted(w.id, up, s.grants)
 		if h := s.handlers[node]; h != nil {
-			out[h] = append(out[h], fairqueue.Grant{Ticket: w.id, No: s.grants, At: now})
+			out[h] = append(out[h], fairqueue.Grant{Ticket: w.id, No: s.grants, At: now, Upstream: up})
 		}
 	}
 }
@@ -175,7 +185,7 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 	}
 	res.Grants = s.grants
 	if _, ok := s.holders[t.ID]; ok {
-		res.Granted = true
+		res.Granted, res.Upstream = true, s.holderOn[t.ID]
 		return res, nil
 	}
 	inCap := t.MaxInFlightPerTenant
@@ -185,7 +195,8 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 	}
 	s.reapAndDispatch(t.Limits, now, out)
 	name := fairqueue.TicketFlow(t.ID)
-	free := len(s.holders) < t.Permits && s.waiting.Len() == 0 && s.next(inCap) == nil
+	up, eligible := s.pick(t.Limits, now)
+	free := eligible && len(s.holders) < t.Permits && s.waiting.Len() == 0 && s.next(inCap) == nil
 	var f *flow
 	if name != "" {
 		f = s.flows[name]
@@ -204,7 +215,8 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 			s.charge(s.arrive(name, inCap), t.Cost, false)
 		}
 		s.grants++
-		res.Granted, res.GrantNo, res.Grants = true, s.grants, s.grants
+		s.granted(t.ID, up, s.grants)
+		res.Granted, res.GrantNo, res.Grants, res.Upstream = true, s.grants, s.grants, up
 		return res, nil
 	}
 	w := &waiter{id: t.ID, seq: s.seq, cost: t.Cost}
@@ -244,8 +256,9 @@ func (s *Store) Release(_ context.Context, t fairqueue.TicketArgs) error {
 	defer out.deliver()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.unhold(t.ID, t.Correction)
-	s.reapAndDispatch(t.Limits, s.now(), out)
+	now := s.now()
+	s.release(t.ID, t.Correction, t.Cool, t.CoolFor, now)
+	s.reapAndDispatch(t.Limits, now, out)
 	return nil
 }
 
@@ -298,6 +311,7 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 		} else if !rejoined {
 			s.holders[id] = now.Add(hb.Lease)
 			s.heldAgain(id)
+			s.holdOn(id, hb.Upstreams[id])
 			res.Readded = append(res.Readded, id)
 		}
 	}
@@ -310,6 +324,7 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 	for _, id := range hb.Adopt {
 		if _, ok := s.holders[id]; !ok {
 			s.heldAgain(id)
+			s.holdOn(id, hb.Upstreams[id])
 		}
 		s.holders[id] = now.Add(hb.Lease)
 	}
@@ -336,13 +351,8 @@ func (s *Store) Reconcile(_ context.Context, node string, l fairqueue.Limits) (f
 	now := s.now()
 	s.reapAndDispatch(l, now, out)
 	s.pruneIdle()
-	for n, exp := range s.nodes {
-		if exp.Before(now) {
-			delete(s.nodes, n)
-			delete(s.members, n)
-		}
-	}
-	res := fairqueue.ReconcileResult{Epoch: s.epoch, Grants: s.grants, Waiting: len(s.index)}
+	s.forgetDead(now)
+	res := fairqueue.ReconcileResult{Epoch: s.epoch, Grants: s.grants, Waiting: len(s.index), Upstreams: s.upstreamsOf(node)}
 	for id := range s.holders {
 		if fairqueue.TicketNode(id) == node {
 			res.Holders = append(res.Holders, id)
@@ -365,9 +375,22 @@ func (s *Store) Leave(_ context.Context, node string, l fairqueue.Limits) error 
 	delete(s.nodes, node)
 	delete(s.members, node)
 	delete(s.handlers, node)
-	s.reapAndDispatch(l, s.now(), out)
+	now := s.now()
+	s.reapAndDispatch(l, now, out)
 	s.pruneIdle()
+	s.forgetDead(now)
+	s.forgetIfEmpty()
 	return nil
+}
+
+// forgetDead forgets the nodes whose liveness ended.
+func (s *Store) forgetDead(now time.Time) {
+	for n, exp := range s.nodes {
+		if exp.Before(now) {
+			delete(s.nodes, n)
+			delete(s.members, n)
+		}
+	}
 }
 
 // Close implements fairqueue.Store. The Store stays usable by other nodes.
@@ -377,8 +400,3 @@ var (
 	_ fairqueue.Store     = (*Store)(nil)
 	_ fairqueue.Inspector = (*Store)(nil)
 )
-
-// Requeue implements fairqueue.Store.
-func (s *Store) Requeue(_ context.Context, t fairqueue.RequeueArgs) (fairqueue.AcquireResult, error) {
-	return fairqueue.AcquireResult{}, errors.New("memstore: requeue not implemented")
-}

@@ -1,0 +1,178 @@
+package memstore
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+// Upstream pools (Limits.Upstreams), the rules the Redis store's Lua
+// scripts follow too:
+//
+//   - A grant needs, besides a free pool permit, an eligible upstream:
+//     one of the calling node's list with fewer holders than its Permits
+//     and not cooling. A holder counts on its upstream whatever list it
+//     was granted under, also on an upstream no longer listed (which
+//     gets no new grants).
+//   - Among the eligible, the one with the largest free share
+//     (Permits - in flight) / Permits wins, compared exactly; ties go to
+//     the one whose last grant is oldest by the grant counter, never
+//     granted first, then list order.
+//   - A release (or requeue) naming a cooling upstream keeps it out of
+//     dispatch until now + CoolFor, the later end winning. Only a ticket
+//     that still held a permit cools it: a release sent again does not
+//     extend the cooldown.
+//   - When the queue is empty everywhere after a leave, the pool state
+//     (cooldowns, last grants) goes with it.
+
+// poolState is the store's upstream pool state; guarded by Store.mu.
+type poolState struct {
+	holderOn map[string]string    // holder ticket -> its upstream
+	inflight map[string]int       // upstream -> holders on it (no zero entries)
+	lastNo   map[string]int64     // upstream -> grant counter of its last grant
+	cooling  map[string]time.Time // upstream -> end of its cooldown
+}
+
+func newPoolState() poolState {
+	return poolState{holderOn: make(map[string]string), inflight: make(map[string]int),
+		lastNo: make(map[string]int64), cooling: make(map[string]time.Time)}
+}
+
+// pick returns the upstream a grant made now goes to, "" when l has no
+// pool; ok is false when the pool has no eligible upstream.
+func (s *Store) pick(l fairqueue.Limits, now time.Time) (dial string, ok bool) {
+	if len(l.Upstreams) == 0 {
+		return "", true
+	}
+	var best *fairqueue.Upstream
+	for i := range l.Upstreams {
+		u := &l.Upstreams[i]
+		if s.inflight[u.Dial] >= u.Permits || s.coolingAt(u.Dial, now) {
+			continue
+		}
+		if best == nil || s.before(u, best) {
+			best = u
+		}
+	}
+	if best == nil {
+		return "", false
+	}
+	return best.Dial, true
+}
+
+// before reports whether a is served before b: the larger free share,
+// then the older last grant. Integer cross-multiplication keeps the
+// comparison exact; a tie of both (never granted) keeps list order.
+func (s *Store) before(a, b *fairqueue.Upstream) bool {
+	fa := int64(a.Permits-s.inflight[a.Dial]) * int64(b.Permits)
+	fb := int64(b.Permits-s.inflight[b.Dial]) * int64(a.Permits)
+	if fa != fb {
+		return fa > fb
+	}
+	return s.lastNo[a.Dial] < s.lastNo[b.Dial]
+}
+
+func (s *Store) coolingAt(dial string, now time.Time) bool {
+	end, ok := s.cooling[dial]
+	return ok && end.After(now)
+}
+
+// granted records the grant numbered no of ticket id on upstream dial
+// (nothing without a pool).
+func (s *Store) granted(id, dial string, no int64) {
+	if dial == "" {
+		return
+	}
+	s.holdOn(id, dial)
+	s.lastNo[dial] = no
+}
+
+// holdOn counts holder id on upstream dial; a holder entry created
+// outside a grant (a heartbeat re-adding or adopting it) takes only this.
+func (s *Store) holdOn(id, dial string) {
+	if dial == "" {
+		return
+	}
+	if _, ok := s.holderOn[id]; ok {
+		return
+	}
+	s.holderOn[id] = dial
+	s.inflight[dial]++
+}
+
+// unholdOn frees id's slot on its upstream, if it has one.
+func (s *Store) unholdOn(id string) {
+	dial, ok := s.holderOn[id]
+	if !ok {
+		return
+	}
+	delete(s.holderOn, id)
+	if s.inflight[dial]--; s.inflight[dial] <= 0 {
+		delete(s.inflight, dial)
+	}
+}
+
+// cool keeps upstream dial out of dispatch until now+d, unless it cools
+// longer already.
+func (s *Store) cool(dial string, d time.Duration, now time.Time) {
+	if dial == "" || d <= 0 {
+		return
+	}
+	if end := now.Add(d); end.After(s.cooling[dial]) {
+		s.cooling[dial] = end
+	}
+}
+
+// pruneCooling forgets the cooldowns that ended.
+func (s *Store) pruneCooling(now time.Time) {
+	for dial, end := range s.cooling {
+		if !end.After(now) {
+			delete(s.cooling, dial)
+		}
+	}
+}
+
+// upstreamsOf maps the holders of node that run on an upstream to it
+// (nil when none does).
+func (s *Store) upstreamsOf(node string) map[string]string {
+	var m map[string]string
+	for id, dial := range s.holderOn {
+		if fairqueue.TicketNode(id) == node {
+			if m == nil {
+				m = make(map[string]string)
+			}
+			m[id] = dial
+		}
+	}
+	return m
+}
+
+// upstreamInfos lists the upstreams with holders or cooling, by dial.
+func (s *Store) upstreamInfos(now time.Time) []fairqueue.UpstreamInfo {
+	var out []fairqueue.UpstreamInfo
+	for dial, n := range s.inflight {
+		out = append(out, fairqueue.UpstreamInfo{Dial: dial, InFlight: n})
+	}
+	for dial, end := range s.cooling {
+		if !end.After(now) {
+			continue
+		}
+		if i := slices.IndexFunc(out, func(u fairqueue.UpstreamInfo) bool { return u.Dial == dial }); i >= 0 {
+			out[i].CoolLeft = end.Sub(now)
+		} else {
+			out = append(out, fairqueue.UpstreamInfo{Dial: dial, CoolLeft: end.Sub(now)})
+		}
+	}
+	slices.SortFunc(out, func(a, b fairqueue.UpstreamInfo) int { return cmp.Compare(a.Dial, b.Dial) })
+	return out
+}
+
+// forgetIfEmpty drops the pool state when the queue is empty everywhere:
+// no waiter, no holder, no node.
+func (s *Store) forgetIfEmpty() {
+	if len(s.index) == 0 && len(s.holders) == 0 && len(s.nodes) == 0 {
+		s.poolState = newPoolState()
+	}
+}

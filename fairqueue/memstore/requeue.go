@@ -1,0 +1,64 @@
+package memstore
+
+import (
+	"container/heap"
+	"context"
+	"time"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+// release ends id's hold, if it holds a permit: the correction goes to
+// its flow's counter and upstream cool (if named) cools for coolFor. A
+// release sent again finds no holder and changes nothing.
+func (s *Store) release(id string, correction float64, cool string, coolFor time.Duration, now time.Time) {
+	if _, ok := s.holders[id]; !ok {
+		return
+	}
+	s.unhold(id, correction)
+	s.cool(cool, coolFor, now)
+}
+
+// Requeue implements fairqueue.Store. The new ticket is queued before
+// Old's permit is given back, so that a flow whose only ticket is the
+// requeued one stays active and keeps its counter (less the correction)
+// instead of starting again as a newcomer. A grant the dispatch makes to
+// the new ticket reaches its node's Handler, as every dispatched grant.
+func (s *Store) Requeue(_ context.Context, t fairqueue.RequeueArgs) (fairqueue.AcquireResult, error) {
+	out := pending{}
+	defer out.deliver()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	res := fairqueue.AcquireResult{Epoch: s.epoch, Seq: t.Seq}
+	if !s.alive(t.Node, now) {
+		s.nodes[t.Node] = now.Add(t.Lease)
+		s.members[t.Node] = member{lease: t.Lease}
+	}
+	inCap := t.MaxInFlightPerTenant
+	var w *waiter
+	if exp, ok := s.gone[t.ID]; ok && exp.After(now) {
+		res.Gone = true
+	} else if _, ok := s.holders[t.ID]; ok {
+		res.Granted, res.Upstream = true, s.holderOn[t.ID]
+	} else if w = s.index[t.ID]; w == nil {
+		w = &waiter{id: t.ID, seq: t.Seq, cost: t.Cost}
+		s.seq = max(s.seq, t.Seq) // a store that lost its data numbers on after it
+		if name := fairqueue.TicketFlow(t.ID); name != "" {
+			s.enqueue(w, name, inCap)
+		} else {
+			heap.Push(&s.waiting, w)
+			s.index[t.ID] = w
+		}
+	}
+	s.release(t.Old, t.Correction, t.Cool, t.CoolFor, now)
+	s.reapAndDispatch(t.Limits, now, out)
+	res.Grants = s.grants
+	if w != nil {
+		res.Position = 1 // granted by this dispatch: it was next
+		if _, queued := s.index[t.ID]; queued {
+			res.Position = s.position(w, inCap)
+		}
+	}
+	return res, nil
+}
