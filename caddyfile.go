@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -33,7 +34,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //
 //	fair_queue [<matcher>] {
 //	    name          <queue name>         # default "default"; placeholders allowed, e.g. {http.fair_queue.model}
-//	    permits       <n>                  # required, > 0, cluster-wide
+//	    permits       <n>                  # required (unless upstream lines), > 0, cluster-wide
 //	    max_wait      <duration>           # default 20s; at least 50ms
 //	    poll_interval <duration>           # default 200ms (max_wait if shorter); at least 50ms, at most max_wait
 //	    max_body      <size>               # default 8MiB (e.g. 1MiB, 512KB); larger bodies get 413
@@ -52,6 +53,13 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    max_queue     <n>                  # waiting requests, cluster-wide; beyond: 429 queue_full. default 0: no cap
 //	    max_queue_per_tenant <n>           # per tenant and band; requires tenant. default 0: no cap
 //	    max_in_flight_per_tenant <n>       # permits one tenant holds at once, cluster-wide; requires tenant or priority. default 0: no cap
+//
+//	    # a pool of backends, each with its own permits, cluster-wide; reverse_proxy
+//	    # takes the granted one with `dynamic fair_queue`; permits then caps the pool (default: the sum)
+//	    upstream      <dial address> <n>   # repeatable, e.g. upstream 10.0.0.5:8000 8
+//	    requeue_on    <status>...          # e.g. 429 503: answer not passed on, request requeued at its place; requires upstream
+//	    max_requeues  <n>                  # per request, 0 to 100; default 3
+//	    upstream_cooldown <duration>       # an upstream that failed (no Retry-After) gets no grant for this long; default 1s, at most 5m
 //
 //	    # no redis block: the queue lives in this process only
 //	    redis [<url>] {
@@ -96,8 +104,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    }
 //	}
 //
-// Every option may be given once, except weight (once per tenant value)
-// and reject. Templates may span lines with a heredoc (<<JSON ... JSON).
+// Every option may be given once, except weight (once per tenant value),
+// upstream (once per dial address) and reject. Templates may span lines with a heredoc (<<JSON ... JSON).
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
 	if d.NextArg() {
@@ -127,6 +135,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"sse_keepalive":            opt(&h.SSEKeepalive, durationArg(minSSEKeepalive)),
 		"sse_queue_events":         flagOpt(&h.SSEQueueEvents),
 		"reject_stream":            opt(&h.RejectStream, parseRejectStream),
+		"upstream":                 h.parseUpstream,
+		"requeue_on":               h.parseRequeueOn,
+		"max_requeues":             h.parseMaxRequeues,
+		"upstream_cooldown":        opt(&h.UpstreamCooldown, durationArg(time.Millisecond)),
 		"reject": func(d *caddyfile.Dispenser) error {
 			rc, err := parseReject(d)
 			if err != nil {
@@ -138,12 +150,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			return nil
 		},
-	}, "weight", "reject")
+	}, "weight", "reject", "upstream")
 	if err != nil {
 		return err
 	}
-	if h.Permits == 0 {
-		return d.Err("permits is required")
+	if h.Permits == 0 && len(h.Upstreams) == 0 {
+		return d.Err("permits is required (or upstream lines, whose permits add up)")
 	}
 	// The rules that join options: what Provision would refuse.
 	if err := h.validate(); err != nil {

@@ -108,8 +108,9 @@ func (k *keepalive) onQueued() func(fairqueue.Waiting) {
 
 // startKeepalive starts feeding w while the request, queued at start,
 // waits, when the request streams and sse_keepalive is set; otherwise it
-// returns nil (whose halt is a no-op).
-func (h *Handler) startKeepalive(w http.ResponseWriter, streaming bool, start time.Time) *keepalive {
+// returns nil (whose halt is a no-op). committed: the header is sent
+// already (a requeued request's second wait).
+func (h *Handler) startKeepalive(w http.ResponseWriter, streaming bool, start time.Time, committed bool) *keepalive {
 	if !streaming || h.SSEKeepalive <= 0 {
 		return nil
 	}
@@ -121,6 +122,8 @@ func (h *Handler) startKeepalive(w http.ResponseWriter, streaming bool, start ti
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		queued:   make(chan fairqueue.Waiting, 1),
+
+		committed: committed,
 	}
 	go k.run()
 	return k
@@ -191,7 +194,11 @@ func (k *keepalive) halt() (committed bool) {
 // handler failing before it wrote anything) becomes an SSE error event.
 func (h *Handler) relay(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, name string) error {
 	cw := &committedWriter{w: w, header: make(http.Header)}
-	err := next.ServeHTTP(cw, r)
+	return h.relayEnd(w, cw, next.ServeHTTP(cw, r), name)
+}
+
+// relayEnd ends a relayed answer that cw holds, next's error err.
+func (h *Handler) relayEnd(w http.ResponseWriter, cw *committedWriter, err error, name string) error {
 	status := cw.status
 	if err != nil {
 		status = http.StatusBadGateway

@@ -47,6 +47,8 @@ var metrics = struct {
 	rejects     *prometheus.CounterVec
 	handoff     *prometheus.HistogramVec
 	storeErrors *prometheus.CounterVec
+	requeues    *prometheus.CounterVec // metrics_pool.go
+	cooldowns   *prometheus.CounterVec // metrics_pool.go
 	state       stateCollector
 }{}
 
@@ -80,6 +82,12 @@ func initMetrics() {
 		metrics.storeErrors = counter("store_errors_total",
 			"Failed calls of this instance to the queue's store (Redis).",
 			"queue")
+		metrics.requeues = counter("requeues_total",
+			"Requests of this instance that a pool upstream refused before any byte reached the client, sent back into the queue at their place, by upstream (its dial address) and reason: the upstream's requeue_on status code, or unreachable.",
+			"queue", "upstream", "reason")
+		metrics.cooldowns = counter("upstream_cooldowns_total",
+			"Cooldowns of a pool upstream (its dial address) asked by this instance after the upstream failed a request; during one the upstream gets no grant anywhere in the cluster.",
+			"queue", "upstream")
 	})
 }
 
@@ -92,7 +100,7 @@ func registerMetrics(reg *prometheus.Registry) {
 	}
 	for _, c := range []prometheus.Collector{
 		metrics.requests, metrics.wait, metrics.grants, metrics.rejects,
-		metrics.handoff, metrics.storeErrors, metrics.state,
+		metrics.handoff, metrics.storeErrors, metrics.requeues, metrics.cooldowns, metrics.state,
 	} {
 		if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 			panic(err)
@@ -185,19 +193,32 @@ func newStateDesc(name, help string) *prometheus.Desc {
 // stateCollector reports the gauges of every engine in the process at
 // scrape time: engines outlive configs, and a gauge set by events would
 // go stale when a queue closes.
-type stateCollector struct{}
+type stateCollector struct {
+	// engines lists the engines to report; nil: liveEngines (tests
+	// report queues of their own).
+	engines func() []*engine
+}
+
+func (c stateCollector) live() []*engine {
+	if c.engines != nil {
+		return c.engines()
+	}
+	return liveEngines()
+}
 
 // Describe implements prometheus.Collector.
 func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPermits, descNodeWaiting, descNodeInFlight, descStoreUp,
-		descClusterWaiting, descClusterInFlight, descClusterNodes, descClusterLeaseExpirations} {
+		descClusterWaiting, descClusterInFlight, descClusterNodes, descClusterLeaseExpirations,
+		descUpstreamPermits, descUpstreamInFlight, descUpstreamCooling} {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector.
-func (stateCollector) Collect(ch chan<- prometheus.Metric) {
-	for name, g := range queueGauges() {
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	live := c.live()
+	for name, g := range queueGauges(live) {
 		gauge := func(d *prometheus.Desc, v int) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), name)
 		}
@@ -212,6 +233,7 @@ func (stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descClusterLeaseExpirations, prometheus.CounterValue, float64(g.leaseExpirations), name)
 		}
 	}
+	collectUpstreams(ch, live)
 }
 
 // gauges are one queue name's gauges.
@@ -221,18 +243,14 @@ type gauges struct {
 	leaseExpirations                              int64
 }
 
-// queueGauges reads the gauges of every live engine, by queue label.
-// Engines of one label (one name in different stores, or the queues of
-// one handler labelled alike) add up, and store_up is 0 if any of them
-// is down.
-func queueGauges() map[string]*gauges {
+// queueGauges reads the gauges of engines, by queue label. Engines of
+// one label (one name in different stores, or the queues of one handler
+// labelled alike) add up, and store_up is 0 if any of them is down.
+func queueGauges(engines []*engine) map[string]*gauges {
 	out := make(map[string]*gauges)
-	for _, e := range liveEngines() {
+	for _, e := range engines {
 		cfg, st := e.q.Config(), e.q.Stats()
-		label := e.name
-		if o, ok := cfg.Observer.(*queueObserver); ok {
-			label = o.queue
-		}
+		label := e.label(cfg)
 		g := out[label]
 		if g == nil {
 			g = &gauges{storeUp: 1}
@@ -254,6 +272,15 @@ func queueGauges() map[string]*gauges {
 		}
 	}
 	return out
+}
+
+// label is the queue label of e's metrics: its observer's (newObserver),
+// or its name.
+func (e *engine) label(cfg fairqueue.Config) string {
+	if o, ok := cfg.Observer.(*queueObserver); ok {
+		return o.queue
+	}
+	return e.name
 }
 
 // Interface guards

@@ -75,6 +75,7 @@ func checkOnStoreError(policy string) error {
 //	{http.fair_queue.reason}       the reject reason; store_unavailable for fail_open
 //	{http.fair_queue.wait_ms}      time spent waiting for the permit, in milliseconds
 //	{http.fair_queue.position}     tickets ahead at enqueue plus one; 0 when granted at once
+//	{http.fair_queue.upstream}     with Upstreams: the dial address of the granted upstream
 //
 // The same values appear in the access log, in a "fair_queue" object.
 type Handler struct {
@@ -225,6 +226,46 @@ type Handler struct {
 	// Tenant or Priority. Default 0: no cap.
 	MaxInFlightPerTenant int `json:"max_in_flight_per_tenant,omitempty"`
 
+	// Upstreams is a pool of backends for the queue, each with its own
+	// permits: a grant names one of them, the one with the most free
+	// permits relative to its size, and none ever runs more than its
+	// permits across the cluster. reverse_proxy sends the request to the
+	// granted upstream with `dynamic fair_queue` (module
+	// http.reverse_proxy.upstreams.fair_queue). With Upstreams, Permits
+	// defaults to the sum of their permits and, when also given, caps
+	// the pool as a whole. Each dial address ("10.0.0.5:8000", as
+	// reverse_proxy dials it) is listed once, with at least 1 permit;
+	// every instance should list the same upstreams. Default: none, the
+	// queue has one pool of Permits and reverse_proxy routes alone.
+	Upstreams []fairqueue.Upstream `json:"upstreams,omitempty"`
+
+	// RequeueOn lists upstream statuses (400 to 599, such as 429 and
+	// 503) that mean "overloaded, try elsewhere": such an answer is not
+	// passed on (neither its header nor its body reach the client); the
+	// upstream cools (is left out of dispatch, cluster-wide) for its
+	// Retry-After, in seconds or an HTTP date, at most 5 minutes, or for
+	// UpstreamCooldown without one; and the request goes back into the
+	// queue at its place (not the tail) with its body unchanged, to be
+	// granted again, maybe on another upstream, within its MaxWait (the
+	// usual timeout reject after that). Once MaxRequeues are spent the
+	// next answer is passed on unchanged. Requires Upstreams. Default:
+	// none.
+	RequeueOn []int `json:"requeue_on,omitempty"`
+
+	// MaxRequeues is how many times one request is sent back into the
+	// queue, after a RequeueOn status or an upstream that could not be
+	// reached (a dial failure or timeout: reverse_proxy's 502 or 504
+	// before anything was written). 0 turns requeueing off (the upstream
+	// still cools). Default 3 (null or absent), at most 100. Requires
+	// Upstreams.
+	MaxRequeues *int `json:"max_requeues,omitempty"`
+
+	// UpstreamCooldown is how long an upstream is left out of dispatch,
+	// cluster-wide, after it could not be reached, and after a RequeueOn
+	// status without Retry-After. Default 1s; at most 5m. Requires
+	// Upstreams.
+	UpstreamCooldown caddy.Duration `json:"upstream_cooldown,omitempty"`
+
 	// Redis is where the queues live, shared by every Caddy instance that
 	// names the same Redis. Without it each queue lives in this process
 	// alone: the same semantics, for a single Caddy instance (startup
@@ -315,6 +356,7 @@ const (
 	phPosition   = "http.fair_queue.position"
 	phRetryAfter = "http.fair_queue.retry_after"
 	phMessage    = "http.fair_queue.message"
+	phUpstream   = "http.fair_queue.upstream" // with Upstreams: the granted upstream's dial address
 )
 
 // CaddyModule returns the Caddy module information.

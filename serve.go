@@ -106,28 +106,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}()
 
 	start := time.Now()
-	ka := h.startKeepalive(w, streaming, start)
+	ka := h.startKeepalive(w, streaming, start, false)
 	req.OnQueued = ka.onQueued()
 	permit, err = e.q.Acquire(r.Context(), req)
 	granted = time.Now()
 	committed := ka.halt()
 	if err != nil {
-		if rej, ok := errors.AsType[*fairqueue.RejectError](err); ok {
-			return h.reject(w, r, repl, name, streaming, committed, rej)
-		}
-		if r.Context().Err() != nil {
-			// The client left while waiting; there is nobody to answer.
-			h.record(r, repl, name, outcomeCancelled, "", time.Since(start), 0)
-			return nil
-		}
-		err = fmt.Errorf("fair_queue %s: %w", name, err)
-		if committed {
-			// Caddy's error answer would need the header that is sent.
-			h.logger.Error("acquiring a permit", zap.String("queue", name), zap.Error(err))
-			_ = writeEvent(w, "error", string(marshalError("The request queue failed.", "server_error", "internal_error")))
-			return nil
-		}
-		return caddyhttp.Error(http.StatusInternalServerError, err)
+		return h.notGranted(w, r, repl, name, streaming, committed, start, err)
 	}
 	if r.Context().Err() != nil {
 		// Granted as the client left (the grant raced its cancel, or it
@@ -151,6 +136,29 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		usage.prompt = promptTokens(len(body))
 		w = usage
 	}
+	if permit.Upstream() != "" {
+		// A pool: the grant names the upstream, which may refuse the
+		// request before anything reached the client; it then cools,
+		// and the request waits again at its place, up to max_requeues.
+		for left := h.maxRequeues(); ; left-- {
+			grantUpstream(r, repl, permit.Upstream())
+			a := h.forward(w, r, next, left > 0, committed)
+			rf := h.refused(a)
+			if rf == nil || r.Context().Err() != nil {
+				return h.answered(w, a, name, &aborted)
+			}
+			if left == 0 || (!a.held && a.err == nil) {
+				// No requeue left: the refusal is the answer.
+				h.cool(permit, name, rf)
+				return h.answered(w, a, name, &aborted)
+			}
+			np, nowCommitted, err := h.requeue(w, r, permit, name, rf, streaming, committed, start)
+			permit, granted, committed = np, time.Now(), nowCommitted
+			if err != nil {
+				return h.notGranted(w, r, repl, name, streaming, committed, start, err)
+			}
+		}
+	}
 	if committed {
 		return h.relay(w, r, next, name)
 	}
@@ -162,6 +170,41 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// round trip) runs after this handler returns (see engine.finish).
 	_ = http.NewResponseController(w).Flush()
 	return nil
+}
+
+// answered ends a request whose answer a stands (see forward): relayed
+// on a committed stream, or passed on.
+func (h *Handler) answered(w http.ResponseWriter, a attempt, name string, aborted *bool) error {
+	if a.relay != nil {
+		return h.relayEnd(w, a.relay, a.err, name)
+	}
+	if a.err != nil {
+		return a.err // Caddy still writes the error: nothing may be flushed first
+	}
+	*aborted = false
+	_ = http.NewResponseController(w).Flush()
+	return nil
+}
+
+// notGranted answers a request whose wait for a permit (Acquire, or a
+// requeue's) failed with err.
+func (h *Handler) notGranted(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, name string, streaming, committed bool, start time.Time, err error) error {
+	if rej, ok := errors.AsType[*fairqueue.RejectError](err); ok {
+		return h.reject(w, r, repl, name, streaming, committed, rej)
+	}
+	if r.Context().Err() != nil {
+		// The client left while waiting; there is nobody to answer.
+		h.record(r, repl, name, outcomeCancelled, "", time.Since(start), 0)
+		return nil
+	}
+	err = fmt.Errorf("fair_queue %s: %w", name, err)
+	if committed {
+		// Caddy's error answer would need the header that is sent.
+		h.logger.Error("acquiring a permit", zap.String("queue", name), zap.Error(err))
+		_ = writeEvent(w, "error", string(marshalError("The request queue failed.", "server_error", "internal_error")))
+		return nil
+	}
+	return caddyhttp.Error(http.StatusInternalServerError, err)
 }
 
 // reject records and answers a request that got no permit; committed:

@@ -87,6 +87,9 @@ func (h *Handler) validate() error {
 	case h.RejectStream != nil && h.Redis == nil:
 		return errRejectStreamNeedsRedis
 	}
+	if err := h.checkPool(); err != nil {
+		return err
+	}
 	if h.RejectStream != nil {
 		if err := h.RejectStream.check(); err != nil {
 			return err
@@ -134,6 +137,7 @@ type queueSettings struct {
 	maxQueue          int
 	maxQueuePerTenant int
 	maxInFlight       int // per tenant
+	upstreams         []fairqueue.Upstream
 }
 
 func (h *Handler) settings() queueSettings {
@@ -149,6 +153,7 @@ func (h *Handler) settings() queueSettings {
 		maxQueue:          h.MaxQueue,
 		maxQueuePerTenant: h.MaxQueuePerTenant,
 		maxInFlight:       h.MaxInFlightPerTenant,
+		upstreams:         h.Upstreams,
 	}
 }
 
@@ -176,6 +181,9 @@ func (s queueSettings) diff(o queueSettings) string {
 			return fmt.Sprintf("%s (%v and %v)", f.option, f.a, f.b)
 		}
 	}
+	if !slices.Equal(s.upstreams, o.upstreams) {
+		return fmt.Sprintf("upstreams (%v and %v)", s.upstreams, o.upstreams)
+	}
 	return ""
 }
 
@@ -193,6 +201,7 @@ func (s queueSettings) config() fairqueue.Config {
 		MaxQueuePerTenant:    s.maxQueuePerTenant,
 		MaxInFlightPerTenant: s.maxInFlight,
 		FailOpen:             s.onStoreError == FailOpen,
+		Upstreams:            s.upstreams,
 	}
 	if s.onStoreError == FailLocal {
 		cfg.LocalPermits = s.localPermits

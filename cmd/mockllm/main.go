@@ -32,6 +32,9 @@ func main() {
 	tokens := flag.Int("tokens", mockllm.DefaultTokens, "tokens per answer")
 	delay := flag.Duration("delay", mockllm.DefaultDelay, "delay before each token")
 	timeline := flag.Bool("timeline", false, "report busy_ms and handoff_gaps_us in /stats (benchmarks)")
+	refuse := flag.Int("refuse", 0, "answer the first n completion requests with -refuse-status (an overloaded server)")
+	refuseStatus := flag.Int("refuse-status", 503, "status of a refused request")
+	retryAfter := flag.String("retry-after", "1", "Retry-After of a refused request (\"\": none)")
 	flag.Parse()
 
 	logger, err := zap.NewDevelopment()
@@ -40,7 +43,8 @@ func main() {
 	}
 	defer func() { _ = logger.Sync() }()
 
-	if err := run(logger, *listen, mockllm.Config{Tokens: *tokens, Delay: *delay, Timeline: *timeline}); err != nil {
+	if err := run(logger, *listen, mockllm.Config{Tokens: *tokens, Delay: *delay, Timeline: *timeline,
+		Refuse: *refuse, RefuseStatus: *refuseStatus, RetryAfter: *retryAfter}); err != nil {
 		logger.Error("mockllm failed", zap.Error(err))
 		os.Exit(1)
 	}

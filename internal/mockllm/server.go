@@ -59,6 +59,15 @@ type Config struct {
 	// Timeline makes Stats report BusyMS and HandoffGapsUS, for
 	// benchmarks. Off by default: it keeps timestamps.
 	Timeline bool
+	// Refuse is the number of first completion requests answered with
+	// RefuseStatus instead, as an overloaded model server does (see
+	// refuse.go). Default 0: none.
+	Refuse int
+	// RefuseStatus is the status of a refused request. Default 503.
+	RefuseStatus int
+	// RetryAfter is the Retry-After header of a refused request ("":
+	// none).
+	RetryAfter string
 }
 
 // Stats is a snapshot of a Server's counters, as served by GET /stats.
@@ -72,6 +81,9 @@ type Stats struct {
 	// Canceled is the number of completions cut short because the client
 	// went away.
 	Canceled int `json:"canceled"`
+	// Refused is the number of completion requests answered with
+	// Config.RefuseStatus.
+	Refused int `json:"refused"`
 	// Arrivals holds the X-Client-Seq header of each completion request
 	// that had one, in the order the requests arrived.
 	Arrivals []string `json:"arrivals"`
@@ -94,6 +106,8 @@ type Server struct {
 	tokens int
 	delay  time.Duration
 
+	refuse *refusal
+
 	lastID atomic.Uint64
 	mu     sync.Mutex
 	stats  Stats
@@ -102,7 +116,7 @@ type Server struct {
 
 // New returns a Server configured by cfg.
 func New(cfg Config) *Server {
-	s := &Server{tokens: cfg.Tokens, delay: cfg.Delay}
+	s := &Server{tokens: cfg.Tokens, delay: cfg.Delay, refuse: newRefusal(cfg)}
 	if cfg.Timeline {
 		s.tl = new(timeline)
 	}
@@ -242,6 +256,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, k kind) {
 	result := failed
 	defer func() { s.leave(result, arrived) }()
 
+	if s.refused(w) {
+		return
+	}
 	tokens, delay, err := s.params(r.Header)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())

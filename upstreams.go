@@ -1,0 +1,203 @@
+package caddyfairqueue
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+func init() {
+	caddy.RegisterModule(Upstreams{})
+}
+
+// Bounds and defaults of the pool options (Handler.Upstreams).
+const (
+	// DefaultMaxRequeues is how often one request is sent back into the
+	// queue when Handler.MaxRequeues is not set.
+	DefaultMaxRequeues = 3
+	maxMaxRequeues     = 100
+)
+
+// varUpstream is the caddyhttp variable that carries the granted
+// upstream's dial address from fair_queue to reverse_proxy's dynamic
+// upstream source (Upstreams).
+const varUpstream = "fair_queue.upstream"
+
+// checkPool is the rule of the pool options (the one home of their
+// messages; the Caddyfile parser reports them with the line).
+func (h *Handler) checkPool() error {
+	if len(h.Upstreams) == 0 {
+		switch {
+		case len(h.RequeueOn) > 0:
+			return errors.New("requeue_on requires upstream (a pool to requeue into)")
+		case h.MaxRequeues != nil:
+			return errors.New("max_requeues requires upstream")
+		case h.UpstreamCooldown != 0:
+			return errors.New("upstream_cooldown requires upstream")
+		}
+		return nil
+	}
+	for _, s := range h.RequeueOn {
+		if err := checkRequeueStatus(s); err != nil {
+			return err
+		}
+	}
+	if n := h.MaxRequeues; n != nil && (*n < 0 || *n > maxMaxRequeues) {
+		return fmt.Errorf("max_requeues must be 0 to %d, got %d", maxMaxRequeues, *n)
+	}
+	if d := time.Duration(h.UpstreamCooldown); d < 0 || d > fairqueue.MaxCooldown {
+		return fmt.Errorf("upstream_cooldown must be positive and at most %s, got %s", fairqueue.MaxCooldown, d)
+	}
+	sum := 0
+	for _, u := range h.Upstreams {
+		sum += u.Permits
+	}
+	if h.Permits > sum {
+		return fmt.Errorf("permits (%d) is more than the upstreams' permits together (%d): it caps the pool, leave it out to use their sum", h.Permits, sum)
+	}
+	return nil
+}
+
+// checkRequeueStatus is the rule of one requeue_on status.
+func checkRequeueStatus(s int) error {
+	if s < 400 || s > 599 {
+		return fmt.Errorf("requeue_on: status must be 400 to 599, got %d", s)
+	}
+	return nil
+}
+
+// maxRequeues is the number of requeues a request may take.
+func (h *Handler) maxRequeues() int {
+	if h.MaxRequeues == nil {
+		return DefaultMaxRequeues
+	}
+	return *h.MaxRequeues
+}
+
+// upstreamCooldown is the cooldown of an upstream that failed a request
+// and said nothing of its own (no Retry-After).
+func (h *Handler) upstreamCooldown() time.Duration {
+	return cmp.Or(time.Duration(h.UpstreamCooldown), fairqueue.DefaultCooldown)
+}
+
+// parseUpstream parses `upstream <dial address> <permits>`.
+func (h *Handler) parseUpstream(d *caddyfile.Dispenser) error {
+	args := d.RemainingArgs()
+	if len(args) != 2 {
+		return d.ArgErr()
+	}
+	n, err := strconv.Atoi(args[1])
+	if err != nil {
+		return d.Errf("upstream %s: permits '%s' is not an integer", args[0], args[1])
+	}
+	if n < 1 {
+		return d.Errf("upstream %s: permits must be at least 1, got %d", args[0], n)
+	}
+	if slices.ContainsFunc(h.Upstreams, func(u fairqueue.Upstream) bool { return u.Dial == args[0] }) {
+		return d.Errf("upstream %s is given twice", args[0])
+	}
+	h.Upstreams = append(h.Upstreams, fairqueue.Upstream{Dial: args[0], Permits: n})
+	return nil
+}
+
+// parseRequeueOn parses `requeue_on <status>...`.
+func (h *Handler) parseRequeueOn(d *caddyfile.Dispenser) error {
+	args := d.RemainingArgs()
+	if len(args) == 0 {
+		return d.ArgErr()
+	}
+	for _, a := range args {
+		s, err := strconv.Atoi(a)
+		if err != nil {
+			return d.Errf("requeue_on: '%s' is not a status code", a)
+		}
+		if err := checkRequeueStatus(s); err != nil {
+			return d.Err(err.Error())
+		}
+		h.RequeueOn = append(h.RequeueOn, s)
+	}
+	return nil
+}
+
+// parseMaxRequeues parses `max_requeues <n>`.
+func (h *Handler) parseMaxRequeues(d *caddyfile.Dispenser) error {
+	n, err := intArg(0)(d)
+	if err != nil {
+		return err
+	}
+	h.MaxRequeues = &n
+	return nil
+}
+
+// Upstreams is reverse_proxy's dynamic upstream source for a queue with
+// a pool (fair_queue's upstream lines): it returns the one upstream the
+// request's permit was granted on, so that the request runs where the
+// queue counted it. In the Caddyfile:
+//
+//	reverse_proxy {
+//	    dynamic fair_queue
+//	}
+//
+// The fair_queue handler must run before reverse_proxy in the same
+// route. A request that reaches it without a grant (no fair_queue before
+// it, or one without upstream lines) is an error that names fair_queue;
+// reverse_proxy logs it and, without static upstreams, answers 503.
+type Upstreams struct{}
+
+// CaddyModule returns the Caddy module information.
+func (Upstreams) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.reverse_proxy.upstreams.fair_queue",
+		New: func() caddy.Module { return new(Upstreams) },
+	}
+}
+
+// errNoGrant: a request reached reverse_proxy's dynamic fair_queue
+// without a grant from a fair_queue handler with a pool.
+var errNoGrant = errors.New("dynamic fair_queue: the request holds no upstream grant; put a fair_queue handler with upstream lines before this reverse_proxy")
+
+// GetUpstreams implements reverseproxy.UpstreamSource.
+func (Upstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error) {
+	dial, _ := caddyhttp.GetVar(r.Context(), varUpstream).(string)
+	if dial == "" {
+		return nil, errNoGrant
+	}
+	return []*reverseproxy.Upstream{{Dial: dial}}, nil
+}
+
+// UnmarshalCaddyfile sets up the source from `dynamic fair_queue`, which
+// takes no options.
+func (u *Upstreams) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // the source's name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	if d.NextBlock(d.Nesting()) {
+		return d.Errf("unrecognized subdirective '%s' (dynamic fair_queue takes no options)", d.Val())
+	}
+	return nil
+}
+
+// grantUpstream tells reverse_proxy (Upstreams) and the placeholder
+// {http.fair_queue.upstream} where the request goes.
+func grantUpstream(r *http.Request, repl *caddy.Replacer, dial string) {
+	caddyhttp.SetVar(r.Context(), varUpstream, dial)
+	repl.Set(phUpstream, dial)
+}
+
+// Interface guards
+var (
+	_ reverseproxy.UpstreamSource = (*Upstreams)(nil)
+	_ caddyfile.Unmarshaler       = (*Upstreams)(nil)
+)
