@@ -104,6 +104,16 @@ type snapshotJSON struct {
 	Nodes   []nodeJSON           `json:"nodes"`
 	Flows   []fairqueue.FlowInfo `json:"flows"`
 	Grants  int64                `json:"grants"`
+	// Upstreams: with a pool, each upstream's permits (this instance's
+	// config), permits held across the cluster, and cooldown left.
+	Upstreams []upstreamJSON `json:"upstreams,omitempty"`
+}
+
+type upstreamJSON struct {
+	Dial       string `json:"dial"`
+	Permits    int    `json:"permits"`
+	InFlight   int    `json:"in_flight"`
+	CoolLeftMS int64  `json:"cool_left_ms"` // 0: in dispatch
 }
 
 type holderJSON struct {
@@ -118,9 +128,25 @@ type nodeJSON struct {
 	ExpiresInMS int64  `json:"expires_in_ms"` // negative: dead that long
 }
 
-func snapshotReport(s fairqueue.Snapshot) *snapshotJSON {
+// snapshotReport is s for the admin API; pool is the configured
+// upstreams in their order (nil: unknown, as for the CLI reading Redis
+// directly: the store's upstreams are listed with permits 0).
+func snapshotReport(s fairqueue.Snapshot, pool []fairqueue.Upstream) *snapshotJSON {
 	out := &snapshotJSON{Waiting: s.Waiting, Head: s.Head, Flows: s.Flows, Grants: s.Grants,
 		Holders: []holderJSON{}, Nodes: []nodeJSON{}}
+	if pool == nil {
+		for _, u := range s.Upstreams {
+			pool = append(pool, fairqueue.Upstream{Dial: u.Dial})
+		}
+	}
+	for _, u := range pool {
+		i := slices.IndexFunc(s.Upstreams, func(st fairqueue.UpstreamInfo) bool { return st.Dial == u.Dial })
+		j := upstreamJSON{Dial: u.Dial, Permits: u.Permits}
+		if i >= 0 {
+			j.InFlight, j.CoolLeftMS = s.Upstreams[i].InFlight, s.Upstreams[i].CoolLeft.Milliseconds()
+		}
+		out.Upstreams = append(out.Upstreams, j)
+	}
 	if out.Head == nil {
 		out.Head = []string{}
 	}
@@ -183,7 +209,7 @@ func (e *engine) report(ctx context.Context) queueReport {
 		rep.Error = err.Error()
 		return rep
 	}
-	rep.Snapshot = snapshotReport(snap)
+	rep.Snapshot = snapshotReport(snap, cfg.Upstreams)
 	return rep
 }
 

@@ -156,7 +156,7 @@ func statusFromRedis(ctx context.Context, rawURL, prefix string, queues []string
 		if err != nil {
 			q.Error = err.Error()
 		} else {
-			q.Snapshot = snapshotReport(snap)
+			q.Snapshot = snapshotReport(snap, nil)
 		}
 		rep.Queues = append(rep.Queues, q)
 	}

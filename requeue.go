@@ -37,28 +37,30 @@ type refusal struct {
 	cool   time.Duration // how long the upstream is left out of dispatch
 }
 
-// refused tells whether a's upstream refused the request (nil: its
-// answer stands, passed on or already sent).
+// refused tells whether a's upstream refused the request: it answered
+// with a requeue_on status (held back, or passed on when no requeue is
+// left), or could not be reached. nil: its answer stands.
 func (h *Handler) refused(a attempt) *refusal {
-	if a.wrote {
-		return nil
-	}
-	if a.err != nil {
-		he, ok := errors.AsType[caddyhttp.HandlerError](a.err)
-		if ok && (he.StatusCode == http.StatusBadGateway || he.StatusCode == http.StatusGatewayTimeout) {
-			return &refusal{reason: reasonUnreachable, cool: h.upstreamCooldown()}
+	if slices.Contains(h.RequeueOn, a.status) {
+		cool := retryAfter(a.header.Get("Retry-After"), time.Now())
+		if cool <= 0 {
+			cool = h.upstreamCooldown()
 		}
+		return &refusal{reason: strconv.Itoa(a.status), cool: min(cool, fairqueue.MaxCooldown)}
+	}
+	if a.err == nil || a.wrote {
 		return nil
 	}
-	if !slices.Contains(h.RequeueOn, a.status) {
-		return nil
+	he, ok := errors.AsType[caddyhttp.HandlerError](a.err)
+	if ok && (he.StatusCode == http.StatusBadGateway || he.StatusCode == http.StatusGatewayTimeout) {
+		return &refusal{reason: reasonUnreachable, cool: h.upstreamCooldown()}
 	}
-	cool := retryAfter(a.header.Get("Retry-After"), time.Now())
-	if cool <= 0 {
-		cool = h.upstreamCooldown()
-	}
-	return &refusal{reason: strconv.Itoa(a.status), cool: min(cool, fairqueue.MaxCooldown)}
+	return nil
 }
+
+// unseen reports whether nothing of a's answer reached the client, so
+// that the request can be sent again.
+func (a attempt) unseen() bool { return !a.wrote && (a.held || a.err != nil) }
 
 // retryAfter reads a Retry-After value, seconds or an HTTP date; 0 when
 // it is absent or unreadable.

@@ -147,7 +147,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			if rf == nil || r.Context().Err() != nil {
 				return h.answered(w, a, name, &aborted)
 			}
-			if left == 0 || (!a.held && a.err == nil) {
+			if left == 0 || !a.unseen() {
 				// No requeue left: the refusal is the answer.
 				h.cool(permit, name, rf)
 				return h.answered(w, a, name, &aborted)

@@ -2,6 +2,7 @@ package caddyfairqueue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -224,4 +226,66 @@ func TestRetryAfterReadsSecondsOrADate(t *testing.T) {
 	for _, v := range []string{"", "0", "-1", "soon", strings.Repeat("9", 40)} {
 		assert.Zero(t, retryAfter(v, now), "%q", v)
 	}
+}
+
+func TestAdminAndMetricsShowEachUpstreamsState(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	zero := 0
+	h := provisionLocal(t, newContext(t), &Handler{Name: "pool-state",
+		Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 1}, {Dial: "b:1", Permits: 2}},
+		RequeueOn: []int{503}, MaxRequeues: &zero})
+	// A refusal with max_requeues 0 passes on, and its upstream cools.
+	refusing := &pooled{answer: func(_ int, _ string, w http.ResponseWriter) error {
+		return refuse(w, http.StatusServiceUnavailable, "60")
+	}}
+	req := poolRequest(context.Background()).start(h, refusing).wait(t)
+	assert.Equal(t, http.StatusServiceUnavailable, req.w.Code)
+	cooled := refusing.calls[0]
+	settled(t, h)
+	// One request holds a permit of the other upstream.
+	next := newHolder()
+	held := poolRequest(context.Background()).start(h, next)
+	next.waitEntered(t)
+	t.Cleanup(func() { next.release <- struct{}{}; held.wait(t) })
+
+	rec, err := getStatus(t, http.MethodGet, "/fair_queue/")
+	require.NoError(t, err)
+	var rep statusReport
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &rep))
+	require.Len(t, rep.Queues, 1)
+	require.NotNil(t, rep.Queues[0].Snapshot, rep.Queues[0].Error)
+	ups := rep.Queues[0].Snapshot.Upstreams
+	require.Len(t, ups, 2)
+	assert.Equal(t, []string{"a:1", "b:1"}, []string{ups[0].Dial, ups[1].Dial}, "in the config's order")
+	assert.Equal(t, []int{1, 2}, []int{ups[0].Permits, ups[1].Permits})
+	for _, u := range ups {
+		if u.Dial == cooled {
+			assert.Greater(t, u.CoolLeftMS, int64(50000), "cooling for Retry-After: 60")
+			assert.Zero(t, u.InFlight)
+		} else {
+			assert.Zero(t, u.CoolLeftMS)
+			assert.Equal(t, 1, u.InFlight, "the held request")
+		}
+	}
+
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(stateCollector{engines: func() []*engine { return []*engine{engineOf(t, h)} }}))
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "upstream" {
+					got[strings.TrimPrefix(f.GetName(), "caddy_fair_queue_")+" "+l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	other := map[string]string{"a:1": "b:1", "b:1": "a:1"}[cooled]
+	assert.Equal(t, map[string]float64{
+		"upstream_permits a:1": 1, "upstream_permits b:1": 2,
+		"upstream_in_flight " + cooled: 0, "upstream_in_flight " + other: 1,
+		"upstream_cooling " + cooled: 1, "upstream_cooling " + other: 0,
+	}, got)
 }
