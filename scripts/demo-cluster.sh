@@ -1,27 +1,36 @@
 #!/usr/bin/env bash
-# make demo-cluster: one queue shared by three Caddy nodes through Redis.
+# make demo-cluster: one queue shared by three Caddy nodes through Redis,
+# in front of a pool of three mock LLM replicas of different sizes.
 #
 # Starts a private redis-server (installed by ensure-redis.sh if missing)
-# on a free port, the mock LLM, and three Caddy nodes whose fair_queue
-# share one queue (permits 4, max_wait 10s); then sends a burst of
-# streaming chat completions round-robin over the nodes, printing the
-# queue depth, requests in flight, granted and rejected every 500ms, and
-# ends with a table of the wait per node and the upstream's highest
-# concurrency against the permits. Every process it starts is stopped at
-# the end, on Ctrl-C too. Takes about 20s.
+# on a free port, three mock LLM replicas (bin/mockllm) of 1, 2 and 3
+# permits, and three Caddy nodes whose fair_queue share one queue over
+# that pool: an `upstream 127.0.0.1:<port> <permits>` line per replica
+# (no `permits` line: the queue's permits are the sum, 6), max_wait 10s,
+# and `reverse_proxy { dynamic fair_queue }` sending each request to the
+# replica its permit was granted on. Then it sends a burst of streaming
+# chat completions round-robin over the nodes, printing every 500ms the
+# queue depth, requests in flight, granted and rejected, and each
+# replica's requests in flight over its permits ("replicas 1/1 2/2 3/3
+# (max 1 2 3)"); it ends with a table of the wait per node and, per
+# replica, its highest concurrency against its permits (exit 1 if any
+# replica ran more requests at once than its permits, across the three
+# nodes). Every process it starts is stopped at the end, on Ctrl-C too.
+# Takes about 20s.
 #
-# Environment: RATE (arrivals/s, default 6), DURATION (default 10s),
-# TOKENS and TOKEN_DELAY (each answer: 20 tokens of 40ms, so the 4
-# permits serve 5 requests/s and a queue builds up), GO (default go).
+# Environment: RATE (arrivals/s, default 9), DURATION (default 10s),
+# TOKENS and TOKEN_DELAY (each answer: 20 tokens of 40ms, so the 6
+# permits serve 6/0.8s = 7.5 requests/s and a queue builds up), GO
+# (default go).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 GO=${GO:-go}
-RATE=${RATE:-6}
+RATE=${RATE:-9}
 DURATION=${DURATION:-10s}
 TOKENS=${TOKENS:-20}
 TOKEN_DELAY=${TOKEN_DELAY:-40ms}
-PERMITS=4
+REPLICA_PERMITS=(1 2 3) # one mock replica per entry
 QUEUE=demo
 NODES=3
 
@@ -53,7 +62,7 @@ stop_all() {
 	done
 	wait 2>/dev/null || true
 	rm -rf "$work"
-	echo "demo: stopped redis-server, mockllm and $NODES Caddy nodes"
+	echo "demo: stopped redis-server, ${#REPLICA_PERMITS[@]} mockllm replicas and $NODES Caddy nodes"
 }
 trap stop_all EXIT
 trap 'exit 130' INT TERM
@@ -89,16 +98,29 @@ wait_port() {
 }
 
 redis_port=$(free_port)
-mock_port=$(free_port)
 
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
 	--dir "$work" >"$work/redis.log" 2>&1 &
 pids+=("$!")
 wait_port redis-server "$redis_port" "$!" "$work/redis.log"
 
-bin/mockllm -listen "127.0.0.1:$mock_port" -tokens "$TOKENS" -delay "$TOKEN_DELAY" >"$work/mockllm.log" 2>&1 &
-pids+=("$!")
-wait_port mockllm "$mock_port" "$!" "$work/mockllm.log"
+# The replicas: upstream lines of the Caddyfile, /stats URLs and permits
+# (comma-separated) for loadgen.
+upstreams=""
+stats=()
+replicas=()
+for i in "${!REPLICA_PERMITS[@]}"; do
+	n=$((i + 1))
+	port=$(free_port)
+	bin/mockllm -listen "127.0.0.1:$port" -tokens "$TOKENS" -delay "$TOKEN_DELAY" >"$work/mockllm$n.log" 2>&1 &
+	pids+=("$!")
+	wait_port "mockllm replica $n" "$port" "$!" "$work/mockllm$n.log"
+	upstreams+="		upstream 127.0.0.1:$port ${REPLICA_PERMITS[$i]}"$'\n'
+	stats+=("http://127.0.0.1:$port/stats")
+	replicas+=("127.0.0.1:$port (permits ${REPLICA_PERMITS[$i]})")
+done
+total_permits=0
+for p in "${REPLICA_PERMITS[@]}"; do total_permits=$((total_permits + p)); done
 
 targets=()
 for i in $(seq 1 "$NODES"); do
@@ -115,13 +137,13 @@ http://127.0.0.1:$port {
 	bind 127.0.0.1
 	fair_queue {
 		name $QUEUE
-		permits $PERMITS
-		max_wait 10s
+${upstreams}		max_wait 10s
 		redis {
 			url redis://127.0.0.1:$redis_port/0
 		}
 	}
-	reverse_proxy 127.0.0.1:$mock_port {
+	reverse_proxy {
+		dynamic fair_queue
 		flush_interval -1
 	}
 }
@@ -133,13 +155,14 @@ EOF
 done
 
 echo
-echo "demo: redis-server 127.0.0.1:$redis_port, mockllm 127.0.0.1:$mock_port ($TOKENS tokens x $TOKEN_DELAY per answer)"
-echo "demo: $NODES Caddy nodes sharing queue '$QUEUE' (permits $PERMITS, max_wait 10s): ${targets[*]}"
+echo "demo: redis-server 127.0.0.1:$redis_port"
+echo "demo: ${#REPLICA_PERMITS[@]} mockllm replicas ($TOKENS tokens x $TOKEN_DELAY per answer): ${replicas[*]}"
+echo "demo: $NODES Caddy nodes sharing queue '$QUEUE' over that pool (permits $total_permits, max_wait 10s): ${targets[*]}"
 echo "demo: sending $RATE streaming requests/s for $DURATION, round-robin over the nodes"
 echo
 
 IFS=,
 bin/loadgen -targets "${targets[*]}" -rate "$RATE" -d "$DURATION" -stream -timeout 30s \
 	-progress -redis "127.0.0.1:$redis_port" -queue "$QUEUE" \
-	-upstream-stats "http://127.0.0.1:$mock_port/stats" -permits "$PERMITS" -wait-table
+	-upstream-stats "${stats[*]}" -permits "${REPLICA_PERMITS[*]}" -wait-table
 unset IFS

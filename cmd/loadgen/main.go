@@ -6,16 +6,24 @@
 //
 //	loadgen -targets http://127.0.0.1:8080[,http://...] (-c 64 [-n 1000 | -d 10s] | -rate 300 -d 10s)
 //	        [-stream] [-tokens 8] [-delay 20ms] [-prompt-bytes 16] [-timeout 60s]
-//	        [-progress] [-redis 127.0.0.1:6379 -queue default] [-upstream-stats http://127.0.0.1:8081/stats]
-//	        [-permits 4] [-wait-table] [-json out.json] [-results]
+//	        [-progress] [-redis 127.0.0.1:6379 -queue default]
+//	        [-upstream-stats http://127.0.0.1:8081/stats[,http://...] [-permits 4[,2,...]]]
+//	        [-wait-table] [-json out.json] [-results]
 //
 // Closed loop: -c clients, each sending its next request when the last
 // one ends, for -n requests in total or for -d (with neither, each client
 // sends one request). Open loop: -rate requests
 // per second for -d. -tokens and -delay go to the upstream as the
-// X-Mock-Tokens and X-Mock-Delay headers of internal/mockllm. With
-// -permits, the summary compares the upstream's highest concurrency
-// (from -upstream-stats) with that number and exits 1 if it is higher.
+// X-Mock-Tokens and X-Mock-Delay headers of internal/mockllm.
+//
+// -upstream-stats is the mockllm GET /stats URL of the upstream, or a
+// comma-separated list of them for the replicas of a fair_queue upstream
+// pool; -permits then lists as many permit counts, the i-th for the i-th
+// replica (0: not checked). The progress line shows the upstream's
+// requests in flight and highest concurrency, for several replicas each
+// one's over its permits: "| replicas 1/1 2/2 3/3 (max 1 2 3)". The
+// summary compares each replica's highest concurrency with its permits
+// and exits 1 if any ran more requests at once than its permits.
 package main
 
 import (
@@ -46,8 +54,8 @@ func run() int {
 		redisAddr = flag.String("redis", "", "Redis address (host:port) of the queue, for the queue depth in the progress line")
 		queue     = flag.String("queue", "default", "fair_queue name, with -redis")
 		prefix    = flag.String("key-prefix", "fair_queue", "fair_queue Redis key prefix, with -redis")
-		upstream  = flag.String("upstream-stats", "", "mockllm /stats URL, for the upstream's concurrency")
-		permits   = flag.Int("permits", 0, "with -upstream-stats: check that the upstream never ran more than this many requests at once")
+		upstream  = flag.String("upstream-stats", "", "mockllm /stats URL, for the upstream's concurrency; comma-separated for the replicas of a pool")
+		permits   = flag.String("permits", "", "with -upstream-stats: check that each upstream never ran more than this many requests at once; comma-separated, one per -upstream-stats URL (0: not checked)")
 		jsonOut   = flag.String("json", "", "write the report as JSON to this file")
 		results   = flag.Bool("results", false, "with -json: include every request's result")
 		headers   = flag.String("H", "", "extra request headers, 'Name: value' separated by ';'")
@@ -68,6 +76,11 @@ func run() int {
 	flag.Parse()
 
 	cfg.Targets = strings.Split(*targets, ",")
+	replicas, err := loadgen.ParseReplicas(*upstream, *permits)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		return 2
+	}
 	cfg.KeepResults = *results
 	if *headers != "" {
 		cfg.Header = http.Header{}
@@ -100,8 +113,8 @@ func run() int {
 		st, _ := os.Stdout.Stat()
 		mon = loadgen.StartProgress(r, os.Stdout, loadgen.ProgressConfig{
 			Every: *every, RedisAddr: *redisAddr, Queue: *queue, KeyPrefix: *prefix,
-			UpstreamStats: *upstream,
-			Overwrite:     st != nil && st.Mode()&os.ModeCharDevice != 0,
+			Replicas:  replicas,
+			Overwrite: st != nil && st.Mode()&os.ModeCharDevice != 0,
 		})
 	}
 	rep, err := r.Run(ctx)
@@ -114,15 +127,33 @@ func run() int {
 		return 1
 	}
 	code := 0
-	if *upstream != "" {
+	if len(replicas) > 0 {
+		// The final read: the monitor's last one stands in for a replica
+		// that does not answer.
+		if len(obs.Replicas) != len(replicas) {
+			obs.Replicas = make([]loadgen.UpstreamStats, len(replicas))
+		}
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		st, err := loadgen.FetchUpstreamStats(sctx, http.DefaultClient, *upstream)
+		stats, errs := loadgen.FetchReplicaStats(sctx, http.DefaultClient, replicas)
 		cancel()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "loadgen: upstream stats:", err)
+		for i, err := range errs {
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "loadgen: upstream stats %s: %v\n", replicas[i].Stats, err)
+			} else {
+				obs.Replicas[i] = stats[i]
+			}
+		}
+		if len(replicas) == 1 {
+			if errs[0] == nil {
+				rep.Upstream = map[string]any{"max_in_flight": stats[0].MaxInFlight, "served": stats[0].Served, "canceled": stats[0].Canceled}
+			}
 		} else {
-			obs.Upstream = st
-			rep.Upstream = map[string]any{"max_in_flight": st.MaxInFlight, "served": st.Served, "canceled": st.Canceled}
+			var list []map[string]any
+			for i, r := range replicas {
+				list = append(list, map[string]any{"stats": r.Stats, "permits": r.Permits,
+					"max_in_flight": obs.Replicas[i].MaxInFlight, "served": obs.Replicas[i].Served, "canceled": obs.Replicas[i].Canceled})
+			}
+			rep.Upstream = map[string]any{"replicas": list}
 		}
 	}
 	fmt.Println()
@@ -138,17 +169,8 @@ func run() int {
 	if *redisAddr != "" && *progress {
 		fmt.Printf("queue: deepest %d waiting, most permits held %d\n", obs.MaxWaiting, obs.MaxHolders)
 	}
-	if *upstream != "" {
-		fmt.Printf("upstream: max concurrency %d", obs.Upstream.MaxInFlight)
-		if *permits > 0 {
-			verdict := "OK, never above the permits"
-			if obs.Upstream.MaxInFlight > *permits {
-				verdict = "OVER THE LIMIT"
-				code = 1
-			}
-			fmt.Printf(" vs permits %d: %s", *permits, verdict)
-		}
-		fmt.Println()
+	if len(replicas) > 0 && loadgen.WriteReplicaSummary(os.Stdout, replicas, obs.Replicas) {
+		code = 1
 	}
 	if *jsonOut != "" {
 		if err := writeJSON(*jsonOut, rep); err != nil {

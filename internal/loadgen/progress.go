@@ -25,8 +25,14 @@ type ProgressConfig struct {
 	// KeyPrefix is the queue's Redis key prefix. Default "fair_queue".
 	KeyPrefix string
 	// UpstreamStats is the URL of a mockllm /stats endpoint; when set,
-	// the line shows the upstream's in_flight and max_in_flight.
+	// the line shows the upstream's in_flight and max_in_flight. It is
+	// the one-upstream form of Replicas, used when Replicas is empty.
 	UpstreamStats string
+	// Replicas are the mockllm replicas of an upstream pool (see
+	// ParseReplicas). With several, the line shows each one's requests
+	// in flight over its permits and its highest concurrency:
+	// "replicas 1/1 2/2 3/3 (max 1 2 3)"; with one, the UpstreamStats form.
+	Replicas []Replica
 	// Overwrite rewrites one terminal line (\r) instead of printing a line
 	// per tick.
 	Overwrite bool
@@ -38,8 +44,12 @@ type Observed struct {
 	MaxWaiting int64 `json:"max_waiting"`
 	// MaxHolders is the largest number of permits held seen.
 	MaxHolders int64 `json:"max_holders"`
-	// Upstream is the last upstream stats read.
+	// Upstream is the last upstream stats read, with a single upstream
+	// (UpstreamStats, or Replicas of one).
 	Upstream UpstreamStats `json:"upstream"`
+	// Replicas holds the last stats read of each of ProgressConfig's
+	// Replicas, in their order (zero for one never read).
+	Replicas []UpstreamStats `json:"replicas,omitempty"`
 }
 
 // UpstreamStats is the part of mockllm's GET /stats the tools read.
@@ -76,11 +86,17 @@ func StartProgress(r *Runner, w io.Writer, cfg ProgressConfig) *Monitor {
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = "fair_queue"
 	}
+	if len(cfg.Replicas) == 0 && cfg.UpstreamStats != "" {
+		cfg.Replicas = []Replica{{Stats: cfg.UpstreamStats}}
+	}
 	m := &Monitor{
 		r: r, w: w, cfg: cfg,
 		hc:   &http.Client{Timeout: cfg.Every},
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
+	}
+	if len(cfg.Replicas) > 0 {
+		m.obs.Replicas = make([]UpstreamStats, len(cfg.Replicas))
 	}
 	if cfg.RedisAddr != "" && cfg.Queue != "" {
 		m.rdb = redis.NewClient(&redis.Options{
@@ -153,15 +169,30 @@ func (m *Monitor) tick() {
 			m.mu.Unlock()
 		}
 	}
-	if m.cfg.UpstreamStats != "" {
-		st, err := FetchUpstreamStats(ctx, m.hc, m.cfg.UpstreamStats)
-		if err != nil {
-			b.WriteString("  | upstream: " + err.Error())
-		} else {
-			fmt.Fprintf(&b, "  | upstream in flight %d (max %d)", st.InFlight, st.MaxInFlight)
-			m.mu.Lock()
-			m.obs.Upstream = st
-			m.mu.Unlock()
+	if reps := m.cfg.Replicas; len(reps) > 0 {
+		stats, errs := FetchReplicaStats(ctx, m.hc, reps)
+		m.mu.Lock()
+		for i, err := range errs {
+			if err == nil {
+				m.obs.Replicas[i] = stats[i]
+			}
+		}
+		if len(reps) == 1 && errs[0] == nil {
+			m.obs.Upstream = stats[0]
+		}
+		m.mu.Unlock()
+		switch {
+		case len(reps) == 1 && errs[0] != nil:
+			b.WriteString("  | upstream: " + errs[0].Error())
+		case len(reps) == 1:
+			fmt.Fprintf(&b, "  | upstream in flight %d (max %d)", stats[0].InFlight, stats[0].MaxInFlight)
+		default:
+			b.WriteString("  | " + replicaLine(reps, stats, errs))
+			for i, err := range errs {
+				if err != nil {
+					fmt.Fprintf(&b, "  | replica %d: %v", i+1, err)
+				}
+			}
 		}
 	}
 	if m.cfg.Overwrite {
