@@ -71,7 +71,7 @@ xcaddy:
 run:
 	GO=$(GO) ./scripts/run.sh
 
-## demo-cluster: Redis, mock LLM, 3 Caddy nodes sharing one queue, a burst of streams with live progress
+## demo-cluster: Redis, 3 Caddy nodes sharing one queue over a pool of 3 mock replicas (1, 2, 3 permits), a burst of streams with live progress per replica
 demo-cluster:
 	GO=$(GO) ./scripts/demo-cluster.sh
 
