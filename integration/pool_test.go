@@ -162,36 +162,54 @@ func TestRequeueOn503HidesTheRefusalFromClients(t *testing.T) {
 	assert.Zero(t, q.Holders(t), "permits left held")
 }
 
-// A replica killed under load: the requests granted on it are requeued
-// (it cannot be reached) and served by the others, every request that
-// started after the kill is served; when it comes back it gets work
-// again.
+// A replica killed under load: the streams it was running are cut (they
+// had started), every other request is served, by the other replica
+// (the waiters granted on the dead one are requeued: it cannot be
+// reached, and it cools); when it comes back it gets work again.
 func TestKilledReplicaIsCooledAndComesBack(t *testing.T) {
 	rds := redistest.Start(t)
-	cfg := mockllm.Config{Tokens: 4, Delay: 50 * time.Millisecond}
+	cfg := mockllm.Config{Tokens: 8, Delay: 50 * time.Millisecond}
 	a, b := startReplica(t, cfg), startReplica(t, cfg)
-	site := poolSite(rds.Addr(), []*replica{a, b}, []int{2, 2}, "upstream_cooldown 300ms", "max_requeues 10")
-	c := StartCaddy(t, "caddy-0", site, CaddyOptions{})
+	site := poolSite(rds.Addr(), []*replica{a, b}, []int{2, 2}, "upstream_cooldown 300ms", "max_requeues 20")
+	caddies := []*Caddy{StartCaddy(t, "caddy-0", site, CaddyOptions{}), StartCaddy(t, "caddy-1", site, CaddyOptions{})}
 	client := newClient(t)
+	q := Queue{rdb: rds.Client(t), name: "pool"}
 
-	a.stop()
-	const clients = 12
+	const clients = 16
 	var all collect
 	for i := range clients {
-		all.send(context.Background(), client, c.URL(), strconv.Itoa(i), Chat{Stream: true})
+		all.send(context.Background(), client, caddies[i%2].URL(), strconv.Itoa(i), Chat{Stream: true})
 	}
+	require.True(t, eventually(30*time.Second, func() bool { return a.mock.InFlight() == 2 && q.Waiting(t) > 4 }),
+		"replica a busy and a queue waiting")
+	cut := a.mock.InFlight()
+	servedBefore := a.mock.Served()
+	a.stop()
 	results := all.wait(t, 3*time.Minute)
+	require.Len(t, results, clients)
+	broken := 0
 	for name, r := range results {
-		requireFullStream(t, r, 4, "client %s with replica a down", name)
+		if r.Err != nil || !strings.Contains(r.Body, "data: [DONE]") {
+			broken++
+			t.Logf("client %s: cut: %s", name, r)
+			continue
+		}
+		requireFullStream(t, r, 8, "client %s", name)
 	}
-	assert.Equal(t, clients, b.mock.Served(), "served by the live replica")
+	assert.LessOrEqual(t, broken, cut, "only the streams running on the killed replica are cut")
+	assert.Equal(t, clients-broken, servedBefore+b.mock.Served(), "every other request served")
+	assert.LessOrEqual(t, b.mock.MaxInFlight(), 2)
+	metrics := scrape(t, caddies...)
+	assert.Positive(t, sumMetric(metrics, "caddy_fair_queue_requeues_total", `reason="unreachable"`, `upstream="`+a.addr+`"`),
+		"waiters granted on the dead replica were requeued")
 
 	a.start()
 	ok := eventually(30*time.Second, func() bool {
-		r := send(context.Background(), client, c.URL(), Chat{Stream: true, Tokens: 1})
-		return r.Err == nil && r.Status == http.StatusOK && a.mock.Served() > 0
+		r := send(context.Background(), client, caddies[0].URL(), Chat{Stream: true, Tokens: 1})
+		return r.Err == nil && r.Status == http.StatusOK && a.mock.Served() > servedBefore
 	})
 	assert.True(t, ok, "the replica back gets work again (served %d)", a.mock.Served())
+	assert.Zero(t, q.Holders(t), "permits left held")
 }
 
 // scrape reads the Prometheus metrics of each instance (its admin
