@@ -20,36 +20,68 @@
 -- Idempotent by ticket: a ticket that already holds a permit answers
 -- 'granted' (grant_no 0), one already waiting answers 'queued' with its
 -- place, a cancelled one (tombstone) answers 'gone'; none is changed.
+-- Cost: the fast path reads whether anybody waits and whether any
+-- tombstone lives in one EXISTS, and looks the ticket up only where it
+-- could be known: a holder is found by the grant's ZADD NX itself; a
+-- waiter, or a tombstone, only where that EXISTS says one exists.
+clock()
 local id, node = ARGV[1], ARGV[8]
-local epoch = redis.call('SET', K.epoch, ARGV[9], 'NX', 'GET') or ARGV[9]
--- answer builds the reply (decoded by decodeAcquire in replies.go).
-local function answer(status, seq, no, position, own, up)
-  return {status, seq, no, position, grants(), epoch, own or {}, up or ''}
+local flow = flow_of(id) -- a tenant in one band
+-- epoch: '' (no news) while the node is alive here; read, or set where
+-- missing, when it is not (see below).
+local epoch = ''
+-- answer builds the reply (decoded by decodeAcquire in replies.go); a
+-- grant made here passes its number, which is the grant counter.
+local function answer(status, seq, no, position, own, up, count)
+  return {status, seq, no, position, count or grants(), epoch, own or {}, up or ''}
 end
-local tomb = redis.call('ZSCORE', K.gone, id)
-if tomb and tonumber(tomb) > now then
-  return answer('gone', 0, 0, 0)
+-- One EXISTS tells whether anybody waits (FIFO or fair, ready or not)
+-- and whether any tombstone lives: EXISTS counts a key once per mention,
+-- so K.gone, named three times, is told apart from the other two.
+local exist = redis.call('EXISTS', K.waiting, K.fwait, K.gone, K.gone, K.gone)
+local quiet = exist % 3 == 0 -- nobody waits
+if exist >= 3 then
+  -- Tombstones (only a failed call leaves one): the ended go, so that
+  -- the key soon vanishes and the check with it; a live one is ours?
+  redis.call('ZREMRANGEBYSCORE', K.gone, '-inf', now)
+  if redis.call('ZSCORE', K.gone, id) then
+    return answer('gone', 0, 0, 0)
+  end
 end
 if not alive(node) then
+  -- Only here can the data set be new: the node's liveness entry is
+  -- written after the epoch, so while it is alive the epoch is the one
+  -- the node learnt when it became alive (this branch or a heartbeat),
+  -- or the heartbeat finds the epoch key missing and sets a new one.
+  epoch = redis.call('SET', K.epoch, ARGV[9], 'NX', 'GET') or ARGV[9]
   redis.call('ZADD', K.nodes, now + lease, node)
   redis.call('HSET', K.members, node, lease .. ' 0')
 end
-if redis.call('ZSCORE', K.holders, id) then
-  return answer('granted', 0, 0, 0, nil, #pool > 0 and upstream_of(id))
+local tenant = flow and tenant_of(flow)
+local own, free, view, up = {}, 0, nil, nil
+if quiet then
+  free, view, up = room(tenant)
 end
-local rank = redis.call('ZRANK', K.waiting, id)
-if rank then
-  return answer('queued', 0, 0, rank + 1)
+if free == 0 then
+  -- Not the fast path: the ticket may be known (a re-sent acquire).
+  if redis.call('ZSCORE', K.holders, id) then
+    return answer('granted', 0, 0, 0, nil, #pool > 0 and upstream_of(id))
+  end
+  local rank = redis.call('ZRANK', K.waiting, id)
+  if rank then
+    return answer('queued', 0, 0, rank + 1)
+  end
+  local m = flow and redis.call('HGET', K.fticket, id)
+  if m then
+    return answer('queued', 0, 0, fposition(flow, m))
+  end
+  if not quiet then
+    local idle
+    own, idle = dispatch(node)
+    if idle then free, view, up = room(tenant) end
+  end
 end
-local flow = flow_of(id) -- a tenant in one band
-local m = flow and redis.call('HGET', K.fticket, id)
-if m then
-  return answer('queued', 0, 0, fposition(flow, m))
-end
-reap()
-local own, idle, view, up = dispatch(node)
-local free = idle and not (flow and capped(tenant_of(flow)))
-if not free then
+if free == 0 then
   local cap, fcap = tonumber(ARGV[11]), tonumber(ARGV[12])
   if cap > 0 or (flow and fcap > 0) then
     local n = waiting()
@@ -59,20 +91,24 @@ if not free then
     end
   end
 end
-local seq = redis.call('INCR', K.seq)
 local cost = tonumber(ARGV[10])
-if free then
-  redis.call('ZADD', K.holders, now + lease, id)
+if free > 0 then
+  -- A re-sent acquire of a ticket granted already finds its entry here.
+  if redis.call('ZADD', K.holders, 'NX', now + lease, id) == 0 then
+    return answer('granted', 0, 0, 0, own, #pool > 0 and upstream_of(id))
+  end
+  local seq = redis.call('INCR', K.seq)
   if flow then
-    activate(flow, floor())
+    activate(flow, quiet and vtime() or nil) -- quiet: no flow is ready
     charge(flow, cost)
   end
   local no = redis.call('INCR', K.grants)
   if up then place(view, id, up, no) end
-  return answer('granted', seq, no, 0, own, up)
+  return answer('granted', seq, no, 0, own, up, no)
 end
+local seq = redis.call('INCR', K.seq)
 if flow then
-  m = enqueue(flow, seq, cost, id)
+  local m = enqueue(flow, seq, cost, id)
   return answer('queued', seq, 0, fposition(flow, m), own)
 end
 redis.call('ZADD', K.waiting, seq, id)

@@ -4,13 +4,14 @@
 -- ARGV: 1 ticket, 2-7 common, 8 tombstone TTL ms (0: no tombstone).
 -- Returns the grants dispatch made to the cancelling node's own waiters
 -- ({ticket, grant no, upstream, ...}; see dispatch in dispatch.lua).
+-- Expired leases are reaped by dispatch where they keep a waiter out.
 -- Idempotent: a second cancel finds nothing to remove. The tombstone
 -- makes an acquire of the same ticket that reaches Redis later a no-op.
+clock()
 local id = ARGV[1]
 if tonumber(ARGV[8]) > 0 then
   redis.call('ZADD', K.gone, now + tonumber(ARGV[8]), id)
 end
 if redis.call('ZREM', K.waiting, id) == 0 then unqueue(id) end
 if redis.call('ZREM', K.holders, id) == 1 then unheld(id, 0) end
-reap()
 return (dispatch(owner_of(id)))

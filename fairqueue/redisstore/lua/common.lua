@@ -51,10 +51,16 @@
 -- (fair queueing), so a ticket names its owner node and its flow.
 -- Time is Redis' own clock (TIME), never a node's.
 
+-- now is Redis' clock in ms, read once by clock(). Every script calls
+-- clock() first, except release: its fast path (nobody waiting) needs no
+-- time, and what it calls that does (cool, dispatch) calls clock().
 local now
-do
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
 end
 local permits = tonumber(ARGV[2])
 local lease = tonumber(ARGV[3])

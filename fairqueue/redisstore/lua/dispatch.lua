@@ -17,9 +17,11 @@ end
 -- fair flow with the least usage or the FIFO head, whichever arrived
 -- first (both kinds wait only while a reload turns Fair on or off).
 -- Returns the ticket and, for a fair one, its flow and cost; nil when
--- nobody may be served.
-local function next_waiter()
-  local r, flow, seq, m = best_fair()
+-- nobody may be served. fair: whether flows may be ready (false: none
+-- is, and none is looked for).
+local function next_waiter(fair)
+  local r, flow, seq, m
+  if fair then r, flow, seq, m = best_fair() end
   if not r then -- FIFO only: one call
     return redis.call('ZPOPMIN', K.waiting)[1]
   end
@@ -34,6 +36,30 @@ local function next_waiter()
   return h[1]
 end
 
+-- room is what one more grant needs, read now: the free permits, and
+-- with a pool its view and the upstream to take. With tenant, none is
+-- free while that tenant holds its cap (max_in_flight_per_tenant). It is
+-- the one place outside reconcile where expired leases (a crashed
+-- node's permits) are reaped: only where they would keep a grant out,
+-- that is when room finds none; then it reaps and looks again. Reconcile
+-- (every poll interval on a node with waiters) reaps the rest.
+-- Returns free (0: no room), view, upstream.
+local function room(tenant)
+  clock()
+  local reaped = false
+  while true do
+    local free = permits - redis.call('ZCARD', K.holders)
+    local v, up
+    if free > 0 then
+      v = pool_view()
+      up = v and pick(v)
+      if (v and not up) or (tenant and capped(tenant)) then free = 0 end
+    end
+    if free > 0 or reaped or reap() == 0 then return math.max(free, 0), v, up end
+    reaped = true
+  end
+end
+
 -- dispatch hands free permits to the head of the queue, in order, and
 -- tells each grantee's node on its own channel ("<ticket> <grant no>
 -- <Redis time ms> [<upstream>]"), except the calling node (self): its
@@ -42,20 +68,24 @@ end
 -- With a pool, a permit is free only while an upstream has one too
 -- (pool.lua picks it). Waiters of dead nodes are dropped on the way (at
 -- most 1000 a call, to bound the script).
--- Also returns idle: true when a permit (and an upstream) is still free
--- and nobody waiting may be served (no FIFO waiter, no ready flow), so
--- the caller's fast path needs no more calls to know it; and then the
--- pool's view and the upstream the fast path takes.
+-- Also returns idle: true when nobody waiting may be served now (no FIFO
+-- waiter, no ready flow left), so that the caller's fast path may grant
+-- if room (above) says so.
+-- Without a waiter it reads nothing more than one EXISTS (empty sets do
+-- not exist); with one, O(1) per grant whatever the number waiting.
 local function dispatch(self)
-  local free = permits - redis.call('ZCARD', K.holders)
-  local skipped = 0
   local own = {}
-  local v = free > 0 and pool_view()
+  -- K.fready named twice: EXISTS counts it twice, so its 2 tells it apart.
+  local exist = redis.call('EXISTS', K.waiting, K.fready, K.fready)
+  if exist == 0 then return own, true end
+  local fair = exist >= 2
+  local free, v = room()
+  local skipped = 0
   while free > 0 do
     local up = v and pick(v)
     if v and not up then return own, false end
-    local id, flow, cost = next_waiter()
-    if not id then return own, true, v, up end
+    local id, flow, cost = next_waiter(fair)
+    if not id then return own, true end
     local owner = owner_of(id)
     if alive(owner) then
       if flow then charge(flow, cost) end

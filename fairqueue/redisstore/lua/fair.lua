@@ -29,8 +29,16 @@ local function tenant_of(flow)
   return string.match(flow, '^(.*)%.[^.]*$') or flow
 end
 
+-- vtime is the virtual time, read once a script: only set_vtime writes it.
+local vt
 local function vtime()
-  return tonumber(redis.call('GET', K.vtime) or '0')
+  if not vt then vt = tonumber(redis.call('GET', K.vtime) or '0') end
+  return vt
+end
+
+local function set_vtime(v, s)
+  redis.call('SET', K.vtime, s)
+  vt = v
 end
 
 -- A waiting fair ticket is the K.fwait member
@@ -74,10 +82,10 @@ local function floor()
 end
 
 -- activate gives an idle flow its counter: max(its counter when it went
--- idle, if kept, and from).
+-- idle, if kept, and from; from nil: floor()).
 local function activate(flow, from)
   if redis.call('HEXISTS', K.fcount, flow) == 1 then return end
-  local c = from
+  local c = from or floor()
   local idle = redis.call('ZSCORE', K.fidle, flow)
   if idle then
     c = math.max(c, tonumber(idle))
@@ -120,7 +128,7 @@ local function rebase(v)
     local r = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
     for i = 1, #r, 2 do redis.call('ZADD', key, num(tonumber(r[i + 1]) - v), r[i]) end
   end
-  redis.call('SET', K.vtime, '0')
+  set_vtime(0, '0')
 end
 
 -- charge does a fair grant's bookkeeping: the flow's counter before the
@@ -130,7 +138,7 @@ local function charge(flow, cost)
   local v, c = vtime(), counter(flow) or vtime()
   if c > v then
     v = c
-    redis.call('SET', K.vtime, num(v))
+    set_vtime(v, num(v))
   end
   redis.call('HSET', K.fcount, flow, num(c + cost))
   redis.call('HINCRBY', K.finf, flow, 1)
@@ -181,7 +189,7 @@ end
 
 -- enqueue queues fair ticket id at the tail of its flow.
 local function enqueue(flow, seq, cost, id)
-  activate(flow, floor())
+  activate(flow)
   local m = fmember(flow, seq, cost, id)
   redis.call('ZADD', K.fwait, 0, m)
   redis.call('HSET', K.fticket, id, m)

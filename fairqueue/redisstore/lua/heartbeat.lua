@@ -30,6 +30,7 @@
 -- the node releases again every ticket it released meanwhile.
 -- Idempotent: expiries are set to now + lease, and a re-sent heartbeat
 -- (same number) reports rejoined as its first run did (the mark).
+clock()
 local node, beat = ARGV[1], ARGV[10]
 local cur = redis.call('GET', K.epoch)
 local lost = (not cur) or (ARGV[8] ~= '' and cur ~= ARGV[8])

@@ -8,6 +8,7 @@
 --   The head lists the ready flows' first tickets, least usage first,
 --   then the FIFO tickets in order.
 -- Idempotent: it writes nothing.
+clock()
 local want = tonumber(ARGV[8])
 local head = {}
 if want > 0 then

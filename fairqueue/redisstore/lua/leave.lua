@@ -6,6 +6,7 @@
 -- ARGV: 1 node, 2-6 common.
 -- Returns the number of permits released.
 -- Idempotent: a second run finds nothing of the node.
+clock()
 local held = mine(ARGV[1])
 for _, id in ipairs(held) do
   redis.call('ZREM', K.holders, id)

@@ -65,7 +65,7 @@ end
 local function cool(dial, ms)
   ms = tonumber(ms) or 0
   if dial ~= '' and ms > 0 then
-    redis.call('ZADD', K.ucool, 'GT', now + ms, dial)
+    redis.call('ZADD', K.ucool, 'GT', clock() + ms, dial)
   end
 end
 

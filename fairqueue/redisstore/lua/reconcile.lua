@@ -12,6 +12,7 @@
 -- to the node by this call; the upstreams, '' for none, in the order of
 -- the holders).
 -- Idempotent: a second run finds nothing more to free or dispatch.
+clock()
 reap()
 recount()
 pool_tidy()

@@ -13,6 +13,7 @@
 --   grants), or for a call sent again 'granted' or 'queued' as the new
 --   ticket stands, or 'gone' (cancelled meanwhile). No queue cap applies.
 -- Idempotent by both tickets.
+clock()
 local id, node, old, seq = ARGV[1], ARGV[8], ARGV[11], tonumber(ARGV[12])
 local epoch = redis.call('SET', K.epoch, ARGV[9], 'NX', 'GET') or ARGV[9]
 local function answer(status, no, position, own, up)
@@ -39,7 +40,6 @@ if not known then
 end
 if redis.call('ZREM', K.holders, old) == 1 then unheld(old, tonumber(ARGV[13])) end
 cool(ARGV[14], ARGV[15])
-reap()
 local own = (dispatch(node))
 if gone then return answer('gone', 0, 0, own) end
 if redis.call('ZSCORE', K.holders, id) then
