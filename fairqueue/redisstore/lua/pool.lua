@@ -16,32 +16,41 @@ for dial, n in string.gmatch(ARGV[7] or '', '(%S+) (%d+)') do
   pool[#pool + 1] = {dial = dial, permits = tonumber(n)}
 end
 
--- pool_view reads what choosing an upstream needs: permits in flight,
--- who is cooling, and when each was granted last. nil without a pool.
+-- pool_view reads what choosing an upstream needs: permits in flight
+-- and who is cooling; when each was granted last is read by last_of,
+-- only if a tie needs it. nil without a pool.
 local function pool_view()
   if #pool == 0 then return nil end
-  local v = {inf = {}, cool = {}, last = {}}
+  local v = {inf = {}, cool = {}}
   for _, u in ipairs(redis.call('HVALS', K.uheld)) do v.inf[u] = (v.inf[u] or 0) + 1 end
-  for _, u in ipairs(redis.call('ZRANGEBYSCORE', K.ucool, '(' .. now, '+inf')) do v.cool[u] = true end
-  local dials = {}
-  for i, u in ipairs(pool) do dials[i] = u.dial end
-  local last = redis.call('HMGET', K.ulast, unpack(dials))
-  for i, u in ipairs(pool) do v.last[u.dial] = tonumber(last[i]) or -1 end
+  for _, u in ipairs(redis.call('ZRANGEBYSCORE', K.ucool, '(' .. clock(), '+inf')) do v.cool[u] = true end
   return v
+end
+
+-- last_of is the grant number of dial's last grant (-1: none), read for
+-- every upstream of the view at its first use.
+local function last_of(v, dial)
+  if not v.last then
+    local dials = {}
+    for i, u in ipairs(pool) do dials[i] = u.dial end
+    local last = redis.call('HMGET', K.ulast, unpack(dials))
+    v.last = {}
+    for i, u in ipairs(pool) do v.last[u.dial] = tonumber(last[i]) or -1 end
+  end
+  return v.last[dial]
 end
 
 -- pick is the upstream to grant on: not cooling and under its permits,
 -- the most free relative to its size (compared exactly), ties to the
 -- one granted longest ago, then list order. nil when none may be.
 local function pick(v)
-  local best, bfree, bsize, blast
+  local best, bfree, bsize
   for _, u in ipairs(pool) do
     local free = u.permits - (v.inf[u.dial] or 0)
     if free > 0 and not v.cool[u.dial] then
-      local l = v.last[u.dial]
       local a, b = free * (bsize or 1), (bfree or 0) * u.permits
-      if not best or a > b or (a == b and l < blast) then
-        best, bfree, bsize, blast = u.dial, free, u.permits, l
+      if not best or a > b or (a == b and last_of(v, u.dial) < last_of(v, best)) then
+        best, bfree, bsize = u.dial, free, u.permits
       end
     end
   end
@@ -53,7 +62,7 @@ local function place(v, id, dial, no)
   redis.call('HSET', K.uheld, id, dial)
   redis.call('HSET', K.ulast, dial, no)
   v.inf[dial] = (v.inf[dial] or 0) + 1
-  v.last[dial] = no
+  if v.last then v.last[dial] = no end -- else last_of reads it written
 end
 
 -- unplace forgets the upstream of a holder removed.
