@@ -402,5 +402,5 @@ func TestManyLostWaitersAreAllQueuedAgain(t *testing.T) {
 	eventually(t, 20*time.Second, func() bool { return card() == waiters }, "the requests never queued")
 	require.NoError(t, a.rdb.Del(context.Background(), tag+":waiting").Err())
 	require.NoError(t, a.rdb.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Err())
-	eventually(t, 10*time.Second, func() bool { return card() == waiters }, "lost waiters were not all queued again")
+	eventually(t, 30*time.Second, func() bool { return card() == waiters }, "lost waiters were not all queued again")
 }
