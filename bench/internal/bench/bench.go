@@ -52,6 +52,9 @@ type bench struct {
 	hc      *http.Client
 	mockURL string
 	res     *Results
+	// redisPID is redis-server's process id, whose CPU time the Redis
+	// systems' loads read.
+	redisPID int
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -131,6 +134,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	if err := rs.WaitListen(ctx, redisAddr, 15*time.Second); err != nil {
 		return nil, err
 	}
+	b.redisPID = rs.PID()
 	mock, err := procs.Start("mockllm", opts.MockLLM, "-listen", mockAddr, "-timeline",
 		"-tokens", "1", "-delay", ms2d(set.ServiceMS).String())
 	if err != nil {

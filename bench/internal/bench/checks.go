@@ -9,6 +9,7 @@ import (
 const (
 	TargetThroughput   = "saturated throughput >= 0.97x HAProxy"
 	TargetFastPath     = "fast path <= +0.2 ms p50 over reverse_proxy"
+	TargetCPU          = "fair_queue adds at most 15% CPU per request over plain reverse_proxy"
 	TargetHandoff      = "handoff p99 <= 2 ms"
 	TargetFastScripts  = "<= 2 Redis script calls per fast-path request"
 	TargetQueueScripts = "<= 3 Redis script calls per queued request"
@@ -53,6 +54,13 @@ func evaluate(res *Results) []Check {
 			d99 := s.LowLoad.P99 - base.LowLoad.P99
 			add(TargetFastPath, name, fmt.Sprintf("p50 %+.3f ms, p99 %+.3f ms (%.3f / %.3f ms vs %.3f / %.3f, %s)",
 				d50, d99, s.LowLoad.P50, s.LowLoad.P99, base.LowLoad.P50, base.LowLoad.P99, base.Spec.Label), verdict(d50 <= 0.2))
+		}
+		if fq {
+			for _, l := range cpuLoads {
+				if c, ok := cpuCheck(res, s, l.name, l.pick, l.ref); ok {
+					checks = append(checks, c)
+				}
+			}
 		}
 		if s.Saturated != nil && s.Saturated.HandoffCount > 0 {
 			add(TargetHandoff, name, fmt.Sprintf("p50 %.3f ms, p99 %.3f ms (%d handoffs)",
@@ -112,7 +120,7 @@ func evaluate(res *Results) []Check {
 	}
 	checks = append(checks, fairnessChecks(res.Fairness)...)
 	// One block per target, in the order of the issue.
-	order := []string{TargetThroughput, TargetFastPath, TargetHandoff, TargetFastScripts,
+	order := []string{TargetThroughput, TargetFastPath, TargetCPU, TargetHandoff, TargetFastScripts,
 		TargetQueueScripts, TargetConcurrency, TargetRSS, TargetRSS64, TargetIdle, TargetFairTime, TargetFairTokens}
 	slices.SortStableFunc(checks, func(a, b Check) int {
 		return slices.Index(order, a.Target) - slices.Index(order, b.Target)
@@ -126,4 +134,69 @@ func sizeLabel(n int) string {
 		return fmt.Sprintf("%d KiB", n>>10)
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// cpuLoads are the loads whose CPU per request is checked, and the load
+// of plain reverse_proxy each is compared with: the same load at low
+// load; when saturated, reverse_proxy with as many clients as permits
+// (AtPermits): the same upstream concurrency and about the same
+// throughput, without the queue.
+var cpuLoads = []struct {
+	name      string
+	pick, ref func(*System) *LoadRun
+}{
+	{"low load", pickLowLoad, pickLowLoad},
+	{"saturated", pickSaturated, pickAtPermits},
+}
+
+func pickLowLoad(s *System) *LoadRun { return s.LowLoad }
+
+func pickSaturated(s *System) *LoadRun { return s.Saturated }
+
+func pickAtPermits(s *System) *LoadRun { return s.AtPermits }
+
+// cpuReference returns the plain reverse_proxy system whose load refPick
+// a load of s is compared with, on as many nodes when that ran it, else
+// on one, and that load; nil when none ran it or refPick is nil.
+func cpuReference(res *Results, s *System, refPick func(*System) *LoadRun) (base *System, ref *LoadRun) {
+	if refPick == nil {
+		return nil, nil
+	}
+	if base = res.baselineFor(s, refPick); base != nil {
+		ref = refPick(base)
+	}
+	return base, ref
+}
+
+// cpuCheck compares the proxy CPU per request of s under one load with
+// plain reverse_proxy's (cpuReference), on as many nodes when that ran,
+// else on one; proxy+Redis is reported beside it. ok is false when s did
+// not run the load or its CPU was not measured.
+func cpuCheck(res *Results, s *System, load string, pick, refPick func(*System) *LoadRun) (Check, bool) {
+	run := pick(s)
+	if run == nil || run.ProxyCPUPerRequest <= 0 {
+		return Check{}, false
+	}
+	c := Check{Target: TargetCPU, System: s.Spec.Name + " (" + load + ")"}
+	base, ref := cpuReference(res, s, refPick)
+	if ref == nil || ref.ProxyCPUPerRequest <= 0 {
+		c.Value = fmt.Sprintf("proxy %.4f ms/req, proxy+Redis %.4f ms/req (no reverse_proxy CPU to compare with)",
+			run.ProxyCPUPerRequest, run.TotalCPUPerRequest())
+		c.Result = "n/a"
+		return c, true
+	}
+	r := run.ProxyCPUPerRequest / ref.ProxyCPUPerRequest
+	c.Value = fmt.Sprintf("proxy %.4f vs %.4f ms/req = %.2fx; proxy+Redis %.4f ms/req = %.2fx (%s; %.0f vs %.0f req/s)",
+		run.ProxyCPUPerRequest, ref.ProxyCPUPerRequest, r, run.TotalCPUPerRequest(),
+		run.TotalCPUPerRequest()/ref.ProxyCPUPerRequest, refLabel(base, ref), run.Throughput, ref.Throughput)
+	c.Result = verdict(round(r, 3) <= 1.15)
+	return c, true
+}
+
+// refLabel names the reverse_proxy load ref of base.
+func refLabel(base *System, ref *LoadRun) string {
+	if ref == base.AtPermits {
+		return fmt.Sprintf("%s, as many clients as permits", base.Spec.Label)
+	}
+	return base.Spec.Label
 }

@@ -50,13 +50,32 @@ func markdown(res *Results, opts Options, plots []string) string {
 	w("previous completion it replaced (mockllm `-timeline`); utilization: busy permit-time / (permits x wall time).\n")
 	w("The upstream alone, %d clients straight to mockllm, serves **%.1f req/s** (%.1f streamed): the ceiling of\n", set.Permits, set.UpstreamRPS, set.UpstreamStreamRPS)
 	w("every limiter here.\n\n")
-	loadTable(&b, res, func(s *System) *LoadRun { return s.Saturated })
+	loadTable(&b, res, pickSaturated, pickAtPermits)
 	if set.StreamSaturated {
 		w("\nThe same with streamed answers (%d tokens x %.0f ms):\n\n", set.StreamTokens, set.StreamTokenMS)
-		loadTable(&b, res, func(s *System) *LoadRun { return s.SaturatedStream })
+		loadTable(&b, res, func(s *System) *LoadRun { return s.SaturatedStream }, nil)
 	}
 
 	w("\n(a) every command Redis executed, those run inside the scripts included (INFO commandstats counts both).\n")
+	w("(b) user+system CPU time (`/proc/<pid>/stat`) consumed over the load's window by the proxy processes\n")
+	w("(every Caddy node, or haproxy) and by redis-server (Redis systems only), divided by the requests answered\n")
+	w("in it (the kernel counts CPU time in clock ticks, 10 ms at the usual 100 Hz: a few %% of a quick run's\n")
+	w("windows). The ratio divides by the proxy CPU per request of plain reverse_proxy on as many nodes when that\n")
+	w("ran: under the same load at low load; when saturated, reverse_proxy with %d clients (below), the limiters'\n", set.Permits)
+	w("upstream concurrency and about their throughput without a queue (unlimited, its %d-client load above serves\n", set.Clients)
+	w("several times as many requests per second, and each costs less CPU at that rate). \"with Redis\" adds\n")
+	w("Redis' CPU to the queue's side. The CPU the load generator, mockllm and other work on the machine take is\n")
+	w("not counted, but they share the CPUs: on a loaded machine a process waits longer and wakes up more often.\n")
+	var atPermits []string
+	for _, s := range res.Systems {
+		if r := s.AtPermits; r != nil {
+			atPermits = append(atPermits, fmt.Sprintf("%s %.1f req/s, p50 %.2f ms, proxy CPU %.4f ms / req",
+				s.Spec.Label, r.Throughput, r.P50, r.ProxyCPUPerRequest))
+		}
+	}
+	if len(atPermits) > 0 {
+		w("\nreverse_proxy with %d clients, %.0f s: %s.\n", set.Permits, set.SaturatedS, strings.Join(atPermits, "; "))
+	}
 	w("\n## Low load: fast-path overhead\n\n")
 	w("%d client, back-to-back requests, upstream answers at once (1 token, no delay), %.0f s. Each system is\n", set.LowLoadClients, set.LowLoadS)
 	w("compared with plain reverse_proxy on as many nodes when that ran, else on one (the client's requests go\n")
@@ -70,7 +89,7 @@ func markdown(res *Results, opts Options, plots []string) string {
 		w("takes CPU from the next one on a machine this small.")
 	}
 	w("\n\n")
-	w("| system | requests | p50 ms | p99 ms | p50 vs reverse_proxy | p99 vs reverse_proxy | Redis scripts / req | Redis cmds / req (a) |\n|---|---|---|---|---|---|---|---|\n")
+	w("| system | requests | p50 ms | p99 ms | p50 vs reverse_proxy | p99 vs reverse_proxy | Redis scripts / req | Redis cmds / req (a) | proxy CPU ms / req (b) | Redis CPU ms / req (b) | CPU / req vs reverse_proxy (b) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range res.Systems {
 		if s.LowLoad == nil {
 			continue
@@ -80,8 +99,10 @@ func markdown(res *Results, opts Options, plots []string) string {
 			d50 = fmt.Sprintf("%+.3f ms", s.LowLoad.P50-base.LowLoad.P50)
 			d99 = fmt.Sprintf("%+.3f ms", s.LowLoad.P99-base.LowLoad.P99)
 		}
-		w("| %s | %d | %.3f | %.3f | %s | %s | %s | %s |\n", s.Spec.Label, s.LowLoad.Requests, s.LowLoad.P50, s.LowLoad.P99,
-			d50, d99, redisFig(s, s.LowLoad.ScriptsPerRequest), redisFig(s, s.LowLoad.CommandsPerRequest))
+		proxyCPU, redisCPU, cpuRatio := cpuFigs(res, s, pickLowLoad, pickLowLoad)
+		w("| %s | %d | %.3f | %.3f | %s | %s | %s | %s | %s | %s | %s |\n", s.Spec.Label, s.LowLoad.Requests, s.LowLoad.P50, s.LowLoad.P99,
+			d50, d99, redisFig(s, s.LowLoad.ScriptsPerRequest), redisFig(s, s.LowLoad.CommandsPerRequest),
+			proxyCPU, redisCPU, cpuRatio)
 	}
 
 	w("\n## Open loop: wait vs arrival rate\n\n")
@@ -146,10 +167,12 @@ func markdown(res *Results, opts Options, plots []string) string {
 }
 
 // loadTable writes one row per system for the load pick selects.
-func loadTable(b *strings.Builder, res *Results, pick func(*System) *LoadRun) {
+// refPick selects the load of plain reverse_proxy that the CPU per
+// request is compared with; nil: none.
+func loadTable(b *strings.Builder, res *Results, pick, refPick func(*System) *LoadRun) {
 	ha := res.system("haproxy")
-	fmt.Fprintf(b, "| system | req/s | vs HAProxy | p50 ms | p99 ms | upstream max / permits | utilization | handoff p50 / p99 ms | Redis scripts / req | Redis cmds / req (a) | rejected | failed |\n")
-	fmt.Fprintf(b, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(b, "| system | req/s | vs HAProxy | p50 ms | p99 ms | upstream max / permits | utilization | handoff p50 / p99 ms | Redis scripts / req | Redis cmds / req (a) | proxy CPU ms / req (b) | Redis CPU ms / req (b) | CPU / req vs reverse_proxy (b) | rejected | failed |\n")
+	fmt.Fprintf(b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range res.Systems {
 		run := pick(s)
 		if run == nil {
@@ -165,10 +188,42 @@ func loadTable(b *strings.Builder, res *Results, pick func(*System) *LoadRun) {
 			util = fmt.Sprintf("%.3f", run.Utilization)
 			handoff = fmt.Sprintf("%.3f / %.3f", run.HandoffP50, run.HandoffP99)
 		}
-		fmt.Fprintf(b, "| %s | %.1f | %s | %.2f | %.2f | %d / %s | %s | %s | %s | %s | %d | %d |\n",
+		proxyCPU, redisCPU, cpuRatio := cpuFigs(res, s, pick, refPick)
+		fmt.Fprintf(b, "| %s | %.1f | %s | %.2f | %.2f | %d / %s | %s | %s | %s | %s | %s | %s | %s | %d | %d |\n",
 			s.Spec.Label, run.Throughput, ratio, run.P50, run.P99, run.UpstreamMax, limit, util, handoff,
-			redisFig(s, run.ScriptsPerRequest), redisFig(s, run.CommandsPerRequest), run.Rejected, run.Failed)
+			redisFig(s, run.ScriptsPerRequest), redisFig(s, run.CommandsPerRequest), proxyCPU, redisCPU, cpuRatio,
+			run.Rejected, run.Failed)
 	}
+}
+
+// cpuFigs formats the proxy and Redis CPU per request of s under the
+// load pick selects, and their ratio to the proxy CPU per request of
+// plain reverse_proxy under the load refPick selects (as many nodes when
+// that ran; none when refPick is nil): the proxy alone, then with Redis.
+// Empty when not measured.
+func cpuFigs(res *Results, s *System, pick, refPick func(*System) *LoadRun) (proxy, redis, ratio string) {
+	run := pick(s)
+	if run == nil || run.ProxyCPUPerRequest <= 0 {
+		return "", "", ""
+	}
+	proxy = fmt.Sprintf("%.4f", run.ProxyCPUPerRequest)
+	if s.Spec.Redis {
+		redis = fmt.Sprintf("%.4f", run.RedisCPUPerRequest)
+	}
+	if s.Spec.Kind == KindPlain {
+		return proxy, redis, ""
+	}
+	if base, refRun := cpuReference(res, s, refPick); base != nil && refRun.ProxyCPUPerRequest > 0 {
+		ref := refRun.ProxyCPUPerRequest
+		ratio = fmt.Sprintf("%.2fx", run.ProxyCPUPerRequest/ref)
+		if s.Spec.Redis {
+			ratio += fmt.Sprintf(" (%.2fx with Redis)", run.TotalCPUPerRequest()/ref)
+		}
+		if base.Spec.Nodes != s.Spec.Nodes {
+			ratio += fmt.Sprintf(" vs %d node", base.Spec.Nodes)
+		}
+	}
+	return proxy, redis, ratio
 }
 
 func redisFig(s *System, v float64) string {

@@ -43,12 +43,19 @@ func (b *bench) measure(ctx context.Context, r *Running, cfg loadgen.Config) (*L
 	if err := b.resetCounters(ctx); err != nil {
 		return nil, err
 	}
+	redisPID := 0
+	if r.Spec.Redis {
+		redisPID = b.redisPID
+	}
+	cpu0 := sampleCPU(r.PIDs(), redisPID)
 	rep, err := b.load(ctx, r.Targets, cfg)
 	if err != nil {
 		return nil, err
 	}
-	// Releases run after the last answers reach the clients.
+	// Releases run after the last answers reach the clients; their CPU
+	// is the requests' too.
 	time.Sleep(100 * time.Millisecond)
+	cpu1 := sampleCPU(r.PIDs(), redisPID)
 	st, err := b.mockStats(ctx)
 	if err != nil {
 		return nil, err
@@ -60,6 +67,9 @@ func (b *bench) measure(ctx context.Context, r *Running, cfg loadgen.Config) (*L
 		P99: rep.Overall.Total.P99, Max: rep.Overall.Total.Max,
 		CDF:         quantiles(rep.Durations(), 200),
 		UpstreamMax: st.MaxInFlight,
+	}
+	if err := run.recordCPU(cpu0, cpu1, rep.OK+rep.Rejected, r.Spec.Redis); err != nil {
+		b.logf("   CPU not measured: %v", err)
 	}
 	if r.Spec.Limited() && rep.Elapsed > 0 {
 		run.Utilization = round(st.BusyMS/(float64(b.env.Permits)*rep.Elapsed*1000), 3)
@@ -111,14 +121,23 @@ func (b *bench) measureSystem(ctx context.Context, spec Spec) *System {
 			err = ctx.Err()
 		}
 		if err == nil {
-			b.logf("   %-18s %6d req  %8.1f ok/s  p50 %7.2f ms  p99 %7.2f ms  upstream max %d  rejected %d failed %d",
-				name, run.Requests, run.Throughput, run.P50, run.P99, run.UpstreamMax, run.Rejected, run.Failed)
+			b.logf("   %-18s %6d req  %8.1f ok/s  p50 %7.2f ms  p99 %7.2f ms  upstream max %d  rejected %d failed %d  CPU/req proxy %.4f ms redis %.4f ms",
+				name, run.Requests, run.Throughput, run.P50, run.P99, run.UpstreamMax, run.Rejected, run.Failed,
+				run.ProxyCPUPerRequest, run.RedisCPUPerRequest)
 		}
 		return run
 	}
 	sys.LowLoad = step("low load", loadgen.Config{
 		Clients: set.LowLoadClients, Duration: secs(set.LowLoadS), Tokens: 1, Delay: 0,
 	})
+	sys.Saturated = step("saturated", loadgen.Config{
+		Clients: set.Clients, Duration: secs(set.SaturatedS), Tokens: 1, Delay: ms2d(set.ServiceMS),
+	})
+	if spec.Kind == KindPlain {
+		sys.AtPermits = step(fmt.Sprintf("%d clients", set.Permits), loadgen.Config{
+			Clients: set.Permits, Duration: secs(set.SaturatedS), Tokens: 1, Delay: ms2d(set.ServiceMS),
+		})
+	}
 	if spec.BaselineOnly {
 		if err != nil {
 			sys.Error = err.Error()
@@ -126,9 +145,6 @@ func (b *bench) measureSystem(ctx context.Context, spec Spec) *System {
 		}
 		return sys
 	}
-	sys.Saturated = step("saturated", loadgen.Config{
-		Clients: set.Clients, Duration: secs(set.SaturatedS), Tokens: 1, Delay: ms2d(set.ServiceMS),
-	})
 	if set.StreamSaturated {
 		sys.SaturatedStream = step("saturated stream", loadgen.Config{
 			Clients: set.Clients, Duration: secs(set.SaturatedS), Stream: true,

@@ -99,6 +99,13 @@ type System struct {
 	// Saturated is Clients clients against Permits permits of a
 	// ServiceMS upstream, unstreamed answers.
 	Saturated *LoadRun `json:"saturated,omitempty"`
+	// AtPermits is plain reverse_proxy only: Permits clients against the
+	// ServiceMS upstream, unstreamed answers, as long as Saturated: the
+	// limiters' upstream concurrency and about their throughput without
+	// a queue, the reference of their CPU per request when saturated
+	// (reverse_proxy's own Saturated load serves several times as many
+	// requests per second, which costs less CPU each).
+	AtPermits *LoadRun `json:"at_permits,omitempty"`
 	// SaturatedStream is the same with streamed answers.
 	SaturatedStream *LoadRun `json:"saturated_stream,omitempty"`
 	// OpenLoop holds one point per arrival rate, streamed answers.
@@ -141,6 +148,24 @@ type LoadRun struct {
 	ScriptsPerRequest  float64          `json:"redis_scripts_per_request,omitempty"`
 	CommandsPerRequest float64          `json:"redis_commands_per_request,omitempty"`
 	Commands           map[string]int64 `json:"redis_commands,omitempty"`
+	// ProxyCPUMS is the user+system CPU time the system's proxy
+	// processes (every Caddy node, or haproxy) consumed over the load's
+	// window, in ms (/proc/<pid>/stat); RedisCPUMS the same of
+	// redis-server, Redis systems only. CPURequests is the requests
+	// answered in that window (OK and rejected), ProxyCPUPerRequest and
+	// RedisCPUPerRequest the CPU times divided by it, in ms. Zero: not
+	// measured (a run before the bench measured CPU).
+	CPURequests        int     `json:"cpu_requests,omitempty"`
+	ProxyCPUMS         float64 `json:"proxy_cpu_ms,omitempty"`
+	RedisCPUMS         float64 `json:"redis_cpu_ms,omitempty"`
+	ProxyCPUPerRequest float64 `json:"proxy_cpu_ms_per_request,omitempty"`
+	RedisCPUPerRequest float64 `json:"redis_cpu_ms_per_request,omitempty"`
+}
+
+// TotalCPUPerRequest is the CPU per request of the proxies and of Redis
+// together, in ms.
+func (run *LoadRun) TotalCPUPerRequest() float64 {
+	return run.ProxyCPUPerRequest + run.RedisCPUPerRequest
 }
 
 // RatePoint is one open-loop load at a fixed arrival rate.
@@ -228,9 +253,16 @@ func (res *Results) system(name string) *System {
 // latency is compared with: the one with as many nodes, else the
 // single node; nil when neither ran.
 func (res *Results) baseline(s *System) *System {
+	return res.baselineFor(s, func(s *System) *LoadRun { return s.LowLoad })
+}
+
+// baselineFor returns the plain reverse_proxy system that s's load pick
+// is compared with: the one with as many nodes that ran that load, else
+// the single node; nil when neither ran it.
+func (res *Results) baselineFor(s *System, pick func(*System) *LoadRun) *System {
 	var single *System
 	for _, b := range res.Systems {
-		if b.Spec.Kind != KindPlain || b.LowLoad == nil || b == s {
+		if b.Spec.Kind != KindPlain || pick(b) == nil || b == s {
 			continue
 		}
 		if b.Spec.Nodes == s.Spec.Nodes {

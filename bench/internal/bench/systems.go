@@ -31,9 +31,10 @@ type Spec struct {
 	Nodes int `json:"nodes"`
 	// Redis selects the Redis store; otherwise the in-process one.
 	Redis bool `json:"redis"`
-	// BaselineOnly: the system only runs the low load, as the
-	// reference of a fair_queue system with as many nodes (the latency
-	// a queue adds is measured against the same topology without it).
+	// BaselineOnly: the system only runs the low load and the
+	// unstreamed saturated load, as the reference of a fair_queue system
+	// with as many nodes (the latency and the CPU a queue adds are
+	// measured against the same topology without it).
 	BaselineOnly bool `json:"baseline_only,omitempty"`
 	// Tenant and Cost set fair_queue's tenant and cost (the fairness
 	// scenario); empty: strict FIFO, the default cost.

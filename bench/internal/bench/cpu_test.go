@@ -1,0 +1,201 @@
+package bench
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// statLine builds a /proc/<pid>/stat line: pid, (comm), then fields 3 to
+// 52 with utime (14) and stime (15) set.
+func statLine(comm string, utime, stime string) string {
+	f := make([]string, 50) // fields 3..52
+	for i := range f {
+		f[i] = "0"
+	}
+	f[0] = "S"
+	f[14-3], f[15-3] = utime, stime
+	f[16-3], f[17-3] = "777", "888" // cutime, cstime: children, not counted
+	return "4242 (" + comm + ") " + strings.Join(f, " ") + "\n"
+}
+
+func TestParseProcStatReadsUtimeAndStimeAfterTheLastParen(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name         string
+		stat         string
+		utime, stime int64
+		err          bool
+	}{
+		{name: "plain", stat: statLine("caddy", "1234", "567"), utime: 1234, stime: 567},
+		{name: "space in comm", stat: statLine("redis server", "10", "20"), utime: 10, stime: 20},
+		// Counting fields from the first ')' would shift them by the
+		// words after it.
+		{name: "parens and spaces in comm", stat: statLine("a) 1 2 (b) c", "31", "41"), utime: 31, stime: 41},
+		{name: "comm ends in paren", stat: statLine("x)", "5", "6"), utime: 5, stime: 6},
+		{name: "real haproxy line", utime: 193, stime: 88,
+			stat: "98765 (haproxy) S 1 98765 98765 0 -1 4194560 2398 0 0 0 193 88 0 0 20 0 2 0 123456 " +
+				"30000000 2000 18446744073709551615 1 1 0 0 0 0 0 4096 0 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n"},
+		{name: "no comm", stat: "4242 caddy S 0 0", err: true},
+		{name: "too short", stat: "4242 (caddy) S 1 2 3 4 5 6 7 8 9 10 11", err: true},
+		{name: "utime not a number", stat: statLine("caddy", "x", "1"), err: true},
+		{name: "stime not a number", stat: statLine("caddy", "1", "1.5"), err: true},
+		{name: "negative", stat: statLine("caddy", "-1", "1"), err: true},
+		{name: "empty", stat: "", err: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u, s, err := parseProcStat(tc.stat)
+			if tc.err {
+				assert.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.utime, u, "utime")
+			assert.Equal(t, tc.stime, s, "stime")
+		})
+	}
+}
+
+func TestCPUTimeOfThisProcessGrowsWithWork(t *testing.T) {
+	t.Parallel()
+	before, err := CPUTime(os.Getpid())
+	require.NoError(t, err)
+	x := 0
+	for start := time.Now(); time.Since(start) < 100*time.Millisecond; {
+		x++
+	}
+	after, err := CPUTime(os.Getpid())
+	require.NoError(t, err)
+	assert.Greater(t, after, before, "%d iterations", x)
+	_, err = CPUTime(-1)
+	assert.Error(t, err)
+}
+
+func TestCPUPerRequest(t *testing.T) {
+	t.Parallel()
+	assert.Equal(t, 10*time.Millisecond, ticksToDuration(1, 100))
+	assert.Equal(t, 2500*time.Millisecond, ticksToDuration(250, 100))
+	assert.Equal(t, time.Second, ticksToDuration(1000, 1000))
+
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name       string
+		start, end cpuSample
+		requests   int
+		redis      bool
+		want       LoadRun
+		err        bool
+	}{
+		{name: "proxy only", start: cpuSample{proxy: 100 * ms}, end: cpuSample{proxy: 350 * ms}, requests: 1000,
+			want: LoadRun{CPURequests: 1000, ProxyCPUMS: 250, ProxyCPUPerRequest: 0.25}},
+		{name: "redis left out of a system without it", start: cpuSample{proxy: 0, redis: 10 * ms},
+			end: cpuSample{proxy: 30 * ms, redis: 500 * ms}, requests: 300,
+			want: LoadRun{CPURequests: 300, ProxyCPUMS: 30, ProxyCPUPerRequest: 0.1}},
+		{name: "with redis", start: cpuSample{proxy: 1000 * ms, redis: 200 * ms},
+			end: cpuSample{proxy: 1900 * ms, redis: 500 * ms}, requests: 3000, redis: true,
+			want: LoadRun{CPURequests: 3000, ProxyCPUMS: 900, ProxyCPUPerRequest: 0.3, RedisCPUMS: 300, RedisCPUPerRequest: 0.1}},
+		{name: "rounded to 0.1 us", start: cpuSample{}, end: cpuSample{proxy: 10 * ms}, requests: 3,
+			want: LoadRun{CPURequests: 3, ProxyCPUMS: 10, ProxyCPUPerRequest: 3.3333}},
+		{name: "no request", start: cpuSample{}, end: cpuSample{proxy: 10 * ms}, requests: 0,
+			want: LoadRun{ProxyCPUMS: 10}},
+		{name: "went backwards", start: cpuSample{proxy: 10 * ms}, end: cpuSample{proxy: 5 * ms}, requests: 10, err: true},
+		{name: "unreadable", start: cpuSample{err: os.ErrNotExist}, end: cpuSample{proxy: 5 * ms}, requests: 10, err: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var run LoadRun
+			err := run.recordCPU(tc.start, tc.end, tc.requests, tc.redis)
+			if tc.err {
+				assert.Error(t, err)
+				assert.Zero(t, run.ProxyCPUPerRequest)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, run)
+			assert.InDelta(t, tc.want.ProxyCPUPerRequest+tc.want.RedisCPUPerRequest, run.TotalCPUPerRequest(), 1e-9)
+		})
+	}
+}
+
+func TestCPUTargetComparesWithReverseProxyUnderTheSameLoad(t *testing.T) {
+	t.Parallel()
+	spec := func(name string) Spec {
+		for _, s := range DefaultSpecs() {
+			if s.Name == name {
+				return s
+			}
+		}
+		t.Fatalf("no spec %s", name)
+		return Spec{}
+	}
+	cpu := func(proxy, redis float64) *LoadRun {
+		return &LoadRun{Throughput: 100, ProxyCPUPerRequest: proxy, RedisCPUPerRequest: redis}
+	}
+	res := &Results{Settings: settings(true)}
+	res.Systems = []*System{
+		{Spec: spec("haproxy"), LowLoad: cpu(0.05, 0), Saturated: cpu(0.04, 0)},
+		// Saturated, unlimited, costs less per request than AtPermits:
+		// the latter is the reference.
+		{Spec: spec("caddy"), LowLoad: cpu(0.1, 0), Saturated: cpu(0.03, 0), AtPermits: cpu(0.08, 0)},
+		{Spec: spec("caddy-3"), LowLoad: cpu(0.2, 0), Saturated: cpu(0.04, 0), AtPermits: cpu(0.1, 0)},
+		{Spec: spec("fq-local"), LowLoad: cpu(0.115, 0), Saturated: cpu(0.1, 0)},
+		{Spec: spec("fq-redis-1"), LowLoad: cpu(0.11, 0.05), Saturated: cpu(0.092, 0.05)},
+		{Spec: spec("fq-redis-3"), LowLoad: cpu(0.22, 0.1), Saturated: &LoadRun{Throughput: 90}},
+	}
+	got := map[string]string{}
+	for _, c := range evaluate(res) {
+		if c.Target == TargetCPU {
+			got[c.System] = c.Result
+		}
+	}
+	assert.Equal(t, map[string]string{
+		"fq-local (low load)":    "pass", // 1.15x
+		"fq-local (saturated)":   "FAIL", // 1.25x
+		"fq-redis-1 (low load)":  "pass", // 1.10x, Redis reported only
+		"fq-redis-1 (saturated)": "pass", // 1.15x
+		"fq-redis-3 (low load)":  "pass", // 1.10x of the 3-node reverse_proxy, not 2.2x of the single node
+		// fq-redis-3 saturated: CPU not measured, no row.
+	}, got)
+	for _, c := range evaluate(res) {
+		switch {
+		case c.Target == TargetCPU && c.System == "fq-redis-1 (low load)":
+			assert.Equal(t, "proxy 0.1100 vs 0.1000 ms/req = 1.10x; proxy+Redis 0.1600 ms/req = 1.60x (Caddy reverse_proxy; 100 vs 100 req/s)", c.Value)
+		case c.Target == TargetCPU && c.System == "fq-redis-1 (saturated)":
+			assert.Equal(t, "proxy 0.0920 vs 0.0800 ms/req = 1.15x; proxy+Redis 0.1420 ms/req = 1.78x (Caddy reverse_proxy, as many clients as permits; 100 vs 100 req/s)", c.Value)
+		}
+	}
+
+	// A run without AtPermits (before it was measured): the saturated
+	// load has no reference, the unlimited load is not one.
+	for _, s := range res.Systems {
+		s.AtPermits = nil
+	}
+	for _, c := range evaluate(res) {
+		if c.Target == TargetCPU && c.System == "fq-redis-1 (saturated)" {
+			assert.Equal(t, "n/a", c.Result, c.Value)
+		}
+	}
+
+	// Without a reverse_proxy run there is nothing to compare with.
+	res.Systems = res.Systems[3:4]
+	checks := evaluate(res)
+	var cpuChecks []Check
+	for _, c := range checks {
+		if c.Target == TargetCPU {
+			cpuChecks = append(cpuChecks, c)
+		}
+	}
+	require.Len(t, cpuChecks, 2)
+	assert.Equal(t, "n/a", cpuChecks[0].Result)
+
+	md := markdown(&Results{Settings: settings(true), Systems: []*System{
+		{Spec: spec("caddy"), LowLoad: cpu(0.1, 0), Saturated: cpu(0.03, 0), AtPermits: cpu(0.08, 0)},
+		{Spec: spec("fq-redis-1"), LowLoad: cpu(0.12, 0.05), Saturated: cpu(0.092, 0.06)},
+	}}, Options{OutDir: "bench-results"}, nil)
+	assert.Contains(t, md, "| 0.1200 | 0.0500 | 1.20x (1.70x with Redis) |", "low-load row")
+	assert.Contains(t, md, "| 0.0920 | 0.0600 | 1.15x (1.90x with Redis) |", "saturated row")
+	assert.Contains(t, md, "Caddy reverse_proxy 100.0 req/s, p50 0.00 ms, proxy CPU 0.0800 ms / req")
+}
