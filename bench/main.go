@@ -7,7 +7,7 @@
 // Usage:
 //
 //	bench [-quick] [-caddy bin/caddy] [-mockllm bin/mockllm] [-out bench-results]
-//	      [-md BENCHMARKS.md] [-systems haproxy,caddy,caddy-3,fq-local,fq-redis-1,fq-redis-3,fairness]
+//	      [-md BENCHMARKS.md] [-systems haproxy,caddy,caddy-3,fq-local,fq-redis-1,fq-redis-3,fairness,llm]
 //	bench -render [-out bench-results] [-md BENCHMARKS.md]
 //
 // It needs redis-server in PATH and, for the reference, haproxy
@@ -35,8 +35,8 @@ func main() {
 	flag.StringVar(&opts.MockLLM, "mockllm", "bin/mockllm", "mockllm binary")
 	flag.StringVar(&opts.OutDir, "out", "bench-results", "directory for results.json, plots and logs")
 	flag.StringVar(&opts.Markdown, "md", "BENCHMARKS.md", "markdown report to write (empty: none)")
-	systems := flag.String("systems", "", "comma-separated subset of systems to run, \"fairness\" for the fairness scenario (default all)")
-	limit := flag.Duration("limit", 0, "abort after this long (default 5m quick, 30m full)")
+	systems := flag.String("systems", "", "comma-separated subset of systems to run, \"fairness\" for the fairness scenario, \"llm\" for the LLM-shaped load (default all)")
+	limit := flag.Duration("limit", 0, "abort after this long (default 5m quick, 45m full)")
 	render := flag.Bool("render", false, "run nothing: rewrite the report and plots from <out>/results.json")
 	flag.Parse()
 	if *render {
@@ -59,7 +59,7 @@ func main() {
 		}
 	}
 	if *limit == 0 {
-		*limit = 30 * time.Minute
+		*limit = 45 * time.Minute
 		if opts.Quick {
 			*limit = 5 * time.Minute
 		}

@@ -49,6 +49,12 @@ type Config struct {
 	// Rate is the arrival rate of the open loop, in requests per second;
 	// arrivals are evenly spaced. Requires Duration.
 	Rate float64 `json:"rate,omitempty"`
+	// Schedule, when not empty, selects a scheduled open loop: one
+	// request per Arrival, sent at its time whatever the responses, with
+	// its own tokens, delay and prompt size. Rate and Clients must then
+	// be zero; Duration, when set, leaves out the arrivals at or after
+	// it. Not part of the JSON form (a report would repeat it).
+	Schedule []Arrival `json:"-"`
 	// MaxInFlight bounds the requests of the open loop running at once;
 	// an arrival beyond it is not sent and counted as dropped. Default
 	// 20000.
@@ -120,6 +126,15 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.Rate < 0 || c.Clients < 0 || c.Requests < 0 || c.Duration < 0:
 		return c, errors.New("rate, clients, requests and duration must not be negative")
+	case len(c.Schedule) > 0 && (c.Rate > 0 || c.Clients > 0):
+		return c, errors.New("a schedule is an open loop of its own: no rate, no clients")
+	case len(c.Schedule) > 0:
+		for i, a := range c.Schedule {
+			if a.At < 0 || (i > 0 && a.At < c.Schedule[i-1].At) {
+				return c, errors.New("schedule: arrival times must be >= 0 and in order")
+			}
+		}
+		return c, nil
 	case c.Rate > 0 && c.Clients > 0:
 		return c, errors.New("choose a closed loop (clients) or an open loop (rate), not both")
 	case c.Rate > 0 && c.Duration == 0:
@@ -132,13 +147,31 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// Open reports whether c is an open-loop run.
-func (c Config) Open() bool { return c.Rate > 0 }
+// Open reports whether c is an open-loop run (a rate or a schedule).
+func (c Config) Open() bool { return c.Rate > 0 || len(c.Schedule) > 0 }
+
+// Arrival is one request of a scheduled open loop (Config.Schedule).
+type Arrival struct {
+	// At is when it is sent, since the start of the run.
+	At time.Duration `json:"at_ns"`
+	// Tokens and Delay are sent as X-Mock-Tokens and X-Mock-Delay,
+	// instead of Config's, when >= 0; negative: Config's apply.
+	Tokens int           `json:"tokens"`
+	Delay  time.Duration `json:"delay_ns"`
+	// PromptBytes, when > 0, is the size of its user message instead of
+	// Config.PromptBytes.
+	PromptBytes int `json:"prompt_bytes,omitempty"`
+}
 
 // String describes the load in one line.
 func (c Config) String() string {
 	var b strings.Builder
-	if c.Open() {
+	if len(c.Schedule) > 0 {
+		fmt.Fprintf(&b, "scheduled open loop of %d arrivals", len(c.Schedule))
+		if c.Duration > 0 {
+			fmt.Fprintf(&b, " for %s", c.Duration)
+		}
+	} else if c.Open() {
 		fmt.Fprintf(&b, "open loop %.0f req/s for %s", c.Rate, c.Duration)
 	} else {
 		fmt.Fprintf(&b, "closed loop %d clients", c.Clients)

@@ -52,11 +52,29 @@ type Result struct {
 	Outcome string `json:"outcome"`
 	// Err describes a transport error or a timeout.
 	Err string `json:"error,omitempty"`
+	// Arrival is the index of the request in Config.Schedule; -1 when
+	// the run has no schedule.
+	Arrival int `json:"arrival"`
 }
 
-// do sends one request to target and reads the whole response.
-func (r *Runner) do(ctx context.Context, target string) Result {
-	res := Result{Target: target}
+// do sends one request to target and reads the whole response; arrival,
+// when >= 0, is its index in the schedule, whose tokens, delay and prompt
+// size replace the Config's.
+func (r *Runner) do(ctx context.Context, target string, arrival int) Result {
+	res := Result{Target: target, Arrival: arrival}
+	body, tokens, delay := r.body, r.cfg.Tokens, r.cfg.Delay
+	if arrival >= 0 {
+		a := r.cfg.Schedule[arrival]
+		if a.PromptBytes > 0 {
+			body = requestBody(r.cfg.Model, r.cfg.Stream, a.PromptBytes)
+		}
+		if a.Tokens >= 0 {
+			tokens = a.Tokens
+		}
+		if a.Delay >= 0 {
+			delay = a.Delay
+		}
+	}
 	start := time.Now()
 	r.mu.Lock()
 	res.Start = start.Sub(r.start)
@@ -68,7 +86,7 @@ func (r *Runner) do(ctx context.Context, target string) Result {
 	rctx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{
 		GotFirstResponseByte: func() { firstByte = time.Now() },
 	})
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, target+r.cfg.Path, bytes.NewReader(r.body))
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, target+r.cfg.Path, bytes.NewReader(body))
 	if err != nil {
 		res.Outcome, res.Err = OutcomeFailed, err.Error()
 		return res
@@ -80,11 +98,11 @@ func (r *Runner) do(ctx context.Context, target string) Result {
 	if r.cfg.Stream {
 		req.Header.Set("Accept", "text/event-stream")
 	}
-	if r.cfg.Tokens >= 0 {
-		req.Header.Set(HeaderMockTokens, strconv.Itoa(r.cfg.Tokens))
+	if tokens >= 0 {
+		req.Header.Set(HeaderMockTokens, strconv.Itoa(tokens))
 	}
-	if r.cfg.Delay >= 0 {
-		req.Header.Set(HeaderMockDelay, r.cfg.Delay.String())
+	if delay >= 0 {
+		req.Header.Set(HeaderMockDelay, delay.String())
 	}
 
 	resp, err := r.client.Do(req)

@@ -56,7 +56,7 @@ func New(cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("loadgen config: %w", err)
 	}
 	conns := max(cfg.Clients, 64)
-	if cfg.Open() {
+	if cfg.Rate > 0 {
 		conns = max(conns, min(cfg.MaxInFlight, int(cfg.Rate)*4))
 	}
 	tr := &http.Transport{
@@ -104,9 +104,12 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 	r.mu.Unlock()
 	defer r.client.CloseIdleConnections()
 
-	if r.cfg.Open() {
+	switch {
+	case len(r.cfg.Schedule) > 0:
+		r.scheduled(ctx)
+	case r.cfg.Open():
 		r.openLoop(ctx)
-	} else {
+	default:
 		r.closedLoop(ctx)
 	}
 	elapsed := time.Since(r.start)
@@ -134,7 +137,7 @@ func (r *Runner) closedLoop(ctx context.Context) {
 				if !deadline.IsZero() && !time.Now().Before(deadline) {
 					return
 				}
-				r.one(ctx)
+				r.one(ctx, -1)
 			}
 		})
 	}
@@ -169,7 +172,7 @@ func (r *Runner) openLoop(ctx context.Context) {
 		case sem <- struct{}{}:
 			wg.Go(func() {
 				defer func() { <-sem }()
-				r.one(ctx)
+				r.one(ctx, -1)
 			})
 		default:
 			r.live.Dropped.Add(1)
@@ -178,13 +181,49 @@ func (r *Runner) openLoop(ctx context.Context) {
 	wg.Wait()
 }
 
-// one sends one request to the next target and records its result.
-func (r *Runner) one(ctx context.Context) {
+// scheduled sends one request per arrival of the schedule at its time
+// (up to Duration when set), whether or not earlier ones have ended.
+func (r *Runner) scheduled(ctx context.Context) {
+	sem := make(chan struct{}, r.cfg.MaxInFlight)
+	var wg sync.WaitGroup
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for i, a := range r.cfg.Schedule {
+		if r.cfg.Duration > 0 && a.At >= r.cfg.Duration {
+			break
+		}
+		if wait := time.Until(r.start.Add(a.At)); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		select {
+		case sem <- struct{}{}:
+			wg.Go(func() {
+				defer func() { <-sem }()
+				r.one(ctx, i)
+			})
+		default:
+			r.live.Dropped.Add(1)
+		}
+	}
+	wg.Wait()
+}
+
+// one sends one request to the next target and records its result;
+// arrival is its index in the schedule, -1 without one.
+func (r *Runner) one(ctx context.Context, arrival int) {
 	n := r.rr.Add(1) - 1
 	target := r.cfg.Targets[n%uint64(len(r.cfg.Targets))]
 	r.live.Sent.Add(1)
 	r.live.InFlight.Add(1)
-	res := r.do(ctx, target)
+	res := r.do(ctx, target, arrival)
 	r.live.InFlight.Add(-1)
 	switch res.Outcome {
 	case OutcomeOK:

@@ -38,7 +38,8 @@ type Options struct {
 	OutDir string
 	// Markdown is the BENCHMARKS.md to write; empty: none.
 	Markdown string
-	// Systems restricts the run to these spec names; empty: all.
+	// Systems restricts the run to these spec names, "fairness" and
+	// "llm" selecting those scenarios; empty: all.
 	Systems []string
 	// Log receives progress lines.
 	Log io.Writer
@@ -166,6 +167,9 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	b.runWaiters(ctx)
 	if len(opts.Systems) == 0 || slices.Contains(opts.Systems, "fairness") {
 		b.runFairness(ctx)
+	}
+	if len(opts.Systems) == 0 || slices.Contains(opts.Systems, "llm") {
+		b.runLLM(ctx)
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()

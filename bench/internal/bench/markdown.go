@@ -150,6 +150,13 @@ func markdown(res *Results, opts Options, plots []string) string {
 		fairPlot = plotLink(opts, PlotFairness)
 	}
 	fairnessMarkdown(&b, res.Fairness, fairPlot)
+	var llmPlots []string
+	for _, p := range []string{PlotLLMWait, PlotLLMUtil} {
+		if slices.Contains(plots, p) {
+			llmPlots = append(llmPlots, plotLink(opts, p))
+		}
+	}
+	llmMarkdown(&b, res.LLM, llmPlots)
 
 	if len(plots) > 0 {
 		w("\n## Plots\n\nWritten to `%s/` (not committed: run the bench to see them):\n\n", filepath.ToSlash(opts.OutDir))

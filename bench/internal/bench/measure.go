@@ -72,7 +72,7 @@ func (b *bench) measure(ctx context.Context, r *Running, cfg loadgen.Config) (*L
 		b.logf("   CPU not measured: %v", err)
 	}
 	if r.Spec.Limited() && rep.Elapsed > 0 {
-		run.Utilization = round(st.BusyMS/(float64(b.env.Permits)*rep.Elapsed*1000), 3)
+		run.Utilization = utilization(st.BusyMS, b.env.Permits, rep.Elapsed)
 		gaps := make([]time.Duration, len(st.HandoffGapsUS))
 		for i, us := range st.HandoffGapsUS {
 			gaps[i] = time.Duration(us) * time.Microsecond

@@ -111,7 +111,11 @@ func writePlots(res *Results, dir string) ([]string, error) {
 	if ok {
 		written = append(written, PlotFairness)
 	}
-	return written, err
+	if err != nil {
+		return written, err
+	}
+	llm, err := writeLLMPlots(res.LLM, dir)
+	return append(written, llm...), err
 }
 
 // addLine adds a solid line in the i-th color, with a legend entry.

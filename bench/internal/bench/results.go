@@ -20,6 +20,8 @@ type Results struct {
 	Waiters []*WaiterRun `json:"waiters"`
 	// Fairness is the fairness scenario: tenants' shares per queue mode.
 	Fairness *Fairness `json:"fairness,omitempty"`
+	// LLM is the LLM-shaped scenario: utilization and wait per load.
+	LLM *LLM `json:"llm,omitempty"`
 	// Checks are the targets of the benchmark issue, each pass/fail/n/a.
 	Checks []Check `json:"checks"`
 }
