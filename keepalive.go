@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -97,13 +98,45 @@ type keepalive struct {
 	view      *fairqueue.Waiting     // received from queued; run's only
 }
 
-// onQueued hands the ticket's live view to the keepalive goroutine; a
-// nil keepalive needs none.
-func (k *keepalive) onQueued() func(fairqueue.Waiting) {
+// keepaliveFeed hands the ticket's live view (Request.OnQueued) to the
+// keepalive of the wait in progress: a requeued request waits again with
+// a new keepalive, and the queue calls the request's OnQueued again.
+type keepaliveFeed struct{ cur atomic.Pointer[keepalive] }
+
+// newKeepaliveFeed feeds k; nil (no OnQueued) when k is nil.
+func newKeepaliveFeed(k *keepalive) *keepaliveFeed {
 	if k == nil {
 		return nil
 	}
-	return func(w fairqueue.Waiting) { k.queued <- w }
+	f := new(keepaliveFeed)
+	f.cur.Store(k)
+	return f
+}
+
+// onQueued is the request's OnQueued; nil for a nil feed.
+func (f *keepaliveFeed) onQueued() func(fairqueue.Waiting) {
+	if f == nil {
+		return nil
+	}
+	return f.offer
+}
+
+// offer passes w on without blocking: one view per wait, and a halted
+// keepalive takes none.
+func (f *keepaliveFeed) offer(w fairqueue.Waiting) {
+	if k := f.cur.Load(); k != nil {
+		select {
+		case k.queued <- w:
+		default:
+		}
+	}
+}
+
+// use feeds k (a wait's new keepalive) from now on.
+func (f *keepaliveFeed) use(k *keepalive) {
+	if f != nil {
+		f.cur.Store(k)
+	}
 }
 
 // startKeepalive starts feeding w while the request, queued at start,

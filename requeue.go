@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -29,33 +30,45 @@ type attempt struct {
 	relay  *committedWriter
 }
 
-// refusal is an upstream's failure of a request before anything of its
-// answer reached the client: the upstream cools, and the request may be
-// requeued.
+// refusal is an upstream's failure of a request: the upstream cools,
+// and the request is requeued when it may be sent again.
 type refusal struct {
-	reason string        // the status code, or reasonUnreachable
+	reason string        // the status code, reasonUnreachable or reasonFailed
 	cool   time.Duration // how long the upstream is left out of dispatch
+	// resend: the upstream cannot have run the request (a requeue_on
+	// answer, or no connection), so it may be sent again.
+	resend bool
 }
 
-// refused tells whether a's upstream refused the request: it answered
-// with a requeue_on status (held back, or passed on when no requeue is
-// left), or could not be reached. nil: its answer stands.
+// reasonFailed is the cooldown reason of an upstream that timed out or
+// broke its answer after it had the request (reverse_proxy's 502 or 504
+// past the dial): it cools, but the request is not sent again, as it may
+// have run.
+const reasonFailed = "failed"
+
+// refused tells whether a's upstream refused or failed the request: a
+// requeue_on status (held back, or passed on when no requeue is left),
+// no connection (reverse_proxy's DialError: refused, or a dial timeout),
+// or a 502 / 504 past the dial. nil: its answer stands.
 func (h *Handler) refused(a attempt) *refusal {
 	if slices.Contains(h.RequeueOn, a.status) {
 		cool := retryAfter(a.header.Get("Retry-After"), time.Now())
 		if cool <= 0 {
 			cool = h.upstreamCooldown()
 		}
-		return &refusal{reason: strconv.Itoa(a.status), cool: min(cool, fairqueue.MaxCooldown)}
+		return &refusal{reason: strconv.Itoa(a.status), cool: min(cool, fairqueue.MaxCooldown), resend: true}
 	}
 	if a.err == nil || a.wrote {
 		return nil
 	}
 	he, ok := errors.AsType[caddyhttp.HandlerError](a.err)
-	if ok && (he.StatusCode == http.StatusBadGateway || he.StatusCode == http.StatusGatewayTimeout) {
-		return &refusal{reason: reasonUnreachable, cool: h.upstreamCooldown()}
+	if !ok || (he.StatusCode != http.StatusBadGateway && he.StatusCode != http.StatusGatewayTimeout) {
+		return nil
 	}
-	return nil
+	if _, dial := errors.AsType[reverseproxy.DialError](a.err); dial {
+		return &refusal{reason: reasonUnreachable, cool: h.upstreamCooldown(), resend: true}
+	}
+	return &refusal{reason: reasonFailed, cool: h.upstreamCooldown()}
 }
 
 // unseen reports whether nothing of a's answer reached the client, so
@@ -103,7 +116,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp
 // upstream refused it, and waits for a new grant; the keepalive, when
 // configured, feeds a streaming client meanwhile. It returns the new
 // permit, whether the response is committed by now, and the wait's error.
-func (h *Handler) requeue(w http.ResponseWriter, r *http.Request, p *fairqueue.Permit, name string, rf *refusal, streaming, committed bool, start time.Time) (*fairqueue.Permit, bool, error) {
+func (h *Handler) requeue(w http.ResponseWriter, r *http.Request, p *fairqueue.Permit, name string, rf *refusal, feed *keepaliveFeed, streaming, committed bool, start time.Time) (*fairqueue.Permit, bool, error) {
 	up := p.Upstream()
 	observeRequeue(name, up, rf.reason)
 	observeCooldown(name, up)
@@ -114,6 +127,7 @@ func (h *Handler) requeue(w http.ResponseWriter, r *http.Request, p *fairqueue.P
 		r.Body, _ = r.GetBody()
 	}
 	ka := h.startKeepalive(w, streaming, start, committed)
+	feed.use(ka)
 	np, err := p.Requeue(r.Context(), rf.cool)
 	return np, ka.halt() || committed, err
 }
@@ -138,7 +152,14 @@ type holdWriter struct {
 	wrote    bool // status or body reached the client
 }
 
-func (hw *holdWriter) Header() http.Header { return hw.header }
+// Header is the answer's header until it passes on, then the writer's
+// beneath (trailers set after the body go there).
+func (hw *holdWriter) Header() http.Header {
+	if hw.wrote {
+		return hw.w.Header()
+	}
+	return hw.header
+}
 
 // WriteHeader holds a status of statuses or passes it on with the
 // header. Informational answers (103 Early Hints) are dropped: the final

@@ -107,7 +107,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	start := time.Now()
 	ka := h.startKeepalive(w, streaming, start, false)
-	req.OnQueued = ka.onQueued()
+	feed := newKeepaliveFeed(ka)
+	req.OnQueued = feed.onQueued()
 	permit, err = e.q.Acquire(r.Context(), req)
 	granted = time.Now()
 	committed := ka.halt()
@@ -147,12 +148,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			if rf == nil || r.Context().Err() != nil {
 				return h.answered(w, a, name, &aborted)
 			}
-			if left == 0 || !a.unseen() {
+			if left == 0 || !rf.resend || !a.unseen() {
 				// No requeue left: the refusal is the answer.
 				h.cool(permit, name, rf)
 				return h.answered(w, a, name, &aborted)
 			}
-			np, nowCommitted, err := h.requeue(w, r, permit, name, rf, streaming, committed, start)
+			np, nowCommitted, err := h.requeue(w, r, permit, name, rf, feed, streaming, committed, start)
 			permit, granted, committed = np, time.Now(), nowCommitted
 			if err != nil {
 				return h.notGranted(w, r, repl, name, streaming, committed, start, err)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -47,6 +48,11 @@ func (h *Handler) checkPool() error {
 			return errors.New("upstream_cooldown requires upstream")
 		}
 		return nil
+	}
+	if strings.Contains(h.Name, "{") {
+		// Each name would open a queue of its own, each counting the
+		// upstreams' permits apart: together they would over-admit them.
+		return fmt.Errorf("upstream requires a fixed name, got %q (a placeholder opens one queue per value, and each would count the upstreams' permits on its own)", h.Name)
 	}
 	for _, s := range h.RequeueOn {
 		if err := checkRequeueStatus(s); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -64,6 +65,7 @@ func TestCaddyfileRefusesBadPoolOptions(t *testing.T) {
 		{"max_requeues without upstream", "permits 1\nmax_requeues 1", "max_requeues requires upstream"},
 		{"cooldown too long", "upstream a:1 1\nupstream_cooldown 10m", "upstream_cooldown must be positive and at most 5m0s, got 10m0s"},
 		{"cooldown without upstream", "permits 1\nupstream_cooldown 1s", "upstream_cooldown requires upstream"},
+		{"pool with a placeholder name", "name {http.fair_queue.model}\nupstream a:1 1", "upstream requires a fixed name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parse("fair_queue {\n" + tc.body + "\n}")
@@ -196,7 +198,7 @@ func TestUnreachableUpstreamIsRequeuedElsewhere(t *testing.T) {
 			dead = up
 		}
 		if up == dead {
-			return caddyhttp.Error(http.StatusBadGateway, errors.New("dial tcp: connection refused"))
+			return caddyhttp.Error(http.StatusBadGateway, reverseproxy.NewDialError(errors.New("dial tcp: connection refused")))
 		}
 		return answerOK(w)
 	}}

@@ -26,9 +26,10 @@ type Request struct {
 	// MaxWait overrides Config.MaxWait for this request when > 0 and
 	// shorter (a client that says how long it will wait).
 	MaxWait time.Duration
-	// OnQueued, when set, is called once, from Acquire's goroutine, when
-	// the ticket joins the queue (not when it is granted at once), with a
-	// live view of its place for progress feedback.
+	// OnQueued, when set, is called from Acquire's goroutine when the
+	// ticket joins the queue (not when it is granted at once), with a
+	// live view of its place for progress feedback; again, from
+	// Requeue's goroutine, when a requeued ticket waits again.
 	OnQueued func(Waiting)
 	// Priority is the request's band, 0 (default, lowest) to MaxPriority
 	// (with Config.Fair). A band is served PriorityFactor times as often

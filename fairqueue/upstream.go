@@ -129,7 +129,11 @@ func (p *Permit) Requeue(ctx context.Context, cool time.Duration) (*Permit, erro
 	}
 	q := p.q
 	if p.local != nil || p.t.failOpen {
-		// Admitted without the store: no place to keep; ask again.
+		// Admitted without the store: no place to keep; ask again. The
+		// local queue cools the upstream as the store would.
+		if cool >= 0 {
+			p.Cool(cool)
+		}
 		p.releaseNow()
 		req := p.req
 		req.MaxWait = time.Until(p.deadline)
@@ -184,6 +188,9 @@ func (p *Permit) Requeue(ctx context.Context, cool time.Duration) (*Permit, erro
 		q.grant(t, res.GrantNo, res.Upstream)
 	} else {
 		t.queued.Store(true)
+		if p.req.OnQueued != nil {
+			p.req.OnQueued(Waiting{q: q, t: t})
+		}
 	}
 	np, err := q.wait(ctx, t, p.start, p.deadline)
 	if np != nil {
