@@ -145,28 +145,101 @@ func TestPlanOffersItsLoad(t *testing.T) {
 		d       time.Duration
 	}{
 		{0.7, 8, 40 * time.Second},
+		{0.9, 8, 40 * time.Second},
 		{1.0, 8, 40 * time.Second},
 		{1.1, 8, 40 * time.Second},
 		{1.0, 4, 8 * time.Second},
 	}
 	for _, c := range cases {
-		p := NewPlan(DefaultLLMShape, 1, c.permits, c.load, c.d)
-		require.NotEmpty(t, p.Arrivals)
-		// The rate is load x capacity of the sample mean.
-		assert.InDelta(t, c.load*float64(c.permits)/p.MeanService.Seconds(), p.Rate, 0.02*p.Rate, "%+v", c)
-		var sum time.Duration
-		for i, a := range p.Arrivals {
-			require.Less(t, a.At, c.d)
-			if i > 0 {
-				require.GreaterOrEqual(t, a.At, p.Arrivals[i-1].At)
+		var offs []float64
+		for seed := uint64(1); seed <= 20; seed++ {
+			p := NewPlan(DefaultLLMShape, seed, c.permits, c.load, c.d)
+			require.NotEmpty(t, p.Arrivals)
+			target := c.load * float64(c.permits) * c.d.Seconds()
+			var sum time.Duration
+			longest := time.Duration(0)
+			for i, a := range p.Arrivals {
+				require.Less(t, a.At, c.d)
+				require.GreaterOrEqual(t, a.At, time.Duration(0))
+				if i > 0 {
+					require.GreaterOrEqual(t, a.At, p.Arrivals[i-1].At)
+				}
+				s := time.Duration(a.Tokens) * a.Delay
+				sum += s
+				longest = max(longest, s)
 			}
-			sum += time.Duration(a.Tokens) * a.Delay
+			assert.Equal(t, p.Work, sum)
+			assert.Equal(t, sum/time.Duration(len(p.Arrivals)), p.MeanService)
+			// The work offered is the load's: the prefix of the request
+			// stream whose sum is nearest (off by half a request at most).
+			n := len(p.Arrivals)
+			reqs := NewSampler(DefaultLLMShape, seed)
+			prefix := make([]float64, n+2) // prefix[k]: the first k services summed, s
+			for k := 1; k <= n+1; k++ {
+				r := reqs.Request()
+				if k <= n {
+					a := p.Arrivals[k-1]
+					require.Equal(t, Arrival{Tokens: r.Tokens, Delay: r.Delay, PromptBytes: r.PromptBytes, At: a.At}, a)
+				}
+				prefix[k] = prefix[k-1] + (time.Duration(r.Tokens) * r.Delay).Seconds()
+			}
+			off := func(k int) float64 { return math.Abs(prefix[k] - target) }
+			assert.InDelta(t, prefix[n], p.Work.Seconds(), 1e-6)
+			assert.LessOrEqual(t, off(n), off(n+1), "%+v seed %d", c, seed)
+			assert.LessOrEqual(t, off(n), off(n-1), "%+v seed %d", c, seed)
+			assert.LessOrEqual(t, off(n), longest.Seconds()/2+(prefix[n+1]-prefix[n])/2)
+			offs = append(offs, off(n))
+			// The rate is load x the capacity of the sample mean, as
+			// closely as the work.
+			assert.InDelta(t, c.load*float64(c.permits)/p.MeanService.Seconds(), p.Rate,
+				p.Rate*(math.Abs(p.Work.Seconds()-target)/p.Work.Seconds()+1e-9), "%+v seed %d", c, seed)
+			assert.InDelta(t, float64(len(p.Arrivals))/c.d.Seconds(), p.Rate, 1e-9)
 		}
-		assert.Equal(t, p.Work, sum)
-		assert.Equal(t, sum/time.Duration(len(p.Arrivals)), p.MeanService)
-		// About rate x d arrivals (Poisson: within a few sd).
-		want := p.Rate * c.d.Seconds()
-		assert.InDelta(t, want, float64(len(p.Arrivals)), 4*math.Sqrt(want)+1, "%+v", c)
+		// Typically within one mean request (the request at the boundary
+		// is size-biased: ~4 s on average); a free Poisson count would be
+		// off by sqrt(n) requests, ~14 at 40 s and 8 permits.
+		slices.Sort(offs)
+		assert.Less(t, offs[len(offs)/2], DefaultLLMShape.MeanService().Seconds(), "%+v: median error of the work, s", c)
+	}
+}
+
+func TestPlanArrivalsArePoisson(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		load float64
+		d    time.Duration
+	}{
+		{"load 0.7", 0.7, 2000 * time.Second},
+		{"load 1.1", 1.1, 2000 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			p := NewPlan(DefaultLLMShape, 5, 8, c.load, c.d)
+			n := len(p.Arrivals)
+			require.Greater(t, n, 5000)
+			gaps := make([]float64, n)
+			prev := time.Duration(0)
+			var sum, sumSq float64
+			for i, a := range p.Arrivals {
+				gaps[i] = (a.At - prev).Seconds()
+				prev = a.At
+				sum += gaps[i]
+				sumSq += gaps[i] * gaps[i]
+			}
+			mean := sum / float64(n)
+			sd := math.Sqrt(sumSq/float64(n) - mean*mean)
+			assert.True(t, within(mean, 1/p.Rate, 0.03), "mean gap %.4f s, 1/rate %.4f s", mean, 1/p.Rate)
+			assert.True(t, within(sd/mean, 1, 0.05), "exponential gaps: sd/mean %.3f", sd/mean)
+			// Memoryless: P(gap > mean) = 1/e.
+			over := 0
+			for _, g := range gaps {
+				if g > mean {
+					over++
+				}
+			}
+			assert.InDelta(t, math.Exp(-1), float64(over)/float64(n), 0.02)
+		})
 	}
 }
 

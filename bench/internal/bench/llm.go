@@ -29,7 +29,8 @@ type LLMSettings struct {
 	// Permits is the permits of every system (HAProxy maxconn too).
 	Permits int `json:"permits"`
 	// Loads are the arrival rates as fractions of the capacity, Permits /
-	// the sample mean service time of the drawn sequence.
+	// the sample mean service time of the drawn sequence (each load's
+	// sequence offers load x Permits x ArrivalsS of work: loadgen.NewPlan).
 	Loads []float64 `json:"loads"`
 	// ArrivalsS is how long each point sends arrivals; DrainMaxS bounds
 	// the wait after it for the requests still queued or running (those
@@ -106,6 +107,9 @@ type LLMLevel struct {
 	MeanServiceMS      float64 `json:"mean_service_ms"`
 	ModelMeanServiceMS float64 `json:"model_mean_service_ms"`
 	WorkS              float64 `json:"work_s"`
+	// Offered is WorkS / (permits x arrivals' duration): the load the
+	// sequence offers (Load, up to the request at the boundary).
+	Offered float64 `json:"offered_load"`
 	// MaxServiceMS is the longest service drawn; LastArrivalS when the
 	// last request is sent.
 	MaxServiceMS float64 `json:"max_service_ms"`
@@ -191,8 +195,8 @@ func (b *bench) runLLM(ctx context.Context) {
 	b.logf("== LLM-shaped load: %d permits, log-normal service (median %.0f ms, p99 %.0f ms) at %.0f ms per token, %.0f s of Poisson arrivals per load",
 		set.Permits, set.MedianMS, set.P99MS, set.TokenMS, set.ArrivalsS)
 	for _, lv := range l.Levels {
-		b.logf("   load %.2f: %d arrivals at %.2f/s, mean service %.0f ms (model %.0f), longest %.0f ms, work %.0f permit-s",
-			lv.Load, lv.Arrivals, lv.Rate, lv.MeanServiceMS, lv.ModelMeanServiceMS, lv.MaxServiceMS, lv.WorkS)
+		b.logf("   load %.2f: %d arrivals at %.2f/s, mean service %.0f ms (model %.0f), longest %.0f ms, work %.0f permit-s (offered load %.3f)",
+			lv.Load, lv.Arrivals, lv.Rate, lv.MeanServiceMS, lv.ModelMeanServiceMS, lv.MaxServiceMS, lv.WorkS, lv.Offered)
 	}
 	env := *b.env
 	env.Permits, env.MaxWait = set.Permits, secs(set.MaxWaitS)
@@ -209,6 +213,9 @@ func levelOf(set LLMSettings, p loadgen.Plan) *LLMLevel {
 	lv := &LLMLevel{
 		Load: p.Load, Seed: set.LevelSeed(p.Load), Rate: round(p.Rate, 3), Arrivals: len(p.Arrivals),
 		MeanServiceMS: msOf(p.MeanService), ModelMeanServiceMS: msOf(p.MeanServiceModel), WorkS: round(p.Work.Seconds(), 1),
+	}
+	if p.Duration > 0 && p.Permits > 0 {
+		lv.Offered = round(p.Work.Seconds()/(float64(p.Permits)*p.Duration.Seconds()), 3)
 	}
 	for _, a := range p.Arrivals {
 		lv.MaxServiceMS = max(lv.MaxServiceMS, msOf(time.Duration(a.Tokens)*a.Delay))

@@ -105,16 +105,18 @@ func llmMarkdown(b *strings.Builder, l *LLM, plots []string) {
 		set.MaxServiceMS/1000, set.TokenMS, set.TokenMS)
 	w("with a prompt of %d-%d bytes (uniform). Poisson arrivals for %.0f s at each load, a fraction of the capacity\n",
 		set.MinPromptBytes, set.MaxPromptBytes, set.ArrivalsS)
-	w("%d permits / the sample mean service time of the drawn sequence. Every system gets the same sequence at a\n", set.Permits)
+	w("%d permits / the sample mean service time of the drawn sequence: the requests drawn until their services sum\n", set.Permits)
+	w("to load x permits x %.0f s, their arrivals a Poisson process conditioned on that count (exponential gaps scaled\n", set.ArrivalsS)
+	w("to end at %.0f s; left free, the count alone would move the offered load by ~7%%). Every system gets the same sequence at a\n", set.ArrivalsS)
 	w("load (seed %d + 1000 x load): the same arrival times, prompts and service times. A point lasts until every\n", set.Seed)
 	w("request sent is answered (at most %.0f s after the last arrival), so the next starts with an empty queue.\n", set.DrainMaxS)
 	w("Utilization: the upstream's busy permit-time / (permits x the point's wall time, first arrival to last answer),\n")
 	w("as the saturated load's: with the same work, a lower one means the permits idled while requests waited. Wait:\n")
 	w("time to first byte of the served requests (mockllm sends its headers at once): the queueing plus the proxy.\n\n")
-	w("| load | seed | arrivals | rate req/s | mean service ms (model) | longest ms | work permit-s | last arrival s |\n|---|---|---|---|---|---|---|---|\n")
+	w("| load | seed | arrivals | rate req/s | mean service ms (model) | longest ms | work permit-s | offered load | last arrival s |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, lv := range l.Levels {
-		w("| %.2f | %d | %d | %.3f | %.0f (%.0f) | %.0f | %.1f | %.1f |\n", lv.Load, lv.Seed, lv.Arrivals, lv.Rate,
-			lv.MeanServiceMS, lv.ModelMeanServiceMS, lv.MaxServiceMS, lv.WorkS, lv.LastArrivalS)
+		w("| %.2f | %d | %d | %.3f | %.0f (%.0f) | %.0f | %.1f | %.3f | %.1f |\n", lv.Load, lv.Seed, lv.Arrivals, lv.Rate,
+			lv.MeanServiceMS, lv.ModelMeanServiceMS, lv.MaxServiceMS, lv.WorkS, lv.Offered, lv.LastArrivalS)
 	}
 	w("\n| system | load | served | rejected | failed | canceled | utilization | vs HAProxy | wait p50 ms | wait p99 ms | wait p99 vs HAProxy | wait max ms | upstream max | wall s (drain) |\n")
 	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")

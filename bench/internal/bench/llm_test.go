@@ -45,7 +45,8 @@ func TestLLMPlansAreTheSameForEverySystem(t *testing.T) {
 		require.NotEmpty(t, a.Arrivals)
 		assert.Equal(t, a, b, "load %.2f: drawn again, the same sequence", load)
 		// The rate is load x permits / the sample mean.
-		assert.InDelta(t, load*float64(set.Permits)/a.MeanService.Seconds(), a.Rate, 0.02*a.Rate)
+		assert.InDelta(t, load*float64(set.Permits)/a.MeanService.Seconds(), a.Rate, 0.03*a.Rate)
+		assert.InDelta(t, load*float64(set.Permits)*set.ArrivalsS, a.Work.Seconds(), 0.03*a.Work.Seconds(), "the load's work")
 		for _, arr := range a.Arrivals {
 			require.Equal(t, 20*time.Millisecond, arr.Delay)
 			require.GreaterOrEqual(t, arr.Tokens, 1)
