@@ -4,8 +4,10 @@
 // streams whether they ended with [DONE] or with an `event: error`.
 //
 // It runs a closed loop (a fixed number of clients, each sending its next
-// request when the previous one ends) or an open loop (a fixed arrival
-// rate, whatever the responses). cmd/loadgen is its command line and
+// request when the previous one ends), an open loop (a fixed arrival
+// rate, whatever the responses) or a scheduled open loop (Config.Schedule:
+// each request at its own time with its own size; NewPlan draws
+// LLM-shaped ones, shape.go). cmd/loadgen is its command line and
 // the bench (bench/) reuses it to compare systems.
 package loadgen
 
