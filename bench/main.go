@@ -7,7 +7,8 @@
 // Usage:
 //
 //	bench [-quick] [-caddy bin/caddy] [-mockllm bin/mockllm] [-out bench-results]
-//	      [-md BENCHMARKS.md] [-systems haproxy,caddy,caddy-3,fq-local,fq-redis-1,fq-redis-3,fairness,llm]
+//	      [-md BENCHMARKS.md] [-systems haproxy,caddy,caddy-3,fq-local,fq-redis-1,fq-redis-3,fairness,llm,scale]
+//	      [-scale-waiters 50000]
 //	bench -render [-out bench-results] [-md BENCHMARKS.md]
 //
 // It needs redis-server in PATH and, for the reference, haproxy
@@ -35,10 +36,26 @@ func main() {
 	flag.StringVar(&opts.MockLLM, "mockllm", "bin/mockllm", "mockllm binary")
 	flag.StringVar(&opts.OutDir, "out", "bench-results", "directory for results.json, plots and logs")
 	flag.StringVar(&opts.Markdown, "md", "BENCHMARKS.md", "markdown report to write (empty: none)")
-	systems := flag.String("systems", "", "comma-separated subset of systems to run, \"fairness\" for the fairness scenario, \"llm\" for the LLM-shaped load (default all)")
+	systems := flag.String("systems", "", "comma-separated subset of systems to run, \"fairness\" for the fairness scenario, \"llm\" for the LLM-shaped load, \"scale\" for 50,000 waiters and 100 queues (default all; scale only in a full run)")
 	limit := flag.Duration("limit", 0, "abort after this long (default 5m quick, 45m full)")
 	render := flag.Bool("render", false, "run nothing: rewrite the report and plots from <out>/results.json")
+	flag.IntVar(&opts.ScaleWaiters, "scale-waiters", 0, "waiters of the scale scenario (default 50000)")
+	scaleClient := flag.String("scale-client", "", "internal: run one client process of the scale scenario from this loadgen config (JSON)")
 	flag.Parse()
+	// 50,000 waiters need every descriptor the hard limit allows, in the
+	// bench and in the processes it starts (they inherit it).
+	if _, err := bench.RaiseFileLimit(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: raise the open-file limit:", err)
+	}
+	if *scaleClient != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := bench.RunScaleClient(ctx, *scaleClient, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench client:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *render {
 		res, err := bench.Render(opts)
 		if err != nil {

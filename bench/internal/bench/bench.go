@@ -38,11 +38,15 @@ type Options struct {
 	OutDir string
 	// Markdown is the BENCHMARKS.md to write; empty: none.
 	Markdown string
-	// Systems restricts the run to these spec names, "fairness" and
-	// "llm" selecting those scenarios; empty: all.
+	// Systems restricts the run to these spec names, "fairness", "llm"
+	// and "scale" selecting those scenarios; empty: all (scale only in a
+	// full run).
 	Systems []string
 	// Log receives progress lines.
 	Log io.Writer
+	// ScaleWaiters is the number of waiters of the scale scenario
+	// ("scale"; a full run); zero: 50,000.
+	ScaleWaiters int
 }
 
 // bench is one run in progress.
@@ -170,6 +174,9 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	}
 	if len(opts.Systems) == 0 || slices.Contains(opts.Systems, "llm") {
 		b.runLLM(ctx)
+	}
+	if (len(opts.Systems) == 0 && !opts.Quick) || slices.Contains(opts.Systems, "scale") {
+		b.runScale(ctx)
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()

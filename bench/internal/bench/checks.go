@@ -120,10 +120,11 @@ func evaluate(res *Results) []Check {
 	}
 	checks = append(checks, fairnessChecks(res.Fairness)...)
 	checks = append(checks, llmChecks(res.LLM)...)
+	checks = append(checks, scaleChecks(res.Scale, permits)...)
 	// One block per target, in the order of the issue.
 	order := []string{TargetThroughput, TargetFastPath, TargetCPU, TargetHandoff, TargetFastScripts,
 		TargetQueueScripts, TargetConcurrency, TargetLLMUtil, TargetLLMWait, TargetRSS, TargetRSS64, TargetIdle,
-		TargetFairTime, TargetFairTokens}
+		TargetScaleMem, TargetScaleHandoff, TargetScaleFailures, TargetScaleQueues, TargetFairTime, TargetFairTokens}
 	slices.SortStableFunc(checks, func(a, b Check) int {
 		return slices.Index(order, a.Target) - slices.Index(order, b.Target)
 	})

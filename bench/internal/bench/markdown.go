@@ -157,6 +157,7 @@ func markdown(res *Results, opts Options, plots []string) string {
 		}
 	}
 	llmMarkdown(&b, res.LLM, llmPlots)
+	scaleMarkdown(&b, res.Scale)
 
 	if len(plots) > 0 {
 		w("\n## Plots\n\nWritten to `%s/` (not committed: run the bench to see them):\n\n", filepath.ToSlash(opts.OutDir))
