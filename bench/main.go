@@ -8,7 +8,7 @@
 //
 //	bench [-quick] [-caddy bin/caddy] [-mockllm bin/mockllm] [-out bench-results]
 //	      [-md BENCHMARKS.md] [-systems haproxy,caddy,caddy-3,fq-local,fq-redis-1,fq-redis-3,fairness,llm,scale]
-//	      [-scale-waiters 50000]
+//	      [-scale-waiters 50000] [-scale-rps 700]
 //	bench -render [-out bench-results] [-md BENCHMARKS.md]
 //
 // It needs redis-server in PATH and, for the reference, haproxy
@@ -40,6 +40,7 @@ func main() {
 	limit := flag.Duration("limit", 0, "abort after this long (default 5m quick, 45m full)")
 	render := flag.Bool("render", false, "run nothing: rewrite the report and plots from <out>/results.json")
 	flag.IntVar(&opts.ScaleWaiters, "scale-waiters", 0, "waiters of the scale scenario (default 50000)")
+	flag.Float64Var(&opts.ScaleRPS, "scale-rps", 0, "arrival rate of the scale scenario's waiters, per second (default 700)")
 	scaleClient := flag.String("scale-client", "", "internal: run one client process of the scale scenario from this loadgen config (JSON)")
 	flag.Parse()
 	// 50,000 waiters need every descriptor the hard limit allows, in the

@@ -47,6 +47,9 @@ type Options struct {
 	// ScaleWaiters is the number of waiters of the scale scenario
 	// ("scale"; a full run); zero: 50,000.
 	ScaleWaiters int
+	// ScaleRPS is their arrival rate, all client processes together;
+	// zero: 700/s.
+	ScaleRPS float64
 }
 
 // bench is one run in progress.

@@ -68,8 +68,10 @@ func scaleSettings(waiters, fdLimit int) ScaleSettings {
 	if waiters <= 0 {
 		waiters = 50_000
 	}
+	// 700/s: at 1000/s on 2 cores some connects to the loaded nodes
+	// timed out (loadgen's 5 s dial timeout) near 50,000 connections.
 	s := ScaleSettings{
-		Waiters: waiters, BaseWaiters: 100, Nodes: 3, RampRPS: 1000, PromptBytes: 1 << 10,
+		Waiters: waiters, BaseWaiters: 100, Nodes: 3, RampRPS: 700, PromptBytes: 1 << 10,
 		FDLimit: fdLimit, FDReserve: 2000, IdleWindowS: 10, HandoffWindowS: 5,
 		Queues: 100, QueuePermits: 4, QueueWaiters: 5,
 		HandoffTolerance: 1.25, HandoffSlackMS: 1,
@@ -196,6 +198,115 @@ type Handoffs struct {
 	Max   float64 `json:"max_ms"`
 	// Depth is the queue depth when they were read.
 	Depth int64 `json:"depth"`
+	// MachineBusy is the share of all CPUs busy over the window
+	// (/proc/stat); CaddyCores, RedisCores and ClientCores the CPU the
+	// Caddy nodes, redis-server and the client processes used, in cores.
+	MachineBusy float64 `json:"machine_busy"`
+	CaddyCores  float64 `json:"caddy_cores"`
+	RedisCores  float64 `json:"redis_cores"`
+	ClientCores float64 `json:"client_cores,omitempty"`
+	// RedisRTTP50 and RedisRTTP99 are the round trips of a no-op script
+	// call from the bench, one every ms over the window: whether Redis
+	// itself stalled.
+	RedisRTTP50 float64 `json:"redis_rtt_p50_ms"`
+	RedisRTTP99 float64 `json:"redis_rtt_p99_ms"`
+}
+
+// probeRedis times no-op script calls, one per ms, for about d, into h,
+// in the background; wait for the returned channel.
+func (b *bench) probeRedis(ctx context.Context, d time.Duration, h *Handoffs) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n := max(int(d/(1100*time.Microsecond)), 10)
+		if p50, p99, err := redisRTT(ctx, b.rdb, n, time.Millisecond); err == nil {
+			h.RedisRTTP50, h.RedisRTTP99 = round(p50, 3), round(p99, 3)
+		}
+	}()
+	return done
+}
+
+// parseCPULine returns the busy and total jiffies of the "cpu" line of
+// /proc/stat ("cpu  user nice system idle iowait irq softirq steal ...").
+func parseCPULine(stat string) (busy, total int64, ok bool) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	var idle int64
+	for i, v := range f[1:] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		if i >= 8 { // guest and guest_nice are inside user and nice
+			break
+		}
+		total += n
+		if i == 3 || i == 4 { // idle, iowait
+			idle += n
+		}
+	}
+	return total - idle, total, true
+}
+
+// cpuWindow samples the machine's and some processes' CPU time at the
+// start of a window; end returns the shares over it.
+type cpuWindow struct {
+	at          time.Time
+	busy, total int64
+	caddy       time.Duration
+	redis       time.Duration
+	clients     time.Duration
+}
+
+func machineCPU() (busy, total int64) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	busy, total, _ = parseCPULine(string(data))
+	return busy, total
+}
+
+func startCPUWindow(caddy []int, redis int, clients []int) cpuWindow {
+	w := cpuWindow{at: time.Now()}
+	w.busy, w.total = machineCPU()
+	w.caddy, _ = cpuOf(caddy)
+	w.redis, _ = CPUTime(redis)
+	w.clients, _ = cpuOf(clients)
+	return w
+}
+
+// end fills h's CPU figures over the window.
+func (w cpuWindow) end(h *Handoffs, caddy []int, redis int, clients []int) {
+	busy, total := machineCPU()
+	if total > w.total {
+		h.MachineBusy = round(float64(busy-w.busy)/float64(total-w.total), 3)
+	}
+	s := time.Since(w.at).Seconds()
+	if c, err := cpuOf(caddy); err == nil {
+		h.CaddyCores = round((c-w.caddy).Seconds()/s, 3)
+	}
+	if c, err := CPUTime(redis); err == nil {
+		h.RedisCores = round((c-w.redis).Seconds()/s, 3)
+	}
+	if len(clients) > 0 {
+		if c, err := cpuOf(clients); err == nil {
+			h.ClientCores = round((c-w.clients).Seconds()/s, 3)
+		}
+	}
+}
+
+func procPIDs(ps []*Proc) []int {
+	pids := make([]int, 0, len(ps))
+	for _, p := range ps {
+		if !p.Exited() {
+			pids = append(pids, p.PID())
+		}
+	}
+	return pids
 }
 
 // ScaleQueues is the many-queues run: one node, one handler naming its
@@ -530,6 +641,9 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 func (b *bench) runScale(ctx context.Context) {
 	set := scaleSettings(b.opts.ScaleWaiters, fileLimit())
 	set.Permits = b.env.Permits
+	if b.opts.ScaleRPS > 0 {
+		set.RampRPS = b.opts.ScaleRPS
+	}
 	s := &Scale{Settings: set}
 	b.res.Scale = s
 	env := *b.env
@@ -619,6 +733,9 @@ func (b *bench) scaleDeep(ctx context.Context, env *Env, spec Spec, s *Scale) er
 	if err := b.resetMock(ctx); err != nil {
 		return err
 	}
+	win := startCPUWindow(r.PIDs(), b.redisPID, nil)
+	var probe Handoffs
+	probed := b.probeRedis(ctx, secs(set.HandoffWindowS), &probe)
 	if err := sleepCtx(ctx, secs(set.HandoffWindowS)); err != nil {
 		return err
 	}
@@ -626,10 +743,14 @@ func (b *bench) scaleDeep(ctx context.Context, env *Env, spec Spec, s *Scale) er
 	if err != nil {
 		return err
 	}
+	win.end(s.HandoffBase, r.PIDs(), b.redisPID, nil)
+	<-probed
+	s.HandoffBase.RedisRTTP50, s.HandoffBase.RedisRTTP99 = probe.RedisRTTP50, probe.RedisRTTP99
 	s.HandoffBase.Depth = depth()
 	base.stop()
-	b.logf("   handoffs with %d waiting: p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms (%d, depth %d when read)",
-		set.BaseWaiters, s.HandoffBase.P50, s.HandoffBase.P90, s.HandoffBase.P99, s.HandoffBase.Max, s.HandoffBase.Count, s.HandoffBase.Depth)
+	b.logf("   handoffs with %d waiting: p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms (%d, depth %d when read); %s",
+		set.BaseWaiters, s.HandoffBase.P50, s.HandoffBase.P90, s.HandoffBase.P99, s.HandoffBase.Max, s.HandoffBase.Count, s.HandoffBase.Depth,
+		s.HandoffBase.cpuLine())
 	if err := sleepCtx(ctx, time.Second); err != nil {
 		return err
 	}
@@ -779,6 +900,9 @@ func (b *bench) scaleDeep(ctx context.Context, env *Env, spec Spec, s *Scale) er
 	if err := b.resetMock(ctx); err != nil {
 		return err
 	}
+	win = startCPUWindow(r.PIDs(), b.redisPID, procPIDs(clients))
+	probe = Handoffs{}
+	probed = b.probeRedis(ctx, secs(set.HandoffWindowS), &probe)
 	if err := sleepCtx(ctx, secs(set.HandoffWindowS)); err != nil {
 		return err
 	}
@@ -786,9 +910,13 @@ func (b *bench) scaleDeep(ctx context.Context, env *Env, spec Spec, s *Scale) er
 	if err != nil {
 		return err
 	}
+	win.end(s.HandoffDeep, r.PIDs(), b.redisPID, procPIDs(clients))
+	<-probed
+	s.HandoffDeep.RedisRTTP50, s.HandoffDeep.RedisRTTP99 = probe.RedisRTTP50, probe.RedisRTTP99
 	s.HandoffDeep.Depth = depth()
-	b.logf("   handoffs with %d waiting: p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms (%d, depth %d when read), upstream max %d",
-		s.Queued, s.HandoffDeep.P50, s.HandoffDeep.P90, s.HandoffDeep.P99, s.HandoffDeep.Max, s.HandoffDeep.Count, s.HandoffDeep.Depth, s.UpstreamMaxFlow)
+	b.logf("   handoffs with %d waiting: p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms (%d, depth %d when read), upstream max %d; %s",
+		s.Queued, s.HandoffDeep.P50, s.HandoffDeep.P90, s.HandoffDeep.P99, s.HandoffDeep.Max, s.HandoffDeep.Count, s.HandoffDeep.Depth, s.UpstreamMaxFlow,
+		s.HandoffDeep.cpuLine())
 	return nil
 }
 
@@ -810,6 +938,18 @@ func genericError(msg string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// cpuLine describes the CPU over a handoff window.
+func (h *Handoffs) cpuLine() string {
+	line := fmt.Sprintf("machine %.0f%% busy, Caddy %.2f cores, Redis %.2f", 100*h.MachineBusy, h.CaddyCores, h.RedisCores)
+	if h.ClientCores > 0 {
+		line += fmt.Sprintf(", clients %.2f", h.ClientCores)
+	}
+	if h.RedisRTTP99 > 0 {
+		line += fmt.Sprintf("; Redis round trip p50 %.3f ms, p99 %.3f ms", h.RedisRTTP50, h.RedisRTTP99)
+	}
+	return line
 }
 
 // readCounters reads the last counters a client process printed.

@@ -185,6 +185,11 @@ func scaleMarkdown(b *strings.Builder, s *Scale) {
 	}
 	w("| %d | %.1f | %.1f | %.1f | %.1f | %s |\n", set.BaseWaiters, mib(s.RSSBefore), mib(s.RedisMemBefore), s.BaseCmdsPerS, s.BaseScriptsPerS, hf(s.HandoffBase))
 	w("| %d | %.1f | %.1f | %.1f | %.1f | %s |\n", s.Queued+int64(set.BaseWaiters), mib(s.RSSAfter), mib(s.RedisMemAfter), s.IdleCmdsPerS, s.IdleScriptsPerS, hf(s.HandoffDeep))
+	if s.HandoffBase != nil && s.HandoffDeep != nil {
+		w("\nCPU over the handoff windows (the Redis round trip is a no-op script call from the bench every ms, to tell\n")
+		w("a stalled Redis from a stalled node): with %d waiting %s; with %d waiting %s.\n",
+			set.BaseWaiters, s.HandoffBase.cpuLine(), s.Queued, s.HandoffDeep.cpuLine())
+	}
 	w("\nPer waiter: Caddy %.2f KiB, Redis %.2f KiB, %.2f KiB in all. While every permit was held: upstream max %d (permits %d),\n",
 		s.RSSPerWaiterKiB, s.RedisPerWaiterKiB, s.perWaiterKiB(), s.UpstreamMaxHeld, set.Permits)
 	w("%d waiters served, %d failed, %d rejected, %d not sent; upstream max while draining %d.", s.Served, s.Failed, s.Rejected, s.Dropped, s.UpstreamMaxFlow)

@@ -271,3 +271,33 @@ func TestGenericError(t *testing.T) {
 		}
 	}
 }
+
+func TestParseCPULine(t *testing.T) {
+	for _, tc := range []struct {
+		in          string
+		busy, total int64
+		ok          bool
+	}{
+		{"cpu  100 5 50 800 20 3 2 0 7 0\ncpu0 1 2 3 4\n", 160, 980, true},
+		{"cpu  10 0 10 80\n", 20, 100, true},
+		{"cpu0 10 0 10 80\n", 0, 0, false},
+		{"cpu  10 x 10 80\n", 0, 0, false},
+		{"", 0, 0, false},
+	} {
+		busy, total, ok := parseCPULine(tc.in)
+		if busy != tc.busy || total != tc.total || ok != tc.ok {
+			t.Errorf("parseCPULine(%q) = %d, %d, %v, want %d, %d, %v", tc.in, busy, total, ok, tc.busy, tc.total, tc.ok)
+		}
+	}
+}
+
+func TestHandoffsCPULine(t *testing.T) {
+	h := &Handoffs{MachineBusy: 0.475, CaddyCores: 0.5, RedisCores: 0.1}
+	if got, want := h.cpuLine(), "machine 48% busy, Caddy 0.50 cores, Redis 0.10"; got != want {
+		t.Errorf("cpuLine = %q, want %q", got, want)
+	}
+	h.ClientCores, h.RedisRTTP50, h.RedisRTTP99 = 0.2, 0.1, 0.9
+	if got, want := h.cpuLine(), "machine 48% busy, Caddy 0.50 cores, Redis 0.10, clients 0.20; Redis round trip p50 0.100 ms, p99 0.900 ms"; got != want {
+		t.Errorf("cpuLine = %q, want %q", got, want)
+	}
+}
