@@ -212,16 +212,26 @@ type Handoffs struct {
 	RedisRTTP99 float64 `json:"redis_rtt_p99_ms"`
 }
 
-// probeRedis times no-op script calls, one per ms, for about d, into h,
-// in the background; wait for the returned channel.
+// probeRedis times no-op script calls, one per ms, for d, into h, in
+// the background; wait for the returned channel.
 func (b *bench) probeRedis(ctx context.Context, d time.Duration, h *Handoffs) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		n := max(int(d/(1100*time.Microsecond)), 10)
-		if p50, p99, err := redisRTT(ctx, b.rdb, n, time.Millisecond); err == nil {
-			h.RedisRTTP50, h.RedisRTTP99 = round(p50, 3), round(p99, 3)
+		if err := rttScript.Load(ctx, b.rdb).Err(); err != nil {
+			return
 		}
+		var rtts []time.Duration
+		for end := time.Now().Add(d); time.Now().Before(end) && ctx.Err() == nil; {
+			time.Sleep(time.Millisecond)
+			t0 := time.Now()
+			if rttScript.EvalSha(ctx, b.rdb, nil).Err() != nil {
+				return
+			}
+			rtts = append(rtts, time.Since(t0))
+		}
+		slices.Sort(rtts)
+		h.RedisRTTP50, h.RedisRTTP99 = msOf(loadgen.Percentile(rtts, 50)), msOf(loadgen.Percentile(rtts, 99))
 	}()
 	return done
 }
@@ -744,9 +754,9 @@ func (b *bench) scaleDeep(ctx context.Context, env *Env, spec Spec, s *Scale) er
 		return err
 	}
 	win.end(s.HandoffBase, r.PIDs(), b.redisPID, nil)
+	s.HandoffBase.Depth = depth()
 	<-probed
 	s.HandoffBase.RedisRTTP50, s.HandoffBase.RedisRTTP99 = probe.RedisRTTP50, probe.RedisRTTP99
-	s.HandoffBase.Depth = depth()
 	base.stop()
 	b.logf("   handoffs with %d waiting: p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms (%d, depth %d when read); %s",
 		set.BaseWaiters, s.HandoffBase.P50, s.HandoffBase.P90, s.HandoffBase.P99, s.HandoffBase.Max, s.HandoffBase.Count, s.HandoffBase.Depth,
@@ -911,9 +921,9 @@ func (b *bench) scaleDeep(ctx context.Context, env *Env, spec Spec, s *Scale) er
 		return err
 	}
 	win.end(s.HandoffDeep, r.PIDs(), b.redisPID, procPIDs(clients))
+	s.HandoffDeep.Depth = depth()
 	<-probed
 	s.HandoffDeep.RedisRTTP50, s.HandoffDeep.RedisRTTP99 = probe.RedisRTTP50, probe.RedisRTTP99
-	s.HandoffDeep.Depth = depth()
 	b.logf("   handoffs with %d waiting: p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms (%d, depth %d when read), upstream max %d; %s",
 		s.Queued, s.HandoffDeep.P50, s.HandoffDeep.P90, s.HandoffDeep.P99, s.HandoffDeep.Max, s.HandoffDeep.Count, s.HandoffDeep.Depth, s.UpstreamMaxFlow,
 		s.HandoffDeep.cpuLine())
