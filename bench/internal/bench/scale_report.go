@@ -85,7 +85,7 @@ func scaleChecks(s *Scale, permits int) []Check {
 			add(TargetScaleQueues, qname, "not measured in full: "+oneLine(q.Note, 200), "FAIL")
 		}
 		if q.Queues > 1 {
-			add(TargetScaleQueues, qname, fmt.Sprintf("%.1f cmds/s idle vs %.1f with 1 queue (%s); Redis +%.1f KiB vs +%.1f KiB (%.2f KiB per added queue); %d waiting, %d served while held, %d failed, %d rejected",
+			add(TargetScaleQueues, qname, fmt.Sprintf("%.1f cmds/s idle vs %.1f with 1 queue (%s); Redis %+.1f KiB vs %+.1f KiB (%.2f KiB per added queue); %d waiting, %d served while held, %d failed, %d rejected",
 				q.ManyCmdsPerS, q.OneCmdsPerS, topCommands(q.ManyCommands, 4), kib(q.ManyMem), kib(q.OneMem), q.perQueueKiB(), q.Waiting, q.Served, q.Failed, q.Rejected),
 				reportedVerdict(q.Served == 0 && q.Failed+q.Rejected == 0))
 		}
@@ -206,11 +206,12 @@ func scaleMarkdown(b *strings.Builder, s *Scale) {
 	if q := s.Queues; q != nil {
 		w("\n%d queues on one node and one Redis: one handler whose `name` is `{http.request.header.X-Queue}` (a handler opens\n", q.Queues)
 		w("at most 100), each queue with its %d permits held and %d waiters. Memory is the growth of `used_memory` over the\n", set.QueuePermits, set.QueueWaiters)
-		w("node with no queue open.\n\n")
+		w("node with no queue open; `used_memory` also moves with Redis' own buffers, which shrink after the deep run (the\n")
+		w("first row can come out negative), so the figure per queue added is the difference between the two rows.\n\n")
 		w("| queues | waiting | Redis cmds/s idle | Redis used_memory KiB | Caddy RSS MiB |\n|---|---|---|---|---|\n")
-		w("| 1 | %d | %.1f | +%.1f | %.1f |\n", set.QueueWaiters, q.OneCmdsPerS, kib(q.OneMem), mib(q.RSSOne))
+		w("| 1 | %d | %.1f | %+.1f | %.1f |\n", set.QueueWaiters, q.OneCmdsPerS, kib(q.OneMem), mib(q.RSSOne))
 		if q.Queues > 1 {
-			w("| %d | %d | %.1f | +%.1f | %.1f |\n", q.Queues, q.Waiting, q.ManyCmdsPerS, kib(q.ManyMem), mib(q.RSSMany))
+			w("| %d | %d | %.1f | %+.1f | %.1f |\n", q.Queues, q.Waiting, q.ManyCmdsPerS, kib(q.ManyMem), mib(q.RSSMany))
 			w("\nPer queue added: %.2f KiB of Redis memory, %.1f Redis cmds/s idle. Commands over the idle window with %d queues: %s.\n",
 				q.perQueueKiB(), (q.ManyCmdsPerS-q.OneCmdsPerS)/float64(q.Queues-1), q.Queues, topCommands(q.ManyCommands, 6))
 		}
