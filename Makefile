@@ -86,6 +86,6 @@ bench-bins:
 bench: bench-bins
 	bin/bench
 
-## bench-quick: the same in under 2 minutes, for regressions; reports, never fails on a missed target
+## bench-quick: the same in about 3 minutes, for regressions; reports, never fails on a missed target
 bench-quick: bench-bins
 	bin/bench -quick

@@ -31,7 +31,7 @@ import (
 
 func main() {
 	var opts bench.Options
-	flag.BoolVar(&opts.Quick, "quick", false, "short run (under 2 minutes) for regressions")
+	flag.BoolVar(&opts.Quick, "quick", false, "short run (about 3 minutes) for regressions")
 	flag.StringVar(&opts.Caddy, "caddy", "bin/caddy", "Caddy binary with the fair_queue plugin")
 	flag.StringVar(&opts.MockLLM, "mockllm", "bin/mockllm", "mockllm binary")
 	flag.StringVar(&opts.OutDir, "out", "bench-results", "directory for results.json, plots and logs")
