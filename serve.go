@@ -149,7 +149,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 				return h.answered(w, a, name, &aborted)
 			}
 			if left == 0 || !rf.resend || !a.unseen() {
-				// No requeue left: the refusal is the answer.
+				// No requeue left, or the upstream may have run the
+				// request (or the client saw part of the answer): the
+				// answer stands, and the upstream cools.
 				h.cool(permit, name, rf)
 				return h.answered(w, a, name, &aborted)
 			}
