@@ -119,3 +119,27 @@ func TestRequeuedStreamKeepsShowingItsPlace(t *testing.T) {
 		assert.NotContains(t, e, `"position":null`, "every queue event shows the place: %v", events)
 	}
 }
+
+// An upstream that refused a request whose client left meanwhile still
+// cools: the refusal was the upstream's, whoever waits for the answer.
+func TestRefusalCoolsItsUpstreamWhenTheClientLeft(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	h := provisionLocal(t, newContext(t), &Handler{Name: "pool-left",
+		Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 1}, {Dial: "b:1", Permits: 1}}, RequeueOn: []int{503}})
+	ctx, cancel := context.WithCancel(context.Background())
+	next := &pooled{answer: func(_ int, _ string, w http.ResponseWriter) error {
+		cancel() // the client leaves while the upstream answers
+		return refuse(w, http.StatusServiceUnavailable, "60")
+	}}
+	req := poolRequest(ctx).start(h, next).wait(t)
+	require.NoError(t, req.err)
+	require.Len(t, next.calls, 1, "nobody to requeue for")
+	settled(t, h)
+	snap, err := engineOf(t, h).q.Inspect(context.Background(), 0, 0)
+	require.NoError(t, err)
+	cooled := false
+	for _, u := range snap.Upstreams {
+		cooled = cooled || (u.Dial == next.calls[0] && u.CoolLeft > 50*time.Second)
+	}
+	assert.True(t, cooled, "the refusing upstream cools for its Retry-After: %+v", snap.Upstreams)
+}

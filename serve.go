@@ -145,12 +145,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			grantUpstream(r, repl, permit.Upstream())
 			a := h.forward(w, r, next, left > 0, committed)
 			rf := h.refused(a)
-			if rf == nil || r.Context().Err() != nil {
+			if rf == nil {
 				return h.answered(w, a, name, &aborted)
 			}
-			if left == 0 || !rf.resend || !a.unseen() {
-				// No requeue left, or the upstream may have run the
-				// request (or the client saw part of the answer): the
+			if left == 0 || !rf.resend || !a.unseen() || r.Context().Err() != nil {
+				// No requeue left, the upstream may have run the request,
+				// the client saw part of the answer, or it left: the
 				// answer stands, and the upstream cools.
 				h.cool(permit, name, rf)
 				return h.answered(w, a, name, &aborted)
