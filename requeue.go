@@ -17,7 +17,7 @@ import (
 )
 
 // reasonUnreachable is the requeue reason of an upstream that could not
-// be reached (reverse_proxy's 502 or 504 before it wrote anything).
+// be reached: reverse_proxy's dial failed or timed out (its DialError).
 const reasonUnreachable = "unreachable"
 
 // attempt is what one forwarding of a granted request to next produced.
@@ -132,8 +132,8 @@ func (h *Handler) requeue(w http.ResponseWriter, r *http.Request, p *fairqueue.P
 	return np, ka.halt() || committed, err
 }
 
-// cool leaves p's upstream out of dispatch after it refused the request
-// and no requeue is left: the refusal is passed on.
+// cool leaves p's upstream out of dispatch after it refused or failed
+// the request and the request is not requeued: the answer stands.
 func (h *Handler) cool(p *fairqueue.Permit, name string, rf *refusal) {
 	p.Cool(rf.cool)
 	observeCooldown(name, p.Upstream())
