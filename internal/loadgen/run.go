@@ -147,18 +147,40 @@ func (r *Runner) closedLoop(ctx context.Context) {
 // openLoop sends requests at evenly spaced arrival times for Duration,
 // whether or not earlier ones have ended.
 func (r *Runner) openLoop(ctx context.Context) {
-	deadline := r.start.Add(r.cfg.Duration)
+	r.arrivals(ctx, func(i int) (time.Duration, int, bool) {
+		at := time.Duration(float64(i) * float64(time.Second) / r.cfg.Rate)
+		return at, -1, at < r.cfg.Duration
+	})
+}
+
+// scheduled sends one request per arrival of the schedule at its time
+// (up to Duration when set), whether or not earlier ones have ended.
+func (r *Runner) scheduled(ctx context.Context) {
+	r.arrivals(ctx, func(i int) (time.Duration, int, bool) {
+		if i >= len(r.cfg.Schedule) {
+			return 0, 0, false
+		}
+		at := r.cfg.Schedule[i].At
+		return at, i, r.cfg.Duration <= 0 || at < r.cfg.Duration
+	})
+}
+
+// arrivals sends the i-th request at its time after the start, as next
+// gives it (with its schedule index, -1 for none; ok false: no more),
+// whether or not earlier ones have ended; beyond MaxInFlight running,
+// an arrival is dropped.
+func (r *Runner) arrivals(ctx context.Context, next func(i int) (at time.Duration, arrival int, ok bool)) {
 	sem := make(chan struct{}, r.cfg.MaxInFlight)
 	var wg sync.WaitGroup
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
 	for i := 0; ; i++ {
-		at := r.start.Add(time.Duration(float64(i) * float64(time.Second) / r.cfg.Rate))
-		if !at.Before(deadline) {
+		at, arrival, ok := next(i)
+		if !ok {
 			break
 		}
-		if wait := time.Until(at); wait > 0 {
+		if wait := time.Until(r.start.Add(at)); wait > 0 {
 			timer.Reset(wait)
 			select {
 			case <-timer.C:
@@ -172,42 +194,7 @@ func (r *Runner) openLoop(ctx context.Context) {
 		case sem <- struct{}{}:
 			wg.Go(func() {
 				defer func() { <-sem }()
-				r.one(ctx, -1)
-			})
-		default:
-			r.live.Dropped.Add(1)
-		}
-	}
-	wg.Wait()
-}
-
-// scheduled sends one request per arrival of the schedule at its time
-// (up to Duration when set), whether or not earlier ones have ended.
-func (r *Runner) scheduled(ctx context.Context) {
-	sem := make(chan struct{}, r.cfg.MaxInFlight)
-	var wg sync.WaitGroup
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	<-timer.C
-	for i, a := range r.cfg.Schedule {
-		if r.cfg.Duration > 0 && a.At >= r.cfg.Duration {
-			break
-		}
-		if wait := time.Until(r.start.Add(a.At)); wait > 0 {
-			timer.Reset(wait)
-			select {
-			case <-timer.C:
-			case <-ctx.Done():
-			}
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		select {
-		case sem <- struct{}{}:
-			wg.Go(func() {
-				defer func() { <-sem }()
-				r.one(ctx, i)
+				r.one(ctx, arrival)
 			})
 		default:
 			r.live.Dropped.Add(1)

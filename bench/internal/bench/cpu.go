@@ -78,16 +78,19 @@ func CPUTime(pid int) (time.Duration, error) {
 }
 
 // cpuOf returns the CPU time of every process of pids together.
-func cpuOf(pids []int) (time.Duration, error) {
-	var total time.Duration
+func cpuOf(pids []int) (time.Duration, error) { return sumOver(pids, CPUTime) }
+
+// sumOver adds up of(pid) over pids; the first error ends it.
+func sumOver[T int64 | time.Duration](pids []int, of func(int) (T, error)) (T, error) {
+	var sum T
 	for _, pid := range pids {
-		d, err := CPUTime(pid)
+		v, err := of(pid)
 		if err != nil {
 			return 0, err
 		}
-		total += d
+		sum += v
 	}
-	return total, nil
+	return sum, nil
 }
 
 // cpuSample is the CPU time of a system's processes at one instant.

@@ -255,15 +255,9 @@ func (b *bench) openLoop(ctx context.Context, r *Running) ([]*RatePoint, error) 
 
 // resetCounters zeroes mockllm's stats and Redis' command statistics.
 func (b *bench) resetCounters(ctx context.Context) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.mockURL+"/stats/reset", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := b.hc.Do(req)
-	if err != nil {
+	if err := b.resetMock(ctx); err != nil {
 		return fmt.Errorf("reset mockllm stats: %w", err)
 	}
-	resp.Body.Close()
 	if err := b.rdb.ConfigResetStat(ctx).Err(); err != nil {
 		return fmt.Errorf("redis CONFIG RESETSTAT: %w", err)
 	}

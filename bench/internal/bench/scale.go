@@ -520,17 +520,7 @@ func (b *bench) queueDepth(ctx context.Context, queue string) int64 {
 }
 
 // rssSum sums the VmRSS of pids.
-func rssSum(pids []int) (int64, error) {
-	var sum int64
-	for _, pid := range pids {
-		n, err := RSS(pid)
-		if err != nil {
-			return 0, err
-		}
-		sum += n
-	}
-	return sum, nil
-}
+func rssSum(pids []int) (int64, error) { return sumOver(pids, RSS) }
 
 // startNodes starts spec's nodes, queue naming fair_queue's queue (a
 // placeholder for the many-queues run), on env (its own max_wait).

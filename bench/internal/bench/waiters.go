@@ -32,17 +32,7 @@ func (b *bench) startBackground(ctx context.Context, targets []string, n, prompt
 		// Arrivals at i/rate for i < n-0.5: exactly n of them.
 		cfg.Rate, cfg.Duration = rate, time.Duration((float64(n)-0.5)/rate*float64(time.Second))
 	}
-	r, err := loadgen.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	bg := &background{r: r, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(bg.done)
-		bg.rep, _ = r.Run(ctx)
-	}()
-	return bg, nil
+	return startLoad(ctx, cfg)
 }
 
 // stop cuts every request of the load and waits for them to end.
