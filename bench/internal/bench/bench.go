@@ -38,9 +38,9 @@ type Options struct {
 	OutDir string
 	// Markdown is the BENCHMARKS.md to write; empty: none.
 	Markdown string
-	// Systems restricts the run to these spec names, "fairness", "llm"
-	// and "scale" selecting those scenarios; empty: all (scale only in a
-	// full run).
+	// Systems restricts the run to these spec names, "fairness",
+	// "configs", "llm" and "scale" selecting those scenarios; empty: all
+	// (configs and scale only in a full run).
 	Systems []string
 	// Log receives progress lines.
 	Log io.Writer
@@ -174,6 +174,9 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	b.runWaiters(ctx)
 	if len(opts.Systems) == 0 || slices.Contains(opts.Systems, "fairness") {
 		b.runFairness(ctx)
+	}
+	if (len(opts.Systems) == 0 && !opts.Quick) || slices.Contains(opts.Systems, "configs") {
+		b.runConfigs(ctx)
 	}
 	if len(opts.Systems) == 0 || slices.Contains(opts.Systems, "llm") {
 		b.runLLM(ctx)

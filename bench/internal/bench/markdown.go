@@ -145,6 +145,7 @@ func markdown(res *Results, opts Options, plots []string) string {
 			x.UpstreamMax, x.Served, x.Failed, x.Rejected, oneLine(note, 160))
 	}
 
+	configsMarkdown(&b, res.Configs, set)
 	fairPlot := ""
 	if slices.Contains(plots, PlotFairness) {
 		fairPlot = plotLink(opts, PlotFairness)

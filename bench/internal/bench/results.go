@@ -22,6 +22,9 @@ type Results struct {
 	Fairness *Fairness `json:"fairness,omitempty"`
 	// LLM is the LLM-shaped scenario: utilization and wait per load.
 	LLM *LLM `json:"llm,omitempty"`
+	// Configs is the config scenario: the bench's JSON and a Caddyfile,
+	// alternated.
+	Configs *Configs `json:"configs,omitempty"`
 	// Scale is the scale scenario: tens of thousands of waiters over 3
 	// nodes, and many queues on one Redis.
 	Scale *Scale `json:"scale,omitempty"`

@@ -40,6 +40,11 @@ type Spec struct {
 	// scenario); empty: strict FIFO, the default cost.
 	Tenant string `json:"tenant,omitempty"`
 	Cost   string `json:"cost,omitempty"`
+	// Caddyfile configures the Caddy nodes as an operator's Caddyfile
+	// would (caddyConfigFile): admin endpoint on, default logging, default
+	// reverse_proxy; otherwise the bench's JSON (caddyConfig: admin off,
+	// warnings only).
+	Caddyfile bool `json:"caddyfile,omitempty"`
 }
 
 // Limited reports whether the system holds the upstream to the permits.
@@ -143,6 +148,18 @@ func (e *Env) startNode(name, listen string, spec Spec, queue string) (*Proc, er
 		}
 		return e.Procs.Start(name, e.HAProxy, "-db", "-f", cfg)
 	}
+	if spec.Caddyfile {
+		ports, err := FreePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		cfg := filepath.Join(e.Dir, name+".caddyfile")
+		data := e.caddyConfigFile(listen, "127.0.0.1:"+strconv.Itoa(ports[0]), spec, queue)
+		if err := os.WriteFile(cfg, []byte(data), 0o644); err != nil {
+			return nil, err
+		}
+		return e.Procs.Start(name, e.Caddy, "run", "--config", cfg, "--adapter", "caddyfile")
+	}
 	data, err := e.caddyConfig(listen, spec, queue)
 	if err != nil {
 		return nil, err
@@ -230,4 +247,33 @@ func (e *Env) caddyConfig(listen string, spec Spec, queue string) ([]byte, error
 		}},
 	}
 	return json.MarshalIndent(cfg, "", "  ")
+}
+
+// caddyConfigFile returns the Caddyfile of one node as an operator writes
+// it (README's quick start): a site on the port (every interface) with fair_queue and
+// reverse_proxy in a route, every other setting at its default (the
+// admin endpoint on, at admin, logs at INFO to stderr). Only the config
+// autosave is off, so that nodes do not share a file in $HOME. Plain
+// nodes have no fair_queue.
+func (e *Env) caddyConfigFile(listen, admin string, spec Spec, queue string) string {
+	var fq string
+	if spec.Kind == KindFairQueue {
+		fq = fmt.Sprintf("\t\tfair_queue {\n\t\t\tname %s\n\t\t\tpermits %d\n\t\t\tmax_wait %s\n",
+			queue, e.Permits, e.MaxWait)
+		if spec.Redis {
+			fq += "\t\t\tredis redis://" + e.RedisAddr + "/0\n"
+		}
+		fq += "\t\t}\n"
+	}
+	return fmt.Sprintf(`{
+	admin %s
+	persist_config off
+}
+
+%s {
+	route {
+%s		reverse_proxy %s
+	}
+}
+`, admin, listen[strings.LastIndexByte(listen, ':'):], fq, e.MockAddr)
 }

@@ -1,0 +1,92 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestCaddyfileIsAnOperatorsDefaultConfig(t *testing.T) {
+	t.Parallel()
+	e := &Env{MockAddr: "127.0.0.1:9", RedisAddr: "127.0.0.1:7", Permits: 4, MaxWait: time.Minute}
+	got := e.caddyConfigFile("127.0.0.1:8080", "127.0.0.1:2999", Spec{Kind: KindFairQueue, Redis: true, Caddyfile: true}, "bench-x")
+	assert.Equal(t, `{
+	admin 127.0.0.1:2999
+	persist_config off
+}
+
+:8080 {
+	route {
+		fair_queue {
+			name bench-x
+			permits 4
+			max_wait 1m0s
+			redis redis://127.0.0.1:7/0
+		}
+		reverse_proxy 127.0.0.1:9
+	}
+}
+`, got)
+	plain := e.caddyConfigFile("127.0.0.1:8080", "127.0.0.1:2999", Spec{Kind: KindPlain, Caddyfile: true}, "q")
+	assert.NotContains(t, plain, "fair_queue")
+	assert.Contains(t, plain, "reverse_proxy 127.0.0.1:9")
+}
+
+func TestConfigSpecsPairEveryFairQueueTopologyWithItsCaddyfile(t *testing.T) {
+	t.Parallel()
+	var names []string
+	for _, s := range configSpecs() {
+		names = append(names, s.Name)
+		assert.Equal(t, strings.HasSuffix(s.Name, "-cf"), s.Caddyfile, s.Name)
+	}
+	assert.Equal(t, []string{"haproxy", "fq-local", "fq-local-cf", "fq-redis-1", "fq-redis-1-cf", "fq-redis-3", "fq-redis-3-cf"}, names)
+}
+
+func TestConfigChecksUseTheMedianRoundAndEachTopologysTarget(t *testing.T) {
+	t.Parallel()
+	spec := func(name string, redis bool, nodes int) Spec {
+		return Spec{Name: name, Kind: KindFairQueue, Redis: redis, Nodes: nodes}
+	}
+	runs := func(rps ...float64) []*LoadRun {
+		var out []*LoadRun
+		for _, r := range rps {
+			out = append(out, &LoadRun{Throughput: r})
+		}
+		return out
+	}
+	cs := &Configs{Rounds: 3, Systems: []*ConfigSystem{
+		{Spec: Spec{Name: "haproxy", Kind: KindHAProxy, Nodes: 1}, Runs: runs(100, 200, 100)},
+		{Spec: spec("fq-local", false, 1), Runs: runs(100, 190, 101)},    // 1.00, 0.95, 1.01: median 1.00
+		{Spec: spec("fq-redis-1", true, 1), Runs: runs(96, 200, 99)},     // 0.96, 1.00, 0.99: median 0.99
+		{Spec: spec("fq-redis-3-cf", true, 3), Runs: runs(94, 188, 100)}, // 0.94, 0.94, 1.00: median 0.94
+		{Spec: spec("fq-redis-3", true, 3), Error: "boom"},
+	}}
+	cs.ratios()
+	assert.Equal(t, []float64{1, 0.95, 1.01}, cs.system("fq-local").Ratios)
+	got := map[string]string{}
+	for _, c := range configChecks(cs) {
+		assert.Equal(t, TargetThroughput, c.Target)
+		got[c.System] = c.Result
+	}
+	assert.Equal(t, map[string]string{
+		"fq-local (alternated)":      "pass", // 1.00 >= 1.00
+		"fq-redis-1 (alternated)":    "pass", // 0.99 >= 0.97
+		"fq-redis-3-cf (alternated)": "FAIL", // 0.94 < 0.95
+		"fq-redis-3 (alternated)":    "FAIL", // not measured
+	}, got)
+	var b strings.Builder
+	configsMarkdown(&b, cs, settings(false))
+	assert.Contains(t, b.String(), "0.960, 1.000, 0.990 | 0.990x")
+	assert.Contains(t, b.String(), "not measured: `boom`")
+}
+
+func TestThroughputTargets(t *testing.T) {
+	t.Parallel()
+	assert.Equal(t, 1.00, throughputTarget(Spec{Kind: KindFairQueue, Nodes: 1}))
+	assert.Equal(t, 0.97, throughputTarget(Spec{Kind: KindFairQueue, Nodes: 1, Redis: true}))
+	assert.Equal(t, 0.95, throughputTarget(Spec{Kind: KindFairQueue, Nodes: 3, Redis: true}))
+	assert.Equal(t, 2.0, median([]float64{3, 1, 2}))
+	assert.Equal(t, 2.5, median([]float64{4, 1, 2, 3}))
+}
