@@ -20,10 +20,12 @@
 -- Idempotent by ticket: a ticket that already holds a permit answers
 -- 'granted' (grant_no 0), one already waiting answers 'queued' with its
 -- place, a cancelled one (tombstone) answers 'gone'; none is changed.
--- Cost: the fast path reads whether anybody waits and whether any
--- tombstone lives in one EXISTS, and looks the ticket up only where it
--- could be known: a holder is found by the grant's ZADD NX itself; a
--- waiter, or a tombstone, only where that EXISTS says one exists.
+-- Cost: the fast path reads whether anybody waits, whether any
+-- tombstone lives and whether any upstream may be cooling in one EXISTS,
+-- and looks the ticket up only where it could be known: a holder is
+-- found by the grant's ZADD NX itself; a waiter, or a tombstone, only
+-- where that EXISTS says one exists. A fair grant reads its flow's
+-- counter once and writes it once (charge).
 clock()
 local id, node = ARGV[1], ARGV[8]
 local flow = flow_of(id) -- a tenant in one band
@@ -35,12 +37,12 @@ local epoch = ''
 local function answer(status, seq, no, position, own, up, count)
   return {status, seq, no, position, count or grants(), epoch, own or {}, up or ''}
 end
--- One EXISTS tells whether anybody waits (FIFO or fair, ready or not)
--- and whether any tombstone lives: EXISTS counts a key once per mention,
--- so K.gone, named three times, is told apart from the other two.
-local exist = redis.call('EXISTS', K.waiting, K.fwait, K.gone, K.gone, K.gone)
-local quiet = exist % 3 == 0 -- nobody waits
-if exist >= 3 then
+-- One EXISTS tells whether anybody waits (FIFO or fair, ready or not),
+-- whether any tombstone lives and, with a pool, whether any upstream may
+-- be cooling (see present in common.lua).
+local ex = present('waiting', 'fwait', 'gone', #pool > 0 and 'ucool' or nil)
+local quiet = not (ex.waiting or ex.fwait) -- nobody waits
+if ex.gone then
   -- Tombstones (only a failed call leaves one): the ended go, so that
   -- the key soon vanishes and the check with it; a live one is ours?
   redis.call('ZREMRANGEBYSCORE', K.gone, '-inf', now)
@@ -60,7 +62,7 @@ end
 local tenant = flow and tenant_of(flow)
 local own, free, view, up = {}, 0, nil, nil
 if quiet then
-  free, view, up = room(tenant)
+  free, view, up = room(tenant, ex.ucool)
 end
 if free == 0 then
   -- Not the fast path: the ticket may be known (a re-sent acquire).
@@ -78,7 +80,7 @@ if free == 0 then
   if not quiet then
     local idle
     own, idle = dispatch(node)
-    if idle then free, view, up = room(tenant) end
+    if idle then free, view, up = room(tenant, ex.ucool) end
   end
 end
 if free == 0 then
@@ -99,8 +101,8 @@ if free > 0 then
   end
   local seq = redis.call('INCR', K.seq)
   if flow then
-    activate(flow, quiet and vtime() or nil) -- quiet: no flow is ready
-    charge(flow, cost)
+    -- Its counter read once and written once (quiet: no flow is ready).
+    charge(flow, cost, counter(flow) or start(flow, quiet))
   end
   local no = redis.call('INCR', K.grants)
   if up then place(view, id, up, no) end

@@ -95,6 +95,25 @@ local function lease_of(node)
   return (v and tonumber(string.match(v, '^(%d+)'))) or lease
 end
 
+-- present tells which of the keys K[name] for the given names exist, in
+-- one EXISTS: EXISTS counts a key once per mention, so the i-th name is
+-- mentioned 2^(i-1) times and each bit of the count answers for one.
+-- A name may be nil (not asked: its answer is nil). Returns {name = bool}.
+local function present(...)
+  local names, args = {...}, {}
+  for i = 1, select('#', ...) do
+    if names[i] then
+      for _ = 1, 2 ^ (i - 1) do args[#args + 1] = K[names[i]] end
+    end
+  end
+  local n = redis.call('EXISTS', unpack(args))
+  local out = {}
+  for i = 1, select('#', ...) do
+    if names[i] then out[names[i]] = math.floor(n / 2 ^ (i - 1)) % 2 == 1 end
+  end
+  return out
+end
+
 local function grants()
   return tonumber(redis.call('GET', K.grants) or '0')
 end

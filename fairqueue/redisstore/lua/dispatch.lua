@@ -18,14 +18,15 @@ end
 -- first (both kinds wait only while a reload turns Fair on or off).
 -- Returns the ticket and, for a fair one, its flow and cost; nil when
 -- nobody may be served. fair: whether flows may be ready (false: none
--- is, and none is looked for).
-local function next_waiter(fair)
+-- is, and none is looked for); fifo: whether FIFO tickets may wait
+-- (false: K.waiting is missing, and not read).
+local function next_waiter(fair, fifo)
   local r, flow, seq, m
   if fair then r, flow, seq, m = best_fair() end
   if not r then -- FIFO only: one call
-    return redis.call('ZPOPMIN', K.waiting)[1]
+    return fifo and redis.call('ZPOPMIN', K.waiting)[1] or nil
   end
-  local h = redis.call('ZRANGE', K.waiting, 0, 0, 'WITHSCORES')
+  local h = fifo and redis.call('ZRANGE', K.waiting, 0, 0, 'WITHSCORES') or {}
   if #h == 0 or seq < tonumber(h[2]) then
     redis.call('ZREM', K.fready, r)
     take(m)
@@ -43,15 +44,16 @@ end
 -- node's permits) are reaped: only where they would keep a grant out,
 -- that is when room finds none; then it reaps and looks again. Reconcile
 -- (every poll interval on a node with waiters) reaps the rest.
+-- cooling: false when the caller found K.ucool missing (see pool_view).
 -- Returns free (0: no room), view, upstream.
-local function room(tenant)
+local function room(tenant, cooling)
   clock()
   local reaped = false
   while true do
     local free = permits - redis.call('ZCARD', K.holders)
     local v, up
     if free > 0 then
-      v = pool_view()
+      v = pool_view(cooling)
       up = v and pick(v)
       if (v and not up) or (tenant and capped(tenant)) then free = 0 end
     end
@@ -72,23 +74,24 @@ end
 -- waiter, no ready flow left), so that the caller's fast path may grant
 -- if room (above) says so.
 -- Without a waiter it reads nothing more than one EXISTS (empty sets do
--- not exist); with one, O(1) per grant whatever the number waiting.
-local function dispatch(self)
+-- not exist), or nothing when the caller read that EXISTS already (ex:
+-- present's answer for waiting, fready and, with a pool, ucool, still
+-- true); with one, O(1) per grant whatever the number waiting.
+local function dispatch(self, ex)
   local own = {}
-  -- K.fready named twice: EXISTS counts it twice, so its 2 tells it apart.
-  local exist = redis.call('EXISTS', K.waiting, K.fready, K.fready)
-  if exist == 0 then return own, true end
-  local fair = exist >= 2
-  local free, v = room()
+  ex = ex or present('waiting', 'fready', #pool > 0 and 'ucool' or nil)
+  if not (ex.waiting or ex.fready) then return own, true end
+  local free, v = room(nil, ex.ucool)
   local skipped = 0
   while free > 0 do
     local up = v and pick(v)
     if v and not up then return own, false end
-    local id, flow, cost = next_waiter(fair)
+    local id, flow, cost = next_waiter(ex.fready, ex.waiting)
     if not id then return own, true end
     local owner = owner_of(id)
+    local c -- the flow's counter, once charged
     if alive(owner) then
-      if flow then charge(flow, cost) end
+      if flow then c = charge(flow, cost) end
       local no = redis.call('INCR', K.grants)
       if up then place(v, id, up, no) end
       if owner == self then
@@ -106,7 +109,7 @@ local function dispatch(self)
     else
       skipped = skipped + 1
     end
-    if flow then refresh(flow) end
+    if flow then refresh(flow, c, c ~= nil) end -- charged: it holds a permit
     if skipped >= 1000 then break end
   end
   return own, false

@@ -81,17 +81,23 @@ local function floor()
   return vtime()
 end
 
--- activate gives an idle flow its counter: max(its counter when it went
--- idle, if kept, and from; from nil: floor()).
-local function activate(flow, from)
-  if redis.call('HEXISTS', K.fcount, flow) == 1 then return end
-  local c = from or floor()
+-- start is the counter an idle flow becomes active with: max(its counter
+-- when it went idle, if kept, and the virtual time (at_vtime: the
+-- caller knows no flow is ready) or else floor()). Its K.fidle entry
+-- goes; the caller writes the counter.
+local function start(flow, at_vtime)
+  local c = at_vtime and vtime() or floor()
   local idle = redis.call('ZSCORE', K.fidle, flow)
   if idle then
     c = math.max(c, tonumber(idle))
     redis.call('ZREM', K.fidle, flow)
   end
-  redis.call('HSET', K.fcount, flow, num(c))
+  return c
+end
+
+-- activate gives an idle flow its counter (see start).
+local function activate(flow, at_vtime)
+  if not counter(flow) then redis.call('HSET', K.fcount, flow, num(start(flow, at_vtime))) end
 end
 
 -- unready takes flow out of the ready set: before its head changes.
@@ -100,23 +106,38 @@ local function unready(flow)
   if m then redis.call('ZREM', K.fready, ready_key(flow, m)) end
 end
 
+-- ready puts flow, whose head is m and counter c (nil: none, the
+-- virtual time stands in), in the ready set.
+local function ready(flow, m, c)
+  redis.call('ZADD', K.fready, num(c or vtime()), ready_key(flow, m))
+end
+
+-- rest: flow has no waiters and holds no permit, so it goes idle: its
+-- counter c (nil: it has none) is kept (K.fidle) only while above the
+-- virtual time.
+local function rest(flow, c)
+  if c then
+    redis.call('HDEL', K.fcount, flow)
+    if c > vtime() then redis.call('ZADD', K.fidle, num(c), flow) end
+  end
+end
+
 -- refresh brings flow's ready entry up to date after a change: ready
 -- with its head and counter when it has waiters and its tenant is under
--- the cap. A flow with no waiters and no permit held goes idle: its
--- counter is kept (K.fidle) only while above the virtual time.
-local function refresh(flow)
-  local m = head_of(flow)
+-- the cap; else idle (rest) when it holds no permit. What the caller
+-- knows is not read again: c, the counter it has just written (nil:
+-- read it); held, true when the flow holds a permit; nowait, true when
+-- no fair ticket waits (K.fwait missing). Returns true when it made the
+-- flow ready.
+local function refresh(flow, c, held, nowait)
+  local m = not nowait and head_of(flow)
   if m then
-    if not capped(tenant_of(flow)) then
-      redis.call('ZADD', K.fready, num(counter(flow) or vtime()), ready_key(flow, m))
-    end
-  elseif not redis.call('HGET', K.finf, flow) then
-    local c = counter(flow)
-    if c then
-      redis.call('HDEL', K.fcount, flow)
-      if c > vtime() then redis.call('ZADD', K.fidle, num(c), flow) end
-    end
+    if capped(tenant_of(flow)) then return false end
+    ready(flow, m, c or counter(flow))
+    return true
   end
+  if not held and not redis.call('HGET', K.finf, flow) then rest(flow, c or counter(flow)) end
+  return false
 end
 
 -- rebase subtracts v from every counter and the virtual time, keeping
@@ -132,18 +153,25 @@ local function rebase(v)
 end
 
 -- charge does a fair grant's bookkeeping: the flow's counter before the
--- charge advances the virtual time, the cost is added, and the flow and
--- its tenant hold one more permit.
-local function charge(flow, cost)
-  local v, c = vtime(), counter(flow) or vtime()
+-- charge (c, when the caller has it: see start; else read) advances the
+-- virtual time, the cost is added, and the flow and its tenant hold one
+-- more permit. Returns the counter written.
+local function charge(flow, cost, c)
+  local v = vtime()
+  c = c or counter(flow) or v
   if c > v then
     v = c
     set_vtime(v, num(v))
   end
-  redis.call('HSET', K.fcount, flow, num(c + cost))
+  c = c + cost
+  redis.call('HSET', K.fcount, flow, num(c))
   redis.call('HINCRBY', K.finf, flow, 1)
   redis.call('HINCRBY', K.finf, tenant_of(flow), 1)
-  if v > 1e9 then rebase(v) end
+  if v > 1e9 then
+    rebase(v)
+    c = c - v -- as rebase wrote it
+  end
+  return c
 end
 
 -- held counts a holder entry added outside a grant (a heartbeat re-adding
@@ -151,32 +179,64 @@ end
 local function held(id)
   local flow = flow_of(id)
   if not flow then return end
-  activate(flow, vtime())
+  activate(flow, true)
   redis.call('HINCRBY', K.finf, flow, 1)
   redis.call('HINCRBY', K.finf, tenant_of(flow), 1)
 end
 
 -- unheld does the bookkeeping of a holder entry removed (release,
--- cancel, lease end, leave): its upstream entry goes (pool.lua),
--- correction is added to the flow's counter, and a tenant that was at
--- its cap has its flows ready again.
-local function unheld(id, correction)
+-- cancel, lease end, leave): its upstream entry goes (pool.lua), the
+-- flow and its tenant hold one permit less, correction is added to the
+-- flow's counter, the flow is refreshed, and a tenant that was at its
+-- cap has its flows ready again. Both permit counts are read in one
+-- HMGET and written in one HSET or HDEL (two when one of them falls to
+-- 0), and the flow's counter written at most once. nowait: the caller
+-- knows no fair ticket waits (K.fwait missing). Returns true when a flow
+-- was made ready.
+local function unheld(id, correction, nowait)
   unplace(id)
   local flow = flow_of(id)
-  if not flow then return end
+  if not flow then return false end
   local tenant = tenant_of(flow)
-  local was = capped(tenant)
-  if redis.call('HINCRBY', K.finf, flow, -1) <= 0 then redis.call('HDEL', K.finf, flow) end
-  if redis.call('HINCRBY', K.finf, tenant, -1) <= 0 then redis.call('HDEL', K.finf, tenant) end
+  local had = redis.call('HMGET', K.finf, flow, tenant)
+  local n = (tonumber(had[1]) or 0) - 1 -- the flow's permits after
+  local tn = (tonumber(had[2]) or 0) - 1 -- its tenant's
+  if tenant == flow then -- one field, counted twice
+    tn = math.max(n, 0) - 1
+    n = tn
+  end
+  local was = tenant_cap > 0 and (tonumber(had[2]) or 0) >= tenant_cap
+  local set, del = {}, {}
+  for _, e in ipairs(tenant == flow and {{tenant, tn}} or {{flow, n}, {tenant, tn}}) do
+    if e[2] > 0 then
+      set[#set + 1] = e[1]
+      set[#set + 1] = e[2]
+    else
+      del[#del + 1] = e[1]
+    end
+  end
+  if #set > 0 then redis.call('HSET', K.finf, unpack(set)) end
+  if #del > 0 then redis.call('HDEL', K.finf, unpack(del)) end
   local c = counter(flow)
-  if c and correction ~= 0 then redis.call('HSET', K.fcount, flow, num(c + correction)) end
-  refresh(flow)
+  if c then c = c + correction end
+  local m = not nowait and head_of(flow)
+  local readied = false
+  if m or n > 0 then
+    if c and correction ~= 0 then redis.call('HSET', K.fcount, flow, num(c)) end
+    if m and not (tenant_cap > 0 and tn >= tenant_cap) then
+      ready(flow, m, c)
+      readied = true
+    end
+  else
+    rest(flow, c)
+  end
   if was then
     for b = 0, MAXBAND do
       local f = tenant .. '.' .. b
-      if f ~= flow then refresh(f) end
+      if f ~= flow and refresh(f, nil, false, nowait) then readied = true end
     end
   end
+  return readied
 end
 
 -- take removes the fair waiter m from the queue.

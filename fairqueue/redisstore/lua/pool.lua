@@ -17,13 +17,16 @@ for dial, n in string.gmatch(ARGV[7] or '', '(%S+) (%d+)') do
 end
 
 -- pool_view reads what choosing an upstream needs: permits in flight
--- and who is cooling; when each was granted last is read by last_of,
--- only if a tie needs it. nil without a pool.
-local function pool_view()
+-- and who is cooling (not read when the caller found K.ucool missing:
+-- cooling false, see present in common.lua); when each was granted last
+-- is read by last_of, only if a tie needs it. nil without a pool.
+local function pool_view(cooling)
   if #pool == 0 then return nil end
   local v = {inf = {}, cool = {}}
   for _, u in ipairs(redis.call('HVALS', K.uheld)) do v.inf[u] = (v.inf[u] or 0) + 1 end
-  for _, u in ipairs(redis.call('ZRANGEBYSCORE', K.ucool, '(' .. clock(), '+inf')) do v.cool[u] = true end
+  if cooling ~= false then
+    for _, u in ipairs(redis.call('ZRANGEBYSCORE', K.ucool, '(' .. clock(), '+inf')) do v.cool[u] = true end
+  end
   return v
 end
 
@@ -71,6 +74,8 @@ local function unplace(id)
 end
 
 -- cool leaves upstream dial out of dispatch for ms (the later end wins).
+-- The only writer of K.ucool: a script that calls it reads the key's
+-- presence after it.
 local function cool(dial, ms)
   ms = tonumber(ms) or 0
   if dial ~= '' and ms > 0 then

@@ -9,6 +9,15 @@
 -- Expired leases are reaped by dispatch when they keep a waiter out.
 -- Idempotent: releasing a ticket that holds nothing only dispatches (a
 -- cooldown sent again ends no later than the first one's).
-if redis.call('ZREM', K.holders, ARGV[1]) == 1 then unheld(ARGV[1], tonumber(ARGV[8])) end
+-- Cost: one EXISTS, read after the cooldown is written (the only write
+-- to K.ucool), tells unheld whether any fair ticket waits (none: no
+-- flow's head is looked for) and dispatch whether anybody waits and any
+-- upstream may be cooling; a flow unheld makes ready is added to what
+-- it tells. Nobody waiting: ZREM, EXISTS, and the holder's bookkeeping.
+local id = ARGV[1]
 cool(ARGV[9], ARGV[10])
-return (dispatch(owner_of(ARGV[1])))
+local ex = present('waiting', 'fready', 'fwait', #pool > 0 and 'ucool' or nil)
+if redis.call('ZREM', K.holders, id) == 1 and unheld(id, tonumber(ARGV[8]), not ex.fwait) then
+  ex.fready = true
+end
+return (dispatch(owner_of(id), ex))
