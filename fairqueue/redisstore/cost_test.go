@@ -65,25 +65,29 @@ func cost(t testing.TB, rdb *redis.Client, f func()) (all, scripts int64, by map
 // 16's target, for the default FIFO queue); fair queueing and a pool add
 // their own bookkeeping (usage counters and permits per flow and tenant;
 // the upstream of each holder, last grants), bounded here, acquire and
-// release each, at what it costs now so that it only goes down. A release that hands its
-// permit on costs the same whatever the number of waiters (fair: once
-// the flows have more than the one waiter served).
+// release each, at what it costs now so that it only goes down. A
+// release that hands its permit on costs the same whatever the number of
+// waiters (fair: once the flows have more than the one waiter served),
+// bounded too.
 func TestFastPathAndHandoffCostFewRedisCommands(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
 		fair bool
+		cap  int // max_in_flight_per_tenant
 		ups  []fairqueue.Upstream
-		// commands per fast-path request: acquire, release, both
-		acquire, release, max int64
+		// commands per fast-path request: acquire, release, both; and
+		// per handoff
+		acquire, release, max, handoff int64
 	}{
-		{name: "fifo", acquire: 8, release: 3, max: 11}, // the target: 12
-		{name: "fair", fair: true, acquire: 14, release: 9, max: 23},
-		{name: "pool", ups: []fairqueue.Upstream{{Dial: "a:1", Permits: 2}, {Dial: "b:1", Permits: 2}}, acquire: 12, release: 4, max: 16},
+		{name: "fifo", acquire: 8, release: 3, max: 11, handoff: 11}, // the target: 12
+		{name: "fair", fair: true, acquire: 14, release: 9, max: 23, handoff: 29},
+		{name: "fair with a tenant cap", fair: true, cap: 8, acquire: 14, release: 9, max: 23, handoff: 29},
+		{name: "pool", ups: []fairqueue.Upstream{{Dial: "a:1", Permits: 2}, {Dial: "b:1", Permits: 2}}, acquire: 12, release: 4, max: 16, handoff: 15},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rdb, s := openStore(t, "cost")
-			l := fairqueue.Limits{Permits: 4, Lease: 10 * time.Second, Upstreams: tc.ups}
+			l := fairqueue.Limits{Permits: 4, Lease: 10 * time.Second, Upstreams: tc.ups, MaxInFlightPerTenant: tc.cap}
 			n := 0
 			tk := func(node string) fairqueue.TicketArgs {
 				n++
@@ -130,6 +134,7 @@ func TestFastPathAndHandoffCostFewRedisCommands(t *testing.T) {
 				}
 				all, _, by := cost(t, rdb, func() { require.NoError(t, s.Release(ctx, held[0])) })
 				t.Logf("handoff with %d waiters: %d commands: %v", waiters, all, by)
+				assert.LessOrEqual(t, all, tc.handoff, "commands per handoff with %d waiters: %v", waiters, by)
 				if prev != 0 && (!tc.fair || waiters > 10) {
 					require.Equal(t, prev, all, "commands per handoff with %d waiters", waiters)
 				}

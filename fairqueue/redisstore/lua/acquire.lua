@@ -59,10 +59,10 @@ if not alive(node) then
   redis.call('ZADD', K.nodes, now + lease, node)
   redis.call('HSET', K.members, node, lease .. ' 0')
 end
-local tenant = flow and tenant_of(flow)
-local own, free, view, up = {}, 0, nil, nil
+-- n, tn: the permits the flow and its tenant hold, if room read them
+local own, free, view, up, n, tn = {}, 0, nil, nil, nil, nil
 if quiet then
-  free, view, up = room(tenant, ex.ucool)
+  free, view, up, n, tn = room(flow, ex.ucool)
 end
 if free == 0 then
   -- Not the fast path: the ticket may be known (a re-sent acquire).
@@ -80,7 +80,7 @@ if free == 0 then
   if not quiet then
     local idle
     own, idle = dispatch(node)
-    if idle then free, view, up = room(tenant, ex.ucool) end
+    if idle then free, view, up, n, tn = room(flow, ex.ucool) end
   end
 end
 if free == 0 then
@@ -102,7 +102,7 @@ if free > 0 then
   local seq = redis.call('INCR', K.seq)
   if flow then
     -- Its counter read once and written once (quiet: no flow is ready).
-    charge(flow, cost, counter(flow) or start(flow, quiet))
+    charge(flow, cost, counter(flow) or start(flow, quiet), n, tn)
   end
   local no = redis.call('INCR', K.grants)
   if up then place(view, id, up, no) end

@@ -16,13 +16,14 @@ end
 -- next_waiter takes the next ticket to serve out of the queue: the
 -- fair flow with the least usage or the FIFO head, whichever arrived
 -- first (both kinds wait only while a reload turns Fair on or off).
--- Returns the ticket and, for a fair one, its flow and cost; nil when
+-- Returns the ticket and, for a fair one, its flow, cost, and the
+-- permits the flow and its tenant hold if best_fair read them; nil when
 -- nobody may be served. fair: whether flows may be ready (false: none
 -- is, and none is looked for); fifo: whether FIFO tickets may wait
 -- (false: K.waiting is missing, and not read).
 local function next_waiter(fair, fifo)
-  local r, flow, seq, m
-  if fair then r, flow, seq, m = best_fair() end
+  local r, flow, seq, m, n, tn
+  if fair then r, flow, seq, m, n, tn = best_fair() end
   if not r then -- FIFO only: one call
     return fifo and redis.call('ZPOPMIN', K.waiting)[1] or nil
   end
@@ -31,33 +32,41 @@ local function next_waiter(fair, fifo)
     redis.call('ZREM', K.fready, r)
     take(m)
     local _, _, cost, id = parse(m)
-    return id, flow, cost
+    return id, flow, cost, n, tn
   end
   redis.call('ZREM', K.waiting, h[1])
   return h[1]
 end
 
 -- room is what one more grant needs, read now: the free permits, and
--- with a pool its view and the upstream to take. With tenant, none is
--- free while that tenant holds its cap (max_in_flight_per_tenant). It is
+-- with a pool its view and the upstream to take. With flow, none is
+-- free while its tenant holds its cap (max_in_flight_per_tenant); the
+-- permits the flow and its tenant hold, read for that (inflight), are
+-- returned for charge. It is
 -- the one place outside reconcile where expired leases (a crashed
 -- node's permits) are reaped: only where they would keep a grant out,
 -- that is when room finds none; then it reaps and looks again. Reconcile
 -- (every poll interval on a node with waiters) reaps the rest.
 -- cooling: false when the caller found K.ucool missing (see pool_view).
--- Returns free (0: no room), view, upstream.
-local function room(tenant, cooling)
+-- Returns free (0: no room), view, upstream, and those permits (nil:
+-- not read).
+local function room(flow, cooling)
   clock()
   local reaped = false
   while true do
     local free = permits - redis.call('ZCARD', K.holders)
-    local v, up
+    local v, up, n, tn
     if free > 0 then
       v = pool_view(cooling)
       up = v and pick(v)
-      if (v and not up) or (tenant and capped(tenant)) then free = 0 end
+      if v and not up then
+        free = 0
+      elseif flow and tenant_cap > 0 then
+        n, tn = inflight(flow)
+        if capped(tenant_of(flow), tn) then free = 0 end
+      end
     end
-    if free > 0 or reaped or reap() == 0 then return math.max(free, 0), v, up end
+    if free > 0 or reaped or reap() == 0 then return math.max(free, 0), v, up, n, tn end
     reaped = true
   end
 end
@@ -86,12 +95,12 @@ local function dispatch(self, ex)
   while free > 0 do
     local up = v and pick(v)
     if v and not up then return own, false end
-    local id, flow, cost = next_waiter(ex.fready, ex.waiting)
+    local id, flow, cost, n, tn = next_waiter(ex.fready, ex.waiting)
     if not id then return own, true end
     local owner = owner_of(id)
     local c -- the flow's counter, once charged
     if alive(owner) then
-      if flow then c = charge(flow, cost) end
+      if flow then c, tn = charge(flow, cost, nil, n, tn) end
       local no = redis.call('INCR', K.grants)
       if up then place(v, id, up, no) end
       if owner == self then
@@ -109,7 +118,7 @@ local function dispatch(self, ex)
     else
       skipped = skipped + 1
     end
-    if flow then refresh(flow, c, c ~= nil) end -- charged: it holds a permit
+    if flow then refresh(flow, c, c ~= nil, false, tn) end -- charged: it holds a permit
     if skipped >= 1000 then break end
   end
   return own, false

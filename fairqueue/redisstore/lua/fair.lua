@@ -69,8 +69,43 @@ local function counter(flow)
   return tonumber(redis.call('HGET', K.fcount, flow) or '') -- nil: idle
 end
 
-local function capped(tenant)
-  return tenant_cap > 0 and tonumber(redis.call('HGET', K.finf, tenant) or '0') >= tenant_cap
+-- inflight reads the permits flow and its tenant hold (K.finf) in one
+-- HMGET: n, tn.
+local function inflight(flow)
+  local had = redis.call('HMGET', K.finf, flow, tenant_of(flow))
+  return tonumber(had[1]) or 0, tonumber(had[2]) or 0
+end
+
+-- capped: tenant holds its cap (max_in_flight_per_tenant). tn: the
+-- permits it holds, when the caller has read them (nil: read).
+local function capped(tenant, tn)
+  return tenant_cap > 0 and (tn or tonumber(redis.call('HGET', K.finf, tenant) or '0')) >= tenant_cap
+end
+
+-- add_held adds d (1 or -1) to the permits flow and its tenant hold, n
+-- and tn as inflight read them (nil: read here), and writes both in one
+-- HSET, a count that falls to 0 deleted instead (one HDEL). Returns the
+-- counts after.
+local function add_held(flow, d, n, tn)
+  if not n then n, tn = inflight(flow) end
+  local tenant = tenant_of(flow)
+  n, tn = n + d, tn + d
+  if tenant == flow then -- one field, counted twice
+    tn = math.max(n, 0) + d
+    n = tn
+  end
+  local set, del = {}, {}
+  for _, e in ipairs(tenant == flow and {{tenant, tn}} or {{flow, n}, {tenant, tn}}) do
+    if e[2] > 0 then
+      set[#set + 1] = e[1]
+      set[#set + 1] = e[2]
+    else
+      del[#del + 1] = e[1]
+    end
+  end
+  if #set > 0 then redis.call('HSET', K.finf, unpack(set)) end
+  if #del > 0 then redis.call('HDEL', K.finf, unpack(del)) end
+  return n, tn
 end
 
 -- floor is where a flow becoming active starts: the least counter of
@@ -127,12 +162,13 @@ end
 -- the cap; else idle (rest) when it holds no permit. What the caller
 -- knows is not read again: c, the counter it has just written (nil:
 -- read it); held, true when the flow holds a permit; nowait, true when
--- no fair ticket waits (K.fwait missing). Returns true when it made the
--- flow ready.
-local function refresh(flow, c, held, nowait)
+-- no fair ticket waits (K.fwait missing); tn, the permits its tenant
+-- holds (nil: read where the cap needs it). Returns true when it made
+-- the flow ready.
+local function refresh(flow, c, held, nowait, tn)
   local m = not nowait and head_of(flow)
   if m then
-    if capped(tenant_of(flow)) then return false end
+    if capped(tenant_of(flow), tn) then return false end
     ready(flow, m, c or counter(flow))
     return true
   end
@@ -155,8 +191,10 @@ end
 -- charge does a fair grant's bookkeeping: the flow's counter before the
 -- charge (c, when the caller has it: see start; else read) advances the
 -- virtual time, the cost is added, and the flow and its tenant hold one
--- more permit. Returns the counter written.
-local function charge(flow, cost, c)
+-- more permit (n, tn: their permits, when the caller has read them with
+-- inflight; else read). Returns the counter and the tenant's permits
+-- written.
+local function charge(flow, cost, c, n, tn)
   local v = vtime()
   c = c or counter(flow) or v
   if c > v then
@@ -165,13 +203,12 @@ local function charge(flow, cost, c)
   end
   c = c + cost
   redis.call('HSET', K.fcount, flow, num(c))
-  redis.call('HINCRBY', K.finf, flow, 1)
-  redis.call('HINCRBY', K.finf, tenant_of(flow), 1)
+  n, tn = add_held(flow, 1, n, tn)
   if v > 1e9 then
     rebase(v)
     c = c - v -- as rebase wrote it
   end
-  return c
+  return c, tn
 end
 
 -- held counts a holder entry added outside a grant (a heartbeat re-adding
@@ -180,17 +217,16 @@ local function held(id)
   local flow = flow_of(id)
   if not flow then return end
   activate(flow, true)
-  redis.call('HINCRBY', K.finf, flow, 1)
-  redis.call('HINCRBY', K.finf, tenant_of(flow), 1)
+  add_held(flow, 1)
 end
 
 -- unheld does the bookkeeping of a holder entry removed (release,
 -- cancel, lease end, leave): its upstream entry goes (pool.lua), the
 -- flow and its tenant hold one permit less, correction is added to the
 -- flow's counter, the flow is refreshed, and a tenant that was at its
--- cap has its flows ready again. Both permit counts are read in one
--- HMGET and written in one HSET or HDEL (two when one of them falls to
--- 0), and the flow's counter written at most once. nowait: the caller
+-- cap has its flows ready again. The permit counts are read once
+-- (inflight) and written once (add_held), the flow's counter at most
+-- once. nowait: the caller
 -- knows no fair ticket waits (K.fwait missing). Returns true when a flow
 -- was made ready.
 local function unheld(id, correction, nowait)
@@ -198,32 +234,16 @@ local function unheld(id, correction, nowait)
   local flow = flow_of(id)
   if not flow then return false end
   local tenant = tenant_of(flow)
-  local had = redis.call('HMGET', K.finf, flow, tenant)
-  local n = (tonumber(had[1]) or 0) - 1 -- the flow's permits after
-  local tn = (tonumber(had[2]) or 0) - 1 -- its tenant's
-  if tenant == flow then -- one field, counted twice
-    tn = math.max(n, 0) - 1
-    n = tn
-  end
-  local was = tenant_cap > 0 and (tonumber(had[2]) or 0) >= tenant_cap
-  local set, del = {}, {}
-  for _, e in ipairs(tenant == flow and {{tenant, tn}} or {{flow, n}, {tenant, tn}}) do
-    if e[2] > 0 then
-      set[#set + 1] = e[1]
-      set[#set + 1] = e[2]
-    else
-      del[#del + 1] = e[1]
-    end
-  end
-  if #set > 0 then redis.call('HSET', K.finf, unpack(set)) end
-  if #del > 0 then redis.call('HDEL', K.finf, unpack(del)) end
+  local n, tn = inflight(flow)
+  local was = capped(tenant, tn)
+  n, tn = add_held(flow, -1, n, tn) -- the permits after
   local c = counter(flow)
   if c then c = c + correction end
   local m = not nowait and head_of(flow)
   local readied = false
   if m or n > 0 then
     if c and correction ~= 0 then redis.call('HSET', K.fcount, flow, num(c)) end
-    if m and not (tenant_cap > 0 and tn >= tenant_cap) then
+    if m and not capped(tenant, tn) then
       ready(flow, m, c)
       readied = true
     end
@@ -270,15 +290,19 @@ local function unqueue(id)
 end
 
 -- best_fair is the ready flow to serve next, as its ready key, flow, head
--- seq and head member; flows of tenants at the cap found on the way
--- leave the ready set (the cap may have been lowered by a reload).
+-- seq and head member, and with a tenant cap the permits the flow and
+-- its tenant hold (inflight: read for the cap, passed on to charge);
+-- flows of tenants at the cap found on the way leave the ready set (the
+-- cap may have been lowered by a reload).
 local function best_fair()
   while true do
     local r = redis.call('ZRANGE', K.fready, 0, 0)[1]
     if not r then return nil end
     local seq, flow = string.match(r, '^([^|]*)|(.*)$')
-    local m = not capped(tenant_of(flow)) and head_of(flow)
-    if m then return r, flow, tonumber(seq, 16), m end
+    local n, tn
+    if tenant_cap > 0 then n, tn = inflight(flow) end
+    local m = not capped(tenant_of(flow), tn) and head_of(flow)
+    if m then return r, flow, tonumber(seq, 16), m, n, tn end
     redis.call('ZREM', K.fready, r)
   end
 end
