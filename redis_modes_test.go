@@ -2,6 +2,7 @@ package caddyfairqueue
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -92,4 +93,29 @@ func handsOverThePermit(t *testing.T, h *Handler) {
 	b.wait(t)
 	assert.Equal(t, "granted", b.placeholder(phOutcome))
 	assert.Equal(t, "1", b.placeholder(phPosition))
+}
+
+func TestRedisClientSpeaksRESP2UnlessTheURLAsksFor3(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	for _, tc := range []struct {
+		cfg  *RedisConfig
+		resp string
+	}{
+		{&RedisConfig{Addresses: []string{addr}}, "resp=2"},
+		{&RedisConfig{URL: "redis://" + addr + "/0"}, "resp=2"},
+		{&RedisConfig{URL: "redis://" + addr + "/0?protocol=3"}, "resp=3"},
+	} {
+		b, err := newRedisBackend(tc.cfg, caddy.NewReplacer())
+		require.NoError(t, err)
+		c := b.newClient()
+		info, err := c.ClientInfo(context.Background()).Result()
+		require.NoError(t, err)
+		assert.Equal(t, tc.resp, "resp="+strconv.Itoa(info.Resp), tc.cfg)
+		require.NoError(t, c.Close())
+	}
+	cluster, err := newRedisBackend(&RedisConfig{Mode: ModeCluster, Addresses: []string{"s1:1"}}, caddy.NewReplacer())
+	require.NoError(t, err)
+	cc := cluster.newClient()
+	assert.Equal(t, 2, cc.(*redis.ClusterClient).Options().Protocol, "cluster and sentinel clients too")
+	require.NoError(t, cc.Close())
 }
