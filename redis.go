@@ -52,7 +52,8 @@ type RedisConfig struct {
 	// exclusive with Addresses, and only for mode standalone. Username,
 	// Password, DB and TLS, when set, override the URL's parts.
 	// Placeholders that are known at load time, such as {env.REDIS_URL},
-	// are replaced.
+	// are replaced. The query may set more go-redis client options
+	// (e.g. ?protocol=3: the client speaks RESP2 by default).
 	URL string `json:"url,omitempty"`
 
 	// Addresses (host:port): with mode standalone the one server (default

@@ -2,6 +2,7 @@ package fairqueue
 
 import (
 	"context"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -53,6 +54,7 @@ func (q *Queue) heartbeat(cfg *Config) (ok bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 	defer cancel()
+	sent := time.Now()
 	res, err := q.store.Heartbeat(ctx, args)
 	if c := q.log.Check(zapcore.DebugLevel, "heartbeat"); c != nil {
 		c.Write(zap.Int("held", len(args.Held)), zap.Int("adopt", len(args.Adopt)), zap.Int("pending", len(args.Pending)),
@@ -74,6 +76,11 @@ func (q *Queue) heartbeat(cfg *Config) (ok bool) {
 	if err != nil {
 		q.verify.Store(true)
 		return false
+	}
+	if res.Rejoined {
+		q.aliveAt.Store(0) // its waiters may be gone: no local handoff until they are checked
+	} else {
+		q.aliveAt.Store(sent.UnixNano())
 	}
 	q.readded(res.Readded, res.Epoch == q.epoch)
 	q.cluster.Store(&res.Cluster)

@@ -51,6 +51,13 @@ type Queue struct {
 
 	cluster atomic.Pointer[ClusterView] // from the last heartbeat
 
+	// head is the node's waiter the store last said heads the queue
+	// (Head); aliveAt when the last heartbeat that found the node alive
+	// in the store was sent (unix ns; 0: none since it rejoined). See
+	// handOn.
+	head    atomic.Pointer[ticket]
+	aliveAt atomic.Int64
+
 	localMu sync.Mutex
 	local   *Queue // fallback queue while the store is down (LocalFallback)
 }

@@ -60,6 +60,29 @@ type Handler interface {
 	Resynced()
 }
 
+// Transferrer is a Store that takes local handoffs: a node whose own
+// waiter heads the queue, as the store told it (HeadHandler), starts that
+// waiter on the permit of a request that just ended, before any store
+// call, and then records the move with Transfer. The move keeps the
+// permits counted in the store at least those in use: the holder's entry
+// goes only as the waiter's is added. Queues with fair queueing or an
+// upstream pool do not hand on locally (another ticket may come first).
+type Transferrer interface {
+	// Transfer gives holder t.ID's permit to t.Node's waiting ticket to,
+	// in one step, then dispatches if the permit was left free (to was
+	// granted meanwhile by another call). to counts as a holder
+	// afterwards in any case: it runs. Idempotent.
+	Transfer(ctx context.Context, t TicketArgs, to string) error
+}
+
+// HeadHandler is a Handler that a Transferrer tells, after its releases
+// and transfers, which of the node's tickets heads the queue: head
+// ("" if none of the node's does) is the next to be served, in every
+// node's order, until it is granted or cancelled.
+type HeadHandler interface {
+	Head(ticket string)
+}
+
 // Grant is one permit handed to a waiting ticket.
 type Grant struct {
 	Ticket string

@@ -44,8 +44,9 @@ const (
 var luaFS embed.FS
 
 var scripts = struct {
-	acquire, release, cancel, requeue, heartbeat, reconcile, leave, inspect *redis.Script
+	acquire, release, transfer, cancel, requeue, heartbeat, reconcile, leave, inspect *redis.Script
 }{
+	transfer:  load("transfer"),
 	requeue:   load("requeue"),
 	inspect:   load("inspect"),
 	acquire:   load("acquire"),
@@ -225,8 +226,45 @@ func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
 	if err != nil {
 		return fmt.Errorf("release %s: %w", s.tag, busy(err))
 	}
-	s.deliver(v)
+	l := asList(v)
+	if len(l) != 2 {
+		return fmt.Errorf("release %s: unexpected reply %v", s.tag, v)
+	}
+	s.deliver(l[0])
+	s.head(l[1])
 	return nil
+}
+
+// Transfer implements fairqueue.Transferrer.
+func (s *Store) Transfer(ctx context.Context, t fairqueue.TicketArgs, to string) error {
+	v, err := scripts.transfer.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, to)...).Result()
+	if err != nil {
+		return fmt.Errorf("transfer %s: %w", s.tag, busy(err))
+	}
+	l := asList(v)
+	if len(l) != 4 {
+		return fmt.Errorf("transfer %s: unexpected reply %v", s.tag, v)
+	}
+	s.deliver(l[0])
+	if toInt(l[2]) == 1 {
+		// The grant the node made itself, with its number: a node whose
+		// request on it ended meanwhile releases it again.
+		s.deliver([]any{to, l[3], ""})
+	}
+	s.head(l[1])
+	return nil
+}
+
+// head tells the Handler, if it takes local handoffs, which of its
+// tickets heads the queue (a script's reply: the ticket or "").
+func (s *Store) head(v any) {
+	id, _ := v.(string)
+	s.mu.Lock()
+	h := s.h
+	s.mu.Unlock()
+	if hh, ok := h.(fairqueue.HeadHandler); ok {
+		hh.Head(id)
+	}
 }
 
 // Cancel implements fairqueue.Store.
@@ -355,8 +393,9 @@ func (s *Store) Purge(ctx context.Context) error {
 }
 
 var (
-	_ fairqueue.Store     = (*Store)(nil)
-	_ fairqueue.Inspector = (*Store)(nil)
+	_ fairqueue.Store       = (*Store)(nil)
+	_ fairqueue.Inspector   = (*Store)(nil)
+	_ fairqueue.Transferrer = (*Store)(nil)
 )
 
 // Requeue implements fairqueue.Store.

@@ -1104,6 +1104,17 @@ func (l *faultyLink) Requeue(ctx context.Context, t fairqueue.RequeueArgs) (fair
 	return through(l, "requeue "+t.Old+" as "+t.ID, func() (fairqueue.AcquireResult, error) { return l.inner.Requeue(ctx, t) })
 }
 
+// Transfer implements fairqueue.Transferrer when the store does (the
+// local handoff; a store without it never names a head, see Head).
+func (l *faultyLink) Transfer(ctx context.Context, t fairqueue.TicketArgs, to string) error {
+	tr, ok := l.inner.(fairqueue.Transferrer)
+	if !ok {
+		return errors.New("storetest: the store does not transfer")
+	}
+	_, err := through(l, "transfer "+t.ID+" to "+to, noValue(func() error { return tr.Transfer(ctx, t, to) }))
+	return err
+}
+
 // Heartbeat implements fairqueue.Store.
 func (l *faultyLink) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fairqueue.HeartbeatResult, error) {
 	return through(l, "heartbeat", func() (fairqueue.HeartbeatResult, error) { return l.inner.Heartbeat(ctx, hb) })
@@ -1154,6 +1165,22 @@ func (l *faultyLink) Granted(grants ...fairqueue.Grant) {
 	}
 }
 
+// Head implements fairqueue.HeadHandler: a lossy link loses it when it
+// loses the next grant notification, a dead one always.
+func (l *faultyLink) Head(ticket string) {
+	l.mu.Lock()
+	hh, _ := l.h.(fairqueue.HeadHandler)
+	lose := l.state == linkDead || (l.state == linkLossy && len(l.lose) > 0 && l.lose[l.grants%len(l.lose)])
+	l.mu.Unlock()
+	if lose {
+		l.logf("link of node %d: head %q lost", l.node, ticket)
+		return
+	}
+	if hh != nil {
+		hh.Head(ticket)
+	}
+}
+
 // Resynced implements fairqueue.Handler.
 func (l *faultyLink) Resynced() {
 	l.mu.Lock()
@@ -1165,6 +1192,8 @@ func (l *faultyLink) Resynced() {
 }
 
 var (
-	_ fairqueue.Store   = (*faultyLink)(nil)
-	_ fairqueue.Handler = (*faultyLink)(nil)
+	_ fairqueue.Store       = (*faultyLink)(nil)
+	_ fairqueue.Handler     = (*faultyLink)(nil)
+	_ fairqueue.Transferrer = (*faultyLink)(nil)
+	_ fairqueue.HeadHandler = (*faultyLink)(nil)
 )

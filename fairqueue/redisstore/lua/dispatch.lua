@@ -123,3 +123,17 @@ local function dispatch(self, ex)
   end
   return own, false
 end
+
+-- my_head is the FIFO queue's head when it is a ticket of node self and
+-- it is the next to be served: no fair ticket waits (ex: present's
+-- answer for fwait and fready, read in this script) and no pool (a
+-- requeue could put a ticket ahead of it). '' otherwise. The node may
+-- hand it a permit of its own without asking (transfer.lua): once at the
+-- head, a ticket stays there until it is granted or cancelled, since
+-- every later arrival queues behind it.
+local function my_head(self, ex)
+  if ex.fwait or ex.fready or #pool > 0 then return '' end
+  local h = redis.call('ZRANGE', K.waiting, 0, 0)[1]
+  if h and owner_of(h) == self then return h end
+  return ''
+end

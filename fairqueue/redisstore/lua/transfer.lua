@@ -1,0 +1,37 @@
+-- transfer: the local handoff. A node releasing a permit (ticket ARGV[1])
+-- while its own ticket ARGV[8] heads the queue (my_head told it so) has
+-- already started that waiter on the permit; this records it: the holder
+-- gives its entry to the waiter, in one step, so the permits counted
+-- never drop below the permits in use while the call is on its way.
+-- KEYS: the common layout (K, see common.lua).
+-- ARGV: 1 the holder, 2-7 common, 8 the waiter (a FIFO ticket of the
+--   same node).
+-- The waiter is counted as a holder whatever Redis holds: it runs. Where
+-- it was no longer waiting but held already (another node's release
+-- granted it meanwhile, its message still on its way), the holder's
+-- permit is free and dispatch hands it on; where Redis had lost it (and
+-- the holder with it: a restart), it is counted again, as a heartbeat
+-- counts a held permit it finds missing.
+-- Returns {own grants, head, added, grant no}: as release.lua; added 1
+-- when the waiter's holder entry was written here (the node releases it
+-- again if its request ended meanwhile: its release may have reached
+-- Redis first), and the number of its grant (0: none made here).
+-- Idempotent: sent again, it finds the holder gone and the waiter held,
+-- and changes nothing.
+clock()
+local id, to = ARGV[1], ARGV[8]
+local node = owner_of(id)
+local ex = present('waiting', 'fready', 'fwait')
+local freed = redis.call('ZREM', K.holders, id) == 1
+if freed then unheld(id, 0, true) end
+local no, added = 0, 0
+local waited = ex.waiting and redis.call('ZREM', K.waiting, to) == 1
+if waited or not redis.call('ZSCORE', K.holders, to) then
+  redis.call('ZADD', K.holders, now + lease, to)
+  if waited then no = redis.call('INCR', K.grants) end
+  added = 1
+  freed = false -- the permit went to the waiter
+end
+local own = {}
+if freed then own = dispatch(node) end
+return {own, ex.waiting and my_head(node, ex) or '', added, no}
