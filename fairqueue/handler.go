@@ -28,6 +28,7 @@ func (q *Queue) Granted(grants ...Grant) {
 // that lost the last writes: the next heartbeat checks this node's
 // waiters are still queued.
 func (q *Queue) Resynced() {
+	q.doubt()
 	q.verify.Store(true)
 	q.kickLoop()
 }
@@ -48,6 +49,7 @@ func (q *Queue) observe(grants int64, epoch string) {
 	} else if *old != epoch {
 		// The store's data set changed (restart without persistence,
 		// failover): the next heartbeat re-asserts our holders.
+		q.doubt()
 		q.resync.Store(true)
 		q.kickLoop()
 	}

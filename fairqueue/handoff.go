@@ -10,16 +10,20 @@ import (
 // (the release, and a message to the waiter's node): on a busy machine
 // most of the time between two requests on one permit. When the waiter
 // that heads the queue is one of this node's own, and the store said so
-// (Head, from the reply of an earlier release), the node starts it at
-// once on the permit of the request that just ended and tells the store
-// afterwards (Transferrer). Nothing is admitted twice: the permit stays
-// counted in the store under the old holder until the transfer counts
-// the waiter. Nobody is passed over: a ticket at the head of the queue
+// (Head, from the reply of an earlier release or transfer), the node
+// starts it at once on the permit of the request that just ended and
+// tells the store afterwards (Transferrer). The permit stays counted in
+// the store under the old holder until the transfer counts the waiter
+// instead. Nobody is passed over: a ticket at the head of the queue
 // stays there until it is granted or cancelled, since every later
-// arrival queues behind it. Queues with fair queueing or an upstream
-// pool do not hand on locally (another ticket may come first), nor does
-// a node whose liveness the store has not confirmed for Lease/2 (its
-// waiters may have been dropped as a dead node's).
+// arrival queues behind it. Where that could fail, the node hands on
+// through the store: fair queueing or an upstream pool (here, or in use
+// by another node: its requeue puts a ticket back at its arrival), more
+// permits held than the permits (a lowered setting), and any doubt that
+// the store still holds the node alive with its waiters (not confirmed
+// by a heartbeat for half a lease, a new subscription, a changed data
+// set, waiters found missing: a waiter queued again is at the tail, and
+// never handed on to locally).
 
 // Head implements HeadHandler: the store says which of this node's
 // tickets heads the queue ("" none).
@@ -36,6 +40,25 @@ func (q *Queue) Head(id string) {
 	q.head.Store(t)
 }
 
+// doubt stops local handoffs until a heartbeat confirms the node and
+// its waiters again: the store may have lost them (a new subscription,
+// a changed or lost data set), and the head it named may be stale.
+func (q *Queue) doubt() {
+	q.aliveUntil.Store(0)
+	q.head.Store(nil)
+}
+
+// confirmAlive records a heartbeat sent at sent: if ok (it found the
+// node alive with its waiters), local handoffs may go on for half the
+// lease it carried; otherwise they stop until one does.
+func (q *Queue) confirmAlive(ok bool, sent time.Time, lease time.Duration) {
+	if !ok {
+		q.doubt()
+		return
+	}
+	q.aliveUntil.Store(sent.Add(lease / 2).UnixNano())
+}
+
 // handOn hands the permit released by args straight to the node's
 // waiter at the head of the queue, if the local handoff applies (see
 // above), and records the move in the store. It reports whether it did;
@@ -43,14 +66,24 @@ func (q *Queue) Head(id string) {
 func (q *Queue) handOn(args TicketArgs) bool {
 	tr, ok := q.store.(Transferrer)
 	cfg := q.cfg.Load()
-	if !ok || cfg.Fair || len(cfg.Upstreams) > 0 || !q.health.up() || q.closed.Load() ||
-		time.Since(time.Unix(0, q.aliveAt.Load())) > cfg.Lease/2 {
+	if !ok || cfg.Fair || len(cfg.Upstreams) > 0 || !q.health.up() || time.Now().UnixNano() >= q.aliveUntil.Load() {
 		return false
 	}
+	// A background call: Close waits for it before the node leaves.
+	q.bgMu.Lock()
+	if q.closed.Load() {
+		q.bgMu.Unlock()
+		return false
+	}
+	q.bg.Add(1)
+	q.bgMu.Unlock()
+	defer q.bg.Done()
 	t := q.head.Swap(nil)
-	if t == nil || q.isDraining() || !t.state.CompareAndSwap(statePending, stateGranted) {
+	if t == nil || t.requeued.Load() || q.isDraining() || !t.state.CompareAndSwap(statePending, stateGranted) {
 		return false // no own waiter heads the queue, or it left meanwhile
 	}
+	t.moving.Store(true)
+	defer t.moving.Store(false)
 	t.registered.Store(true)
 	close(t.granted)
 	if o := cfg.Observer; o != nil {
@@ -63,10 +96,13 @@ func (q *Queue) handOn(args TicketArgs) bool {
 	if err != nil {
 		// The move may not have reached the store: release the old
 		// holder as a release would have (its dispatch then grants the
-		// waiter, who holds its permit already; the transfer, should it
-		// run late, finds both done). The waiter, held here, is counted
-		// again by the next heartbeat if the store does not have it.
+		// waiter, who holds its permit already). The waiter, held here,
+		// is counted again by the next heartbeat if the store does not
+		// have it. The transfer may still run late, after the waiter
+		// ended: reconcile for a while finds such a ghost holder.
 		q.verify.Store(true)
+		q.sweep.Store(true)
+		q.kickLoop()
 		q.releaseAsync(args.ID)
 	}
 	return true

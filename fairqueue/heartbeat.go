@@ -77,11 +77,6 @@ func (q *Queue) heartbeat(cfg *Config) (ok bool) {
 		q.verify.Store(true)
 		return false
 	}
-	if res.Rejoined {
-		q.aliveAt.Store(0) // its waiters may be gone: no local handoff until they are checked
-	} else {
-		q.aliveAt.Store(sent.UnixNano())
-	}
 	q.readded(res.Readded, res.Epoch == q.epoch)
 	q.cluster.Store(&res.Cluster)
 	if q.epoch != "" && res.Epoch != q.epoch {
@@ -119,6 +114,9 @@ func (q *Queue) heartbeat(cfg *Config) (ok bool) {
 		q.log.Warn("store had lost waiters of this node; queueing them again", zap.Int("waiting", len(res.Missing)))
 		q.requeue(cfg, res.Missing)
 	}
+	// Alive in the store, and its waiters there: not rejoined, none
+	// missing, no doubt left (a failed call, a new subscription).
+	q.confirmAlive(!res.Rejoined && err == nil && len(res.Missing) == 0 && !q.verify.Load(), sent, cfg.Lease)
 	return true
 }
 
@@ -149,6 +147,7 @@ func (q *Queue) requeue(cfg *Config, lost []string) {
 		if t == nil || t.state.Load() != statePending {
 			continue
 		}
+		t.requeued.Store(true) // at the tail now: no local handoff to it
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 		r, err := q.store.Acquire(ctx, TicketArgs{ID: id, Node: q.node, Limits: l, Cost: t.cost})
 		cancel()
@@ -178,7 +177,7 @@ func (q *Queue) readded(ids []string, sameEpoch bool) {
 		q.mu.Lock()
 		t := q.tickets[id]
 		q.mu.Unlock()
-		if t != nil {
+		if t != nil && !t.moving.Load() { // a local handoff's transfer on its way is no loss
 			lost++
 		}
 	}

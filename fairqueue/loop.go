@@ -84,6 +84,9 @@ func (q *Queue) loop() {
 			}
 			lastBeat = time.Now()
 		}
+		if q.sweep.Swap(false) {
+			sweepUntil = time.Now().Add(cfg.Lease / 3) // a failed transfer may leave a ghost
+		}
 		if waiting > 0 || !up || time.Now().Before(sweepUntil) {
 			q.reconcile(cfg)
 		}
@@ -126,6 +129,7 @@ func (q *Queue) reconcile(cfg *Config) {
 	}
 	q.observe(res.Grants, res.Epoch)
 	if res.Epoch == "" && q.seen.Load() != nil {
+		q.doubt()
 		q.resync.Store(true) // the data set is gone: heartbeat at once
 		q.kickLoop()
 	}

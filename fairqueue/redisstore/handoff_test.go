@@ -58,8 +58,11 @@ func TestLocalHandoffStartsTheHeadBeforeTheStoreAnswers(t *testing.T) {
 		}()
 		eventually(t, 5*time.Second, func() bool { return len(readState(t, n.rdb, "handoff").Waiting) == i+1 }, "waiter %d queued", i)
 	}
-	// A first release is a plain one: its reply names the head.
-	eventually(t, 5*time.Second, func() bool { return n.q.Stats().Cluster.Nodes > 0 }, "a heartbeat")
+	// A first release is a plain one: its reply names the head. The
+	// node hands on locally once a heartbeat has confirmed it (the
+	// first one after joining reports it joined; the one it kicks at
+	// once confirms it).
+	alive(t, n)
 	first.Release()
 	r0 := <-waiters[0]
 	require.NoError(t, r0.err)
@@ -241,7 +244,7 @@ func TestTransferCostsFewRedisCommands(t *testing.T) {
 		all, scripts, by := cost(t, rdb, func() { require.NoError(t, s.Transfer(ctx, h, queued[0].ID)) })
 		t.Logf("transfer with %d waiters: %d commands: %v", waiters+1, all, by)
 		assert.Equal(t, int64(1), scripts)
-		assert.LessOrEqual(t, all, int64(8), "commands per transfer: %v", by)
+		assert.LessOrEqual(t, all, int64(9), "commands per transfer: %v", by)
 		if prev != 0 {
 			assert.Equal(t, prev, all, "commands per transfer with %d waiters", waiters+1)
 		}

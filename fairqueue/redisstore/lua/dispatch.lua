@@ -125,14 +125,20 @@ local function dispatch(self, ex)
 end
 
 -- my_head is the FIFO queue's head when it is a ticket of node self and
--- it is the next to be served: no fair ticket waits (ex: present's
--- answer for fwait and fready, read in this script) and no pool (a
--- requeue could put a ticket ahead of it). '' otherwise. The node may
--- hand it a permit of its own without asking (transfer.lua): once at the
--- head, a ticket stays there until it is granted or cancelled, since
--- every later arrival queues behind it.
+-- it is the next to be served: no fair ticket waits and no pool is in
+-- use by any node (ex: present's answer for fwait, fready and uheld, read
+-- in this script; a pool's requeue puts a ticket back at its arrival,
+-- perhaps ahead), and the permits held are not above the permits (a
+-- lowered permits setting, a count above it after a failover: those
+-- hand on through Redis until the count is down). '' otherwise. The node
+-- may hand the head a permit of its own without asking (transfer.lua):
+-- a ticket at the head stays there until it is granted or cancelled,
+-- since every later arrival queues behind it (a waiter Redis loses and
+-- the node queues again is at the tail: the node no longer hands on to
+-- it, see fairqueue/handoff.go).
 local function my_head(self, ex)
-  if ex.fwait or ex.fready or #pool > 0 then return '' end
+  if ex.fwait or ex.fready or ex.uheld or #pool > 0 then return '' end
+  if redis.call('ZCARD', K.holders) > permits then return '' end
   local h = redis.call('ZRANGE', K.waiting, 0, 0)[1]
   if h and owner_of(h) == self then return h end
   return ''

@@ -17,10 +17,10 @@
 -- flow's head is looked for) and dispatch whether anybody waits and any
 -- upstream may be cooling; a flow unheld makes ready is added to what
 -- it tells. Nobody waiting: ZREM, EXISTS, and the holder's bookkeeping;
--- with waiters, one ZRANGE more reads the new head.
+-- with waiters, a ZCARD and a ZRANGE more read the new head (my_head).
 local id = ARGV[1]
 cool(ARGV[9], ARGV[10])
-local ex = present('waiting', 'fready', 'fwait', #pool > 0 and 'ucool' or nil)
+local ex = present('waiting', 'fready', 'fwait', #pool > 0 and 'ucool' or nil, 'uheld')
 if redis.call('ZREM', K.holders, id) == 1 and unheld(id, tonumber(ARGV[8]), not ex.fwait) then
   ex.fready = true
 end
