@@ -60,8 +60,10 @@ func TestConfigChecksUseTheMedianRoundAndEachTopologysTarget(t *testing.T) {
 		{Spec: Spec{Name: "haproxy", Kind: KindHAProxy, Nodes: 1}, Runs: runs(100, 200, 100)},
 		{Spec: spec("fq-local", false, 1), Runs: runs(100, 190, 101)},    // 1.00, 0.95, 1.01: median 1.00
 		{Spec: spec("fq-redis-1", true, 1), Runs: runs(96, 200, 99)},     // 0.96, 1.00, 0.99: median 0.99
+		{Spec: spec("fq-local-cf", false, 1), Runs: runs(99, 198, 99)},   // median 0.99 < 1.00
 		{Spec: spec("fq-redis-3-cf", true, 3), Runs: runs(94, 188, 100)}, // 0.94, 0.94, 1.00: median 0.94
-		{Spec: spec("fq-redis-3", true, 3), Error: "boom"},
+		{Spec: spec("fq-redis-3", true, 3), Runs: runs(96, 192, 96)},     // median 0.96 >= 0.95
+		{Spec: spec("fq-redis-1-cf", true, 1), Error: "boom"},
 	}}
 	cs.ratios()
 	assert.Equal(t, []float64{1, 0.95, 1.01}, cs.system("fq-local").Ratios)
@@ -72,9 +74,11 @@ func TestConfigChecksUseTheMedianRoundAndEachTopologysTarget(t *testing.T) {
 	}
 	assert.Equal(t, map[string]string{
 		"fq-local (alternated)":      "pass", // 1.00 >= 1.00
+		"fq-local-cf (alternated)":   "FAIL", // 0.99 < 1.00
 		"fq-redis-1 (alternated)":    "pass", // 0.99 >= 0.97
 		"fq-redis-3-cf (alternated)": "FAIL", // 0.94 < 0.95
-		"fq-redis-3 (alternated)":    "FAIL", // not measured
+		"fq-redis-3 (alternated)":    "pass", // 0.96 >= 0.95
+		"fq-redis-1-cf (alternated)": "FAIL", // not measured
 	}, got)
 	var b strings.Builder
 	configsMarkdown(&b, cs, settings(false))
