@@ -54,6 +54,23 @@ func alive(t *testing.T, n *node) {
 	time.Sleep(500 * time.Millisecond)
 }
 
+// secondInLine makes n (1 permit) hold a permit with two waiters behind
+// it, confirmed alive, and releases it through Redis (its reply names the
+// second waiter as the head): it returns the first waiter, granted, and
+// the second, whose handoff comes next.
+func secondInLine(t *testing.T, n *node, name string) (w1 got, w2 chan got, w2id string) {
+	t.Helper()
+	h, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	w1Ch, _ := queueWaiter(t, n, name)
+	w2, w2id = queueWaiter(t, n, name)
+	alive(t, n)
+	h.Release()
+	w1 = <-w1Ch
+	require.NoError(t, w1.err)
+	return w1, w2, w2id
+}
+
 // A lowered permits setting holds at once: while more permits are held
 // than it allows, releases hand on through Redis, which grants nobody
 // until the count is under it (the transfer alone would keep the old
@@ -143,15 +160,7 @@ func TestCloseWaitsForATransferOnItsWay(t *testing.T) {
 	ht := &heldTransfers{calls: make(chan string, 8), go_: make(chan struct{})}
 	cfg := fairqueue.Config{Permits: 1, MaxWait: 10 * time.Second, Lease: 3 * time.Second}
 	n1 := wrappedNode(t, srv, "closing", cfg, func(s fairqueue.Store) fairqueue.Store { ht.Store = s; return ht })
-	ctx := context.Background()
-	h, err := n1.q.Acquire(ctx, fairqueue.Request{})
-	require.NoError(t, err)
-	w1Ch, _ := queueWaiter(t, n1, "closing")
-	w2Ch, w2 := queueWaiter(t, n1, "closing")
-	alive(t, n1)
-	h.Release()
-	w1 := <-w1Ch
-	require.NoError(t, w1.err)
+	w1, w2Ch, w2 := secondInLine(t, n1, "closing")
 	go w1.p.Release() // local handoff to W2; its transfer is held
 	select {
 	case <-ht.calls:
@@ -203,14 +212,7 @@ func TestALateTransferLeavesNoGhostHolder(t *testing.T) {
 	n1 := wrappedNode(t, srv, "late", cfg, func(s fairqueue.Store) fairqueue.Store { lt.Store = s; return lt })
 	n2 := newNode(t, srv, "late", cfg)
 	ctx := context.Background()
-	h, err := n1.q.Acquire(ctx, fairqueue.Request{})
-	require.NoError(t, err)
-	w1Ch, _ := queueWaiter(t, n1, "late")
-	w2Ch, _ := queueWaiter(t, n1, "late")
-	alive(t, n1)
-	h.Release()
-	w1 := <-w1Ch
-	require.NoError(t, w1.err)
+	w1, w2Ch, _ := secondInLine(t, n1, "late")
 	w1.p.Release() // local handoff to W2; the transfer "times out"; W1 released plainly
 	w2 := <-w2Ch
 	require.NoError(t, w2.err)
