@@ -64,7 +64,7 @@ type bodyInfo struct {
 // counts, as in most JSON parsers.
 func sniffBody(b []byte) bodyInfo {
 	b = bytes.TrimLeft(b, " \t\r\n")
-	if len(b) == 0 || b[0] != '{' || !json.Valid(b) {
+	if len(b) == 0 || b[0] != '{' || !validJSON(b) {
 		return bodyInfo{}
 	}
 	// b is valid JSON from here on: the scanner only needs to find where
@@ -156,22 +156,27 @@ func (s *scanner) space() {
 	}
 }
 
-// str consumes a string and returns it with its quotes.
+// str consumes a string and returns it with its quotes. The body is
+// valid JSON: the string ends at the first quote not escaped by an odd
+// number of backslashes.
 func (s *scanner) str() []byte {
 	start := s.i
 	s.i++ // opening quote
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case '\\':
-			s.i += 2
-		case '"':
-			s.i++
+	for {
+		j := bytes.IndexByte(s.b[s.i:], '"')
+		if j < 0 {
+			s.i = len(s.b)
+			return s.b[start:]
+		}
+		s.i += j + 1
+		escapes := 0
+		for k := s.i - 2; k > start && s.b[k] == '\\'; k-- {
+			escapes++
+		}
+		if escapes%2 == 0 {
 			return s.b[start:s.i]
-		default:
-			s.i++
 		}
 	}
-	return s.b[start:s.i]
 }
 
 // value consumes one value of any type.

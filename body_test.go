@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -205,4 +206,23 @@ func wantTokens(raw json.RawMessage) int64 {
 func itoa(n int) string {
 	b, _ := json.Marshal(n)
 	return string(b)
+}
+
+// BenchmarkSniffBody reads the top-level keys of chat requests of LLM
+// sizes (the rest of the body is skipped, not decoded).
+func BenchmarkSniffBody(b *testing.B) {
+	for _, kib := range []int{1, 32} {
+		// Prose as clients send it: an escape every 100 bytes or so.
+		text := strings.Repeat("Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod \\\"tempor\\\" incididunt.\\n", 6)
+		msg := strings.Repeat(`{"role":"user","content":"`+text+`"},`, kib*1024/(len(text)+30)+1)
+		body := []byte(`{"model":"m","messages":[` + msg[:len(msg)-1] + `],"stream":true,"max_tokens":256}`)
+		b.Run(fmt.Sprintf("%dKiB", kib), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				if info := sniffBody(body); !info.stream || info.maxTokens != 256 {
+					b.Fatalf("sniffed %+v", info)
+				}
+			}
+		})
+	}
 }

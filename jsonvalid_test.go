@@ -1,0 +1,61 @@
+package caddyfairqueue
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// jsonCases are bodies at the edges of the grammar, each tried whole and
+// with every shorter prefix (an upload cut short).
+var jsonCases = []string{
+	`{}`, `[]`, ` { } `, `[ ]`, `{"a":1}`, `{"a":[1,2,{"b":null}],"c":true,"d":false}`,
+	`"x"`, `0`, `-0`, `-0.5e+10`, `1E-2`, `12345678901234567890`, `1.`, `.5`, `01`, `-`, `1e`, `1e+`, `+1`,
+	`{"a" : 1 ,"b":2}`, `{"a":1,}`, `[1,]`, `[,1]`, `{,}`, `{"a"}`, `{"a":}`, `{1:2}`, `{"a":1 "b":2}`,
+	`"\u00e9\n\t\"\\\/\b\f\r"`, `"\u00g0"`, `"\x"`, `"a` + "\x01" + `b"`, `"a` + "\x7f\xff\xfe" + `b"`,
+	`"eight by"`, `"0123456789abcdef\"0123456789"`, `"01234567\\"`, `"01234567\\\"x"`,
+	`true`, `false`, `null`, `tru`, `nul`, `truex`, `[true false]`, `{"a":1}}`, `[[]]]`, `{"a":{"b":{}}}`,
+	"\t\r\n[1]\n", `[1] [2]`, ``, ` `, `{"a":"` + strings.Repeat("long ", 40) + `"}`,
+	// Within the 8-byte words a string's scan steps over:
+	`"` + strings.Repeat("x", 21) + "\x01" + strings.Repeat("y", 21) + `"`, "\"\x1f\"", "\" \"",
+	`"` + strings.Repeat("x", 21) + `\"` + strings.Repeat("y", 21) + `"`,
+	`"` + strings.Repeat("x", 21) + `\q` + strings.Repeat("y", 21) + `"`,
+	`["` + strings.Repeat("x", 21) + `","` + strings.Repeat("y", 21) + `"]`,
+}
+
+func TestValidJSONAgreesWithEncodingJSON(t *testing.T) {
+	for _, c := range jsonCases {
+		for n := len(c); n >= 0; n-- {
+			b := []byte(c[:n])
+			assert.Equal(t, json.Valid(b), validJSON(b), "%q", b)
+		}
+	}
+}
+
+func TestValidJSONNestsAsDeepAsEncodingJSON(t *testing.T) {
+	for _, depth := range []int{maxJSONDepth, maxJSONDepth + 1} {
+		for _, pair := range []string{"[]", "{}"} {
+			var b string
+			if pair == "[]" {
+				b = strings.Repeat("[", depth) + strings.Repeat("]", depth)
+			} else {
+				b = strings.Repeat(`{"a":`, depth-1) + "{}" + strings.Repeat("}", depth-1)
+			}
+			assert.Equal(t, json.Valid([]byte(b)), validJSON([]byte(b)), "depth %d of %s", depth, pair)
+		}
+	}
+	assert.True(t, validJSON([]byte(strings.Repeat("[", maxJSONDepth)+strings.Repeat("]", maxJSONDepth))))
+	assert.False(t, validJSON([]byte(strings.Repeat("[", maxJSONDepth+1)+strings.Repeat("]", maxJSONDepth+1))))
+}
+
+// FuzzValidJSON holds validJSON to json.Valid on any input.
+func FuzzValidJSON(f *testing.F) {
+	for _, c := range jsonCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		assert.Equal(t, json.Valid(b), validJSON(b), "%q", b)
+	})
+}
