@@ -35,6 +35,7 @@ func main() {
 	refuse := flag.Int("refuse", 0, "answer the first n completion requests with -refuse-status (an overloaded server)")
 	refuseStatus := flag.Int("refuse-status", 503, "status of a refused request")
 	retryAfter := flag.String("retry-after", "1", "Retry-After of a refused request (\"\": none)")
+	slots := flag.Int("slots", 0, "answer at most this many of the completion requests that carry X-Mock-Queue at once; the others wait in arrival order (0: none wait)")
 	flag.Parse()
 
 	logger, err := zap.NewDevelopment()
@@ -44,7 +45,7 @@ func main() {
 	defer func() { _ = logger.Sync() }()
 
 	if err := run(logger, *listen, mockllm.Config{Tokens: *tokens, Delay: *delay, Timeline: *timeline,
-		Refuse: *refuse, RefuseStatus: *refuseStatus, RetryAfter: *retryAfter}); err != nil {
+		Refuse: *refuse, RefuseStatus: *refuseStatus, RetryAfter: *retryAfter, Slots: *slots}); err != nil {
 		logger.Error("mockllm failed", zap.Error(err))
 		os.Exit(1)
 	}

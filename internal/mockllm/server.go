@@ -45,6 +45,9 @@ const (
 	HeaderDelay = "X-Mock-Delay"
 	// HeaderClientSeq is recorded, in arrival order, by Arrivals.
 	HeaderClientSeq = "X-Client-Seq"
+	// HeaderQueue (any value) makes a completion request wait for one
+	// of Config.Slots.
+	HeaderQueue = "X-Mock-Queue"
 )
 
 // Config configures a Server.
@@ -68,12 +71,22 @@ type Config struct {
 	// RetryAfter is the Retry-After header of a refused request ("":
 	// none).
 	RetryAfter string
+	// Slots is the most completions answered at once among the requests
+	// that carry HeaderQueue; later ones wait for a slot, in arrival
+	// order, before they count as arrived, as a model server's own queue
+	// holds what its batch cannot take. Requests without the header are
+	// answered at once, so that a limiter in front is still seen if it
+	// lets too many through. Default 0: no slots, the header is ignored.
+	Slots int
 }
 
 // Stats is a snapshot of a Server's counters, as served by GET /stats.
 type Stats struct {
 	// InFlight is the number of completion requests being answered now.
 	InFlight int `json:"in_flight"`
+	// Waiting is the number of completion requests waiting for one of
+	// Config.Slots.
+	Waiting int `json:"waiting"`
 	// MaxInFlight is the highest InFlight since start or Reset.
 	MaxInFlight int `json:"max_in_flight"`
 	// Served is the number of completions answered in full.
@@ -107,6 +120,7 @@ type Server struct {
 	delay  time.Duration
 
 	refuse *refusal
+	slots  chan struct{} // nil: no slots (Config.Slots)
 
 	lastID atomic.Uint64
 	mu     sync.Mutex
@@ -119,6 +133,9 @@ func New(cfg Config) *Server {
 	s := &Server{tokens: cfg.Tokens, delay: cfg.Delay, refuse: newRefusal(cfg)}
 	if cfg.Timeline {
 		s.tl = new(timeline)
+	}
+	if cfg.Slots > 0 {
+		s.slots = make(chan struct{}, cfg.Slots)
 	}
 	if s.tokens == 0 {
 		s.tokens = DefaultTokens
@@ -219,7 +236,7 @@ func (s *Server) Arrivals() []string {
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.stats = Stats{InFlight: s.stats.InFlight, MaxInFlight: s.stats.InFlight}
+	s.stats = Stats{InFlight: s.stats.InFlight, Waiting: s.stats.Waiting, MaxInFlight: s.stats.InFlight}
 	if s.tl != nil {
 		s.tl.reset()
 	}
@@ -252,6 +269,12 @@ const (
 )
 
 func (s *Server) complete(w http.ResponseWriter, r *http.Request, k kind) {
+	if s.slots != nil && r.Header.Get(HeaderQueue) != "" {
+		if !s.takeSlot(r.Context()) {
+			return
+		}
+		defer func() { <-s.slots }()
+	}
 	arrived := s.arrive(r.Header.Get(HeaderClientSeq))
 	result := failed
 	defer func() { s.leave(result, arrived) }()
@@ -294,6 +317,25 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, k kind) {
 		result = s.stream(r.Context(), w, a, tokens, delay)
 	} else {
 		result = s.whole(r.Context(), w, a, tokens, delay)
+	}
+}
+
+// takeSlot waits for one of Config.Slots (blocked senders of a channel
+// proceed in the order they came); false if ctx ended first.
+func (s *Server) takeSlot(ctx context.Context) bool {
+	s.mu.Lock()
+	s.stats.Waiting++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.stats.Waiting--
+		s.mu.Unlock()
+	}()
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -398,3 +398,41 @@ func TestAnswersCarryUsage(t *testing.T) {
 		assert.NotContains(t, d, "usage")
 	}
 }
+
+// Requests that ask to queue wait for one of the slots, in arrival order;
+// the others are answered at once, however many run.
+func TestSlotsHoldQueueingRequestsInArrivalOrder(t *testing.T) {
+	s, hs := start(t, Config{Tokens: 1, Delay: 50 * time.Millisecond, Slots: 2})
+	const n = 6
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			resp := post(t, context.Background(), hs.URL+"/v1/chat/completions", `{}`,
+				HeaderQueue, "1", HeaderClientSeq, strconv.Itoa(i))
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+		// Arrive in order: the next request once this one is answered
+		// or waits for a slot.
+		require.Eventually(t, func() bool {
+			st := s.Stats()
+			return len(st.Arrivals)+st.Waiting == i+1
+		}, 5*time.Second, time.Millisecond)
+	}
+	wg.Wait()
+	assert.Equal(t, 2, s.MaxInFlight(), "never more than the slots")
+	assert.Equal(t, n, s.Served())
+	assert.Equal(t, []string{"0", "1", "2", "3", "4", "5"}, s.Arrivals(), "answered in arrival order")
+
+	s.Reset()
+	for range n {
+		wg.Go(func() {
+			resp := post(t, context.Background(), hs.URL+"/v1/chat/completions", `{}`)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, n, s.Served())
+	assert.Greater(t, s.MaxInFlight(), 2, "without the header, requests do not wait for a slot")
+}

@@ -144,7 +144,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	}
 	b.redisPID = rs.PID()
 	mock, err := procs.Start("mockllm", opts.MockLLM, "-listen", mockAddr, "-timeline",
-		"-tokens", "1", "-delay", ms2d(set.ServiceMS).String())
+		"-tokens", "1", "-delay", ms2d(set.ServiceMS).String(), "-slots", strconv.Itoa(set.Permits))
 	if err != nil {
 		return nil, err
 	}

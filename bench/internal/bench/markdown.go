@@ -50,7 +50,7 @@ func markdown(res *Results, opts Options, plots []string) string {
 	w("previous completion it replaced (mockllm `-timeline`); utilization: busy permit-time / (permits x wall time).\n")
 	w("The upstream alone, %d clients straight to mockllm, serves **%.1f req/s** (%.1f streamed): the ceiling of\n", set.Permits, set.UpstreamRPS, set.UpstreamStreamRPS)
 	w("every limiter here.\n\n")
-	loadTable(&b, res, pickSaturated, pickAtPermits)
+	loadTable(&b, res, pickSaturated, pickUpstreamQueues)
 	if set.StreamSaturated {
 		w("\nThe same with streamed answers (%d tokens x %.0f ms):\n\n", set.StreamTokens, set.StreamTokenMS)
 		loadTable(&b, res, func(s *System) *LoadRun { return s.SaturatedStream }, nil)
@@ -61,11 +61,13 @@ func markdown(res *Results, opts Options, plots []string) string {
 	w("(every Caddy node, or haproxy) and by redis-server (Redis systems only), divided by the requests answered\n")
 	w("in it (the kernel counts CPU time in clock ticks, 10 ms at the usual 100 Hz: a few %% of a quick run's\n")
 	w("windows). The ratio divides by the proxy CPU per request of plain reverse_proxy on as many nodes when that\n")
-	w("ran: under the same load at low load; when saturated, reverse_proxy with %d clients (below), the limiters'\n", set.Permits)
-	w("upstream concurrency and about their throughput without a queue (unlimited, its %d-client load above serves\n", set.Clients)
-	w("several times as many requests per second, and each costs less CPU at that rate). \"with Redis\" adds\n")
-	w("Redis' CPU to the queue's side. The CPU the load generator, mockllm and other work on the machine take is\n")
-	w("not counted, but they share the CPUs: on a loaded machine a process waits longer and wakes up more often.\n")
+	w("ran: under the same load at low load; when saturated, reverse_proxy under the same %d clients in front of an\n", set.Clients)
+	w("upstream that queues what exceeds %d itself (mockllm's slots, as a model server's own queue does; below):\n", set.Permits)
+	w("the same connections, upstream concurrency and about the same throughput, the queue in the upstream\n")
+	w("instead of the proxy (unlimited, reverse_proxy's %d-client load above serves several times as many requests\n", set.Clients)
+	w("per second, and each costs less CPU at that rate). \"with Redis\" adds Redis' CPU to the queue's side.\n")
+	w("The CPU the load generator, mockllm and other work on the machine take is not counted, but they share the\n")
+	w("CPUs: on a loaded machine a process waits longer and wakes up more often.\n")
 	var atPermits []string
 	for _, s := range res.Systems {
 		if r := s.AtPermits; r != nil {
@@ -74,7 +76,18 @@ func markdown(res *Results, opts Options, plots []string) string {
 		}
 	}
 	if len(atPermits) > 0 {
-		w("\nreverse_proxy with %d clients, %.0f s: %s.\n", set.Permits, set.SaturatedS, strings.Join(atPermits, "; "))
+		w("\nreverse_proxy with %d clients, %.0f s (no client waits anywhere; the CPU reference of an earlier bench,\n", set.Permits, set.SaturatedS)
+		w("reported in the targets): %s.\n", strings.Join(atPermits, "; "))
+	}
+	var queues []string
+	for _, s := range res.Systems {
+		if r := s.UpstreamQueues; r != nil {
+			queues = append(queues, fmt.Sprintf("%s %.1f req/s, p50 %.2f ms, upstream max %d, handoff p50 / p99 %.3f / %.3f ms (inside the upstream), proxy CPU %.4f ms / req",
+				s.Spec.Label, r.Throughput, r.P50, r.UpstreamMax, r.HandoffP50, r.HandoffP99, r.ProxyCPUPerRequest))
+		}
+	}
+	if len(queues) > 0 {
+		w("\nreverse_proxy with %d clients, the upstream queueing beyond %d, %.0f s: %s.\n", set.Clients, set.Permits, set.SaturatedS, strings.Join(queues, "; "))
 	}
 	w("\n## Low load: fast-path overhead\n\n")
 	w("%d client, back-to-back requests, upstream answers at once (1 token, no delay), %.0f s. Each system is\n", set.LowLoadClients, set.LowLoadS)

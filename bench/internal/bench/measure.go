@@ -71,7 +71,7 @@ func (b *bench) measure(ctx context.Context, r *Running, cfg loadgen.Config) (*L
 	if err := run.recordCPU(cpu0, cpu1, rep.OK+rep.Rejected, r.Spec.Redis); err != nil {
 		b.logf("   CPU not measured: %v", err)
 	}
-	if r.Spec.Limited() && rep.Elapsed > 0 {
+	if (r.Spec.Limited() || cfg.Header.Get(mockllm.HeaderQueue) != "") && rep.Elapsed > 0 {
 		run.Utilization = utilization(st.BusyMS, b.env.Permits, rep.Elapsed)
 		gaps := make([]time.Duration, len(st.HandoffGapsUS))
 		for i, us := range st.HandoffGapsUS {
@@ -136,6 +136,10 @@ func (b *bench) measureSystem(ctx context.Context, spec Spec) *System {
 	if spec.Kind == KindPlain {
 		sys.AtPermits = step(fmt.Sprintf("%d clients", set.Permits), loadgen.Config{
 			Clients: set.Permits, Duration: secs(set.SaturatedS), Tokens: 1, Delay: ms2d(set.ServiceMS),
+		})
+		sys.UpstreamQueues = step("upstream queues", loadgen.Config{
+			Clients: set.Clients, Duration: secs(set.SaturatedS), Tokens: 1, Delay: ms2d(set.ServiceMS),
+			Header: http.Header{mockllm.HeaderQueue: {"1"}},
 		})
 	}
 	if spec.BaselineOnly {

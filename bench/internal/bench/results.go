@@ -114,6 +114,14 @@ type System struct {
 	// (reverse_proxy's own Saturated load serves several times as many
 	// requests per second, which costs less CPU each).
 	AtPermits *LoadRun `json:"at_permits,omitempty"`
+	// UpstreamQueues is plain reverse_proxy only: the Saturated load
+	// against an upstream that queues what exceeds Permits itself
+	// (mockllm's slots, as a model server's own queue does): the same
+	// clients, connections, upstream concurrency and about the same
+	// throughput as a limiter's, with the queue in the upstream instead
+	// of the proxy. The reference of the limiters' CPU per request when
+	// saturated.
+	UpstreamQueues *LoadRun `json:"upstream_queues,omitempty"`
 	// SaturatedStream is the same with streamed answers.
 	SaturatedStream *LoadRun `json:"saturated_stream,omitempty"`
 	// OpenLoop holds one point per arrival rate, streamed answers.
