@@ -38,6 +38,24 @@ func commandStats(b *testing.B, rdb *redis.Client) (scripts, all int64) {
 	return scripts, all
 }
 
+// redisCPU returns the CPU time (user + system) the Redis server has
+// used so far, from INFO cpu.
+func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
 func percentile(d []time.Duration, p float64) time.Duration {
 	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 	return d[min(len(d)-1, int(float64(len(d))*p))]
@@ -52,6 +70,7 @@ func BenchmarkFastPath(b *testing.B) {
 	warm, _ := n.q.Acquire(context.Background(), fairqueue.Request{})
 	warm.Release()
 	s0, a0 := commandStats(b, admin)
+	c0 := redisCPU(b, admin)
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for range b.N {
@@ -64,11 +83,37 @@ func BenchmarkFastPath(b *testing.B) {
 		p.Release()
 	}
 	b.StopTimer()
+	c1 := redisCPU(b, admin)
 	s1, a1 := commandStats(b, admin)
+	b.ReportMetric(float64((c1-c0).Microseconds())/float64(b.N), "redis-cpu-us/op")
 	b.ReportMetric(float64(s1-s0-1)/float64(b.N), "scripts/op") // -1: the INFO
 	b.ReportMetric(float64(a1-a0-1)/float64(b.N), "cmds/op")
 	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds()), "acquire-p50-us")
 	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds()), "acquire-p99-us")
+}
+
+// BenchmarkRoundTrip: a script call that does nothing, the floor of
+// every script call's cost: the Redis CPU of reading the call and
+// writing its reply, and the round trip. A request on the fast path
+// makes two calls (BenchmarkFastPath); what it costs above twice this is
+// the scripts' own work.
+func BenchmarkRoundTrip(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := srv.Client(b, func(o *redis.Options) { o.Protocol = 2 })
+	admin := srv.Client(b)
+	noop := redis.NewScript("return 1")
+	if err := noop.Run(context.Background(), rdb, []string{"{fair_queue:rtt}:k"}).Err(); err != nil {
+		b.Fatal(err)
+	}
+	c0 := redisCPU(b, admin)
+	b.ResetTimer()
+	for range b.N {
+		if err := noop.Run(context.Background(), rdb, []string{"{fair_queue:rtt}:k"}).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((redisCPU(b, admin)-c0).Microseconds())/float64(b.N), "redis-cpu-us/op")
 }
 
 // BenchmarkHandoff: a permit released on one node reaches the waiter on
@@ -172,14 +217,17 @@ func benchQueued(b *testing.B, fair bool, waiters int) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	s0, a0 := commandStats(b, admin)
+	c0 := redisCPU(b, admin)
 	d0 := done.Load()
 	b.ResetTimer()
 	for done.Load()-d0 < int64(b.N) {
 		time.Sleep(time.Millisecond)
 	}
 	b.StopTimer()
+	c1 := redisCPU(b, admin)
 	s1, a1 := commandStats(b, admin)
 	n := done.Load() - d0
+	b.ReportMetric(float64((c1-c0).Microseconds())/float64(n), "redis-cpu-us/op")
 	stop()
 	for _, nd := range nodes {
 		nd.q.RejectWaiters()
