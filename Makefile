@@ -47,9 +47,9 @@ vet:
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-## bench-engine: benchmark the queue engine a fixed number of iterations
+## bench-engine: benchmark the queue engine and the handler's own work a fixed number of iterations
 bench-engine:
-	$(GO) test -run '^$$' -bench . -benchtime 2000x ./fairqueue/...
+	$(GO) test -run '^$$' -bench . -benchtime 2000x . ./fairqueue/...
 
 ## caddy: build bin/caddy (Caddy + standard modules + fair_queue) with go build
 caddy:
