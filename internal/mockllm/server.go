@@ -15,6 +15,7 @@
 package mockllm
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -73,7 +74,8 @@ type Config struct {
 	RetryAfter string
 	// Slots is the most completions answered at once among the requests
 	// that carry HeaderQueue; later ones wait for a slot, in arrival
-	// order, before they count as arrived, as a model server's own queue
+	// order, and count as arrived (Stats.Arrivals, InFlight) when they
+	// get it, as a model server's own queue
 	// holds what its batch cannot take. Requests without the header are
 	// answered at once, so that a limiter in front is still seen if it
 	// lets too many through. Default 0: no slots, the header is ignored.
@@ -120,7 +122,11 @@ type Server struct {
 	delay  time.Duration
 
 	refuse *refusal
-	slots  chan struct{} // nil: no slots (Config.Slots)
+	// slotted: Config.Slots > 0; free slots and the requests waiting
+	// for one, in arrival order (guarded by mu).
+	slotted   bool
+	freeSlots int
+	slotQueue []*slotWaiter
 
 	lastID atomic.Uint64
 	mu     sync.Mutex
@@ -134,9 +140,7 @@ func New(cfg Config) *Server {
 	if cfg.Timeline {
 		s.tl = new(timeline)
 	}
-	if cfg.Slots > 0 {
-		s.slots = make(chan struct{}, cfg.Slots)
-	}
+	s.slotted, s.freeSlots = cfg.Slots > 0, cfg.Slots
 	if s.tokens == 0 {
 		s.tokens = DefaultTokens
 	}
@@ -231,8 +235,8 @@ func (s *Server) Arrivals() []string {
 }
 
 // Reset zeroes Served, Canceled and Arrivals and sets MaxInFlight to the
-// current InFlight. InFlight itself is left alone: requests still running
-// will end and decrement it.
+// current InFlight. InFlight and Waiting are left alone: requests still
+// running or waiting will end and decrement them.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -269,13 +273,23 @@ const (
 )
 
 func (s *Server) complete(w http.ResponseWriter, r *http.Request, k kind) {
-	if s.slots != nil && r.Header.Get(HeaderQueue) != "" {
-		if !s.takeSlot(r.Context()) {
+	var arrived time.Time
+	if s.slotted && r.Header.Get(HeaderQueue) != "" {
+		// The body first: the server notices a client that leaves only
+		// once its request is read.
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+		if err != nil {
 			return
 		}
-		defer func() { <-s.slots }()
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var ok bool
+		if arrived, ok = s.takeSlot(r.Context(), r.Header.Get(HeaderClientSeq)); !ok {
+			return
+		}
+		defer s.giveSlot() // runs after leave: the end is recorded first
+	} else {
+		arrived = s.arrive(r.Header.Get(HeaderClientSeq))
 	}
-	arrived := s.arrive(r.Header.Get(HeaderClientSeq))
 	result := failed
 	defer func() { s.leave(result, arrived) }()
 
@@ -320,23 +334,62 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, k kind) {
 	}
 }
 
-// takeSlot waits for one of Config.Slots (blocked senders of a channel
-// proceed in the order they came); false if ctx ended first.
-func (s *Server) takeSlot(ctx context.Context) bool {
+// slotWaiter is a request waiting for one of Config.Slots; got receives
+// its arrival time when giveSlot hands it one.
+type slotWaiter struct {
+	seq string
+	got chan time.Time
+}
+
+// takeSlot waits for one of Config.Slots, in arrival order, and counts
+// the request arrived when it has one (the one who frees the slot does,
+// so that arrivals are recorded in the order of the queue). It returns
+// the arrival time; false if ctx ended first.
+func (s *Server) takeSlot(ctx context.Context, seq string) (time.Time, bool) {
 	s.mu.Lock()
+	if s.freeSlots > 0 && len(s.slotQueue) == 0 {
+		s.freeSlots--
+		now := s.arriveLocked(seq)
+		s.mu.Unlock()
+		return now, true
+	}
+	w := &slotWaiter{seq: seq, got: make(chan time.Time, 1)}
+	s.slotQueue = append(s.slotQueue, w)
 	s.stats.Waiting++
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.stats.Waiting--
-		s.mu.Unlock()
-	}()
 	select {
-	case s.slots <- struct{}{}:
-		return true
+	case now := <-w.got:
+		return now, true
 	case <-ctx.Done():
-		return false
 	}
+	s.mu.Lock()
+	for i, q := range s.slotQueue {
+		if q == w {
+			s.slotQueue = append(s.slotQueue[:i], s.slotQueue[i+1:]...)
+			s.stats.Waiting--
+			s.mu.Unlock()
+			return time.Time{}, false
+		}
+	}
+	s.mu.Unlock()
+	// Handed a slot as the client left: it arrived, and leaves at once.
+	s.leave(canceled, <-w.got)
+	s.giveSlot()
+	return time.Time{}, false
+}
+
+// giveSlot hands a freed slot to the first request waiting, or frees it.
+func (s *Server) giveSlot() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.slotQueue) == 0 {
+		s.freeSlots++
+		return
+	}
+	w := s.slotQueue[0]
+	s.slotQueue = s.slotQueue[1:]
+	s.stats.Waiting--
+	w.got <- s.arriveLocked(w.seq)
 }
 
 // params reads the per-request overrides of the Config.
@@ -412,9 +465,14 @@ func (s *Server) whole(ctx context.Context, w http.ResponseWriter, a answer, tok
 }
 
 func (s *Server) arrive(seq string) time.Time {
-	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.arriveLocked(seq)
+}
+
+// arriveLocked counts a completion request arrived; s.mu is held.
+func (s *Server) arriveLocked(seq string) time.Time {
+	now := time.Now()
 	if s.tl != nil {
 		s.tl.arrive(&s.stats, now)
 	}

@@ -436,3 +436,40 @@ func TestSlotsHoldQueueingRequestsInArrivalOrder(t *testing.T) {
 	assert.Equal(t, n, s.Served())
 	assert.Greater(t, s.MaxInFlight(), 2, "without the header, requests do not wait for a slot")
 }
+
+// A request that leaves while it waits for a slot gives up its place: it
+// never arrives, and the slot goes to the next.
+func TestRequestLeavingWhileWaitingForASlotNeverArrives(t *testing.T) {
+	s, hs := start(t, Config{Tokens: 1, Delay: 200 * time.Millisecond, Slots: 1})
+	var wg sync.WaitGroup
+	send := func(ctx context.Context, seq string) {
+		wg.Go(func() {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, hs.URL+"/v1/chat/completions", strings.NewReader(`{}`))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			req.Header.Set(HeaderQueue, "1")
+			req.Header.Set(HeaderClientSeq, seq)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return // the one that leaves
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+	}
+	send(context.Background(), "a")
+	require.Eventually(t, func() bool { return s.InFlight() == 1 }, 5*time.Second, time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	send(ctx, "b")
+	require.Eventually(t, func() bool { return s.Stats().Waiting == 1 }, 5*time.Second, time.Millisecond)
+	send(context.Background(), "c")
+	require.Eventually(t, func() bool { return s.Stats().Waiting == 2 }, 5*time.Second, time.Millisecond)
+	cancel()
+	require.Eventually(t, func() bool { return s.Stats().Waiting == 1 }, 5*time.Second, time.Millisecond)
+	wg.Wait()
+	assert.Equal(t, []string{"a", "c"}, s.Arrivals())
+	assert.Equal(t, 1, s.MaxInFlight())
+	assert.Zero(t, s.Stats().Waiting)
+}
