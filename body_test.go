@@ -35,6 +35,9 @@ func TestSniffBodyReadsTopLevelStreamAndModel(t *testing.T) {
 		{"model with escapes", `{"model":"a\"b\\c\u00e9"}`, bodyInfo{model: "a\"b\\c\u00e9"}},
 		{"escaped key", `{"str\u0065am":true}`, bodyInfo{stream: true}},
 		{"strings holding braces and quotes", `{"prompt":"} { \" ] [","stream":true}`, bodyInfo{stream: true}},
+		{"string ending in an escaped backslash", `{"x":"a\\","model":"m"}`, bodyInfo{model: "m"}},
+		{"string ending in a backslash, then an escaped quote", `{"x":"a\\\"","model":"m"}`, bodyInfo{model: "m"}},
+		{"model ending in an escaped backslash", `{"model":"m\\","stream":true}`, bodyInfo{stream: true, model: "m\\"}},
 		{"duplicate key: last wins", `{"stream":true,"stream":false}`, bodyInfo{}},
 		{"duplicate model: last wins", `{"model":"a","model":"b"}`, bodyInfo{model: "b"}},
 		{"empty object", `{}`, bodyInfo{}},
@@ -94,6 +97,7 @@ func FuzzSniffBody(f *testing.F) {
 		`{"model":"m","stream":true}`, `{"stream":false}`, `{"a":{"stream":true}}`,
 		`{"str\u0065am":true}`, `{"model":"\"}"}`, `[1]`, `{"stream":true`, `{}`, ` {"a":[{}],"stream" : true } `,
 		`{"max_tokens":12,"max_completion_tokens":1.5e2}`, `{"max_output_tokens":-1}`, `{"max_tokens":"9"}`,
+		`{"x":"a\\","model":"m"}`, `{"x":"a\\\"","model":"m"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -212,11 +216,11 @@ func itoa(n int) string {
 // sizes (the rest of the body is skipped, not decoded).
 func BenchmarkSniffBody(b *testing.B) {
 	for _, kib := range []int{1, 32} {
-		// Prose as clients send it: an escape every 100 bytes or so.
+		// Prose as clients send it: an escape every 32 bytes or so.
 		text := strings.Repeat("Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod \\\"tempor\\\" incididunt.\\n", 6)
 		msg := strings.Repeat(`{"role":"user","content":"`+text+`"},`, kib*1024/(len(text)+30)+1)
 		body := []byte(`{"model":"m","messages":[` + msg[:len(msg)-1] + `],"stream":true,"max_tokens":256}`)
-		b.Run(fmt.Sprintf("%dKiB", kib), func(b *testing.B) {
+		b.Run(fmt.Sprintf("%.1fKiB", float64(len(body))/1024), func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
 				if info := sniffBody(body); !info.stream || info.maxTokens != 256 {

@@ -12,7 +12,8 @@ import (
 // whose bytes are mostly long strings (the messages): those are skipped
 // sixteen bytes at a time. FuzzValidJSON holds it to json.Valid.
 func validJSON(b []byte) bool {
-	var open []byte // the arrays and objects around i: '[' or '{'
+	var nest [32]byte
+	open := nest[:0] // the arrays and objects around i: '[' or '{'
 	i := skipSpace(b, 0)
 	for {
 		// A value starts at i.
