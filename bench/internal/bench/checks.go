@@ -174,7 +174,7 @@ func sizeLabel(n int) string {
 // cpuLoads are the loads whose CPU per request is checked, and the load
 // of plain reverse_proxy each is compared with: the same load at low
 // load; when saturated, the same load against an upstream that queues
-// itself (UpstreamQueues): the same clients and connections, upstream
+// itself (UpstreamQueues): the same clients and client connections, upstream
 // concurrency and about the same throughput, with the queue in the
 // upstream. Reported beside it, not checked: reverse_proxy with as many
 // clients as permits (AtPermits), the earlier reference, which has no

@@ -63,7 +63,7 @@ func markdown(res *Results, opts Options, plots []string) string {
 	w("windows). The ratio divides by the proxy CPU per request of plain reverse_proxy on as many nodes when that\n")
 	w("ran: under the same load at low load; when saturated, reverse_proxy under the same %d clients in front of an\n", set.Clients)
 	w("upstream that queues what exceeds %d itself (mockllm's slots, as a model server's own queue does; below):\n", set.Permits)
-	w("the same connections, upstream concurrency and about the same throughput, the queue in the upstream\n")
+	w("the same client connections, upstream concurrency and about the same throughput, the queue in the upstream\n")
 	w("instead of the proxy (unlimited, reverse_proxy's %d-client load above serves several times as many requests\n", set.Clients)
 	w("per second, and each costs less CPU at that rate). \"with Redis\" adds Redis' CPU to the queue's side.\n")
 	w("The CPU the load generator, mockllm and other work on the machine take is not counted, but they share the\n")

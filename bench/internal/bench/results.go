@@ -117,8 +117,9 @@ type System struct {
 	// UpstreamQueues is plain reverse_proxy only: the Saturated load
 	// against an upstream that queues what exceeds Permits itself
 	// (mockllm's slots, as a model server's own queue does): the same
-	// clients, connections, upstream concurrency and about the same
-	// throughput as a limiter's, with the queue in the upstream instead
+	// clients, client connections, upstream concurrency and about the
+	// same throughput as a limiter's (reverse_proxy keeps a connection
+	// to the upstream per waiting request), with the queue in the upstream instead
 	// of the proxy. The reference of the limiters' CPU per request when
 	// saturated.
 	UpstreamQueues *LoadRun `json:"upstream_queues,omitempty"`
@@ -251,7 +252,8 @@ type Check struct {
 	System string `json:"system"`
 	// Value is what was measured, in words.
 	Value string `json:"value"`
-	// Result is "pass", "FAIL" or "n/a".
+	// Result is "pass", "FAIL", "n/a" or, for a figure shown beside a
+	// target but not held to it, "reported".
 	Result string `json:"result"`
 }
 
