@@ -74,11 +74,11 @@ type Config struct {
 	RetryAfter string
 	// Slots is the most completions answered at once among the requests
 	// that carry HeaderQueue; later ones wait for a slot, in arrival
-	// order, and count as arrived (Stats.Arrivals, InFlight) when they
-	// get it, as a model server's own queue
-	// holds what its batch cannot take. Requests without the header are
-	// answered at once, so that a limiter in front is still seen if it
-	// lets too many through. Default 0: no slots, the header is ignored.
+	// order, as a model server's own queue holds what its batch cannot
+	// take, and count as arrived (Stats.Arrivals, InFlight) when they
+	// get it. Requests without the header are answered at once, so that
+	// a limiter in front is still seen if it lets too many through.
+	// Default 0: no slots, the header is ignored.
 	Slots int
 }
 
@@ -279,6 +279,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, k kind) {
 		// once its request is read.
 		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
 		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("reading the body: %v", err))
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
