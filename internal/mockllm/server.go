@@ -15,7 +15,6 @@
 package mockllm
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -274,15 +273,18 @@ const (
 
 func (s *Server) complete(w http.ResponseWriter, r *http.Request, k kind) {
 	var arrived time.Time
+	var body []byte
+	var bodyErr error
+	read := false // body and bodyErr hold the request's body
 	if s.slotted && r.Header.Get(HeaderQueue) != "" {
 		// The body first: the server notices a client that leaves only
 		// once its request is read.
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("reading the body: %v", err))
+		body, bodyErr = io.ReadAll(io.LimitReader(r.Body, maxBody))
+		if bodyErr != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("reading the body: %v", bodyErr))
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		read = true
 		var ok bool
 		if arrived, ok = s.takeSlot(r.Context(), r.Header.Get(HeaderClientSeq)); !ok {
 			return
@@ -302,9 +304,11 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, k kind) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("reading the body: %v", err))
+	if !read {
+		body, bodyErr = io.ReadAll(io.LimitReader(r.Body, maxBody))
+	}
+	if bodyErr != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("reading the body: %v", bodyErr))
 		return
 	}
 	var req completionRequest
