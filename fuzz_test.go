@@ -107,10 +107,11 @@ func renderFuzzReject(t *testing.T, tmpl, value string, streaming bool) string {
 
 // FuzzRejectTemplate renders reject templates with arbitrary
 // placeholder values (client input) and arbitrary templates (operator
-// input). Values are JSON-escaped: a template that is valid JSON stays
-// valid JSON whatever the values, a value placed in a JSON string reads
-// back as itself, and no value can add a line to an SSE answer (which
-// would let it forge events).
+// input). Values are JSON-escaped in strings, a JSON scalar or null
+// outside them: a template that is valid JSON stays valid JSON whatever
+// the values, a value placed in a JSON string reads back as itself, a
+// value outside strings adds no structure, and no value can add a line
+// to an SSE answer (which would let it forge events).
 func FuzzRejectTemplate(f *testing.F) {
 	for _, s := range [][2]string{
 		{`{"error":{"message":"{http.fair_queue.message}","code":"{http.fair_queue.reason}","model":"{http.fair_queue.model}"}}`, `gpt-4o`},
@@ -137,6 +138,14 @@ func FuzzRejectTemplate(f *testing.F) {
 		assert.Equal(t, want, got.M)
 		assert.Equal(t, "<"+want+">", got.Q)
 		assert.Equal(t, want, got.H)
+
+		// Outside a string, a value is a JSON scalar or null: it can add
+		// no structure to a valid template.
+		var num map[string]any
+		out = renderFuzzReject(t, `{"n":{http.fair_queue.model},"a":[{http.request.header.X-Fuzz}]}`, value, false)
+		require.NoError(t, json.Unmarshal([]byte(out), &num), "output %q", out)
+		assert.Len(t, num, 2, "output %q", out)
+		assert.Len(t, num["a"], 1, "output %q", out)
 
 		body := renderFuzzReject(t, tmpl, value, false)
 		if json.Valid([]byte(tmpl)) {

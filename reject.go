@@ -20,11 +20,13 @@ import (
 // Reasons overrides, field by field, the defaults for those reasons.
 //
 // Placeholders in Body and SSEData are replaced when the answer is
-// written, with their values JSON-escaped (so that they are safe inside
-// JSON strings); unknown placeholders, and every other brace and
-// backslash, are left as they are. A placeholder lies inside one JSON
-// string or wholly outside strings (a number). Besides the
-// request's placeholders, these describe the reject:
+// written. A placeholder lies inside one JSON string, where its value is
+// JSON-escaped, or wholly outside strings, where its value is written
+// only when it is a JSON number, true, false or null, and is null
+// otherwise (so a client's value adds no structure: a valid JSON
+// template stays valid JSON). Unknown placeholders, and every other
+// brace and backslash, are left as they are. Besides the request's
+// placeholders, these describe the reject:
 //
 //	{http.fair_queue.reason}       timeout, queue_full, shutting_down or store_unavailable
 //	{http.fair_queue.message}      the default human-readable message

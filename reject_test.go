@@ -118,10 +118,10 @@ func TestRejectTemplatesKeepJSONStructureAndBackslashes(t *testing.T) {
 }
 
 func TestRejectSSEDataDefaultsToBodyAndSplitsLines(t *testing.T) {
-	cfg := []*RejectConfig{{Body: "line one\nline two {http.fair_queue.reason}", SSEEvent: "queue"}}
+	cfg := []*RejectConfig{{Body: "line one\nline two \"{http.fair_queue.reason}\" {http.fair_queue.retry_after}", SSEEvent: "queue"}}
 	rej := &fairqueue.RejectError{Reason: fairqueue.ReasonTimeout, RetryAfter: time.Second}
 	w := renderReject(t, cfg, rej, true, nil)
-	assert.Equal(t, "event: queue\ndata: line one\ndata: line two timeout\n\n", w.Body.String())
+	assert.Equal(t, "event: queue\ndata: line one\ndata: line two \"timeout\" 1\n\n", w.Body.String())
 }
 
 func TestRejectPerReasonOverridesDefaultsFieldByField(t *testing.T) {

@@ -6,13 +6,16 @@ import (
 	"github.com/caddyserver/caddy/v2"
 )
 
-// replaceJSON replaces the known placeholders of tmpl, a JSON template,
-// with their values JSON-escaped. A placeholder lies inside one JSON
-// string, or wholly outside strings (a number such as
-// {http.fair_queue.retry_after}); a brace that does not open a known
-// placeholder, JSON's own braces and backslashes are copied as they are
-// (Caddy's replacer is not used: it takes `\{` for an escaped brace and
-// may read a placeholder across two JSON strings).
+// replaceJSON replaces the known placeholders of tmpl, a JSON template.
+// A placeholder lies inside one JSON string, where its value is
+// JSON-escaped, or wholly outside strings (a number such as
+// {http.fair_queue.retry_after}), where its value is written only when
+// it is a JSON number, true, false or null, and null otherwise: a value
+// a client chose can never add structure to the answer. A brace that
+// does not open a known placeholder, JSON's own braces and backslashes
+// are copied as they are (Caddy's replacer is not used: it takes `\{`
+// for an escaped brace and may read a placeholder across two JSON
+// strings).
 func replaceJSON(repl *caddy.Replacer, tmpl string) string {
 	var b strings.Builder
 	b.Grow(len(tmpl))
@@ -24,18 +27,19 @@ func replaceJSON(repl *caddy.Replacer, tmpl string) string {
 		case c == '"':
 			// A segment ends: a string's content, or what lies between
 			// strings.
-			replacePlaceholders(&b, repl, tmpl[start:i])
+			replacePlaceholders(&b, repl, tmpl[start:i], inString)
 			b.WriteByte('"')
 			start, inString = i+1, !inString
 		}
 	}
-	replacePlaceholders(&b, repl, tmpl[start:])
+	replacePlaceholders(&b, repl, tmpl[start:], inString)
 	return b.String()
 }
 
 // replacePlaceholders writes seg to b, each {key} whose key repl knows
-// replaced by its value, JSON-escaped.
-func replacePlaceholders(b *strings.Builder, repl *caddy.Replacer, seg string) {
+// replaced by its value: JSON-escaped inside a string, a JSON scalar or
+// null outside one.
+func replacePlaceholders(b *strings.Builder, repl *caddy.Replacer, seg string, inString bool) {
 	for {
 		open := strings.IndexByte(seg, '{')
 		if open < 0 {
@@ -48,7 +52,11 @@ func replacePlaceholders(b *strings.Builder, repl *caddy.Replacer, seg string) {
 		if end >= 0 && seg[1+end] == '}' && end > 0 {
 			key := seg[1 : 1+end]
 			if v, ok := repl.Get(key); ok && !strings.ContainsAny(key, " \t\r\n\\") {
-				b.WriteString(jsonEscape(caddy.ToString(v)))
+				if inString {
+					b.WriteString(jsonEscape(caddy.ToString(v)))
+				} else {
+					b.WriteString(jsonScalar(caddy.ToString(v)))
+				}
 				seg = seg[2+end:]
 				continue
 			}
@@ -62,4 +70,17 @@ func replacePlaceholders(b *strings.Builder, repl *caddy.Replacer, seg string) {
 func jsonEscape(s string) string {
 	b := encodeJSON(s)
 	return string(b[1 : len(b)-1])
+}
+
+// jsonScalar is s when s is exactly a JSON number, true, false or null
+// (no space around it), else null.
+func jsonScalar(s string) string {
+	switch s {
+	case "true", "false", "null":
+		return s
+	}
+	if end, ok := number([]byte(s), 0); ok && end == len(s) {
+		return s
+	}
+	return "null"
 }
