@@ -10,9 +10,12 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/redis/go-redis/v9"
@@ -107,9 +110,12 @@ func runStatus(cmd *cobra.Command, _ []string) error {
 	}
 	out := cmd.OutOrStdout()
 	if asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = out.Write(append(escapeJSONControls(b), '\n'))
+		return err
 	}
 	return printStatus(out, rep)
 }
@@ -213,7 +219,7 @@ func runPurge(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	_, err = fmt.Fprintf(cmd.OutOrStdout(), "purged queue %q (keys %s*): %d waiting, %d holders; "+
-		"live instances put back their own at their next heartbeat\n", name, st.Tag(), before.Waiting, len(before.Holders))
+		"live instances put back their own at their next heartbeat\n", name, termText(st.Tag()), before.Waiting, len(before.Holders))
 	return err
 }
 
@@ -242,7 +248,7 @@ func printStatus(w io.Writer, rep statusReport) error {
 			waiting, inFlight = fmt.Sprint(s.Waiting), fmt.Sprint(len(s.Holders))
 			nodes, grants = fmt.Sprint(alive), fmt.Sprint(s.Grants)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, storeLabel(q), permits, waiting, inFlight, nodes, grants)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termCell(q.Name), storeLabel(q), permits, waiting, inFlight, nodes, grants)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -258,15 +264,19 @@ func printStatus(w io.Writer, rep statusReport) error {
 func printQueueDetail(w io.Writer, q queueReport) error {
 	s := q.Snapshot
 	if s == nil {
-		_, err := fmt.Fprintf(w, "\n%s: %s\n", q.Name, cmp.Or(q.Error, "no state"))
+		_, err := fmt.Fprintf(w, "\n%s: %s\n", termCell(q.Name), termText(cmp.Or(q.Error, "no state")))
 		return err
 	}
 	if len(s.Head) == 0 && len(s.Holders) == 0 {
 		return nil
 	}
-	fmt.Fprintf(w, "\n%s\n", q.Name)
+	fmt.Fprintf(w, "\n%s\n", termCell(q.Name))
 	if len(s.Head) > 0 {
-		fmt.Fprintf(w, "  head (next %d of %d waiting): %s\n", len(s.Head), s.Waiting, strings.Join(s.Head, " "))
+		head := make([]string, len(s.Head))
+		for i, t := range s.Head {
+			head[i] = termCell(t)
+		}
+		fmt.Fprintf(w, "  head (next %d of %d waiting): %s\n", len(s.Head), s.Waiting, strings.Join(head, " "))
 	}
 	if len(s.Holders) == 0 {
 		return nil
@@ -275,7 +285,7 @@ func printQueueDetail(w io.Writer, q queueReport) error {
 	fmt.Fprintln(tw, "  HOLDER\tNODE\tLEASE LEFT")
 	for _, h := range s.Holders {
 		left := (time.Duration(h.LeaseLeftMS) * time.Millisecond).Round(100 * time.Millisecond)
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", h.Ticket, h.Node, left)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", termCell(h.Ticket), termCell(h.Node), left)
 	}
 	return tw.Flush()
 }
@@ -284,11 +294,71 @@ func printQueueDetail(w io.Writer, q queueReport) error {
 // "redis host:port/db", with the key prefix when it is not the default.
 func storeLabel(q queueReport) string {
 	if q.Store != "redis" {
-		return q.Store
+		return termCell(q.Store)
 	}
-	s := fmt.Sprintf("redis %s/%d", q.Address, q.DB)
+	s := fmt.Sprintf("redis %s/%d", termCell(q.Address), q.DB)
 	if q.KeyPrefix != "" && q.KeyPrefix != redisstore.DefaultKeyPrefix {
-		s += " prefix=" + q.KeyPrefix
+		s += " prefix=" + termCell(q.KeyPrefix)
 	}
 	return s
+}
+
+// termText is s for a terminal: as it is when every rune is printable
+// (strconv.IsPrint), else quoted with Go's escapes, so that a string a
+// client chose (a queue name from a placeholder, an error naming it)
+// cannot move the cursor, clear the screen, retitle the terminal or
+// start a line of its own.
+func termText(s string) string {
+	if printable(s) {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+// termCell is s for one cell of a table or list: termText, and quoted
+// as well when it is empty or holds a space or a double quote, so that
+// it reads as one cell and a quoted name is never taken for an escaped
+// one.
+func termCell(s string) string {
+	if s == "" || strings.ContainsAny(s, ` "`) || !printable(s) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+// printable reports whether s is valid UTF-8 of printable runes only
+// (no control or format character, no space but ASCII's).
+func printable(s string) bool {
+	for _, r := range s {
+		if r == utf8.RuneError || !strconv.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// escapeJSONControls rewrites, in the JSON b, every rune that is not
+// printable and that encoding/json leaves as it is (DEL, C1 controls such
+// as the 8-bit CSI, bidi overrides and other format characters) as a
+// \u escape. Such runes occur only inside JSON strings, so the JSON
+// means the same; a terminal shown it acts on none.
+func escapeJSONControls(b []byte) []byte {
+	if printable(string(b)) {
+		return b
+	}
+	out := make([]byte, 0, len(b)+32)
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		switch {
+		case r < utf8.RuneSelf && r != 0x7f, strconv.IsPrint(r):
+			out = append(out, b[:n]...)
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
+		default:
+			out = fmt.Appendf(out, `\u%04x`, r)
+		}
+		b = b[n:]
+	}
+	return out
 }

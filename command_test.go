@@ -3,11 +3,15 @@ package caddyfairqueue
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
@@ -197,4 +201,83 @@ func TestCLIRedisTakesThePasswordFromTheEnvironment(t *testing.T) {
 	_, err = cliRedis("redis://u:p@host:notaport/0")
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), ":p@", "the URL, and its password, are not echoed")
+}
+
+// hostileName is a queue name a client chose through a placeholder: it
+// clears the screen, retitles the terminal, fakes a table row, and tries
+// an 8-bit CSI and a right-to-left override.
+const hostileName = "\x1b[2J\x1b[H\x1b]0;pwned\x07chat\r\nembed   local   2   0   0   0   0\n\u009b31m\u202egpj"
+
+// hostileAdminJSON is an admin API answer whose strings came from a client.
+func hostileAdminJSON(t *testing.T) string {
+	t.Helper()
+	name, err := json.Marshal(hostileName)
+	require.NoError(t, err)
+	n := string(name)
+	return `{"queues":[
+ {"name":` + n + `,"store":"local","permits":1,"snapshot":{"waiting":1,"head":[` + n + `],
+   "holders":[{"ticket":` + n + `,"node":"a b","lease_left_ms":1000}],"nodes":[],"flows":[],"grants":0}},
+ {"name":"plain-name","store":"redis","address":` + n + `,"db":0,"key_prefix":"x\ty","permits":1,"error":` + n + `}]}`
+}
+
+// assertTerminalSafe fails when out holds a byte or rune that a terminal
+// acts on rather than prints: C0 controls but the newline, DEL, C1
+// controls and format characters such as bidi overrides.
+func assertTerminalSafe(t *testing.T, out string) {
+	t.Helper()
+	for i, r := range out {
+		if r != '\n' && r != ' ' && (r < 0x21 || r >= 0x7f) && (r <= 0x9f || !unicode.IsGraphic(r)) {
+			assert.Failf(t, "a control reaches the terminal", "rune %U at %d of %q", r, i, out)
+			return
+		}
+	}
+}
+
+func TestStatusEscapesClientStringsInTheTable(t *testing.T) {
+	out, err := runCLI(t, "status", "--admin", fakeAdmin(t, hostileAdminJSON(t)))
+	require.NoError(t, err)
+	assertTerminalSafe(t, out)
+	q := regexp.QuoteMeta(strconv.Quote(hostileName))
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	want := []string{
+		`^QUEUE +STORE +PERMITS +WAITING +IN FLIGHT +NODES +GRANTS$`,
+		`^` + q + ` +local +1 +1 +1 +0 +0$`,
+		`^plain-name +redis ` + q + `/0 prefix="x\\ty" +1 +\? +\? +\? +\?$`,
+		`^$`,
+		`^` + q + `$`,
+		`^  head \(next 1 of 1 waiting\): ` + q + `$`,
+		`^  HOLDER +NODE +LEASE LEFT$`,
+		`^  ` + q + ` +"a b" +1s$`,
+		`^$`,
+		`^plain-name: ` + q + `$`,
+	}
+	require.Len(t, lines, len(want), "no string adds a line: %q", out)
+	for i, re := range want {
+		assert.Regexp(t, re, lines[i], "line %d", i)
+	}
+}
+
+func TestStatusKeepsOrdinaryNamesReadable(t *testing.T) {
+	out, err := runCLI(t, "status", "--admin", fakeAdmin(t, adminJSON))
+	require.NoError(t, err)
+	assert.Equal(t, wantStatusTable, out, "printable names and errors are printed as they are")
+}
+
+func TestStatusJSONEscapesEveryControlCharacter(t *testing.T) {
+	out, err := runCLI(t, "status", "--admin", fakeAdmin(t, hostileAdminJSON(t)), "--json")
+	require.NoError(t, err)
+	assertTerminalSafe(t, out)
+	var rep statusReport
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), "still valid JSON: %s", out)
+	assert.Equal(t, hostileName, rep.Queues[0].Name, "and the same strings")
+}
+
+func TestStatusFromRedisEscapesAQueueNameAClientChose(t *testing.T) {
+	rds := redistest.Start(t)
+	seedQueue(t, rds, hostileName)
+	out, err := runCLI(t, "status", "--redis", "redis://"+rds.Addr()+"/0")
+	require.NoError(t, err)
+	assertTerminalSafe(t, out)
+	assert.Contains(t, out, strconv.Quote(hostileName)+"  redis ")
+	assert.Len(t, strings.Split(strings.TrimSuffix(out, "\n"), "\n"), 7, "the table, the queue's head and its holder: %q", out)
 }
