@@ -34,6 +34,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //
 //	fair_queue [<matcher>] {
 //	    name          <queue name>         # default "default"; placeholders allowed, e.g. {http.fair_queue.model}
+//	    names         <name>...            # repeatable; with placeholders in name: the names served, others get 404 model_not_found
 //	    permits       <n>                  # required (unless upstream lines), > 0, cluster-wide
 //	    max_wait      <duration>           # default 20s; at least 50ms
 //	    poll_interval <duration>           # default 200ms (max_wait if shorter); at least 50ms, at most max_wait
@@ -105,7 +106,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	}
 //
 // Every option may be given once, except weight (once per tenant value),
-// upstream (once per dial address) and reject. Templates may span lines with a heredoc (<<JSON ... JSON).
+// upstream (once per dial address), names and reject. Templates may span lines with a heredoc (<<JSON ... JSON).
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
 	if d.NextArg() {
@@ -113,6 +114,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	}
 	err := parseBlock(d, map[string]optionParser{
 		"name":          opt(&h.Name, stringArg),
+		"names":         h.parseNames,
 		"permits":       opt(&h.Permits, intArg(1)),
 		"max_wait":      opt(&h.MaxWait, durationArg(fairqueue.MinPollInterval)),
 		"poll_interval": opt(&h.PollInterval, durationArg(fairqueue.MinPollInterval)),
@@ -150,7 +152,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			return nil
 		},
-	}, "weight", "reject", "upstream")
+	}, "weight", "reject", "upstream", "names")
 	if err != nil {
 		return err
 	}

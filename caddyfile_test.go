@@ -252,6 +252,11 @@ func TestCaddyfileRefusesBadConfigNamingTheOption(t *testing.T) {
 		{"master name outside sentinel", "permits 1\nredis {\nmaster_name m\n}", "redis: master_name is for mode sentinel only"},
 		{"sentinel password outside sentinel", "permits 1\nredis {\nsentinel_password pa%zzss\n}", "redis: sentinel_username and sentinel_password are for mode sentinel only"},
 		{"master name without value", "permits 1\nredis {\nmode sentinel\nmaster_name\n}", "wrong argument count"},
+		{"names with a fixed name", "permits 1\nname llm\nnames a b", "names requires a name with placeholders"},
+		{"names without a name", "permits 1\nnames a", "names requires a name with placeholders"},
+		{"names without value", "permits 1\nname {http.fair_queue.model}\nnames", "wrong argument count"},
+		{"name listed twice", "permits 1\nname {http.fair_queue.model}\nnames a b\nnames a", "names: \"a\" is listed twice"},
+		{"names too long", "permits 1\nname {http.fair_queue.model}\nnames " + strings.Repeat("n", 201), "names: a name is longer than 200 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parse("fair_queue {\n" + tc.body + "\n}")

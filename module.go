@@ -71,7 +71,7 @@ func checkOnStoreError(policy string) error {
 //	{http.fair_queue.model}        the "model" of the JSON request body, or empty
 //	{http.fair_queue.streaming}    true for a streaming request (Accept: text/event-stream or "stream": true)
 //	{http.fair_queue.tenant}       with Tenant: the tenant's key, a hash of its value (never the value itself, which may be an API key)
-//	{http.fair_queue.outcome}      granted, fail_open, cancelled, or the reject reason
+//	{http.fair_queue.outcome}      granted, fail_open, cancelled, model_not_found (see Names), or the reject reason
 //	{http.fair_queue.reason}       the reject reason; store_unavailable for fail_open
 //	{http.fair_queue.wait_ms}      time spent waiting for the permit, in milliseconds
 //	{http.fair_queue.position}     tickets ahead at enqueue plus one; 0 when granted at once
@@ -84,13 +84,24 @@ type Handler struct {
 	// database and key prefix; without Redis: this process) shares its
 	// permits and its order. Placeholders are replaced per request, so
 	// that one handler can keep a queue per model
-	// ({http.fair_queue.model}) or per header; such a handler opens at
-	// most 100 queues, and a request naming a queue beyond that, or a
-	// name longer than 200 bytes, is rejected with queue_full (such a
-	// name, perhaps client input, appears in logs and metrics as
-	// "(overflow)"). A name that resolves to nothing is "default".
-	// Default "default".
+	// ({http.fair_queue.model}) or per header; such a handler holds at
+	// most 100 queues (or as many as Names lists) and gives back a queue
+	// that has had no request in it for 10s, at once when a new name
+	// needs its slot: a request naming a new queue while every slot has
+	// a request in it, or a name longer than 200 bytes, is rejected with
+	// queue_full (such a name, perhaps client input, appears in logs and
+	// metrics as "(overflow)"). A name that resolves to nothing is
+	// "default". Default "default".
 	Name string `json:"name,omitempty"`
+
+	// Names lists the queue names (Name with its placeholders replaced)
+	// that the handler serves: a request whose name is not listed is
+	// answered at once with 404 and code model_not_found, as OpenAI
+	// answers an unknown model, and opens no queue, so names a client
+	// makes up never take a queue slot. Each name once, 1 to 200 bytes.
+	// Requires a Name with placeholders. Default: none, any name opens
+	// a queue.
+	Names []string `json:"names,omitempty"`
 
 	// Permits is how many requests of the queue may be served at once,
 	// across the whole cluster. Required, at least 1. During a rolling
@@ -330,6 +341,7 @@ type Handler struct {
 	dynamic  bool          // Name has placeholders
 	gen      uint64        // provisioning number
 	claim    *claimKey
+	names    map[string]bool
 
 	mu       sync.Mutex
 	engines  map[engineKey]*engineRef // the pool references this handler holds
@@ -405,6 +417,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 
 	h.dynamic = strings.Contains(h.Name, "{")
+	h.names = nameSet(h.Names)
 	if h.dynamic {
 		return nil
 	}

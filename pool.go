@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -20,6 +21,18 @@ const maxQueuesPerHandler = 100
 
 // maxQueueNameLen bounds a queue name resolved from the request.
 const maxQueueNameLen = 200
+
+// queueIdle is how long a queue named from the request (a placeholder)
+// may go without a request in it, in this handler, before the handler
+// gives its reference back (the queue then leaves the store when no other
+// handler holds it): a name a client made up, used once, holds no slot
+// and no store keys for longer. A variable for tests.
+var queueIdle = 10 * time.Second
+
+// idleDropping runs between an idle queue's removal from its handler and
+// the release of the handler's pool reference; tests use it to send a
+// request in between.
+var idleDropping = func(engineKey) {}
 
 // engines holds one engine per engineKey in this process, shared by
 // every handler (of every config generation) that names it, so that a
@@ -191,6 +204,13 @@ func (e *engine) reconfigure(gen uint64, cfg fairqueue.Config) (old fairqueue.Co
 type engineRef struct {
 	e          *engine
 	configured atomic.Bool // this handler's settings were applied
+
+	// Under the handler's mu: the handler's requests in the engine,
+	// since when it has had none, and the timer that drops the reference
+	// of a queue named from the request once it has been idle queueIdle.
+	active    int
+	idleSince time.Time
+	idle      *time.Timer
 }
 
 // errTooManyQueues: a request named a new queue beyond the handler's cap.
@@ -208,7 +228,7 @@ func (h *Handler) use(name string) (e *engine, done func(), err error) {
 		// the settings to the new config. The cap on queues still
 		// applies: the name may be client input.
 		if !h.borrowed[key] {
-			if len(h.borrowed) >= maxQueuesPerHandler {
+			if len(h.borrowed) >= h.queueCap() {
 				h.mu.Unlock()
 				return nil, nil, errTooManyQueues
 			}
@@ -226,25 +246,101 @@ func (h *Handler) use(name string) (e *engine, done func(), err error) {
 		}, nil
 	}
 	ref := h.engines[key]
+	var evicted *engineKey
 	if ref == nil {
-		if len(h.engines) >= maxQueuesPerHandler {
-			h.mu.Unlock()
-			return nil, nil, errTooManyQueues
+		if len(h.engines) >= h.queueCap() {
+			// At the cap a queue that has no request in it gives its slot
+			// up: only queues in use can keep a new name out.
+			if evicted = h.evictIdle(); evicted == nil {
+				h.mu.Unlock()
+				return nil, nil, errTooManyQueues
+			}
 		}
 		e, err := h.loadEngine(key)
 		if err != nil {
 			h.mu.Unlock()
+			if evicted != nil {
+				h.dropEngine(*evicted)
+			}
 			return nil, nil, err
 		}
 		ref = &engineRef{e: e}
 		h.engines[key] = ref
 	}
+	ref.active++
 	ref.e.enter()
 	h.mu.Unlock()
+	if evicted != nil {
+		h.dropEngine(*evicted)
+	}
 	if ref.configured.CompareAndSwap(false, true) {
 		h.applySettings(ref.e)
 	}
-	return ref.e, ref.e.exit, nil
+	return ref.e, func() {
+		ref.e.exit()
+		h.left(key, ref)
+	}, nil
+}
+
+// queueCap is how many queues the handler holds at once: the names it
+// serves, or maxQueuesPerHandler when any name is opened.
+func (h *Handler) queueCap() int {
+	return max(maxQueuesPerHandler, len(h.Names))
+}
+
+// left ends a request's use of ref; the handler's last request out of a
+// queue named from the request starts its idle time.
+func (h *Handler) left(key engineKey, ref *engineRef) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ref.active--
+	if !h.dynamic || ref.active > 0 || h.engines[key] != ref {
+		return
+	}
+	ref.idleSince = time.Now()
+	if ref.idle == nil {
+		ref.idle = time.AfterFunc(queueIdle, func() { h.dropIdle(key, ref) })
+	} else {
+		ref.idle.Reset(queueIdle)
+	}
+}
+
+// dropIdle gives back the handler's reference to a queue that has had no
+// request in it for queueIdle. A request that comes after the removal
+// takes a reference of its own (use): the engine stays open if the pool
+// still has it, else a new one opens.
+func (h *Handler) dropIdle(key engineKey, ref *engineRef) {
+	h.mu.Lock()
+	if h.engines[key] != ref || ref.active > 0 || time.Since(ref.idleSince) < queueIdle {
+		// Cleaned up, in use again, or used since the timer was set
+		// (its Reset fires again).
+		h.mu.Unlock()
+		return
+	}
+	delete(h.engines, key)
+	h.mu.Unlock()
+	idleDropping(key)
+	h.dropEngine(key)
+}
+
+// evictIdle removes from h.engines the queue idle the longest and
+// returns its key, for the caller to drop once h.mu is unlocked; nil when
+// every queue has a request in it. Under h.mu.
+func (h *Handler) evictIdle() *engineKey {
+	var oldest *engineKey
+	var since time.Time
+	for k, ref := range h.engines {
+		if ref.active == 0 && (oldest == nil || ref.idleSince.Before(since)) {
+			oldest, since = &k, ref.idleSince
+		}
+	}
+	if oldest != nil {
+		if ref := h.engines[*oldest]; ref.idle != nil {
+			ref.idle.Stop()
+		}
+		delete(h.engines, *oldest)
+	}
+	return oldest
 }
 
 // loadEngine takes a pool reference to the engine of key.
@@ -298,9 +394,12 @@ func (h *Handler) releaseEngines() error {
 	if h.borrowed == nil {
 		h.borrowed = make(map[engineKey]bool, len(h.engines))
 	}
-	for k := range h.engines {
+	for k, ref := range h.engines {
 		keys = append(keys, k)
 		h.borrowed[k] = true
+		if ref.idle != nil {
+			ref.idle.Stop()
+		}
 	}
 	h.engines = nil
 	h.mu.Unlock()

@@ -68,6 +68,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 	}
 	repl.Set(phQueue, name)
+	if !h.serves(name) {
+		return h.notServed(w, r, repl)
+	}
 
 	var e *engine
 	done := func() {}

@@ -90,6 +90,14 @@ func (h *Handler) validate() error {
 	if err := h.checkPool(); err != nil {
 		return err
 	}
+	if len(h.Names) > 0 {
+		if !strings.Contains(h.Name, "{") {
+			return errNamesNeedPlaceholders
+		}
+		if err := checkNames(h.Names); err != nil {
+			return err
+		}
+	}
 	if h.RejectStream != nil {
 		if err := h.RejectStream.check(); err != nil {
 			return err

@@ -1,0 +1,87 @@
+package caddyfairqueue
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"unicode/utf8"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+)
+
+// The names a handler serves (Names): a queue name resolved from the
+// request that the operator did not list is answered at once, before any
+// queue is opened, so that names a client makes up cost no queue slot,
+// no engine and no store keys.
+
+// unknownQueue stands in logs and metrics for a queue name that Names
+// does not list: the name is client input.
+const unknownQueue = "(unknown)"
+
+// outcomeUnknownName is the outcome (and reason) of a request whose
+// queue name Names does not list; also the code of its 404 answer, as
+// OpenAI answers an unknown model.
+const outcomeUnknownName = "model_not_found"
+
+// errNamesNeedPlaceholders: Names with a fixed Name.
+var errNamesNeedPlaceholders = errors.New("names requires a name with placeholders (such as {http.fair_queue.model})")
+
+// checkNames is the rule of Names: each name once, 1 to maxQueueNameLen
+// bytes of valid UTF-8 (a name resolved from a request is made valid
+// UTF-8, so another could never match).
+func checkNames(names []string) error {
+	seen := make(map[string]bool, len(names))
+	for _, n := range names {
+		switch {
+		case n == "":
+			return fmt.Errorf("names: an empty name (a name that resolves to nothing is %q)", DefaultName)
+		case len(n) > maxQueueNameLen:
+			return fmt.Errorf("names: a name is longer than %d bytes", maxQueueNameLen)
+		case !utf8.ValidString(n):
+			return fmt.Errorf("names: %q is not valid UTF-8", n)
+		case seen[n]:
+			return fmt.Errorf("names: %q is listed twice", n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+// nameSet returns Names as a set; nil without Names (every name served).
+func nameSet(names []string) map[string]bool {
+	if len(names) == 0 {
+		return nil
+	}
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		set[n] = true
+	}
+	return set
+}
+
+// serves reports whether the handler serves queue name.
+func (h *Handler) serves(name string) bool {
+	return h.names == nil || h.names[name]
+}
+
+// notServed answers a request whose queue name Names does not list.
+func (h *Handler) notServed(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer) error {
+	h.record(r, repl, unknownQueue, outcomeUnknownName, outcomeUnknownName, 0, 0)
+	body := marshalError("The model this request names is not served here.", "invalid_request_error", outcomeUnknownName)
+	_ = writeJSON(w, http.StatusNotFound, body)
+	return nil
+}
+
+// parseNames parses `names <name>...`, which may be repeated.
+func (h *Handler) parseNames(d *caddyfile.Dispenser) error {
+	args := d.RemainingArgs()
+	if len(args) == 0 {
+		return d.ArgErr()
+	}
+	h.Names = append(h.Names, args...)
+	if err := checkNames(h.Names); err != nil {
+		return d.Err(err.Error())
+	}
+	return nil
+}
