@@ -43,7 +43,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //
 //	    # fairness across tenants; without tenant and priority: strict FIFO
 //	    tenant        <placeholders>       # e.g. {http.request.header.Authorization}; hashed, cut at 1KiB
-//	    weight        <tenant value> <w>   # repeatable; 0.01-1000, default 1; requires tenant
+//	    weight        <tenant> <w>         # repeatable; 0.01-1000, default 1; requires tenant
+//	                                       # tenant: sha256:<key> (its 16-hex key, as logs show it; keeps the secret out) or the raw value
 //	    weight_placeholder <placeholders>  # a number per request, for tenants without a weight line
 //	    cost          requests|max_tokens [<max>]|time|tokens [<max>]   # what a request is charged; default requests (1 each)
 //	                                       # max_tokens: the body's max_tokens, 1 to max (default 32768)
@@ -121,7 +122,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"lease":         opt(&h.Lease, durationArg(fairqueue.MinLease)),
 		"max_body":      opt(&h.MaxBody, sizeArg),
 		"tenant":        opt(&h.Tenant, stringArg),
-		"weight": pairOpt(&h.Weights, "weight: tenant value", func(d *caddyfile.Dispenser, _, w string) (float64, error) {
+		"weight": pairOpt(&h.Weights, "weight: tenant value", func(d *caddyfile.Dispenser, tenant, w string) (float64, error) {
+			if _, err := weightKey(tenant); err != nil {
+				return 0, d.Err(err.Error())
+			}
 			return parseFloatArg(d, "weight", w, minWeight, maxWeight)
 		}),
 		"weight_placeholder":       opt(&h.WeightPlaceholder, stringArg),

@@ -21,13 +21,14 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
 )
 
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "fair-queue",
-		Usage: "status|purge [flags]",
+		Usage: "status|purge|tenant-key [flags]",
 		Short: "Shows the state of fair_queue queues, or clears a broken one",
 		Long: `
 Shows the live state of fair_queue queues, or clears a broken one.
@@ -43,6 +44,10 @@ Shows the live state of fair_queue queues, or clears a broken one.
           after a Redis restart, live instances put back the permits they
           hold and the requests they have waiting at their next heartbeat
           (within a third of the lease); everything else is gone.
+
+  tenant-key  reads a tenant value (an API key) on stdin and prints
+          its key, sha256:<16 hex digits>, for a weight line that keeps
+          the secret out of the config.
 
 A password for --redis may come from the REDISCLI_AUTH environment
 variable, to keep it out of the process list.`,
@@ -82,7 +87,22 @@ func setupFairQueueCommand(cmd *cobra.Command) {
 	purge.Flags().String("key-prefix", redisstore.DefaultKeyPrefix, "Key prefix of the queue")
 	purge.Flags().Bool("yes", false, "Confirm: delete the queue's whole state in Redis")
 
-	cmd.AddCommand(status, purge)
+	tenantKey := &cobra.Command{
+		Use:   "tenant-key",
+		Short: "Prints the key of a tenant value read from stdin, for a weight line",
+		Long: `
+Reads a tenant value (an API key, as the tenant option resolves it) on
+stdin, so that it stays out of the process list and shell history, and
+prints its key as weight takes it: sha256: and the first 16 hex digits
+of the value's SHA-256, the hash logs, metrics and the admin API show.
+One trailing newline is dropped; the value is cut at 1 KiB, as the
+handler cuts it.`,
+		Example: `  printf '%s' "$API_KEY" | caddy fair-queue tenant-key`,
+		Args:    cobra.NoArgs,
+		RunE:    runTenantKey,
+	}
+
+	cmd.AddCommand(status, purge, tenantKey)
 }
 
 func runStatus(cmd *cobra.Command, _ []string) error {
@@ -220,6 +240,16 @@ func runPurge(cmd *cobra.Command, _ []string) error {
 	}
 	_, err = fmt.Fprintf(cmd.OutOrStdout(), "purged queue %q (keys %s*): %d waiting, %d holders; "+
 		"live instances put back their own at their next heartbeat\n", name, termText(st.Tag()), before.Waiting, len(before.Holders))
+	return err
+}
+
+func runTenantKey(cmd *cobra.Command, _ []string) error {
+	b, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxTenantLen+2))
+	if err != nil {
+		return err
+	}
+	v := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	_, err = fmt.Fprintln(cmd.OutOrStdout(), weightHashPrefix+fairqueue.TenantKey(tenantValue(v)))
 	return err
 }
 

@@ -281,3 +281,16 @@ func TestStatusFromRedisEscapesAQueueNameAClientChose(t *testing.T) {
 	assert.Contains(t, out, strconv.Quote(hostileName)+"  redis ")
 	assert.Len(t, strings.Split(strings.TrimSuffix(out, "\n"), "\n"), 7, "the table, the queue's head and its holder: %q", out)
 }
+
+func TestTenantKeyPrintsTheWeightKeyOfAValueOnStdin(t *testing.T) {
+	for _, in := range []string{"Bearer sk-live-gold", "Bearer sk-live-gold\n", "Bearer sk-live-gold\r\n"} {
+		root := &cobra.Command{Use: "fair-queue", SilenceUsage: true, SilenceErrors: true}
+		setupFairQueueCommand(root)
+		var out bytes.Buffer
+		root.SetIn(strings.NewReader(in))
+		root.SetOut(&out)
+		root.SetArgs([]string{"tenant-key"})
+		require.NoError(t, root.ExecuteContext(context.Background()))
+		assert.Equal(t, goldKey+"\n", out.String(), "input %q", in)
+	}
+}

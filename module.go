@@ -144,11 +144,17 @@ type Handler struct {
 	// strict FIFO.
 	Tenant string `json:"tenant,omitempty"`
 
-	// Weights gives tenants a share of the permits relative to others,
-	// keyed by the tenant's value (Tenant replaced, exactly): a tenant of
-	// weight 2 gets twice the grants of one of weight 1 when both wait.
-	// Each weight is 0.01 to 1000. A tenant listed here takes this
-	// weight, whatever WeightPlaceholder says. Requires Tenant.
+	// Weights gives tenants a share of the permits relative to others: a
+	// tenant of weight 2 gets twice the grants of one of weight 1 when
+	// both wait. A key is the tenant's key, "sha256:" and 16 lowercase hex
+	// digits (the first 16 of the SHA-256 of the tenant's value, the hash
+	// logs, metrics and the admin API show; `caddy fair-queue tenant-key`
+	// prints it), which keeps a secret value such as an API key out of
+	// the config; or the tenant's value itself (Tenant replaced, exactly;
+	// at most 1 KiB). A malformed "sha256:" key is an error, and a tenant
+	// may be listed once, by value or by key. Each weight is 0.01 to
+	// 1000. A tenant listed here takes this weight, whatever
+	// WeightPlaceholder says. Requires Tenant.
 	Weights map[string]float64 `json:"weights,omitempty"`
 
 	// WeightPlaceholder is a placeholder expression giving the weight of

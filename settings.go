@@ -103,15 +103,7 @@ func (h *Handler) validate() error {
 			return err
 		}
 	}
-	for v, w := range h.Weights {
-		if len(v) > maxTenantLen {
-			return fmt.Errorf("weight: a tenant value is longer than %d bytes (tenant values are cut there)", maxTenantLen)
-		}
-		if !(w >= minWeight && w <= maxWeight) {
-			return fmt.Errorf("weight must be %v to %v, got %v", minWeight, maxWeight, w)
-		}
-	}
-	return nil
+	return checkWeights(h.Weights)
 }
 
 // checkOneOf is the rule of an option that takes one of a few values.

@@ -2,6 +2,7 @@ package caddyfairqueue
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -22,8 +23,9 @@ func (h *Handler) fairRequest(repl *caddy.Replacer, bodyLen int, info bodyInfo) 
 	var req fairqueue.Request
 	if h.Tenant != "" {
 		req.Tenant = tenantValue(repl.ReplaceAll(h.Tenant, ""))
-		req.Weight = h.weight(repl, req.Tenant)
-		repl.Set(phTenant, fairqueue.TenantKey(req.Tenant))
+		key := fairqueue.TenantKey(req.Tenant)
+		req.Weight = h.weight(repl, req.Tenant, key)
+		repl.Set(phTenant, key)
 	}
 	if h.Priority != "" {
 		req.Priority = priorityBand(repl.ReplaceAll(h.Priority, ""))
@@ -41,11 +43,84 @@ func tenantValue(v string) string {
 	return v
 }
 
-// weight is the tenant's weight: its entry in Weights, else the
-// weight placeholder's number bounded to [minWeight, maxWeight], else 1.
-func (h *Handler) weight(repl *caddy.Replacer, tenant string) float64 {
-	if w, ok := h.Weights[tenant]; ok {
-		return w
+// weightHashPrefix marks a Weights key that names a tenant by its key
+// (the hash the logs, metrics and admin API show) rather than by its
+// raw value, which may be a secret.
+const weightHashPrefix = "sha256:"
+
+// weightKey is the tenant key a Weights entry applies to: the key it
+// names after weightHashPrefix (16 lowercase hex digits, as
+// fairqueue.TenantKey writes it), or the key of the raw tenant value it
+// is. Errors never echo the entry, which may be a secret.
+func weightKey(entry string) (string, error) {
+	key, hashed := strings.CutPrefix(entry, weightHashPrefix)
+	if !hashed {
+		if len(entry) > maxTenantLen {
+			return "", fmt.Errorf("weight: a tenant value is longer than %d bytes (tenant values are cut there)", maxTenantLen)
+		}
+		return fairqueue.TenantKey(entry), nil
+	}
+	if !isTenantKey(key) {
+		return "", fmt.Errorf("weight: a %s tenant key must be %d lowercase hex digits (the first %d of the value's SHA-256, "+
+			"as logs and the admin API show it), got %d characters", weightHashPrefix, tenantKeyLen, tenantKeyLen, len(key))
+	}
+	return key, nil
+}
+
+// tenantKeyLen is the length of fairqueue.TenantKey's hex.
+const tenantKeyLen = 16
+
+func isTenantKey(s string) bool {
+	if len(s) != tenantKeyLen {
+		return false
+	}
+	for i := range len(s) {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// checkWeights is the rule of Handler.Weights: each key a tenant value
+// or a well-formed hashed key, each tenant given once (not both as a
+// value and by its key), each weight minWeight to maxWeight.
+func checkWeights(weights map[string]float64) error {
+	seen := make(map[string]bool, len(weights))
+	for entry, w := range weights {
+		key, err := weightKey(entry)
+		if err != nil {
+			return err
+		}
+		if seen[key] {
+			return fmt.Errorf("weight: tenant %s%s is given twice (by its value and by its key)", weightHashPrefix, key)
+		}
+		seen[key] = true
+		if !(w >= minWeight && w <= maxWeight) {
+			return fmt.Errorf("weight must be %v to %v, got %v", minWeight, maxWeight, w)
+		}
+	}
+	return nil
+}
+
+// weight is the tenant's weight: its entry in Weights (by raw value or
+// by key), else the weight placeholder's number bounded to [minWeight,
+// maxWeight], else 1.
+func (h *Handler) weight(repl *caddy.Replacer, tenant, key string) float64 {
+	if len(h.Weights) > 0 {
+		// A raw value that looks hashed is looked up only by its own key:
+		// a client sending "sha256:<key>" is not the tenant of that key.
+		if !strings.HasPrefix(tenant, weightHashPrefix) {
+			if w, ok := h.Weights[tenant]; ok {
+				return w
+			}
+		}
+		var buf [len(weightHashPrefix) + tenantKeyLen]byte
+		n := copy(buf[:], weightHashPrefix)
+		copy(buf[n:], key)
+		if w, ok := h.Weights[string(buf[:])]; ok { // no allocation
+			return w
+		}
 	}
 	if h.WeightPlaceholder == "" {
 		return 1

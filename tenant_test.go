@@ -2,6 +2,7 @@ package caddyfairqueue
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -225,4 +226,117 @@ func TestLocalFallbackIsConfiguredPerEngine(t *testing.T) {
 
 	open := provision(t, newContext(t), down, &Handler{Name: "no-fallback", Permits: 4})
 	assert.Nil(t, engineOf(t, open).q.Config().Fallback, "only with on_store_error local")
+}
+
+// goldKey is the weight key of the tenant value "Bearer sk-live-gold":
+// what `printf '%s' 'Bearer sk-live-gold' | sha256sum | cut -c1-16` prints,
+// the hash logs and the admin API show.
+const goldKey = "sha256:a39810d3035d8502"
+
+func TestHashedWeightIsTheTenantKeyTheLogsShow(t *testing.T) {
+	require.Equal(t, goldKey, "sha256:"+fairqueue.TenantKey("Bearer sk-live-gold"))
+	h := fairHandler(t, &Handler{
+		Tenant:  "{http.request.header.Authorization}",
+		Weights: map[string]float64{goldKey: 4, "Bearer raw": 2},
+	})
+	for tenant, want := range map[string]float64{
+		"Bearer sk-live-gold": 4, // its hash is listed
+		"Bearer raw":          2, // raw values keep working
+		goldKey:               1, // a client sending the hash is another tenant
+		"Bearer other":        1,
+	} {
+		got, req := resolve(h, `{}`, "Authorization", tenant)
+		assert.Equal(t, want, got.Weight, "tenant %q", tenant)
+		assert.Equal(t, fairqueue.TenantKey(tenant), req.placeholder(phTenant), "tenant %q", tenant)
+	}
+}
+
+func TestMalformedHashedWeightIsAConfigErrorNamingTheOption(t *testing.T) {
+	for name, key := range map[string]string{
+		"empty":            "sha256:",
+		"not hex":          "sha256:a39810d3035d850z",
+		"too short":        "sha256:a39810d3035d850",
+		"full digest":      "sha256:a39810d3035d8502" + strings.Repeat("0", 48),
+		"upper case":       "sha256:A39810D3035D8502",
+		"a raw key pasted": "sha256:Bearer sk-live-secret",
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := &Handler{Permits: 1, Tenant: "{http.request.header.Authorization}", Weights: map[string]float64{key: 2}}
+			h.setDefaults()
+			err := h.validate()
+			require.Error(t, err, "JSON config")
+			assert.Contains(t, err.Error(), "weight")
+			assert.NotContains(t, err.Error(), "sk-live-secret", "the value, perhaps a secret, is not echoed")
+
+			_, err = parse("fair_queue {\npermits 1\ntenant {http.request.header.Authorization}\nweight \"" + key + "\" 2\n}")
+			require.Error(t, err, "Caddyfile")
+			assert.Contains(t, err.Error(), "weight")
+			assert.Contains(t, err.Error(), "Testfile:4", "the line")
+			assert.NotContains(t, err.Error(), "sk-live-secret")
+		})
+	}
+	_, err := parse("fair_queue {\npermits 1\ntenant {http.request.header.Authorization}\nweight \"Bearer sk-live-gold\" 2\nweight " + goldKey + " 3\n}")
+	require.Error(t, err, "a tenant given both ways")
+	assert.Contains(t, err.Error(), "weight")
+	assert.NotContains(t, err.Error(), "sk-live-gold")
+}
+
+// A weight given by hash in the Caddyfile reaches the JSON config as the
+// hash (never the raw key), and a real request of that tenant gets it:
+// with weight 4 against 1, the gold tenant takes 4 of the first 5 grants
+// (equal weights would alternate: at most 3).
+func TestHashedWeightFromTheCaddyfileAndJSONTakesEffect(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	parsed, err := parse(`fair_queue {
+		name hashed-weight
+		permits 1
+		tenant {http.request.header.Authorization}
+		weight ` + goldKey + ` 4
+	}`)
+	require.NoError(t, err)
+	cfg, err := json.Marshal(parsed)
+	require.NoError(t, err)
+	assert.Contains(t, string(cfg), `"weights":{"`+goldKey+`":4}`)
+	h := new(Handler)
+	require.NoError(t, json.Unmarshal(cfg, h))
+	provisionLocal(t, newContext(t), h)
+
+	next := newHolder()
+	served := make(chan string, 20)
+	seq := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		defer func() { served <- r.Header.Get("Authorization") }()
+		return next.ServeHTTP(w, r)
+	})
+	first := newRequest(context.Background(), `{}`, "Authorization", "Bearer hold").start(h, seq)
+	next.waitEntered(t)
+	var waiting []*request
+	for i := range 8 {
+		tenant := []string{"Bearer sk-live-gold", "Bearer other"}[i%2]
+		waiting = append(waiting, newRequest(context.Background(), `{}`, "Authorization", tenant).start(h, seq))
+		waitingIn(t, h, i+1)
+	}
+	var order []string
+	for i := range 6 {
+		next.release <- struct{}{}
+		order = append(order, <-served)
+		if i < 5 {
+			next.waitEntered(t)
+		}
+	}
+	assert.Equal(t, "Bearer hold", order[0])
+	gold := 0
+	for _, tenant := range order[1:] {
+		if tenant == "Bearer sk-live-gold" {
+			gold++
+		}
+	}
+	assert.Equal(t, 4, gold, "grants after the holder: %v", order[1:])
+	for range 3 {
+		next.waitEntered(t)
+		next.release <- struct{}{}
+	}
+	first.wait(t)
+	for _, r := range waiting {
+		r.wait(t)
+	}
 }
