@@ -56,6 +56,7 @@ type engine struct {
 	release  func() // frees what the backend opened (a Redis client, a local store)
 	log      *zap.Logger
 	fallback *memstore.Store // this node's queue while the store is down (on_store_error local)
+	routes   engineRoutes    // the live handlers' routes, by the shape of their grants
 
 	// remote: releasing a permit is a store round trip (Redis), so
 	// finish runs it in the background.

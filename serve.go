@@ -99,6 +99,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			Reason: fairqueue.ReasonQueueFull, RetryAfter: time.Duration(h.MaxWait), Err: err,
 		})
 	}
+	e.routes.record(h, next)
 	var permit *fairqueue.Permit
 	var granted time.Time  // when Acquire returned the permit
 	var usage *usageWriter // cost tokens: reads the response's usage
@@ -134,6 +135,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.record(r, repl, name, outcomeCancelled, "", permit.Waited(), permit.Position())
 		return nil
 	}
+	next = e.routes.forGrant(h, permit, next)
 	outcome, reason := outcomeGranted, ""
 	if permit.FailOpen() {
 		outcome, reason = outcomeFailOpen, string(fairqueue.ReasonStoreUnavailable)
