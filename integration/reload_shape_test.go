@@ -14,23 +14,17 @@ import (
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
-// A reload that removes a queue's pool: the waiters of the pool's config
-// are granted permits that name no upstream, which the old route
-// (reverse_proxy with dynamic fair_queue) cannot send anywhere. They are
-// served by the route of the config in force, and no upstream runs more
-// than the permits of the config in force.
-func TestReloadThatRemovesAPoolServesItsWaiters(t *testing.T) {
-	for _, redis := range []bool{false, true} {
-		t.Run(map[bool]string{false: "local store", true: "redis store"}[redis], func(t *testing.T) {
-			store := ""
-			if redis {
-				rds := redistest.Start(t)
-				store = fmt.Sprintf("redis {\n\t\t\turl redis://%s/0\n\t\t}", rds.Addr())
-			}
-			const tokens = 5
-			cfg := mockllm.Config{Tokens: tokens, Delay: 60 * time.Millisecond}
-			a, b := startReplica(t, cfg), startReplica(t, cfg)
-			pooled := fmt.Sprintf(`
+// reloadShapeTokens and reloadShapeDelay shape each answer: long enough
+// that the reload finds holders and waiters of the old config.
+const (
+	reloadShapeTokens = 5
+	reloadShapeDelay  = 60 * time.Millisecond
+)
+
+// pooledSite is a queue named llm with a pool of a and b, one permit
+// each, in store, and reverse_proxy taking the granted upstream.
+func pooledSite(a, b *replica, store string) string {
+	return fmt.Sprintf(`
 	fair_queue {
 		name llm
 		max_wait 60s
@@ -42,16 +36,38 @@ func TestReloadThatRemovesAPoolServesItsWaiters(t *testing.T) {
 		dynamic fair_queue
 		flush_interval -1
 	}`, a.addr, b.addr, store)
-			static := proxySite(a.addr, fmt.Sprintf(`
+}
+
+// staticSite is a queue named llm of permits in store in front of a
+// alone.
+func staticSite(a *replica, permits int, store string) string {
+	return proxySite(a.addr, fmt.Sprintf(`
 	fair_queue {
 		name llm
-		permits 2
+		permits %d
 		max_wait 60s
 		%s
-	}`, store))
-			c := StartCaddy(t, "caddy", pooled, CaddyOptions{GracePeriod: 30 * time.Second})
+	}`, permits, store))
+}
+
+// reloadShape runs clients streams under before, reloads to after while
+// most wait, sends later streams under after (its first request applies
+// its settings to the shared queue), and checks that every stream is
+// served in full and each replica ran at most its permits under either
+// config (maxA, maxB).
+func reloadShape(t *testing.T, before, after func(a, b *replica, store string) string, maxA, maxB int) {
+	for _, redis := range []bool{false, true} {
+		t.Run(map[bool]string{false: "local store", true: "redis store"}[redis], func(t *testing.T) {
+			store := ""
+			if redis {
+				rds := redistest.Start(t)
+				store = fmt.Sprintf("redis {\n\t\t\turl redis://%s/0\n\t\t}", rds.Addr())
+			}
+			cfg := mockllm.Config{Tokens: reloadShapeTokens, Delay: reloadShapeDelay}
+			a, b := startReplica(t, cfg), startReplica(t, cfg)
+			c := StartCaddy(t, "caddy", before(a, b, store), CaddyOptions{GracePeriod: 30 * time.Second})
 			client := newClient(t)
-			const clients = 12
+			const clients, later = 12, 4
 			var all collect
 			for i := range clients {
 				all.send(context.Background(), client, c.URL(), "c"+strconv.Itoa(i), Chat{Stream: true, Seq: "c" + strconv.Itoa(i)})
@@ -60,20 +76,36 @@ func TestReloadThatRemovesAPoolServesItsWaiters(t *testing.T) {
 				return localStats(t, c, "llm").Waiting >= clients-4
 			}), "clients not queued: %+v", localStats(t, c, "llm"))
 
-			require.NoError(t, c.Load(static))
-			// A client of the new config applies its settings to the queue.
-			const later = 4
+			require.NoError(t, c.Load(after(a, b, store)))
 			for i := range later {
 				all.send(context.Background(), client, c.URL(), "n"+strconv.Itoa(i), Chat{Stream: true, Seq: "n" + strconv.Itoa(i)})
 			}
 			results := all.wait(t, 2*time.Minute)
 			require.Len(t, results, clients+later)
 			for name, r := range results {
-				requireFullStream(t, r, tokens, "client %s", name)
+				requireFullStream(t, r, reloadShapeTokens, "client %s", name)
 			}
-			assert.LessOrEqual(t, a.mock.MaxInFlight(), 2, "replica A at once")
-			assert.LessOrEqual(t, b.mock.MaxInFlight(), 1, "replica B at once")
+			assert.LessOrEqual(t, a.mock.MaxInFlight(), maxA, "replica A at once")
+			assert.LessOrEqual(t, b.mock.MaxInFlight(), maxB, "replica B at once")
 			assert.Equal(t, clients+later, a.mock.Served()+b.mock.Served())
 		})
 	}
+}
+
+// A reload that removes a queue's pool: the waiters of the pool's config
+// are granted permits that name no upstream, which their route
+// (reverse_proxy with dynamic fair_queue) cannot send anywhere. They are
+// served by the route of the config in force; A runs at most the new
+// config's 2, B at most its pool permit.
+func TestReloadThatRemovesAPoolServesItsWaiters(t *testing.T) {
+	reloadShape(t, pooledSite, func(a, _ *replica, store string) string { return staticSite(a, 2, store) }, 2, 1)
+}
+
+// A reload that gives a queue a pool of A and B, one permit each, while
+// the old config's streams run on A (its static upstream) and more wait:
+// a waiter granted B is served on B, not on the old route's A, and the
+// old config's holder on A keeps both upstreams from a second request
+// until it ends.
+func TestReloadThatAddsAPoolNeverRunsAnUpstreamAboveItsPermits(t *testing.T) {
+	reloadShape(t, func(a, _ *replica, store string) string { return staticSite(a, 1, store) }, pooledSite, 1, 1)
 }
