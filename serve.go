@@ -104,6 +104,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	var granted time.Time  // when Acquire returned the permit
 	var usage *usageWriter // cost tokens: reads the response's usage
 	forwarded := false     // next was called
+	running := false       // counted in e.running
 	defer func() {
 		// What the request used, charged as its permit is released
 		// (cost time: the hold ends here, before any abort grace).
@@ -113,6 +114,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			// reverse_proxy ended it: a plain request with a 499 and no
 			// error, a stream with a panic, a relayed stream quietly.
 			time.Sleep(h.abortGrace())
+		}
+		if running {
+			e.running.Add(-1)
 		}
 		e.finish(permit, done)
 	}()
@@ -127,6 +131,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err != nil {
 		return h.notGranted(w, r, repl, name, streaming, committed, start, err)
 	}
+	running = true
+	e.running.Add(1)
 	if r.Context().Err() != nil {
 		// Granted as the client left (the grant raced its cancel, or it
 		// left just after): forwarded, the request would run upstream

@@ -109,3 +109,51 @@ func TestReloadThatRemovesAPoolServesItsWaiters(t *testing.T) {
 func TestReloadThatAddsAPoolNeverRunsAnUpstreamAboveItsPermits(t *testing.T) {
 	reloadShape(t, func(a, _ *replica, store string) string { return staticSite(a, 1, store) }, pooledSite, 1, 1)
 }
+
+// A reload that moves a queue to another store (the local store to
+// Redis, or another key prefix): the old config's requests still run and
+// wait in the old store, the new config's in the new one, and the
+// upstream never runs more than the permits (1) of either.
+func TestReloadThatSwitchesTheStoreNeverDoublesThePermits(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		before func(addr string) string
+		after  func(addr string) string
+	}{
+		{"local to redis", func(string) string { return "" }, func(addr string) string {
+			return fmt.Sprintf("redis {\n\t\t\turl redis://%s/0\n\t\t}", addr)
+		}},
+		{"another key prefix", func(addr string) string {
+			return fmt.Sprintf("redis {\n\t\t\turl redis://%s/0\n\t\t}", addr)
+		}, func(addr string) string {
+			return fmt.Sprintf("redis {\n\t\t\turl redis://%s/0\n\t\t\tkey_prefix other\n\t\t}", addr)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rds := redistest.Start(t)
+			cfg := mockllm.Config{Tokens: reloadShapeTokens, Delay: reloadShapeDelay}
+			a := startReplica(t, cfg)
+			c := StartCaddy(t, "caddy", staticSite(a, 1, tc.before(rds.Addr())), CaddyOptions{GracePeriod: 30 * time.Second})
+			client := newClient(t)
+			const clients, later = 8, 4
+			var all collect
+			for i := range clients {
+				all.send(context.Background(), client, c.URL(), "c"+strconv.Itoa(i), Chat{Stream: true, Seq: "c" + strconv.Itoa(i)})
+			}
+			require.True(t, eventually(10*time.Second, func() bool {
+				return localStats(t, c, "llm").Waiting >= clients-2
+			}), "clients not queued: %+v", localStats(t, c, "llm"))
+			require.NoError(t, c.Load(staticSite(a, 1, tc.after(rds.Addr()))))
+			for i := range later {
+				all.send(context.Background(), client, c.URL(), "n"+strconv.Itoa(i), Chat{Stream: true, Seq: "n" + strconv.Itoa(i)})
+			}
+			results := all.wait(t, 2*time.Minute)
+			require.Len(t, results, clients+later)
+			for name, r := range results {
+				requireFullStream(t, r, reloadShapeTokens, "client %s", name)
+			}
+			assert.Equal(t, 1, a.mock.MaxInFlight(), "requests at the upstream at once")
+			assert.Equal(t, clients+later, a.mock.Served())
+		})
+	}
+}
