@@ -66,12 +66,12 @@ type engine struct {
 	releases sync.WaitGroup // background releases in progress
 
 	mu      sync.Mutex
-	active  int    // requests between enter and exit
-	retired bool   // the pool dropped its last reference
+	active  int  // requests between enter and exit
+	retired bool // the pool dropped its last reference
 	// retiredFlag is retired, read without mu (reserved).
 	retiredFlag atomic.Bool
-	closed  bool   // q.Close was called
-	gen     uint64 // provisioning number of the settings in force
+	closed      bool   // q.Close was called
+	gen         uint64 // provisioning number of the settings in force
 }
 
 // newEngine opens queue name in b with h's settings.
