@@ -40,6 +40,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    poll_interval <duration>           # default 200ms (max_wait if shorter); at least 50ms, at most max_wait
 //	    max_body      <size>               # default 8MiB (e.g. 1MiB, 512KB); larger bodies get 413
 //	    lease         <duration>           # default 30s; at least 1s
+//	    abort_grace   <duration>|off       # a permit's hold after its client left mid-answer; default 50ms, at most 1m
 //
 //	    # fairness across tenants; without tenant and priority: strict FIFO
 //	    tenant        <placeholders>       # e.g. {http.request.header.Authorization}; hashed, cut at 1KiB
@@ -120,6 +121,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"max_wait":      opt(&h.MaxWait, durationArg(fairqueue.MinPollInterval)),
 		"poll_interval": opt(&h.PollInterval, durationArg(fairqueue.MinPollInterval)),
 		"lease":         opt(&h.Lease, durationArg(fairqueue.MinLease)),
+		"abort_grace":   opt(&h.AbortGrace, offDurationArg),
 		"max_body":      opt(&h.MaxBody, sizeArg),
 		"tenant":        opt(&h.Tenant, stringArg),
 		"weight": pairOpt(&h.Weights, "weight: tenant value", func(d *caddyfile.Dispenser, tenant, w string) (float64, error) {

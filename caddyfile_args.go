@@ -150,6 +150,23 @@ func durationArg(minimum time.Duration) func(*caddyfile.Dispenser) (caddy.Durati
 	}
 }
 
+// offDurationArg reads one duration argument of at least 1ms, or "off"
+// (a negative duration: the option's behaviour is off).
+func offDurationArg(d *caddyfile.Dispenser) (caddy.Duration, error) {
+	opt, v, err := optionArg(d)
+	if err != nil {
+		return 0, err
+	}
+	if v == "off" {
+		return -1, nil
+	}
+	dur, err := caddy.ParseDuration(v)
+	if err != nil || dur < time.Millisecond {
+		return 0, d.Errf("%s: want a duration of at least 1ms or off, got '%s'", opt, v)
+	}
+	return caddy.Duration(dur), nil
+}
+
 // sizeArg reads one positive size argument such as 8MiB or 512KB.
 func sizeArg(d *caddyfile.Dispenser) (int64, error) {
 	opt, v, err := optionArg(d)

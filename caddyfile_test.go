@@ -174,6 +174,8 @@ func TestCaddyfileRefusesBadConfigNamingTheOption(t *testing.T) {
 		{"zero max wait", "permits 1\nmax_wait 0s", "max_wait must be at least 50ms, got 0s"},
 		{"max wait below the smallest poll interval", "permits 1\nmax_wait 30ms", "max_wait must be at least 50ms, got 30ms"},
 		{"lease too short", "permits 1\nlease 10ms", "lease must be at least 1s"},
+		{"abort grace not a duration", "permits 1\nabort_grace never", "abort_grace: want a duration of at least 1ms or off, got 'never'"},
+		{"abort grace too long", "permits 1\nabort_grace 2m", "abort_grace must be at most 1m0s, got 2m0s"},
 		{"bad size", "permits 1\nmax_body lots", "max_body: invalid size 'lots'"},
 		{"zero size", "permits 1\nmax_body 0", "max_body must be positive"},
 		{"bad store error policy", "permits 1\non_store_error shrug", "on_store_error must be fail_open, fail_closed or local, got \"shrug\""},
@@ -306,4 +308,17 @@ func TestCaddyfileShortMaxWaitNeedsNoPollInterval(t *testing.T) {
 	require.NoError(t, err)
 	h.setDefaults()
 	assert.Equal(t, caddy.Duration(fairqueue.DefaultPollInterval), h.PollInterval)
+}
+
+func TestCaddyfileAbortGraceTakesADurationOrOff(t *testing.T) {
+	h, err := parse("fair_queue {\npermits 1\nabort_grace 2s\n}")
+	require.NoError(t, err)
+	assert.Equal(t, 2*time.Second, h.abortGrace())
+	h, err = parse("fair_queue {\npermits 1\nabort_grace off\n}")
+	require.NoError(t, err)
+	assert.Equal(t, caddy.Duration(-1), h.AbortGrace, "off is stored as a negative duration")
+	assert.Zero(t, h.abortGrace(), "off: handed on at once")
+	h, err = parse("fair_queue {\npermits 1\n}")
+	require.NoError(t, err)
+	assert.Equal(t, DefaultAbortGrace, h.abortGrace())
 }

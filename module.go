@@ -132,6 +132,18 @@ type Handler struct {
 	// response is never cut. Default 30s, at least 1s.
 	Lease caddy.Duration `json:"lease,omitempty"`
 
+	// AbortGrace is how long the permit of a request whose client left
+	// while the upstream ran it stays held after reverse_proxy returns,
+	// before it is handed to the next waiter. The upstream still runs an
+	// aborted request until it notices the closed connection (a model
+	// server notices a stream's at its next token, a plain request's when
+	// it next checks its connection or writes the answer); a permit handed
+	// on sooner lets the upstream run one request more than the permits.
+	// Set it to the longest an upstream takes to stop an aborted request.
+	// Only requests whose client left pay it. Default 50ms; at most 1m;
+	// a negative value (Caddyfile "off") hands the permit on at once.
+	AbortGrace caddy.Duration `json:"abort_grace,omitempty"`
+
 	// Tenant is a placeholder expression naming who a request is for,
 	// such as {http.request.header.Authorization} or
 	// {http.request.remote.host}. Setting it makes the queue fair across

@@ -69,6 +69,9 @@ type engine struct {
 	release  func() // frees what the backend opened (a Redis client, a local store)
 	log      *zap.Logger
 	fallback *memstore.Store // this node's queue while the store is down (on_store_error local)
+	data     string          // the backend's dataID: engines of one name and data are one queue
+	running  atomic.Int64    // requests granted and not yet finished (see reserved)
+	routes   engineRoutes    // the live handlers' routes, by the shape of their grants
 
 	// remote: releasing a permit is a store round trip (Redis), so
 	// finish runs it in the background.
@@ -76,10 +79,12 @@ type engine struct {
 	releases sync.WaitGroup // background releases in progress
 
 	mu      sync.Mutex
-	active  int    // requests between enter and exit
-	retired bool   // the pool dropped its last reference
-	closed  bool   // q.Close was called
-	gen     uint64 // provisioning number of the settings in force
+	active  int  // requests between enter and exit
+	retired bool // the pool dropped its last reference
+	// retiredFlag is retired, read without mu (reserved).
+	retiredFlag atomic.Bool
+	closed      bool   // q.Close was called
+	gen         uint64 // provisioning number of the settings in force
 }
 
 // newEngine opens queue name in b with h's settings.
@@ -91,13 +96,16 @@ func newEngine(b backend, name string, h *Handler) (*engine, error) {
 	// Each engine (node) has its own fallback: the local queue of one
 	// instance is not shared.
 	fallback := memstore.New()
-	q, err := fairqueue.New(st, h.queueConfig(name, fallback))
-	if err != nil {
+	e := &engine{name: name, data: b.dataID(), store: b.describe(), release: release, log: h.logger, fallback: fallback, gen: h.gen,
+		remote: b.dataID() != localID}
+	cfg := h.queueConfig(name, fallback)
+	cfg.Reserved = e.reserved
+	if e.q, err = fairqueue.New(st, cfg); err != nil {
 		release()
 		return nil, err
 	}
-	return &engine{name: name, store: b.describe(), q: q, release: release, log: h.logger, fallback: fallback, gen: h.gen,
-		remote: b.dataID() != localID}, nil
+	namesakes.add(e)
+	return e, nil
 }
 
 // finish ends a request that entered the engine: it releases the
@@ -160,6 +168,7 @@ func (e *engine) exit() {
 func (e *engine) Destruct() error {
 	e.mu.Lock()
 	e.retired = true
+	e.retiredFlag.Store(true)
 	now := e.active == 0 || exiting()
 	e.mu.Unlock()
 	if now {
@@ -177,6 +186,7 @@ func (e *engine) close() error {
 	}
 	e.closed = true
 	e.mu.Unlock()
+	namesakes.remove(e)
 	// Let background releases finish (each is bounded by the store
 	// timeout) rather than fail on a closed client.
 	e.releases.Wait()
@@ -193,6 +203,7 @@ func (e *engine) reconfigure(gen uint64, cfg fairqueue.Config) (old fairqueue.Co
 		return fairqueue.Config{}, false, nil
 	}
 	old = e.q.Config()
+	cfg.Reserved = e.reserved
 	if err := e.q.Reconfigure(cfg); err != nil {
 		return old, false, err
 	}

@@ -60,9 +60,12 @@ type RejectConfig struct {
 
 	// SSEStatus is the HTTP status of an answer to a streaming request
 	// (Accept: text/event-stream, or "stream": true in the JSON body),
-	// 200-599. Default 200, so that SSE clients read the event. When
-	// sse_keepalive has already sent the header (200), only the event
-	// is sent: put {http.fair_queue.reason} in SSEData to tell why.
+	// 200-599. Default 200, so that SSE clients read the event. A status
+	// of 300 or more gets the JSON body (Body, Content-Type
+	// application/json) instead of the event: SDKs read an error status's
+	// body as a JSON error object, never as a stream. When sse_keepalive
+	// has already sent the header (200), only the event is sent: put
+	// {http.fair_queue.reason} in SSEData to tell why.
 	SSEStatus int `json:"sse_status,omitempty"`
 
 	// SSEEvent is the event name of the SSE answer. Default "error".
@@ -264,18 +267,26 @@ func (p *rejectPolicy) write(w http.ResponseWriter, repl *caddy.Replacer, rej *f
 	h.Set("Fair-Queue-Reason", string(rej.Reason))
 	h.Set("Retry-After", strconv.Itoa(retry))
 	h.Set("Cache-Control", "no-cache")
-	if !streaming {
+	status := p.status
+	if streaming {
+		status = p.sseStatus
+	}
+	// An SSE error event is read as such only in a 2xx stream: an SDK
+	// that sees an error status reads the body as a JSON error object
+	// (the openai and AI SDK libraries do), so a streaming request
+	// rejected with one gets the JSON body too, with that status.
+	if !streaming || status >= 300 {
 		var body []byte
 		if p.body != "" {
 			body = []byte(replaceJSON(repl, p.body))
 		} else {
 			body = marshalError(msg, errorType(rej.Reason), string(rej.Reason))
 		}
-		return writeJSON(w, p.status, body)
+		return writeJSON(w, status, body)
 	}
 	h.Set("Content-Type", "text/event-stream")
 	h.Del("Content-Length")
-	w.WriteHeader(p.sseStatus)
+	w.WriteHeader(status)
 	return p.writeEvent(w, repl, rej, msg)
 }
 

@@ -124,6 +124,30 @@ func TestRejectSSEDataDefaultsToBodyAndSplitsLines(t *testing.T) {
 	assert.Equal(t, "event: queue\ndata: line one\ndata: line two \"timeout\" 1\n\n", w.Body.String())
 }
 
+// SDKs read an error status's body as a JSON error, never as a stream:
+// a streaming request rejected with one gets the JSON answer.
+func TestRejectStreamingWithAnErrorStatusIsJSON(t *testing.T) {
+	rej := &fairqueue.RejectError{Reason: fairqueue.ReasonTimeout, Waited: 3 * time.Second, RetryAfter: 2 * time.Second}
+	w := renderReject(t, []*RejectConfig{{SSEStatus: 429}}, rej, true, nil)
+	assert.Equal(t, 429, w.Code)
+	assert.Equal(t, "application/json", w.Header().Get("Content-Type"))
+	assert.Equal(t, "2", w.Header().Get("Retry-After"))
+	var got apiError
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &got), "body %s", w.Body)
+	assert.Equal(t, "timeout", got.Error.Code)
+	assert.Contains(t, got.Error.Message, "waited 3s in the queue")
+
+	w = renderReject(t, []*RejectConfig{{SSEStatus: 503, Body: `{"busy":"{http.fair_queue.reason}"}`, SSEData: "not JSON"}}, rej, true, nil)
+	assert.Equal(t, 503, w.Code)
+	assert.Equal(t, "application/json", w.Header().Get("Content-Type"))
+	assert.JSONEq(t, `{"busy":"timeout"}`, w.Body.String(), "the body template, not sse_data")
+
+	w = renderReject(t, []*RejectConfig{{SSEStatus: 200}}, rej, true, nil)
+	assert.Equal(t, 200, w.Code)
+	assert.Equal(t, "text/event-stream", w.Header().Get("Content-Type"))
+	assert.True(t, strings.HasPrefix(w.Body.String(), "event: error\ndata: {"), "a 2xx stream carries the event: %q", w.Body)
+}
+
 func TestRejectPerReasonOverridesDefaultsFieldByField(t *testing.T) {
 	cfg := []*RejectConfig{
 		{Status: 500, RetryAfter: "30s", SSEEvent: "busy"},

@@ -1,6 +1,7 @@
 package caddyfairqueue
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -27,16 +28,25 @@ const (
 	outcomeCancelled = "cancelled"
 )
 
-// abortGrace is how long the permit of a request whose client left while
-// the upstream ran it stays held once reverse_proxy returns. Clients that
-// leave together (a load balancer or a batch job cut off) are not seen
-// leaving together: the server learns of each closed connection when it
-// reads it, some milliseconds apart on a busy instance, and the upstream
-// still runs the aborted request until it notices its closed connection.
-// Handed on at once, the permit would go to a waiter whose client is gone
-// but not yet seen gone, forwarded beside the aborted request. A client
-// that leaves costs its permit this long; a served request costs nothing.
-const abortGrace = 50 * time.Millisecond
+// DefaultAbortGrace is how long the permit of a request whose client
+// left while the upstream ran it stays held once reverse_proxy returns,
+// unless AbortGrace says otherwise. Clients that leave together (a load
+// balancer or a batch job cut off) are not seen leaving together: the
+// server learns of each closed connection when it reads it, some
+// milliseconds apart on a busy instance, and the upstream still runs the
+// aborted request until it notices its closed connection. Handed on at
+// once, the permit would go to a waiter whose client is gone but not yet
+// seen gone, forwarded beside the aborted request. A client that leaves
+// costs its permit this long; a served request costs nothing.
+const DefaultAbortGrace = 50 * time.Millisecond
+
+// abortGrace is the hold of an aborted request's permit in force.
+func (h *Handler) abortGrace() time.Duration {
+	if h.AbortGrace < 0 {
+		return 0
+	}
+	return cmp.Or(time.Duration(h.AbortGrace), DefaultAbortGrace)
+}
 
 // ServeHTTP reads the request body, waits for a permit of the request's
 // queue and calls next while holding it; or answers with a reject.
@@ -92,18 +102,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			Reason: fairqueue.ReasonQueueFull, RetryAfter: time.Duration(h.MaxWait), Err: err,
 		})
 	}
+	e.routes.record(h, next)
 	var permit *fairqueue.Permit
 	var granted time.Time  // when Acquire returned the permit
 	var usage *usageWriter // cost tokens: reads the response's usage
 	forwarded := false     // next was called
-	aborted := false       // forwarded, and the upstream's answer did not end normally
+	running := false       // counted in e.running
 	defer func() {
 		// What the request used, charged as its permit is released
 		// (cost time: the hold ends here, before any abort grace).
 		h.charge(permit, granted, forwarded, usage)
-		if aborted && r.Context().Err() != nil {
-			// The client left while the upstream ran its request.
-			time.Sleep(abortGrace)
+		if forwarded && r.Context().Err() != nil {
+			// The client left while the upstream ran its request, however
+			// reverse_proxy ended it: a plain request with a 499 and no
+			// error, a stream with a panic, a relayed stream quietly.
+			time.Sleep(h.abortGrace())
+		}
+		if running {
+			e.running.Add(-1)
 		}
 		e.finish(permit, done)
 	}()
@@ -118,6 +134,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err != nil {
 		return h.notGranted(w, r, repl, name, streaming, committed, start, err)
 	}
+	running = true
+	e.running.Add(1)
 	if r.Context().Err() != nil {
 		// Granted as the client left (the grant raced its cancel, or it
 		// left just after): forwarded, the request would run upstream
@@ -126,14 +144,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.record(r, repl, name, outcomeCancelled, "", permit.Waited(), permit.Position())
 		return nil
 	}
+	next = e.routes.forGrant(h, permit, next)
 	outcome, reason := outcomeGranted, ""
 	if permit.FailOpen() {
 		outcome, reason = outcomeFailOpen, string(fairqueue.ReasonStoreUnavailable)
 	}
 	h.record(r, repl, name, outcome, reason, permit.Waited(), permit.Position())
-	// Cleared when next returns normally: reverse_proxy panics on an
-	// aborted stream (relay hides upstream errors: there the context tells).
-	aborted, forwarded = true, true
+	forwarded = true
 	if h.Cost == CostTokens && !permit.FailOpen() {
 		// Passes the response on as it comes; reads its usage.
 		usage = newUsageWriter(w)
@@ -149,14 +166,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			a := h.forward(w, r, next, left > 0, committed)
 			rf := h.refused(a)
 			if rf == nil {
-				return h.answered(w, a, name, &aborted)
+				return h.answered(w, a, name)
 			}
 			if left == 0 || !rf.resend || !a.unseen() || r.Context().Err() != nil {
 				// No requeue left, the upstream may have run the request,
 				// the client saw part of the answer, or it left: the
 				// answer stands, and the upstream cools.
 				h.cool(permit, name, rf)
-				return h.answered(w, a, name, &aborted)
+				return h.answered(w, a, name)
 			}
 			np, nowCommitted, err := h.requeue(w, r, permit, name, rf, feed, streaming, committed, start)
 			permit, granted, committed = np, time.Now(), nowCommitted
@@ -171,7 +188,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err := next.ServeHTTP(w, r); err != nil {
 		return err // Caddy still writes the error: nothing may be flushed first
 	}
-	aborted = false
 	// Send what the upstream wrote now: the permit's release (a Redis
 	// round trip) runs after this handler returns (see engine.finish).
 	_ = http.NewResponseController(w).Flush()
@@ -180,14 +196,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 // answered ends a request whose answer a stands (see forward): relayed
 // on a committed stream, or passed on.
-func (h *Handler) answered(w http.ResponseWriter, a attempt, name string, aborted *bool) error {
+func (h *Handler) answered(w http.ResponseWriter, a attempt, name string) error {
 	if a.relay != nil {
 		return h.relayEnd(w, a.relay, a.err, name)
 	}
 	if a.err != nil {
 		return a.err // Caddy still writes the error: nothing may be flushed first
 	}
-	*aborted = false
 	_ = http.NewResponseController(w).Flush()
 	return nil
 }

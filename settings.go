@@ -23,6 +23,10 @@ const (
 	maxWeight    = 1000
 )
 
+// maxAbortGrace bounds AbortGrace: a client that leaves should not
+// cost its permit longer than an upstream needs to notice.
+const maxAbortGrace = time.Minute
+
 func (h *Handler) setDefaults() {
 	h.Name = cmp.Or(h.Name, DefaultName)
 	h.MaxWait = cmp.Or(h.MaxWait, caddy.Duration(fairqueue.DefaultMaxWait))
@@ -56,6 +60,8 @@ func (h *Handler) validate() error {
 	switch {
 	case h.MaxWait < 0:
 		return fmt.Errorf("max_wait must be positive, got %s", time.Duration(h.MaxWait))
+	case time.Duration(h.AbortGrace) > maxAbortGrace:
+		return fmt.Errorf("abort_grace must be at most %s, got %s", maxAbortGrace, time.Duration(h.AbortGrace))
 	case h.MaxBody < 0:
 		return fmt.Errorf("max_body must be positive, got %d", h.MaxBody)
 	case h.LocalPermits < 0:

@@ -96,6 +96,12 @@ type Config struct {
 	Logger *zap.Logger
 	// Observer receives the queue's events, for metrics. Optional.
 	Observer Observer
+	// Reserved, when set, returns how many permits are held outside the
+	// queue's store that still count against Permits: the requests of
+	// another queue of the same name still running after a reload moved
+	// the queue to another store. Store calls carry Permits less this
+	// (at least 0). It must be cheap and must not call into the Queue.
+	Reserved func() int
 }
 
 // Observer receives a Queue's events. Methods are called on the request
@@ -175,6 +181,10 @@ func (c Config) Validate() error {
 }
 
 func (c Config) limits() Limits {
-	return Limits{Permits: c.Permits, Lease: c.Lease, MaxQueue: c.MaxQueue,
+	permits := c.Permits
+	if c.Reserved != nil {
+		permits = max(permits-c.Reserved(), 0)
+	}
+	return Limits{Permits: permits, Lease: c.Lease, MaxQueue: c.MaxQueue,
 		MaxQueuePerTenant: c.MaxQueuePerTenant, MaxInFlightPerTenant: c.MaxInFlightPerTenant, Upstreams: c.Upstreams}
 }

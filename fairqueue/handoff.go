@@ -25,19 +25,27 @@ import (
 // set, waiters found missing: a waiter queued again is at the tail, and
 // never handed on to locally).
 
+// headTicket is the node's waiter that heads the queue, and the permits
+// setting under which the store chose it.
+type headTicket struct {
+	t       *ticket
+	permits int
+}
+
 // Head implements HeadHandler: the store says which of this node's
-// tickets heads the queue ("" none).
-func (q *Queue) Head(id string) {
+// tickets heads the queue ("" none), chosen under permits.
+func (q *Queue) Head(id string, permits int) {
 	var t *ticket
 	if id != "" {
 		q.mu.Lock()
 		t = q.tickets[id]
 		q.mu.Unlock()
 	}
-	if t != nil && t.state.Load() != statePending {
-		t = nil
+	if t == nil || t.state.Load() != statePending {
+		q.head.Store(nil)
+		return
 	}
-	q.head.Store(t)
+	q.head.Store(&headTicket{t: t, permits: permits})
 }
 
 // doubt stops local handoffs until a heartbeat confirms the node and
@@ -78,9 +86,17 @@ func (q *Queue) handOn(args TicketArgs) bool {
 	q.bg.Add(1)
 	q.bgMu.Unlock()
 	defer q.bg.Done()
-	t := q.head.Swap(nil)
-	if t == nil || t.requeued.Load() || q.isDraining() || !t.state.CompareAndSwap(statePending, stateGranted) {
-		return false // no own waiter heads the queue, or it left meanwhile
+	h := q.head.Swap(nil)
+	if h == nil || h.permits > cfg.Permits {
+		// No own waiter heads the queue, or the store chose it under more
+		// permits than the settings now allow (a reply that crossed a
+		// lowering reload): a transfer would keep the old concurrency,
+		// where the store's dispatch applies the new permits.
+		return false
+	}
+	t := h.t
+	if t.requeued.Load() || q.isDraining() || !t.state.CompareAndSwap(statePending, stateGranted) {
+		return false // it left meanwhile
 	}
 	t.moving.Store(true)
 	defer t.moving.Store(false)

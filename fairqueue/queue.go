@@ -57,7 +57,7 @@ type Queue struct {
 	// that confirmed both; 0 once anything casts doubt); sweep: a
 	// transfer failed, reconcile for a while (it may run late and leave
 	// a ghost holder). See handOn.
-	head       atomic.Pointer[ticket]
+	head       atomic.Pointer[headTicket]
 	aliveUntil atomic.Int64
 	sweep      atomic.Bool
 

@@ -78,9 +78,11 @@ type Transferrer interface {
 // HeadHandler is a Handler that a Transferrer tells, after its releases
 // and transfers, which of the node's tickets heads the queue: head
 // ("" if none of the node's does) is the next to be served, in every
-// node's order, until it is granted or cancelled.
+// node's order, until it is granted or cancelled. permits is the
+// Limits.Permits of the call whose reply named it: the head was chosen
+// under that setting.
 type HeadHandler interface {
-	Head(ticket string)
+	Head(ticket string, permits int)
 }
 
 // Grant is one permit handed to a waiting ticket.

@@ -27,7 +27,28 @@ const (
 	// is mid-stream most of the time.
 	departedTokens = 10
 	departedDelay  = 40 * time.Millisecond
+	// A plain answer comes whole after departedPlainDelay: the upstream
+	// runs an aborted plain request that long, whatever the client does.
+	departedPlainDelay = 10 * time.Millisecond
 )
+
+// departedLoad is what the departing clients send: streams, plain
+// requests, or both (even clients stream, odd ones do not).
+type departedLoad string
+
+const (
+	loadStreamed departedLoad = "streamed"
+	loadPlain    departedLoad = "plain"
+	loadMixed    departedLoad = "mixed"
+)
+
+// chat is client i's request under the load.
+func (l departedLoad) chat(i int, seq string) Chat {
+	if l == loadStreamed || (l == loadMixed && i%2 == 0) {
+		return Chat{Stream: true, Seq: seq}
+	}
+	return Chat{Tokens: 1, Delay: departedPlainDelay, Seq: seq}
+}
 
 // Every client leaves at the same instant, holders mid-stream and
 // waiters queued behind them: the permits the holders free go to waiters
@@ -35,17 +56,29 @@ const (
 // though Caddy sees the 64 connections close milliseconds apart.
 // The upstream notices a departed holder only at its next token (as a
 // model server that learns of a closed connection from a failed write),
-// so each aborted holder still runs there when its permit is handed on:
-// a departed grantee forwarded then makes more than permits run at once.
+// or, answering a plain request, not before the answer is written, so
+// each aborted holder still runs there when its permit is handed on: a
+// departed grantee forwarded then makes more than permits run at once.
+// reverse_proxy ends an aborted plain request without an error (it
+// writes a 499), an aborted stream with a panic: both must count as
+// aborted.
 func TestDepartedClientsNeverReachTheUpstream(t *testing.T) {
-	for _, tc := range []struct {
+	type store struct {
 		name  string
 		redis bool
+	}
+	for _, tc := range []struct {
+		store
+		load departedLoad
 	}{
-		{"local store", false},
-		{"redis store", true},
+		{store{"local store", false}, loadStreamed},
+		{store{"local store", false}, loadPlain},
+		{store{"local store", false}, loadMixed},
+		{store{"redis store", true}, loadStreamed},
+		{store{"redis store", true}, loadPlain},
+		{store{"redis store", true}, loadMixed},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(tc.name+"/"+string(tc.load), func(t *testing.T) {
 			store := ""
 			if tc.redis {
 				rds := redistest.Start(t)
@@ -74,7 +107,7 @@ func TestDepartedClientsNeverReachTheUpstream(t *testing.T) {
 				for i := range departedClients {
 					wg.Go(func() {
 						for n := 0; ctx.Err() == nil; n++ {
-							send(ctx, client, c.URL(), Chat{Stream: true, Seq: fmt.Sprintf("r%d-c%d-%d", round, i, n)})
+							send(ctx, client, c.URL(), tc.load.chat(i, fmt.Sprintf("r%d-c%d-%d", round, i, n)))
 						}
 					})
 				}

@@ -123,7 +123,6 @@ test('a plain request granted after waiting gets the whole answer', async () => 
 });
 
 test('a streaming reject answered 429 (reject sse_status 429) carries the reject\'s message',
-  { todo: 'fair_queue sends the SSE event as the body of the 429 (Content-Type text/event-stream): the SDK finds no JSON error and reports "Too Many Requests"' },
   async () => {
     const release = await hold(baseURL('ai', 'sse429'));
     const rec = recorder();

@@ -103,7 +103,6 @@ test('a plain request granted after waiting gets the whole answer', async () => 
 });
 
 test('a streaming reject answered 429 (reject sse_status 429) is a RateLimitError with the reject\'s message and code',
-  { todo: 'fair_queue sends the SSE event as the body of the 429 (Content-Type text/event-stream): the SDK reads no JSON, so err.code is undefined and err.message is the raw "event: error\\ndata: ..." text' },
   async () => {
     const release = await hold(baseURL('openai', 'sse429'));
     const rec = recorder();

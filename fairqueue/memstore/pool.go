@@ -15,7 +15,8 @@ import (
 //     one of the calling node's list with fewer holders than its Permits
 //     and not cooling. A holder counts on its upstream whatever list it
 //     was granted under, also on an upstream no longer listed (which
-//     gets no new grants).
+//     gets no new grants). A holder granted without a pool (before a
+//     reload added one) may run on any upstream: it counts on every one.
 //   - Among the eligible, the one with the largest free share
 //     (Permits - in flight) / Permits wins, compared exactly; ties go to
 //     the one whose last grant is oldest by the grant counter, never
@@ -46,13 +47,14 @@ func (s *Store) pick(l fairqueue.Limits, now time.Time) (dial string, ok bool) {
 	if len(l.Upstreams) == 0 {
 		return "", true
 	}
+	anywhere := max(len(s.holders)-len(s.holderOn), 0)
 	var best *fairqueue.Upstream
 	for i := range l.Upstreams {
 		u := &l.Upstreams[i]
-		if s.inflight[u.Dial] >= u.Permits || s.coolingAt(u.Dial, now) {
+		if s.inflight[u.Dial]+anywhere >= u.Permits || s.coolingAt(u.Dial, now) {
 			continue
 		}
-		if best == nil || s.before(u, best) {
+		if best == nil || s.before(u, best, anywhere) {
 			best = u
 		}
 	}
@@ -63,11 +65,12 @@ func (s *Store) pick(l fairqueue.Limits, now time.Time) (dial string, ok bool) {
 }
 
 // before reports whether a is served before b: the larger free share,
-// then the older last grant. Integer cross-multiplication keeps the
-// comparison exact; a tie of both (never granted) keeps list order.
-func (s *Store) before(a, b *fairqueue.Upstream) bool {
-	fa := int64(a.Permits-s.inflight[a.Dial]) * int64(b.Permits)
-	fb := int64(b.Permits-s.inflight[b.Dial]) * int64(a.Permits)
+// then the older last grant (anywhere: the holders that count on every
+// upstream). Integer cross-multiplication keeps the comparison exact; a
+// tie of both (never granted) keeps list order.
+func (s *Store) before(a, b *fairqueue.Upstream, anywhere int) bool {
+	fa := int64(a.Permits-s.inflight[a.Dial]-anywhere) * int64(b.Permits)
+	fb := int64(b.Permits-s.inflight[b.Dial]-anywhere) * int64(a.Permits)
 	if fa != fb {
 		return fa > fb
 	}

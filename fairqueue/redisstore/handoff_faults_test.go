@@ -236,3 +236,69 @@ func TestALateTransferLeavesNoGhostHolder(t *testing.T) {
 	require.NoError(t, err, "nothing runs, yet the one permit is held by a ghost (waited %s)", time.Since(start))
 	p.Release()
 }
+
+// gatedRelease holds the first Release until open is closed: a release
+// whose reply reaches the node after a reload.
+type gatedRelease struct {
+	fairqueue.Store
+	once    sync.Once
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (g *gatedRelease) Release(ctx context.Context, t fairqueue.TicketArgs) error {
+	first := false
+	g.once.Do(func() { first = true })
+	if first {
+		close(g.entered)
+		<-g.open
+	}
+	return g.Store.Release(ctx, t)
+}
+
+func (g *gatedRelease) Transfer(ctx context.Context, t fairqueue.TicketArgs, to string) error {
+	return g.Store.(fairqueue.Transferrer).Transfer(ctx, t, to)
+}
+
+// A release sent under the old permits whose reply, naming the node's
+// waiter as the head, arrives after permits were lowered: that head was
+// chosen under the old setting, and the next release may not hand its
+// permit on to it (a transfer keeps the old concurrency).
+func TestLocalHandoffIgnoresAHeadNamedUnderHigherPermits(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := fairqueue.Config{Permits: 2, MaxWait: 10 * time.Second, Lease: 3 * time.Second}
+	g := &gatedRelease{entered: make(chan struct{}), open: make(chan struct{})}
+	n := wrappedNode(t, srv, "late", cfg, func(s fairqueue.Store) fairqueue.Store { g.Store = s; return g })
+	ctx := context.Background()
+	h1, err := n.q.Acquire(ctx, fairqueue.Request{})
+	require.NoError(t, err)
+	h2, err := n.q.Acquire(ctx, fairqueue.Request{})
+	require.NoError(t, err)
+	w1Ch, _ := queueWaiter(t, n, "late")
+	xCh, _ := queueWaiter(t, n, "late")
+	alive(t, n)
+
+	released := make(chan struct{})
+	go func() { h1.Release(); close(released) }()
+	<-g.entered // the release is on its way under permits 2
+	cfg.Permits = 1
+	require.NoError(t, n.q.Reconfigure(cfg))
+	close(g.open)
+	<-released
+	// Computed under permits 2: W1 granted, X named as the head.
+	w1 := <-w1Ch
+	require.NoError(t, w1.err)
+	defer w1.p.Release()
+
+	h2.Release()
+	select {
+	case x := <-xCh:
+		if x.err == nil {
+			x.p.Release()
+		}
+		t.Fatalf("X started on h2's permit: %d requests ran with permits 1 (holders in Redis: %v)",
+			2, readState(t, n.rdb, "late").Holders)
+	case <-time.After(300 * time.Millisecond):
+	}
+	assert.Len(t, readState(t, n.rdb, "late").Holders, 1, "W1 alone holds a permit")
+}

@@ -125,7 +125,7 @@ func (h *heads) Granted(gs ...fairqueue.Grant) {
 
 func (h *heads) Resynced() {}
 
-func (h *heads) Head(id string) {
+func (h *heads) Head(id string, _ int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.head = append(h.head, id)

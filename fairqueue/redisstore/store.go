@@ -231,7 +231,7 @@ func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
 		return fmt.Errorf("release %s: unexpected reply %v", s.tag, v)
 	}
 	s.deliver(l[0])
-	s.head(l[1])
+	s.head(l[1], t.Permits)
 	return nil
 }
 
@@ -251,19 +251,20 @@ func (s *Store) Transfer(ctx context.Context, t fairqueue.TicketArgs, to string)
 		// request on it ended meanwhile releases it again.
 		s.deliver([]any{to, l[3], ""})
 	}
-	s.head(l[1])
+	s.head(l[1], t.Permits)
 	return nil
 }
 
 // head tells the Handler, if it takes local handoffs, which of its
-// tickets heads the queue (a script's reply: the ticket or "").
-func (s *Store) head(v any) {
+// tickets heads the queue (a script's reply: the ticket or ""), chosen
+// under permits.
+func (s *Store) head(v any, permits int) {
 	id, _ := v.(string)
 	s.mu.Lock()
 	h := s.h
 	s.mu.Unlock()
 	if hh, ok := h.(fairqueue.HeadHandler); ok {
-		hh.Head(id)
+		hh.Head(id, permits)
 	}
 }
 

@@ -1167,7 +1167,7 @@ func (l *faultyLink) Granted(grants ...fairqueue.Grant) {
 
 // Head implements fairqueue.HeadHandler: a lossy link loses it when it
 // loses the next grant notification, a dead one always.
-func (l *faultyLink) Head(ticket string) {
+func (l *faultyLink) Head(ticket string, permits int) {
 	l.mu.Lock()
 	hh, _ := l.h.(fairqueue.HeadHandler)
 	lose := l.state == linkDead || (l.state == linkLossy && len(l.lose) > 0 && l.lose[l.grants%len(l.lose)])
@@ -1177,7 +1177,7 @@ func (l *faultyLink) Head(ticket string) {
 		return
 	}
 	if hh != nil {
-		hh.Head(ticket)
+		hh.Head(ticket, permits)
 	}
 }
 

@@ -24,6 +24,7 @@ func init() {
 		testCase{"FairRequeueKeepsTheFlowsPlaceAndUndoesItsCharge", requeueFair},
 		testCase{"RequeueSentAgainQueuesOnceAndReleasesOnce", requeueTwice},
 		testCase{"ReloadRemovingAnUpstreamNeverOverAdmitsThoseThatStay", poolReload},
+		testCase{"ReloadAddingAPoolCountsEarlierHoldersOnEveryUpstream", poolAdded},
 	)
 }
 
@@ -298,4 +299,29 @@ func poolReload(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	assert.NotEqual(t, "a:1", p.Upstream(), "a is no longer in the pool")
 	p.Release()
+}
+
+// A reload that gives a queue a pool: a permit granted before it names
+// no upstream, and its request may run on any of them (the old route's
+// static upstream is one of the pool's, unknown to the queue), so it
+// counts on every upstream until it is released.
+func poolAdded(t *testing.T, h Harness) {
+	before := fairqueue.Config{Permits: 1, MaxWait: time.Minute, PollInterval: 50 * time.Millisecond}
+	q := h.NewNode(t, "added", before)
+	p0, err := q.Acquire(bg, fairqueue.Request{})
+	require.NoError(t, err)
+	require.Empty(t, p0.Upstream())
+	w1 := acquireAsync(t, h, "added", q, fairqueue.Request{}, 1)
+	after := before
+	after.Permits = 0 // the pool's sum
+	after.Upstreams = []fairqueue.Upstream{{Dial: "a:1", Permits: 1}, {Dial: "b:1", Permits: 1}}
+	require.NoError(t, q.Reconfigure(after))
+	w2 := acquireAsync(t, h, "added", q, fairqueue.Request{}, 2)
+	// Two pool permits, one held: but the holder may be on a or b.
+	notGranted(t, w1, "the earlier holder may run on either upstream")
+	p0.Release()
+	p1, p2 := await(t, w1, "w1"), await(t, w2, "w2")
+	assert.ElementsMatch(t, []string{"a:1", "b:1"}, []string{p1.Upstream(), p2.Upstream()})
+	p1.Release()
+	p2.Release()
 }

@@ -54,10 +54,11 @@ local function room(flow, cooling)
   clock()
   local reaped = false
   while true do
-    local free = permits - redis.call('ZCARD', K.holders)
+    local held = redis.call('ZCARD', K.holders)
+    local free = permits - held
     local v, up, n, tn
     if free > 0 then
-      v = pool_view(cooling)
+      v = pool_view(cooling, held)
       up = v and pick(v)
       if v and not up then
         free = 0

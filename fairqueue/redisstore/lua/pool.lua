@@ -20,10 +20,15 @@ end
 -- and who is cooling (not read when the caller found K.ucool missing:
 -- cooling false, see present in common.lua); when each was granted last
 -- is read by last_of, only if a tie needs it. nil without a pool.
-local function pool_view(cooling)
+-- held is the number of holders: those without an entry in K.uheld
+-- (granted while the queue had no pool, before a reload added one) may
+-- run on any upstream, so they count on every one (v.anywhere).
+local function pool_view(cooling, held)
   if #pool == 0 then return nil end
   local v = {inf = {}, cool = {}}
-  for _, u in ipairs(redis.call('HVALS', K.uheld)) do v.inf[u] = (v.inf[u] or 0) + 1 end
+  local placed = redis.call('HVALS', K.uheld)
+  for _, u in ipairs(placed) do v.inf[u] = (v.inf[u] or 0) + 1 end
+  v.anywhere = math.max(held - #placed, 0)
   if cooling ~= false then
     for _, u in ipairs(redis.call('ZRANGEBYSCORE', K.ucool, '(' .. clock(), '+inf')) do v.cool[u] = true end
   end
@@ -43,13 +48,14 @@ local function last_of(v, dial)
   return v.last[dial]
 end
 
--- pick is the upstream to grant on: not cooling and under its permits,
+-- pick is the upstream to grant on: not cooling and under its permits
+-- (its holders and those that may run anywhere),
 -- the most free relative to its size (compared exactly), ties to the
 -- one granted longest ago, then list order. nil when none may be.
 local function pick(v)
   local best, bfree, bsize
   for _, u in ipairs(pool) do
-    local free = u.permits - (v.inf[u.dial] or 0)
+    local free = u.permits - (v.inf[u.dial] or 0) - v.anywhere
     if free > 0 and not v.cool[u.dial] then
       local a, b = free * (bsize or 1), (bfree or 0) * u.permits
       if not best or a > b or (a == b and last_of(v, u.dial) < last_of(v, best)) then

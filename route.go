@@ -1,0 +1,77 @@
+package caddyfairqueue
+
+import (
+	"sync/atomic"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+// A reload that turns a queue's pool on or off changes what a grant is:
+// with a pool it names the upstream that reverse_proxy must take
+// (dynamic fair_queue), without one it names none and the route's own
+// upstream serves it. The engine, shared across the reload, takes the
+// new config's settings at once, while the old config's waiters still
+// run through their own route: granted on the new shape, they would be
+// sent where the grant does not count them (a static upstream for a
+// pool grant), or nowhere (dynamic fair_queue without an upstream). Such
+// a waiter is served by the route of the config in force that fits its
+// grant: the engine keeps, for each shape, the next handler of the
+// latest live handler that serves the queue.
+
+// route is a handler's place in a config: what follows it.
+type route struct {
+	h    *Handler
+	next caddyhttp.Handler
+}
+
+// engineRoutes are the routes of the live handlers of an engine, one for
+// each shape of grant.
+type engineRoutes struct {
+	pooled, plain atomic.Pointer[route]
+}
+
+// pooled reports whether the handler's grants name an upstream.
+func (h *Handler) pooled() bool { return len(h.Upstreams) > 0 }
+
+// live reports whether the handler belongs to the config in force (its
+// Cleanup, which a reload runs, has not).
+func (h *Handler) live() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.cleaned
+}
+
+// record notes that h, with next after it, serves the engine's queue.
+func (rs *engineRoutes) record(h *Handler, next caddyhttp.Handler) {
+	slot := &rs.plain
+	if h.pooled() {
+		slot = &rs.pooled
+	}
+	if r := slot.Load(); r != nil && r.h == h {
+		return
+	}
+	if h.live() {
+		slot.Store(&route{h: h, next: next})
+	}
+}
+
+// forGrant returns the next handler that serves permit p, granted to a
+// request of h: h's own, unless the grant's shape is not h's (a reload
+// changed the queue's pool while the request waited) and a live handler
+// of the grant's shape serves the queue.
+func (rs *engineRoutes) forGrant(h *Handler, p *fairqueue.Permit, next caddyhttp.Handler) caddyhttp.Handler {
+	pooled := p.Upstream() != ""
+	if pooled == h.pooled() || p.FailOpen() {
+		return next
+	}
+	slot := &rs.plain
+	if pooled {
+		slot = &rs.pooled
+	}
+	if r := slot.Load(); r != nil && r.h.live() {
+		return r.next
+	}
+	return next
+}
