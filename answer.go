@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // What the handler writes itself rather than the upstream: OpenAI-style
@@ -53,6 +54,18 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) error {
 func writeTooLarge(w http.ResponseWriter, limit int64) {
 	msg := "The request body is larger than the " + formatBytes(limit) + " this endpoint accepts."
 	_ = writeJSON(w, http.StatusRequestEntityTooLarge, marshalError(msg, "invalid_request_error", "request_too_large"))
+}
+
+// writeBodyTimeout answers a request whose body did not arrive within
+// body_timeout. The rest of the body will not be read: an HTTP/1
+// connection closes after the answer (HTTP/2 and HTTP/3 end the stream
+// alone).
+func writeBodyTimeout(w http.ResponseWriter, r *http.Request, timeout time.Duration) {
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
+	msg := "The request body did not arrive within " + timeout.String() + "."
+	_ = writeJSON(w, http.StatusRequestTimeout, marshalError(msg, "invalid_request_error", "request_timeout"))
 }
 
 // formatBytes writes n in the largest binary unit that divides it.

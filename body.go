@@ -7,43 +7,139 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 )
 
-// readBody reads the whole request body, at most limit bytes, and puts
-// the same bytes back for the handlers after this one (reverse_proxy
-// sends them upstream with a known Content-Length).
+// bodyChunk is the most readBody allocates for a body before its bytes
+// arrive, whatever length the client declared: the buffer grows with the
+// bytes received, so that a client that declares a large body and sends
+// a few bytes costs a few bytes.
+const bodyChunk = 64 << 10
+
+// minBodyTimeout is the shortest body_timeout.
+const minBodyTimeout = 100 * time.Millisecond
+
+// errBodyTimeout: the body did not arrive within body_timeout.
+var errBodyTimeout = errors.New("request body not received within body_timeout")
+
+// readBody reads the whole request body, at most limit bytes within
+// timeout, and puts the same bytes back for the handlers after this one
+// (reverse_proxy sends them upstream with a known Content-Length).
 //
 // Reading first matters: Go's HTTP/1.1 server notices that a client went
 // away only once the handler has read the request body to EOF, so a
 // queued request with an unread body would hold its place, and later a
 // permit, for nobody. A body larger than limit gives an
-// *http.MaxBytesError.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+// *http.MaxBytesError; one that does not arrive within timeout,
+// errBodyTimeout (the connection is then unusable: answer it and let it
+// close).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, timeout time.Duration) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
 	if r.ContentLength > limit {
 		return nil, &http.MaxBytesError{Limit: limit}
 	}
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		// Room for the EOF read too, so that the buffer never grows.
-		buf.Grow(int(r.ContentLength) + bytes.MinRead)
-	}
+	d := startBodyDeadline(w, r.Body, timeout)
 	// MaxBytesReader also tells the server to close the connection
 	// after the answer, rather than read the rest of a huge body.
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+	b, err := readGrowing(http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
+	if err != nil {
+		if d.expired(err) {
+			return nil, errBodyTimeout
+		}
 		return nil, err
 	}
-	b := buf.Bytes()
+	d.lift()
 	r.Body = io.NopCloser(bytes.NewReader(b))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
 	r.ContentLength = int64(len(b))
 	r.TransferEncoding = nil
 	r.Header.Set("Content-Length", strconv.Itoa(len(b)))
 	return b, nil
+}
+
+// readGrowing reads src to EOF into a buffer that grows as bytes
+// arrive: it starts at no more than bodyChunk and doubles when full, up
+// to room for the declared length (-1: unknown) or limit, plus one byte
+// for the read that finds EOF, so that a body of the declared length
+// never needs a larger buffer than itself.
+func readGrowing(src io.Reader, declared, limit int64) ([]byte, error) {
+	bound := limit
+	if declared >= 0 {
+		bound = declared
+	}
+	bound = min(bound, math.MaxInt64-1) + 1 // the EOF read
+	b := make([]byte, 0, min(bound, bodyChunk))
+	for {
+		if len(b) == cap(b) {
+			size := min(2*int64(cap(b)), bound)
+			if size <= int64(cap(b)) { // more than declared: not from net/http
+				size = 2 * int64(cap(b))
+			}
+			b = append(make([]byte, 0, size), b...)
+		}
+		n, err := src.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// bodyDeadline bounds the read of a request body: a read deadline on the
+// connection (HTTP/1, HTTP/2 and HTTP/3 all take one; with Caddy's read
+// idle timeout it caps that one), or, for a ResponseWriter that cannot
+// set one, a timer that closes the body.
+type bodyDeadline struct {
+	rc    *http.ResponseController // nil: the timer
+	timer *time.Timer
+	fired atomic.Bool
+}
+
+func startBodyDeadline(w http.ResponseWriter, body io.Closer, timeout time.Duration) *bodyDeadline {
+	d := &bodyDeadline{rc: http.NewResponseController(w)}
+	if d.rc.SetReadDeadline(time.Now().Add(timeout)) == nil {
+		return d
+	}
+	d.rc = nil
+	d.timer = time.AfterFunc(timeout, func() {
+		d.fired.Store(true)
+		_ = body.Close()
+	})
+	return d
+}
+
+// expired reports whether err, the failed read of the body, is the
+// deadline's doing. The deadline stays: an expired one makes the
+// server close the connection at once rather than wait for the rest of
+// the body.
+func (d *bodyDeadline) expired(err error) bool {
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+	return errors.Is(err, os.ErrDeadlineExceeded) || d.fired.Load()
+}
+
+// lift removes the deadline once the body is read: the response, a
+// stream perhaps, may last much longer. (Go's HTTP/1 server clears the
+// connection's deadline itself at the body's end, before it watches the
+// connection for a client that leaves, and Caddy's read idle timeout
+// does too; a deadline left behind would be a trap for whatever reads
+// or sets it next.)
+func (d *bodyDeadline) lift() {
+	if d.timer != nil {
+		d.timer.Stop()
+		return
+	}
+	_ = d.rc.SetReadDeadline(time.Time{})
 }
 
 // bodyInfo is what the handler reads from a JSON request body.

@@ -9,9 +9,12 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -147,7 +150,7 @@ func TestReadBodyRestoresTheSameBytesAndLength(t *testing.T) {
 				r.ContentLength = -1
 				r.TransferEncoding = []string{"chunked"}
 			}
-			got, err := readBody(httptest.NewRecorder(), r, tc.limit)
+			got, err := readBody(httptest.NewRecorder(), r, tc.limit, time.Minute)
 			if tc.wantErr {
 				var tooLarge *http.MaxBytesError
 				require.True(t, errors.As(err, &tooLarge), "error %v", err)
@@ -155,6 +158,9 @@ func TestReadBodyRestoresTheSameBytesAndLength(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Equal(t, payload, got)
+			if !tc.chunked {
+				assert.LessOrEqual(t, cap(got), tc.size+1, "a declared body's buffer is its size")
+			}
 			assert.Equal(t, int64(tc.size), r.ContentLength)
 			assert.Empty(t, r.TransferEncoding)
 			assert.Equal(t, r.Header.Get("Content-Length"), itoa(tc.size))
@@ -169,9 +175,95 @@ func TestReadBodyRestoresTheSameBytesAndLength(t *testing.T) {
 	}
 }
 
+// stallingBody is the body of a client that declared more than it sends:
+// it gives head, then blocks until closed.
+type stallingBody struct {
+	head      []byte
+	stalled   chan struct{} // closed when the reader asks for more than head
+	closed    chan struct{}
+	stallOnce sync.Once
+	closeOnce sync.Once
+}
+
+func newStallingBody(head string) *stallingBody {
+	return &stallingBody{head: []byte(head), stalled: make(chan struct{}), closed: make(chan struct{})}
+}
+
+func (b *stallingBody) Read(p []byte) (int, error) {
+	if len(b.head) > 0 {
+		n := copy(p, b.head)
+		b.head = b.head[n:]
+		return n, nil
+	}
+	b.stallOnce.Do(func() { close(b.stalled) })
+	<-b.closed
+	return 0, io.ErrClosedPipe
+}
+
+func (b *stallingBody) Close() error {
+	b.closeOnce.Do(func() { close(b.closed) })
+	return nil
+}
+
+func TestReadBodyAllocatesForTheBytesThatArriveNotTheDeclaredLength(t *testing.T) {
+	const clients, declared = 20, 8 << 20
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	errs := make(chan error, clients)
+	var bodies []*stallingBody
+	for range clients {
+		b := newStallingBody(`{"model":"m"`)
+		bodies = append(bodies, b)
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		r.Body, r.ContentLength = b, declared
+		go func() {
+			_, err := readBody(httptest.NewRecorder(), r, DefaultMaxBody, time.Minute)
+			errs <- err
+		}()
+		select {
+		case <-b.stalled:
+		case <-time.After(10 * time.Second):
+			t.Fatal("readBody did not read the body")
+		}
+	}
+	runtime.ReadMemStats(&after)
+	for _, b := range bodies {
+		b.Close()
+	}
+	for range clients {
+		assert.Error(t, <-errs)
+	}
+	// Before: each reader allocated the declared 8 MiB up front (160 MiB).
+	allocated := after.TotalAlloc - before.TotalAlloc
+	assert.Less(t, allocated, uint64(declared), "%d readers of 12 bytes each, declared 8 MiB: %d bytes allocated", clients, allocated)
+}
+
+func TestReadBodyGivesUpOnABodyThatStallsPastTheTimeout(t *testing.T) {
+	// A recorder cannot set a read deadline: the timer closes the body.
+	const timeout = 100 * time.Millisecond
+	b := newStallingBody(`{"model":"m"`)
+	r := httptest.NewRequest(http.MethodPost, "/", nil)
+	r.Body, r.ContentLength = b, 1000
+	start := time.Now()
+	errs := make(chan error, 1)
+	go func() {
+		_, err := readBody(httptest.NewRecorder(), r, DefaultMaxBody, timeout)
+		errs <- err
+	}()
+	select {
+	case err := <-errs:
+		require.ErrorIs(t, err, errBodyTimeout)
+		assert.GreaterOrEqual(t, time.Since(start), timeout)
+	case <-time.After(10 * time.Second):
+		b.Close()
+		t.Fatal("readBody still waits for the stalled body")
+	}
+}
+
 func TestReadBodyWithoutBody(t *testing.T) {
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
-	got, err := readBody(httptest.NewRecorder(), r, 10)
+	got, err := readBody(httptest.NewRecorder(), r, 10, time.Minute)
 	require.NoError(t, err)
 	assert.Nil(t, got)
 	assert.Equal(t, http.NoBody, r.Body)

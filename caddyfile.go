@@ -39,6 +39,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    max_wait      <duration>           # default 20s; at least 50ms
 //	    poll_interval <duration>           # default 200ms (max_wait if shorter); at least 50ms, at most max_wait
 //	    max_body      <size>               # default 8MiB (e.g. 1MiB, 512KB); larger bodies get 413
+//	    body_timeout  <duration>           # default 30s; at least 100ms; a body not read in full by then gets 408
+//	    max_waiting_bytes <size>           # bodies of waiting requests, this process; beyond: 429 queue_full. default 256MiB, at least max_body
 //	    lease         <duration>           # default 30s; at least 1s
 //	    abort_grace   <duration>|off       # a permit's hold after its client left mid-answer; default 50ms, at most 1m
 //
@@ -123,6 +125,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"lease":         opt(&h.Lease, durationArg(fairqueue.MinLease)),
 		"abort_grace":   opt(&h.AbortGrace, offDurationArg),
 		"max_body":      opt(&h.MaxBody, sizeArg),
+		"body_timeout":  opt(&h.BodyTimeout, durationArg(minBodyTimeout)),
 		"tenant":        opt(&h.Tenant, stringArg),
 		"weight": pairOpt(&h.Weights, "weight: tenant value", func(d *caddyfile.Dispenser, tenant, w string) (float64, error) {
 			if _, err := weightKey(tenant); err != nil {
@@ -137,6 +140,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"max_queue":                opt(&h.MaxQueue, intArg(0)),
 		"max_queue_per_tenant":     opt(&h.MaxQueuePerTenant, intArg(0)),
 		"max_in_flight_per_tenant": opt(&h.MaxInFlightPerTenant, intArg(0)),
+		"max_waiting_bytes":        opt(&h.MaxWaitingBytes, sizeArg),
 		"on_store_error":           checkedOpt(&h.OnStoreError, checkOnStoreError),
 		"local_permits":            opt(&h.LocalPermits, intArg(1)),
 		"redis":                    opt(&h.Redis, parseRedis),

@@ -26,6 +26,8 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 		max_wait 45s
 		poll_interval 100ms
 		max_body 512KB
+		body_timeout 10s
+		max_waiting_bytes 64MiB
 		lease 1m
 		tenant {http.request.header.Authorization}
 		weight "Bearer gold" 4
@@ -69,6 +71,8 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 		MaxWait:              caddy.Duration(45 * time.Second),
 		PollInterval:         caddy.Duration(100 * time.Millisecond),
 		MaxBody:              512000,
+		BodyTimeout:          caddy.Duration(10 * time.Second),
+		MaxWaitingBytes:      64 << 20,
 		Lease:                caddy.Duration(time.Minute),
 		Tenant:               "{http.request.header.Authorization}",
 		Weights:              map[string]float64{"Bearer gold": 4, "Bearer bronze": 0.5},
@@ -178,6 +182,11 @@ func TestCaddyfileRefusesBadConfigNamingTheOption(t *testing.T) {
 		{"abort grace too long", "permits 1\nabort_grace 2m", "abort_grace must be at most 1m0s, got 2m0s"},
 		{"bad size", "permits 1\nmax_body lots", "max_body: invalid size 'lots'"},
 		{"zero size", "permits 1\nmax_body 0", "max_body must be positive"},
+		{"body timeout too short", "permits 1\nbody_timeout 10ms", "body_timeout must be at least 100ms, got 10ms"},
+		{"body timeout not a duration", "permits 1\nbody_timeout slow", "body_timeout: invalid duration 'slow'"},
+		{"max waiting bytes zero", "permits 1\nmax_waiting_bytes 0", "max_waiting_bytes must be positive"},
+		{"max waiting bytes below max body", "permits 1\nmax_body 1MiB\nmax_waiting_bytes 512KiB", "max_waiting_bytes (524288) must be at least max_body (1048576)"},
+		{"max waiting bytes below the default max body", "permits 1\nmax_waiting_bytes 1MiB", "max_waiting_bytes (1048576) must be at least max_body (8388608)"},
 		{"bad store error policy", "permits 1\non_store_error shrug", "on_store_error must be fail_open, fail_closed or local, got \"shrug\""},
 		{"unknown redis option", "permits 1\nredis {\nhost x\n}", "unrecognized subdirective 'host'"},
 		{"bad redis url", "permits 1\nredis {\nurl http://x\n}", "redis: invalid url: redis: invalid URL scheme: http"},

@@ -15,6 +15,7 @@ package caddyfairqueue
 import (
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -33,6 +34,11 @@ const (
 	DefaultName = "default"
 	// DefaultMaxBody is the largest request body read, 8 MiB.
 	DefaultMaxBody = 8 << 20
+	// DefaultBodyTimeout bounds the arrival of a request body.
+	DefaultBodyTimeout = 30 * time.Second
+	// DefaultMaxWaitingBytes bounds the bodies of the requests waiting
+	// in one process, 256 MiB.
+	DefaultMaxWaitingBytes = 256 << 20
 	// DefaultMaxCost bounds the cost of one request with cost max_tokens
 	// or tokens.
 	DefaultMaxCost = 32768
@@ -125,6 +131,29 @@ type Handler struct {
 	// reads before queueing; a larger one is answered with 413 at once.
 	// The body is held in memory while the request waits. Default 8 MiB.
 	MaxBody int64 `json:"max_body,omitempty"`
+
+	// BodyTimeout is how long the request body may take to arrive, in
+	// full, from the moment the handler starts reading it: a client
+	// slower than that (one that declares a large body and trickles it,
+	// or stalls) is answered 408 with an OpenAI-style error
+	// (request_timeout) and its connection closed. It bounds only the
+	// body: it is lifted once the body is read, so it never cuts a
+	// response, and it is separate from MaxWait, which starts after it.
+	// Caddy's own read timeouts (read_body, the read idle timeout) still
+	// apply. Default 30s (MaxBody's 8 MiB at 2.3 Mbit/s); at least
+	// 100ms.
+	BodyTimeout caddy.Duration `json:"body_timeout,omitempty"`
+
+	// MaxWaitingBytes bounds the memory that waiting requests hold: the
+	// size of the bodies of the requests waiting for a permit in this
+	// Caddy process, every fair_queue handler and queue together. A
+	// request whose body would take that sum beyond this handler's
+	// value is rejected at once with reason queue_full (429 and
+	// Retry-After by default). A body counts from its read until its
+	// request is granted (a request granted at once counts for the
+	// store's round trip) or leaves the queue. Default 256 MiB (or
+	// MaxBody when larger); at least MaxBody.
+	MaxWaitingBytes int64 `json:"max_waiting_bytes,omitempty"`
 
 	// Lease is how long a permit stays held without renewal. Instances
 	// renew the leases of their permits every Lease/3, so a crashed
@@ -366,6 +395,8 @@ type Handler struct {
 	cleaned  bool
 	borrowed map[engineKey]bool // after cleanup: the queues it held or requests borrowed
 	capOnce  sync.Once          // logs the queue cap once
+	// logs once that max_waiting_bytes was reached
+	waitingOnce sync.Once
 
 	hold holdAverage // cost time: the estimate of a request's hold
 	// cost tokens: the estimate of a request's completion tokens

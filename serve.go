@@ -55,10 +55,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if !ok {
 		repl = caddy.NewReplacer()
 	}
-	body, err := readBody(w, r, h.MaxBody)
+	body, err := readBody(w, r, h.MaxBody, time.Duration(h.BodyTimeout))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			writeTooLarge(w, h.MaxBody)
+			return nil
+		}
+		if errors.Is(err, errBodyTimeout) {
+			writeBodyTimeout(w, r, time.Duration(h.BodyTimeout))
 			return nil
 		}
 		return caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("reading request body: %w", err))
@@ -124,11 +128,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		e.finish(permit, done)
 	}()
 
+	// The body waits with the request: bounded per process.
+	if !holdWaiting(int64(len(body)), h.MaxWaitingBytes) {
+		return h.reject(w, r, repl, name, streaming, false, h.waitingFull(name))
+	}
 	start := time.Now()
 	ka := h.startKeepalive(w, streaming, start, false)
 	feed := newKeepaliveFeed(ka)
 	req.OnQueued = feed.onQueued()
 	permit, err = e.q.Acquire(r.Context(), req)
+	releaseWaiting(int64(len(body)))
 	granted = time.Now()
 	committed := ka.halt()
 	if err != nil {

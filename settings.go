@@ -34,6 +34,8 @@ func (h *Handler) setDefaults() {
 	h.PollInterval = cmp.Or(h.PollInterval, min(caddy.Duration(fairqueue.DefaultPollInterval), h.MaxWait))
 	h.Lease = cmp.Or(h.Lease, caddy.Duration(fairqueue.DefaultLease))
 	h.MaxBody = cmp.Or(h.MaxBody, DefaultMaxBody)
+	h.BodyTimeout = cmp.Or(h.BodyTimeout, caddy.Duration(DefaultBodyTimeout))
+	h.MaxWaitingBytes = cmp.Or(h.MaxWaitingBytes, max(DefaultMaxWaitingBytes, h.MaxBody))
 	h.OnStoreError = cmp.Or(h.OnStoreError, FailOpen)
 	if takesMax(h.Cost) {
 		h.MaxCost = cmp.Or(h.MaxCost, DefaultMaxCost)
@@ -64,6 +66,12 @@ func (h *Handler) validate() error {
 		return fmt.Errorf("abort_grace must be at most %s, got %s", maxAbortGrace, time.Duration(h.AbortGrace))
 	case h.MaxBody < 0:
 		return fmt.Errorf("max_body must be positive, got %d", h.MaxBody)
+	case h.BodyTimeout != 0 && time.Duration(h.BodyTimeout) < minBodyTimeout:
+		return fmt.Errorf("body_timeout must be at least %s, got %s", minBodyTimeout, time.Duration(h.BodyTimeout))
+	case h.MaxWaitingBytes < 0:
+		return fmt.Errorf("max_waiting_bytes must be positive, got %d", h.MaxWaitingBytes)
+	case h.MaxWaitingBytes != 0 && h.MaxWaitingBytes < cmp.Or(h.MaxBody, DefaultMaxBody):
+		return fmt.Errorf("max_waiting_bytes (%d) must be at least max_body (%d), or a body of max_body could never wait", h.MaxWaitingBytes, cmp.Or(h.MaxBody, DefaultMaxBody))
 	case h.LocalPermits < 0:
 		return fmt.Errorf("local_permits must be >= 0, got %d", h.LocalPermits)
 	case h.LocalPermits > 0 && h.OnStoreError != FailLocal:

@@ -1,0 +1,54 @@
+package caddyfairqueue
+
+import (
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+// waitingBytes is the size of the request bodies held by requests
+// waiting for a permit in this process: every fair_queue handler and
+// every queue together, since they share the process's memory (see
+// Handler.MaxWaitingBytes).
+var waitingBytes atomic.Int64
+
+// errWaitingBytes is the cause of a queue_full reject for want of memory.
+var errWaitingBytes = errors.New("request bodies waiting in this instance reached max_waiting_bytes")
+
+// holdWaiting counts a waiting request's body of n bytes, unless the
+// bodies already waiting and this one would exceed limit: then it
+// counts nothing and reports false.
+func holdWaiting(n, limit int64) bool {
+	for {
+		held := waitingBytes.Load()
+		if held+n > limit {
+			return false
+		}
+		if waitingBytes.CompareAndSwap(held, held+n) {
+			return true
+		}
+	}
+}
+
+// releaseWaiting gives back what holdWaiting counted, once the request
+// is granted or leaves the queue.
+func releaseWaiting(n int64) { waitingBytes.Add(-n) }
+
+// waitingFull is the reject of a request whose body would take the
+// waiting bodies of the process beyond max_waiting_bytes: queue_full,
+// counted as the queue's reject. The bodies waiting now are gone, served
+// or timed out, within max_wait.
+func (h *Handler) waitingFull(name string) *fairqueue.RejectError {
+	h.waitingOnce.Do(func() {
+		h.logger.Warn("request bodies waiting in this instance reached max_waiting_bytes; rejecting with queue_full",
+			zap.Int64("max_waiting_bytes", h.MaxWaitingBytes))
+	})
+	metrics.rejects.WithLabelValues(name, string(fairqueue.ReasonQueueFull)).Inc()
+	return &fairqueue.RejectError{
+		Reason: fairqueue.ReasonQueueFull, RetryAfter: time.Duration(h.MaxWait), Err: errWaitingBytes,
+	}
+}
