@@ -1,0 +1,90 @@
+package caddyfairqueue
+
+import (
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// The handler's life in a config: provisioned at load (also for caddy
+// validate), told when its server starts shutting down, cleaned up after
+// a reload or at exit.
+
+// Provision sets defaults, validates the config and takes a reference to
+// the queue engine of a static queue name. It makes no network call and
+// changes nothing in a running queue: it also runs for `caddy validate`
+// and for reloads that fail later. The handler's settings reach a shared
+// engine when the handler serves its first request.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	h.gen = provisions.Add(1)
+	h.engines = make(map[engineKey]*engineRef)
+	h.setDefaults()
+	if err := h.validate(); err != nil {
+		return err
+	}
+	policies, err := compileRejects(h.Reject)
+	if err != nil {
+		return err
+	}
+	h.policies = policies
+	h.backend, err = newStore(h.Redis, caddy.NewReplacer(), h.logger)
+	if err != nil {
+		return err
+	}
+	if h.RejectStream != nil {
+		rb, ok := h.backend.(*redisBackend)
+		if !ok {
+			return errRejectStreamNeedsRedis
+		}
+		if h.rejects, err = newRejectStream(h.RejectStream, rb, h.logger); err != nil {
+			return err
+		}
+	}
+	registerMetrics(ctx.GetMetricsRegistry())
+
+	if srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok {
+		srv.RegisterOnShutdown(func() { h.onShutdown(exiting()) })
+	}
+
+	h.dynamic = strings.Contains(h.Name, "{")
+	h.names = nameSet(h.Names)
+	if h.dynamic {
+		return nil
+	}
+	if err := h.addClaim(ctx); err != nil {
+		return err
+	}
+	// Take the reference now, so that a reload hands the engine from the
+	// old handler to this one without closing it in between.
+	key := newEngineKey(h.backend, h.Name)
+	e, err := h.loadEngine(key)
+	if err != nil {
+		return err
+	}
+	h.engines[key] = &engineRef{e: e}
+	return nil
+}
+
+// onShutdown runs when the server starts shutting down. On exit every
+// waiter of the handler's queues is answered with shutting_down at once,
+// so that the grace period serves only running responses; on a reload
+// nothing happens: the new config's handlers share the queues.
+func (h *Handler) onShutdown(exiting bool) {
+	if !exiting {
+		return
+	}
+	for _, e := range h.engineList() {
+		e.q.RejectWaiters()
+	}
+}
+
+// Cleanup drops the handler's references to its queues. It never waits:
+// a queue used by no handler any more closes when its last request is
+// done (at once when the process exits).
+func (h *Handler) Cleanup() error {
+	h.dropClaim()
+	h.rejects.close()
+	return h.releaseEngines()
+}
