@@ -30,13 +30,17 @@ screenshot:
 	./scripts/ensure-chromium.sh
 	CHAT_SCREENSHOT=docs/chat-waiting.png $(GO) test -tags e2e -count=1 -run TestChatPageShowsItsPlaceInTheQueue ./e2e/chat/
 
-## soak: the model-based test of the queue under faults, long, on both stores (SOAK_CHECKS, SOAK_STEPS; a failure prints its -rapid.seed)
+## soak: the model-based test of the queue under faults, long, on both stores (SOAK_CHECKS, SOAK_STEPS; a failure prints its -rapid.seed), then the reload chaos test through Caddy, long (SOAK_RELOADS; a failure prints its RELOAD_CHAOS_SEED)
 # The package list comes before the -rapid flags: go test hands every flag
 # after the first one it does not know to the test binaries.
+# The reload chaos test reads its settings from the environment:
+# RELOAD_CHAOS_SEED reruns a failure's configs, RELOAD_CHAOS_STRICT=1 adds
+# the shapes today's code is known to break (reload_chaos_test.go).
 soak:
 	./scripts/ensure-redis.sh
 	$(GO) test -race -count=1 -timeout 120m -run TestModel ./fairqueue/memstore/ ./fairqueue/redisstore/ \
 		-rapid.checks=$(or $(SOAK_CHECKS),500) -rapid.steps=$(or $(SOAK_STEPS),100)
+	RELOAD_CHAOS_RELOADS=$(or $(SOAK_RELOADS),300) $(GO) test -race -count=1 -timeout 60m -run TestReloadChaos ./integration/
 
 ## vet: go vet every package
 vet:
