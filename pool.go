@@ -1,6 +1,7 @@
 package caddyfairqueue
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
@@ -83,8 +85,11 @@ type engine struct {
 	retired bool // the pool dropped its last reference
 	// retiredFlag is retired, read without mu (reserved).
 	retiredFlag atomic.Bool
-	closed      bool   // q.Close was called
-	gen         uint64 // provisioning number of the settings in force
+	closed      bool // q.Close was called
+	moved       bool // the queue's waiters moved to another store's (namesakes.go)
+	// waiters end the waits in the queue when they move (waitCtx).
+	waiters map[*context.CancelCauseFunc]struct{}
+	gen     uint64 // provisioning number of the settings in force
 }
 
 // newEngine opens queue name in b with h's settings.
@@ -105,6 +110,7 @@ func newEngine(b backend, name string, h *Handler) (*engine, error) {
 		return nil, err
 	}
 	namesakes.add(e)
+	namesakes.moveRetired(e)
 	return e, nil
 }
 
@@ -171,6 +177,9 @@ func (e *engine) Destruct() error {
 	e.retiredFlag.Store(true)
 	now := e.active == 0 || exiting()
 	e.mu.Unlock()
+	if namesakes.successor(e) != nil {
+		e.move()
+	}
 	if now {
 		return e.close()
 	}
@@ -230,7 +239,7 @@ var errTooManyQueues = fmt.Errorf("more than %d queues from one fair_queue handl
 // use returns the engine of queue name, entered: the caller must call
 // done when the request is over. The first use of an engine by a handler
 // applies the handler's settings to it.
-func (h *Handler) use(name string) (e *engine, done func(), err error) {
+func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func(), err error) {
 	key := newEngineKey(h.backend, name)
 	h.mu.Lock()
 	if h.cleaned {
@@ -285,6 +294,9 @@ func (h *Handler) use(name string) (e *engine, done func(), err error) {
 		h.dropEngine(*evicted)
 	}
 	if ref.configured.CompareAndSwap(false, true) {
+		// The route first: a waiter granted under the new settings finds
+		// the route that fits its grant (see route.go).
+		ref.e.routes.record(h, next)
 		h.applySettings(ref.e)
 	}
 	return ref.e, func() {

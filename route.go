@@ -18,7 +18,7 @@ import (
 // pool grant), or nowhere (dynamic fair_queue without an upstream). Such
 // a waiter is served by the route of the config in force that fits its
 // grant: the engine keeps, for each shape, the next handler of the
-// latest live handler that serves the queue.
+// live handler that last applied its settings to it.
 
 // route is a handler's place in a config: what follows it.
 type route struct {
@@ -43,14 +43,12 @@ func (h *Handler) live() bool {
 	return !h.cleaned
 }
 
-// record notes that h, with next after it, serves the engine's queue.
+// record notes that h, with next after it, serves the engine's queue:
+// called at h's first use of the engine, before h's settings apply.
 func (rs *engineRoutes) record(h *Handler, next caddyhttp.Handler) {
 	slot := &rs.plain
 	if h.pooled() {
 		slot = &rs.pooled
-	}
-	if r := slot.Load(); r != nil && r.h == h {
-		return
 	}
 	if h.live() {
 		slot.Store(&route{h: h, next: next})

@@ -91,7 +91,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if len(name) > maxQueueNameLen {
 		err = fmt.Errorf("queue name longer than %d bytes", maxQueueNameLen)
 	} else {
-		e, done, err = h.use(name)
+		e, done, err = h.use(name, next)
 	}
 	if err != nil {
 		if errors.Is(err, errTooManyQueues) {
@@ -106,7 +106,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			Reason: fairqueue.ReasonQueueFull, RetryAfter: time.Duration(h.MaxWait), Err: err,
 		})
 	}
-	e.routes.record(h, next)
 	var permit *fairqueue.Permit
 	var granted time.Time  // when Acquire returned the permit
 	var usage *usageWriter // cost tokens: reads the response's usage
@@ -136,7 +135,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	ka := h.startKeepalive(w, streaming, start, false)
 	feed := newKeepaliveFeed(ka)
 	req.OnQueued = feed.onQueued()
-	permit, err = e.q.Acquire(r.Context(), req)
+	permit, err = h.acquire(r.Context(), &e, &done, req, start)
 	releaseWaiting(int64(len(body)))
 	granted = time.Now()
 	committed := ka.halt()

@@ -99,8 +99,9 @@ type Config struct {
 	// Reserved, when set, returns how many permits are held outside the
 	// queue's store that still count against Permits: the requests of
 	// another queue of the same name still running after a reload moved
-	// the queue to another store. Store calls carry Permits less this
-	// (at least 0). It must be cheap and must not call into the Queue.
+	// the queue to another store. Store calls carry Permits, and each
+	// upstream's permits (the requests may run on any), less this (at
+	// least 0). It must be cheap and must not call into the Queue.
 	Reserved func() int
 }
 
@@ -181,10 +182,24 @@ func (c Config) Validate() error {
 }
 
 func (c Config) limits() Limits {
-	permits := c.Permits
-	if c.Reserved != nil {
-		permits = max(permits-c.Reserved(), 0)
+	permits, ups := c.Permits, c.Upstreams
+	if n := c.reserved(); n > 0 {
+		// The permits held elsewhere may run on any upstream: each
+		// counts them.
+		permits = max(permits-n, 0)
+		ups = make([]Upstream, len(c.Upstreams))
+		for i, u := range c.Upstreams {
+			ups[i] = Upstream{Dial: u.Dial, Permits: max(u.Permits-n, 0)}
+		}
 	}
 	return Limits{Permits: permits, Lease: c.Lease, MaxQueue: c.MaxQueue,
-		MaxQueuePerTenant: c.MaxQueuePerTenant, MaxInFlightPerTenant: c.MaxInFlightPerTenant, Upstreams: c.Upstreams}
+		MaxQueuePerTenant: c.MaxQueuePerTenant, MaxInFlightPerTenant: c.MaxInFlightPerTenant, Upstreams: ups}
+}
+
+// reserved is Reserved(), 0 without it.
+func (c Config) reserved() int {
+	if c.Reserved == nil {
+		return 0
+	}
+	return c.Reserved()
 }
