@@ -16,8 +16,10 @@ import (
 // old config's requests still running (and waiting) in the old store,
 // and the new config's in the new one. Neither store sees the other's
 // requests; together they would run up to twice the permits. So the old
-// queue grants nothing more: its waiters move into the new queue (at its
-// tail, their max_wait still counted from their arrival), and the new
+// queue grants nothing more once the new one has served a request of the
+// new config (and so knows the route its grants take): its waiters move
+// into the new queue (at its tail, their max_wait still counted from
+// their arrival), and the new
 // queue counts the old one's running requests against its permits, and
 // against each upstream's, until they end. That count only falls, so the
 // new queue never reads it too low. Two live queues of one name in
@@ -90,7 +92,7 @@ func (r *engineRegistry) successor(e *engine) *engine {
 }
 
 // moveRetired moves the waiters of e's retired namesakes in other stores
-// into e, a live queue that just opened.
+// into e, a live queue whose first route was just recorded.
 func (r *engineRegistry) moveRetired(e *engine) {
 	r.mu.Lock()
 	var old []*engine
@@ -102,6 +104,16 @@ func (r *engineRegistry) moveRetired(e *engine) {
 	r.mu.Unlock()
 	for _, o := range old {
 		o.move()
+	}
+}
+
+// leftover marks e, opened for a request of an old config after the
+// reload, as retired: a live namesake in another store counts its
+// running requests, and its waiters move there as a retired queue's do.
+func (e *engine) leftover() {
+	e.retiredFlag.Store(true)
+	if s := namesakes.successor(e); s != nil && s.routes.known() {
+		e.move()
 	}
 }
 

@@ -110,7 +110,6 @@ func newEngine(b backend, name string, h *Handler) (*engine, error) {
 		return nil, err
 	}
 	namesakes.add(e)
-	namesakes.moveRetired(e)
 	return e, nil
 }
 
@@ -177,7 +176,7 @@ func (e *engine) Destruct() error {
 	e.retiredFlag.Store(true)
 	now := e.active == 0 || exiting()
 	e.mu.Unlock()
-	if namesakes.successor(e) != nil {
+	if s := namesakes.successor(e); s != nil && s.routes.known() {
 		e.move()
 	}
 	if now {
@@ -255,9 +254,14 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 			h.borrowed[key] = true
 		}
 		h.mu.Unlock()
-		e, err := h.loadEngine(key)
+		e, fresh, err := h.loadEngineFresh(key)
 		if err != nil {
 			return nil, nil, err
+		}
+		if fresh {
+			// No handler of the config in force uses this queue: it is
+			// an old config's, like a retired one (namesakes.go).
+			e.leftover()
 		}
 		e.enter()
 		return e, func() {
@@ -298,6 +302,9 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 		// the route that fits its grant (see route.go).
 		ref.e.routes.record(h, next)
 		h.applySettings(ref.e)
+		// Waiters of a queue of this name that a reload moved to this
+		// store move in now that a route serves their grants.
+		namesakes.moveRetired(ref.e)
 	}
 	return ref.e, func() {
 		ref.e.exit()
@@ -368,13 +375,20 @@ func (h *Handler) evictIdle() *engineKey {
 
 // loadEngine takes a pool reference to the engine of key.
 func (h *Handler) loadEngine(key engineKey) (*engine, error) {
+	e, _, err := h.loadEngineFresh(key)
+	return e, err
+}
+
+// loadEngineFresh is loadEngine, and whether the engine opened now.
+func (h *Handler) loadEngineFresh(key engineKey) (e *engine, fresh bool, err error) {
 	v, _, err := engines.LoadOrNew(key, func() (caddy.Destructor, error) {
+		fresh = true
 		return newEngine(h.backend, key.queue, h)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue %q: %w", key.queue, err)
+		return nil, false, fmt.Errorf("queue %q: %w", key.queue, err)
 	}
-	return v.(*engine), nil
+	return v.(*engine), fresh, nil
 }
 
 func (h *Handler) dropEngine(key engineKey) {

@@ -55,6 +55,11 @@ func (rs *engineRoutes) record(h *Handler, next caddyhttp.Handler) {
 	}
 }
 
+// known reports whether a live handler has recorded its route.
+func (rs *engineRoutes) known() bool {
+	return rs.plain.Load() != nil || rs.pooled.Load() != nil
+}
+
 // forGrant returns the next handler that serves permit p, granted to a
 // request of h: h's own, unless the grant's shape is not h's (a reload
 // changed the queue's pool while the request waited) and a live handler

@@ -36,6 +36,8 @@ const (
 	shapePool reloadChaosShape = iota
 	// shapeStatic: always a static reverse_proxy to replica 0.
 	shapeStatic
+	// shapeStaticOrPool: a pool, or a static reverse_proxy to replica 0.
+	shapeStaticOrPool
 	// shapeAny: either, the static one to any replica (strict).
 	shapeAny
 )
@@ -46,7 +48,7 @@ func randomReloadChaosConfig(rng *rand.Rand, replicas int, prefixes []string, sh
 	c := reloadChaosConfig{static: -1, lease: reloadChaosLeases[rng.Intn(len(reloadChaosLeases))],
 		prefix: prefixes[rng.Intn(len(prefixes))]}
 	switch {
-	case shape == shapeStatic:
+	case shape == shapeStatic, shape == shapeStaticOrPool && rng.Intn(2) == 0:
 		c.static, c.permits = 0, 1+rng.Intn(3)
 	case shape == shapeAny && rng.Intn(2) == 0:
 		c.static, c.permits = rng.Intn(replicas), 1+rng.Intn(3)
