@@ -50,6 +50,32 @@ func staticSite(a *replica, permits int, store string) string {
 	}`, permits, store))
 }
 
+// reloadUnderLoad sends clients streams to c, reloads it to after while
+// all but waiting of them still wait, sends later streams (the first
+// applies the new settings to the shared queue), and checks that every
+// stream is served in full; it returns how many were sent.
+func reloadUnderLoad(t *testing.T, c *Caddy, after string, clients, waiting, later int) int {
+	t.Helper()
+	client := newClient(t)
+	var all collect
+	for i := range clients {
+		all.send(context.Background(), client, c.URL(), "c"+strconv.Itoa(i), Chat{Stream: true, Seq: "c" + strconv.Itoa(i)})
+	}
+	require.True(t, eventually(10*time.Second, func() bool {
+		return localStats(t, c, "llm").Waiting >= waiting
+	}), "clients not queued: %+v", localStats(t, c, "llm"))
+	require.NoError(t, c.Load(after))
+	for i := range later {
+		all.send(context.Background(), client, c.URL(), "n"+strconv.Itoa(i), Chat{Stream: true, Seq: "n" + strconv.Itoa(i)})
+	}
+	results := all.wait(t, 2*time.Minute)
+	require.Len(t, results, clients+later)
+	for name, r := range results {
+		requireFullStream(t, r, reloadShapeTokens, "client %s", name)
+	}
+	return clients + later
+}
+
 // reloadShape runs clients streams under before, reloads to after while
 // most wait, sends later streams under after (its first request applies
 // its settings to the shared queue), and checks that every stream is
@@ -66,28 +92,10 @@ func reloadShape(t *testing.T, before, after func(a, b *replica, store string) s
 			cfg := mockllm.Config{Tokens: reloadShapeTokens, Delay: reloadShapeDelay}
 			a, b := startReplica(t, cfg), startReplica(t, cfg)
 			c := StartCaddy(t, "caddy", before(a, b, store), CaddyOptions{GracePeriod: 30 * time.Second})
-			client := newClient(t)
-			const clients, later = 12, 4
-			var all collect
-			for i := range clients {
-				all.send(context.Background(), client, c.URL(), "c"+strconv.Itoa(i), Chat{Stream: true, Seq: "c" + strconv.Itoa(i)})
-			}
-			require.True(t, eventually(10*time.Second, func() bool {
-				return localStats(t, c, "llm").Waiting >= clients-4
-			}), "clients not queued: %+v", localStats(t, c, "llm"))
-
-			require.NoError(t, c.Load(after(a, b, store)))
-			for i := range later {
-				all.send(context.Background(), client, c.URL(), "n"+strconv.Itoa(i), Chat{Stream: true, Seq: "n" + strconv.Itoa(i)})
-			}
-			results := all.wait(t, 2*time.Minute)
-			require.Len(t, results, clients+later)
-			for name, r := range results {
-				requireFullStream(t, r, reloadShapeTokens, "client %s", name)
-			}
+			sent := reloadUnderLoad(t, c, after(a, b, store), 12, 8, 4)
 			assert.LessOrEqual(t, a.mock.MaxInFlight(), maxA, "replica A at once")
 			assert.LessOrEqual(t, b.mock.MaxInFlight(), maxB, "replica B at once")
-			assert.Equal(t, clients+later, a.mock.Served()+b.mock.Served())
+			assert.Equal(t, sent, a.mock.Served()+b.mock.Served())
 		})
 	}
 }
@@ -134,26 +142,9 @@ func TestReloadThatSwitchesTheStoreNeverDoublesThePermits(t *testing.T) {
 			cfg := mockllm.Config{Tokens: reloadShapeTokens, Delay: reloadShapeDelay}
 			a := startReplica(t, cfg)
 			c := StartCaddy(t, "caddy", staticSite(a, 1, tc.before(rds.Addr())), CaddyOptions{GracePeriod: 30 * time.Second})
-			client := newClient(t)
-			const clients, later = 8, 4
-			var all collect
-			for i := range clients {
-				all.send(context.Background(), client, c.URL(), "c"+strconv.Itoa(i), Chat{Stream: true, Seq: "c" + strconv.Itoa(i)})
-			}
-			require.True(t, eventually(10*time.Second, func() bool {
-				return localStats(t, c, "llm").Waiting >= clients-2
-			}), "clients not queued: %+v", localStats(t, c, "llm"))
-			require.NoError(t, c.Load(staticSite(a, 1, tc.after(rds.Addr()))))
-			for i := range later {
-				all.send(context.Background(), client, c.URL(), "n"+strconv.Itoa(i), Chat{Stream: true, Seq: "n" + strconv.Itoa(i)})
-			}
-			results := all.wait(t, 2*time.Minute)
-			require.Len(t, results, clients+later)
-			for name, r := range results {
-				requireFullStream(t, r, reloadShapeTokens, "client %s", name)
-			}
+			sent := reloadUnderLoad(t, c, staticSite(a, 1, tc.after(rds.Addr())), 8, 6, 4)
 			assert.Equal(t, 1, a.mock.MaxInFlight(), "requests at the upstream at once")
-			assert.Equal(t, clients+later, a.mock.Served())
+			assert.Equal(t, sent, a.mock.Served())
 		})
 	}
 }
