@@ -50,8 +50,8 @@ func staticSite(a *replica, permits int, store string) string {
 	}`, permits, store))
 }
 
-// reloadUnderLoad sends clients streams to c, reloads it to after while
-// all but waiting of them still wait, sends later streams (the first
+// reloadUnderLoad sends clients streams to c, reloads it to after once
+// at least waiting of them wait, sends later streams (the first
 // applies the new settings to the shared queue), and checks that every
 // stream is served in full; it returns how many were sent.
 func reloadUnderLoad(t *testing.T, c *Caddy, after string, clients, waiting, later int) int {
