@@ -288,3 +288,19 @@ var (
 	_ fairqueue.Observer   = (*queueObserver)(nil)
 	_ prometheus.Collector = stateCollector{}
 )
+
+// forgetQueue deletes the series of queue name, whose engine closed: a
+// queue named from the request (perhaps a name a client made up) that
+// went idle leaves no series behind.
+func forgetQueue(name string) {
+	initMetrics()
+	match := prometheus.Labels{"queue": name}
+	metrics.requests.DeletePartialMatch(match)
+	metrics.wait.DeletePartialMatch(match)
+	metrics.grants.DeletePartialMatch(match)
+	metrics.rejects.DeletePartialMatch(match)
+	metrics.handoff.DeletePartialMatch(match)
+	metrics.storeErrors.DeletePartialMatch(match)
+	metrics.requeues.DeletePartialMatch(match)
+	metrics.cooldowns.DeletePartialMatch(match)
+}

@@ -41,6 +41,17 @@ const (
 	// DefaultMaxCost bounds the cost of one request with cost max_tokens
 	// or tokens.
 	DefaultMaxCost = 32768
+	// DefaultAbortGrace is how long the permit of a request whose client
+	// left while the upstream ran it stays held once reverse_proxy returns,
+	// unless AbortGrace says otherwise. Clients that leave together (a load
+	// balancer or a batch job cut off) are not seen leaving together: the
+	// server learns of each closed connection when it reads it, some
+	// milliseconds apart on a busy instance, and the upstream still runs the
+	// aborted request until it notices its closed connection. Handed on at
+	// once, the permit would go to a waiter whose client is gone but not yet
+	// seen gone, forwarded beside the aborted request. A client that leaves
+	// costs its permit this long; a served request costs nothing.
+	DefaultAbortGrace = 50 * time.Millisecond
 )
 
 // On-store-error policies.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
@@ -16,20 +17,20 @@ import (
 // old config's requests still running (and waiting) in the old store,
 // and the new config's in the new one. Neither store sees the other's
 // requests; together they would run up to twice the permits. So the old
-// queue grants nothing more once the new one has served a request of the
-// new config (and so knows the route its grants take): its waiters move
-// into the new queue (at its tail, their max_wait still counted from
-// their arrival), and the new
-// queue counts the old one's running requests against its permits, and
-// against each upstream's, until they end. That count only falls, so the
-// new queue never reads it too low. Two live queues of one name in
-// different stores (two sites of one config) are apart by the operator's
-// choice and do not count each other. The count is this instance's: in
-// a cluster that changes store, each instance counts its own old
-// requests.
+// queue grants nothing more once a handler of the new config has used
+// the new one (and so recorded the route its grants take): its waiters
+// move into the new queue (at its tail, their max_wait still counted
+// from their arrival), and so does a request of the old config that
+// reaches it after the reload; the new queue counts the old one's
+// running requests against its permits, and against each upstream's,
+// until they end. Apart from a grant made as the waiters move, that
+// count only falls. Two live queues of one name in different stores
+// (two sites of one config) are apart by the operator's choice and do
+// not count each other. The count is this instance's: in a cluster that
+// changes store, each instance counts its own old requests.
 
-// errMoved ends the wait of a request in a queue that a reload moved to
-// another store: it waits on in the new one.
+// errMoved: the queue a request waited in moved to another store, and
+// the new one is gone too (another reload).
 var errMoved = errors.New("the queue moved to another store")
 
 // namesakes are the engines of this process by queue name.
@@ -38,6 +39,9 @@ var namesakes = engineRegistry{byName: make(map[string][]*engine)}
 type engineRegistry struct {
 	mu     sync.Mutex
 	byName map[string][]*engine
+	// retired counts the retired engines listed, so that reserved costs
+	// nothing while there are none (the common case).
+	retired atomic.Int64
 }
 
 func (r *engineRegistry) add(e *engine) {
@@ -46,22 +50,31 @@ func (r *engineRegistry) add(e *engine) {
 	r.byName[e.name] = append(r.byName[e.name], e)
 }
 
-func (r *engineRegistry) remove(e *engine) {
+// remove takes e out; last reports whether no engine of its name is
+// left.
+func (r *engineRegistry) remove(e *engine) (last bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !slices.Contains(r.byName[e.name], e) {
+		return false
+	}
+	if e.retiredFlag.Load() {
+		r.retired.Add(-1)
+	}
 	rest := slices.DeleteFunc(r.byName[e.name], func(o *engine) bool { return o == e })
 	if len(rest) == 0 {
 		delete(r.byName, e.name)
-		return
+		return true
 	}
 	r.byName[e.name] = rest
+	return false
 }
 
 // reserved is fairqueue.Config.Reserved of e's queue: the requests
 // still running in the retired namesakes of a live queue (see above).
 func (e *engine) reserved() int {
-	if e.retiredFlag.Load() {
-		return 0 // it grants nothing more: its waiters moved
+	if e.retiredFlag.Load() || namesakes.retired.Load() == 0 {
+		return 0 // retired, it grants nothing more: its waiters moved
 	}
 	namesakes.mu.Lock()
 	defer namesakes.mu.Unlock()
@@ -91,6 +104,35 @@ func (r *engineRegistry) successor(e *engine) *engine {
 	return nil
 }
 
+// live is the newest live engine of the name, nil if none.
+func (r *engineRegistry) live(name string) *engine {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	all := r.byName[name]
+	for i := len(all) - 1; i >= 0; i-- {
+		if !all[i].retiredFlag.Load() {
+			return all[i]
+		}
+	}
+	return nil
+}
+
+// route is the live route of the shape of a live engine of the name,
+// the newest; nil if none.
+func (r *engineRegistry) route(name string, pooled bool) *route {
+	r.mu.Lock()
+	all := slices.Clone(r.byName[name])
+	r.mu.Unlock()
+	for i := len(all) - 1; i >= 0; i-- {
+		if o := all[i]; !o.retiredFlag.Load() {
+			if rt := o.routes.get(pooled); rt != nil {
+				return rt
+			}
+		}
+	}
+	return nil
+}
+
 // moveRetired moves the waiters of e's retired namesakes in other stores
 // into e, a live queue whose first route was just recorded.
 func (r *engineRegistry) moveRetired(e *engine) {
@@ -107,50 +149,12 @@ func (r *engineRegistry) moveRetired(e *engine) {
 	}
 }
 
-// leftover marks e, opened for a request of an old config after the
-// reload, as retired: a live namesake in another store counts its
-// running requests, and its waiters move there as a retired queue's do.
-func (e *engine) leftover() {
-	e.retiredFlag.Store(true)
-	if s := namesakes.successor(e); s != nil && s.routes.known() {
-		e.move()
-	}
-}
-
-// waitCtx is ctx for a wait in e's queue, ended with errMoved when the
-// queue's waiters move (at once if they have); stop must be called when
-// the wait is over.
-func (e *engine) waitCtx(ctx context.Context) (wctx context.Context, stop func()) {
-	wctx, cancel := context.WithCancelCause(ctx)
-	key := &cancel
-	e.mu.Lock()
-	if e.moved {
-		e.mu.Unlock()
-		cancel(errMoved)
-		return wctx, func() {}
-	}
-	if e.waiters == nil {
-		e.waiters = make(map[*context.CancelCauseFunc]struct{})
-	}
-	e.waiters[key] = struct{}{}
-	e.mu.Unlock()
-	return wctx, func() {
-		e.mu.Lock()
-		delete(e.waiters, key)
-		e.mu.Unlock()
-		cancel(nil)
-	}
-}
-
-// move ends the waits in e's queue with errMoved, now and from now on.
+// move sends the waiters of e's queue, now and from now on, to its
+// successor: the queue answers them ErrShuttingDown, which acquire reads
+// as "moved" while e.moved is set.
 func (e *engine) move() {
-	e.mu.Lock()
-	e.moved = true
-	ws := e.waiters
-	e.waiters = nil
-	e.mu.Unlock()
-	for cancel := range ws {
-		(*cancel)(errMoved)
+	if e.moved.CompareAndSwap(false, true) {
+		e.q.RejectWaiters()
 	}
 }
 
@@ -164,10 +168,8 @@ func (h *Handler) acquire(ctx context.Context, e **engine, done *func(), req fai
 		maxWait = req.MaxWait
 	}
 	for {
-		wctx, stop := (*e).waitCtx(ctx)
-		p, err := (*e).q.Acquire(wctx, req)
-		stop()
-		if err == nil || ctx.Err() != nil || !errors.Is(context.Cause(wctx), errMoved) {
+		p, err := (*e).q.Acquire(ctx, req)
+		if err == nil || !(*e).moved.Load() || !errors.Is(err, fairqueue.ErrShuttingDown) {
 			return p, err
 		}
 		next := namesakes.successor(*e)

@@ -3,8 +3,13 @@ package caddyfairqueue
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/fairqueue/memstore"
 )
 
 // A live queue counts the running requests of its retired namesakes in
@@ -15,8 +20,11 @@ func TestNamesakesCountAcrossAStoreSwitchOnly(t *testing.T) {
 	engine := func(data string, running int64, retired bool) *engine {
 		e := &engine{name: "ns-test", data: data}
 		e.running.Store(running)
-		e.retiredFlag.Store(retired)
 		namesakes.add(e)
+		if retired {
+			e.retiredFlag.Store(true)
+			namesakes.retired.Add(1)
+		}
 		t.Cleanup(func() { namesakes.remove(e) })
 		return e
 	}
@@ -35,17 +43,25 @@ func TestNamesakesCountAcrossAStoreSwitchOnly(t *testing.T) {
 	assert.Zero(t, cur.reserved(), "a closed engine counts no more")
 }
 
-// A waiter of a queue whose waiters move is told so, also one that
-// starts waiting after the move.
-func TestMovedQueueEndsItsWaits(t *testing.T) {
-	e := &engine{}
-	before, stop := e.waitCtx(context.Background())
-	defer stop()
+// A queue whose waiters move answers them, and later ones, at once, and
+// acquire reads that as "moved" only while the queue is marked so.
+func TestMovedQueueAnswersItsWaiters(t *testing.T) {
+	q, err := fairqueue.New(memstore.New(), fairqueue.Config{Name: "moved", Permits: 1, MaxWait: time.Minute})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Close() })
+	e := &engine{name: "moved", q: q}
+	held, err := q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	defer held.Release()
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := q.Acquire(context.Background(), fairqueue.Request{})
+		waiting <- err
+	}()
+	require.Eventually(t, func() bool { return q.Stats().Waiting == 1 }, 5*time.Second, 5*time.Millisecond)
 	e.move()
-	<-before.Done()
-	assert.ErrorIs(t, context.Cause(before), errMoved)
-	after, stop2 := e.waitCtx(context.Background())
-	defer stop2()
-	<-after.Done()
-	assert.ErrorIs(t, context.Cause(after), errMoved)
+	assert.ErrorIs(t, <-waiting, fairqueue.ErrShuttingDown)
+	assert.True(t, e.moved.Load())
+	_, err = q.Acquire(context.Background(), fairqueue.Request{})
+	assert.ErrorIs(t, err, fairqueue.ErrShuttingDown, "a later waiter too")
 }

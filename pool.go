@@ -1,7 +1,6 @@
 package caddyfairqueue
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -85,11 +84,11 @@ type engine struct {
 	retired bool // the pool dropped its last reference
 	// retiredFlag is retired, read without mu (reserved).
 	retiredFlag atomic.Bool
-	closed      bool // q.Close was called
-	moved       bool // the queue's waiters moved to another store's (namesakes.go)
-	// waiters end the waits in the queue when they move (waitCtx).
-	waiters map[*context.CancelCauseFunc]struct{}
-	gen     uint64 // provisioning number of the settings in force
+	// moved: the queue's waiters moved to a namesake in another store,
+	// and its new ones go there (namesakes.go).
+	moved  atomic.Bool
+	closed bool   // q.Close was called
+	gen    uint64 // provisioning number of the settings in force
 }
 
 // newEngine opens queue name in b with h's settings.
@@ -173,7 +172,9 @@ func (e *engine) exit() {
 func (e *engine) Destruct() error {
 	e.mu.Lock()
 	e.retired = true
-	e.retiredFlag.Store(true)
+	if !e.retiredFlag.Swap(true) {
+		namesakes.retired.Add(1)
+	}
 	now := e.active == 0 || exiting()
 	e.mu.Unlock()
 	if s := namesakes.successor(e); s != nil && s.routes.known() {
@@ -194,7 +195,10 @@ func (e *engine) close() error {
 	}
 	e.closed = true
 	e.mu.Unlock()
-	namesakes.remove(e)
+	if namesakes.remove(e) {
+		// Its metric series go with the last engine of the name.
+		forgetQueue(e.name)
+	}
 	// Let background releases finish (each is bounded by the store
 	// timeout) rather than fail on a closed client.
 	e.releases.Wait()
@@ -254,14 +258,16 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 			h.borrowed[key] = true
 		}
 		h.mu.Unlock()
-		e, fresh, err := h.loadEngineFresh(key)
+		if live := namesakes.live(name); live != nil && live.data != h.backend.dataID() {
+			// The config in force keeps this queue in another store: the
+			// request waits there (a queue opened here for it would count
+			// nobody else's requests).
+			live.enter()
+			return live, live.exit, nil
+		}
+		e, err := h.loadEngine(key)
 		if err != nil {
 			return nil, nil, err
-		}
-		if fresh {
-			// No handler of the config in force uses this queue: it is
-			// an old config's, like a retired one (namesakes.go).
-			e.leftover()
 		}
 		e.enter()
 		return e, func() {
@@ -375,20 +381,13 @@ func (h *Handler) evictIdle() *engineKey {
 
 // loadEngine takes a pool reference to the engine of key.
 func (h *Handler) loadEngine(key engineKey) (*engine, error) {
-	e, _, err := h.loadEngineFresh(key)
-	return e, err
-}
-
-// loadEngineFresh is loadEngine, and whether the engine opened now.
-func (h *Handler) loadEngineFresh(key engineKey) (e *engine, fresh bool, err error) {
 	v, _, err := engines.LoadOrNew(key, func() (caddy.Destructor, error) {
-		fresh = true
 		return newEngine(h.backend, key.queue, h)
 	})
 	if err != nil {
-		return nil, false, fmt.Errorf("queue %q: %w", key.queue, err)
+		return nil, fmt.Errorf("queue %q: %w", key.queue, err)
 	}
-	return v.(*engine), fresh, nil
+	return v.(*engine), nil
 }
 
 func (h *Handler) dropEngine(key engineKey) {

@@ -60,20 +60,33 @@ func (rs *engineRoutes) known() bool {
 	return rs.plain.Load() != nil || rs.pooled.Load() != nil
 }
 
-// forGrant returns the next handler that serves permit p, granted to a
-// request of h: h's own, unless the grant's shape is not h's (a reload
-// changed the queue's pool while the request waited) and a live handler
-// of the grant's shape serves the queue.
-func (rs *engineRoutes) forGrant(h *Handler, p *fairqueue.Permit, next caddyhttp.Handler) caddyhttp.Handler {
-	pooled := p.Upstream() != ""
-	if pooled == h.pooled() || p.FailOpen() {
-		return next
-	}
+// get is the live route of the shape, nil if none.
+func (rs *engineRoutes) get(pooled bool) *route {
 	slot := &rs.plain
 	if pooled {
 		slot = &rs.pooled
 	}
 	if r := slot.Load(); r != nil && r.h.live() {
+		return r
+	}
+	return nil
+}
+
+// forGrant returns the next handler that serves permit p of e's queue,
+// granted to a request of h: h's own, unless the grant's shape is not
+// h's (a reload changed the queue's pool while the request waited) and a
+// live handler of the grant's shape serves the queue, here or in a
+// namesake (another engine of the name: a retired engine's waiters are
+// granted by the store on the shape of the config in force).
+func (e *engine) forGrant(h *Handler, p *fairqueue.Permit, next caddyhttp.Handler) caddyhttp.Handler {
+	pooled := p.Upstream() != ""
+	if pooled == h.pooled() || p.FailOpen() {
+		return next
+	}
+	if r := e.routes.get(pooled); r != nil {
+		return r.next
+	}
+	if r := namesakes.route(e.name, pooled); r != nil {
 		return r.next
 	}
 	return next

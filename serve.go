@@ -28,18 +28,6 @@ const (
 	outcomeCancelled = "cancelled"
 )
 
-// DefaultAbortGrace is how long the permit of a request whose client
-// left while the upstream ran it stays held once reverse_proxy returns,
-// unless AbortGrace says otherwise. Clients that leave together (a load
-// balancer or a batch job cut off) are not seen leaving together: the
-// server learns of each closed connection when it reads it, some
-// milliseconds apart on a busy instance, and the upstream still runs the
-// aborted request until it notices its closed connection. Handed on at
-// once, the permit would go to a waiter whose client is gone but not yet
-// seen gone, forwarded beside the aborted request. A client that leaves
-// costs its permit this long; a served request costs nothing.
-const DefaultAbortGrace = 50 * time.Millisecond
-
 // abortGrace is the hold of an aborted request's permit in force.
 func (h *Handler) abortGrace() time.Duration {
 	if h.AbortGrace < 0 {
@@ -152,7 +140,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.record(r, repl, name, outcomeCancelled, "", permit.Waited(), permit.Position())
 		return nil
 	}
-	next = e.routes.forGrant(h, permit, next)
+	own := next // the route of this handler's config
+	next = e.forGrant(h, permit, own)
 	outcome, reason := outcomeGranted, ""
 	if permit.FailOpen() {
 		outcome, reason = outcomeFailOpen, string(fairqueue.ReasonStoreUnavailable)
@@ -187,6 +176,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			permit, granted, committed = np, time.Now(), nowCommitted
 			if err != nil {
 				return h.notGranted(w, r, repl, name, streaming, committed, start, err)
+			}
+			if permit.Upstream() == "" {
+				// A reload took the pool away meanwhile.
+				next = e.forGrant(h, permit, own)
+				break
 			}
 		}
 	}

@@ -87,7 +87,7 @@ func (q *Queue) handOn(args TicketArgs) bool {
 	q.bgMu.Unlock()
 	defer q.bg.Done()
 	h := q.head.Swap(nil)
-	if h == nil || h.permits > cfg.Permits {
+	if h == nil || h.permits > cfg.limits().Permits {
 		// No own waiter heads the queue, or the store chose it under more
 		// permits than the settings now allow (a reply that crossed a
 		// lowering reload): a transfer would keep the old concurrency,
