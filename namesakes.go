@@ -125,7 +125,7 @@ func (r *engineRegistry) route(name string, pooled bool) *route {
 	r.mu.Unlock()
 	for i := len(all) - 1; i >= 0; i-- {
 		if o := all[i]; !o.retiredFlag.Load() {
-			if rt := o.routes.get(pooled); rt != nil {
+			if rt, live := o.routes.get(pooled); live {
 				return rt
 			}
 		}

@@ -60,33 +60,42 @@ func (rs *engineRoutes) known() bool {
 	return rs.plain.Load() != nil || rs.pooled.Load() != nil
 }
 
-// get is the live route of the shape, nil if none.
-func (rs *engineRoutes) get(pooled bool) *route {
+// get is the route of the shape, nil if none; live: its handler's config
+// is in force.
+func (rs *engineRoutes) get(pooled bool) (r *route, live bool) {
 	slot := &rs.plain
 	if pooled {
 		slot = &rs.pooled
 	}
-	if r := slot.Load(); r != nil && r.h.live() {
-		return r
+	if r = slot.Load(); r == nil {
+		return nil, false
 	}
-	return nil
+	return r, r.h.live()
 }
 
 // forGrant returns the next handler that serves permit p of e's queue,
 // granted to a request of h: h's own, unless the grant's shape is not
-// h's (a reload changed the queue's pool while the request waited) and a
-// live handler of the grant's shape serves the queue, here or in a
+// h's (a reload changed the queue's pool while the request waited); then
+// the route of that shape of a live handler of the queue, here or in a
 // namesake (another engine of the name: a retired engine's waiters are
-// granted by the store on the shape of the config in force).
+// granted by the store on the shape of the config in force), else the
+// one of a handler replaced since.
 func (e *engine) forGrant(h *Handler, p *fairqueue.Permit, next caddyhttp.Handler) caddyhttp.Handler {
 	pooled := p.Upstream() != ""
 	if pooled == h.pooled() || p.FailOpen() {
 		return next
 	}
-	if r := e.routes.get(pooled); r != nil {
+	r, live := e.routes.get(pooled)
+	if live {
 		return r.next
 	}
-	if r := namesakes.route(e.name, pooled); r != nil {
+	if lr := namesakes.route(e.name, pooled); lr != nil {
+		return lr.next
+	}
+	if r != nil {
+		// The route of a config replaced since (its handlers still serve
+		// their own requests): it fits the grant, the handler's own does
+		// not.
 		return r.next
 	}
 	return next
