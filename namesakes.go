@@ -93,32 +93,17 @@ func (r *engineRegistry) successor(e *engine) *engine {
 	if !e.retiredFlag.Load() {
 		return nil
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	all := r.byName[e.name]
-	for i := len(all) - 1; i >= 0; i-- {
-		if o := all[i]; o.data != e.data && !o.retiredFlag.Load() {
-			return o
-		}
-	}
-	return nil
+	return r.newestLive(e.name, func(o *engine) bool { return o.data != e.data })
 }
 
 // live is the newest live engine of the name, nil if none.
 func (r *engineRegistry) live(name string) *engine {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	all := r.byName[name]
-	for i := len(all) - 1; i >= 0; i-- {
-		if !all[i].retiredFlag.Load() {
-			return all[i]
-		}
-	}
-	return nil
+	return r.newestLive(name, func(*engine) bool { return true })
 }
 
 // route is the live route of the shape of a live engine of the name,
-// the newest; nil if none.
+// the newest; nil if none. The routes are read with the registry
+// unlocked: a handler's mu, which they take, comes first.
 func (r *engineRegistry) route(name string, pooled bool) *route {
 	r.mu.Lock()
 	all := slices.Clone(r.byName[name])
@@ -128,6 +113,20 @@ func (r *engineRegistry) route(name string, pooled bool) *route {
 			if rt, live := o.routes.get(pooled); live {
 				return rt
 			}
+		}
+	}
+	return nil
+}
+
+// newestLive is the newest live engine of the name for which ok holds
+// (called under r.mu: it must take no lock), nil if none.
+func (r *engineRegistry) newestLive(name string, ok func(*engine) bool) *engine {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	all := r.byName[name]
+	for i := len(all) - 1; i >= 0; i-- {
+		if o := all[i]; !o.retiredFlag.Load() && ok(o) {
+			return o
 		}
 	}
 	return nil

@@ -46,13 +46,17 @@ func (h *Handler) live() bool {
 // record notes that h, with next after it, serves the engine's queue:
 // called at h's first use of the engine, before h's settings apply.
 func (rs *engineRoutes) record(h *Handler, next caddyhttp.Handler) {
-	slot := &rs.plain
-	if h.pooled() {
-		slot = &rs.pooled
-	}
 	if h.live() {
-		slot.Store(&route{h: h, next: next})
+		rs.slot(h.pooled()).Store(&route{h: h, next: next})
 	}
+}
+
+// slot holds the route of the shape.
+func (rs *engineRoutes) slot(pooled bool) *atomic.Pointer[route] {
+	if pooled {
+		return &rs.pooled
+	}
+	return &rs.plain
 }
 
 // known reports whether a live handler has recorded its route.
@@ -63,11 +67,7 @@ func (rs *engineRoutes) known() bool {
 // get is the route of the shape, nil if none; live: its handler's config
 // is in force.
 func (rs *engineRoutes) get(pooled bool) (r *route, live bool) {
-	slot := &rs.plain
-	if pooled {
-		slot = &rs.pooled
-	}
-	if r = slot.Load(); r == nil {
+	if r = rs.slot(pooled).Load(); r == nil {
 		return nil, false
 	}
 	return r, r.h.live()
