@@ -1,19 +1,12 @@
 package caddyfairqueue
 
 import (
-	"bytes"
-	"encoding/json"
-	"io"
 	"math"
-	"mime"
-	"net/http"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/internal/jsonscan"
 )
 
 // Cost modes (Handler.Cost): what a request is charged to its tenant.
@@ -69,10 +62,10 @@ func promptTokens(bodyLen int) float64 {
 // counter honest while its requests run: a returning tenant starts at
 // the others' counters, which hold what their running requests were
 // charged.
-func tokensEstimate(bodyLen int, info bodyInfo, expected float64, maxCost int) float64 {
+func tokensEstimate(bodyLen int, info jsonscan.Fields, expected float64, maxCost int) float64 {
 	completion := expected
-	if info.maxTokens > 0 {
-		completion = min(completion, float64(info.maxTokens))
+	if info.MaxTokens > 0 {
+		completion = min(completion, float64(info.MaxTokens))
 	}
 	return min(max(math.Ceil(promptTokens(bodyLen)+completion), 1), float64(maxCost))
 }
@@ -122,10 +115,10 @@ func (a *holdAverage) observe(secs float64) {
 
 // requestCost is the engine cost of a request at enqueue; 0 is the
 // engine's default, 1.
-func (h *Handler) requestCost(bodyLen int, info bodyInfo) float64 {
+func (h *Handler) requestCost(bodyLen int, info jsonscan.Fields) float64 {
 	switch h.Cost {
 	case CostMaxTokens:
-		return float64(min(max(info.maxTokens, 1), int64(h.MaxCost)))
+		return float64(min(max(info.MaxTokens, 1), int64(h.MaxCost)))
 	case CostTokens:
 		return tokensEstimate(bodyLen, info, h.completion.estimate(), h.MaxCost)
 	case CostTime:
@@ -166,201 +159,4 @@ func (h *Handler) chargePermit(p *fairqueue.Permit, used float64) {
 	if h.charged != nil {
 		h.charged(used)
 	}
-}
-
-// Bounds of the usage extractor's memory.
-const (
-	// maxSSELine is the longest SSE line read for usage; the rest of a
-	// longer line is not kept (that line is ignored).
-	maxSSELine = 64 << 10
-	// maxJSONBody is the largest JSON response body read for usage; a
-	// larger body gives no usage.
-	maxJSONBody = 1 << 20
-)
-
-// What usageWriter reads from a response, set by its Content-Type.
-const (
-	usageUndecided = iota
-	usageNone      // neither JSON nor SSE, or encoded (gzip...)
-	usageJSON
-	usageSSE
-)
-
-// usageWriter passes a response through unchanged, as it is written
-// (nothing is held back or delayed), and reads the response's
-// usage.total_tokens on the side: from a JSON body (Content-Type
-// application/json, at most maxJSONBody bytes) or from the last
-// server-sent event whose data carries a usage object with total_tokens
-// (Content-Type text/event-stream; each line up to maxSSELine bytes). A
-// Responses API answer's usage (response.usage) counts too. A response
-// with a Content-Encoding gives none.
-type usageWriter struct {
-	*caddyhttp.ResponseWriterWrapper
-	mode int
-
-	body []byte // usageJSON: the body so far
-	line []byte // usageSSE: the current line so far
-	long bool   // usageSSE: the current line is beyond maxSSELine, ignored
-
-	total float64 // the last usage.total_tokens found
-	found bool
-
-	prompt float64 // the request's prompt tokens (promptTokens)
-}
-
-func newUsageWriter(w http.ResponseWriter) *usageWriter {
-	return &usageWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
-}
-
-// decide picks what to read from the response's header, once.
-func (u *usageWriter) decide() {
-	if u.mode != usageUndecided {
-		return
-	}
-	u.mode = usageNone
-	hdr := u.Header()
-	if enc := hdr.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
-		return
-	}
-	mt, _, err := mime.ParseMediaType(hdr.Get("Content-Type"))
-	if err != nil {
-		return
-	}
-	switch mt {
-	case "application/json":
-		u.mode = usageJSON
-	case "text/event-stream":
-		u.mode = usageSSE
-	}
-}
-
-// WriteHeader decides at the final status (not at a 1xx).
-func (u *usageWriter) WriteHeader(code int) {
-	if code >= 200 {
-		u.decide()
-	}
-	u.ResponseWriter.WriteHeader(code)
-}
-
-func (u *usageWriter) Write(b []byte) (int, error) {
-	u.decide()
-	n, err := u.ResponseWriter.Write(b)
-	u.scan(b[:n])
-	return n, err
-}
-
-// ReadFrom goes through Write while the response is read, so that no
-// byte escapes the scan.
-func (u *usageWriter) ReadFrom(r io.Reader) (int64, error) {
-	u.decide()
-	if u.mode == usageNone {
-		return u.ResponseWriterWrapper.ReadFrom(r)
-	}
-	return io.Copy(writerOnly{u}, r)
-}
-
-// writerOnly hides a writer's ReadFrom from io.Copy.
-type writerOnly struct{ io.Writer }
-
-// FlushError flushes the writer beneath (http.ResponseController).
-func (u *usageWriter) FlushError() error {
-	return http.NewResponseController(u.ResponseWriter).Flush()
-}
-
-// Flush implements http.Flusher for handlers that assert it.
-func (u *usageWriter) Flush() { _ = u.FlushError() }
-
-func (u *usageWriter) scan(b []byte) {
-	switch u.mode {
-	case usageJSON:
-		if u.body == nil && len(b) == 0 {
-			return
-		}
-		if len(u.body)+len(b) > maxJSONBody {
-			u.mode, u.body = usageNone, nil // too large: give up
-			return
-		}
-		u.body = append(u.body, b...)
-	case usageSSE:
-		for len(b) > 0 {
-			i := bytes.IndexAny(b, "\r\n")
-			if i < 0 {
-				u.keep(b)
-				return
-			}
-			u.keep(b[:i])
-			u.endLine()
-			b = b[i+1:]
-		}
-	}
-}
-
-// keep adds part of the current SSE line, up to maxSSELine.
-func (u *usageWriter) keep(part []byte) {
-	if u.long {
-		return
-	}
-	if len(u.line)+len(part) > maxSSELine {
-		u.long, u.line = true, u.line[:0]
-		return
-	}
-	u.line = append(u.line, part...)
-}
-
-// endLine reads a complete SSE line ("\r\n" ends one line, then an empty
-// one: harmless).
-func (u *usageWriter) endLine() {
-	line, long := u.line, u.long
-	u.line, u.long = u.line[:0], false
-	if long {
-		return
-	}
-	data, ok := bytes.CutPrefix(line, []byte("data:"))
-	if !ok {
-		return
-	}
-	u.read(data)
-}
-
-// read records the usage of one JSON document, if it has one.
-func (u *usageWriter) read(doc []byte) {
-	if !bytes.Contains(doc, []byte(`"total_tokens"`)) { // cheap test first: most chunks have none
-		return
-	}
-	var v struct {
-		Usage    *usageObject `json:"usage"`
-		Response *struct {
-			Usage *usageObject `json:"usage"`
-		} `json:"response"`
-	}
-	if json.Unmarshal(doc, &v) != nil {
-		return
-	}
-	usage := v.Usage
-	if usage == nil && v.Response != nil {
-		usage = v.Response.Usage
-	}
-	if usage == nil || usage.TotalTokens == nil || !(*usage.TotalTokens >= 0) || math.IsInf(*usage.TotalTokens, 0) {
-		return
-	}
-	u.total, u.found = *usage.TotalTokens, true
-}
-
-type usageObject struct {
-	TotalTokens *float64 `json:"total_tokens"`
-}
-
-// totalTokens returns the response's usage.total_tokens, once the whole
-// response is written.
-func (u *usageWriter) totalTokens() (float64, bool) {
-	switch u.mode {
-	case usageJSON:
-		u.read(u.body)
-		u.mode, u.body = usageNone, nil
-	case usageSSE:
-		if len(u.line) > 0 || u.long { // a last line without its newline
-			u.endLine()
-		}
-	}
-	return u.total, u.found
 }

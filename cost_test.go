@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/jsonscan"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 )
 
@@ -91,7 +92,7 @@ func TestTokensEstimate(t *testing.T) {
 		{"a max of 1", 0, 0, 1, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, tokensEstimate(tc.bodyLen, bodyInfo{maxTokens: tc.maxTokens}, defaultCompletionTokens, tc.maxCost))
+			assert.Equal(t, tc.want, tokensEstimate(tc.bodyLen, jsonscan.Fields{MaxTokens: tc.maxTokens}, defaultCompletionTokens, tc.maxCost))
 		})
 	}
 	// Through the handler: the body as read, its max_tokens sniffed.

@@ -3,17 +3,11 @@ package caddyfairqueue
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
-
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 )
@@ -27,11 +21,6 @@ import (
 
 // minSSEKeepalive is the shortest sse_keepalive interval.
 const minSSEKeepalive = 100 * time.Millisecond
-
-// maxUpstreamErrorBody bounds the error body of an upstream that the
-// relay turns into an SSE error event; a longer one is replaced by the
-// default error object.
-const maxUpstreamErrorBody = 64 << 10
 
 // waitStatus is what a waiting request knows of its place in the queue
 // (fairqueue.Waiting): position and eta are unknown (0) until the ticket
@@ -219,116 +208,4 @@ func (k *keepalive) halt() (committed bool) {
 	close(k.stop)
 	<-k.done
 	return k.committed
-}
-
-// relay serves a granted request whose response the keepalive already
-// committed: the upstream's status and header are gone, its body is
-// relayed as it comes, and an error (an error status, or the next
-// handler failing before it wrote anything) becomes an SSE error event.
-func (h *Handler) relay(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, name string) error {
-	cw := &committedWriter{w: w, header: make(http.Header)}
-	return h.relayEnd(w, cw, next.ServeHTTP(cw, r), name)
-}
-
-// relayEnd ends a relayed answer that cw holds, next's error err.
-func (h *Handler) relayEnd(w http.ResponseWriter, cw *committedWriter, err error, name string) error {
-	status := cw.status
-	if err != nil {
-		status = http.StatusBadGateway
-		if he, ok := errors.AsType[caddyhttp.HandlerError](err); ok && he.StatusCode != 0 {
-			status = he.StatusCode
-		}
-		level := zapcore.DebugLevel
-		if status >= 500 {
-			level = zapcore.ErrorLevel
-		}
-		if c := h.logger.Check(level, "upstream failed after the stream was committed"); c != nil {
-			c.Write(zap.String("queue", name), zap.Int("status", status), zap.Error(err))
-		}
-		if cw.wrote {
-			return nil // an event may be half written: end the stream
-		}
-	}
-	if status < http.StatusBadRequest {
-		return flush(w)
-	}
-	_ = writeEvent(w, "error", string(upstreamError(status, cw.errBody.Bytes()))) // fails only when the client is gone
-	return nil
-}
-
-// upstreamError is the data of the SSE error event for an upstream's
-// error answer: its body when that is JSON (on one line), else the
-// default error object.
-func upstreamError(status int, body []byte) []byte {
-	body = bytes.TrimSpace(body)
-	if len(body) > 0 && len(body) <= maxUpstreamErrorBody && json.Valid(body) {
-		var b bytes.Buffer
-		if json.Compact(&b, body) == nil {
-			return b.Bytes()
-		}
-	}
-	typ := "invalid_request_error"
-	switch {
-	case status == http.StatusTooManyRequests:
-		typ = "rate_limit_exceeded"
-	case status >= 500:
-		typ = "server_error"
-	}
-	msg := "The upstream server answered with status " + strconv.Itoa(status)
-	if text := http.StatusText(status); text != "" {
-		msg += " " + text
-	}
-	return marshalError(msg+".", typ, "upstream_error")
-}
-
-// committedWriter is the next handler's ResponseWriter once the header
-// of the response is sent: it keeps the upstream's header and status to
-// itself, relays a successful body with a flush after every write, and
-// holds an error body back for the SSE error event. It hides the
-// writer beneath (no Unwrap), so that nothing hijacks or re-heads a
-// stream that is already running.
-type committedWriter struct {
-	w       http.ResponseWriter
-	header  http.Header // the upstream's, never sent
-	status  int         // the upstream's; 0 until known
-	errBody bytes.Buffer
-	wrote   bool // body bytes reached the client
-}
-
-func (cw *committedWriter) Header() http.Header { return cw.header }
-
-// WriteHeader records the upstream's status; informational ones (103
-// Early Hints) are dropped.
-func (cw *committedWriter) WriteHeader(code int) {
-	if code >= 200 && cw.status == 0 {
-		cw.status = code
-	}
-}
-
-func (cw *committedWriter) Write(b []byte) (int, error) {
-	if cw.status == 0 {
-		cw.status = http.StatusOK
-	}
-	if cw.status >= http.StatusBadRequest {
-		if room := maxUpstreamErrorBody + 1 - cw.errBody.Len(); room > 0 {
-			cw.errBody.Write(b[:min(len(b), room)])
-		}
-		return len(b), nil
-	}
-	n, err := cw.w.Write(b)
-	if n > 0 {
-		cw.wrote = true
-	}
-	if err != nil {
-		return n, err
-	}
-	return n, flush(cw.w)
-}
-
-// FlushError implements the flusher of http.ResponseController.
-func (cw *committedWriter) FlushError() error {
-	if cw.status >= http.StatusBadRequest {
-		return nil
-	}
-	return flush(cw.w)
 }

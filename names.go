@@ -7,7 +7,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
 // The names a handler serves (Names): a queue name resolved from the
@@ -70,18 +69,5 @@ func (h *Handler) notServed(w http.ResponseWriter, r *http.Request, repl *caddy.
 	h.record(r, repl, unknownQueue, outcomeUnknownName, outcomeUnknownName, 0, 0)
 	body := marshalError("The model this request names is not served here.", "invalid_request_error", outcomeUnknownName)
 	_ = writeJSON(w, http.StatusNotFound, body)
-	return nil
-}
-
-// parseNames parses `names <name>...`, which may be repeated.
-func (h *Handler) parseNames(d *caddyfile.Dispenser) error {
-	args := d.RemainingArgs()
-	if len(args) == 0 {
-		return d.ArgErr()
-	}
-	h.Names = append(h.Names, args...)
-	if err := checkNames(h.Names); err != nil {
-		return d.Err(err.Error())
-	}
 	return nil
 }

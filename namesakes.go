@@ -1,7 +1,6 @@
 package caddyfairqueue
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"sync"
@@ -157,29 +156,30 @@ func (e *engine) move() {
 	}
 }
 
-// acquire waits for a permit of *e's queue for a request that arrived at
-// start. If a reload moves the queue to another store meanwhile, the
-// request waits on in the new queue: *e and *done then name that queue's
-// engine and the exit from both.
-func (h *Handler) acquire(ctx context.Context, e **engine, done *func(), req fairqueue.Request, start time.Time) (*fairqueue.Permit, error) {
-	maxWait := time.Duration(h.MaxWait)
+// acquire waits for a permit of the queue of c.e for the request. If a
+// reload moves the queue to another store meanwhile, the request waits
+// on in the new queue: c.e and c.done then name that queue's engine and
+// the exit from both.
+func (c *call) acquire() (*fairqueue.Permit, error) {
+	req := c.req
+	maxWait := time.Duration(c.h.MaxWait)
 	if req.MaxWait > 0 && req.MaxWait < maxWait {
 		maxWait = req.MaxWait
 	}
 	for {
-		p, err := (*e).q.Acquire(ctx, req)
-		if err == nil || !(*e).moved.Load() || !errors.Is(err, fairqueue.ErrShuttingDown) {
+		p, err := c.e.q.Acquire(c.r.Context(), req)
+		if err == nil || !c.e.moved.Load() || !errors.Is(err, fairqueue.ErrShuttingDown) {
 			return p, err
 		}
-		next := namesakes.successor(*e)
+		next := namesakes.successor(c.e)
 		if next == nil {
 			// Moved, and its successor gone since (another reload).
-			return nil, &fairqueue.RejectError{Reason: fairqueue.ReasonShuttingDown, Waited: time.Since(start), RetryAfter: time.Second, Err: errMoved}
+			return nil, &fairqueue.RejectError{Reason: fairqueue.ReasonShuttingDown, Waited: time.Since(c.start), RetryAfter: time.Second, Err: errMoved}
 		}
 		next.enter()
-		prev := *done
-		*done = func() { next.exit(); prev() }
-		*e = next
-		req.MaxWait = max(maxWait-time.Since(start), time.Millisecond)
+		prev := c.done
+		c.done = func() { next.exit(); prev() }
+		c.e = next
+		req.MaxWait = max(maxWait-time.Since(c.start), time.Millisecond)
 	}
 }

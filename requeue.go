@@ -2,7 +2,6 @@ package caddyfairqueue
 
 import (
 	"errors"
-	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -95,117 +94,48 @@ func retryAfter(v string, now time.Time) time.Duration {
 
 // forward calls next for a request granted on an upstream of the pool.
 // hold: a requeue_on answer may be held back (a requeue is left); else
-// it is passed on like any other. committed: the keepalive sent the
-// header of an event stream (see relay).
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, hold, committed bool) attempt {
-	if committed {
-		cw := &committedWriter{w: w, header: make(http.Header)}
-		err := next.ServeHTTP(cw, r)
+// it is passed on like any other. On a committed stream next writes to a
+// committedWriter (see relay).
+func (c *call) forward(hold bool) attempt {
+	if c.committed {
+		cw := &committedWriter{w: c.w, header: make(http.Header)}
+		err := c.next.ServeHTTP(cw, c.r)
 		return attempt{status: cw.status, header: cw.header, wrote: cw.wrote, err: err, relay: cw,
-			held: hold && slices.Contains(h.RequeueOn, cw.status)}
+			held: hold && slices.Contains(c.h.RequeueOn, cw.status)}
 	}
-	hw := &holdWriter{w: w, header: w.Header().Clone()}
+	hw := &holdWriter{w: c.w, header: c.w.Header().Clone()}
 	if hold {
-		hw.statuses = h.RequeueOn
+		hw.statuses = c.h.RequeueOn
 	}
-	err := next.ServeHTTP(hw, r)
+	err := c.next.ServeHTTP(hw, c.r)
 	return attempt{status: hw.status, header: hw.header, wrote: hw.wrote, held: hw.held, err: err}
 }
 
 // requeue sends the request back into its queue at its place after its
-// upstream refused it, and waits for a new grant; the keepalive, when
-// configured, feeds a streaming client meanwhile. It returns the new
-// permit, whether the response is committed by now, and the wait's error.
-func (h *Handler) requeue(w http.ResponseWriter, r *http.Request, p *fairqueue.Permit, name string, rf *refusal, feed *keepaliveFeed, streaming, committed bool, start time.Time) (*fairqueue.Permit, bool, error) {
-	up := p.Upstream()
-	observeRequeue(name, up, rf.reason)
-	observeCooldown(name, up)
-	if c := h.logger.Check(zapcore.DebugLevel, "upstream refused the request; requeued"); c != nil {
-		c.Write(zap.String("queue", name), zap.String("upstream", up), zap.String("reason", rf.reason), zap.Duration("cooldown", rf.cool))
+// upstream refused it (rf), and waits for a new grant; the keepalive,
+// when configured, feeds a streaming client meanwhile. The new permit
+// (nil when the wait failed) replaces the refused one.
+func (c *call) requeue(rf *refusal) error {
+	up := c.permit.Upstream()
+	observeRequeue(c.name, up, rf.reason)
+	observeCooldown(c.name, up)
+	if l := c.h.logger.Check(zapcore.DebugLevel, "upstream refused the request; requeued"); l != nil {
+		l.Write(zap.String("queue", c.name), zap.String("upstream", up), zap.String("reason", rf.reason), zap.Duration("cooldown", rf.cool))
 	}
-	if r.GetBody != nil { // the buffered body, sent again unchanged
-		r.Body, _ = r.GetBody()
+	if c.r.GetBody != nil { // the buffered body, sent again unchanged
+		c.r.Body, _ = c.r.GetBody()
 	}
-	ka := h.startKeepalive(w, streaming, start, committed)
-	feed.use(ka)
-	np, err := p.Requeue(r.Context(), rf.cool)
-	return np, ka.halt() || committed, err
+	ka := c.h.startKeepalive(c.w, c.streaming, c.start, c.committed)
+	c.feed.use(ka)
+	p, err := c.permit.Requeue(c.r.Context(), rf.cool)
+	c.permit, c.granted = p, time.Now()
+	c.committed = ka.halt() || c.committed
+	return err
 }
 
-// cool leaves p's upstream out of dispatch after it refused or failed
-// the request and the request is not requeued: the answer stands.
-func (h *Handler) cool(p *fairqueue.Permit, name string, rf *refusal) {
-	p.Cool(rf.cool)
-	observeCooldown(name, p.Upstream())
+// cool leaves the permit's upstream out of dispatch after it refused or
+// failed the request and the request is not requeued: the answer stands.
+func (c *call) cool(rf *refusal) {
+	c.permit.Cool(rf.cool)
+	observeCooldown(c.name, c.permit.Upstream())
 }
-
-// holdWriter is next's ResponseWriter for a request granted on a pool
-// upstream: it keeps the answer's header to itself until the status is
-// known, so that an answer with one of statuses (requeue_on) never
-// reaches the client, and another passes on unchanged.
-type holdWriter struct {
-	w        http.ResponseWriter
-	header   http.Header // the answer's; copied to w's when it passes on
-	statuses []int       // held; nil: none (no requeue left)
-	status   int         // 0 until written
-	held     bool
-	wrote    bool // status or body reached the client
-}
-
-// Header is the answer's header until it passes on, then the writer's
-// beneath (trailers set after the body go there).
-func (hw *holdWriter) Header() http.Header {
-	if hw.wrote {
-		return hw.w.Header()
-	}
-	return hw.header
-}
-
-// WriteHeader holds a status of statuses or passes it on with the
-// header. Informational answers (103 Early Hints) are dropped: the final
-// one decides, and a held request must leave no trace.
-func (hw *holdWriter) WriteHeader(code int) {
-	if hw.status != 0 || (code < 200 && code != http.StatusSwitchingProtocols) {
-		return
-	}
-	hw.status = code
-	if slices.Contains(hw.statuses, code) {
-		hw.held = true
-		return
-	}
-	dst := hw.w.Header()
-	clear(dst)
-	maps.Copy(dst, hw.header)
-	hw.w.WriteHeader(code)
-	hw.wrote = true
-}
-
-func (hw *holdWriter) Write(b []byte) (int, error) {
-	if hw.status == 0 {
-		hw.WriteHeader(http.StatusOK)
-	}
-	if hw.held {
-		return len(b), nil
-	}
-	return hw.w.Write(b)
-}
-
-// FlushError implements the flusher of http.ResponseController.
-func (hw *holdWriter) FlushError() error {
-	if !hw.wrote {
-		return nil
-	}
-	return flush(hw.w)
-}
-
-// Flush implements http.Flusher.
-func (hw *holdWriter) Flush() { _ = hw.FlushError() }
-
-// Unwrap gives http.ResponseController the writer beneath (deadlines,
-// hijacking of an upgraded connection).
-func (hw *holdWriter) Unwrap() http.ResponseWriter { return hw.w }
-
-// Interface guards
-var (
-	_ http.Flusher = (*holdWriter)(nil)
-)

@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -137,88 +139,82 @@ func (h *Handler) fair() bool { return h.Tenant != "" || h.Priority != "" }
 var errRejectStreamNeedsRedis = errors.New("reject_stream requires a redis block (the stream is written to the queues' Redis)")
 
 // queueSettings are the settings of one queue that every fair_queue
-// handler of one config naming that queue must agree on: they share one
-// engine.
+// handler of one config naming that queue must agree on, as they share
+// one engine: the engine's configuration, less what each engine sets for
+// itself (perEngine), and the store error policy it derives from.
 type queueSettings struct {
-	permits           int
-	maxWait           time.Duration
-	pollInterval      time.Duration
-	lease             time.Duration
-	onStoreError      string
-	localPermits      int
-	fair              bool
-	priorityFactor    float64
-	maxQueue          int
-	maxQueuePerTenant int
-	maxInFlight       int // per tenant
-	upstreams         []fairqueue.Upstream
+	onStoreError string
+	cfg          fairqueue.Config
 }
 
 func (h *Handler) settings() queueSettings {
-	return queueSettings{
-		permits:           h.Permits,
-		maxWait:           time.Duration(h.MaxWait),
-		pollInterval:      time.Duration(h.PollInterval),
-		lease:             time.Duration(h.Lease),
-		onStoreError:      h.OnStoreError,
-		localPermits:      h.LocalPermits,
-		fair:              h.fair(),
-		priorityFactor:    h.PriorityFactor,
-		maxQueue:          h.MaxQueue,
-		maxQueuePerTenant: h.MaxQueuePerTenant,
-		maxInFlight:       h.MaxInFlightPerTenant,
-		upstreams:         h.Upstreams,
-	}
+	return queueSettings{onStoreError: h.OnStoreError, cfg: fairqueue.Config{
+		Permits:              h.Permits,
+		MaxWait:              time.Duration(h.MaxWait),
+		PollInterval:         time.Duration(h.PollInterval),
+		Lease:                time.Duration(h.Lease),
+		Fair:                 h.fair(),
+		PriorityFactor:       h.PriorityFactor,
+		MaxQueue:             h.MaxQueue,
+		MaxQueuePerTenant:    h.MaxQueuePerTenant,
+		MaxInFlightPerTenant: h.MaxInFlightPerTenant,
+		FailOpen:             h.OnStoreError == FailOpen,
+		LocalPermits:         h.LocalPermits,
+		Upstreams:            h.Upstreams,
+	}}
 }
 
-// diff names the first setting in which s and o differ, with both values.
+// diff names the first setting in which s and o differ, with both
+// values. Every field of fairqueue.Config counts but those of perEngine,
+// so that a new engine setting cannot be left out of the comparison.
 func (s queueSettings) diff(o queueSettings) string {
-	if s.fair != o.fair {
+	if s.cfg.Fair != o.cfg.Fair {
 		return "fairness (tenant or priority set in one only)"
 	}
-	for _, f := range []struct {
-		option string
-		a, b   any
-	}{
-		{"permits", s.permits, o.permits},
-		{"max_wait", s.maxWait, o.maxWait},
-		{"poll_interval", s.pollInterval, o.pollInterval},
-		{"lease", s.lease, o.lease},
-		{"on_store_error", s.onStoreError, o.onStoreError},
-		{"local_permits", s.localPermits, o.localPermits},
-		{"priority_factor", s.priorityFactor, o.priorityFactor},
-		{"max_queue", s.maxQueue, o.maxQueue},
-		{"max_queue_per_tenant", s.maxQueuePerTenant, o.maxQueuePerTenant},
-		{"max_in_flight_per_tenant", s.maxInFlight, o.maxInFlight},
-	} {
-		if f.a != f.b {
-			return fmt.Sprintf("%s (%v and %v)", f.option, f.a, f.b)
-		}
+	if s.onStoreError != o.onStoreError {
+		return fmt.Sprintf("on_store_error (%v and %v)", s.onStoreError, o.onStoreError)
 	}
-	if !slices.Equal(s.upstreams, o.upstreams) {
-		return fmt.Sprintf("upstreams (%v and %v)", s.upstreams, o.upstreams)
+	a, b := reflect.ValueOf(s.cfg), reflect.ValueOf(o.cfg)
+	for i, f := range reflect.VisibleFields(a.Type()) {
+		if perEngine[f.Name] || f.Name == "Fair" || f.Name == "FailOpen" {
+			continue // set per engine, or compared above
+		}
+		x, y := a.Field(i), b.Field(i)
+		if (x.Kind() == reflect.Slice && x.Len() == 0 && y.Len() == 0) || reflect.DeepEqual(x.Interface(), y.Interface()) {
+			continue
+		}
+		return fmt.Sprintf("%s (%v and %v)", optionName(f.Name), x.Interface(), y.Interface())
 	}
 	return ""
 }
 
-// config is the engine configuration of the settings, without what one
-// queue's engine adds (its name, logger, observer and fallback store).
-func (s queueSettings) config() fairqueue.Config {
-	cfg := fairqueue.Config{
-		Permits:              s.permits,
-		MaxWait:              s.maxWait,
-		PollInterval:         s.pollInterval,
-		Lease:                s.lease,
-		Fair:                 s.fair,
-		PriorityFactor:       s.priorityFactor,
-		MaxQueue:             s.maxQueue,
-		MaxQueuePerTenant:    s.maxQueuePerTenant,
-		MaxInFlightPerTenant: s.maxInFlight,
-		FailOpen:             s.onStoreError == FailOpen,
-		Upstreams:            s.upstreams,
+// perEngine names the fields of fairqueue.Config that each queue's
+// engine sets for itself (see queueConfig and newEngine), which handlers
+// need not agree on.
+var perEngine = map[string]bool{"Name": true, "Fallback": true, "Logger": true, "Observer": true, "Reserved": true}
+
+// optionName is the option of a fairqueue.Config field: MaxWait is
+// max_wait.
+func optionName(field string) string {
+	var b strings.Builder
+	for i, r := range field {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
 	}
-	if s.onStoreError == FailLocal {
-		cfg.LocalPermits = s.localPermits
+	return b.String()
+}
+
+// config is the engine configuration of the settings, without what one
+// queue's engine adds (perEngine).
+func (s queueSettings) config() fairqueue.Config {
+	cfg := s.cfg
+	if s.onStoreError != FailLocal {
+		cfg.LocalPermits = 0
 	}
 	return cfg
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/jsonscan"
 )
 
 // replaceJSON replaces the known placeholders of tmpl, a JSON template.
@@ -79,7 +81,7 @@ func jsonScalar(s string) string {
 	case "true", "false", "null":
 		return s
 	}
-	if end, ok := number([]byte(s), 0); ok && end == len(s) {
+	if jsonscan.IsNumber([]byte(s)) {
 		return s
 	}
 	return "null"

@@ -10,13 +10,14 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/internal/jsonscan"
 )
 
 // fairRequest resolves the request's tenant, weight, cost and priority
 // for the engine, and sets the tenant placeholder. A handler without
 // Tenant and Priority queues every request in strict FIFO order: the
 // zero Request.
-func (h *Handler) fairRequest(repl *caddy.Replacer, bodyLen int, info bodyInfo) fairqueue.Request {
+func (h *Handler) fairRequest(repl *caddy.Replacer, bodyLen int, info jsonscan.Fields) fairqueue.Request {
 	if !h.fair() {
 		return fairqueue.Request{}
 	}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -97,55 +95,6 @@ func (h *Handler) upstreamCooldown() time.Duration {
 	return cmp.Or(time.Duration(h.UpstreamCooldown), fairqueue.DefaultCooldown)
 }
 
-// parseUpstream parses `upstream <dial address> <permits>`.
-func (h *Handler) parseUpstream(d *caddyfile.Dispenser) error {
-	args := d.RemainingArgs()
-	if len(args) != 2 {
-		return d.ArgErr()
-	}
-	n, err := strconv.Atoi(args[1])
-	if err != nil {
-		return d.Errf("upstream %s: permits '%s' is not an integer", args[0], args[1])
-	}
-	if n < 1 {
-		return d.Errf("upstream %s: permits must be at least 1, got %d", args[0], n)
-	}
-	if slices.ContainsFunc(h.Upstreams, func(u fairqueue.Upstream) bool { return u.Dial == args[0] }) {
-		return d.Errf("upstream %s is given twice", args[0])
-	}
-	h.Upstreams = append(h.Upstreams, fairqueue.Upstream{Dial: args[0], Permits: n})
-	return nil
-}
-
-// parseRequeueOn parses `requeue_on <status>...`.
-func (h *Handler) parseRequeueOn(d *caddyfile.Dispenser) error {
-	args := d.RemainingArgs()
-	if len(args) == 0 {
-		return d.ArgErr()
-	}
-	for _, a := range args {
-		s, err := strconv.Atoi(a)
-		if err != nil {
-			return d.Errf("requeue_on: '%s' is not a status code", a)
-		}
-		if err := checkRequeueStatus(s); err != nil {
-			return d.Err(err.Error())
-		}
-		h.RequeueOn = append(h.RequeueOn, s)
-	}
-	return nil
-}
-
-// parseMaxRequeues parses `max_requeues <n>`.
-func (h *Handler) parseMaxRequeues(d *caddyfile.Dispenser) error {
-	n, err := intArg(0)(d)
-	if err != nil {
-		return err
-	}
-	h.MaxRequeues = &n
-	return nil
-}
-
 // Upstreams is reverse_proxy's dynamic upstream source for a queue with
 // a pool (fair_queue's upstream lines): it returns the one upstream the
 // request's permit was granted on, so that the request runs where the
@@ -180,19 +129,6 @@ func (Upstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error)
 		return nil, errNoGrant
 	}
 	return []*reverseproxy.Upstream{{Dial: dial}}, nil
-}
-
-// UnmarshalCaddyfile sets up the source from `dynamic fair_queue`, which
-// takes no options.
-func (u *Upstreams) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // the source's name
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	if d.NextBlock(d.Nesting()) {
-		return d.Errf("unrecognized subdirective '%s' (dynamic fair_queue takes no options)", d.Val())
-	}
-	return nil
 }
 
 // grantUpstream tells reverse_proxy (Upstreams) and the placeholder

@@ -31,7 +31,7 @@ const maxQueueNameLen = 200
 var queueIdle = 10 * time.Second
 
 // idleDropping runs between an idle queue's removal from its handler and
-// the release of the handler's pool reference; tests use it to send a
+// the release of the handler's reference to it; tests use it to send a
 // request in between.
 var idleDropping = func(engineKey) {}
 
@@ -40,8 +40,8 @@ var idleDropping = func(engineKey) {}
 // config reload keeps waiting tickets in place and permits leased.
 var engines = caddy.NewUsagePool()
 
-// engineKey identifies an engine of the pool: the store configuration
-// (backend.storeID) and the queue name.
+// engineKey identifies an engine of the registry (engines): the store
+// configuration (backend.storeID) and the queue name.
 type engineKey struct {
 	store string
 	queue string
@@ -59,7 +59,7 @@ var exiting = caddy.Exiting
 // old handler still serving during a reload cannot revert them.
 var provisions atomic.Uint64
 
-// engine is a pool value: a fairqueue.Queue and the store client it
+// engine is a value of the registry (engines): a fairqueue.Queue and the store client it
 // uses. It outlives the handlers that reference it until its last
 // in-flight request is done (a reload cleans up old handlers while their
 // requests still run), except when the process exits.
@@ -81,7 +81,7 @@ type engine struct {
 
 	mu      sync.Mutex
 	active  int  // requests between enter and exit
-	retired bool // the pool dropped its last reference
+	retired bool // the registry dropped its last reference
 	// retiredFlag is retired, read without mu (reserved).
 	retiredFlag atomic.Bool
 	// moved: the queue's waiters moved to a namesake in another store,
@@ -165,7 +165,7 @@ func (e *engine) exit() {
 	}
 }
 
-// Destruct implements caddy.Destructor: the pool dropped its last
+// Destruct implements caddy.Destructor: the registry dropped its last
 // reference. On exit the queue closes at once (the grace period is over:
 // this node's remaining permits are released in the store); on a reload
 // it closes when its last request is done.
@@ -343,7 +343,7 @@ func (h *Handler) left(key engineKey, ref *engineRef) {
 
 // dropIdle gives back the handler's reference to a queue that has had no
 // request in it for queueIdle. A request that comes after the removal
-// takes a reference of its own (use): the engine stays open if the pool
+// takes a reference of its own (use): the engine stays open if the registry
 // still has it, else a new one opens.
 func (h *Handler) dropIdle(key engineKey, ref *engineRef) {
 	h.mu.Lock()
@@ -379,7 +379,7 @@ func (h *Handler) evictIdle() *engineKey {
 	return oldest
 }
 
-// loadEngine takes a pool reference to the engine of key.
+// loadEngine takes a registry reference to the engine of key.
 func (h *Handler) loadEngine(key engineKey) (*engine, error) {
 	v, _, err := engines.LoadOrNew(key, func() (caddy.Destructor, error) {
 		return newEngine(h.backend, key.queue, h)
@@ -421,7 +421,7 @@ func (h *Handler) engineList() []*engine {
 	return out
 }
 
-// releaseEngines drops the handler's pool references; an engine whose
+// releaseEngines drops the handler's registry references; an engine whose
 // last reference this was closes now or after its last request.
 func (h *Handler) releaseEngines() error {
 	h.mu.Lock()
@@ -448,8 +448,8 @@ func (h *Handler) releaseEngines() error {
 	return errors.Join(errs...)
 }
 
-// liveEngines lists the engines in the pool, for the admin API and the
-// gauges; Range holds the pool's lock, so nothing else is done inside it.
+// liveEngines lists the engines in the registry, for the admin API and the
+// gauges; Range holds the registry's lock, so nothing else is done inside it.
 func liveEngines() []*engine {
 	var out []*engine
 	engines.Range(func(_, v any) bool {

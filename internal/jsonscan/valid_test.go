@@ -1,4 +1,4 @@
-package caddyfairqueue
+package jsonscan
 
 import (
 	"encoding/json"
@@ -29,13 +29,13 @@ func TestValidJSONAgreesWithEncodingJSON(t *testing.T) {
 	for _, c := range jsonCases {
 		for n := len(c); n >= 0; n-- {
 			b := []byte(c[:n])
-			assert.Equal(t, json.Valid(b), validJSON(b), "%q", b)
+			assert.Equal(t, json.Valid(b), Valid(b), "%q", b)
 		}
 	}
 }
 
 func TestValidJSONNestsAsDeepAsEncodingJSON(t *testing.T) {
-	for _, depth := range []int{maxJSONDepth, maxJSONDepth + 1} {
+	for _, depth := range []int{MaxDepth, MaxDepth + 1} {
 		for _, pair := range []string{"[]", "{}"} {
 			var b string
 			if pair == "[]" {
@@ -43,19 +43,19 @@ func TestValidJSONNestsAsDeepAsEncodingJSON(t *testing.T) {
 			} else {
 				b = strings.Repeat(`{"a":`, depth-1) + "{}" + strings.Repeat("}", depth-1)
 			}
-			assert.Equal(t, json.Valid([]byte(b)), validJSON([]byte(b)), "depth %d of %s", depth, pair)
+			assert.Equal(t, json.Valid([]byte(b)), Valid([]byte(b)), "depth %d of %s", depth, pair)
 		}
 	}
-	assert.True(t, validJSON([]byte(strings.Repeat("[", maxJSONDepth)+strings.Repeat("]", maxJSONDepth))))
-	assert.False(t, validJSON([]byte(strings.Repeat("[", maxJSONDepth+1)+strings.Repeat("]", maxJSONDepth+1))))
+	assert.True(t, Valid([]byte(strings.Repeat("[", MaxDepth)+strings.Repeat("]", MaxDepth))))
+	assert.False(t, Valid([]byte(strings.Repeat("[", MaxDepth+1)+strings.Repeat("]", MaxDepth+1))))
 }
 
-// FuzzValidJSON holds validJSON to json.Valid on any input.
+// FuzzValidJSON holds Valid to json.Valid on any input.
 func FuzzValidJSON(f *testing.F) {
 	for _, c := range jsonCases {
 		f.Add([]byte(c))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		assert.Equal(t, json.Valid(b), validJSON(b), "%q", b)
+		assert.Equal(t, json.Valid(b), Valid(b), "%q", b)
 	})
 }

@@ -1,17 +1,21 @@
-package caddyfairqueue
+// Package jsonscan reads what fair_queue needs of a JSON request body
+// without decoding it: whether it is one JSON value (Valid), and the
+// top-level fields that decide how a request waits (Sniff). Chat bodies
+// are mostly long strings; both skip them quickly.
+package jsonscan
 
 import (
 	"bytes"
 	"encoding/binary"
 )
 
-// validJSON reports whether b is one JSON value, with what json.Valid
+// Valid reports whether b is one JSON value, with what json.Valid
 // accepts and nothing else: RFC 8259's grammar, any byte from 0x20 up
-// inside strings (no UTF-8 check), at most maxJSONDepth open arrays and
+// inside strings (no UTF-8 check), at most MaxDepth open arrays and
 // objects. It runs several times faster than json.Valid on chat requests,
 // whose bytes are mostly long strings (the messages): those are skipped
 // sixteen bytes at a time. FuzzValidJSON holds it to json.Valid.
-func validJSON(b []byte) bool {
+func Valid(b []byte) bool {
 	var nest [32]byte
 	open := nest[:0] // the arrays and objects around i: '[' or '{'
 	i := skipSpace(b, 0)
@@ -23,7 +27,7 @@ func validJSON(b []byte) bool {
 		var ok bool
 		switch c := b[i]; c {
 		case '{', '[':
-			if len(open) == maxJSONDepth {
+			if len(open) == MaxDepth {
 				return false
 			}
 			i = skipSpace(b, i+1)
@@ -81,8 +85,8 @@ func validJSON(b []byte) bool {
 	}
 }
 
-// maxJSONDepth is encoding/json's limit of nested arrays and objects.
-const maxJSONDepth = 10000
+// MaxDepth is encoding/json's limit of nested arrays and objects.
+const MaxDepth = 10000
 
 // memberKey reads `"key" :` at i and returns where the value may start.
 func memberKey(b []byte, i int) (int, bool) {
@@ -189,6 +193,13 @@ func literal(b []byte, i int, word string) (int, bool) {
 		return i, false
 	}
 	return i + len(word), true
+}
+
+// IsNumber reports whether b is exactly one JSON number, with no space
+// around it.
+func IsNumber(b []byte) bool {
+	end, ok := number(b, 0)
+	return ok && end == len(b)
 }
 
 // number reads -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? at i.

@@ -1,0 +1,311 @@
+package caddyfairqueue
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/internal/jsonscan"
+)
+
+// call is one request's life in the handler, in the order ServeHTTP
+// runs it: read (the body, the queue's name), enter (the queue's
+// engine), wait (for a permit), serve (next, holding the permit; on a
+// pool, requeued while its upstream refuses it), and finish, which
+// releases the permit. A request that gets no permit ends in reject or
+// notGranted instead of serve.
+type call struct {
+	h    *Handler
+	w    http.ResponseWriter // the client's; a usageWriter over it once forwarded with cost tokens
+	r    *http.Request
+	repl *caddy.Replacer
+	own  caddyhttp.Handler // next in this handler's route
+	next caddyhttp.Handler // the route that serves the grant (engine.forGrant)
+
+	name      string // the queue's
+	streaming bool   // the client asked for an event stream
+	bodyLen   int
+	req       fairqueue.Request
+
+	e    *engine // the queue's engine; its successor's once a reload moved the queue
+	done func()  // exits every engine entered
+
+	start     time.Time // when the request joined the queue
+	feed      *keepaliveFeed
+	committed bool // the keepalive sent the header of an event stream
+
+	permit    *fairqueue.Permit
+	granted   time.Time    // when the permit came
+	usage     *usageWriter // cost tokens: reads the answer's usage
+	forwarded bool         // next was called
+	running   bool         // counted in e.running
+}
+
+// read reads the request's body and names its queue. answered: the
+// request is answered already (a body too large, too slow or broken),
+// and err is what ServeHTTP returns.
+func (c *call) read() (answered bool, err error) {
+	h := c.h
+	repl, ok := c.r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if !ok {
+		repl = caddy.NewReplacer()
+	}
+	c.repl = repl
+	body, err := readBody(c.w, c.r, h.MaxBody, time.Duration(h.BodyTimeout))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			writeTooLarge(c.w, h.MaxBody)
+			return true, nil
+		}
+		if errors.Is(err, errBodyTimeout) {
+			writeBodyTimeout(c.w, c.r, time.Duration(h.BodyTimeout))
+			return true, nil
+		}
+		return true, caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("reading request body: %w", err))
+	}
+	info := jsonscan.Sniff(body)
+	c.streaming = info.Stream || wantsEventStream(c.r)
+	repl.Set(phModel, info.Model)
+	repl.Set(phStreaming, c.streaming)
+	c.bodyLen = len(body)
+	c.req = h.fairRequest(repl, len(body), info)
+
+	c.name = h.Name
+	if h.dynamic {
+		// The name may come from client input: make it valid UTF-8, as
+		// logs and metric labels require.
+		if c.name = strings.ToValidUTF8(repl.ReplaceAll(h.Name, ""), "\uFFFD"); c.name == "" {
+			c.name = DefaultName
+		}
+	}
+	repl.Set(phQueue, c.name)
+	return false, nil
+}
+
+// enter enters the engine of the request's queue; finish exits it.
+func (c *call) enter() (err error) {
+	if len(c.name) > maxQueueNameLen {
+		return fmt.Errorf("queue name longer than %d bytes", maxQueueNameLen)
+	}
+	c.e, c.done, err = c.h.use(c.name, c.own)
+	return err
+}
+
+// overflow answers a request whose queue the handler cannot open (err,
+// from enter): as if that queue were full. Its name, perhaps client
+// input, stays out of logs and metric labels.
+func (c *call) overflow(err error) error {
+	if errors.Is(err, errTooManyQueues) {
+		c.h.capOnce.Do(func() {
+			c.h.logger.Warn("too many queues; rejecting requests for new ones", zap.Int("max", maxQueuesPerHandler))
+		})
+	}
+	c.name = overflowQueue
+	return c.reject(&fairqueue.RejectError{
+		Reason: fairqueue.ReasonQueueFull, RetryAfter: time.Duration(c.h.MaxWait), Err: err,
+	})
+}
+
+// wait waits for a permit, feeding a streaming client meanwhile when
+// sse_keepalive is set. The body waits with the request, bounded per
+// process (max_waiting_bytes).
+func (c *call) wait() error {
+	n := int64(c.bodyLen)
+	if !holdWaiting(n, c.h.MaxWaitingBytes) {
+		return c.h.waitingFull(c.name)
+	}
+	c.start = time.Now()
+	ka := c.h.startKeepalive(c.w, c.streaming, c.start, false)
+	c.feed = newKeepaliveFeed(ka)
+	c.req.OnQueued = c.feed.onQueued()
+	p, err := c.acquire()
+	releaseWaiting(n)
+	c.permit, c.granted = p, time.Now()
+	c.committed = ka.halt()
+	if err == nil {
+		c.running = true
+		c.e.running.Add(1)
+	}
+	return err
+}
+
+// serve forwards the granted request to the route that fits its grant
+// and answers with what it answers. A grant on a pool's upstream goes
+// through servePool first.
+func (c *call) serve() error {
+	h := c.h
+	c.next = c.e.forGrant(h, c.permit, c.own)
+	outcome, reason := outcomeGranted, ""
+	if c.permit.FailOpen() {
+		outcome, reason = outcomeFailOpen, string(fairqueue.ReasonStoreUnavailable)
+	}
+	c.record(outcome, reason, c.permit.Waited(), c.permit.Position())
+	c.forwarded = true
+	if h.Cost == CostTokens && !c.permit.FailOpen() {
+		// Passes the answer on as it comes; reads its usage.
+		c.usage = newUsageWriter(c.w)
+		c.usage.prompt = promptTokens(c.bodyLen)
+		c.w = c.usage
+	}
+	if c.permit.Upstream() != "" {
+		if served, err := c.servePool(); served {
+			return err
+		}
+	}
+	if c.committed {
+		return c.relay()
+	}
+	if err := c.next.ServeHTTP(c.w, c.r); err != nil {
+		return err // Caddy still writes the error: nothing may be flushed first
+	}
+	// Send what the upstream wrote now: the permit's release (a Redis
+	// round trip) runs after this handler returns (see engine.finish).
+	_ = http.NewResponseController(c.w).Flush()
+	return nil
+}
+
+// servePool serves a request granted on an upstream of the pool, which
+// may refuse it before anything reached the client: the upstream then
+// cools, and the request waits again at its place, up to max_requeues.
+// served is false when a reload took the pool away while the request
+// waited again: serve goes on with the route of its new grant.
+func (c *call) servePool() (served bool, err error) {
+	for left := c.h.maxRequeues(); ; left-- {
+		grantUpstream(c.r, c.repl, c.permit.Upstream())
+		a := c.forward(left > 0)
+		rf := c.h.refused(a)
+		if rf == nil {
+			return true, c.answered(a)
+		}
+		if left == 0 || !rf.resend || !a.unseen() || c.r.Context().Err() != nil {
+			// No requeue left, the upstream may have run the request,
+			// the client saw part of the answer, or it left: the answer
+			// stands, and the upstream cools.
+			c.cool(rf)
+			return true, c.answered(a)
+		}
+		if err := c.requeue(rf); err != nil {
+			return true, c.notGranted(err)
+		}
+		if c.permit.Upstream() == "" {
+			c.next = c.e.forGrant(c.h, c.permit, c.own)
+			return false, nil
+		}
+	}
+}
+
+// finish ends the request: it charges what the request used, holds an
+// aborted request's permit for the abort grace, and releases the permit
+// and the engines entered.
+func (c *call) finish() {
+	// Cost time: the hold ends here, before any abort grace.
+	c.h.charge(c.permit, c.granted, c.forwarded, c.usage)
+	if c.forwarded && c.r.Context().Err() != nil {
+		// The client left while the upstream ran its request, however
+		// reverse_proxy ended it: a plain request with a 499 and no
+		// error, a stream with a panic, a relayed stream quietly.
+		time.Sleep(c.h.abortGrace())
+	}
+	if c.running {
+		c.e.running.Add(-1)
+	}
+	c.e.finish(c.permit, c.done)
+}
+
+// answered ends a request whose answer a stands (see forward): relayed
+// on a committed stream, or passed on.
+func (c *call) answered(a attempt) error {
+	if a.relay != nil {
+		return c.relayEnd(a.relay, a.err)
+	}
+	if a.err != nil {
+		return a.err // Caddy still writes the error: nothing may be flushed first
+	}
+	_ = http.NewResponseController(c.w).Flush()
+	return nil
+}
+
+// notGranted answers a request whose wait for a permit (Acquire, or a
+// requeue's) failed with err.
+func (c *call) notGranted(err error) error {
+	if rej, ok := errors.AsType[*fairqueue.RejectError](err); ok {
+		return c.reject(rej)
+	}
+	if c.r.Context().Err() != nil {
+		// The client left while waiting; there is nobody to answer.
+		c.record(outcomeCancelled, "", time.Since(c.start), 0)
+		return nil
+	}
+	err = fmt.Errorf("fair_queue %s: %w", c.name, err)
+	if c.committed {
+		// Caddy's error answer would need the header that is sent.
+		c.h.logger.Error("acquiring a permit", zap.String("queue", c.name), zap.Error(err))
+		_ = writeEvent(c.w, "error", string(marshalError("The request queue failed.", "server_error", "internal_error")))
+		return nil
+	}
+	return caddyhttp.Error(http.StatusInternalServerError, err)
+}
+
+// reject records and answers a request that got no permit: an event on
+// a committed stream, else its reject policy's answer.
+func (c *call) reject(rej *fairqueue.RejectError) error {
+	h := c.h
+	c.record(string(rej.Reason), string(rej.Reason), rej.Waited, rej.Position)
+	p := h.policies[rej.Reason]
+	if p == nil { // a reason newer than this handler
+		p = h.policies[fairqueue.ReasonStoreUnavailable]
+	}
+	var err error
+	if c.committed {
+		err = p.writeCommitted(c.w, c.repl, rej)
+	} else {
+		err = p.write(c.w, c.repl, rej, c.streaming)
+	}
+	if err != nil {
+		h.logger.Debug("writing reject", zap.String("queue", c.name), zap.Error(err))
+	}
+	if h.rejects != nil {
+		h.rejects.add(c.repl, c.name, rej)
+	}
+	return nil
+}
+
+// record publishes the request's outcome (see Handler.record).
+func (c *call) record(outcome, reason string, waited time.Duration, position int) {
+	c.h.record(c.r, c.repl, c.name, outcome, reason, waited, position)
+}
+
+// record publishes a request's outcome: placeholders, access log fields,
+// metrics and a debug log.
+func (h *Handler) record(r *http.Request, repl *caddy.Replacer, name, outcome, reason string, waited time.Duration, position int) {
+	waitMS := waited.Milliseconds()
+	repl.Set(phOutcome, outcome)
+	repl.Set(phReason, reason)
+	repl.Set(phWaitMS, waitMS)
+	repl.Set(phPosition, position)
+	fields := []zap.Field{
+		zap.String("queue", name),
+		zap.String("outcome", outcome),
+		zap.String("reason", reason),
+		zap.Int64("wait_ms", waitMS),
+		zap.Int("position", position),
+	}
+	if tenant, _ := repl.GetString(phTenant); tenant != "" { // a hash, set with Tenant only
+		fields = append(fields, zap.String("tenant", tenant))
+	}
+	if extra, ok := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); ok {
+		extra.Set(zap.Dict("fair_queue", fields...))
+	}
+	observe(name, outcome, waited)
+	if c := h.logger.Check(zapcore.DebugLevel, "fair queue"); c != nil {
+		c.Write(fields...)
+	}
+}

@@ -1,0 +1,187 @@
+package jsonscan
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Fields are what the handler reads from a JSON request body.
+type Fields struct {
+	Stream bool   // "stream": true
+	Model  string // "model": "<string>"
+	// MaxTokens is the largest of "max_tokens", "max_completion_tokens"
+	// (OpenAI chat) and "max_output_tokens" (Responses API) that is a
+	// positive number, rounded up, saturated at 1<<53; 0 if none.
+	MaxTokens int64
+}
+
+// Sniff reads the top-level keys "stream", "model" and the max
+// tokens keys of a JSON object body. Anything else (not JSON, malformed
+// JSON, another top-level type) gives the zero Fields: the request is
+// then not streaming, has no model and no max tokens, and is still
+// served. Keys may come in any order; for a repeated key the last one
+// counts, as in most JSON parsers.
+func Sniff(b []byte) Fields {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	if len(b) == 0 || b[0] != '{' || !Valid(b) {
+		return Fields{}
+	}
+	// b is valid JSON from here on: the scanner only needs to find where
+	// each top-level member starts and ends.
+	var info Fields
+	var tokens [3]int64 // by key, so that a repeated key replaces its own value
+	done := func() Fields {
+		info.MaxTokens = max(tokens[0], tokens[1], tokens[2])
+		return info
+	}
+	s := scanner{b: b, i: 1}
+	for {
+		s.space()
+		if s.peek() != '"' { // '}' of an empty object
+			return done()
+		}
+		key := s.str()
+		s.space()
+		s.i++ // ':'
+		s.space()
+		start := s.i
+		s.value()
+		val := b[start:s.i]
+		switch unquote(key) {
+		case "stream":
+			info.Stream = string(val) == "true"
+		case "model":
+			info.Model = ""
+			if val[0] == '"' {
+				info.Model = unquote(val)
+			}
+		case "max_tokens":
+			tokens[0] = tokenCount(val)
+		case "max_completion_tokens":
+			tokens[1] = tokenCount(val)
+		case "max_output_tokens":
+			tokens[2] = tokenCount(val)
+		}
+		s.space()
+		if s.peek() != ',' {
+			return done()
+		}
+		s.i++
+	}
+}
+
+// MaxTokenCount saturates a token count read from a body: beyond it a
+// float64 no longer holds every integer, and every cost bound is far
+// below it.
+const MaxTokenCount = 1 << 53
+
+// tokenCount reads a JSON number token as a positive token count, 0 for
+// anything else (a string, null, zero, a negative number).
+func tokenCount(val []byte) int64 {
+	if len(val) == 0 || (val[0] != '-' && (val[0] < '0' || val[0] > '9')) {
+		return 0
+	}
+	f, err := strconv.ParseFloat(string(val), 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) { // 1e999 saturates
+		return 0
+	}
+	if !(f > 0) {
+		return 0
+	}
+	return int64(math.Ceil(min(f, MaxTokenCount)))
+}
+
+// scanner walks a valid JSON document.
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (s *scanner) peek() byte {
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+func (s *scanner) space() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\r', '\n':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// str consumes a string and returns it with its quotes. The body is
+// valid JSON: the string ends at the first quote not escaped by an odd
+// number of backslashes.
+func (s *scanner) str() []byte {
+	start := s.i
+	s.i++ // opening quote
+	for {
+		j := bytes.IndexByte(s.b[s.i:], '"')
+		if j < 0 {
+			s.i = len(s.b)
+			return s.b[start:]
+		}
+		s.i += j + 1
+		escapes := 0
+		for k := s.i - 2; k > start && s.b[k] == '\\'; k-- {
+			escapes++
+		}
+		if escapes%2 == 0 {
+			return s.b[start:s.i]
+		}
+	}
+}
+
+// value consumes one value of any type.
+func (s *scanner) value() {
+	switch s.peek() {
+	case '"':
+		s.str()
+	case '{', '[':
+		depth := 0
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case '"':
+				s.str()
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+			}
+			s.i++
+			if depth == 0 {
+				return
+			}
+		}
+	default: // number, true, false, null
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case ',', '}', ']', ' ', '\t', '\r', '\n':
+				return
+			}
+			s.i++
+		}
+	}
+}
+
+// unquote decodes a JSON string token (quotes included).
+func unquote(tok []byte) string {
+	if !bytes.ContainsRune(tok, '\\') {
+		// As encoding/json does: invalid UTF-8 becomes U+FFFD.
+		return strings.ToValidUTF8(string(tok[1:len(tok)-1]), "\uFFFD")
+	}
+	var s string
+	_ = json.Unmarshal(tok, &s)
+	return s
+}

@@ -1,0 +1,77 @@
+package caddyfairqueue
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// A granted request whose response the keepalive committed (the 200
+// event-stream header is sent) is relayed: the upstream's body passes on
+// as events, and its error becomes an SSE error event.
+
+// relay serves a granted request whose response the keepalive already
+// committed: the upstream's status and header are gone, its body is
+// relayed as it comes, and an error (an error status, or the next
+// handler failing before it wrote anything) becomes an SSE error event.
+func (c *call) relay() error {
+	cw := &committedWriter{w: c.w, header: make(http.Header)}
+	return c.relayEnd(cw, c.next.ServeHTTP(cw, c.r))
+}
+
+// relayEnd ends a relayed answer that cw holds, next's error err.
+func (c *call) relayEnd(cw *committedWriter, err error) error {
+	status := cw.status
+	if err != nil {
+		status = http.StatusBadGateway
+		if he, ok := errors.AsType[caddyhttp.HandlerError](err); ok && he.StatusCode != 0 {
+			status = he.StatusCode
+		}
+		level := zapcore.DebugLevel
+		if status >= 500 {
+			level = zapcore.ErrorLevel
+		}
+		if l := c.h.logger.Check(level, "upstream failed after the stream was committed"); l != nil {
+			l.Write(zap.String("queue", c.name), zap.Int("status", status), zap.Error(err))
+		}
+		if cw.wrote {
+			return nil // an event may be half written: end the stream
+		}
+	}
+	if status < http.StatusBadRequest {
+		return flush(c.w)
+	}
+	_ = writeEvent(c.w, "error", string(upstreamError(status, cw.errBody.Bytes()))) // fails only when the client is gone
+	return nil
+}
+
+// upstreamError is the data of the SSE error event for an upstream's
+// error answer: its body when that is JSON (on one line), else the
+// default error object.
+func upstreamError(status int, body []byte) []byte {
+	body = bytes.TrimSpace(body)
+	if len(body) > 0 && len(body) <= maxUpstreamErrorBody && json.Valid(body) {
+		var b bytes.Buffer
+		if json.Compact(&b, body) == nil {
+			return b.Bytes()
+		}
+	}
+	typ := "invalid_request_error"
+	switch {
+	case status == http.StatusTooManyRequests:
+		typ = "rate_limit_exceeded"
+	case status >= 500:
+		typ = "server_error"
+	}
+	msg := "The upstream server answered with status " + strconv.Itoa(status)
+	if text := http.StatusText(status); text != "" {
+		msg += " " + text
+	}
+	return marshalError(msg+".", typ, "upstream_error")
+}

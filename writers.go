@@ -1,0 +1,346 @@
+package caddyfairqueue
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"maps"
+	"math"
+	"mime"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// The ResponseWriters that next writes a granted request's answer to:
+// holdWriter (a pool's upstream, whose refusal never reaches the
+// client), committedWriter (a stream the keepalive committed) and
+// usageWriter (cost tokens: reads the answer's usage on the side).
+
+// holdWriter is next's ResponseWriter for a request granted on a pool
+// upstream: it keeps the answer's header to itself until the status is
+// known, so that an answer with one of statuses (requeue_on) never
+// reaches the client, and another passes on unchanged.
+type holdWriter struct {
+	w        http.ResponseWriter
+	header   http.Header // the answer's; copied to w's when it passes on
+	statuses []int       // held; nil: none (no requeue left)
+	status   int         // 0 until written
+	held     bool
+	wrote    bool // status or body reached the client
+}
+
+// Header is the answer's header until it passes on, then the writer's
+// beneath (trailers set after the body go there).
+func (hw *holdWriter) Header() http.Header {
+	if hw.wrote {
+		return hw.w.Header()
+	}
+	return hw.header
+}
+
+// WriteHeader holds a status of statuses or passes it on with the
+// header. Informational answers (103 Early Hints) are dropped: the final
+// one decides, and a held request must leave no trace.
+func (hw *holdWriter) WriteHeader(code int) {
+	if hw.status != 0 || (code < 200 && code != http.StatusSwitchingProtocols) {
+		return
+	}
+	hw.status = code
+	if slices.Contains(hw.statuses, code) {
+		hw.held = true
+		return
+	}
+	dst := hw.w.Header()
+	clear(dst)
+	maps.Copy(dst, hw.header)
+	hw.w.WriteHeader(code)
+	hw.wrote = true
+}
+
+func (hw *holdWriter) Write(b []byte) (int, error) {
+	if hw.status == 0 {
+		hw.WriteHeader(http.StatusOK)
+	}
+	if hw.held {
+		return len(b), nil
+	}
+	return hw.w.Write(b)
+}
+
+// FlushError implements the flusher of http.ResponseController.
+func (hw *holdWriter) FlushError() error {
+	if !hw.wrote {
+		return nil
+	}
+	return flush(hw.w)
+}
+
+// Flush implements http.Flusher.
+func (hw *holdWriter) Flush() { _ = hw.FlushError() }
+
+// Unwrap gives http.ResponseController the writer beneath (deadlines,
+// hijacking of an upgraded connection).
+func (hw *holdWriter) Unwrap() http.ResponseWriter { return hw.w }
+
+// maxUpstreamErrorBody bounds the error body of an upstream that the
+// relay turns into an SSE error event; a longer one is replaced by the
+// default error object.
+const maxUpstreamErrorBody = 64 << 10
+
+// committedWriter is the next handler's ResponseWriter once the header
+// of the response is sent: it keeps the upstream's header and status to
+// itself, relays a successful body with a flush after every write, and
+// holds an error body back for the SSE error event. It hides the
+// writer beneath (no Unwrap), so that nothing hijacks or re-heads a
+// stream that is already running.
+type committedWriter struct {
+	w       http.ResponseWriter
+	header  http.Header // the upstream's, never sent
+	status  int         // the upstream's; 0 until known
+	errBody bytes.Buffer
+	wrote   bool // body bytes reached the client
+}
+
+func (cw *committedWriter) Header() http.Header { return cw.header }
+
+// WriteHeader records the upstream's status; informational ones (103
+// Early Hints) are dropped.
+func (cw *committedWriter) WriteHeader(code int) {
+	if code >= 200 && cw.status == 0 {
+		cw.status = code
+	}
+}
+
+func (cw *committedWriter) Write(b []byte) (int, error) {
+	if cw.status == 0 {
+		cw.status = http.StatusOK
+	}
+	if cw.status >= http.StatusBadRequest {
+		if room := maxUpstreamErrorBody + 1 - cw.errBody.Len(); room > 0 {
+			cw.errBody.Write(b[:min(len(b), room)])
+		}
+		return len(b), nil
+	}
+	n, err := cw.w.Write(b)
+	if n > 0 {
+		cw.wrote = true
+	}
+	if err != nil {
+		return n, err
+	}
+	return n, flush(cw.w)
+}
+
+// FlushError implements the flusher of http.ResponseController.
+func (cw *committedWriter) FlushError() error {
+	if cw.status >= http.StatusBadRequest {
+		return nil
+	}
+	return flush(cw.w)
+}
+
+// Bounds of the usage extractor's memory.
+const (
+	// maxSSELine is the longest SSE line read for usage; the rest of a
+	// longer line is not kept (that line is ignored).
+	maxSSELine = 64 << 10
+	// maxJSONBody is the largest JSON response body read for usage; a
+	// larger body gives no usage.
+	maxJSONBody = 1 << 20
+)
+
+// What usageWriter reads from a response, set by its Content-Type.
+const (
+	usageUndecided = iota
+	usageNone      // neither JSON nor SSE, or encoded (gzip...)
+	usageJSON
+	usageSSE
+)
+
+// usageWriter passes a response through unchanged, as it is written
+// (nothing is held back or delayed), and reads the response's
+// usage.total_tokens on the side: from a JSON body (Content-Type
+// application/json, at most maxJSONBody bytes) or from the last
+// server-sent event whose data carries a usage object with total_tokens
+// (Content-Type text/event-stream; each line up to maxSSELine bytes). A
+// Responses API answer's usage (response.usage) counts too. A response
+// with a Content-Encoding gives none.
+type usageWriter struct {
+	*caddyhttp.ResponseWriterWrapper
+	mode int
+
+	body []byte // usageJSON: the body so far
+	line []byte // usageSSE: the current line so far
+	long bool   // usageSSE: the current line is beyond maxSSELine, ignored
+
+	total float64 // the last usage.total_tokens found
+	found bool
+
+	prompt float64 // the request's prompt tokens (promptTokens)
+}
+
+func newUsageWriter(w http.ResponseWriter) *usageWriter {
+	return &usageWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
+}
+
+// decide picks what to read from the response's header, once.
+func (u *usageWriter) decide() {
+	if u.mode != usageUndecided {
+		return
+	}
+	u.mode = usageNone
+	hdr := u.Header()
+	if enc := hdr.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		return
+	}
+	mt, _, err := mime.ParseMediaType(hdr.Get("Content-Type"))
+	if err != nil {
+		return
+	}
+	switch mt {
+	case "application/json":
+		u.mode = usageJSON
+	case "text/event-stream":
+		u.mode = usageSSE
+	}
+}
+
+// WriteHeader decides at the final status (not at a 1xx).
+func (u *usageWriter) WriteHeader(code int) {
+	if code >= 200 {
+		u.decide()
+	}
+	u.ResponseWriter.WriteHeader(code)
+}
+
+func (u *usageWriter) Write(b []byte) (int, error) {
+	u.decide()
+	n, err := u.ResponseWriter.Write(b)
+	u.scan(b[:n])
+	return n, err
+}
+
+// ReadFrom goes through Write while the response is read, so that no
+// byte escapes the scan.
+func (u *usageWriter) ReadFrom(r io.Reader) (int64, error) {
+	u.decide()
+	if u.mode == usageNone {
+		return u.ResponseWriterWrapper.ReadFrom(r)
+	}
+	return io.Copy(writerOnly{u}, r)
+}
+
+// writerOnly hides a writer's ReadFrom from io.Copy.
+type writerOnly struct{ io.Writer }
+
+// FlushError flushes the writer beneath (http.ResponseController).
+func (u *usageWriter) FlushError() error {
+	return http.NewResponseController(u.ResponseWriter).Flush()
+}
+
+// Flush implements http.Flusher for handlers that assert it.
+func (u *usageWriter) Flush() { _ = u.FlushError() }
+
+func (u *usageWriter) scan(b []byte) {
+	switch u.mode {
+	case usageJSON:
+		if u.body == nil && len(b) == 0 {
+			return
+		}
+		if len(u.body)+len(b) > maxJSONBody {
+			u.mode, u.body = usageNone, nil // too large: give up
+			return
+		}
+		u.body = append(u.body, b...)
+	case usageSSE:
+		for len(b) > 0 {
+			i := bytes.IndexAny(b, "\r\n")
+			if i < 0 {
+				u.keep(b)
+				return
+			}
+			u.keep(b[:i])
+			u.endLine()
+			b = b[i+1:]
+		}
+	}
+}
+
+// keep adds part of the current SSE line, up to maxSSELine.
+func (u *usageWriter) keep(part []byte) {
+	if u.long {
+		return
+	}
+	if len(u.line)+len(part) > maxSSELine {
+		u.long, u.line = true, u.line[:0]
+		return
+	}
+	u.line = append(u.line, part...)
+}
+
+// endLine reads a complete SSE line ("\r\n" ends one line, then an empty
+// one: harmless).
+func (u *usageWriter) endLine() {
+	line, long := u.line, u.long
+	u.line, u.long = u.line[:0], false
+	if long {
+		return
+	}
+	data, ok := bytes.CutPrefix(line, []byte("data:"))
+	if !ok {
+		return
+	}
+	u.read(data)
+}
+
+// read records the usage of one JSON document, if it has one.
+func (u *usageWriter) read(doc []byte) {
+	if !bytes.Contains(doc, []byte(`"total_tokens"`)) { // cheap test first: most chunks have none
+		return
+	}
+	var v struct {
+		Usage    *usageObject `json:"usage"`
+		Response *struct {
+			Usage *usageObject `json:"usage"`
+		} `json:"response"`
+	}
+	if json.Unmarshal(doc, &v) != nil {
+		return
+	}
+	usage := v.Usage
+	if usage == nil && v.Response != nil {
+		usage = v.Response.Usage
+	}
+	if usage == nil || usage.TotalTokens == nil || !(*usage.TotalTokens >= 0) || math.IsInf(*usage.TotalTokens, 0) {
+		return
+	}
+	u.total, u.found = *usage.TotalTokens, true
+}
+
+type usageObject struct {
+	TotalTokens *float64 `json:"total_tokens"`
+}
+
+// totalTokens returns the response's usage.total_tokens, once the whole
+// response is written.
+func (u *usageWriter) totalTokens() (float64, bool) {
+	switch u.mode {
+	case usageJSON:
+		u.read(u.body)
+		u.mode, u.body = usageNone, nil
+	case usageSSE:
+		if len(u.line) > 0 || u.long { // a last line without its newline
+			u.endLine()
+		}
+	}
+	return u.total, u.found
+}
+
+// Interface guards
+var (
+	_ http.Flusher = (*holdWriter)(nil)
+	_ http.Flusher = (*usageWriter)(nil)
+)
