@@ -85,6 +85,9 @@ type keepalive struct {
 	committed bool
 	queued    chan fairqueue.Waiting // the ticket's live view, once queued
 	view      *fairqueue.Waiting     // received from queued; run's only
+	maxWait   time.Duration          // the wait's bound, from start
+	shown     time.Duration          // the last eta sent; 0: none yet
+	shownAt   time.Time
 }
 
 // keepaliveFeed hands the ticket's live view (Request.OnQueued) to the
@@ -144,6 +147,7 @@ func (h *Handler) startKeepalive(w http.ResponseWriter, streaming bool, start ti
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		queued:   make(chan fairqueue.Waiting, 1),
+		maxWait:  time.Duration(h.MaxWait),
 
 		committed: committed,
 	}
@@ -186,7 +190,8 @@ func (k *keepalive) send() error {
 	default:
 	}
 	if k.view != nil {
-		st.position, st.eta = k.view.Position(), k.view.ETA()
+		st.position = k.view.Position()
+		st.eta = k.bound(k.view.ETA(), st.waited)
 	}
 	b := st.comment()
 	if k.events {
@@ -196,6 +201,23 @@ func (k *keepalive) send() error {
 		return err
 	}
 	return flush(k.w)
+}
+
+// bound makes the queue's estimate eta (0: unknown) one the client can
+// trust: never beyond the wait that max_wait leaves (the request would
+// time out first: no estimate then), and counting down from the last one
+// sent, so that it never grows while the client waits. The rate behind
+// it may drop; the client still sees an estimate that only shrinks.
+func (k *keepalive) bound(eta, waited time.Duration) time.Duration {
+	now := time.Now()
+	if eta <= 0 || eta > k.maxWait-waited {
+		return 0
+	}
+	if k.shown > 0 {
+		eta = min(eta, max(k.shown-now.Sub(k.shownAt), time.Second))
+	}
+	k.shown, k.shownAt = eta, now
+	return eta
 }
 
 // halt stops the keepalive and waits for its goroutine to end, so that

@@ -2,10 +2,7 @@ package fairqueue
 
 import (
 	"errors"
-	"math"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.uber.org/zap"
 )
@@ -45,60 +42,4 @@ func (h *health) failed(log *zap.Logger, err error) {
 	if h.fails.Add(1) >= h.downAfter.Load() && h.down.CompareAndSwap(false, true) {
 		log.Error("store unreachable; applying on_store_error policy", zap.Error(err))
 	}
-}
-
-// drainRate estimates how fast the queue grants permits, from samples of
-// the store's grant counter, to answer "retry after how long?".
-type drainRate struct {
-	mu     sync.Mutex
-	last   int64
-	lastAt time.Time
-	rate   float64 // grants per second, exponentially weighted
-}
-
-func (d *drainRate) sample(grants int64, at time.Time) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.lastAt.IsZero() || grants < d.last {
-		d.last, d.lastAt = grants, at
-		return
-	}
-	dt := at.Sub(d.lastAt).Seconds()
-	if dt < 0.5 {
-		return
-	}
-	r := float64(grants-d.last) / dt
-	if d.rate == 0 {
-		d.rate = r
-	} else {
-		d.rate = 0.7*d.rate + 0.3*r
-	}
-	d.last, d.lastAt = grants, at
-}
-
-// retryAfter is the time for position grants at the observed rate,
-// bounded to [1s, maxWait] (maxWait when the rate is unknown). Position 0
-// (never queued) counts as 1.
-func (d *drainRate) retryAfter(position int, maxWait time.Duration) time.Duration {
-	d.mu.Lock()
-	rate := d.rate
-	d.mu.Unlock()
-	hi := max(maxWait, time.Second)
-	if rate <= 0 {
-		return hi.Round(time.Second)
-	}
-	s := math.Round(float64(max(position, 1)) / rate)
-	return min(max(time.Duration(s)*time.Second, time.Second), hi.Round(time.Second))
-}
-
-// eta is the time for position grants at the observed rate, rounded to
-// the second; 0 when the rate is unknown.
-func (d *drainRate) eta(position int) time.Duration {
-	d.mu.Lock()
-	rate := d.rate
-	d.mu.Unlock()
-	if rate <= 0 {
-		return 0
-	}
-	return time.Duration(math.Round(float64(max(position, 1))/rate)) * time.Second
 }
