@@ -51,21 +51,21 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) error {
 }
 
 // writeTooLarge answers a request whose body exceeds max_body.
-func writeTooLarge(w http.ResponseWriter, limit int64) {
+func writeTooLarge(w http.ResponseWriter, a api, limit int64) {
 	msg := "The request body is larger than the " + formatBytes(limit) + " this endpoint accepts."
-	_ = writeJSON(w, http.StatusRequestEntityTooLarge, marshalError(msg, "invalid_request_error", "request_too_large"))
+	_ = writeJSON(w, http.StatusRequestEntityTooLarge, a.errorBody(msg, "invalid_request_error", "request_too_large"))
 }
 
 // writeBodyTimeout answers a request whose body did not arrive within
 // body_timeout. The rest of the body will not be read: an HTTP/1
 // connection closes after the answer (HTTP/2 and HTTP/3 end the stream
 // alone).
-func writeBodyTimeout(w http.ResponseWriter, r *http.Request, timeout time.Duration) {
+func writeBodyTimeout(w http.ResponseWriter, r *http.Request, a api, timeout time.Duration) {
 	if r.ProtoMajor == 1 {
 		w.Header().Set("Connection", "close")
 	}
 	msg := "The request body did not arrive within " + timeout.String() + "."
-	_ = writeJSON(w, http.StatusRequestTimeout, marshalError(msg, "invalid_request_error", "request_timeout"))
+	_ = writeJSON(w, http.StatusRequestTimeout, a.errorBody(msg, "invalid_request_error", "request_timeout"))
 }
 
 // formatBytes writes n in the largest binary unit that divides it.
@@ -100,7 +100,13 @@ func sseEvent(event, data string) []byte {
 
 // writeEvent writes one server-sent event and flushes it.
 func writeEvent(w http.ResponseWriter, event, data string) error {
-	if _, err := w.Write(sseEvent(event, data)); err != nil {
+	return writeFrame(w, sseEvent(event, data))
+}
+
+// writeFrame writes one frame of a stream (an event, a line) and
+// flushes it.
+func writeFrame(w http.ResponseWriter, frame []byte) error {
+	if _, err := w.Write(frame); err != nil {
 		return err
 	}
 	return flush(w)

@@ -30,8 +30,10 @@ type call struct {
 	own  caddyhttp.Handler // next in this handler's route
 	next caddyhttp.Handler // the route that serves the grant (engine.forGrant)
 
+	api       api    // the API the request speaks, from its path
 	name      string // the queue's
-	streaming bool   // the client asked for an event stream
+	model     string // the body's "model"
+	streaming bool   // the client asked for a streamed answer
 	bodyLen   int
 	req       fairqueue.Request
 
@@ -59,20 +61,22 @@ func (c *call) read() (answered bool, err error) {
 		repl = caddy.NewReplacer()
 	}
 	c.repl = repl
+	c.api = apiOf(c.r)
 	body, err := readBody(c.w, c.r, h.MaxBody, time.Duration(h.BodyTimeout))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			writeTooLarge(c.w, h.MaxBody)
+			writeTooLarge(c.w, c.api, h.MaxBody)
 			return true, nil
 		}
 		if errors.Is(err, errBodyTimeout) {
-			writeBodyTimeout(c.w, c.r, time.Duration(h.BodyTimeout))
+			writeBodyTimeout(c.w, c.r, c.api, time.Duration(h.BodyTimeout))
 			return true, nil
 		}
 		return true, caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("reading request body: %w", err))
 	}
 	info := jsonscan.Sniff(body)
-	c.streaming = info.Stream || wantsEventStream(c.r)
+	c.streaming = c.api.streams(info, c.r)
+	c.model = info.Model
 	repl.Set(phModel, info.Model)
 	repl.Set(phStreaming, c.streaming)
 	c.bodyLen = len(body)
@@ -123,7 +127,7 @@ func (c *call) wait() error {
 		return c.h.waitingFull(c.name)
 	}
 	c.start = time.Now()
-	ka := c.h.startKeepalive(c.w, c.streaming, c.start, false)
+	ka := c.startKeepalive()
 	c.feed = newKeepaliveFeed(ka)
 	c.req.OnQueued = c.feed.onQueued()
 	p, err := c.acquire()
@@ -248,7 +252,7 @@ func (c *call) notGranted(err error) error {
 	if c.committed {
 		// Caddy's error answer would need the header that is sent.
 		c.h.logger.Error("acquiring a permit", zap.String("queue", c.name), zap.Error(err))
-		_ = writeEvent(c.w, "error", string(marshalError("The request queue failed.", "server_error", "internal_error")))
+		_ = writeFrame(c.w, c.api.errorFrame(c.api.errorBody("The request queue failed.", "server_error", "internal_error")))
 		return nil
 	}
 	return caddyhttp.Error(http.StatusInternalServerError, err)
@@ -265,9 +269,9 @@ func (c *call) reject(rej *fairqueue.RejectError) error {
 	}
 	var err error
 	if c.committed {
-		err = p.writeCommitted(c.w, c.repl, rej)
+		err = p.writeCommitted(c.w, c.repl, rej, c.api)
 	} else {
-		err = p.write(c.w, c.repl, rej, c.streaming)
+		err = p.write(c.w, c.repl, rej, c.streaming, c.api)
 	}
 	if err != nil {
 		h.logger.Debug("writing reject", zap.String("queue", c.name), zap.Error(err))

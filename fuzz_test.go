@@ -102,7 +102,7 @@ func renderFuzzReject(t *testing.T, tmpl, value string, streaming bool) string {
 	repl := fuzzReplacer(value)
 	rej := &fairqueue.RejectError{Reason: fairqueue.ReasonTimeout, Waited: time.Second, Position: 3, RetryAfter: 2 * time.Second}
 	w := httptest.NewRecorder()
-	require.NoError(t, policies[rej.Reason].write(w, repl, rej, streaming))
+	require.NoError(t, policies[rej.Reason].write(w, repl, rej, streaming, apiOpenAI))
 	return w.Body.String()
 }
 

@@ -75,6 +75,8 @@ func ceilSeconds(d time.Duration) int { return int(math.Ceil(d.Seconds())) }
 // and need no lock.
 type keepalive struct {
 	w        http.ResponseWriter
+	api      api    // the stream's framing
+	model    string // Ollama's chunks name it
 	interval time.Duration
 	events   bool
 	start    time.Time // when the request joined the queue
@@ -131,25 +133,28 @@ func (f *keepaliveFeed) use(k *keepalive) {
 	}
 }
 
-// startKeepalive starts feeding w while the request, queued at start,
-// waits, when the request streams and sse_keepalive is set; otherwise it
-// returns nil (whose halt is a no-op). committed: the header is sent
-// already (a requeued request's second wait).
-func (h *Handler) startKeepalive(w http.ResponseWriter, streaming bool, start time.Time, committed bool) *keepalive {
-	if !streaming || h.SSEKeepalive <= 0 {
+// startKeepalive starts feeding the client while the request waits,
+// when it streams and sse_keepalive is set; otherwise it returns nil
+// (whose halt is a no-op). A requeued request's second wait starts on
+// the stream the first one committed.
+func (c *call) startKeepalive() *keepalive {
+	h := c.h
+	if !c.streaming || h.SSEKeepalive <= 0 {
 		return nil
 	}
 	k := &keepalive{
-		w:        w,
+		w:        c.w,
+		api:      c.api,
+		model:    c.model,
 		interval: time.Duration(h.SSEKeepalive),
 		events:   h.SSEQueueEvents,
-		start:    start,
+		start:    c.start,
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		queued:   make(chan fairqueue.Waiting, 1),
 		maxWait:  time.Duration(h.MaxWait),
 
-		committed: committed,
+		committed: c.committed,
 	}
 	go k.run()
 	return k
@@ -175,11 +180,7 @@ func (k *keepalive) run() {
 // (and the queue event when asked for) and flushes.
 func (k *keepalive) send() error {
 	if !k.committed {
-		hd := k.w.Header()
-		hd.Set("Content-Type", "text/event-stream")
-		hd.Set("Cache-Control", "no-cache")
-		hd.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
-		hd.Del("Content-Length")
+		k.api.streamHeader(k.w.Header())
 		k.w.WriteHeader(http.StatusOK)
 		k.committed = true
 	}
@@ -193,14 +194,7 @@ func (k *keepalive) send() error {
 		st.position = k.view.Position()
 		st.eta = k.bound(k.view.ETA(), st.waited)
 	}
-	b := st.comment()
-	if k.events {
-		b = append(b, st.event()...)
-	}
-	if _, err := k.w.Write(b); err != nil {
-		return err
-	}
-	return flush(k.w)
+	return writeFrame(k.w, k.api.waiting(st, k.events, k.model))
 }
 
 // bound makes the queue's estimate eta (0: unknown) one the client can

@@ -65,9 +65,9 @@ func (h *Handler) serves(name string) bool {
 }
 
 // notServed answers a request whose queue name Names does not list.
-func (h *Handler) notServed(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer) error {
+func (h *Handler) notServed(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, a api) error {
 	h.record(r, repl, unknownQueue, outcomeUnknownName, outcomeUnknownName, 0, 0)
-	body := marshalError("The model this request names is not served here.", "invalid_request_error", outcomeUnknownName)
+	body := a.errorBody("The model this request names is not served here.", "invalid_request_error", outcomeUnknownName)
 	_ = writeJSON(w, http.StatusNotFound, body)
 	return nil
 }

@@ -262,26 +262,26 @@ func retryAfterSeconds(configured, estimate time.Duration) int {
 // write answers a request that got no permit. It sets the placeholders
 // of the reject (reason, retry_after, message); the caller has set the
 // others (queue, model, wait_ms, position).
-func (p *rejectPolicy) write(w http.ResponseWriter, repl *caddy.Replacer, rej *fairqueue.RejectError, streaming bool) error {
+func (p *rejectPolicy) write(w http.ResponseWriter, repl *caddy.Replacer, rej *fairqueue.RejectError, streaming bool, a api) error {
 	retry, msg := p.setPlaceholders(repl, rej)
 	h := w.Header()
 	h.Set("Fair-Queue-Reason", string(rej.Reason))
 	h.Set("Retry-After", strconv.Itoa(retry))
 	h.Set("Cache-Control", "no-cache")
 	status := p.status
-	if streaming {
+	if streaming && !a.ollama() { // Ollama's clients read an error as JSON whatever they asked for
 		status = p.sseStatus
 	}
 	// An SSE error event is read as such only in a 2xx stream: an SDK
 	// that sees an error status reads the body as a JSON error object
 	// (the openai and AI SDK libraries do), so a streaming request
 	// rejected with one gets the JSON body too, with that status.
-	if !streaming || status >= 300 {
+	if !streaming || status >= 300 || a.ollama() {
 		var body []byte
 		if p.body != "" {
 			body = []byte(replaceJSON(repl, p.body))
 		} else {
-			body = marshalError(msg, errorType(rej.Reason), string(rej.Reason))
+			body = a.errorBody(msg, errorType(rej.Reason), string(rej.Reason))
 		}
 		return writeJSON(w, status, body)
 	}
@@ -296,8 +296,11 @@ func (p *rejectPolicy) write(w http.ResponseWriter, repl *caddy.Replacer, rej *f
 // status, Fair-Queue-Reason and Retry-After can no longer be, so the
 // event's data must say why (the default error object has the reason as
 // its code).
-func (p *rejectPolicy) writeCommitted(w http.ResponseWriter, repl *caddy.Replacer, rej *fairqueue.RejectError) error {
+func (p *rejectPolicy) writeCommitted(w http.ResponseWriter, repl *caddy.Replacer, rej *fairqueue.RejectError, a api) error {
 	_, msg := p.setPlaceholders(repl, rej)
+	if a.ollama() {
+		return writeFrame(w, a.errorFrame(a.errorBody(msg, "", "")))
+	}
 	return p.writeEvent(w, repl, rej, msg)
 }
 

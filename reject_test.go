@@ -25,7 +25,7 @@ func renderReject(t *testing.T, cfg []*RejectConfig, rej *fairqueue.RejectError,
 		repl.Set(k, v)
 	}
 	w := httptest.NewRecorder()
-	require.NoError(t, policies[rej.Reason].write(w, repl, rej, streaming))
+	require.NoError(t, policies[rej.Reason].write(w, repl, rej, streaming, apiOpenAI))
 	return w
 }
 

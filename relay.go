@@ -47,7 +47,7 @@ func (c *call) relayEnd(cw *committedWriter, err error) error {
 	if status < http.StatusBadRequest {
 		return flush(c.w)
 	}
-	_ = writeEvent(c.w, "error", string(upstreamError(status, cw.errBody.Bytes()))) // fails only when the client is gone
+	_ = writeFrame(c.w, c.api.errorFrame(c.api.upstreamErrorBody(status, cw.errBody.Bytes()))) // fails only when the client is gone
 	return nil
 }
 

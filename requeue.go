@@ -125,7 +125,7 @@ func (c *call) requeue(rf *refusal) error {
 	if c.r.GetBody != nil { // the buffered body, sent again unchanged
 		c.r.Body, _ = c.r.GetBody()
 	}
-	ka := c.h.startKeepalive(c.w, c.streaming, c.start, c.committed)
+	ka := c.startKeepalive()
 	c.feed.use(ka)
 	p, err := c.permit.Requeue(c.r.Context(), rf.cool)
 	c.permit, c.granted = p, time.Now()

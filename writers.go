@@ -158,6 +158,7 @@ const (
 	usageNone      // neither JSON nor SSE, or encoded (gzip...)
 	usageJSON
 	usageSSE
+	usageNDJSON // Ollama's streams: one JSON object per line
 )
 
 // usageWriter passes a response through unchanged, as it is written
@@ -166,7 +167,9 @@ const (
 // application/json, at most maxJSONBody bytes) or from the last
 // server-sent event whose data carries a usage object with total_tokens
 // (Content-Type text/event-stream; each line up to maxSSELine bytes). A
-// Responses API answer's usage (response.usage) counts too. A response
+// Responses API answer's usage (response.usage) counts too, and so does
+// an Ollama answer's prompt_eval_count + eval_count, in its JSON body or
+// the last line of its NDJSON stream (application/x-ndjson). A response
 // with a Content-Encoding gives none.
 type usageWriter struct {
 	*caddyhttp.ResponseWriterWrapper
@@ -205,6 +208,8 @@ func (u *usageWriter) decide() {
 		u.mode = usageJSON
 	case "text/event-stream":
 		u.mode = usageSSE
+	case "application/x-ndjson":
+		u.mode = usageNDJSON
 	}
 }
 
@@ -255,7 +260,7 @@ func (u *usageWriter) scan(b []byte) {
 			return
 		}
 		u.body = append(u.body, b...)
-	case usageSSE:
+	case usageSSE, usageNDJSON:
 		for len(b) > 0 {
 			i := bytes.IndexAny(b, "\r\n")
 			if i < 0 {
@@ -289,6 +294,10 @@ func (u *usageWriter) endLine() {
 	if long {
 		return
 	}
+	if u.mode == usageNDJSON {
+		u.read(line)
+		return
+	}
 	data, ok := bytes.CutPrefix(line, []byte("data:"))
 	if !ok {
 		return
@@ -298,21 +307,37 @@ func (u *usageWriter) endLine() {
 
 // read records the usage of one JSON document, if it has one.
 func (u *usageWriter) read(doc []byte) {
-	if !bytes.Contains(doc, []byte(`"total_tokens"`)) { // cheap test first: most chunks have none
+	// A cheap test first: most chunks have none.
+	if !bytes.Contains(doc, []byte(`"total_tokens"`)) && !bytes.Contains(doc, []byte(`"eval_count"`)) {
 		return
 	}
 	var v struct {
 		Usage    *usageObject `json:"usage"`
-		Response *struct {
-			Usage *usageObject `json:"usage"`
-		} `json:"response"`
+		// The Responses API's response object; Ollama's generated text.
+		Response json.RawMessage `json:"response"`
+		// Ollama's last chunk, or its whole answer: the prompt's and
+		// the answer's tokens.
+		PromptEvalCount *float64 `json:"prompt_eval_count"`
+		EvalCount       *float64 `json:"eval_count"`
 	}
 	if json.Unmarshal(doc, &v) != nil {
 		return
 	}
 	usage := v.Usage
-	if usage == nil && v.Response != nil {
-		usage = v.Response.Usage
+	if usage == nil && len(v.Response) > 0 && v.Response[0] == '{' {
+		var r struct {
+			Usage *usageObject `json:"usage"`
+		}
+		if json.Unmarshal(v.Response, &r) == nil {
+			usage = r.Usage
+		}
+	}
+	if usage == nil && v.EvalCount != nil {
+		total := *v.EvalCount
+		if v.PromptEvalCount != nil {
+			total += *v.PromptEvalCount
+		}
+		usage = &usageObject{TotalTokens: &total}
 	}
 	if usage == nil || usage.TotalTokens == nil || !(*usage.TotalTokens >= 0) || math.IsInf(*usage.TotalTokens, 0) {
 		return
@@ -331,7 +356,7 @@ func (u *usageWriter) totalTokens() (float64, bool) {
 	case usageJSON:
 		u.read(u.body)
 		u.mode, u.body = usageNone, nil
-	case usageSSE:
+	case usageSSE, usageNDJSON:
 		if len(u.line) > 0 || u.long { // a last line without its newline
 			u.endLine()
 		}

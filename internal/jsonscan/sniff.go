@@ -11,8 +11,11 @@ import (
 
 // Fields are what the handler reads from a JSON request body.
 type Fields struct {
-	Stream bool   // "stream": true
-	Model  string // "model": "<string>"
+	Stream bool // "stream": true
+	// NoStream is "stream": false, which Ollama's native API needs to
+	// answer in one piece (it streams by default).
+	NoStream bool
+	Model    string // "model": "<string>"
 	// MaxTokens is the largest of "max_tokens", "max_completion_tokens"
 	// (OpenAI chat) and "max_output_tokens" (Responses API) that is a
 	// positive number, rounded up, saturated at 1<<53; 0 if none.
@@ -54,6 +57,7 @@ func Sniff(b []byte) Fields {
 		switch unquote(key) {
 		case "stream":
 			info.Stream = string(val) == "true"
+			info.NoStream = string(val) == "false"
 		case "model":
 			info.Model = ""
 			if val[0] == '"' {

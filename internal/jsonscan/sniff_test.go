@@ -18,7 +18,7 @@ func TestSniffReadsTopLevelStreamAndModel(t *testing.T) {
 		want       Fields
 	}{
 		{"stream true", `{"model":"m","stream":true}`, Fields{Stream: true, Model: "m"}},
-		{"stream false", `{"stream":false,"model":"m"}`, Fields{Model: "m"}},
+		{"stream false", `{"stream":false,"model":"m"}`, Fields{NoStream: true, Model: "m"}},
 		{"stream missing", `{"model":"gpt-4o","messages":[]}`, Fields{Model: "gpt-4o"}},
 		{"stream first, model last", `{"stream":true,"messages":[{"role":"user","content":"hi"}],"model":"llama"}`, Fields{Stream: true, Model: "llama"}},
 		{"whitespace everywhere", " \n\t{ \"stream\" :\n true , \"model\" : \"m\" }\n", Fields{Stream: true, Model: "m"}},
@@ -33,7 +33,7 @@ func TestSniffReadsTopLevelStreamAndModel(t *testing.T) {
 		{"string ending in an escaped backslash", `{"x":"a\\","model":"m"}`, Fields{Model: "m"}},
 		{"string ending in a backslash, then an escaped quote", `{"x":"a\\\"","model":"m"}`, Fields{Model: "m"}},
 		{"model ending in an escaped backslash", `{"model":"m\\","stream":true}`, Fields{Stream: true, Model: "m\\"}},
-		{"duplicate key: last wins", `{"stream":true,"stream":false}`, Fields{}},
+		{"duplicate key: last wins", `{"stream":true,"stream":false}`, Fields{NoStream: true}},
 		{"duplicate model: last wins", `{"model":"a","model":"b"}`, Fields{Model: "b"}},
 		{"empty object", `{}`, Fields{}},
 		{"empty body", ``, Fields{}},
@@ -105,6 +105,7 @@ func FuzzSniff(f *testing.F) {
 		}
 		var want Fields
 		want.Stream = string(m["stream"]) == "true"
+		want.NoStream = string(m["stream"]) == "false"
 		var model string
 		if json.Unmarshal(m["model"], &model) == nil {
 			want.Model = model

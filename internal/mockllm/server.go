@@ -156,6 +156,9 @@ func New(cfg Config) *Server {
 //	POST /v1/chat/completions  chat completion, streamed if "stream": true
 //	POST /v1/completions       text completion, likewise
 //	GET  /v1/models            the model list
+//	POST /api/chat             Ollama's chat, streamed as NDJSON unless "stream": false (ollama.go)
+//	POST /api/generate         Ollama's generate, likewise
+//	POST /api/embed            Ollama's embeddings
 //	GET  /health               200 ok
 //	GET  /stats                Stats as JSON
 //	POST /stats/reset          Reset
@@ -168,6 +171,9 @@ func (s *Server) Handler() http.Handler {
 		s.complete(w, r, textKind)
 	})
 	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("POST /api/chat", func(w http.ResponseWriter, r *http.Request) { s.ollama(w, r, ollamaChat) })
+	mux.HandleFunc("POST /api/generate", func(w http.ResponseWriter, r *http.Request) { s.ollama(w, r, ollamaGenerate) })
+	mux.HandleFunc("POST /api/embed", s.embed)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
