@@ -25,6 +25,80 @@ type completionRequest struct {
 	StreamOptions struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	// The GPU model reads the text and the answer's length.
+	Messages []struct {
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+	Prompt              json.RawMessage `json:"prompt"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+}
+
+// promptTokens is the prompt's tokens in the GPU model: the bytes of its
+// text / 4, rounded up, at least 1. The text is every message's content
+// (a string, or the text of its parts) of a chat request, the prompt (a
+// string or strings) of a text one; a request with neither counts its
+// body's bytes, as the usage of the other answers does.
+func (r *completionRequest) promptTokens(body []byte) int {
+	n, found := 0, false
+	for _, m := range r.Messages {
+		n += textBytes(m.Content)
+		found = true
+	}
+	if len(r.Prompt) > 0 {
+		n += textBytes(r.Prompt)
+		found = true
+	}
+	if !found {
+		n = len(body)
+	}
+	return max(1, (n+3)/4)
+}
+
+// textBytes is the length of a string, or of the strings (or the text
+// of the parts) of an array.
+func textBytes(raw json.RawMessage) int {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return len(s)
+	}
+	var parts []json.RawMessage
+	if json.Unmarshal(raw, &parts) != nil {
+		return 0
+	}
+	n := 0
+	for _, p := range parts {
+		var part struct {
+			Text string `json:"text"`
+		}
+		if json.Unmarshal(p, &s) == nil {
+			n += len(s)
+		} else if json.Unmarshal(p, &part) == nil {
+			n += len(part.Text)
+		}
+	}
+	return n
+}
+
+// answerTokens is the answer's length the request asks of the GPU model:
+// X-Mock-Tokens (header, tokens) when set, else max_completion_tokens,
+// else max_tokens; -1 when none (the model draws one).
+func (r *completionRequest) answerTokens(header bool, tokens int) (int, error) {
+	switch {
+	case header:
+		return tokens, nil
+	case r.MaxCompletionTokens != nil:
+		if *r.MaxCompletionTokens < 1 {
+			return 0, fmt.Errorf("max_completion_tokens %d: want >= 1", *r.MaxCompletionTokens)
+		}
+		return *r.MaxCompletionTokens, nil
+	case r.MaxTokens != nil:
+		if *r.MaxTokens < 1 {
+			return 0, fmt.Errorf("max_tokens %d: want >= 1", *r.MaxTokens)
+		}
+		return *r.MaxTokens, nil
+	}
+	return -1, nil
 }
 
 // outcome is how a completion ended, for the counters.
@@ -96,6 +170,16 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, k kind) {
 
 		promptTokens: (len(body) + 3) / 4,
 		includeUsage: req.StreamOptions.IncludeUsage,
+	}
+	if s.gpu != nil {
+		asked, err := req.answerTokens(r.Header.Get(HeaderTokens) != "", tokens)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		a.promptTokens = req.promptTokens(body)
+		result = s.gpuAnswer(r.Context(), w, a, req.Stream, asked)
+		return
 	}
 	if req.Stream {
 		result = s.stream(r.Context(), w, a, tokens, delay)

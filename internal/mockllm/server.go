@@ -12,6 +12,12 @@
 // chunks then carry "usage":null. Tests start it in-process with
 // httptest.NewServer(mockllm.New(cfg).Handler()); cmd/mockllm runs it
 // standalone.
+//
+// With Config.GPU it models a GPU server instead (gpu.go): requests run
+// as one batch whose steps slow down as it grows, prompts cost prefill
+// time in proportion to their tokens, every running request holds its
+// tokens in a KV cache of fixed size whose overflow preempts the newest,
+// and GET /metrics shows it under vLLM's metric names.
 package mockllm
 
 import (
@@ -75,6 +81,14 @@ type Config struct {
 	// a limiter in front is still seen if it lets too many through.
 	// Default 0: no slots, the header is ignored.
 	Slots int
+	// GPU, with KVTokens > 0, answers completions from a model of a GPU
+	// server (gpu.go) instead of Tokens x Delay: requests run as one
+	// batch whose steps slow down as it grows, hold their tokens in a KV
+	// cache of fixed size, are preempted when it is full and wait inside
+	// the server beyond MaxNumSeqs; GET /metrics shows it under vLLM's
+	// names. Delay and X-Mock-Delay are then ignored; Slots still
+	// applies, before the model. Server.Close stops it.
+	GPU GPUConfig
 }
 
 // Stats is a snapshot of a Server's counters, as served by GET /stats.
@@ -109,6 +123,9 @@ type Stats struct {
 	// the handoff of a freed slot to the next waiter. At most
 	// maxHandoffGaps entries.
 	HandoffGapsUS []int64 `json:"handoff_gaps_us,omitempty"`
+	// GPU is, with Config.GPU, the GPU model's state, its peaks and its
+	// counters since start or Reset.
+	GPU *GPUStats `json:"gpu,omitempty"`
 }
 
 // Server is a mock LLM upstream. Its methods are safe for concurrent use.
@@ -126,12 +143,20 @@ type Server struct {
 	lastID atomic.Uint64
 	mu     sync.Mutex
 	stats  Stats
-	tl     *timeline // nil unless Config.Timeline
+	tl     *timeline  // nil unless Config.Timeline
+	gpu    *gpuRunner // nil unless Config.GPU
 }
 
-// New returns a Server configured by cfg.
+// New returns a Server configured by cfg. It panics if cfg.GPU fails
+// its Check.
 func New(cfg Config) *Server {
 	s := &Server{tokens: cfg.Tokens, delay: cfg.Delay, refuse: newRefusal(cfg)}
+	if cfg.GPU.KVTokens > 0 {
+		if err := cfg.GPU.Check(); err != nil {
+			panic("mockllm: " + err.Error())
+		}
+		s.gpu = startGPU(cfg.GPU)
+	}
 	if cfg.Timeline {
 		s.tl = new(timeline)
 	}
@@ -155,8 +180,12 @@ func New(cfg Config) *Server {
 //	GET  /health               200 ok
 //	GET  /stats                Stats as JSON
 //	POST /stats/reset          Reset
+//	GET  /metrics              with Config.GPU: the model in Prometheus' text format
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	if s.gpu != nil {
+		mux.HandleFunc("GET /metrics", s.metrics)
+	}
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
 		s.complete(w, r, chatKind)
 	})
@@ -187,7 +216,18 @@ func (s *Server) Stats() Stats {
 	if s.tl != nil {
 		st.HandoffGapsUS = append([]int64{}, s.stats.HandoffGapsUS...)
 	}
+	if s.gpu != nil {
+		st.GPU = s.gpu.stats()
+	}
 	return st
+}
+
+// Close stops the GPU model, if any: the requests it was answering end
+// cut short. The other answers are the HTTP server's to end.
+func (s *Server) Close() {
+	if s.gpu != nil {
+		s.gpu.close()
+	}
 }
 
 // InFlight returns the number of completion requests being answered now.
@@ -238,6 +278,9 @@ func (s *Server) Reset() {
 	s.stats = Stats{InFlight: s.stats.InFlight, Waiting: s.stats.Waiting, MaxInFlight: s.stats.InFlight}
 	if s.tl != nil {
 		s.tl.reset()
+	}
+	if s.gpu != nil {
+		s.gpu.reset()
 	}
 }
 
