@@ -7,7 +7,7 @@
 // Usage:
 //
 //	bench [-quick] [-caddy bin/caddy] [-mockllm bin/mockllm] [-out bench-results]
-//	      [-md BENCHMARKS.md] [-systems haproxy,caddy,caddy-3,fq-local,fq-redis-1,fq-redis-3,fairness,configs,llm,scale]
+//	      [-md BENCHMARKS.md] [-systems haproxy,caddy,caddy-3,fq-local,fq-redis-1,fq-redis-3,fairness,configs,llm,scale,capacity]
 //	      [-scale-waiters 50000] [-scale-rps 700]
 //	bench -render [-out bench-results] [-md BENCHMARKS.md]
 //
@@ -36,7 +36,7 @@ func main() {
 	flag.StringVar(&opts.MockLLM, "mockllm", "bin/mockllm", "mockllm binary")
 	flag.StringVar(&opts.OutDir, "out", "bench-results", "directory for results.json, plots and logs")
 	flag.StringVar(&opts.Markdown, "md", "BENCHMARKS.md", "markdown report to write (empty: none)")
-	systems := flag.String("systems", "", "comma-separated subset of systems to run, \"fairness\" for the fairness scenario, \"configs\" for the bench's JSON vs a Caddyfile alternated, \"llm\" for the LLM-shaped load, \"scale\" for 50,000 waiters and 100 queues (default all; configs and scale only in a full run)")
+	systems := flag.String("systems", "", "comma-separated subset of systems to run, \"fairness\" for the fairness scenario, \"configs\" for the bench's JSON vs a Caddyfile alternated, \"llm\" for the LLM-shaped load, \"scale\" for 50,000 waiters and 100 queues, \"capacity\" for fixed permits in front of a GPU-shaped backend (default all; configs and scale only in a full run)")
 	limit := flag.Duration("limit", 0, "abort after this long (default 5m quick, 45m full)")
 	render := flag.Bool("render", false, "run nothing: rewrite the report and plots from <out>/results.json")
 	flag.IntVar(&opts.ScaleWaiters, "scale-waiters", 0, "waiters of the scale scenario (default 50000)")

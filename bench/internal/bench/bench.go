@@ -39,8 +39,8 @@ type Options struct {
 	// Markdown is the BENCHMARKS.md to write; empty: none.
 	Markdown string
 	// Systems restricts the run to these spec names, "fairness",
-	// "configs", "llm" and "scale" selecting those scenarios; empty: all
-	// (configs and scale only in a full run).
+	// "configs", "llm", "scale" and "capacity" selecting those
+	// scenarios; empty: all (configs and scale only in a full run).
 	Systems []string
 	// Log receives progress lines.
 	Log io.Writer
@@ -183,6 +183,9 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	}
 	if (len(opts.Systems) == 0 && !opts.Quick) || slices.Contains(opts.Systems, "scale") {
 		b.runScale(ctx)
+	}
+	if len(opts.Systems) == 0 || slices.Contains(opts.Systems, "capacity") {
+		b.runCapacity(ctx)
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()

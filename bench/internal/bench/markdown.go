@@ -172,6 +172,13 @@ func markdown(res *Results, opts Options, plots []string) string {
 	}
 	llmMarkdown(&b, res.LLM, llmPlots)
 	scaleMarkdown(&b, res.Scale)
+	capacityPlots := map[string]string{}
+	for _, p := range plots {
+		if strings.HasPrefix(p, "capacity-") {
+			capacityPlots[p] = plotLink(opts, p)
+		}
+	}
+	capacityMarkdown(&b, res.Capacity, capacityPlots)
 
 	if len(plots) > 0 {
 		w("\n## Plots\n\nWritten to `%s/` (not committed: run the bench to see them):\n\n", filepath.ToSlash(opts.OutDir))
