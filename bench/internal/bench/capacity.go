@@ -133,9 +133,9 @@ func capacitySettings(quick bool) CapacitySettings {
 	}
 	if quick {
 		s.Workloads = s.Workloads[:1]
-		s.Rows = append([]CapacityRow{alone(), haproxyRow(16)}, fqRows(4, 16, 64)...)
+		s.Rows = append([]CapacityRow{alone(), haproxyRow(16)}, fqRows(8, 32)...)
 		s.PoolRows = append([]CapacityRow{alone()}, fqRows(16)...)
-		s.ArrivalsS, s.DrainMaxS = 6, 12
+		s.ArrivalsS, s.DrainMaxS = 4, 8
 	}
 	return s
 }
@@ -219,6 +219,8 @@ type CapacityRun struct {
 	Rejected int `json:"rejected"`
 	Failed   int `json:"failed"`
 	Cut      int `json:"cut"`
+	// Errors counts the failures by error (numbers and addresses as N).
+	Errors map[string]int `json:"errors,omitempty"`
 	// ElapsedS is the first arrival to the last answer.
 	ElapsedS float64 `json:"elapsed_s"`
 	// GoodputTPS is the completion tokens of the finished requests per

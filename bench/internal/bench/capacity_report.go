@@ -38,6 +38,10 @@ func summarizeCapacity(run *CapacityRun, results []capResult, set CapacitySettin
 			run.Cut++
 		default:
 			run.Failed++
+			if run.Errors == nil {
+				run.Errors = map[string]int{}
+			}
+			run.Errors[genericError(r.Err)]++
 		}
 		first := r.FirstToken - r.Start
 		if r.Tokens == 0 {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -57,6 +58,9 @@ func (b *bench) runCapacity(ctx context.Context) {
 				if run.Error != "" {
 					b.logf("   %-22s not measured: %s", row.Label, oneLine(run.Error, 300))
 					continue
+				}
+				if len(run.Errors) > 0 {
+					b.logf("   %-22s errors: %v", row.Label, run.Errors)
 				}
 				b.logf("   %-22s goodput %6.0f tok/s (%.2fx ideal)  TTFT p50 %6.0f p99 %6.0f ms  SLO %.2f  preempted %4d  finished %d/%d cut %d rejected %d failed %d  max KV %v  %.1f s",
 					row.Label, run.GoodputTPS, run.VsIdeal, run.TTFTP50MS, run.TTFTP99MS, run.SLOShare, run.Preemptions,
@@ -341,7 +345,7 @@ func sendOne(ctx context.Context, hc *http.Client, target string, q capRequest, 
 		return r
 	}
 	if resp.StatusCode != http.StatusOK {
-		r.Err = resp.Status
+		r.Err = "status " + resp.Status
 		return r
 	}
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
@@ -352,6 +356,9 @@ func sendOne(ctx context.Context, hc *http.Client, target string, q capRequest, 
 			r.Rejected = true
 		case bytes.Equal(bytes.TrimSpace(line), []byte("data: [DONE]")):
 			r.Done = true
+			// Read to the end: a connection closed before it cuts the
+			// proxy's copy of the answer's last bytes (its log says so).
+			_, _ = io.Copy(io.Discard, br)
 			return r
 		case bytes.HasPrefix(line, []byte("data: ")) && bytes.Contains(line, []byte(`"content"`)):
 			if r.Tokens == 0 {
