@@ -123,7 +123,8 @@ func capacitySettings(quick bool) CapacitySettings {
 	s := CapacitySettings{
 		Topologies: []CapacityTopology{
 			{Name: "one", Label: "one replica (48k KV tokens)", Replicas: []GPUReplica{replica(48_000)}},
-			{Name: "pool", Label: "pool of two replicas (48k and 24k KV tokens)", Replicas: []GPUReplica{replica(48_000), replica(24_000)}},
+			// The smaller replica still holds the longest prompt (30k).
+			{Name: "pool", Label: "pool of two replicas (48k and 32k KV tokens)", Replicas: []GPUReplica{replica(48_000), replica(32_000)}},
 		},
 		Workloads: []CapacityWorkload{mixed, chat},
 		Rows: append([]CapacityRow{alone(), haproxyRow(16)},

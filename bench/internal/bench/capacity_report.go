@@ -12,6 +12,7 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -234,6 +235,12 @@ func writeCapacityPlots(c *Capacity, dir string) ([]string, error) {
 			{"requests running", func(s CapacitySample) float64 { return float64(s.Running) }},
 			{"waiting in the server", func(s CapacitySample) float64 { return float64(s.Waiting) }},
 		}
+		kv := 0.0
+		if t := c.topology(cs.Topology); t != nil {
+			for _, r := range t.Replicas {
+				kv += float64(r.KVTokens)
+			}
+		}
 		var plots []*plot.Plot
 		for pi, panel := range panels {
 			p := plot.New()
@@ -253,6 +260,19 @@ func writeCapacityPlots(c *Capacity, dir string) ([]string, error) {
 				if err := addLine(p, i, r.Row.Label, xys); err != nil {
 					return written, err
 				}
+			}
+			if pi == 0 && kv > 0 && len(runs[0].Samples) > 1 {
+				end := runs[0].Samples[len(runs[0].Samples)-1].AtS
+				for _, r := range runs {
+					end = max(end, r.Samples[len(r.Samples)-1].AtS)
+				}
+				l, err := plotter.NewLine(plotter.XYs{{X: 0, Y: kv}, {X: end, Y: kv}})
+				if err != nil {
+					return written, err
+				}
+				l.Dashes = plotutil.Dashes(2)
+				p.Add(l)
+				p.Legend.Add("KV cache size", l)
 			}
 			if pi > 0 {
 				p.Legend = plot.NewLegend() // one legend, on the first panel
