@@ -171,6 +171,15 @@ func capacityMarkdown(b *strings.Builder, c *Capacity, plots map[string]string) 
 		w("TTFT p50 %.0f ms, p99 %.0f ms.", id.TTFTP50MS, id.TTFTP99MS)
 		if cs.BestPermits > 0 {
 			w(" Best fixed permits: **%d** per replica; worst: %d.", cs.BestPermits, cs.WorstPermits)
+			for _, p := range []int{cs.BestPermits, cs.WorstPermits} {
+				if r := cs.fairQueue(p); r != nil && id.GoodputTPS > 0 && id.TTFTP99MS > 0 {
+					w(" Permits %d: %.0f%% of the ideal goodput lost, TTFT p99 %.1fx the ideal's.", p,
+						100*(1-r.GoodputTPS/id.GoodputTPS), r.TTFTP99MS/id.TTFTP99MS)
+				}
+				if cs.BestPermits == cs.WorstPermits {
+					break
+				}
+			}
 		}
 		w("\n\n| system | goodput tok/s | vs ideal | TTFT p50 ms | TTFT p99 ms | TTFT p99 vs ideal | SLO met | preemptions | finished / sent | cut | rejected | failed | max KV tokens | max running | max waiting in server | wall s |\n")
 		w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
@@ -195,6 +204,16 @@ func capacityMarkdown(b *strings.Builder, c *Capacity, plots map[string]string) 
 			w("\n![KV tokens, running and waiting over time, %s, %s](%s)\n", t.Label, wl.Label, link)
 		}
 	}
+}
+
+// fairQueue returns the fair_queue run with permits, or nil.
+func (cs *CapacityCase) fairQueue(permits int) *CapacityRun {
+	for _, r := range cs.Runs {
+		if r.Row.Kind == KindFairQueue && r.Row.Permits == permits && r.Error == "" {
+			return r
+		}
+	}
+	return nil
 }
 
 func ints(vs []int) string {
