@@ -44,13 +44,14 @@ func (b *bench) runCapacity(ctx context.Context) {
 				cs.PromptTokens += q.Prompt
 			}
 			c.Cases = append(c.Cases, cs)
+			cr := &caseRunner{b: b, set: set, top: t, work: w, addrs: addrs, seq: seq}
 			b.logf("== capacity, %s, %s: %d requests at %.2f/s (load %.2f); ideal %.0f tokens/s (batch %v), TTFT p99 %.0f ms",
 				t.Label, w.Label, len(seq), rate, w.Load, ideal.GoodputTPS, ideal.Batch, ideal.TTFTP99MS)
 			for _, row := range set.rows(t) {
 				if ctx.Err() != nil {
 					break
 				}
-				run := b.capacityRun(ctx, set, t, w, addrs, row, seq)
+				run := cr.run(ctx, row)
 				if run.Error == "" && ideal.GoodputTPS > 0 {
 					run.VsIdeal = round(run.GoodputTPS/ideal.GoodputTPS, 3)
 				}
@@ -126,9 +127,20 @@ func (b *bench) startReplicas(ctx context.Context, t CapacityTopology) (addrs []
 	return addrs, stop, nil
 }
 
-// capacityRun sends seq through row in front of the replicas at addrs.
-func (b *bench) capacityRun(ctx context.Context, set CapacitySettings, t CapacityTopology, w CapacityWorkload,
-	addrs []string, row CapacityRow, seq []capRequest) *CapacityRun {
+// caseRunner runs the rows of one case: a workload's sequence on a
+// topology's replicas.
+type caseRunner struct {
+	b     *bench
+	set   CapacitySettings
+	top   CapacityTopology
+	work  CapacityWorkload
+	addrs []string // the replicas, host:port
+	seq   []capRequest
+}
+
+// run sends the sequence through row in front of the replicas.
+func (cr *caseRunner) run(ctx context.Context, row CapacityRow) *CapacityRun {
+	b, set, addrs := cr.b, cr.set, cr.addrs
 	run := &CapacityRun{Row: row}
 	fail := func(err error) *CapacityRun {
 		run.Error = err.Error()
@@ -148,7 +160,7 @@ func (b *bench) capacityRun(ctx context.Context, set CapacitySettings, t Capacit
 		if len(addrs) > 1 {
 			env.Pool = addrs
 		}
-		spec := Spec{Name: "capacity-" + t.Name + "-" + w.Name + "-" + row.Name, Label: row.Label, Kind: row.Kind, Nodes: 1}
+		spec := Spec{Name: "capacity-" + cr.top.Name + "-" + cr.work.Name + "-" + row.Name, Label: row.Label, Kind: row.Kind, Nodes: 1}
 		r, err := env.Start(ctx, spec)
 		if err != nil {
 			return fail(err)
@@ -167,7 +179,7 @@ func (b *bench) capacityRun(ctx context.Context, set CapacitySettings, t Capacit
 	sctx, stopSampling := context.WithCancel(ctx)
 	start := time.Now()
 	go func() { sampled <- b.sampleReplicas(sctx, addrs, start, ms2d(set.SampleMS)) }()
-	results := sendCapacity(rctx, targets, seq, start)
+	results := sendCapacity(rctx, targets, cr.seq, start)
 	stopSampling()
 	run.Samples = <-sampled
 	if ctx.Err() != nil {
