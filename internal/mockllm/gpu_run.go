@@ -23,10 +23,11 @@ type gpuRunner struct {
 	mu sync.Mutex
 	m  *gpuModel
 	// base is m's totals at the last Reset: GPUStats counts from there.
-	base gpuTotals
-	wake chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	base     gpuTotals
+	wake     chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
 }
 
 // GPUStats is the GPU model in Stats: its state now, its peaks and
@@ -94,9 +95,10 @@ func (g *gpuRunner) loop() {
 	}
 }
 
-// close stops the loop and ends every request still in the model.
+// close stops the loop and ends every request still in the model; a
+// second call does nothing more.
 func (g *gpuRunner) close() {
-	close(g.stop)
+	g.stopOnce.Do(func() { close(g.stop) })
 	<-g.done
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -391,3 +391,16 @@ func TestGPUServerClientLeavingFreesItsTokens(t *testing.T) {
 	require.Eventually(t, func() bool { return s.Stats().GPU.Aborted == 1 }, 10*time.Second, 5*time.Millisecond)
 	assert.Zero(t, s.Stats().GPU.KVUsed)
 }
+
+func TestGPUServerCloseEndsTheAnswersStillRunning(t *testing.T) {
+	s, url := startGPUServer(t, GPUConfig{KVTokens: 10_000})
+	resp := post(t, context.Background(), url+"/v1/chat/completions", chatBody(400, 1_000_000))
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	require.True(t, sc.Scan()) // a first token
+	s.Close()
+	for sc.Scan() {
+		assert.NotEqual(t, "data: [DONE]", sc.Text(), "a cut answer does not end as a whole one")
+	}
+	s.Close() // again: nothing more
+}
