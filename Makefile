@@ -95,7 +95,7 @@ bench-quick: bench-bins
 	bin/bench -quick
 
 ## bench-capacity: only the capacity scenario, short (about a minute): fixed permits in front of a GPU-shaped mock (mockllm -kv-tokens); writes bench-results/capacity/, not BENCHMARKS.md
-# The full sweep (both workloads, permits 2-64) is part of make bench, or
+# The full sweep (both workloads, permits 4-64, about 20 minutes) is part of make bench, or
 # alone: bin/bench -systems capacity -out bench-results/capacity -md bench-results/capacity/CAPACITY.md
 bench-capacity: bench-bins
 	bin/bench -quick -systems capacity -out bench-results/capacity -md bench-results/capacity/CAPACITY.md

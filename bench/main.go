@@ -37,7 +37,7 @@ func main() {
 	flag.StringVar(&opts.OutDir, "out", "bench-results", "directory for results.json, plots and logs")
 	flag.StringVar(&opts.Markdown, "md", "BENCHMARKS.md", "markdown report to write (empty: none)")
 	systems := flag.String("systems", "", "comma-separated subset of systems to run, \"fairness\" for the fairness scenario, \"configs\" for the bench's JSON vs a Caddyfile alternated, \"llm\" for the LLM-shaped load, \"scale\" for 50,000 waiters and 100 queues, \"capacity\" for fixed permits in front of a GPU-shaped backend (default all; configs and scale only in a full run)")
-	limit := flag.Duration("limit", 0, "abort after this long (default 5m quick, 45m full)")
+	limit := flag.Duration("limit", 0, "abort after this long (default 5m quick, 75m full)")
 	render := flag.Bool("render", false, "run nothing: rewrite the report and plots from <out>/results.json")
 	flag.IntVar(&opts.ScaleWaiters, "scale-waiters", 0, "waiters of the scale scenario (default 50000)")
 	flag.Float64Var(&opts.ScaleRPS, "scale-rps", 0, "arrival rate of the scale scenario's waiters, per second (default 700)")
@@ -77,7 +77,7 @@ func main() {
 		}
 	}
 	if *limit == 0 {
-		*limit = 45 * time.Minute
+		*limit = 75 * time.Minute
 		if opts.Quick {
 			*limit = 5 * time.Minute
 		}

@@ -127,9 +127,9 @@ func capacitySettings(quick bool) CapacitySettings {
 			{Name: "pool", Label: "pool of two replicas (48k and 32k KV tokens)", Replicas: []GPUReplica{replica(48_000), replica(32_000)}},
 		},
 		Workloads: []CapacityWorkload{mixed, chat},
-		Rows: append([]CapacityRow{alone(), haproxyRow(16)},
-			fqRows(2, 4, 8, 16, 32, 64)...),
-		ArrivalsS: 30, DrainMaxS: 60, MaxWaitS: 300,
+		Rows:      append([]CapacityRow{alone(), haproxyRow(16)}, fqRows(4, 8, 16, 32, 64)...),
+		PoolRows:  append([]CapacityRow{alone(), haproxyRow(16)}, fqRows(8, 16, 32)...),
+		ArrivalsS: 20, DrainMaxS: 40, MaxWaitS: 300,
 		SLOTTFTMS: 2000, SLOTPOTMS: 60, SampleMS: 200, Seed: 30_000,
 	}
 	if quick {
