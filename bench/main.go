@@ -31,13 +31,13 @@ import (
 
 func main() {
 	var opts bench.Options
-	flag.BoolVar(&opts.Quick, "quick", false, "short run (about 3 minutes) for regressions")
+	flag.BoolVar(&opts.Quick, "quick", false, "short run (about 4 minutes) for regressions")
 	flag.StringVar(&opts.Caddy, "caddy", "bin/caddy", "Caddy binary with the fair_queue plugin")
 	flag.StringVar(&opts.MockLLM, "mockllm", "bin/mockllm", "mockllm binary")
 	flag.StringVar(&opts.OutDir, "out", "bench-results", "directory for results.json, plots and logs")
 	flag.StringVar(&opts.Markdown, "md", "BENCHMARKS.md", "markdown report to write (empty: none)")
 	systems := flag.String("systems", "", "comma-separated subset of systems to run, \"fairness\" for the fairness scenario, \"configs\" for the bench's JSON vs a Caddyfile alternated, \"llm\" for the LLM-shaped load, \"scale\" for 50,000 waiters and 100 queues, \"capacity\" for fixed permits in front of a GPU-shaped backend (default all; configs and scale only in a full run)")
-	limit := flag.Duration("limit", 0, "abort after this long (default 5m quick, 75m full)")
+	limit := flag.Duration("limit", 0, "abort after this long (default 8m quick, 75m full)")
 	render := flag.Bool("render", false, "run nothing: rewrite the report and plots from <out>/results.json")
 	flag.IntVar(&opts.ScaleWaiters, "scale-waiters", 0, "waiters of the scale scenario (default 50000)")
 	flag.Float64Var(&opts.ScaleRPS, "scale-rps", 0, "arrival rate of the scale scenario's waiters, per second (default 700)")
@@ -79,7 +79,7 @@ func main() {
 	if *limit == 0 {
 		*limit = 75 * time.Minute
 		if opts.Quick {
-			*limit = 5 * time.Minute
+			*limit = 8 * time.Minute
 		}
 	}
 	opts.Log = os.Stdout

@@ -27,7 +27,8 @@ import (
 
 // Options configure a run.
 type Options struct {
-	// Quick selects short loads and 2,000 waiters (about 3 minutes);
+	// Quick selects short loads, 2,000 waiters and the capacity
+	// scenario's short version (about 4 minutes);
 	// otherwise longer loads, more arrival rates, a streaming saturated
 	// load and 10,000 waiters.
 	Quick bool
