@@ -8,7 +8,7 @@
 //
 //	bench [-quick] [-caddy bin/caddy] [-mockllm bin/mockllm] [-out bench-results]
 //	      [-md BENCHMARKS.md] [-systems haproxy,caddy,caddy-3,fq-local,fq-redis-1,fq-redis-3,fairness,configs,llm,scale,capacity]
-//	      [-scale-waiters 50000] [-scale-rps 700]
+//	      [-scale-waiters 50000] [-scale-rps 700] [-capacity one,pool,mixed,chat]
 //	bench -render [-out bench-results] [-md BENCHMARKS.md]
 //
 // It needs redis-server in PATH and, for the reference, haproxy
@@ -41,6 +41,7 @@ func main() {
 	render := flag.Bool("render", false, "run nothing: rewrite the report and plots from <out>/results.json")
 	flag.IntVar(&opts.ScaleWaiters, "scale-waiters", 0, "waiters of the scale scenario (default 50000)")
 	flag.Float64Var(&opts.ScaleRPS, "scale-rps", 0, "arrival rate of the scale scenario's waiters, per second (default 700)")
+	capacity := flag.String("capacity", "", "the capacity scenario's topologies (one, pool) and workloads (mixed, chat) to run, comma-separated (default: the mode's; a quick run: one and pool, mixed)")
 	scaleClient := flag.String("scale-client", "", "internal: run one client process of the scale scenario from this loadgen config (JSON)")
 	flag.Parse()
 	// 50,000 waiters need every descriptor the hard limit allows, in the
@@ -69,6 +70,9 @@ func main() {
 
 	if *systems != "" {
 		opts.Systems = strings.Split(*systems, ",")
+	}
+	if *capacity != "" {
+		opts.Capacity = strings.Split(*capacity, ",")
 	}
 	for _, bin := range []string{opts.Caddy, opts.MockLLM} {
 		if _, err := os.Stat(bin); err != nil {

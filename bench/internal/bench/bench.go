@@ -51,6 +51,10 @@ type Options struct {
 	// ScaleRPS is their arrival rate, all client processes together;
 	// zero: 700/s.
 	ScaleRPS float64
+	// Capacity names the capacity scenario's topologies ("one",
+	// "pool") and workloads ("mixed", "chat") to run, from those of a
+	// full run; a kind with no name named runs the mode's.
+	Capacity []string
 }
 
 // bench is one run in progress.

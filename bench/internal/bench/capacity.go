@@ -11,6 +11,8 @@ package bench
 // CapacitySettings: the later capacity rows (permits in tokens, learned
 // capacity) are one more CapacityRow each.
 
+import "slices"
+
 // CapacitySettings shape the capacity scenario: every knob in one place.
 type CapacitySettings struct {
 	// Topologies are the backends, each a set of GPU replicas.
@@ -137,6 +139,31 @@ func capacitySettings(quick bool) CapacitySettings {
 		s.Rows = append([]CapacityRow{alone(), haproxyRow(16)}, fqRows(8, 32)...)
 		s.PoolRows = append([]CapacityRow{alone()}, fqRows(16)...)
 		s.ArrivalsS, s.DrainMaxS = 4, 8
+	}
+	return s
+}
+
+// only keeps the topologies and workloads named in names, from every one
+// of a full run; a kind none of whose names is named stays as it was.
+func (s CapacitySettings) only(names []string) CapacitySettings {
+	all := capacitySettings(false)
+	var tops []CapacityTopology
+	for _, t := range all.Topologies {
+		if slices.Contains(names, t.Name) {
+			tops = append(tops, t)
+		}
+	}
+	var works []CapacityWorkload
+	for _, w := range all.Workloads {
+		if slices.Contains(names, w.Name) {
+			works = append(works, w)
+		}
+	}
+	if len(tops) > 0 {
+		s.Topologies = tops
+	}
+	if len(works) > 0 {
+		s.Workloads = works
 	}
 	return s
 }

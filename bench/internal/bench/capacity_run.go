@@ -22,7 +22,7 @@ import (
 // runCapacity runs the capacity scenario: every workload on every
 // topology, each row in turn.
 func (b *bench) runCapacity(ctx context.Context) {
-	set := capacitySettings(b.opts.Quick)
+	set := capacitySettings(b.opts.Quick).only(b.opts.Capacity)
 	c := &Capacity{Settings: set}
 	b.res.Capacity = c
 	b.logf("== capacity: a GPU-shaped backend, %.0f s of arrivals per run; SLO: TTFT <= %.0f ms, TPOT <= %.0f ms",

@@ -166,3 +166,15 @@ func TestPoolConfigsGiveEachReplicaThePermits(t *testing.T) {
 	assert.NotContains(t, string(data), "dynamic_upstreams")
 	assert.Contains(t, env.haproxyConfig("127.0.0.1:9"), "server s1 127.0.0.1:1 maxconn 16\n")
 }
+
+func TestCapacitySettingsOnlyPicksNamedCasesFromAFullRun(t *testing.T) {
+	quick := capacitySettings(true)
+	s := quick.only([]string{"one", "chat"})
+	require.Len(t, s.Topologies, 1)
+	assert.Equal(t, "one", s.Topologies[0].Name)
+	require.Len(t, s.Workloads, 1)
+	assert.Equal(t, "chat", s.Workloads[0].Name)
+	assert.Equal(t, quick.Rows, s.Rows, "the mode's rows")
+	assert.Equal(t, quick, quick.only(nil))
+	assert.Len(t, quick.only([]string{"pool"}).Workloads, 1, "the quick run's workloads")
+}
