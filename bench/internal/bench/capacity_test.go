@@ -98,13 +98,13 @@ func TestSweepEndsPicksTheMostAndTheLeastGoodput(t *testing.T) {
 // mockllm GPU model, in-process, fast, and reads its figures as the
 // scenario does.
 func TestCapacityRunAgainstTheGPUModel(t *testing.T) {
-	mock := mockllm.New(mockllm.Config{GPU: mockllm.GPUConfig{KVTokens: 3000, MaxNumSeqs: 8,
+	mock := mockllm.New(mockllm.Config{GPU: mockllm.GPUConfig{KVTokens: 1500, MaxNumSeqs: 8,
 		StepBase: time.Millisecond, StepPerSeq: 10 * time.Microsecond, PrefillPerToken: time.Microsecond}})
 	hs := httptest.NewServer(mock.Handler())
 	t.Cleanup(hs.Close)
 	t.Cleanup(mock.Close)
-	// 4 prompts of 700 tokens fill 2800 of 3000 tokens: their answers
-	// overflow the cache after 50 steps, long before any ends.
+	// 2 prompts of 700 tokens fill 1400 of 1500 tokens: their answers
+	// overflow the cache after 50 steps, long before either ends.
 	var seq []capRequest
 	for i := range 8 {
 		seq = append(seq, capRequest{Prompt: 700, Answer: 300 + i})
@@ -117,7 +117,7 @@ func TestCapacityRunAgainstTheGPUModel(t *testing.T) {
 		assert.Equal(t, seq[i].Answer, r.Tokens, "request %d", i)
 	}
 	st := mock.Stats().GPU
-	assert.LessOrEqual(t, st.MaxKVUsed, 3000)
+	assert.LessOrEqual(t, st.MaxKVUsed, 1500)
 	assert.Positive(t, st.Preemptions)
 	assert.Equal(t, 1.0, run.SLOShare)
 }
