@@ -304,6 +304,7 @@ var capTransport = &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096
 // turn) and reads its stream until ctx ends.
 func sendCapacity(ctx context.Context, targets []string, seq []capRequest, start time.Time) []capResult {
 	hc := &http.Client{Transport: capTransport}
+	defer capTransport.CloseIdleConnections() // the next run's system listens elsewhere
 	text := strings.Repeat("xxxx", maxPrompt(seq))
 	results := make([]capResult, len(seq))
 	var wg sync.WaitGroup
