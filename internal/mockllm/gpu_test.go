@@ -406,3 +406,27 @@ func TestGPUServerCloseEndsTheAnswersStillRunning(t *testing.T) {
 	}
 	s.Close() // again: nothing more
 }
+
+func TestGPUConfigCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  GPUConfig
+		ok   bool
+	}{
+		{"defaults", GPUConfig{KVTokens: 1000}, true},
+		{"no model", GPUConfig{}, true},
+		{"negative cache", GPUConfig{KVTokens: -1}, false},
+		{"negative max_num_seqs", GPUConfig{KVTokens: 1000, MaxNumSeqs: -1}, false},
+		{"negative step", GPUConfig{KVTokens: 1000, StepBase: -time.Millisecond}, false},
+		{"negative sigma", GPUConfig{KVTokens: 1000, AnswerSigma: -1}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.cfg.Check(); tc.ok {
+				assert.NoError(t, err)
+			} else {
+				assert.Error(t, err)
+			}
+		})
+	}
+	assert.Panics(t, func() { New(Config{GPU: GPUConfig{KVTokens: 10, MaxBatchedTokens: -5}}) })
+}
