@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: all test e2e screenshot vet fmt bench-engine caddy xcaddy run demo-cluster bench-bins bench bench-quick soak
+.PHONY: all test e2e screenshot vet fmt bench-engine caddy xcaddy run demo-cluster bench-bins bench bench-quick bench-capacity soak
 
 all: test
 
@@ -90,6 +90,12 @@ bench-bins:
 bench: bench-bins
 	bin/bench
 
-## bench-quick: the same in about 3 minutes, for regressions; reports, never fails on a missed target
+## bench-quick: the same in about 4 minutes (the capacity scenario's short version included), for regressions; reports, never fails on a missed target
 bench-quick: bench-bins
 	bin/bench -quick
+
+## bench-capacity: only the capacity scenario, short (about a minute): fixed permits in front of a GPU-shaped mock (mockllm -kv-tokens); writes bench-results/capacity/, not BENCHMARKS.md
+# The full sweep (both workloads, permits 4-64, about 20 minutes) is part of make bench, or
+# alone: bin/bench -systems capacity -out bench-results/capacity -md bench-results/capacity/CAPACITY.md
+bench-capacity: bench-bins
+	bin/bench -quick -systems capacity -out bench-results/capacity -md bench-results/capacity/CAPACITY.md

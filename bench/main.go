@@ -7,8 +7,8 @@
 // Usage:
 //
 //	bench [-quick] [-caddy bin/caddy] [-mockllm bin/mockllm] [-out bench-results]
-//	      [-md BENCHMARKS.md] [-systems haproxy,caddy,caddy-3,fq-local,fq-redis-1,fq-redis-3,fairness,configs,llm,scale]
-//	      [-scale-waiters 50000] [-scale-rps 700]
+//	      [-md BENCHMARKS.md] [-systems haproxy,caddy,caddy-3,fq-local,fq-redis-1,fq-redis-3,fairness,configs,llm,scale,capacity]
+//	      [-scale-waiters 50000] [-scale-rps 700] [-capacity one,pool,mixed,chat]
 //	bench -render [-out bench-results] [-md BENCHMARKS.md]
 //
 // It needs redis-server in PATH and, for the reference, haproxy
@@ -31,16 +31,17 @@ import (
 
 func main() {
 	var opts bench.Options
-	flag.BoolVar(&opts.Quick, "quick", false, "short run (about 3 minutes) for regressions")
+	flag.BoolVar(&opts.Quick, "quick", false, "short run (about 4 minutes) for regressions")
 	flag.StringVar(&opts.Caddy, "caddy", "bin/caddy", "Caddy binary with the fair_queue plugin")
 	flag.StringVar(&opts.MockLLM, "mockllm", "bin/mockllm", "mockllm binary")
 	flag.StringVar(&opts.OutDir, "out", "bench-results", "directory for results.json, plots and logs")
 	flag.StringVar(&opts.Markdown, "md", "BENCHMARKS.md", "markdown report to write (empty: none)")
-	systems := flag.String("systems", "", "comma-separated subset of systems to run, \"fairness\" for the fairness scenario, \"configs\" for the bench's JSON vs a Caddyfile alternated, \"llm\" for the LLM-shaped load, \"scale\" for 50,000 waiters and 100 queues (default all; configs and scale only in a full run)")
-	limit := flag.Duration("limit", 0, "abort after this long (default 5m quick, 45m full)")
+	systems := flag.String("systems", "", "comma-separated subset of systems to run, \"fairness\" for the fairness scenario, \"configs\" for the bench's JSON vs a Caddyfile alternated, \"llm\" for the LLM-shaped load, \"scale\" for 50,000 waiters and 100 queues, \"capacity\" for fixed permits in front of a GPU-shaped backend (default all; configs and scale only in a full run)")
+	limit := flag.Duration("limit", 0, "abort after this long (default 8m quick, 75m full)")
 	render := flag.Bool("render", false, "run nothing: rewrite the report and plots from <out>/results.json")
 	flag.IntVar(&opts.ScaleWaiters, "scale-waiters", 0, "waiters of the scale scenario (default 50000)")
 	flag.Float64Var(&opts.ScaleRPS, "scale-rps", 0, "arrival rate of the scale scenario's waiters, per second (default 700)")
+	capacity := flag.String("capacity", "", "the capacity scenario's topologies (one, pool) and workloads (mixed, chat) to run, comma-separated (default: the mode's; a quick run: one and pool, mixed)")
 	scaleClient := flag.String("scale-client", "", "internal: run one client process of the scale scenario from this loadgen config (JSON)")
 	flag.Parse()
 	// 50,000 waiters need every descriptor the hard limit allows, in the
@@ -70,6 +71,9 @@ func main() {
 	if *systems != "" {
 		opts.Systems = strings.Split(*systems, ",")
 	}
+	if *capacity != "" {
+		opts.Capacity = strings.Split(*capacity, ",")
+	}
 	for _, bin := range []string{opts.Caddy, opts.MockLLM} {
 		if _, err := os.Stat(bin); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %v (build it: make caddy; go build -o bin/mockllm ./cmd/mockllm)\n", err)
@@ -77,9 +81,9 @@ func main() {
 		}
 	}
 	if *limit == 0 {
-		*limit = 45 * time.Minute
+		*limit = 75 * time.Minute
 		if opts.Quick {
-			*limit = 5 * time.Minute
+			*limit = 8 * time.Minute
 		}
 	}
 	opts.Log = os.Stdout

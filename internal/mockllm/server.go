@@ -12,15 +12,17 @@
 // chunks then carry "usage":null. Tests start it in-process with
 // httptest.NewServer(mockllm.New(cfg).Handler()); cmd/mockllm runs it
 // standalone.
+//
+// With Config.GPU it models a GPU server instead (gpu.go): requests run
+// as one batch whose steps slow down as it grows, prompts cost prefill
+// time in proportion to their tokens, every running request holds its
+// tokens in a KV cache of fixed size whose overflow preempts the newest,
+// and GET /metrics shows it under vLLM's metric names.
 package mockllm
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,6 +81,14 @@ type Config struct {
 	// a limiter in front is still seen if it lets too many through.
 	// Default 0: no slots, the header is ignored.
 	Slots int
+	// GPU, with KVTokens > 0, answers completions from a model of a GPU
+	// server (gpu.go) instead of Tokens x Delay: requests run as one
+	// batch whose steps slow down as it grows, hold their tokens in a KV
+	// cache of fixed size, are preempted when it is full and wait inside
+	// the server beyond MaxNumSeqs; GET /metrics shows it under vLLM's
+	// names. Delay and X-Mock-Delay are then ignored; Slots still
+	// applies, before the model. Server.Close stops it.
+	GPU GPUConfig
 }
 
 // Stats is a snapshot of a Server's counters, as served by GET /stats.
@@ -113,6 +123,9 @@ type Stats struct {
 	// the handoff of a freed slot to the next waiter. At most
 	// maxHandoffGaps entries.
 	HandoffGapsUS []int64 `json:"handoff_gaps_us,omitempty"`
+	// GPU is, with Config.GPU, the GPU model's state, its peaks and its
+	// counters since start or Reset.
+	GPU *GPUStats `json:"gpu,omitempty"`
 }
 
 // Server is a mock LLM upstream. Its methods are safe for concurrent use.
@@ -130,12 +143,20 @@ type Server struct {
 	lastID atomic.Uint64
 	mu     sync.Mutex
 	stats  Stats
-	tl     *timeline // nil unless Config.Timeline
+	tl     *timeline  // nil unless Config.Timeline
+	gpu    *gpuRunner // nil unless Config.GPU
 }
 
-// New returns a Server configured by cfg.
+// New returns a Server configured by cfg. It panics if cfg.GPU fails
+// its Check.
 func New(cfg Config) *Server {
 	s := &Server{tokens: cfg.Tokens, delay: cfg.Delay, refuse: newRefusal(cfg)}
+	if cfg.GPU.KVTokens > 0 {
+		if err := cfg.GPU.Check(); err != nil {
+			panic("mockllm: " + err.Error())
+		}
+		s.gpu = startGPU(cfg.GPU)
+	}
 	if cfg.Timeline {
 		s.tl = new(timeline)
 	}
@@ -162,8 +183,12 @@ func New(cfg Config) *Server {
 //	GET  /health               200 ok
 //	GET  /stats                Stats as JSON
 //	POST /stats/reset          Reset
+//	GET  /metrics              with Config.GPU: the model in Prometheus' text format
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	if s.gpu != nil {
+		mux.HandleFunc("GET /metrics", s.metrics)
+	}
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
 		s.complete(w, r, chatKind)
 	})
@@ -197,7 +222,18 @@ func (s *Server) Stats() Stats {
 	if s.tl != nil {
 		st.HandoffGapsUS = append([]int64{}, s.stats.HandoffGapsUS...)
 	}
+	if s.gpu != nil {
+		st.GPU = s.gpu.stats()
+	}
 	return st
+}
+
+// Close stops the GPU model, if any: the requests it was answering end
+// cut short. The other answers are the HTTP server's to end.
+func (s *Server) Close() {
+	if s.gpu != nil {
+		s.gpu.close()
+	}
 }
 
 // InFlight returns the number of completion requests being answered now.
@@ -249,265 +285,8 @@ func (s *Server) Reset() {
 	if s.tl != nil {
 		s.tl.reset()
 	}
-}
-
-// kind is the flavour of completion endpoint.
-type kind int
-
-const (
-	chatKind kind = iota
-	textKind
-)
-
-// completionRequest holds the fields of an OpenAI request the mock reads.
-type completionRequest struct {
-	Model         string `json:"model"`
-	Stream        bool   `json:"stream"`
-	StreamOptions struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-}
-
-// outcome is how a completion ended, for the counters.
-type outcome int
-
-const (
-	failed outcome = iota
-	served
-	canceled
-)
-
-func (s *Server) complete(w http.ResponseWriter, r *http.Request, k kind) {
-	var arrived time.Time
-	var body []byte
-	var bodyErr error
-	read := false // body and bodyErr hold the request's body
-	if s.slotted && r.Header.Get(HeaderQueue) != "" {
-		// The body first: the server notices a client that leaves only
-		// once its request is read.
-		body, bodyErr = io.ReadAll(io.LimitReader(r.Body, maxBody))
-		if bodyErr != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("reading the body: %v", bodyErr))
-			return
-		}
-		read = true
-		var ok bool
-		if arrived, ok = s.takeSlot(r.Context(), r.Header.Get(HeaderClientSeq)); !ok {
-			return
-		}
-		defer s.giveSlot() // runs after leave: the end is recorded first
-	} else {
-		arrived = s.arrive(r.Header.Get(HeaderClientSeq))
-	}
-	result := failed
-	defer func() { s.leave(result, arrived) }()
-
-	if s.refused(w) {
-		return
-	}
-	tokens, delay, err := s.params(r.Header)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if !read {
-		body, bodyErr = io.ReadAll(io.LimitReader(r.Body, maxBody))
-	}
-	if bodyErr != nil {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("reading the body: %v", bodyErr))
-		return
-	}
-	var req completionRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid JSON body: %v", err))
-		return
-	}
-	if req.Model == "" {
-		req.Model = "mock"
-	}
-	prefix := "cmpl-mock-"
-	if k == chatKind {
-		prefix = "chatcmpl-mock-"
-	}
-	a := answer{
-		id:      prefix + strconv.FormatUint(s.lastID.Add(1), 10),
-		created: time.Now().Unix(),
-		model:   req.Model,
-		kind:    k,
-
-		promptTokens: (len(body) + 3) / 4,
-		includeUsage: req.StreamOptions.IncludeUsage,
-	}
-	if req.Stream {
-		result = s.stream(r.Context(), w, a, tokens, delay)
-	} else {
-		result = s.whole(r.Context(), w, a, tokens, delay)
-	}
-}
-
-// slotWaiter is a request waiting for one of Config.Slots; got receives
-// its arrival time when giveSlot hands it one.
-type slotWaiter struct {
-	seq string
-	got chan time.Time
-}
-
-// takeSlot waits for one of Config.Slots, in arrival order, and counts
-// the request arrived when it has one (the one who frees the slot does,
-// so that arrivals are recorded in the order of the queue). It returns
-// the arrival time; false if ctx ended first.
-func (s *Server) takeSlot(ctx context.Context, seq string) (time.Time, bool) {
-	s.mu.Lock()
-	if s.freeSlots > 0 && len(s.slotQueue) == 0 {
-		s.freeSlots--
-		now := s.arriveLocked(seq)
-		s.mu.Unlock()
-		return now, true
-	}
-	w := &slotWaiter{seq: seq, got: make(chan time.Time, 1)}
-	s.slotQueue = append(s.slotQueue, w)
-	s.stats.Waiting++
-	s.mu.Unlock()
-	select {
-	case now := <-w.got:
-		return now, true
-	case <-ctx.Done():
-	}
-	s.mu.Lock()
-	for i, q := range s.slotQueue {
-		if q == w {
-			s.slotQueue = append(s.slotQueue[:i], s.slotQueue[i+1:]...)
-			s.stats.Waiting--
-			s.mu.Unlock()
-			return time.Time{}, false
-		}
-	}
-	s.mu.Unlock()
-	// Handed a slot as the client left: it arrived, and leaves at once.
-	s.leave(canceled, <-w.got)
-	s.giveSlot()
-	return time.Time{}, false
-}
-
-// giveSlot hands a freed slot to the first request waiting, or frees it.
-func (s *Server) giveSlot() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.slotQueue) == 0 {
-		s.freeSlots++
-		return
-	}
-	w := s.slotQueue[0]
-	s.slotQueue = s.slotQueue[1:]
-	s.stats.Waiting--
-	w.got <- s.arriveLocked(w.seq)
-}
-
-// params reads the per-request overrides of the Config.
-func (s *Server) params(h http.Header) (tokens int, delay time.Duration, err error) {
-	tokens, delay = s.tokens, s.delay
-	if v := h.Get(HeaderTokens); v != "" {
-		tokens, err = strconv.Atoi(v)
-		if err != nil || tokens < 0 {
-			return 0, 0, fmt.Errorf("invalid %s %q: want an integer >= 0", HeaderTokens, v)
-		}
-	}
-	if v := h.Get(HeaderDelay); v != "" {
-		delay, err = time.ParseDuration(v)
-		if err != nil || delay < 0 {
-			return 0, 0, fmt.Errorf("invalid %s %q: want a duration >= 0", HeaderDelay, v)
-		}
-	}
-	return tokens, delay, nil
-}
-
-// stream sends one server-sent event per token, each after delay, then
-// [DONE]. It stops when ctx ends (the client went away).
-func (s *Server) stream(ctx context.Context, w http.ResponseWriter, a answer, tokens int, delay time.Duration) outcome {
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	// Headers go out at once, as a real model server sends them before
-	// its first token.
-	if err := rc.Flush(); err != nil {
-		return canceled
-	}
-	for i := range tokens {
-		if !sleep(ctx, delay) {
-			return canceled
-		}
-		chunk, err := json.Marshal(a.chunk(i == tokens-1))
-		if err != nil {
-			panic(err) // cannot happen: the types are fixed
-		}
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", chunk); err != nil {
-			return canceled
-		}
-		if err := rc.Flush(); err != nil {
-			return canceled
-		}
-	}
-	if a.includeUsage {
-		chunk, err := json.Marshal(a.usageChunk(tokens))
-		if err != nil {
-			panic(err) // cannot happen: the types are fixed
-		}
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", chunk); err != nil {
-			return canceled
-		}
-	}
-	if _, err := w.Write([]byte("data: [DONE]\n\n")); err != nil {
-		return canceled
-	}
-	if err := rc.Flush(); err != nil {
-		return canceled
-	}
-	return served
-}
-
-// whole sends the answer as one JSON object after tokens*delay.
-func (s *Server) whole(ctx context.Context, w http.ResponseWriter, a answer, tokens int, delay time.Duration) outcome {
-	if !sleep(ctx, time.Duration(tokens)*delay) {
-		return canceled
-	}
-	writeJSON(w, http.StatusOK, a.whole(tokens))
-	return served
-}
-
-func (s *Server) arrive(seq string) time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.arriveLocked(seq)
-}
-
-// arriveLocked counts a completion request arrived; s.mu is held.
-func (s *Server) arriveLocked(seq string) time.Time {
-	now := time.Now()
-	if s.tl != nil {
-		s.tl.arrive(&s.stats, now)
-	}
-	s.stats.InFlight++
-	s.stats.MaxInFlight = max(s.stats.MaxInFlight, s.stats.InFlight)
-	if seq != "" {
-		s.stats.Arrivals = append(s.stats.Arrivals, seq)
-	}
-	return now
-}
-
-func (s *Server) leave(o outcome, arrived time.Time) {
-	now := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.tl != nil {
-		s.tl.leave(&s.stats, arrived, now)
-	}
-	s.stats.InFlight--
-	switch o {
-	case served:
-		s.stats.Served++
-	case canceled:
-		s.stats.Canceled++
+	if s.gpu != nil {
+		s.gpu.reset()
 	}
 }
 
@@ -525,21 +304,6 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 			{ID: "mock-large", Object: "model", Created: 1700000000, OwnedBy: "mockllm"},
 		},
 	})
-}
-
-// sleep waits d or until ctx ends, and reports whether ctx is still alive.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -27,7 +27,8 @@ import (
 
 // Options configure a run.
 type Options struct {
-	// Quick selects short loads and 2,000 waiters (about 3 minutes);
+	// Quick selects short loads, 2,000 waiters and the capacity
+	// scenario's short version (about 4 minutes);
 	// otherwise longer loads, more arrival rates, a streaming saturated
 	// load and 10,000 waiters.
 	Quick bool
@@ -39,8 +40,8 @@ type Options struct {
 	// Markdown is the BENCHMARKS.md to write; empty: none.
 	Markdown string
 	// Systems restricts the run to these spec names, "fairness",
-	// "configs", "llm" and "scale" selecting those scenarios; empty: all
-	// (configs and scale only in a full run).
+	// "configs", "llm", "scale" and "capacity" selecting those
+	// scenarios; empty: all (configs and scale only in a full run).
 	Systems []string
 	// Log receives progress lines.
 	Log io.Writer
@@ -50,6 +51,10 @@ type Options struct {
 	// ScaleRPS is their arrival rate, all client processes together;
 	// zero: 700/s.
 	ScaleRPS float64
+	// Capacity names the capacity scenario's topologies ("one",
+	// "pool") and workloads ("mixed", "chat") to run, from those of a
+	// full run; a kind with no name named runs the mode's.
+	Capacity []string
 }
 
 // bench is one run in progress.
@@ -183,6 +188,9 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	}
 	if (len(opts.Systems) == 0 && !opts.Quick) || slices.Contains(opts.Systems, "scale") {
 		b.runScale(ctx)
+	}
+	if len(opts.Systems) == 0 || slices.Contains(opts.Systems, "capacity") {
+		b.runCapacity(ctx)
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()

@@ -125,6 +125,7 @@ func evaluate(res *Results) []Check {
 	checks = append(checks, fairnessChecks(res.Fairness)...)
 	checks = append(checks, llmChecks(res.LLM)...)
 	checks = append(checks, scaleChecks(res.Scale, permits)...)
+	checks = append(checks, capacityChecks(res.Capacity)...)
 	// One block per target, in the order of the issue.
 	order := []string{TargetThroughput, TargetFastPath, TargetCPU, TargetHandoff, TargetFastScripts,
 		TargetQueueScripts, TargetConcurrency, TargetLLMUtil, TargetLLMWait, TargetRSS, TargetRSS64, TargetIdle,

@@ -172,6 +172,13 @@ func markdown(res *Results, opts Options, plots []string) string {
 	}
 	llmMarkdown(&b, res.LLM, llmPlots)
 	scaleMarkdown(&b, res.Scale)
+	capacityPlots := map[string]string{}
+	for _, p := range plots {
+		if strings.HasPrefix(p, "capacity-") {
+			capacityPlots[p] = plotLink(opts, p)
+		}
+	}
+	capacityMarkdown(&b, res.Capacity, capacityPlots)
 
 	if len(plots) > 0 {
 		w("\n## Plots\n\nWritten to `%s/` (not committed: run the bench to see them):\n\n", filepath.ToSlash(opts.OutDir))
@@ -180,8 +187,9 @@ func markdown(res *Results, opts Options, plots []string) string {
 		}
 	}
 
-	w("\n## Reproduce\n\n```sh\nmake bench-quick   # under 2 minutes: short loads, %d waiters; reports, never fails on noise\n", settings(true).Waiters)
-	w("make bench         # longer loads, more rates, a streaming saturated load, %d waiters\n```\n\n", settings(false).Waiters)
+	w("\n## Reproduce\n\n```sh\nmake bench-quick   # about 4 minutes: short loads, %d waiters, one capacity workload; reports, never fails on noise\n", settings(true).Waiters)
+	w("make bench         # longer loads, more rates, a streaming saturated load, %d waiters, the capacity sweep\n", settings(false).Waiters)
+	w("make bench-capacity # the capacity scenario alone, short (about a minute), into bench-results/capacity/\n```\n\n")
 	w("Both build `bin/caddy` and `bin/mockllm`, install `redis-server` and `haproxy` from the Debian packages if\n")
 	w("missing, start every server on free loopback ports, stop them all at the end, and rewrite this file.\n")
 	w("Logs and configs of the last run are in `%s/logs/`.\n", filepath.ToSlash(opts.OutDir))

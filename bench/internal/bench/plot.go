@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
 
@@ -10,6 +11,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // Plot file names, in the output directory.
@@ -115,7 +118,12 @@ func writePlots(res *Results, dir string) ([]string, error) {
 		return written, err
 	}
 	llm, err := writeLLMPlots(res.LLM, dir)
-	return append(written, llm...), err
+	written = append(written, llm...)
+	if err != nil {
+		return written, err
+	}
+	capacity, err := writeCapacityPlots(res.Capacity, dir)
+	return append(written, capacity...), err
 }
 
 // addLine adds a solid line in the i-th color, with a legend entry.
@@ -146,4 +154,30 @@ func (ticks125) Ticks(lo, hi float64) []plot.Tick {
 		}
 	}
 	return ts
+}
+
+// savePanels draws plots one above the other, aligned, in one PNG of
+// w x h.
+func savePanels(plots []*plot.Plot, w, h vg.Length, file string) error {
+	img := vgimg.New(w, h)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadX: vg.Millimeter, PadY: 3 * vg.Millimeter,
+		PadTop: 2 * vg.Millimeter, PadBottom: 2 * vg.Millimeter, PadLeft: 2 * vg.Millimeter, PadRight: 2 * vg.Millimeter}
+	grid := make([][]*plot.Plot, len(plots))
+	for i, p := range plots {
+		grid[i] = []*plot.Plot{p}
+	}
+	canvases := plot.Align(grid, tiles, dc)
+	for i, p := range plots {
+		p.Draw(canvases[i][0])
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -28,6 +28,9 @@ type Results struct {
 	// Scale is the scale scenario: tens of thousands of waiters over 3
 	// nodes, and many queues on one Redis.
 	Scale *Scale `json:"scale,omitempty"`
+	// Capacity is the capacity scenario: fixed permits in front of a
+	// GPU-shaped backend.
+	Capacity *Capacity `json:"capacity,omitempty"`
 	// Checks are the targets of the benchmark issue, each pass/fail/n/a.
 	Checks []Check `json:"checks"`
 }

@@ -79,6 +79,18 @@ type Env struct {
 	// Permits and MaxWait configure every limiter.
 	Permits int
 	MaxWait time.Duration
+	// Pool, when set, replaces MockAddr with these upstreams, Permits
+	// each: HAProxy's servers, fair_queue's upstreams (reverse_proxy
+	// then takes the granted one), plain reverse_proxy's upstreams.
+	Pool []string
+}
+
+// upstreams are the addresses of the upstream replicas.
+func (e *Env) upstreams() []string {
+	if len(e.Pool) > 0 {
+		return e.Pool
+	}
+	return []string{e.MockAddr}
 }
 
 // Running is a started system.
@@ -199,8 +211,16 @@ frontend fe
 	default_backend be
 
 backend be
-	server s1 %s maxconn %d
-`, e.MaxWait.Milliseconds(), listen, e.MockAddr, e.Permits)
+%s`, e.MaxWait.Milliseconds(), listen, e.haproxyServers())
+}
+
+// haproxyServers are the backend's server lines, maxconn Permits each.
+func (e *Env) haproxyServers() string {
+	var b strings.Builder
+	for i, addr := range e.upstreams() {
+		fmt.Fprintf(&b, "\tserver s%d %s maxconn %d\n", i+1, addr, e.Permits)
+	}
+	return b.String()
 }
 
 // caddyConfig returns the JSON config of one Caddy node: reverse_proxy to
@@ -225,13 +245,27 @@ func (e *Env) caddyConfig(listen string, spec Spec, queue string) ([]byte, error
 		if spec.Redis {
 			fq["redis"] = map[string]any{"url": "redis://" + e.RedisAddr + "/0"}
 		}
+		if len(e.Pool) > 0 {
+			delete(fq, "permits") // the pool's sum
+			var ups []any
+			for _, addr := range e.Pool {
+				ups = append(ups, map[string]any{"dial": addr, "permits": e.Permits})
+			}
+			fq["upstreams"] = ups
+		}
 		handlers = append(handlers, fq)
 	}
-	handlers = append(handlers, map[string]any{
-		"handler":        "reverse_proxy",
-		"upstreams":      []any{map[string]any{"dial": e.MockAddr}},
-		"flush_interval": -1,
-	})
+	proxy := map[string]any{"handler": "reverse_proxy", "flush_interval": -1}
+	if spec.Kind == KindFairQueue && len(e.Pool) > 0 {
+		proxy["dynamic_upstreams"] = map[string]any{"source": "fair_queue"}
+	} else {
+		var ups []any
+		for _, addr := range e.upstreams() {
+			ups = append(ups, map[string]any{"dial": addr})
+		}
+		proxy["upstreams"] = ups
+	}
+	handlers = append(handlers, proxy)
 	cfg := map[string]any{
 		"admin": map[string]any{"disabled": true, "config": map[string]any{"persist": false}},
 		"logging": map[string]any{"logs": map[string]any{

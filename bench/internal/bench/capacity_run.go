@@ -1,0 +1,390 @@
+package bench
+
+// The capacity scenario's runs: the replicas, the systems in front of
+// them, the drawn sequence sent to each.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
+)
+
+// runCapacity runs the capacity scenario: every workload on every
+// topology, each row in turn.
+func (b *bench) runCapacity(ctx context.Context) {
+	set := capacitySettings(b.opts.Quick).only(b.opts.Capacity)
+	c := &Capacity{Settings: set}
+	b.res.Capacity = c
+	b.logf("== capacity: a GPU-shaped backend, %.0f s of arrivals per run; SLO: TTFT <= %.0f ms, TPOT <= %.0f ms",
+		set.ArrivalsS, set.SLOTTFTMS, set.SLOTPOTMS)
+	for _, t := range set.Topologies {
+		if ctx.Err() != nil {
+			return
+		}
+		addrs, stop, err := b.startReplicas(ctx, t)
+		if err != nil {
+			b.logf("   %s: not measured: %v", t.Label, oneLine(err.Error(), 300))
+			continue
+		}
+		for wi, w := range set.Workloads {
+			seq, rate, ideal := capacityPlan(set, t, wi)
+			cs := &CapacityCase{Topology: t.Name, Workload: w.Name, Requests: len(seq), RateRPS: rate, Ideal: ideal}
+			for _, q := range seq {
+				cs.CompletionTokens += q.Answer
+				cs.PromptTokens += q.Prompt
+			}
+			c.Cases = append(c.Cases, cs)
+			cr := &caseRunner{b: b, set: set, top: t, work: w, addrs: addrs, seq: seq}
+			b.logf("== capacity, %s, %s: %d requests at %.2f/s (load %.2f); ideal %.0f tokens/s (batch %v), TTFT p99 %.0f ms",
+				t.Label, w.Label, len(seq), rate, w.Load, ideal.GoodputTPS, ideal.Batch, ideal.TTFTP99MS)
+			for _, row := range set.rows(t) {
+				if ctx.Err() != nil {
+					break
+				}
+				run := cr.run(ctx, row)
+				if run.Error == "" && ideal.GoodputTPS > 0 {
+					run.VsIdeal = round(run.GoodputTPS/ideal.GoodputTPS, 3)
+				}
+				cs.Runs = append(cs.Runs, run)
+				if run.Error != "" {
+					b.logf("   %-22s not measured: %s", row.Label, oneLine(run.Error, 300))
+					continue
+				}
+				if len(run.Errors) > 0 {
+					b.logf("   %-22s errors: %v", row.Label, run.Errors)
+				}
+				b.logf("   %-22s goodput %6.0f tok/s (%.2fx ideal)  TTFT p50 %6.0f p99 %6.0f ms  SLO %.2f  preempted %4d  finished %d/%d cut %d rejected %d failed %d  max KV %v  %.1f s",
+					row.Label, run.GoodputTPS, run.VsIdeal, run.TTFTP50MS, run.TTFTP99MS, run.SLOShare, run.Preemptions,
+					run.Finished, run.Sent, run.Cut, run.Rejected, run.Failed, run.MaxKVUsed, run.ElapsedS)
+			}
+			cs.BestPermits, cs.WorstPermits = sweepEnds(cs.Runs)
+		}
+		stop()
+	}
+}
+
+// sweepEnds returns the permits of the fair_queue runs with the most and
+// the least goodput.
+func sweepEnds(runs []*CapacityRun) (best, worst int) {
+	var fq []*CapacityRun
+	for _, r := range runs {
+		if r.Row.Kind == KindFairQueue && r.Error == "" {
+			fq = append(fq, r)
+		}
+	}
+	if len(fq) == 0 {
+		return 0, 0
+	}
+	by := func(a, b *CapacityRun) int {
+		if a.GoodputTPS != b.GoodputTPS {
+			if a.GoodputTPS < b.GoodputTPS {
+				return -1
+			}
+			return 1
+		}
+		return b.Row.Permits - a.Row.Permits // a tie: fewer permits is better
+	}
+	return slices.MaxFunc(fq, by).Row.Permits, slices.MinFunc(fq, by).Row.Permits
+}
+
+// startReplicas starts t's mockllm replicas; stop stops them.
+func (b *bench) startReplicas(ctx context.Context, t CapacityTopology) (addrs []string, stop func(), err error) {
+	ports, err := FreePorts(len(t.Replicas))
+	if err != nil {
+		return nil, nil, err
+	}
+	var procs []*Proc
+	stop = func() {
+		for _, p := range procs {
+			b.env.Procs.Stop(p)
+		}
+	}
+	for i, r := range t.Replicas {
+		addr := "127.0.0.1:" + itoa(ports[i])
+		args := append([]string{"-listen", addr, "-seed", itoa(i)}, r.args()...)
+		p, err := b.env.Procs.Start(fmt.Sprintf("capacity-%s-%d", t.Name, i+1), b.opts.MockLLM, args...)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		procs = append(procs, p)
+		if err := p.WaitListen(ctx, addr, 15*time.Second); err != nil {
+			stop()
+			return nil, nil, err
+		}
+		addrs = append(addrs, addr)
+	}
+	return addrs, stop, nil
+}
+
+// caseRunner runs the rows of one case: a workload's sequence on a
+// topology's replicas.
+type caseRunner struct {
+	b     *bench
+	set   CapacitySettings
+	top   CapacityTopology
+	work  CapacityWorkload
+	addrs []string // the replicas, host:port
+	seq   []capRequest
+}
+
+// run sends the sequence through row in front of the replicas.
+func (cr *caseRunner) run(ctx context.Context, row CapacityRow) *CapacityRun {
+	b, set, addrs := cr.b, cr.set, cr.addrs
+	run := &CapacityRun{Row: row}
+	fail := func(err error) *CapacityRun {
+		run.Error = err.Error()
+		return run
+	}
+	if err := b.replicasIdle(ctx, addrs, 60*time.Second); err != nil {
+		return fail(err)
+	}
+	var targets []string
+	if row.Kind == KindAlone {
+		for _, a := range addrs {
+			targets = append(targets, "http://"+a)
+		}
+	} else {
+		env := *b.env
+		env.MockAddr, env.Permits, env.MaxWait = addrs[0], row.Permits, secs(set.MaxWaitS)
+		if len(addrs) > 1 {
+			env.Pool = addrs
+		}
+		spec := Spec{Name: "capacity-" + cr.top.Name + "-" + cr.work.Name + "-" + row.Name, Label: row.Label, Kind: row.Kind, Nodes: 1}
+		r, err := env.Start(ctx, spec)
+		if err != nil {
+			return fail(err)
+		}
+		defer env.Stop(r)
+		targets = r.Targets
+	}
+	for _, a := range addrs {
+		if err := b.post(ctx, "http://"+a+"/stats/reset"); err != nil {
+			return fail(err)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, secs(set.ArrivalsS+set.DrainMaxS))
+	defer cancel()
+	sampled := make(chan []CapacitySample, 1)
+	sctx, stopSampling := context.WithCancel(ctx)
+	start := time.Now()
+	go func() { sampled <- b.sampleReplicas(sctx, addrs, start, ms2d(set.SampleMS)) }()
+	results := sendCapacity(rctx, targets, cr.seq, start)
+	stopSampling()
+	run.Samples = <-sampled
+	if ctx.Err() != nil {
+		return fail(ctx.Err())
+	}
+	summarizeCapacity(run, results, set)
+	for _, a := range addrs {
+		st, err := b.replicaStats(ctx, a)
+		if err != nil {
+			return fail(err)
+		}
+		run.Preemptions += st.Preemptions
+		run.MaxKVUsed = append(run.MaxKVUsed, st.MaxKVUsed)
+		run.MaxRunning = append(run.MaxRunning, st.MaxRunning)
+		run.MaxWaiting = append(run.MaxWaiting, st.MaxWaiting)
+	}
+	return run
+}
+
+// replicasIdle waits until no replica runs or holds a request (the
+// previous run's cut requests leave), at most limit.
+func (b *bench) replicasIdle(ctx context.Context, addrs []string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		busy := 0
+		for _, a := range addrs {
+			st, err := b.replicaStats(ctx, a)
+			if err != nil {
+				return err
+			}
+			busy += st.Running + st.Waiting
+		}
+		if busy == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("replicas still hold %d requests after %s", busy, limit)
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// replicaStats reads the GPU model's figures of the replica at addr.
+func (b *bench) replicaStats(ctx context.Context, addr string) (*mockllm.GPUStats, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/stats", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var st mockllm.Stats
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return nil, fmt.Errorf("%s/stats: %w", addr, err)
+	}
+	if st.GPU == nil {
+		return nil, fmt.Errorf("%s runs no GPU model", addr)
+	}
+	return st.GPU, nil
+}
+
+func (b *bench) post(ctx context.Context, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: status %d", url, resp.StatusCode)
+	}
+	return nil
+}
+
+// sampleReplicas reads the replicas every period until ctx ends and
+// returns their sums over time.
+func (b *bench) sampleReplicas(ctx context.Context, addrs []string, start time.Time, period time.Duration) []CapacitySample {
+	var out []CapacitySample
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		s := CapacitySample{AtS: round(time.Since(start).Seconds(), 2)}
+		for _, a := range addrs {
+			st, err := b.replicaStats(ctx, a)
+			if err != nil {
+				return out
+			}
+			s.KVUsed += st.KVUsed
+			s.Running += st.Running
+			s.Waiting += st.Waiting
+		}
+		out = append(out, s)
+		select {
+		case <-ctx.Done():
+			return out
+		case <-tick.C:
+		}
+	}
+}
+
+// capResult is what one request of the sequence saw, times since the
+// run's start.
+type capResult struct {
+	Start, FirstToken, End time.Duration
+	Tokens                 int
+	Status                 int
+	Done, Rejected, Cut    bool
+	Err                    string
+}
+
+// capTransport carries the scenario's requests: one connection each.
+var capTransport = &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, DisableCompression: true}
+
+// sendCapacity sends each request of seq at its time (to the targets in
+// turn) and reads its stream until ctx ends.
+func sendCapacity(ctx context.Context, targets []string, seq []capRequest, start time.Time) []capResult {
+	hc := &http.Client{Transport: capTransport}
+	defer capTransport.CloseIdleConnections() // the next run's system listens elsewhere
+	text := strings.Repeat("xxxx", maxPrompt(seq))
+	results := make([]capResult, len(seq))
+	var wg sync.WaitGroup
+	for i, q := range seq {
+		wg.Go(func() {
+			if sleepCtx(ctx, time.Until(start.Add(q.At))) != nil {
+				results[i] = capResult{Start: q.At, End: q.At, Cut: true}
+				return
+			}
+			results[i] = sendOne(ctx, hc, targets[i%len(targets)], q, text[:4*q.Prompt], start)
+		})
+	}
+	wg.Wait()
+	return results
+}
+
+func maxPrompt(seq []capRequest) int {
+	n := 0
+	for _, q := range seq {
+		n = max(n, q.Prompt)
+	}
+	return n
+}
+
+// sendOne sends one streamed chat request and reads its answer.
+func sendOne(ctx context.Context, hc *http.Client, target string, q capRequest, text string, start time.Time) (r capResult) {
+	r.Start = time.Since(start)
+	defer func() { r.End = time.Since(start) }()
+	body, err := json.Marshal(map[string]any{
+		"model": "mock", "stream": true, "max_tokens": q.Answer,
+		"messages": []any{map[string]string{"role": "user", "content": text}},
+	})
+	if err != nil {
+		panic(err) // cannot happen: the types are fixed
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		r.Err = err.Error()
+		return r
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		r.Cut, r.Err = ctx.Err() != nil, err.Error()
+		return r
+	}
+	defer resp.Body.Close()
+	r.Status = resp.StatusCode
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		r.Rejected = true
+		return r
+	}
+	if resp.StatusCode != http.StatusOK {
+		r.Err = "status " + resp.Status
+		return r
+	}
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	for {
+		line, err := br.ReadSlice('\n')
+		switch {
+		case bytes.HasPrefix(line, []byte("event: error")):
+			r.Rejected = true
+		case bytes.Equal(bytes.TrimSpace(line), []byte("data: [DONE]")):
+			r.Done = true
+			// Read to the end: a connection closed before it cuts the
+			// proxy's copy of the answer's last bytes (its log says so).
+			_, _ = io.Copy(io.Discard, br)
+			return r
+		case bytes.HasPrefix(line, []byte("data: ")) && bytes.Contains(line, []byte(`"content"`)):
+			if r.Tokens == 0 {
+				r.FirstToken = time.Since(start)
+			}
+			r.Tokens++
+		}
+		if err != nil {
+			r.Cut = ctx.Err() != nil
+			if !r.Cut && !r.Rejected {
+				r.Err = err.Error()
+			}
+			return r
+		}
+	}
+}

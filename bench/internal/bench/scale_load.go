@@ -1,0 +1,128 @@
+package bench
+
+// The scale scenario's nodes and loads: starting them, the loadgen
+// configs, the mock's counters.
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
+)
+
+// startNodes starts spec's nodes, queue naming fair_queue's queue (a
+// placeholder for the many-queues run), on env (its own max_wait).
+func startNodes(ctx context.Context, env *Env, spec Spec, queue string) (*Running, error) {
+	ports, err := FreePorts(spec.Nodes)
+	if err != nil {
+		return nil, err
+	}
+	r := &Running{Spec: spec, Queue: queue}
+	for i, port := range ports {
+		name := spec.Name
+		if spec.Nodes > 1 {
+			name += "-" + strconv.Itoa(i+1)
+		}
+		listen := "127.0.0.1:" + strconv.Itoa(port)
+		p, err := env.startNode(name, listen, spec, queue)
+		if err != nil {
+			env.Stop(r)
+			return nil, err
+		}
+		r.procs = append(r.procs, p)
+		if err := p.WaitListen(ctx, listen, 15*time.Second); err != nil {
+			env.Stop(r)
+			return nil, err
+		}
+		r.Targets = append(r.Targets, "http://"+listen)
+	}
+	return r, nil
+}
+
+// startLoad runs cfg in a goroutine until canceled.
+func startLoad(ctx context.Context, cfg loadgen.Config) (*background, error) {
+	r, err := loadgen.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	bg := &background{r: r, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(bg.done)
+		bg.rep, _ = r.Run(ctx)
+	}()
+	return bg, nil
+}
+
+// holdConfig takes n permits with streams that last minutes; waitConfig
+// queues n streams arriving at rate per second (each a 10 ms answer once
+// served).
+func holdConfig(targets []string, n int, header map[string]string) loadgen.Config {
+	cfg := loadgen.Config{
+		Targets: targets, PromptBytes: 16, Clients: n, Requests: n, MaxInFlight: n,
+		Stream: true, Tokens: 1, Delay: 10 * time.Minute, Timeout: 30 * time.Minute,
+	}
+	setHeader(&cfg, header)
+	return cfg
+}
+
+func waitConfig(targets []string, n, promptBytes int, rate float64, header map[string]string) loadgen.Config {
+	cfg := loadgen.Config{
+		Targets: targets, PromptBytes: promptBytes, MaxInFlight: n + 16,
+		Rate: rate, Duration: time.Duration((float64(n) - 0.5) / rate * float64(time.Second)),
+		Stream: true, Tokens: 1, Delay: 10 * time.Millisecond, Timeout: 30 * time.Minute,
+	}
+	setHeader(&cfg, header)
+	return cfg
+}
+
+func setHeader(cfg *loadgen.Config, header map[string]string) {
+	for k, v := range header {
+		if cfg.Header == nil {
+			cfg.Header = map[string][]string{}
+		}
+		cfg.Header.Set(k, v)
+	}
+}
+
+// handoffs reads mockllm's handoff gaps since its last reset.
+func (b *bench) handoffs(ctx context.Context) (*Handoffs, int, error) {
+	st, err := b.mockStats(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	gaps := make([]time.Duration, len(st.HandoffGapsUS))
+	for i, us := range st.HandoffGapsUS {
+		gaps[i] = time.Duration(us) * time.Microsecond
+	}
+	slices.Sort(gaps)
+	return &Handoffs{Count: len(gaps), P50: msOf(loadgen.Percentile(gaps, 50)), P90: msOf(loadgen.Percentile(gaps, 90)),
+			P99: msOf(loadgen.Percentile(gaps, 99)), Max: msOf(loadgen.Percentile(gaps, 100))},
+		st.MaxInFlight, nil
+}
+
+// resetMock zeroes mockllm's stats only.
+func (b *bench) resetMock(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.mockURL+"/stats/reset", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
