@@ -312,7 +312,7 @@ func (u *usageWriter) read(doc []byte) {
 		return
 	}
 	var v struct {
-		Usage    *usageObject `json:"usage"`
+		Usage *usageObject `json:"usage"`
 		// The Responses API's response object; Ollama's generated text.
 		Response json.RawMessage `json:"response"`
 		// Ollama's last chunk, or its whole answer: the prompt's and
