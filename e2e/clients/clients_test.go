@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { os.Exit(e2etest.Main(m)) }
 
 // libraries each get queues of their own, so that their test files run
 // at once.
-var libraries = []string{"openai", "ai"}
+var libraries = []string{"openai", "ai", "ollama"}
 
 // queues are the queues of each library, one permit each; lib.mjs says
 // what each is for.
@@ -109,6 +109,6 @@ func TestClientLibrariesAgainstFairQueue(t *testing.T) {
 	})
 
 	out := command(t, 5*time.Minute, []string{"FAIR_QUEUE_URL=" + c.URL},
-		"node", "--test", "--test-reporter=spec", "--test-concurrency=2", "openai.test.mjs", "ai-sdk.test.mjs")
+		"node", "--test", "--test-reporter=spec", "--test-concurrency=2", "openai.test.mjs", "ai-sdk.test.mjs", "ollama.test.mjs")
 	t.Logf("node --test:\n%s", out)
 }
