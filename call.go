@@ -153,7 +153,7 @@ func (c *call) serve() error {
 	}
 	c.record(outcome, reason, c.permit.Waited(), c.permit.Position())
 	c.forwarded = true
-	if h.Cost == CostTokens && !c.permit.FailOpen() {
+	if c.readsUsage() {
 		// Passes the answer on as it comes; reads its usage.
 		c.usage = newUsageWriter(c.w)
 		c.usage.prompt = promptTokens(c.bodyLen)
@@ -182,17 +182,14 @@ func (c *call) serve() error {
 // served is false when a reload took the pool away while the request
 // waited again: serve goes on with the route of its new grant.
 func (c *call) servePool() (served bool, err error) {
-	for left := c.h.maxRequeues(); ; left-- {
+	for requeues := c.h.maxRequeues(); ; requeues-- {
 		grantUpstream(c.r, c.repl, c.permit.Upstream())
-		a := c.forward(left > 0)
+		a := c.forward(requeues > 0)
 		rf := c.h.refused(a)
 		if rf == nil {
 			return true, c.answered(a)
 		}
-		if left == 0 || !rf.resend || !a.unseen() || c.r.Context().Err() != nil {
-			// No requeue left, the upstream may have run the request,
-			// the client saw part of the answer, or it left: the answer
-			// stands, and the upstream cools.
+		if !c.mayRequeue(requeues, rf, a) {
 			c.cool(rf)
 			return true, c.answered(a)
 		}
@@ -212,7 +209,7 @@ func (c *call) servePool() (served bool, err error) {
 func (c *call) finish() {
 	// Cost time: the hold ends here, before any abort grace.
 	c.h.charge(c.permit, c.granted, c.forwarded, c.usage)
-	if c.forwarded && c.r.Context().Err() != nil {
+	if c.forwarded && c.left() {
 		// The client left while the upstream ran its request, however
 		// reverse_proxy ended it: a plain request with a 499 and no
 		// error, a stream with a panic, a relayed stream quietly.
@@ -222,6 +219,21 @@ func (c *call) finish() {
 		c.e.running.Add(-1)
 	}
 	c.e.finish(c.permit, c.done)
+}
+
+// left reports whether the client has gone: its request's context ended.
+func (c *call) left() bool { return c.r.Context().Err() != nil }
+
+// readsUsage reports whether the answer's usage is read (cost tokens):
+// not for a fail-open grant, which no store charges.
+func (c *call) readsUsage() bool { return c.h.Cost == CostTokens && !c.permit.FailOpen() }
+
+// mayRequeue reports whether a request whose upstream refused it (rf,
+// in attempt a) waits again: a requeue is left, the upstream cannot have
+// run it, nothing of its answer reached the client, and the client is
+// still there. Otherwise the answer stands, and the upstream cools.
+func (c *call) mayRequeue(requeues int, rf *refusal, a attempt) bool {
+	return requeues > 0 && rf.resend && a.unseen() && !c.left()
 }
 
 // answered ends a request whose answer a stands (see forward): relayed
@@ -243,7 +255,7 @@ func (c *call) notGranted(err error) error {
 	if rej, ok := errors.AsType[*fairqueue.RejectError](err); ok {
 		return c.reject(rej)
 	}
-	if c.r.Context().Err() != nil {
+	if c.left() {
 		// The client left while waiting; there is nobody to answer.
 		c.record(outcomeCancelled, "", time.Since(c.start), 0)
 		return nil

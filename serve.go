@@ -47,7 +47,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err := c.wait(); err != nil {
 		return c.notGranted(err)
 	}
-	if r.Context().Err() != nil {
+	if c.left() {
 		// Granted as the client left (the grant raced its cancel, or it
 		// left just after): forwarded, the request would run upstream
 		// for nobody, beside the requests of live clients. The deferred
