@@ -6,9 +6,7 @@ import "time"
 // node.
 func (q *Queue) Granted(grants ...Grant) {
 	for _, g := range grants {
-		q.mu.Lock()
-		t := q.tickets[g.Ticket]
-		q.mu.Unlock()
+		t := q.lookup(g.Ticket)
 		if t == nil {
 			// Already cleaned up (its cancel raced the grant) or a ghost
 			// of a call whose answer was lost: hand the permit on.
@@ -28,9 +26,8 @@ func (q *Queue) Granted(grants ...Grant) {
 // that lost the last writes: the next heartbeat checks this node's
 // waiters are still queued.
 func (q *Queue) Resynced() {
-	q.doubt()
-	q.verify.Store(true)
-	q.kickLoop()
+	q.s.doubt()
+	q.s.note(evVerify, true)
 }
 
 // observe records the grant counter and data-set ID a store call saw.
@@ -41,16 +38,5 @@ func (q *Queue) observe(grants int64, epoch string) {
 			break
 		}
 	}
-	if epoch == "" {
-		return
-	}
-	if old := q.seen.Load(); old == nil {
-		q.seen.CompareAndSwap(nil, &epoch)
-	} else if *old != epoch {
-		// The store's data set changed (restart without persistence,
-		// failover): the next heartbeat re-asserts our holders.
-		q.doubt()
-		q.resync.Store(true)
-		q.kickLoop()
-	}
+	q.s.sawEpoch(epoch)
 }
