@@ -71,7 +71,7 @@ func (q *Queue) handOn(args TicketArgs) bool {
 		return false
 	}
 	t := h.t
-	if t.requeued.Load() || q.isDraining() || !t.state.CompareAndSwap(statePending, stateGranted) {
+	if t.reinstated.Load() || q.isDraining() || !t.state.CompareAndSwap(statePending, stateGranted) {
 		return false // it left meanwhile
 	}
 	t.moving.Store(true)

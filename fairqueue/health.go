@@ -49,14 +49,14 @@ func (h *health) failed(log *zap.Logger, err error) {
 
 // drainRate estimates how fast the queue grants permits, from samples of
 // the store's grant counter, to answer "retry after how long?".
-type drainRate struct {
+type grantRate struct {
 	mu     sync.Mutex
 	last   int64
 	lastAt time.Time
 	rate   float64 // grants per second, exponentially weighted
 }
 
-func (d *drainRate) sample(grants int64, at time.Time) {
+func (d *grantRate) sample(grants int64, at time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.lastAt.IsZero() || grants < d.last {
@@ -79,7 +79,7 @@ func (d *drainRate) sample(grants int64, at time.Time) {
 // retryAfter is the time for position grants at the observed rate,
 // bounded to [1s, maxWait] (maxWait when the rate is unknown). Position 0
 // (never queued) counts as 1.
-func (d *drainRate) retryAfter(position int, maxWait time.Duration) time.Duration {
+func (d *grantRate) retryAfter(position int, maxWait time.Duration) time.Duration {
 	d.mu.Lock()
 	rate := d.rate
 	d.mu.Unlock()
@@ -93,7 +93,7 @@ func (d *drainRate) retryAfter(position int, maxWait time.Duration) time.Duratio
 
 // eta is the time for position grants at the observed rate, rounded to
 // the second; 0 when the rate is unknown.
-func (d *drainRate) eta(position int) time.Duration {
+func (d *grantRate) eta(position int) time.Duration {
 	d.mu.Lock()
 	rate := d.rate
 	d.mu.Unlock()

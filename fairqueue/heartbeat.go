@@ -115,7 +115,7 @@ func (s *session) heartbeat(cfg *Config) (ok bool) {
 	}
 	if len(res.Missing) > 0 {
 		q.log.Warn("store had lost waiters of this node; queueing them again", zap.Int("waiting", len(res.Missing)))
-		s.requeue(cfg, res.Missing)
+		s.reinstate(cfg, res.Missing)
 	}
 	// Alive in the store, and its waiters there: not rejoined, none
 	// missing, no doubt left (a failed call, a new subscription).
@@ -139,7 +139,7 @@ func (q *Queue) releaseEnded(ts []*ticket) {
 // caps do not apply: each was admitted once. A waiter that ended while
 // its acquire was on its way is cancelled again, since its own cancel
 // may have reached the store first.
-func (s *session) requeue(cfg *Config, lost []string) {
+func (s *session) reinstate(cfg *Config, lost []string) {
 	q := s.q
 	l := cfg.limits()
 	l.MaxQueue, l.MaxQueuePerTenant = 0, 0
@@ -148,7 +148,7 @@ func (s *session) requeue(cfg *Config, lost []string) {
 		if t == nil || t.state.Load() != statePending {
 			continue
 		}
-		t.requeued.Store(true) // at the tail now: no local handoff to it
+		t.reinstated.Store(true) // at the tail now: no local handoff to it
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 		r, err := q.store.Acquire(ctx, TicketArgs{ID: id, Node: q.node, Limits: l, Cost: t.cost})
 		cancel()

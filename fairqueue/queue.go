@@ -32,7 +32,7 @@ type Queue struct {
 	closed   atomic.Bool
 
 	health health
-	drain  drainRate
+	rate   grantRate
 	grants atomic.Int64  // highest grant counter seen
 	rr     atomic.Uint64 // round robin of fail-open permits over the upstreams
 
@@ -299,7 +299,7 @@ func (q *Queue) reject(r Reason, start time.Time, pos int, cause error) error {
 		cfg.Observer.Rejected(r, waited)
 	}
 	return &RejectError{Reason: r, Waited: waited, Position: pos,
-		RetryAfter: q.drain.retryAfter(pos, cfg.MaxWait), Err: cause}
+		RetryAfter: q.rate.retryAfter(pos, cfg.MaxWait), Err: cause}
 }
 
 // giveBack releases the permit of a granted ticket whose caller has gone.

@@ -91,7 +91,7 @@ func (w Waiting) Position() int { return w.q.position(w.t) }
 
 // ETA estimates the wait left from the observed drain rate; 0 when the
 // rate is not known yet.
-func (w Waiting) ETA() time.Duration { return w.q.drain.eta(w.Position()) }
+func (w Waiting) ETA() time.Duration { return w.q.rate.eta(w.Position()) }
 
 // position estimates the tickets ahead of t from the grants made since
 // it was queued.

@@ -278,7 +278,7 @@ func (s *session) reconcile(cfg *Config) {
 		s.doubt()
 		s.note(evResync, true) // the data set is gone: heartbeat at once
 	}
-	q.drain.sample(res.Grants, time.Now())
+	q.rate.sample(res.Grants, time.Now())
 	for _, id := range res.Holders {
 		t := q.lookup(id)
 		switch {

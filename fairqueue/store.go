@@ -18,7 +18,7 @@ type Store interface {
 	// Open registers node's Handler. When Open returns nil, every grant
 	// made for one of node's tickets afterwards reaches h.Granted (or is
 	// found by a later Reconcile).
-	Open(ctx context.Context, node string, h Handler) error
+	Open(ctx context.Context, node string, h Listener) error
 	// Acquire grants t at once when a permit is free and nobody waits
 	// (the fast path), or puts it in the queue.
 	Acquire(ctx context.Context, t TicketArgs) (AcquireResult, error)
@@ -50,7 +50,7 @@ type Store interface {
 }
 
 // Handler receives a node's notifications from the Store.
-type Handler interface {
+type Listener interface {
 	// Granted is called with the IDs of tickets of this node that were
 	// granted a permit by another call (a release, a cancel, a
 	// reconcile). It must not block.
@@ -81,7 +81,7 @@ type Transferrer interface {
 // node's order, until it is granted or cancelled. permits is the
 // Limits.Permits of the call whose reply named it: the head was chosen
 // under that setting.
-type HeadHandler interface {
+type HeadListener interface {
 	Head(ticket string, permits int)
 }
 

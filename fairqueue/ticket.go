@@ -26,9 +26,9 @@ type ticket struct {
 	// requeued: the store lost it and the node queued it again (at the
 	// tail); moving: granted by a local handoff whose transfer is on its
 	// way (see handOn).
-	requeued, moving atomic.Bool
-	cost             float64 // TicketArgs.Cost, to queue it again with the same cost
-	scale            float64 // what one unit of Request.Cost adds to its flow's counter
+	reinstated, moving atomic.Bool
+	cost               float64 // TicketArgs.Cost, to queue it again with the same cost
+	scale              float64 // what one unit of Request.Cost adds to its flow's counter
 
 	// upstream is the pool upstream of its grant (Config.Upstreams).
 	upstream atomic.Pointer[string]

@@ -117,7 +117,7 @@ type Store struct {
 
 	mu  sync.Mutex
 	sub *notifier.Subscription
-	h   fairqueue.Handler // set by Open: receives grants scripts return to their caller
+	h   fairqueue.Listener // set by Open: receives grants scripts return to their caller
 }
 
 // New returns a Store for queue name on rdb. It makes no Redis call.
@@ -140,7 +140,7 @@ func (s *Store) args(first string, l fairqueue.Limits, more ...any) []any {
 
 // Open implements fairqueue.Store: it subscribes node to its grant
 // channel and waits for Redis to confirm the subscription.
-func (s *Store) Open(ctx context.Context, node string, h fairqueue.Handler) error {
+func (s *Store) Open(ctx context.Context, node string, h fairqueue.Listener) error {
 	sharded, err := s.detectSharded(ctx)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", s.tag, err)
@@ -149,7 +149,7 @@ func (s *Store) Open(ctx context.Context, node string, h fairqueue.Handler) erro
 	if sharded {
 		s.pub = "spublish"
 	}
-	sub, err := notifier.Subscribe(ctx, s.rdb, s.chPrefix+node, sharded, notifier.Handler{
+	sub, err := notifier.Subscribe(ctx, s.rdb, s.chPrefix+node, sharded, notifier.Listener{
 		Message: func(payload string) {
 			if g, ok := parseGrant(payload); ok {
 				h.Granted(g)
@@ -248,7 +248,7 @@ func (s *Store) head(id string, permits int) {
 	s.mu.Lock()
 	h := s.h
 	s.mu.Unlock()
-	if hh, ok := h.(fairqueue.HeadHandler); ok {
+	if hh, ok := h.(fairqueue.HeadListener); ok {
 		hh.Head(id, permits)
 	}
 }

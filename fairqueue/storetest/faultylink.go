@@ -52,7 +52,7 @@ type faultyLink struct {
 	calls  int
 	lose   []bool
 	grants int
-	h      fairqueue.Handler
+	h      fairqueue.Listener
 }
 
 func (l *faultyLink) isLossy() bool {
@@ -124,7 +124,7 @@ func noValue(f func() error) func() (struct{}, error) {
 // Open implements fairqueue.Store. A failed subscription is closed by its
 // store, so Open either runs or fails: it is never run twice or without
 // its reply.
-func (l *faultyLink) Open(ctx context.Context, node string, h fairqueue.Handler) error {
+func (l *faultyLink) Open(ctx context.Context, node string, h fairqueue.Listener) error {
 	l.mu.Lock()
 	l.h = h
 	l.mu.Unlock()
@@ -221,7 +221,7 @@ func (l *faultyLink) Granted(grants ...fairqueue.Grant) {
 // loses the next grant notification, a dead one always.
 func (l *faultyLink) Head(ticket string, permits int) {
 	l.mu.Lock()
-	hh, _ := l.h.(fairqueue.HeadHandler)
+	hh, _ := l.h.(fairqueue.HeadListener)
 	lose := l.state == linkDead || (l.state == linkLossy && len(l.lose) > 0 && l.lose[l.grants%len(l.lose)])
 	l.mu.Unlock()
 	if lose {
@@ -244,8 +244,8 @@ func (l *faultyLink) Resynced() {
 }
 
 var (
-	_ fairqueue.Store       = (*faultyLink)(nil)
-	_ fairqueue.Handler     = (*faultyLink)(nil)
-	_ fairqueue.Transferrer = (*faultyLink)(nil)
-	_ fairqueue.HeadHandler = (*faultyLink)(nil)
+	_ fairqueue.Store        = (*faultyLink)(nil)
+	_ fairqueue.Listener     = (*faultyLink)(nil)
+	_ fairqueue.Transferrer  = (*faultyLink)(nil)
+	_ fairqueue.HeadListener = (*faultyLink)(nil)
 )
