@@ -19,7 +19,7 @@ import "context"
 // permits held than the permits (a lowered setting), and any doubt that
 // the store still holds the node alive with its waiters (not confirmed
 // by a heartbeat for half a lease, a new subscription, a changed data
-// set, waiters found missing: a waiter queued again is at the tail, and
+// set, waiters found missing: a waiter reinstated is at the tail, and
 // never handed on to locally).
 
 // headTicket is the node's waiter that heads the queue, and the permits
@@ -29,7 +29,7 @@ type headTicket struct {
 	permits int
 }
 
-// Head implements HeadHandler: the store says which of this node's
+// Head implements HeadListener: the store says which of this node's
 // tickets heads the queue ("" none), chosen under permits.
 func (q *Queue) Head(id string, permits int) {
 	var t *ticket

@@ -47,7 +47,7 @@ func (h *health) failed(log *zap.Logger, err error) {
 	}
 }
 
-// drainRate estimates how fast the queue grants permits, from samples of
+// grantRate estimates how fast the queue grants permits, from samples of
 // the store's grant counter, to answer "retry after how long?".
 type grantRate struct {
 	mu     sync.Mutex

@@ -33,7 +33,7 @@ const pendingPerCall = 1000
 
 // heartbeat renews this node's liveness and leases, registers fail-open
 // permits, and, when the store may have lost this node's waiters (see
-// evVerify), names them and queues again those it lost. It reports
+// evVerify), names them and reinstates those it lost. It reports
 // whether the store answered. Loop only.
 func (s *session) heartbeat(cfg *Config) (ok bool) {
 	q := s.q
@@ -135,10 +135,10 @@ func (q *Queue) releaseEnded(ts []*ticket) {
 	}
 }
 
-// requeue queues again waiters the store lost, with their cost. Queue
-// caps do not apply: each was admitted once. A waiter that ended while
-// its acquire was on its way is cancelled again, since its own cancel
-// may have reached the store first.
+// reinstate queues again, at the tail, waiters the store lost, with
+// their cost. Queue caps do not apply: each was admitted once. A waiter
+// that ended while its acquire was on its way is cancelled again, since
+// its own cancel may have reached the store first.
 func (s *session) reinstate(cfg *Config, lost []string) {
 	q := s.q
 	l := cfg.limits()

@@ -23,7 +23,7 @@ type ticket struct {
 	// queued: the store answered its acquire and queued it, so a
 	// heartbeat may ask whether the store still has it.
 	queued atomic.Bool
-	// requeued: the store lost it and the node queued it again (at the
+	// reinstated: the store lost it and the node queued it again (at the
 	// tail); moving: granted by a local handoff whose transfer is on its
 	// way (see handOn).
 	reinstated, moving atomic.Bool

@@ -36,7 +36,7 @@ const (
 // errClosed ends an attempt that Close overtook.
 var errClosed = errors.New("subscription closed")
 
-// Handler receives a subscription's events. Both must return quickly.
+// Listener receives a subscription's events. Both must return quickly.
 type Listener struct {
 	// Message is called with the payload of each message, in order.
 	Message func(payload string)
@@ -101,7 +101,7 @@ func (s *Subscription) run(ps *redis.PubSub, ch <-chan any) {
 	}
 }
 
-// deliver hands ch's messages to the Handler until the server
+// deliver hands ch's messages to the Listener until the server
 // unsubscribes the channel (true) or ch is closed (false).
 func (s *Subscription) deliver(ch <-chan any) (unsubscribed bool) {
 	for m := range ch {

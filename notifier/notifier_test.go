@@ -13,7 +13,7 @@ import (
 	"github.com/fair-queue/caddy-fair-queue/notifier"
 )
 
-// events records what a Subscription reported to its Handler.
+// events records what a Subscription reported to its Listener.
 type events struct {
 	messages   chan string
 	subscribed chan struct{}

@@ -52,7 +52,7 @@ func decodeAcquire(v []any) (fairqueue.AcquireResult, []fairqueue.Grant, error) 
 // handOnReply is what release.lua and transfer.lua answer: the grants
 // their dispatch made to the caller's own waiters, and the caller's
 // ticket now heading the queue ("" if none does; see
-// fairqueue.HeadHandler).
+// fairqueue.HeadListener).
 type handOnReply struct {
 	own  []fairqueue.Grant
 	head string

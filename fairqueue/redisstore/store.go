@@ -166,7 +166,7 @@ func (s *Store) Open(ctx context.Context, node string, h fairqueue.Listener) err
 	return nil
 }
 
-// deliver hands the caller's own grants (decodeGrants) to its Handler.
+// deliver hands the caller's own grants (decodeGrants) to its Listener.
 func (s *Store) deliver(gs []fairqueue.Grant) {
 	if len(gs) == 0 {
 		return
@@ -242,7 +242,7 @@ func (s *Store) Transfer(ctx context.Context, t fairqueue.TicketArgs, to string)
 	return nil
 }
 
-// head tells the Handler, if it takes local handoffs, which of its
+// head tells the Listener, if it takes local handoffs, which of its
 // tickets heads the queue (id, or "" for none), chosen under permits.
 func (s *Store) head(id string, permits int) {
 	s.mu.Lock()

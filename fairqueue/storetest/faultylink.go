@@ -36,7 +36,7 @@ const (
 )
 
 // faultyLink is a node's link to its store: a fairqueue.Store that
-// forwards every call to inner, and the fairqueue.Handler it registers,
+// forwards every call to inner, and the fairqueue.Listener it registers,
 // forwarding grants to the node. While lossy, each call meets the next
 // fault of its script (cycled) and each grant notification the next
 // entry of its lose list. Close always reaches inner: it frees the
@@ -186,10 +186,10 @@ func (l *faultyLink) Leave(ctx context.Context, node string, limits fairqueue.Li
 // Close implements fairqueue.Store.
 func (l *faultyLink) Close() error { return l.inner.Close() }
 
-// Granted implements fairqueue.Handler: a lossy link loses the
+// Granted implements fairqueue.Listener: a lossy link loses the
 // notifications its lose list says, a dead one all of them. Grants a
 // store returns in a call's reply pass here too (the Redis store hands
-// them to the Handler): losing one is found by reconcile as well.
+// them to the Listener): losing one is found by reconcile as well.
 func (l *faultyLink) Granted(grants ...fairqueue.Grant) {
 	keep := make([]fairqueue.Grant, 0, len(grants))
 	var lost []string
@@ -217,7 +217,7 @@ func (l *faultyLink) Granted(grants ...fairqueue.Grant) {
 	}
 }
 
-// Head implements fairqueue.HeadHandler: a lossy link loses it when it
+// Head implements fairqueue.HeadListener: a lossy link loses it when it
 // loses the next grant notification, a dead one always.
 func (l *faultyLink) Head(ticket string, permits int) {
 	l.mu.Lock()
@@ -233,7 +233,7 @@ func (l *faultyLink) Head(ticket string, permits int) {
 	}
 }
 
-// Resynced implements fairqueue.Handler.
+// Resynced implements fairqueue.Listener.
 func (l *faultyLink) Resynced() {
 	l.mu.Lock()
 	h, dead := l.h, l.state == linkDead

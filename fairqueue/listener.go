@@ -2,7 +2,7 @@ package fairqueue
 
 import "time"
 
-// Granted implements Handler: the store handed permits to tickets of this
+// Granted implements Listener: the store handed permits to tickets of this
 // node.
 func (q *Queue) Granted(grants ...Grant) {
 	for _, g := range grants {
@@ -21,7 +21,7 @@ func (q *Queue) Granted(grants ...Grant) {
 	}
 }
 
-// Resynced implements Handler: notifications may have been lost.
+// Resynced implements Listener: notifications may have been lost.
 // A new subscription follows a broken connection, perhaps a failover
 // that lost the last writes: the next heartbeat checks this node's
 // waiters are still queued.
