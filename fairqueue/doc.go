@@ -33,9 +33,16 @@
 // that dies stops renewing: its permits return when their leases end and
 // its waiters are dropped from the queue once its liveness (also Lease)
 // ends. A store that lost its data (Redis restarted empty) is detected by
-// its epoch: heartbeats then re-register live holders and re-queue
+// its epoch: heartbeats then re-register live holders and reinstate
 // waiters; until every node's heartbeat has run (at most Lease/3), more
 // than Permits may run at once.
+//
+// A node's life in the cluster is its session (after etcd's
+// concurrency.Session): it joins the queue at the first Acquire, runs the
+// node's one background goroutine (heartbeats and reconciles, acting on
+// events the rest of the Queue notes: a failed call, a new subscription,
+// a changed data set or lease, a failed transfer) and leaves at Drain or
+// Close. The Queue keeps the tickets and their waits.
 //
 // When the store cannot be reached, Acquire never blocks past the max
 // wait: store calls are bounded, and after Config.DownAfter consecutive

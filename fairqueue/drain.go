@@ -3,8 +3,6 @@ package fairqueue
 import (
 	"context"
 	"time"
-
-	"go.uber.org/zap"
 )
 
 // Drain stops admitting, answers every waiting Acquire of this node with
@@ -75,13 +73,7 @@ func (q *Queue) leave() error {
 	if !q.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	q.openMu.Lock()
-	opened := q.opened
-	q.openMu.Unlock()
-	if opened {
-		close(q.stopCh)
-		<-q.loopDone
-	}
+	joined := q.s.end()
 	// Background calls (each bounded by the store timeout) end before the
 	// leave: a cancel that ran after the last node's leave deleted the
 	// queue's keys would create some again. closed is set: no background
@@ -90,12 +82,8 @@ func (q *Queue) leave() error {
 	q.bgMu.Unlock()
 	q.bg.Wait()
 	var err error
-	if opened {
-		cfg := q.cfg.Load()
-		ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
-		err = q.store.Leave(ctx, q.node, cfg.limits())
-		cancel()
-		q.log.Info("node left queue", zap.Error(err))
+	if joined {
+		err = q.s.leave()
 	}
 	q.localMu.Lock()
 	if q.local != nil {
@@ -127,7 +115,7 @@ type Stats struct {
 func (q *Queue) Stats() Stats {
 	w, h := q.census()
 	st := Stats{Waiting: w, InFlight: h, StoreUp: q.health.up(), Grants: q.grants.Load()}
-	if c := q.cluster.Load(); c != nil {
+	if c := q.s.cluster.Load(); c != nil {
 		st.Cluster = *c
 	}
 	return st

@@ -46,12 +46,13 @@ type RejectError struct {
 	// (1 = next in line); 0 when it never entered the queue.
 	Position int
 	// RetryAfter estimates when a new attempt could be granted, from the
-	// queue's observed drain rate; always at least one second.
+	// queue's observed grant rate; always at least one second.
 	RetryAfter time.Duration
 	// Err is the underlying cause (a store error), if any.
 	Err error
 }
 
+// Error describes the rejection: its reason, wait and position.
 func (e *RejectError) Error() string {
 	msg := fmt.Sprintf("fair queue: %s after %s (position %d)", e.Reason, e.Waited.Round(time.Millisecond), e.Position)
 	if e.Err != nil {

@@ -52,7 +52,7 @@ func (q *Queue) localQueue(cfg *Config) *Queue {
 	permits := cfg.LocalPermits
 	if permits <= 0 {
 		nodes := 1
-		if c := q.cluster.Load(); c != nil && c.Nodes > 0 {
+		if c := q.s.cluster.Load(); c != nil && c.Nodes > 0 {
 			nodes = c.Nodes
 		}
 		permits = max(cfg.Permits/nodes, 1)

@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// rateWindow is how far back drainRate counts grants.
+// rateWindow is how far back grantRate counts grants.
 const rateWindow = time.Minute
 
-// minRateGrants is how many grants the window needs before drainRate
+// minRateGrants is how many grants the window needs before grantRate
 // gives an estimate: one grant tells nothing of the next.
 const minRateGrants = 2
 
@@ -19,20 +19,20 @@ type rateSample struct {
 	at     time.Time
 }
 
-// drainRate estimates how fast the queue grants permits, cluster-wide,
+// grantRate estimates how fast the queue grants permits, cluster-wide,
 // from the store's grant counter read at each reconcile: the grants of
 // the last rateWindow over the time they took. Long requests free their
 // permits in bursts (an 8-second answer frees one permit once in eight
 // seconds), so an average of the rates between two reconciles sinks
 // toward zero between bursts and an ETA from it grows without bound;
 // grants counted over a window of many of them do not.
-type drainRate struct {
+type grantRate struct {
 	mu      sync.Mutex
 	samples []rateSample // oldest first, at least a second apart
 	latest  rateSample
 }
 
-func (d *drainRate) sample(grants int64, at time.Time) {
+func (d *grantRate) sample(grants int64, at time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.samples) > 0 && grants < d.latest.grants {
@@ -53,7 +53,7 @@ func (d *drainRate) sample(grants int64, at time.Time) {
 }
 
 // perSecond is the grants per second over the window; 0 while unknown.
-func (d *drainRate) perSecond() float64 {
+func (d *grantRate) perSecond() float64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.samples) == 0 {
@@ -71,7 +71,7 @@ func (d *drainRate) perSecond() float64 {
 // retryAfter is the time for position grants at the observed rate,
 // bounded to [1s, maxWait] (maxWait when the rate is unknown). Position 0
 // (never queued) counts as 1.
-func (d *drainRate) retryAfter(position int, maxWait time.Duration) time.Duration {
+func (d *grantRate) retryAfter(position int, maxWait time.Duration) time.Duration {
 	rate := d.perSecond()
 	hi := max(maxWait, time.Second)
 	if rate <= 0 {
@@ -83,7 +83,7 @@ func (d *drainRate) retryAfter(position int, maxWait time.Duration) time.Duratio
 
 // eta is the time for position grants at the observed rate, rounded to
 // the second; 0 when the rate is unknown.
-func (d *drainRate) eta(position int) time.Duration {
+func (d *grantRate) eta(position int) time.Duration {
 	rate := d.perSecond()
 	if rate <= 0 {
 		return 0

@@ -12,7 +12,7 @@ import (
 // 8 s, read every 500 ms. The ETA of the next waiter stays near 8 s all
 // along, and a timeout's Retry-After says when the next permit frees.
 func TestDrainRateOfLongAnswersStaysNearTheirRate(t *testing.T) {
-	var d drainRate
+	var d grantRate
 	start := time.Unix(1_000_000, 0)
 	grants := int64(0)
 	for tick := range 600 { // five minutes
@@ -34,7 +34,7 @@ func TestDrainRateOfLongAnswersStaysNearTheirRate(t *testing.T) {
 }
 
 func TestDrainRateIsUnknownUntilTwoGrants(t *testing.T) {
-	var d drainRate
+	var d grantRate
 	start := time.Unix(1_000_000, 0)
 	d.sample(5, start)
 	d.sample(6, start.Add(3*time.Second))
@@ -45,7 +45,7 @@ func TestDrainRateIsUnknownUntilTwoGrants(t *testing.T) {
 }
 
 func TestDrainRateStartsOverWhenTheStoreCounterDoes(t *testing.T) {
-	var d drainRate
+	var d grantRate
 	start := time.Unix(1_000_000, 0)
 	for i := range 10 {
 		d.sample(int64(100+10*i), start.Add(time.Duration(i)*time.Second))

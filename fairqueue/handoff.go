@@ -1,9 +1,6 @@
 package fairqueue
 
-import (
-	"context"
-	"time"
-)
+import "context"
 
 // The local handoff. With a store shared by many nodes, handing a
 // permit on costs a store round trip before the next request can start
@@ -22,7 +19,7 @@ import (
 // permits held than the permits (a lowered setting), and any doubt that
 // the store still holds the node alive with its waiters (not confirmed
 // by a heartbeat for half a lease, a new subscription, a changed data
-// set, waiters found missing: a waiter queued again is at the tail, and
+// set, waiters found missing: a waiter reinstated is at the tail, and
 // never handed on to locally).
 
 // headTicket is the node's waiter that heads the queue, and the permits
@@ -32,39 +29,18 @@ type headTicket struct {
 	permits int
 }
 
-// Head implements HeadHandler: the store says which of this node's
+// Head implements HeadListener: the store says which of this node's
 // tickets heads the queue ("" none), chosen under permits.
 func (q *Queue) Head(id string, permits int) {
 	var t *ticket
 	if id != "" {
-		q.mu.Lock()
-		t = q.tickets[id]
-		q.mu.Unlock()
+		t = q.lookup(id)
 	}
 	if t == nil || t.state.Load() != statePending {
-		q.head.Store(nil)
+		q.s.head.Store(nil)
 		return
 	}
-	q.head.Store(&headTicket{t: t, permits: permits})
-}
-
-// doubt stops local handoffs until a heartbeat confirms the node and
-// its waiters again: the store may have lost them (a new subscription,
-// a changed or lost data set), and the head it named may be stale.
-func (q *Queue) doubt() {
-	q.aliveUntil.Store(0)
-	q.head.Store(nil)
-}
-
-// confirmAlive records a heartbeat sent at sent: if ok (it found the
-// node alive with its waiters), local handoffs may go on for half the
-// lease it carried; otherwise they stop until one does.
-func (q *Queue) confirmAlive(ok bool, sent time.Time, lease time.Duration) {
-	if !ok {
-		q.doubt()
-		return
-	}
-	q.aliveUntil.Store(sent.Add(lease / 2).UnixNano())
+	q.s.head.Store(&headTicket{t: t, permits: permits})
 }
 
 // handOn hands the permit released by args straight to the node's
@@ -74,7 +50,7 @@ func (q *Queue) confirmAlive(ok bool, sent time.Time, lease time.Duration) {
 func (q *Queue) handOn(args TicketArgs) bool {
 	tr, ok := q.store.(Transferrer)
 	cfg := q.cfg.Load()
-	if !ok || cfg.Fair || len(cfg.Upstreams) > 0 || !q.health.up() || time.Now().UnixNano() >= q.aliveUntil.Load() {
+	if !ok || cfg.Fair || len(cfg.Upstreams) > 0 || !q.health.up() || !q.s.alive() {
 		return false
 	}
 	// A background call: Close waits for it before the node leaves.
@@ -86,7 +62,7 @@ func (q *Queue) handOn(args TicketArgs) bool {
 	q.bg.Add(1)
 	q.bgMu.Unlock()
 	defer q.bg.Done()
-	h := q.head.Swap(nil)
+	h := q.s.head.Swap(nil)
 	if h == nil || h.permits > cfg.limits().Permits {
 		// No own waiter heads the queue, or the store chose it under more
 		// permits than the settings now allow (a reply that crossed a
@@ -95,7 +71,7 @@ func (q *Queue) handOn(args TicketArgs) bool {
 		return false
 	}
 	t := h.t
-	if t.requeued.Load() || q.isDraining() || !t.state.CompareAndSwap(statePending, stateGranted) {
+	if t.reinstated.Load() || q.isDraining() || !t.state.CompareAndSwap(statePending, stateGranted) {
 		return false // it left meanwhile
 	}
 	t.moving.Store(true)
@@ -116,9 +92,7 @@ func (q *Queue) handOn(args TicketArgs) bool {
 		// is counted again by the next heartbeat if the store does not
 		// have it. The transfer may still run late, after the waiter
 		// ended: reconcile for a while finds such a ghost holder.
-		q.verify.Store(true)
-		q.sweep.Store(true)
-		q.kickLoop()
+		q.s.note(evVerify|evSweep, true)
 		q.releaseAsync(args.ID)
 	}
 	return true

@@ -33,14 +33,17 @@ const pendingPerCall = 1000
 
 // heartbeat renews this node's liveness and leases, registers fail-open
 // permits, and, when the store may have lost this node's waiters (see
-// Queue.verify), names them and queues again those it lost. It reports
-// whether the store answered.
-func (q *Queue) heartbeat(cfg *Config) (ok bool) {
+// evVerify), names them and reinstates those it lost. It reports
+// whether the store answered. Loop only.
+func (s *session) heartbeat(cfg *Config) (ok bool) {
+	q := s.q
 	pending, held, adopt := q.snapshot()
-	verify := q.verify.Swap(false)
-	q.beats++
+	s.take()
+	verify := s.verify
+	s.verify = false
+	s.beats++
 	args := HeartbeatArgs{Node: q.node, Limits: cfg.limits(), Held: ids(held), Adopt: ids(adopt),
-		Upstreams: upstreamsOf(held, adopt), Epoch: q.epoch, Beat: q.beats}
+		Upstreams: upstreamsOf(held, adopt), Epoch: s.epoch, Beat: s.beats}
 	var more []string // pending tickets for further calls of this heartbeat
 	if verify {
 		all := ids(pending)
@@ -48,8 +51,8 @@ func (q *Queue) heartbeat(cfg *Config) (ok bool) {
 		args.Pending, more = all[:n], all[n:]
 	}
 	if args.Epoch == "" {
-		if s := q.seen.Load(); s != nil {
-			args.Epoch = *s
+		if e := s.seen.Load(); e != nil {
+			args.Epoch = *e
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
@@ -74,26 +77,26 @@ func (q *Queue) heartbeat(cfg *Config) (ok bool) {
 	q.releaseEnded(held)
 	q.releaseEnded(adopt)
 	if err != nil {
-		q.verify.Store(true)
+		s.verify = true
 		return false
 	}
-	q.readded(res.Readded, res.Epoch == q.epoch)
-	q.cluster.Store(&res.Cluster)
-	if q.epoch != "" && res.Epoch != q.epoch {
+	s.readded(res.Readded, res.Epoch == s.epoch)
+	s.cluster.Store(&res.Cluster)
+	if s.epoch != "" && res.Epoch != s.epoch {
 		q.log.Warn("store lost its data; re-registered this node's permits", zap.Int("held", len(held)))
 	}
-	q.epoch = res.Epoch
-	q.seen.Store(&res.Epoch)
+	s.epoch = res.Epoch
+	s.seen.Store(&res.Epoch)
 	if res.Rejoined {
 		// Heartbeat again right away: that one counts the permits this
 		// node still holds (a forgotten node re-adds nothing: this call
 		// might have been one delayed past the node's leave) and names
 		// its waiters, unless this one did.
 		if !verify {
-			q.verify.Store(true)
+			s.verify = true
 		}
-		q.resync.Store(true)
-		q.kickLoop()
+		s.resync = true
+		s.wake()
 	}
 	for len(more) > 0 && err == nil {
 		// The same heartbeat (same number), the rest of its waiters: one
@@ -108,15 +111,16 @@ func (q *Queue) heartbeat(cfg *Config) (ok bool) {
 		more = more[n:]
 	}
 	if err != nil {
-		q.verify.Store(true) // the waiters not yet named are named next time
+		s.verify = true // the waiters not yet named are named next time
 	}
 	if len(res.Missing) > 0 {
 		q.log.Warn("store had lost waiters of this node; queueing them again", zap.Int("waiting", len(res.Missing)))
-		q.requeue(cfg, res.Missing)
+		s.reinstate(cfg, res.Missing)
 	}
 	// Alive in the store, and its waiters there: not rejoined, none
 	// missing, no doubt left (a failed call, a new subscription).
-	q.confirmAlive(!res.Rejoined && err == nil && len(res.Missing) == 0 && !q.verify.Load(), sent, cfg.Lease)
+	s.take()
+	s.confirmAlive(!res.Rejoined && err == nil && len(res.Missing) == 0 && !s.verify, sent, cfg.Lease)
 	return true
 }
 
@@ -124,41 +128,36 @@ func (q *Queue) heartbeat(cfg *Config) (ok bool) {
 // that ended (were released) since the snapshot.
 func (q *Queue) releaseEnded(ts []*ticket) {
 	for _, t := range ts {
-		q.mu.Lock()
-		cur := q.tickets[t.id]
-		q.mu.Unlock()
+		cur := q.lookup(t.id)
 		if cur != t {
 			q.releaseAsync(t.id)
 		}
 	}
 }
 
-// requeue queues again waiters the store lost, with their cost. Queue
-// caps do not apply: each was admitted once. A waiter that ended while
-// its acquire was on its way is cancelled again, since its own cancel
-// may have reached the store first.
-func (q *Queue) requeue(cfg *Config, lost []string) {
+// reinstate queues again, at the tail, waiters the store lost, with
+// their cost. Queue caps do not apply: each was admitted once. A waiter
+// that ended while its acquire was on its way is cancelled again, since
+// its own cancel may have reached the store first.
+func (s *session) reinstate(cfg *Config, lost []string) {
+	q := s.q
 	l := cfg.limits()
 	l.MaxQueue, l.MaxQueuePerTenant = 0, 0
 	for _, id := range lost {
-		q.mu.Lock()
-		t := q.tickets[id]
-		q.mu.Unlock()
+		t := q.lookup(id)
 		if t == nil || t.state.Load() != statePending {
 			continue
 		}
-		t.requeued.Store(true) // at the tail now: no local handoff to it
+		t.reinstated.Store(true) // at the tail now: no local handoff to it
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 		r, err := q.store.Acquire(ctx, TicketArgs{ID: id, Node: q.node, Limits: l, Cost: t.cost})
 		cancel()
 		q.health.record(q.log, err)
 		if err != nil {
-			q.verify.Store(true) // the next heartbeat names them again
+			s.verify = true // the next heartbeat names them again
 			return
 		}
-		q.mu.Lock()
-		cur := q.tickets[id]
-		q.mu.Unlock()
+		cur := q.lookup(id)
 		switch {
 		case cur != t:
 			q.background(func() { q.cancelInStore(t, false) })
@@ -171,18 +170,25 @@ func (q *Queue) requeue(cfg *Config, lost []string) {
 // readded logs the held tickets a heartbeat counted again that the node
 // still holds: they had lost their holder entry (logged when the data set
 // is the same: a new one is logged as such).
-func (q *Queue) readded(ids []string, sameEpoch bool) {
+func (s *session) readded(ids []string, sameEpoch bool) {
+	q := s.q
 	lost := 0
 	for _, id := range ids {
-		q.mu.Lock()
-		t := q.tickets[id]
-		q.mu.Unlock()
+		t := q.lookup(id)
 		if t != nil && !t.moving.Load() { // a local handoff's transfer on its way is no loss
 			lost++
 		}
 	}
-	if lost > 0 && sameEpoch && q.epoch != "" {
+	if lost > 0 && sameEpoch && s.epoch != "" {
 		q.log.Warn("store had dropped permits this node holds (a failover, or a partition longer than the lease); counted them again",
 			zap.Int("permits", lost))
 	}
+}
+
+func ids(ts []*ticket) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.id
+	}
+	return out
 }

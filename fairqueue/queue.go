@@ -20,46 +20,21 @@ type Queue struct {
 	log   *zap.Logger
 	cfg   atomic.Pointer[Config]
 
-	openMu       sync.Mutex
-	opened       bool
-	openFailedAt time.Time
-	openErr      error
+	s *session // the node's life in the cluster: join, loop, leave
 
 	mu       sync.Mutex
 	tickets  map[string]*ticket // pending and granted, until cleaned up
 	counter  uint64
 	draining bool
-	drainCh  chan struct{} // closed by Drain: every waiter is rejected
-	stopCh   chan struct{} // closed when the background loop must stop
-	loopDone chan struct{}
-	kick     chan struct{}
+	drainCh  chan struct{}  // closed by Drain: every waiter is rejected
 	bg       sync.WaitGroup // background store calls (stray grants, lost acquires)
 	bgMu     sync.Mutex     // orders bg.Add before the bg.Wait of leave
 	closed   atomic.Bool
 
 	health health
-	drain  drainRate
+	rate   grantRate
 	grants atomic.Int64  // highest grant counter seen
 	rr     atomic.Uint64 // round robin of fail-open permits over the upstreams
-	epoch  string        // data-set ID confirmed by the last heartbeat; loop only
-	seen   atomic.Pointer[string]
-	resync atomic.Bool // the data-set ID or the lease changed: heartbeat at once
-	// verify: the store may have lost this node's waiters (a failed call,
-	// a new subscription, a rejoin): the next heartbeat names them.
-	verify atomic.Bool
-	beats  uint64 // heartbeats sent; loop only
-
-	cluster atomic.Pointer[ClusterView] // from the last heartbeat
-
-	// head is the node's waiter the store last said heads the queue
-	// (Head); aliveUntil until when the store surely holds the node alive
-	// with its waiters (unix ns: half a lease after the last heartbeat
-	// that confirmed both; 0 once anything casts doubt); sweep: a
-	// transfer failed, reconcile for a while (it may run late and leave
-	// a ghost holder). See handOn.
-	head       atomic.Pointer[headTicket]
-	aliveUntil atomic.Int64
-	sweep      atomic.Bool
 
 	localMu sync.Mutex
 	local   *Queue // fallback queue while the store is down (LocalFallback)
@@ -73,17 +48,15 @@ func New(store Store, cfg Config) (*Queue, error) {
 	}
 	cfg = cfg.withDefaults()
 	q := &Queue{
-		store:    store,
-		node:     newNodeID(),
-		tickets:  make(map[string]*ticket),
-		drainCh:  make(chan struct{}),
-		stopCh:   make(chan struct{}),
-		loopDone: make(chan struct{}),
-		kick:     make(chan struct{}, 1),
+		store:   store,
+		node:    newNodeID(),
+		tickets: make(map[string]*ticket),
+		drainCh: make(chan struct{}),
 	}
+	q.s = newSession(q)
 	q.log = cfg.Logger.With(zap.String("queue", cfg.Name), zap.String("node", q.node))
 	q.health.onFail = func(err error) {
-		q.verify.Store(true) // the call may have run, or Redis may be failing over
+		q.s.note(evVerify, false) // the call may have run, or Redis may be failing over
 		if o := q.cfg.Load().Observer; o != nil {
 			o.StoreError(err)
 		}
@@ -108,13 +81,12 @@ func (q *Queue) Reconfigure(cfg Config) error {
 	cfg = cfg.withDefaults()
 	old := q.cfg.Swap(&cfg)
 	q.health.downAfter.Store(int32(cfg.DownAfter))
-	q.head.Store(nil) // read under the old settings (permits, pool, fair)
+	q.s.head.Store(nil) // read under the old settings (permits, pool, fair)
 	if old.Lease != cfg.Lease {
 		// Held permits carry the old lease's expiry and the store grants
 		// this node's waiters with the lease it last heard: renew both
 		// now, not at the new interval.
-		q.resync.Store(true)
-		q.kickLoop()
+		q.s.note(evResync, true)
 	}
 	return nil
 }
@@ -135,7 +107,7 @@ func (q *Queue) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	if q.isDraining() {
 		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
 	}
-	if err := q.start(ctx); err != nil {
+	if err := q.s.join(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -174,6 +146,14 @@ func (q *Queue) Acquire(ctx context.Context, req Request) (*Permit, error) {
 		return q.unavailable(ctx, req, start, deadline, err)
 	}
 	q.health.ok(q.log)
+	return q.enqueue(ctx, t, res, req, start, deadline)
+}
+
+// enqueue is the one path of a ticket the store answered, from Acquire
+// and from Permit.Requeue: the ticket is refused (a queue cap), was
+// cancelled before the call ran, is granted at once or joins the queue;
+// then it waits for its grant until deadline.
+func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, req Request, start, deadline time.Time) (*Permit, error) {
 	q.observe(res.Grants, res.Epoch)
 	if res.Full {
 		t.state.CompareAndSwap(statePending, stateRejected)
@@ -185,7 +165,9 @@ func (q *Queue) Acquire(ctx context.Context, req Request) (*Permit, error) {
 		q.cleanup(t, false)
 		return nil, errors.New("fair queue: ticket cancelled before it was queued")
 	}
-	t.seq = res.Seq
+	if t.seq == 0 { // a requeued ticket keeps its place's order
+		t.seq = res.Seq
+	}
 	t.position, t.grants0 = res.Position, res.Grants
 	if res.Granted {
 		q.grant(t, res.GrantNo, res.Upstream)
@@ -317,7 +299,7 @@ func (q *Queue) reject(r Reason, start time.Time, pos int, cause error) error {
 		cfg.Observer.Rejected(r, waited)
 	}
 	return &RejectError{Reason: r, Waited: waited, Position: pos,
-		RetryAfter: q.drain.retryAfter(pos, cfg.MaxWait), Err: cause}
+		RetryAfter: q.rate.retryAfter(pos, cfg.MaxWait), Err: cause}
 }
 
 // giveBack releases the permit of a granted ticket whose caller has gone.
@@ -369,6 +351,27 @@ func (q *Queue) cancelInStore(t *ticket, tombstone bool) {
 	if !tombstone { // after a failed acquire, one failure is counted already
 		q.health.record(q.log, err)
 	}
+}
+
+// lookup returns the node's ticket id, nil if it has none.
+func (q *Queue) lookup(id string) *ticket {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.tickets[id]
+}
+
+// census counts this node's pending and granted tickets.
+func (q *Queue) census() (waiting, held int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, t := range q.tickets {
+		if t.state.Load() == statePending {
+			waiting++
+		} else {
+			held++
+		}
+	}
+	return waiting, held
 }
 
 func (q *Queue) forget(t *ticket) {

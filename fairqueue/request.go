@@ -89,9 +89,9 @@ type Waiting struct {
 // queue's grants since the ticket was queued (read at each reconcile).
 func (w Waiting) Position() int { return w.q.position(w.t) }
 
-// ETA estimates the wait left from the observed drain rate; 0 when the
+// ETA estimates the wait left from the observed grant rate; 0 when the
 // rate is not known yet.
-func (w Waiting) ETA() time.Duration { return w.q.drain.eta(w.Position()) }
+func (w Waiting) ETA() time.Duration { return w.q.rate.eta(w.Position()) }
 
 // position estimates the tickets ahead of t from the grants made since
 // it was queued.

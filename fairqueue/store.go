@@ -13,12 +13,12 @@ import (
 // (a client retry after a lost answer) and must leave the same state.
 // Methods that change holders also dispatch: while permits are free they
 // grant the head of the queue and notify its owner node through the
-// Handler that node registered with Open.
+// Listener that node registered with Open.
 type Store interface {
-	// Open registers node's Handler. When Open returns nil, every grant
+	// Open registers node's Listener. When Open returns nil, every grant
 	// made for one of node's tickets afterwards reaches h.Granted (or is
 	// found by a later Reconcile).
-	Open(ctx context.Context, node string, h Handler) error
+	Open(ctx context.Context, node string, h Listener) error
 	// Acquire grants t at once when a permit is free and nobody waits
 	// (the fast path), or puts it in the queue.
 	Acquire(ctx context.Context, t TicketArgs) (AcquireResult, error)
@@ -45,12 +45,12 @@ type Store interface {
 	// Leave removes node: its permits are released, its liveness entry
 	// deleted, and dispatch runs.
 	Leave(ctx context.Context, node string, limits Limits) error
-	// Close stops delivering grants to the Handler and frees resources.
+	// Close stops delivering grants to the Listener and frees resources.
 	Close() error
 }
 
-// Handler receives a node's notifications from the Store.
-type Handler interface {
+// Listener receives a node's notifications from the Store.
+type Listener interface {
 	// Granted is called with the IDs of tickets of this node that were
 	// granted a permit by another call (a release, a cancel, a
 	// reconcile). It must not block.
@@ -61,7 +61,7 @@ type Handler interface {
 }
 
 // Transferrer is a Store that takes local handoffs: a node whose own
-// waiter heads the queue, as the store told it (HeadHandler), starts that
+// waiter heads the queue, as the store told it (HeadListener), starts that
 // waiter on the permit of a request that just ended, before any store
 // call, and then records the move with Transfer. The move keeps the
 // permits counted in the store at least those in use: the holder's entry
@@ -75,13 +75,13 @@ type Transferrer interface {
 	Transfer(ctx context.Context, t TicketArgs, to string) error
 }
 
-// HeadHandler is a Handler that a Transferrer tells, after its releases
+// HeadListener is a Listener that a Transferrer tells, after its releases
 // and transfers, which of the node's tickets heads the queue: head
 // ("" if none of the node's does) is the next to be served, in every
 // node's order, until it is granted or cancelled. permits is the
 // Limits.Permits of the call whose reply named it: the head was chosen
 // under that setting.
-type HeadHandler interface {
+type HeadListener interface {
 	Head(ticket string, permits int)
 }
 
@@ -212,7 +212,7 @@ type HeartbeatResult struct {
 	// them: the node releases it again.
 	Readded []string
 	// Missing lists the Pending tickets the store has neither queued nor
-	// granted: the node queues them again.
+	// granted: the node reinstates them (queues them again).
 	Missing []string
 }
 

@@ -36,8 +36,8 @@ const (
 // errClosed ends an attempt that Close overtook.
 var errClosed = errors.New("subscription closed")
 
-// Handler receives a subscription's events. Both must return quickly.
-type Handler struct {
+// Listener receives a subscription's events. Both must return quickly.
+type Listener struct {
 	// Message is called with the payload of each message, in order.
 	Message func(payload string)
 	// Subscribed is called after every subscription confirmation but
@@ -52,7 +52,7 @@ type Subscription struct {
 	rdb     redis.UniversalClient
 	channel string
 	sharded bool
-	h       Handler
+	h       Listener
 
 	ctx    context.Context // cancelled by Close: ends a resubscription
 	cancel context.CancelFunc
@@ -70,7 +70,7 @@ type Subscription struct {
 // retries until ctx ends. It keeps the subscription alive in the
 // background until Close: go-redis reconnects, and the Subscription
 // subscribes again when the server unsubscribes it.
-func Subscribe(ctx context.Context, rdb redis.UniversalClient, channel string, sharded bool, h Handler) (*Subscription, error) {
+func Subscribe(ctx context.Context, rdb redis.UniversalClient, channel string, sharded bool, h Listener) (*Subscription, error) {
 	s := &Subscription{rdb: rdb, channel: channel, sharded: sharded, h: h, done: make(chan struct{})}
 	ps, ch, err := s.subscribe(ctx)
 	if err != nil {
@@ -101,7 +101,7 @@ func (s *Subscription) run(ps *redis.PubSub, ch <-chan any) {
 	}
 }
 
-// deliver hands ch's messages to the Handler until the server
+// deliver hands ch's messages to the Listener until the server
 // unsubscribes the channel (true) or ch is closed (false).
 func (s *Subscription) deliver(ch <-chan any) (unsubscribed bool) {
 	for m := range ch {

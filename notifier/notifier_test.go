@@ -13,7 +13,7 @@ import (
 	"github.com/fair-queue/caddy-fair-queue/notifier"
 )
 
-// events records what a Subscription reported to its Handler.
+// events records what a Subscription reported to its Listener.
 type events struct {
 	messages   chan string
 	subscribed chan struct{}
@@ -23,8 +23,8 @@ func newEvents() *events {
 	return &events{messages: make(chan string, 64), subscribed: make(chan struct{}, 64)}
 }
 
-func (e *events) handler() notifier.Handler {
-	return notifier.Handler{
+func (e *events) listener() notifier.Listener {
+	return notifier.Listener{
 		Message:    func(p string) { e.messages <- p },
 		Subscribed: func() { e.subscribed <- struct{}{} },
 	}
@@ -51,7 +51,7 @@ func TestShardChannelFollowsItsSlotToAnotherMaster(t *testing.T) {
 	const channel = "{fq:test}:node:a"
 	ctx := context.Background()
 	ev := newEvents()
-	sub, err := notifier.Subscribe(ctx, cluster.ClusterClient(t), channel, true, ev.handler())
+	sub, err := notifier.Subscribe(ctx, cluster.ClusterClient(t), channel, true, ev.listener())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	pub := cluster.ClusterClient(t)
@@ -90,7 +90,7 @@ func TestCloseEndsResubscriptionToUnreachableOwner(t *testing.T) {
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
 	})
 	ev := newEvents()
-	sub, err := notifier.Subscribe(context.Background(), rdb, channel, true, ev.handler())
+	sub, err := notifier.Subscribe(context.Background(), rdb, channel, true, ev.listener())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 
@@ -115,7 +115,7 @@ func TestCloseDoesNotSubscribeAgain(t *testing.T) {
 	rdb := srv.Client(t)
 	ctx := context.Background()
 	ev := newEvents()
-	sub, err := notifier.Subscribe(ctx, rdb, "node:a", false, ev.handler())
+	sub, err := notifier.Subscribe(ctx, rdb, "node:a", false, ev.listener())
 	require.NoError(t, err)
 	start := time.Now()
 	require.NoError(t, sub.Close())

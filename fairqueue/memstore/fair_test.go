@@ -18,7 +18,7 @@ import (
 
 var bg = context.Background()
 
-// recorder is a node's Handler: it keeps the grants it was told of.
+// recorder is a node's Listener: it keeps the grants it was told of.
 type recorder struct{ got []string }
 
 func (r *recorder) Granted(gs ...fairqueue.Grant) {

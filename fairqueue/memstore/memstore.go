@@ -19,19 +19,19 @@ import (
 // Store, as several processes share one Redis queue. The zero value is
 // not usable; call New.
 type Store struct {
-	mu       sync.Mutex
-	now      func() time.Time
-	seq      int64
-	grants   int64
-	epoch    string
-	waiting  waitHeap             // FIFO tickets waiting (fair ones wait in their flow)
-	index    map[string]*waiter   // every waiting ticket by ID
-	holders  map[string]time.Time // ticket -> lease expiry
-	nodes    map[string]time.Time // node -> liveness expiry
-	members  map[string]member    // node -> its lease and join mark
-	handlers map[string]fairqueue.Handler
-	gone     map[string]time.Time // tombstones -> expiry
-	expired  int64                // permits freed by an ended lease
+	mu        sync.Mutex
+	now       func() time.Time
+	seq       int64
+	grants    int64
+	epoch     string
+	waiting   waitHeap             // FIFO tickets waiting (fair ones wait in their flow)
+	index     map[string]*waiter   // every waiting ticket by ID
+	holders   map[string]time.Time // ticket -> lease expiry
+	nodes     map[string]time.Time // node -> liveness expiry
+	members   map[string]member    // node -> its lease and join mark
+	listeners map[string]fairqueue.Listener
+	gone      map[string]time.Time // tombstones -> expiry
+	expired   int64                // permits freed by an ended lease
 	fairState
 	poolState
 }
@@ -39,14 +39,14 @@ type Store struct {
 // New returns an empty Store.
 func New() *Store {
 	return &Store{
-		now:      time.Now,
-		epoch:    "local",
-		index:    make(map[string]*waiter),
-		holders:  make(map[string]time.Time),
-		nodes:    make(map[string]time.Time),
-		members:  make(map[string]member),
-		handlers: make(map[string]fairqueue.Handler),
-		gone:     make(map[string]time.Time),
+		now:       time.Now,
+		epoch:     "local",
+		index:     make(map[string]*waiter),
+		holders:   make(map[string]time.Time),
+		nodes:     make(map[string]time.Time),
+		members:   make(map[string]member),
+		listeners: make(map[string]fairqueue.Listener),
+		gone:      make(map[string]time.Time),
 
 		fairState: newFairState(),
 		poolState: newPoolState(),
@@ -94,7 +94,7 @@ func (h *waitHeap) Pop() any {
 }
 
 // pending collects grants made under the lock, delivered after it.
-type pending map[fairqueue.Handler][]fairqueue.Grant
+type pending map[fairqueue.Listener][]fairqueue.Grant
 
 func (p pending) deliver() {
 	for h, gs := range p {
@@ -151,17 +151,17 @@ func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) 
 			up = on // adopted while it waited: it runs there
 		}
 		s.granted(w.id, up, s.grants)
-		if h := s.handlers[node]; h != nil {
+		if h := s.listeners[node]; h != nil {
 			out[h] = append(out[h], fairqueue.Grant{Ticket: w.id, No: s.grants, At: now, Upstream: up})
 		}
 	}
 }
 
 // Open implements fairqueue.Store.
-func (s *Store) Open(_ context.Context, node string, h fairqueue.Handler) error {
+func (s *Store) Open(_ context.Context, node string, h fairqueue.Listener) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.handlers[node] = h
+	s.listeners[node] = h
 	return nil
 }
 
@@ -374,7 +374,7 @@ func (s *Store) Leave(_ context.Context, node string, l fairqueue.Limits) error 
 	}
 	delete(s.nodes, node)
 	delete(s.members, node)
-	delete(s.handlers, node)
+	delete(s.listeners, node)
 	now := s.now()
 	s.reapAndDispatch(l, now, out)
 	s.pruneIdle()

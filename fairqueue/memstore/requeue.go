@@ -23,7 +23,7 @@ func (s *Store) release(id string, correction float64, cool string, coolFor time
 // Old's permit is given back, so that a flow whose only ticket is the
 // requeued one stays active and keeps its counter (less the correction)
 // instead of starting again as a newcomer. A grant the dispatch makes to
-// the new ticket reaches its node's Handler, as every dispatched grant.
+// the new ticket reaches its node's Listener, as every dispatched grant.
 func (s *Store) Requeue(_ context.Context, t fairqueue.RequeueArgs) (fairqueue.AcquireResult, error) {
 	out := pending{}
 	defer out.deliver()

@@ -184,7 +184,7 @@ func openStore(t *testing.T, name string) (*redis.Client, *redisstore.Store) {
 	t.Helper()
 	rdb := redistest.Start(t).Client(t)
 	s := redisstore.New(rdb, name, redisstore.Options{})
-	require.NoError(t, s.Open(context.Background(), "n1", nopHandler{}))
+	require.NoError(t, s.Open(context.Background(), "n1", nopListener{}))
 	t.Cleanup(func() { _ = s.Close() })
 	return rdb, s
 }

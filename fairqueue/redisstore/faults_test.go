@@ -75,20 +75,20 @@ type dropGrants struct {
 	n atomic.Int32
 }
 
-type dropHandler struct {
-	fairqueue.Handler
+type dropListener struct {
+	fairqueue.Listener
 	d *dropGrants
 }
 
-func (h dropHandler) Granted(gs ...fairqueue.Grant) {
+func (h dropListener) Granted(gs ...fairqueue.Grant) {
 	if h.d.n.Add(-1) >= 0 {
 		return
 	}
-	h.Handler.Granted(gs...)
+	h.Listener.Granted(gs...)
 }
 
-func (d *dropGrants) Open(ctx context.Context, node string, h fairqueue.Handler) error {
-	return d.Store.Open(ctx, node, dropHandler{h, d})
+func (d *dropGrants) Open(ctx context.Context, node string, h fairqueue.Listener) error {
+	return d.Store.Open(ctx, node, dropListener{h, d})
 }
 
 func TestLostGrantMessageIsFoundByReconcile(t *testing.T) {
@@ -240,10 +240,10 @@ func TestScriptsAreIdempotentByTicket(t *testing.T) {
 	assert.Empty(t, keys, "the last node's leave deletes everything")
 }
 
-type nopHandler struct{}
+type nopListener struct{}
 
-func (nopHandler) Granted(...fairqueue.Grant) {}
-func (nopHandler) Resynced()                  {}
+func (nopListener) Granted(...fairqueue.Grant) {}
+func (nopListener) Resynced()                  {}
 
 func stateString(st queueState) string {
 	return "waiting=" + join(st.Waiting) + " holders=" + join(st.Holders) + " nodes=" + join(st.Nodes)

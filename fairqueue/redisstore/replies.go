@@ -13,9 +13,23 @@ import (
 // The scripts' replies, one decoder per script, each beside the shape it
 // reads: a new field is one edit here and one in the script's reply.
 
+// decodeGrants reads the grants a script's dispatch made to the calling
+// node's own waiters: {ticket, grant no, upstream, ...} (dispatch in
+// lua/dispatch.lua). cancel.lua's whole reply is this list.
+func decodeGrants(v any) []fairqueue.Grant {
+	var gs []fairqueue.Grant
+	l := asList(v)
+	for i := 0; i+2 < len(l); i += 3 {
+		id, _ := l[i].(string)
+		up, _ := l[i+2].(string)
+		gs = append(gs, fairqueue.Grant{Ticket: id, No: toInt(l[i+1]), Upstream: up})
+	}
+	return gs
+}
+
 // decodeAcquire reads acquire.lua's (and requeue.lua's) answer: {status,
 // seq, grant no, position, grants, epoch, own grants, upstream}.
-func decodeAcquire(v []any) (fairqueue.AcquireResult, any, error) {
+func decodeAcquire(v []any) (fairqueue.AcquireResult, []fairqueue.Grant, error) {
 	if len(v) != 8 {
 		return fairqueue.AcquireResult{}, nil, fmt.Errorf("unexpected reply %v", v)
 	}
@@ -32,7 +46,43 @@ func decodeAcquire(v []any) (fairqueue.AcquireResult, any, error) {
 		Position: int(toInt(v[3])),
 		Grants:   toInt(v[4]),
 		Epoch:    epoch,
-	}, v[6], nil
+	}, decodeGrants(v[6]), nil
+}
+
+// handOnReply is what release.lua and transfer.lua answer: the grants
+// their dispatch made to the caller's own waiters, and the caller's
+// ticket now heading the queue ("" if none does; see
+// fairqueue.HeadListener).
+type handOnReply struct {
+	own  []fairqueue.Grant
+	head string
+}
+
+// decodeRelease reads release.lua's answer: {own grants, head}.
+func decodeRelease(v any) (handOnReply, error) {
+	l := asList(v)
+	if len(l) != 2 {
+		return handOnReply{}, fmt.Errorf("unexpected reply %v", v)
+	}
+	head, _ := l[1].(string)
+	return handOnReply{own: decodeGrants(l[0]), head: head}, nil
+}
+
+// decodeTransfer reads transfer.lua's answer: {own grants, head, added,
+// grant no}. When the script added waiter to's holder entry (added 1),
+// that grant, with its number, counts among the own grants: a node whose
+// request on it ended meanwhile releases it again.
+func decodeTransfer(v any, to string) (handOnReply, error) {
+	l := asList(v)
+	if len(l) != 4 {
+		return handOnReply{}, fmt.Errorf("unexpected reply %v", v)
+	}
+	head, _ := l[1].(string)
+	r := handOnReply{own: decodeGrants(l[0]), head: head}
+	if toInt(l[2]) == 1 {
+		r.own = append(r.own, fairqueue.Grant{Ticket: to, No: toInt(l[3])})
+	}
+	return r, nil
 }
 
 // decodeHeartbeat reads heartbeat.lua's answer: {epoch, rejoined,
@@ -50,7 +100,7 @@ func decodeHeartbeat(v []any) (fairqueue.HeartbeatResult, error) {
 
 // decodeReconcile reads reconcile.lua's answer: {epoch, grants, waiting,
 // holder tickets of the node, own grants, the holders' upstreams}.
-func decodeReconcile(v []any) (fairqueue.ReconcileResult, any, error) {
+func decodeReconcile(v []any) (fairqueue.ReconcileResult, []fairqueue.Grant, error) {
 	if len(v) != 6 {
 		return fairqueue.ReconcileResult{}, nil, fmt.Errorf("unexpected reply %v", v)
 	}
@@ -64,7 +114,7 @@ func decodeReconcile(v []any) (fairqueue.ReconcileResult, any, error) {
 			res.Upstreams[res.Holders[i]] = up
 		}
 	}
-	return res, v[4], nil
+	return res, decodeGrants(v[4]), nil
 }
 
 // decodeInspect reads inspect.lua's answer: {waiting, head tickets,

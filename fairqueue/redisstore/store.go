@@ -117,7 +117,7 @@ type Store struct {
 
 	mu  sync.Mutex
 	sub *notifier.Subscription
-	h   fairqueue.Handler // set by Open: receives grants scripts return to their caller
+	h   fairqueue.Listener // set by Open: receives grants scripts return to their caller
 }
 
 // New returns a Store for queue name on rdb. It makes no Redis call.
@@ -140,7 +140,7 @@ func (s *Store) args(first string, l fairqueue.Limits, more ...any) []any {
 
 // Open implements fairqueue.Store: it subscribes node to its grant
 // channel and waits for Redis to confirm the subscription.
-func (s *Store) Open(ctx context.Context, node string, h fairqueue.Handler) error {
+func (s *Store) Open(ctx context.Context, node string, h fairqueue.Listener) error {
 	sharded, err := s.detectSharded(ctx)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", s.tag, err)
@@ -149,7 +149,7 @@ func (s *Store) Open(ctx context.Context, node string, h fairqueue.Handler) erro
 	if sharded {
 		s.pub = "spublish"
 	}
-	sub, err := notifier.Subscribe(ctx, s.rdb, s.chPrefix+node, sharded, notifier.Handler{
+	sub, err := notifier.Subscribe(ctx, s.rdb, s.chPrefix+node, sharded, notifier.Listener{
 		Message: func(payload string) {
 			if g, ok := parseGrant(payload); ok {
 				h.Granted(g)
@@ -166,16 +166,8 @@ func (s *Store) Open(ctx context.Context, node string, h fairqueue.Handler) erro
 	return nil
 }
 
-// deliver hands the caller's own grants, returned by a script as
-// {ticket, grant no, ...}, to its Handler.
-func (s *Store) deliver(v any) {
-	var gs []fairqueue.Grant
-	l := asList(v)
-	for i := 0; i+2 < len(l); i += 3 {
-		id, _ := l[i].(string)
-		up, _ := l[i+2].(string)
-		gs = append(gs, fairqueue.Grant{Ticket: id, No: toInt(l[i+1]), Upstream: up})
-	}
+// deliver hands the caller's own grants (decodeGrants) to its Listener.
+func (s *Store) deliver(gs []fairqueue.Grant) {
 	if len(gs) == 0 {
 		return
 	}
@@ -226,12 +218,12 @@ func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
 	if err != nil {
 		return fmt.Errorf("release %s: %w", s.tag, busy(err))
 	}
-	l := asList(v)
-	if len(l) != 2 {
-		return fmt.Errorf("release %s: unexpected reply %v", s.tag, v)
+	r, err := decodeRelease(v)
+	if err != nil {
+		return fmt.Errorf("release %s: %w", s.tag, err)
 	}
-	s.deliver(l[0])
-	s.head(l[1], t.Permits)
+	s.deliver(r.own)
+	s.head(r.head, t.Permits)
 	return nil
 }
 
@@ -241,29 +233,22 @@ func (s *Store) Transfer(ctx context.Context, t fairqueue.TicketArgs, to string)
 	if err != nil {
 		return fmt.Errorf("transfer %s: %w", s.tag, busy(err))
 	}
-	l := asList(v)
-	if len(l) != 4 {
-		return fmt.Errorf("transfer %s: unexpected reply %v", s.tag, v)
+	r, err := decodeTransfer(v, to)
+	if err != nil {
+		return fmt.Errorf("transfer %s: %w", s.tag, err)
 	}
-	s.deliver(l[0])
-	if toInt(l[2]) == 1 {
-		// The grant the node made itself, with its number: a node whose
-		// request on it ended meanwhile releases it again.
-		s.deliver([]any{to, l[3], ""})
-	}
-	s.head(l[1], t.Permits)
+	s.deliver(r.own)
+	s.head(r.head, t.Permits)
 	return nil
 }
 
-// head tells the Handler, if it takes local handoffs, which of its
-// tickets heads the queue (a script's reply: the ticket or ""), chosen
-// under permits.
-func (s *Store) head(v any, permits int) {
-	id, _ := v.(string)
+// head tells the Listener, if it takes local handoffs, which of its
+// tickets heads the queue (id, or "" for none), chosen under permits.
+func (s *Store) head(id string, permits int) {
 	s.mu.Lock()
 	h := s.h
 	s.mu.Unlock()
-	if hh, ok := h.(fairqueue.HeadHandler); ok {
+	if hh, ok := h.(fairqueue.HeadListener); ok {
 		hh.Head(id, permits)
 	}
 }
@@ -278,7 +263,7 @@ func (s *Store) Cancel(ctx context.Context, t fairqueue.TicketArgs) error {
 	if err != nil {
 		return fmt.Errorf("cancel %s: %w", s.tag, busy(err))
 	}
-	s.deliver(v)
+	s.deliver(decodeGrants(v))
 	return nil
 }
 

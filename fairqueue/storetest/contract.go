@@ -29,15 +29,15 @@ func store(t *testing.T, h Harness, name, node string) fairqueue.Store {
 		t.Skip("the harness drives no Store directly")
 	}
 	s := h.Store(t, name)
-	require.NoError(t, s.Open(bg, node, nopHandler{}))
+	require.NoError(t, s.Open(bg, node, nopListener{}))
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
 
-type nopHandler struct{}
+type nopListener struct{}
 
-func (nopHandler) Granted(...fairqueue.Grant) {}
-func (nopHandler) Resynced()                  {}
+func (nopListener) Granted(...fairqueue.Grant) {}
+func (nopListener) Resynced()                  {}
 
 func ticket(id, node string, l fairqueue.Limits) fairqueue.TicketArgs {
 	return fairqueue.TicketArgs{ID: id, Node: node, Limits: l}

@@ -217,7 +217,7 @@ func retryAfter(t *testing.T, h Harness) {
 			}
 		}()
 	}
-	time.Sleep(time.Second) // the drain rate is learned
+	time.Sleep(time.Second) // the grant rate is learned
 	from, start := served.Load(), time.Now()
 	time.Sleep(time.Second)
 	rate := float64(served.Load()-from) / time.Since(start).Seconds()

@@ -1,0 +1,190 @@
+package fairqueue
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Permit is a granted ticket. Release it when the work it guards ends.
+type Permit struct {
+	q      *Queue
+	t      *ticket
+	waited time.Duration
+	once   sync.Once
+	local  *Permit // the fallback queue's permit (Config.Fallback)
+	used   atomic.Pointer[float64]
+	cool   atomic.Pointer[time.Duration] // Cool: the upstream cools this long at release
+	// For Requeue: the request and the end of its wait.
+	req      Request
+	start    time.Time
+	deadline time.Time
+}
+
+// Charge records what the request really used, in the units of
+// Request.Cost (seconds held, tokens): at Release, its flow's usage
+// counter is corrected from the estimate it was charged at the grant to
+// this (fair queueing; bounded to MaxCost). Without Charge, the estimate
+// stands. The last call before Release counts.
+func (p *Permit) Charge(used float64) {
+	p.used.Store(&used)
+}
+
+// Release gives the permit back; the store hands it to the next waiter
+// at once. It is idempotent and safe from any goroutine.
+func (p *Permit) Release() {
+	p.once.Do(p.releaseNow)
+}
+
+func (p *Permit) releaseNow() {
+	if p.local != nil {
+		if d := p.cool.Load(); d != nil {
+			p.local.Cool(*d)
+		}
+		p.local.Release()
+	}
+	p.q.forget(p.t)
+	if p.t.failOpen && !p.t.registered.Load() {
+		return
+	}
+	args := p.q.releaseArgs(p.t.id)
+	if u := p.used.Load(); u != nil && p.t.scale > 0 {
+		args.Correction = min(max(*u, 0), MaxCost)*p.t.scale - p.t.cost
+	}
+	if d := p.cool.Load(); d != nil && p.local == nil {
+		if up := upstreamOf(p.t); up != "" {
+			args.Cool, args.CoolFor = up, *d
+		}
+	}
+	if p.local == nil && !p.t.failOpen && args.Correction == 0 && args.Cool == "" && p.q.handOn(args) {
+		return
+	}
+	p.q.release(args)
+}
+
+// Ticket returns the ticket ID ("<node>:<counter>").
+func (p *Permit) Ticket() string { return p.t.id }
+
+// Waited returns how long Acquire waited.
+func (p *Permit) Waited() time.Duration { return p.waited }
+
+// Position returns the number of tickets that were ahead at enqueue plus
+// one, or 0 when the permit was granted at once.
+func (p *Permit) Position() int { return p.t.position }
+
+// Seq returns the arrival order the store assigned to the ticket; 0 for a
+// fail-open permit.
+func (p *Permit) Seq() int64 { return p.t.seq }
+
+// GrantNo returns the queue's grant counter at this grant (grants are
+// numbered in the order the store made them); 0 while unknown (a grant
+// found by reconcile before its message arrived).
+func (p *Permit) GrantNo() int64 { return p.t.grantNo.Load() }
+
+// FailOpen reports whether the permit was admitted without the store
+// (Config.FailOpen while the store was unreachable).
+func (p *Permit) FailOpen() bool { return p.t.failOpen && p.local == nil }
+
+// Local reports whether the permit came from the node's local fallback
+// queue (Config.Fallback while the store was unreachable).
+func (p *Permit) Local() bool { return p.local != nil }
+
+// Upstream returns the upstream the permit was granted on (Config.Upstreams),
+// or "" when the queue has no pool.
+func (p *Permit) Upstream() string {
+	if p.local != nil {
+		return p.local.Upstream()
+	}
+	if u := p.t.upstream.Load(); u != nil {
+		return *u
+	}
+	return ""
+}
+
+// Cool asks that the permit's upstream be left out of dispatch for d
+// (across the cluster) from its Release: it failed the request (refused
+// the connection, timed out, answered 503). d <= 0 is DefaultCooldown;
+// it is bounded by MaxCooldown. A permit without an upstream ignores it.
+func (p *Permit) Cool(d time.Duration) {
+	d = coolFor(d)
+	p.cool.Store(&d)
+}
+
+func coolFor(d time.Duration) time.Duration {
+	if d <= 0 {
+		return DefaultCooldown
+	}
+	return min(d, MaxCooldown)
+}
+
+// errReleased is returned by Requeue on a permit already released.
+var errReleased = errors.New("fair queue: requeue of a released permit")
+
+// Requeue gives the permit back and waits again at the request's place
+// in the queue (before every request that arrived after it), as one
+// store step: an upstream refused the request before anything was sent
+// to the client. The upstream cools for cool (see Cool; cool < 0: it
+// does not cool). The wait ends as Acquire's does, at the first
+// Acquire's max wait; the request's flow is not charged for the grant
+// given back. The Permit must not be used afterwards; Release the
+// returned one.
+func (p *Permit) Requeue(ctx context.Context, cool time.Duration) (*Permit, error) {
+	claimed := false
+	p.once.Do(func() { claimed = true })
+	if !claimed {
+		return nil, errReleased
+	}
+	q := p.q
+	if p.local != nil || p.t.failOpen {
+		// Admitted without the store: no place to keep; ask again. The
+		// local queue cools the upstream as the store would.
+		if cool >= 0 {
+			p.Cool(cool)
+		}
+		p.releaseNow()
+		req := p.req
+		req.MaxWait = time.Until(p.deadline)
+		if req.MaxWait <= 0 {
+			return nil, q.reject(ReasonTimeout, p.start, 0, nil)
+		}
+		return q.Acquire(ctx, req)
+	}
+	q.forget(p.t)
+	cfg := q.cfg.Load()
+	t := q.newTicket(false, TicketFlow(p.t.id))
+	if t == nil {
+		q.releaseID(p.t.id, -p.t.cost)
+		return nil, q.reject(ReasonShuttingDown, p.start, 0, nil)
+	}
+	t.seq, t.cost, t.scale = p.t.seq, p.t.cost, p.t.scale
+	args := RequeueArgs{Old: p.t.id, Seq: p.t.seq, TicketArgs: TicketArgs{ID: t.id, Node: q.node,
+		Limits: cfg.limits(), Cost: t.cost, Correction: -p.t.cost}}
+	if up := p.Upstream(); up != "" && cool >= 0 {
+		args.Cool, args.CoolFor = up, coolFor(cool)
+	}
+	actx, cancel := context.WithDeadline(ctx, p.deadline)
+	res, err := q.store.Requeue(actx, args)
+	cancel()
+	q.health.record(q.log, err)
+	if err != nil {
+		// It may have run: take the new ticket out, give the old permit
+		// back (both idempotent).
+		t.state.CompareAndSwap(statePending, stateCancelled)
+		q.forget(t)
+		old := p.t.id
+		q.background(func() {
+			q.cancelInStore(t, true)
+			q.releaseID(old, 0)
+		})
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !time.Now().Before(p.deadline) {
+			return nil, q.reject(ReasonTimeout, p.start, 0, err)
+		}
+		return nil, q.reject(ReasonStoreUnavailable, p.start, 0, err)
+	}
+	return q.enqueue(ctx, t, res, p.req, p.start, p.deadline)
+}

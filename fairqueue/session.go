@@ -1,0 +1,294 @@
+package fairqueue
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// errClosed is returned by calls on a closed Queue.
+var errClosed = errors.New("fair queue: closed")
+
+// retryOpenAfter spaces attempts to open the store while it is down, so a
+// burst of requests does not each wait for a dial timeout.
+const retryOpenAfter = time.Second
+
+// session is the node's life in the cluster, as etcd's
+// concurrency.Session is a client's: it joins the queue (Store.Open)
+// before the node's first acquire, runs the node's one background
+// goroutine (heartbeats, reconciles), keeps what the node knows of the
+// store's data set (its epoch) and of itself there (alive, with its
+// waiters, until when), and leaves. The Queue keeps tickets and waits;
+// it tells the session what happened through note and doubt, and the
+// session's goroutine alone decides what to send.
+type session struct {
+	q *Queue
+
+	openMu       sync.Mutex
+	opened       bool
+	openFailedAt time.Time
+	openErr      error
+
+	stop chan struct{} // closed when the loop must stop
+	done chan struct{} // closed when the loop has stopped
+	kick chan struct{} // wakes the loop before its next tick
+
+	// events are the events noted since the loop last took them.
+	events atomic.Uint32
+
+	// The loop's own state, read and written by its goroutine only.
+	epoch  string // data-set ID confirmed by the last heartbeat
+	beats  uint64 // heartbeats sent
+	verify bool   // evVerify taken and not yet acted on
+	resync bool   // evResync taken and not yet acted on
+	sweep  bool   // evSweep taken and not yet acted on
+
+	seen    atomic.Pointer[string]      // the last data-set ID any store call saw
+	cluster atomic.Pointer[ClusterView] // from the last heartbeat
+
+	// head is the node's waiter the store last said heads the queue
+	// (Queue.Head); aliveUntil until when the store surely holds the node
+	// alive with its waiters (unix ns: half a lease after the last
+	// heartbeat that confirmed both; 0 once anything casts doubt). The
+	// release path reads both (Queue.handOn): they are atomics, written
+	// by the loop (a confirming heartbeat), by doubt and by the store's
+	// replies (the head).
+	head       atomic.Pointer[headTicket]
+	aliveUntil atomic.Int64
+}
+
+// An event is something that happened outside the loop that the loop
+// acts on at its next turn.
+type event uint32
+
+const (
+	// evVerify: the store may have lost this node's waiters (a failed
+	// call, a new subscription, a rejoin): the next heartbeat names them.
+	evVerify event = 1 << iota
+	// evResync: the data-set ID or the lease changed: heartbeat at once.
+	evResync
+	// evSweep: a transfer failed and may run late, leaving a ghost
+	// holder: reconcile for a while.
+	evSweep
+)
+
+func newSession(q *Queue) *session {
+	return &session{q: q, stop: make(chan struct{}), done: make(chan struct{}), kick: make(chan struct{}, 1)}
+}
+
+// note records e for the loop; with wake, the loop takes it at once
+// rather than at its next tick.
+func (s *session) note(e event, wake bool) {
+	s.events.Or(uint32(e))
+	if wake {
+		s.wake()
+	}
+}
+
+func (s *session) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take folds the events noted so far into the loop's own state. Loop
+// only.
+func (s *session) take() {
+	e := event(s.events.Swap(0))
+	s.verify = s.verify || e&evVerify != 0
+	s.resync = s.resync || e&evResync != 0
+	s.sweep = s.sweep || e&evSweep != 0
+}
+
+// takeResync reports and clears a pending resync. Loop only.
+func (s *session) takeResync() bool {
+	s.take()
+	r := s.resync
+	s.resync = false
+	return r
+}
+
+// doubt stops local handoffs until a heartbeat confirms the node and
+// its waiters again: the store may have lost them (a new subscription,
+// a changed or lost data set), and the head it named may be stale.
+func (s *session) doubt() {
+	s.aliveUntil.Store(0)
+	s.head.Store(nil)
+}
+
+// confirmAlive records a heartbeat sent at sent: if ok (it found the
+// node alive with its waiters), local handoffs may go on for half the
+// lease it carried; otherwise they stop until one does.
+func (s *session) confirmAlive(ok bool, sent time.Time, lease time.Duration) {
+	if !ok {
+		s.doubt()
+		return
+	}
+	s.aliveUntil.Store(sent.Add(lease / 2).UnixNano())
+}
+
+// alive reports whether the store surely holds the node alive with its
+// waiters now.
+func (s *session) alive() bool {
+	return time.Now().UnixNano() < s.aliveUntil.Load()
+}
+
+// sawEpoch records the data-set ID a store call saw: a change (a restart
+// without persistence, a failover) makes the next heartbeat, at once,
+// re-assert the node's holders.
+func (s *session) sawEpoch(epoch string) {
+	if epoch == "" {
+		return
+	}
+	if old := s.seen.Load(); old == nil {
+		s.seen.CompareAndSwap(nil, &epoch)
+	} else if *old != epoch {
+		s.doubt()
+		s.note(evResync, true)
+	}
+}
+
+// join opens the store (subscribing this node to its grants) before the
+// node's first acquire, so no grant can slip between the two, and starts
+// the loop.
+func (s *session) join(ctx context.Context) error {
+	q := s.q
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	if s.opened {
+		return nil
+	}
+	if q.closed.Load() {
+		return errClosed
+	}
+	if !s.openFailedAt.IsZero() && time.Since(s.openFailedAt) < retryOpenAfter {
+		return s.openErr
+	}
+	cfg := q.cfg.Load()
+	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.StoreTimeout)
+	defer cancel()
+	if err := q.store.Open(octx, q.node, q); err != nil {
+		s.openFailedAt, s.openErr = time.Now(), err
+		q.health.failed(q.log, err)
+		return err
+	}
+	s.opened = true
+	q.health.ok(q.log) // the store answered: a down mark from failed opens ends
+	q.log.Info("node joined queue", zap.Int("permits", cfg.Permits))
+	go s.loop()
+	return nil
+}
+
+// end stops the loop, if the node joined, and reports whether it had.
+// Queue.leave calls it once.
+func (s *session) end() (joined bool) {
+	s.openMu.Lock()
+	joined = s.opened
+	s.openMu.Unlock()
+	if joined {
+		close(s.stop)
+		<-s.done
+	}
+	return joined
+}
+
+// leave removes the node from the store: its permits are released.
+func (s *session) leave() error {
+	q := s.q
+	cfg := q.cfg.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
+	err := q.store.Leave(ctx, q.node, cfg.limits())
+	cancel()
+	q.log.Info("node left queue", zap.Error(err))
+	return err
+}
+
+// loop is the node's one background goroutine: per poll interval (or
+// Lease/3, if shorter) one reconcile while it has waiters (or while the
+// store is down, as a probe), per Lease/3 one heartbeat while it has
+// waiters or holders. An idle node sends nothing.
+func (s *session) loop() {
+	q := s.q
+	defer close(s.done)
+	// A tick at least every Lease/3 too: a heartbeat is due then, and a
+	// node is alive only while its heartbeats are on time.
+	period := func(c *Config) time.Duration { return min(c.PollInterval, c.Lease/3) }
+	tick := period(q.cfg.Load())
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	var lastBeat, sweepUntil time.Time
+	wasUp := true
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.kick:
+		case <-ticker.C:
+		}
+		cfg := q.cfg.Load()
+		if p := period(cfg); p != tick {
+			tick = p
+			ticker.Reset(tick)
+		}
+		waiting, held := q.census()
+		up := q.health.up()
+		s.take()
+		beat := time.Since(lastBeat) >= cfg.Lease/3 || s.takeResync() || (up && !wasUp) ||
+			(up && s.verify && waiting > 0)
+		if beat && (waiting+held > 0 || !up) {
+			if !s.heartbeat(cfg) {
+				// Its reply may be lost with tickets it re-added that
+				// this node had released: reconcile finds such ghosts.
+				sweepUntil = time.Now().Add(cfg.Lease / 3)
+			}
+			lastBeat = time.Now()
+		}
+		if s.take(); s.sweep {
+			s.sweep = false
+			sweepUntil = time.Now().Add(cfg.Lease / 3) // a failed transfer may leave a ghost
+		}
+		if waiting > 0 || !up || time.Now().Before(sweepUntil) {
+			s.reconcile(cfg)
+		}
+		wasUp = up
+	}
+}
+
+// reconcile dispatches permits freed by expired leases and matches the
+// store's holders of this node with local tickets: a pending ticket found
+// there was granted and its message lost; an unknown one is a ghost (its
+// ticket ended while its grant or release was in flight) and is released.
+func (s *session) reconcile(cfg *Config) {
+	q := s.q
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
+	defer cancel()
+	res, err := q.store.Reconcile(ctx, q.node, cfg.limits())
+	q.health.record(q.log, err)
+	if err != nil {
+		return
+	}
+	q.observe(res.Grants, res.Epoch)
+	if res.Epoch == "" && s.seen.Load() != nil {
+		s.doubt()
+		s.note(evResync, true) // the data set is gone: heartbeat at once
+	}
+	q.rate.sample(res.Grants, time.Now())
+	for _, id := range res.Holders {
+		t := q.lookup(id)
+		switch {
+		case t == nil:
+			q.releaseID(id, 0)
+		case t.state.Load() == statePending:
+			if c := q.log.Check(zapcore.DebugLevel, "grant found by reconcile"); c != nil {
+				c.Write(zap.String("ticket", id))
+			}
+			q.grant(t, 0, res.Upstreams[id])
+		}
+	}
+}

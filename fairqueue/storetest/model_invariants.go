@@ -1,0 +1,197 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+// The invariants of the model-based test (model.go): its windows, the
+// reference model, and the checks made after every action.
+
+// --- windows ---
+
+func since(now, t time.Time) time.Duration {
+	if t.IsZero() {
+		return time.Duration(1<<63 - 1)
+	}
+	return now.Sub(t)
+}
+
+// healthy reports whether now lies outside every window of invariant 1:
+// no link lossy, none healed and no restart within syncWindow.
+func (m *model) healthy(now time.Time) bool {
+	return m.lossy == 0 && !m.restarting && since(now, m.lastHeal) >= syncWindow && since(now, m.lastRestart) >= syncWindow
+}
+
+// healthySince returns when the current healthy period of invariant 5
+// began (zero: at the start), and false when now is not in one (a window
+// of invariant 1, or a crash within crashWindow).
+func (m *model) healthySince(now time.Time) (time.Time, bool) {
+	if !m.healthy(now) || since(now, m.lastCrash) < crashWindow {
+		return time.Time{}, false
+	}
+	var from time.Time
+	for _, t := range []time.Time{m.lastHeal, m.lastRestart} {
+		if !t.IsZero() && t.Add(syncWindow).After(from) {
+			from = t.Add(syncWindow)
+		}
+	}
+	if !m.lastCrash.IsZero() && m.lastCrash.Add(crashWindow).After(from) {
+		from = m.lastCrash.Add(crashWindow)
+	}
+	return from, true
+}
+
+// --- the reference model ---
+
+func (m *model) hold(r *request) {
+	r.holding = true
+	m.held++
+	if m.held >= m.permits {
+		m.freeSince = time.Time{}
+	}
+}
+
+func (m *model) unhold(r *request, now time.Time) {
+	if !r.holding {
+		return
+	}
+	r.holding = false
+	m.held--
+	if m.held < m.permits && m.freeSince.IsZero() {
+		m.freeSince = now
+	}
+}
+
+func (m *model) holders() []string {
+	var out []string
+	for _, r := range m.reqs {
+		if r.holding {
+			out = append(out, fmt.Sprintf("#%d(node %d, %s)", r.no, r.node.i, r.permit.Ticket()))
+		}
+	}
+	return out
+}
+
+// answered records an Acquire's answer and checks invariants 1 and 2.
+func (m *model) answered(r *request, p *fairqueue.Permit, err error) {
+	now := time.Now()
+	release := false
+	m.mu.Lock()
+	r.done = true
+	waited := now.Sub(r.start)
+	if waited > modelMaxWait+answerMargin && !r.reported {
+		m.violate("invariant 2 (answer in time): acquire #%d on node %d answered after %s (max wait %s)",
+			r.no, r.node.i, waited.Round(time.Millisecond), modelMaxWait)
+	}
+	if (p == nil) == (err == nil) {
+		m.violate("acquire #%d on node %d returned permit %v and error %v", r.no, r.node.i, p, err)
+	}
+	switch {
+	case p == nil:
+		m.logf("acquire #%d on node %d: %v (after %s)", r.no, r.node.i, err, waited.Round(time.Millisecond))
+		switch {
+		case r.probe:
+			m.violate("invariant 5 (progress): probe acquire #%d on node %d, started once the run had healed and "+
+				"every permit was given back, was not served: %v", r.no, r.node.i, err)
+		case r.clean && r.era == m.era && m.healthy(now) && !r.abandoned && !expected(err, r.cancelled, m.closing):
+			m.violate("acquire #%d on node %d failed in a healthy period: %v", r.no, r.node.i, err)
+		}
+	case r.abandoned:
+		// Its process crashed: the permit is held in the store for nobody
+		// until its lease ends. The Release call fails on the dead link.
+		m.logf("acquire #%d on node %d (crashed): permit %s, abandoned", r.no, r.node.i, p.Ticket())
+		r.permit, release = p, true
+	default:
+		r.permit = p
+		m.hold(r)
+		r.orderly = r.clean && r.era == m.era && m.healthy(now)
+		m.logf("acquire #%d on node %d: permit %s seq %d grant %d (after %s, %d held)", r.no, r.node.i, p.Ticket(),
+			p.Seq(), p.GrantNo(), waited.Round(time.Millisecond), m.held)
+		if m.healthy(now) && m.held > m.permits {
+			m.violate("invariant 1 (permits): acquire #%d on node %d granted %s while callers hold %d permits of %d, "+
+				"in a healthy period (last heal %s, last restart %s); holders %v", r.no, r.node.i, p.Ticket(), m.held,
+				m.permits, m.ago(now, m.lastHeal), m.ago(now, m.lastRestart), m.holders())
+		}
+		if m.autoRelease || r.cancelled {
+			// The run is ending, or its client left while the grant raced
+			// the cancel: the caller gives the permit back at once.
+			m.unhold(r, now)
+			release = true
+		}
+	}
+	m.mu.Unlock()
+	if release {
+		p.Release()
+	}
+}
+
+// expected reports whether err is an answer a healthy queue gives.
+func expected(err error, cancelled, closing bool) bool {
+	return errors.Is(err, fairqueue.ErrTimeout) ||
+		(cancelled && errors.Is(err, context.Canceled)) ||
+		(closing && errors.Is(err, fairqueue.ErrShuttingDown))
+}
+
+func (m *model) ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return now.Sub(t).Round(time.Millisecond).String() + " ago"
+}
+
+// check is run after every action: invariants 2 and 5, and reports what
+// the goroutines found.
+func (m *model) check(rt *rapid.T) {
+	m.mu.Lock()
+	m.checkTimes(time.Now())
+	v := m.violations
+	m.mu.Unlock()
+	if len(v) > 0 {
+		m.fatalf("%d invariant(s) broken:\n%s", len(v), strings.Join(v, "\n"))
+	}
+}
+
+// checkTimes checks invariants 2 (no Acquire runs past its bound) and 5
+// (no waiter waits while a permit is free, in a healthy period). Called
+// with m.mu held.
+func (m *model) checkTimes(now time.Time) {
+	for _, r := range m.reqs {
+		if !r.done && !r.reported && now.Sub(r.start) > modelMaxWait+answerMargin {
+			r.reported = true
+			m.violate("invariant 2 (answer in time): acquire #%d on node %d has not answered after %s (max wait %s)",
+				r.no, r.node.i, now.Sub(r.start).Round(time.Millisecond), modelMaxWait)
+		}
+	}
+	from, ok := m.healthySince(now)
+	if !ok || m.held >= m.permits {
+		return
+	}
+	from = latest(from, m.freeSince)
+	for _, r := range m.reqs {
+		if r.done || r.cancelled || r.abandoned || r.reported {
+			continue
+		}
+		if w := now.Sub(latest(from, r.start)); w > progressBound {
+			r.reported = true
+			m.violate("invariant 5 (progress): acquire #%d on node %d waits since %s ago while %d of %d permits are free "+
+				"(since %s), in a healthy period (last heal %s, last restart %s, last crash %s)", r.no, r.node.i,
+				now.Sub(r.start).Round(time.Millisecond), m.permits-m.held, m.permits, m.ago(now, m.freeSince),
+				m.ago(now, m.lastHeal), m.ago(now, m.lastRestart), m.ago(now, m.lastCrash))
+		}
+	}
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
