@@ -5,7 +5,6 @@ package bench
 
 import (
 	"context"
-	"net/http"
 	"slices"
 	"strconv"
 	"time"
@@ -106,16 +105,7 @@ func (b *bench) handoffs(ctx context.Context) (*Handoffs, int, error) {
 
 // resetMock zeroes mockllm's stats only.
 func (b *bench) resetMock(ctx context.Context) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.mockURL+"/stats/reset", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := b.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	return nil
+	return b.post(ctx, b.mockURL+"/stats/reset")
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
