@@ -89,11 +89,14 @@ type nodeReport struct {
 	Grants   int64 `json:"grants"`
 }
 
-// clusterReport is fairqueue.ClusterView in the API.
+// clusterReport is the whole queue, all instances: read from the store
+// with this answer (age_ms 0) when the snapshot could be, else as the
+// store reported it at this instance's last heartbeat, age_ms ago.
 type clusterReport struct {
-	Waiting  int `json:"waiting"`
-	InFlight int `json:"in_flight"`
-	Nodes    int `json:"nodes"`
+	Waiting  int   `json:"waiting"`
+	InFlight int   `json:"in_flight"`
+	Nodes    int   `json:"nodes"` // live instances of the queue
+	AgeMS    int64 `json:"age_ms"`
 }
 
 // snapshotJSON is fairqueue.Snapshot with durations in milliseconds.
@@ -200,7 +203,8 @@ func (e *engine) report(ctx context.Context) queueReport {
 	rep.Node = q.Node()
 	rep.Stats = &nodeReport{Waiting: st.Waiting, InFlight: st.InFlight, StoreUp: st.StoreUp, Grants: st.Grants}
 	if st.Cluster.Nodes > 0 {
-		rep.Cluster = &clusterReport{Waiting: st.Cluster.Waiting, InFlight: st.Cluster.Holders, Nodes: st.Cluster.Nodes}
+		rep.Cluster = &clusterReport{Waiting: st.Cluster.Waiting, InFlight: st.Cluster.Holders, Nodes: st.Cluster.Nodes,
+			AgeMS: time.Since(st.Cluster.At).Milliseconds()}
 	}
 	ictx, cancel := context.WithTimeout(ctx, adminStoreTimeout)
 	defer cancel()
@@ -210,6 +214,14 @@ func (e *engine) report(ctx context.Context) queueReport {
 		return rep
 	}
 	rep.Snapshot = snapshotReport(snap, cfg.Upstreams)
+	// The snapshot is the store now: the cluster view agrees with it.
+	live := 0
+	for _, n := range snap.Nodes {
+		if n.Alive {
+			live++
+		}
+	}
+	rep.Cluster = &clusterReport{Waiting: snap.Waiting, InFlight: len(snap.Holders), Nodes: live}
 	return rep
 }
 

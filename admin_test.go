@@ -115,6 +115,10 @@ func TestAdminAPIListsQueuesWithLiveStateFromTheirStores(t *testing.T) {
 	assert.Equal(t, node, rq.Snapshot.Nodes[0].ID)
 	assert.True(t, rq.Snapshot.Nodes[0].Alive)
 	assert.Equal(t, int64(2), rq.Snapshot.Grants)
+	// The cluster view is the store's now, as the snapshot is: not the
+	// last heartbeat's, from before the waiter came.
+	assert.Equal(t, &clusterReport{Waiting: 1, InFlight: 2, Nodes: 1}, rq.Cluster)
+	assert.Equal(t, &clusterReport{Waiting: 0, InFlight: 1, Nodes: 1}, local.Cluster)
 }
 
 func TestAdminAPIShowsTheStoreErrorOfAQueueItCannotRead(t *testing.T) {

@@ -176,7 +176,7 @@ var (
 	descStoreUp = newStateDesc("store_up",
 		"1 while this instance reaches the queue's store, 0 once consecutive calls failed (on_store_error applies).")
 	descClusterWaiting = newStateDesc("cluster_waiting",
-		"Requests waiting in the whole queue, all instances, as the store reported at this instance's last heartbeat. Reported only by an instance that has waiters or holders (its heartbeats run every lease/3); take max by queue.")
+		"Requests waiting in the whole queue, all instances, as the store reported at this instance's last heartbeat. Every instance that reaches the store reports it, idle or not (its heartbeats run every lease/3, so it is at most lease/3 old); take max by queue.")
 	descClusterInFlight = newStateDesc("cluster_in_flight",
 		"Permits held in the whole queue, all instances, as the store reported at this instance's last heartbeat. Reported like cluster_waiting.")
 	descClusterLeaseExpirations = prometheus.NewDesc("caddy_fair_queue_cluster_lease_expirations_total",
@@ -262,9 +262,9 @@ func queueGauges(engines []*engine) map[string]*gauges {
 		if !st.StoreUp {
 			g.storeUp = 0
 		}
-		// An idle node sends no heartbeat: its cluster view is stale,
-		// so only a node with tickets reports it.
-		if st.StoreUp && st.Waiting+st.InFlight > 0 && st.Cluster.Nodes > 0 {
+		// Every node heartbeats, idle or not: its view is at most
+		// lease/3 old.
+		if st.StoreUp && st.Cluster.Nodes > 0 {
 			g.clusterWaiting += st.Cluster.Waiting
 			g.clusterInFlight += st.Cluster.Holders
 			g.clusterNodes += st.Cluster.Nodes

@@ -137,7 +137,7 @@ func TestHandlerMetricsShowNodeAndClusterViewsAndCountOutcomes(t *testing.T) {
 
 	b := newRequest(context.Background(), `{}`).start(h, next)
 	require.Eventually(t, func() bool { return value("node_waiting") == 1 }, 5*time.Second, 10*time.Millisecond)
-	// A heartbeat (every lease/3 while the node has tickets) brings
+	// A heartbeat (every lease/3) brings
 	// the cluster's view.
 	require.Eventually(t, func() bool {
 		v, ok := gauge(t, reg, "caddy_fair_queue_cluster_nodes", name)
@@ -152,11 +152,12 @@ func TestHandlerMetricsShowNodeAndClusterViewsAndCountOutcomes(t *testing.T) {
 	next.release <- struct{}{}
 	a.wait(t)
 	assert.Equal(t, 0.0, value("node_in_flight"))
-	_, ok := gauge(t, reg, "caddy_fair_queue_cluster_nodes", name)
-	assert.False(t, ok, "an idle node, which sends no heartbeat, does not report a stale cluster view")
+	assert.Equal(t, 1.0, value("cluster_nodes"), "an idle instance still counts among the live ones")
+	require.Eventually(t, func() bool { return value("cluster_in_flight") == 0 }, 5*time.Second, 20*time.Millisecond,
+		"an idle node's view follows the store: it heartbeats too")
 
 	require.NoError(t, h.Cleanup())
 	poolEmpty(t)
-	_, ok = gauge(t, reg, "caddy_fair_queue_permits", name)
+	_, ok := gauge(t, reg, "caddy_fair_queue_permits", name)
 	assert.False(t, ok, "a closed queue has no gauges")
 }

@@ -81,7 +81,9 @@ func (s *session) heartbeat(cfg *Config) (ok bool) {
 		return false
 	}
 	s.readded(res.Readded, res.Epoch == s.epoch)
-	s.cluster.Store(&res.Cluster)
+	view := res.Cluster
+	view.At = time.Now()
+	s.cluster.Store(&view)
 	if s.epoch != "" && res.Epoch != s.epoch {
 		q.log.Warn("store lost its data; re-registered this node's permits", zap.Int("held", len(held)))
 	}

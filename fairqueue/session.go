@@ -211,8 +211,10 @@ func (s *session) leave() error {
 
 // loop is the node's one background goroutine: per poll interval (or
 // Lease/3, if shorter) one reconcile while it has waiters (or while the
-// store is down, as a probe), per Lease/3 one heartbeat while it has
-// waiters or holders. An idle node sends nothing.
+// store is down, as a probe), per Lease/3 one heartbeat. An idle node
+// heartbeats too (one call per Lease/3): it stays among the queue's live
+// nodes, and its view of the cluster (Stats.Cluster: the operator's
+// gauges and admin API) is never older than Lease/3.
 func (s *session) loop() {
 	q := s.q
 	defer close(s.done)
@@ -236,12 +238,12 @@ func (s *session) loop() {
 			tick = p
 			ticker.Reset(tick)
 		}
-		waiting, held := q.census()
+		waiting, _ := q.census()
 		up := q.health.up()
 		s.take()
 		beat := time.Since(lastBeat) >= cfg.Lease/3 || s.takeResync() || (up && !wasUp) ||
 			(up && s.verify && waiting > 0)
-		if beat && (waiting+held > 0 || !up) {
+		if beat {
 			if !s.heartbeat(cfg) {
 				// Its reply may be lost with tickets it re-added that
 				// this node had released: reconcile finds such ghosts.

@@ -228,6 +228,9 @@ type ClusterView struct {
 	// unrenewed (a crashed or partitioned node), since the queue's state
 	// began.
 	LeaseExpirations int64
+	// At is when this node received the view (its heartbeat's answer);
+	// zero in a store's reply.
+	At time.Time
 }
 
 // ReconcileResult is the answer to Store.Reconcile.
