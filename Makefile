@@ -22,7 +22,7 @@ test:
 # waits would slow make test down. CI runs it after make test.
 e2e:
 	./scripts/ensure-chromium.sh
-	$(GO) vet -tags e2e ./e2e/... ./internal/e2etest/
+	$(GO) vet -tags e2e ./e2e/...
 	$(GO) test -tags e2e -count=1 -timeout 15m ./e2e/...
 
 ## screenshot: take docs/chat-waiting.png again (the chat page waiting in the queue, shown in the README)
