@@ -173,8 +173,10 @@ func openAndSend(t *testing.T, tab context.Context, base string) {
 
 func TestChatPageShowsItsPlaceInTheQueueThenStreamsTheAnswer(t *testing.T) {
 	c := site(t)
-	holders := fillQueue(t, c, 2)
+	// The browser starts before the queue fills: on a loaded machine its
+	// start alone can outlast the waiters' max_wait.
 	tab := browser(t)
+	holders := fillQueue(t, c, 2)
 	openAndSend(t, tab, c.URL())
 
 	waitState(t, tab, "queued", 15*time.Second)
@@ -210,8 +212,8 @@ func TestChatPageShowsItsPlaceInTheQueueThenStreamsTheAnswer(t *testing.T) {
 
 func TestChatPageShowsTheBusyMessageWhenItsWaitTimesOut(t *testing.T) {
 	c := site(t)
-	fillQueue(t, c, 0)
 	tab := browser(t)
+	fillQueue(t, c, 0)
 	openAndSend(t, tab, c.URL())
 
 	waitState(t, tab, "queued", 15*time.Second)
