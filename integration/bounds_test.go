@@ -20,17 +20,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
-// memoryKiB reads a field of the Caddy process's /proc/<pid>/status, in
-// KiB: VmRSS (resident now) or VmHWM (the peak of VmRSS).
-func (c *Caddy) memoryKiB(t *testing.T, field string) int {
+// memoryKiB reads a field of c's process's /proc/<pid>/status, in KiB:
+// VmRSS (resident now) or VmHWM (the peak of VmRSS).
+func memoryKiB(t *testing.T, c *harness.Caddy, field string) int {
 	t.Helper()
-	c.mu.Lock()
-	pid := c.cmd.Process.Pid
-	c.mu.Unlock()
+	pid := c.PID()
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Skipf("no /proc: %v", err)
@@ -106,16 +105,16 @@ func TestDeclaredBodiesCostTheBytesSentAndStalledOnesGet408(t *testing.T) {
 		declared = 8 << 20
 		timeout  = 3 * time.Second
 	)
-	_, upstream := StartMockLLM(t, mockllm.Config{Tokens: 2})
-	c := StartCaddy(t, "bodies", proxySite(upstream, fmt.Sprintf(`
+	_, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 2})
+	c := harness.StartCaddy(t, "bodies", proxySite(upstream, fmt.Sprintf(`
 	fair_queue {
 		permits 1
 		body_timeout %s
-	}`, timeout)), CaddyOptions{})
+	}`, timeout)), harness.CaddyOptions{})
 	client := newClient(t)
 	ctx := context.Background()
 	requireFullStream(t, send(ctx, client, c.URL(), Chat{Stream: true}), 2, "before")
-	before := c.memoryKiB(t, "VmRSS")
+	before := memoryKiB(t, c, "VmRSS")
 
 	addr := strings.TrimPrefix(c.URL(), "http://")
 	type result struct {
@@ -135,7 +134,7 @@ func TestDeclaredBodiesCostTheBytesSentAndStalledOnesGet408(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	peak := c.memoryKiB(t, "VmHWM")
+	peak := memoryKiB(t, c, "VmHWM")
 
 	for i, r := range results {
 		require.NoError(t, r.err, "connection %d", i)
@@ -161,8 +160,8 @@ func TestDeclaredBodiesCostTheBytesSentAndStalledOnesGet408(t *testing.T) {
 // served.
 func TestWaitingBodiesBeyondMaxWaitingBytesGetQueueFullUntilTheyDrain(t *testing.T) {
 	rds := redistest.Start(t)
-	_, upstream := StartMockLLM(t, mockllm.Config{Tokens: 2})
-	c := StartCaddy(t, "waiting-bytes", proxySite(upstream, fmt.Sprintf(`
+	_, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 2})
+	c := harness.StartCaddy(t, "waiting-bytes", proxySite(upstream, fmt.Sprintf(`
 	fair_queue {
 		name bytes
 		permits 1
@@ -170,7 +169,7 @@ func TestWaitingBodiesBeyondMaxWaitingBytesGetQueueFullUntilTheyDrain(t *testing
 		max_body 16KiB
 		max_waiting_bytes 24KiB
 		redis redis://%s/0
-	}`, rds.Addr())), CaddyOptions{})
+	}`, rds.Addr())), harness.CaddyOptions{})
 	q := Queue{rdb: rds.Client(t), name: "bytes"}
 	client := newClient(t)
 	ctx := context.Background()

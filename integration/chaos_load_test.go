@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 )
 
 // chaosLoad is a fixed number of streaming clients, each sending one
@@ -23,7 +25,7 @@ type chaosLoad struct {
 	timeout time.Duration // per request: a hang shows as a late error, not a stuck test
 
 	mu      sync.Mutex
-	targets []*Caddy
+	targets []*harness.Caddy
 	next    int
 	results []loadResult
 
@@ -48,7 +50,7 @@ func (r loadResult) String() string {
 }
 
 // startChaosLoad starts clients streaming clients against targets.
-func startChaosLoad(t *testing.T, clients int, timeout time.Duration, targets []*Caddy) *chaosLoad {
+func startChaosLoad(t *testing.T, clients int, timeout time.Duration, targets []*harness.Caddy) *chaosLoad {
 	tr := &http.Transport{DisableKeepAlives: true, DisableCompression: true}
 	l := &chaosLoad{client: &http.Client{Transport: tr}, timeout: timeout, targets: slices.Clone(targets), stop: make(chan struct{})}
 	t.Cleanup(func() {
@@ -62,7 +64,7 @@ func startChaosLoad(t *testing.T, clients int, timeout time.Duration, targets []
 }
 
 // SetTargets replaces the instances new requests go to.
-func (l *chaosLoad) SetTargets(targets []*Caddy) {
+func (l *chaosLoad) SetTargets(targets []*harness.Caddy) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.targets = slices.Clone(targets)
@@ -86,7 +88,7 @@ func (l *chaosLoad) Results() []loadResult {
 	return slices.Clone(l.results)
 }
 
-func (l *chaosLoad) target() *Caddy {
+func (l *chaosLoad) target() *harness.Caddy {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := l.targets[l.next%len(l.targets)]
@@ -118,10 +120,10 @@ func (l *chaosLoad) run() {
 	}
 }
 
-func (l *chaosLoad) one(c *Caddy) loadResult {
+func (l *chaosLoad) one(c *harness.Caddy) loadResult {
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
-	r := loadResult{caddy: c.name, start: time.Now()}
+	r := loadResult{caddy: c.Name(), start: time.Now()}
 	resp, err := l.client.Do(Chat{Stream: true}.request(ctx, c.URL()))
 	r.answer = time.Since(r.start)
 	if err != nil {
@@ -137,11 +139,11 @@ func (l *chaosLoad) one(c *Caddy) loadResult {
 }
 
 // nodeID returns the node ID of c in queue name, from its admin API.
-func nodeID(t *testing.T, c *Caddy, name string) string {
+func nodeID(t *testing.T, c *harness.Caddy, name string) string {
 	t.Helper()
-	status, body := getBody(t, c.adminURL()+"/fair_queue/")
+	status, body := getBody(t, c.AdminURL()+"/fair_queue/")
 	if status != http.StatusOK {
-		t.Fatalf("%s admin status: %d %s", c.name, status, body)
+		t.Fatalf("%s admin status: %d %s", c.Name(), status, body)
 	}
 	var rep struct {
 		Queues []struct {
@@ -150,14 +152,14 @@ func nodeID(t *testing.T, c *Caddy, name string) string {
 		} `json:"queues"`
 	}
 	if err := json.Unmarshal([]byte(body), &rep); err != nil {
-		t.Fatalf("%s admin status: %v: %s", c.name, err, body)
+		t.Fatalf("%s admin status: %v: %s", c.Name(), err, body)
 	}
 	for _, q := range rep.Queues {
 		if q.Name == name && q.Node != "" {
 			return q.Node
 		}
 	}
-	t.Fatalf("%s serves no queue %q: %s", c.name, name, body)
+	t.Fatalf("%s serves no queue %q: %s", c.Name(), name, body)
 	return ""
 }
 

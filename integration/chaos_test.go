@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
@@ -87,7 +88,7 @@ func TestChaos(t *testing.T) {
 func runChaos(t *testing.T, policy string) {
 	began := time.Now()
 	rds := redistest.Start(t)
-	mock, upstream := StartMockLLM(t, mockllm.Config{Tokens: 4, Delay: 50 * time.Millisecond})
+	mock, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 4, Delay: 50 * time.Millisecond})
 	site := func(poll time.Duration) string {
 		return proxySite(upstream, fmt.Sprintf(`
 	fair_queue {
@@ -102,10 +103,10 @@ func runChaos(t *testing.T, policy string) {
 		on_store_error %s
 	}`, chaosQueue, chaosPermits, chaosMaxWait, poll, chaosLease, rds.Addr(), policy))
 	}
-	opts := CaddyOptions{GracePeriod: 10 * time.Second} // outlasts max_wait: a reload drops no waiter
-	var caddies []*Caddy
+	opts := harness.CaddyOptions{GracePeriod: 10 * time.Second} // outlasts max_wait: a reload drops no waiter
+	var caddies []*harness.Caddy
 	for i := range 3 {
-		caddies = append(caddies, StartCaddy(t, "caddy-"+strconv.Itoa(i), site(100*time.Millisecond), opts))
+		caddies = append(caddies, harness.StartCaddy(t, "caddy-"+strconv.Itoa(i), site(100*time.Millisecond), opts))
 	}
 	q := Queue{rdb: rds.Client(t), name: chaosQueue}
 
@@ -145,7 +146,7 @@ func runChaos(t *testing.T, policy string) {
 	}
 	victimNode := nodeID(t, victim, chaosQueue)
 	load.SetTargets(caddies[:2])
-	victim.kill()
+	victim.Kill()
 	killed := time.Now()
 	deadPermits := func() []string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -163,7 +164,7 @@ func runChaos(t *testing.T, policy string) {
 	atKill := deadPermits()
 	require.NotEmpty(t, atKill, "the killed instance held no permit")
 	t.Logf("%6.1fs killed %s (node %s) holding %d permits; their leases end within %v",
-		time.Since(began).Seconds(), victim.name, victimNode, len(atKill), leaseLeft(t, q, victimNode))
+		time.Since(began).Seconds(), victim.Name(), victimNode, len(atKill), leaseLeft(t, q, victimNode))
 	// The permits it held come back within the lease.
 	back := eventually(chaosLease+chaosSlack, func() bool {
 		return !slices.ContainsFunc(deadPermits(), func(id string) bool { return slices.Contains(atKill, id) })
@@ -178,7 +179,7 @@ func runChaos(t *testing.T, policy string) {
 	t.Logf("%6.1fs every permit of the killed instance came back %v after the kill",
 		time.Since(began).Seconds(), time.Since(killed).Round(time.Millisecond))
 	require.True(t, all, "the killed instance still holds %v %v after the kill", deadPermits(), time.Since(killed))
-	caddies[2] = StartCaddy(t, "caddy-3", site(100*time.Millisecond), opts)
+	caddies[2] = harness.StartCaddy(t, "caddy-3", site(100*time.Millisecond), opts)
 	load.SetTargets(caddies)
 	time.Sleep(time.Second)
 	phase("kill -9 and replacement", strict, 0)
@@ -215,14 +216,14 @@ func runChaos(t *testing.T, policy string) {
 	wg.Wait()
 	reload := span{reloadFrom.Add(-100 * time.Millisecond), time.Now().Add(time.Second)}
 	for i, err := range errs {
-		require.NoError(t, err, "reload %s", caddies[i].name)
+		require.NoError(t, err, "reload %s", caddies[i].Name())
 	}
 	time.Sleep(time.Second)
 	phase("reload", strict, 0)
 
 	load.Stop()
 	phase("end of load", strict, 0)
-	checkChaosResults(t, load.Results(), victim.name, reload)
+	checkChaosResults(t, load.Results(), victim.Name(), reload)
 
 	// Nothing left: no waiter at once, no permit once the leases of
 	// permits orphaned by the faults ran out, no key once every
@@ -261,7 +262,7 @@ func leaseLeft(t *testing.T, q Queue, node string) time.Duration {
 // them all at once and checks that the queue lets them go at once and
 // that none reaches the upstream a moment later. It returns how many of
 // them reached the upstream in all.
-func disconnectAtOnce(t *testing.T, q Queue, mock *mockllm.Server, caddies []*Caddy, n int) (departed int) {
+func disconnectAtOnce(t *testing.T, q Queue, mock *mockllm.Server, caddies []*harness.Caddy, n int) (departed int) {
 	t.Helper()
 	tr := &http.Transport{DisableKeepAlives: true, DisableCompression: true}
 	defer tr.CloseIdleConnections()

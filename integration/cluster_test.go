@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
@@ -28,7 +29,7 @@ func proxySite(upstream string, directives ...string) string {
 
 func TestThreeInstancesShareThePermits(t *testing.T) {
 	rds := redistest.Start(t)
-	mock, upstream := StartMockLLM(t, mockllm.Config{Tokens: 8, Delay: 50 * time.Millisecond})
+	mock, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 8, Delay: 50 * time.Millisecond})
 	// Requests with X-Queue: ordered go to a queue of one permit, whose
 	// strictly serial handoffs make the arrival order at the upstream
 	// exactly the queue's order.
@@ -51,9 +52,9 @@ func TestThreeInstancesShareThePermits(t *testing.T) {
 			url redis://%[1]s/0
 		}
 	}`, rds.Addr()))
-	var caddies []*Caddy
+	var caddies []*harness.Caddy
 	for i := range 3 {
-		caddies = append(caddies, StartCaddy(t, fmt.Sprintf("caddy-%d", i), site, CaddyOptions{}))
+		caddies = append(caddies, harness.StartCaddy(t, fmt.Sprintf("caddy-%d", i), site, harness.CaddyOptions{}))
 	}
 	client := newClient(t)
 	ctx := context.Background()

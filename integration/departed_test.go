@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
@@ -88,11 +89,11 @@ func TestDepartedClientsNeverReachTheUpstream(t *testing.T) {
 		}`, rds.Addr())
 			}
 			mock, upstream := startLateNoticingMockLLM(t, mockllm.Config{Tokens: departedTokens, Delay: departedDelay})
-			c := StartCaddy(t, "caddy", proxySite(upstream, fmt.Sprintf(`
+			c := harness.StartCaddy(t, "caddy", proxySite(upstream, fmt.Sprintf(`
 	fair_queue {
 		permits %d
 		max_wait 60s%s
-	}`, departedPermits, store)), CaddyOptions{})
+	}`, departedPermits, store)), harness.CaddyOptions{})
 			client := newClient(t)
 
 			var peaks []int
@@ -168,9 +169,9 @@ type queueStats struct {
 
 // localStats returns c's own view of queue name, for the local store as
 // for Redis.
-func localStats(t *testing.T, c *Caddy, name string) queueStats {
+func localStats(t *testing.T, c *harness.Caddy, name string) queueStats {
 	t.Helper()
-	status, body := getBody(t, c.adminURL()+"/fair_queue/")
+	status, body := getBody(t, c.AdminURL()+"/fair_queue/")
 	require.Equal(t, http.StatusOK, status, "admin: %s", body)
 	var rep struct {
 		Queues []struct {

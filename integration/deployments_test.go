@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
@@ -20,7 +21,7 @@ import (
 // once the instances stop nothing is left on any master.
 func TestInstancesShareAQueueOnARedisCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
-	mock, upstream := StartMockLLM(t, mockllm.Config{Tokens: 4, Delay: 50 * time.Millisecond})
+	mock, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 4, Delay: 50 * time.Millisecond})
 	site := func(seed string) string {
 		return proxySite(upstream, fmt.Sprintf(`
 	fair_queue {
@@ -33,9 +34,9 @@ func TestInstancesShareAQueueOnARedisCluster(t *testing.T) {
 		}
 	}`, seed))
 	}
-	var caddies []*Caddy
+	var caddies []*harness.Caddy
 	for i, seed := range cluster.Addrs()[:2] {
-		caddies = append(caddies, StartCaddy(t, "caddy-"+strconv.Itoa(i), site(seed), CaddyOptions{}))
+		caddies = append(caddies, harness.StartCaddy(t, "caddy-"+strconv.Itoa(i), site(seed), harness.CaddyOptions{}))
 	}
 	client := newClient(t)
 	var all collect
@@ -68,7 +69,7 @@ func TestInstancesShareAQueueOnARedisCluster(t *testing.T) {
 // the permits.
 func TestInstancesFollowASentinelFailoverMidLoad(t *testing.T) {
 	s := redistest.StartSentinel(t)
-	mock, upstream := StartMockLLM(t, mockllm.Config{Tokens: 4, Delay: 50 * time.Millisecond})
+	mock, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 4, Delay: 50 * time.Millisecond})
 	const permits = 3
 	site := proxySite(upstream, fmt.Sprintf(`
 	fair_queue {
@@ -84,9 +85,9 @@ func TestInstancesFollowASentinelFailoverMidLoad(t *testing.T) {
 		}
 		on_store_error fail_closed
 	}`, permits, chaosMaxWait, chaosLease, s.MasterName(), strings.Join(s.SentinelAddrs(), " ")))
-	var caddies []*Caddy
+	var caddies []*harness.Caddy
 	for i := range 2 {
-		caddies = append(caddies, StartCaddy(t, "caddy-"+strconv.Itoa(i), site, CaddyOptions{}))
+		caddies = append(caddies, harness.StartCaddy(t, "caddy-"+strconv.Itoa(i), site, harness.CaddyOptions{}))
 	}
 	began := time.Now()
 	phase := func(name string, bound int) {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
@@ -20,15 +21,15 @@ import (
 // this is checked with a small body and with a large one.
 func TestDisconnectWhileQueuedLeavesAtOnce(t *testing.T) {
 	rds := redistest.Start(t)
-	mock, upstream := StartMockLLM(t, mockllm.Config{Tokens: 2})
-	c := StartCaddy(t, "caddy", proxySite(upstream, fmt.Sprintf(`
+	mock, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 2})
+	c := harness.StartCaddy(t, "caddy", proxySite(upstream, fmt.Sprintf(`
 	fair_queue {
 		permits 1
 		max_wait 60s
 		redis {
 			url redis://%s/0
 		}
-	}`, rds.Addr())), CaddyOptions{})
+	}`, rds.Addr())), harness.CaddyOptions{})
 	client := newClient(t)
 	q := Queue{rdb: rds.Client(t), name: "default"}
 

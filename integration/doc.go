@@ -3,9 +3,10 @@
 // processes (internal/redistest) and a streaming mock LLM upstream
 // (internal/mockllm), driven over HTTP the way users drive them.
 //
-// The tests build the Caddy binary once per run, with the go command that
-// runs them, and start every Caddy on free loopback ports with its own
-// admin endpoint, so they need no fixed port and leave no process behind.
+// The tests start Caddy and the mock with internal/harness, which builds
+// the Caddy binary once per run, with the go command that runs them, and
+// starts every Caddy on free loopback ports with its own admin endpoint,
+// so they need no fixed port and leave no process behind.
 // Run them with:
 //
 //	go test -race -count=1 ./integration/

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
@@ -25,7 +26,7 @@ import (
 func TestFairByUseThroughTwoInstances(t *testing.T) {
 	rds := redistest.Start(t)
 	const delay = 10 * time.Millisecond // per token
-	mock, upstream := StartMockLLM(t, mockllm.Config{Tokens: 4, Delay: delay})
+	mock, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 4, Delay: delay})
 	queue := func(name string, permits int, more string) string {
 		return fmt.Sprintf(`
 	fair_queue @%[1]s {
@@ -44,7 +45,7 @@ func TestFairByUseThroughTwoInstances(t *testing.T) {
 	@time header X-Queue time
 	@cap header X-Queue cap`,
 		queue("share", 2, ""), queue("time", 2, "cost time"), queue("cap", 3, "max_in_flight_per_tenant 1"))
-	caddies := []*Caddy{StartCaddy(t, "caddy-0", site, CaddyOptions{}), StartCaddy(t, "caddy-1", site, CaddyOptions{})}
+	caddies := []*harness.Caddy{harness.StartCaddy(t, "caddy-0", site, harness.CaddyOptions{}), harness.StartCaddy(t, "caddy-1", site, harness.CaddyOptions{})}
 	client := newClient(t)
 	rdb := rds.Client(t)
 
@@ -127,7 +128,7 @@ type loopResult struct {
 	ahead map[string][]int   // per tenant and request: others' requests that reached the upstream first
 }
 
-func (l closedLoop) run(t *testing.T, client *http.Client, caddies []*Caddy, mock *mockllm.Server) loopResult {
+func (l closedLoop) run(t *testing.T, client *http.Client, caddies []*harness.Caddy, mock *mockllm.Server) loopResult {
 	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()

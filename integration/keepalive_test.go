@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
@@ -58,8 +59,8 @@ func readAll(t *testing.T, ch <-chan string, d time.Duration) []string {
 
 func TestKeepaliveFeedsAWaitingStreamThenRelaysOrRejects(t *testing.T) {
 	rds := redistest.Start(t)
-	_, upstream := StartMockLLM(t, mockllm.Config{Tokens: 8, Delay: 10 * time.Millisecond})
-	c := StartCaddy(t, "caddy", proxySite(upstream, fmt.Sprintf(`
+	_, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 8, Delay: 10 * time.Millisecond})
+	c := harness.StartCaddy(t, "caddy", proxySite(upstream, fmt.Sprintf(`
 	fair_queue {
 		permits 1
 		max_wait 2s
@@ -68,7 +69,7 @@ func TestKeepaliveFeedsAWaitingStreamThenRelaysOrRejects(t *testing.T) {
 		reject_stream app:busy {
 			field conversation {http.request.header.X-Conversation-Id}
 		}
-	}`, rds.Addr())), CaddyOptions{})
+	}`, rds.Addr())), harness.CaddyOptions{})
 	client := newClient(t)
 
 	open := func(t *testing.T, conversation string) (*http.Response, <-chan string) {

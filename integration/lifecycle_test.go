@@ -13,13 +13,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
 func TestReloadKeepsWaitersAndLimit(t *testing.T) {
 	rds := redistest.Start(t)
-	mock, upstream := StartMockLLM(t, mockllm.Config{Tokens: 6, Delay: 100 * time.Millisecond})
+	mock, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 6, Delay: 100 * time.Millisecond})
 	config := func(maxWait string) string {
 		return proxySite(upstream, fmt.Sprintf(`
 	fair_queue {
@@ -32,7 +33,7 @@ func TestReloadKeepsWaitersAndLimit(t *testing.T) {
 	}`, maxWait, rds.Addr()))
 	}
 	// The old server's grace period must outlast its queued requests.
-	c := StartCaddy(t, "caddy", config("60s"), CaddyOptions{GracePeriod: 30 * time.Second})
+	c := harness.StartCaddy(t, "caddy", config("60s"), harness.CaddyOptions{GracePeriod: 30 * time.Second})
 	client := newClient(t)
 	ctx := context.Background()
 	q := Queue{rdb: rds.Client(t), name: "llm"}
@@ -73,15 +74,15 @@ func TestReloadKeepsWaitersAndLimit(t *testing.T) {
 
 func TestSIGTERMAnswersWaitersAndLeavesRedisClean(t *testing.T) {
 	rds := redistest.Start(t)
-	_, upstream := StartMockLLM(t, mockllm.Config{})
-	c := StartCaddy(t, "caddy", proxySite(upstream, fmt.Sprintf(`
+	_, upstream := harness.StartMockLLM(t, mockllm.Config{})
+	c := harness.StartCaddy(t, "caddy", proxySite(upstream, fmt.Sprintf(`
 	fair_queue {
 		permits 1
 		max_wait 60s
 		redis {
 			url redis://%s/0
 		}
-	}`, rds.Addr())), CaddyOptions{GracePeriod: 5 * time.Second})
+	}`, rds.Addr())), harness.CaddyOptions{GracePeriod: 5 * time.Second})
 	client := newClient(t)
 	ctx := context.Background()
 	q := Queue{rdb: rds.Client(t), name: "default"}
@@ -113,7 +114,7 @@ func TestSIGTERMAnswersWaitersAndLeavesRedisClean(t *testing.T) {
 
 	// The running stream finishes within the grace period.
 	requireFullStream(t, await(t, running, time.Minute), holderTokens, "stream running at SIGTERM")
-	c.WaitExit(exitTimeout)
+	c.WaitExit(harness.ExitTimeout)
 
 	assert.Zero(t, q.Waiting(t), "waiting tickets left in Redis")
 	assert.Zero(t, q.Holders(t), "permits left held in Redis")

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
@@ -61,8 +62,8 @@ func perModelSite(rds *redistest.Server, upstream, more string) string {
 // made-up name is left.
 func TestMadeUpModelNamesNeverLockOutARealOne(t *testing.T) {
 	rds := redistest.Start(t)
-	_, upstream := StartMockLLM(t, mockllm.Config{Tokens: 2})
-	c := StartCaddy(t, "per-model", perModelSite(rds, upstream, ""), CaddyOptions{})
+	_, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 2})
+	c := harness.StartCaddy(t, "per-model", perModelSite(rds, upstream, ""), harness.CaddyOptions{})
 	client := newClient(t)
 
 	for i := range junkNames {
@@ -86,8 +87,8 @@ func TestMadeUpModelNamesNeverLockOutARealOne(t *testing.T) {
 // served.
 func TestUnlistedModelNamesAreAnswered404AndNeverOpenAQueue(t *testing.T) {
 	rds := redistest.Start(t)
-	mock, upstream := StartMockLLM(t, mockllm.Config{Tokens: 2})
-	c := StartCaddy(t, "listed", perModelSite(rds, upstream, "names real-model other-model"), CaddyOptions{})
+	mock, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 2})
+	c := harness.StartCaddy(t, "listed", perModelSite(rds, upstream, "names real-model other-model"), harness.CaddyOptions{})
 	client := newClient(t)
 
 	for i := range junkNames {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/internal/faultproxy"
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
@@ -84,7 +85,7 @@ type partitionCluster struct {
 	mock    *mockllm.Server
 	up      *upstreamLog
 	q       Queue
-	caddies []*Caddy // a, b, c
+	caddies []*harness.Caddy // a, b, c
 }
 
 func startPartitionCluster(t *testing.T) *partitionCluster {
@@ -108,10 +109,10 @@ func startPartitionCluster(t *testing.T) *partitionCluster {
 		on_store_error fail_closed
 	}`, instanceHeader, name, partitionQueue, partitionPermits, partitionMaxWait, partitionPoll, partitionLease, redisAddr))
 	}
-	pc.caddies = []*Caddy{
-		StartCaddy(t, "a", site("a", pc.rds.Addr()), CaddyOptions{}),
-		StartCaddy(t, "b", site("b", pc.rds.Addr()), CaddyOptions{}),
-		StartCaddy(t, "c", site("c", pc.proxy.Addr()), CaddyOptions{}),
+	pc.caddies = []*harness.Caddy{
+		harness.StartCaddy(t, "a", site("a", pc.rds.Addr()), harness.CaddyOptions{}),
+		harness.StartCaddy(t, "b", site("b", pc.rds.Addr()), harness.CaddyOptions{}),
+		harness.StartCaddy(t, "c", site("c", pc.proxy.Addr()), harness.CaddyOptions{}),
 	}
 	pc.q = Queue{rdb: pc.rds.Client(t), name: partitionQueue}
 	return pc
@@ -153,19 +154,19 @@ func runPartition(t *testing.T, fault func(*faultproxy.Proxy)) {
 	pc.stop(t, load)
 	results := load.Results()
 	t.Logf("partition of %s (node %s) from %s for %v; healed at %s",
-		c.name, cNode, began.Format("15:04:05.000"), partitionFor, healed.Format("15:04:05.000"))
+		c.Name(), cNode, began.Format("15:04:05.000"), partitionFor, healed.Format("15:04:05.000"))
 
 	// c's permits come back to the others.
 	t.Logf("MEASURED permits return: %d permits held by %s at the partition; back %v after it began (lease %v); "+
 		"no permit of %s left after %v (%d granted to its waiters during the partition); a and b held all %d permits after %v",
-		len(w.initial), c.name, w.initialBack.Sub(began).Round(time.Millisecond), partitionLease,
-		c.name, w.noneLeft.Sub(began).Round(time.Millisecond), w.grantedDuring, partitionPermits, w.othersFull.Sub(began).Round(time.Millisecond))
-	require.False(t, w.initialBack.IsZero(), "the permits %s held at the partition were not back before the heal", c.name)
+		len(w.initial), c.Name(), w.initialBack.Sub(began).Round(time.Millisecond), partitionLease,
+		c.Name(), w.noneLeft.Sub(began).Round(time.Millisecond), w.grantedDuring, partitionPermits, w.othersFull.Sub(began).Round(time.Millisecond))
+	require.False(t, w.initialBack.IsZero(), "the permits %s held at the partition were not back before the heal", c.Name())
 	assert.LessOrEqual(t, w.initialBack.Sub(began), partitionLease+partitionSlack, "permits held at the partition back after")
 	// Waiters of c granted in Redis while c's liveness ran (a lease after
 	// its last heartbeat) hold their permit a lease more: 2 x lease.
-	require.False(t, w.noneLeft.IsZero(), "%s still held permits at the heal", c.name)
-	assert.LessOrEqual(t, w.noneLeft.Sub(began), 2*partitionLease+partitionSlack, "every permit of %s back after", c.name)
+	require.False(t, w.noneLeft.IsZero(), "%s still held permits at the heal", c.Name())
+	assert.LessOrEqual(t, w.noneLeft.Sub(began), 2*partitionLease+partitionSlack, "every permit of %s back after", c.Name())
 	assert.False(t, w.othersFull.IsZero(), "a and b never held all the permits during the partition")
 
 	// Over-admission stays inside the window, and is c's requests that
@@ -186,49 +187,49 @@ func runPartition(t *testing.T, fault func(*faultproxy.Proxy)) {
 	// c applies fail_closed, and sends nothing upstream until the heal.
 	var down time.Time
 	for _, r := range results {
-		if r.caddy == c.name && r.reason == "store_unavailable" && r.start.After(began) && (down.IsZero() || r.start.Add(r.answer).Before(down)) {
+		if r.caddy == c.Name() && r.reason == "store_unavailable" && r.start.After(began) && (down.IsZero() || r.start.Add(r.answer).Before(down)) {
 			down = r.start.Add(r.answer)
 		}
 	}
-	require.False(t, down.IsZero(), "%s never answered store_unavailable during the partition", c.name)
-	t.Logf("MEASURED %s answered store_unavailable from %v after the partition began", c.name, down.Sub(began).Round(time.Millisecond))
+	require.False(t, down.IsZero(), "%s never answered store_unavailable during the partition", c.Name())
+	t.Logf("MEASURED %s answered store_unavailable from %v after the partition began", c.Name(), down.Sub(began).Round(time.Millisecond))
 	assert.LessOrEqual(t, down.Sub(began), time.Second+partitionSlack, "fail_closed applied after")
 	var rejectedDown int
 	var slowestDown time.Duration
 	for _, r := range results {
-		if r.caddy != c.name || r.start.Before(down) || !r.start.Before(healed) {
+		if r.caddy != c.Name() || r.start.Before(down) || !r.start.Before(healed) {
 			continue
 		}
 		rejectedDown++
 		slowestDown = max(slowestDown, r.answer)
-		assert.Equal(t, "store_unavailable", r.reason, "%s with Redis marked down: %s", c.name, r)
-		assert.LessOrEqual(t, r.answer, partitionSlack, "%s with Redis marked down answered late: %s", c.name, r)
+		assert.Equal(t, "store_unavailable", r.reason, "%s with Redis marked down: %s", c.Name(), r)
+		assert.LessOrEqual(t, r.answer, partitionSlack, "%s with Redis marked down answered late: %s", c.Name(), r)
 	}
 	t.Logf("%s with Redis marked down: %d requests, all store_unavailable, slowest answer %v",
-		c.name, rejectedDown, slowestDown.Round(time.Millisecond))
-	assert.Positive(t, rejectedDown, "requests to %s while Redis was marked down", c.name)
-	assert.Zero(t, pc.up.span(down, healed, c.name).arrivals, "requests %s sent to the upstream with Redis marked down", c.name)
+		c.Name(), rejectedDown, slowestDown.Round(time.Millisecond))
+	assert.Positive(t, rejectedDown, "requests to %s while Redis was marked down", c.Name())
+	assert.Zero(t, pc.up.span(down, healed, c.Name()).arrivals, "requests %s sent to the upstream with Redis marked down", c.Name())
 
 	// a and b are served during the partition, c again after it.
 	var othersDuring int
 	var cFirst loadResult // c's first request granted after the heal
 	for _, r := range results {
 		granted := r.err == nil && r.reason == "" && r.status == http.StatusOK
-		if granted && r.caddy != c.name && r.start.After(began) && r.start.Before(healed) {
+		if granted && r.caddy != c.Name() && r.start.After(began) && r.start.Before(healed) {
 			othersDuring++
 		}
-		if granted && r.caddy == c.name && r.start.After(healed) && (cFirst.start.IsZero() || r.start.Before(cFirst.start)) {
+		if granted && r.caddy == c.Name() && r.start.After(healed) && (cFirst.start.IsZero() || r.start.Before(cFirst.start)) {
 			cFirst = r
 		}
 	}
 	cBack := cFirst.start.Add(cFirst.answer)
-	require.False(t, cFirst.start.IsZero(), "%s served nothing after the heal", c.name)
+	require.False(t, cFirst.start.IsZero(), "%s served nothing after the heal", c.Name())
 	t.Logf("MEASURED a and b served %d requests during the partition; %s granted again %v after the heal (a request sent %v after it)",
-		othersDuring, c.name, cBack.Sub(healed).Round(time.Millisecond), cFirst.start.Sub(healed).Round(time.Millisecond))
+		othersDuring, c.Name(), cBack.Sub(healed).Round(time.Millisecond), cFirst.start.Sub(healed).Round(time.Millisecond))
 	assert.Greater(t, othersDuring, 10, "requests a and b served during the partition")
-	assert.LessOrEqual(t, cBack.Sub(healed), partitionLease/3+partitionSlack, "%s served again after the heal", c.name)
+	assert.LessOrEqual(t, cBack.Sub(healed), partitionLease/3+partitionSlack, "%s served again after the heal", c.Name())
 
-	checkPartitionResults(t, results, c.name)
+	checkPartitionResults(t, results, c.Name())
 }
 
 func TestPartitionLatency(t *testing.T) {
@@ -248,12 +249,12 @@ func TestPartitionLatency(t *testing.T) {
 	results := load.Results()
 	var cGranted int
 	for _, r := range results {
-		if r.caddy == c.name && r.err == nil && r.reason == "" && r.status == http.StatusOK {
+		if r.caddy == c.Name() && r.err == nil && r.reason == "" && r.status == http.StatusOK {
 			cGranted++
 		}
 	}
 	t.Logf("MEASURED with 50-100ms each way on %s's link: at most %d at the upstream, %d permits held in Redis; %s served %d",
-		c.name, s.peak, maxHeld, c.name, cGranted)
+		c.Name(), s.peak, maxHeld, c.Name(), cGranted)
 	assert.LessOrEqual(t, s.peak, partitionPermits, "requests at the upstream at once")
 	// Redis may count one permit more for a moment: a heartbeat delayed
 	// on the slow link counts again a permit released meanwhile, which
@@ -261,8 +262,8 @@ func TestPartitionLatency(t *testing.T) {
 	// re-adds a missing holder"). Counting more only delays a grant; the
 	// upstream's count above is the promise.
 	assert.LessOrEqual(t, maxHeld, partitionPermits+1, "permits held at once in Redis")
-	assert.Positive(t, cGranted, "requests %s served", c.name)
-	checkPartitionResults(t, results, c.name)
+	assert.Positive(t, cGranted, "requests %s served", c.Name())
+	checkPartitionResults(t, results, c.Name())
 }
 
 // checkPartitionResults checks every request of the load: each got an

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
@@ -31,7 +32,7 @@ type replica struct {
 // startReplica starts a mock replica on a free port.
 func startReplica(t *testing.T, cfg mockllm.Config) *replica {
 	t.Helper()
-	r := &replica{t: t, mock: mockllm.New(cfg), addr: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	r := &replica{t: t, mock: mockllm.New(cfg), addr: fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))}
 	r.start()
 	t.Cleanup(func() { r.stop() })
 	return r
@@ -89,9 +90,9 @@ func TestPoolCapsEachReplicaAcrossInstances(t *testing.T) {
 		replicas = append(replicas, startReplica(t, mockllm.Config{Tokens: 8, Delay: 50 * time.Millisecond}))
 	}
 	site := poolSite(rds.Addr(), replicas, permits)
-	var caddies []*Caddy
+	var caddies []*harness.Caddy
 	for i := range 3 {
-		caddies = append(caddies, StartCaddy(t, fmt.Sprintf("caddy-%d", i), site, CaddyOptions{}))
+		caddies = append(caddies, harness.StartCaddy(t, fmt.Sprintf("caddy-%d", i), site, harness.CaddyOptions{}))
 	}
 	client := newClient(t)
 	const clients, tokens = 48, 8
@@ -129,9 +130,9 @@ func TestRequeueOn503HidesTheRefusalFromClients(t *testing.T) {
 	sick := startReplica(t, mockllm.Config{Tokens: 4, Delay: 50 * time.Millisecond, Refuse: refusals, RetryAfter: "1"})
 	healthy := startReplica(t, mockllm.Config{Tokens: 4, Delay: 50 * time.Millisecond})
 	site := poolSite(rds.Addr(), []*replica{sick, healthy}, []int{2, 2}, "requeue_on 429 503", "max_requeues 5")
-	var caddies []*Caddy
+	var caddies []*harness.Caddy
 	for i := range 2 {
-		caddies = append(caddies, StartCaddy(t, fmt.Sprintf("caddy-%d", i), site, CaddyOptions{}))
+		caddies = append(caddies, harness.StartCaddy(t, fmt.Sprintf("caddy-%d", i), site, harness.CaddyOptions{}))
 	}
 	client := newClient(t)
 	const clients = 16
@@ -171,7 +172,7 @@ func TestKilledReplicaIsCooledAndComesBack(t *testing.T) {
 	cfg := mockllm.Config{Tokens: 8, Delay: 50 * time.Millisecond}
 	a, b := startReplica(t, cfg), startReplica(t, cfg)
 	site := poolSite(rds.Addr(), []*replica{a, b}, []int{2, 2}, "upstream_cooldown 300ms", "max_requeues 20")
-	caddies := []*Caddy{StartCaddy(t, "caddy-0", site, CaddyOptions{}), StartCaddy(t, "caddy-1", site, CaddyOptions{})}
+	caddies := []*harness.Caddy{harness.StartCaddy(t, "caddy-0", site, harness.CaddyOptions{}), harness.StartCaddy(t, "caddy-1", site, harness.CaddyOptions{})}
 	client := newClient(t)
 	q := Queue{rdb: rds.Client(t), name: "pool"}
 
@@ -214,16 +215,16 @@ func TestKilledReplicaIsCooledAndComesBack(t *testing.T) {
 
 // scrape reads the Prometheus metrics of each instance (its admin
 // endpoint's /metrics), joined.
-func scrape(t *testing.T, caddies ...*Caddy) string {
+func scrape(t *testing.T, caddies ...*harness.Caddy) string {
 	t.Helper()
 	var b strings.Builder
 	for _, c := range caddies {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", c.adminPort))
+		resp, err := http.Get(c.AdminURL() + "/metrics")
 		require.NoError(t, err)
 		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		require.NoError(t, err)
-		require.Equal(t, http.StatusOK, resp.StatusCode, "metrics of %s", c.name)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "metrics of %s", c.Name())
 		b.Write(body)
 	}
 	return b.String()

@@ -11,13 +11,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
 func TestTimeoutRejects(t *testing.T) {
 	rds := redistest.Start(t)
-	mock, upstream := StartMockLLM(t, mockllm.Config{})
+	mock, upstream := harness.StartMockLLM(t, mockllm.Config{})
 	fairQueue := func(reject string) string {
 		return proxySite(upstream, fmt.Sprintf(`
 	fair_queue {
@@ -29,7 +30,7 @@ func TestTimeoutRejects(t *testing.T) {
 		%s
 	}`, rds.Addr(), reject))
 	}
-	c := StartCaddy(t, "caddy", fairQueue(""), CaddyOptions{})
+	c := harness.StartCaddy(t, "caddy", fairQueue(""), harness.CaddyOptions{})
 	client := newClient(t)
 	ctx := context.Background()
 	holder := holdPermit(t, client, c.URL(), nil)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 )
 
@@ -120,7 +121,7 @@ func (q reloadChaosRequest) String() string {
 // after a random delay, while it waits or while it streams.
 type reloadChaosLoad struct {
 	group   string
-	targets []*Caddy
+	targets []*harness.Caddy
 	epoch   func() int
 	client  *http.Client
 	stop    chan struct{}
@@ -140,7 +141,7 @@ const (
 	reloadChaosTimeout = 30 * time.Second
 )
 
-func startReloadChaosLoad(t *testing.T, group string, seed int64, clients int, targets []*Caddy, epoch func() int) *reloadChaosLoad {
+func startReloadChaosLoad(t *testing.T, group string, seed int64, clients int, targets []*harness.Caddy, epoch func() int) *reloadChaosLoad {
 	l := &reloadChaosLoad{group: group, targets: targets, epoch: epoch, client: newClient(t), stop: make(chan struct{}),
 		requests: make(map[string]*reloadChaosRequest)}
 	t.Cleanup(l.Stop)
@@ -182,7 +183,7 @@ func (l *reloadChaosLoad) run(client int, rng *rand.Rand) {
 		default:
 		}
 		c := l.targets[(client+n)%len(l.targets)]
-		q := &reloadChaosRequest{seq: fmt.Sprintf("%s-c%d-%d", l.group, client, n), caddy: c.name, stream: rng.Intn(2) == 0}
+		q := &reloadChaosRequest{seq: fmt.Sprintf("%s-c%d-%d", l.group, client, n), caddy: c.Name(), stream: rng.Intn(2) == 0}
 		var cancelAfter time.Duration
 		if rng.Float64() < reloadChaosCancelShare {
 			cancelAfter = time.Duration(rng.Int63n(int64(reloadChaosCancelMax)))
@@ -202,7 +203,7 @@ func (l *reloadChaosLoad) run(client int, rng *rand.Rand) {
 
 // one sends ch to c and records it in q; a positive cancelAfter cancels
 // it then, and records when.
-func (l *reloadChaosLoad) one(c *Caddy, q *reloadChaosRequest, ch Chat, cancelAfter time.Duration) {
+func (l *reloadChaosLoad) one(c *harness.Caddy, q *reloadChaosRequest, ch Chat, cancelAfter time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), reloadChaosTimeout)
 	defer cancel()
 	q.sent, q.epoch = time.Now(), l.epoch()

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
@@ -69,7 +70,7 @@ type reloadChaosGroup struct {
 	redis    string   // the Redis address
 	shape    reloadChaosShape
 	clients  int
-	caddies  []*Caddy
+	caddies  []*harness.Caddy
 	replicas []*watchedReplica
 	load     *reloadChaosLoad
 
@@ -135,7 +136,7 @@ func TestReloadChaosNeverRunsAnUpstreamAboveThePermitsInForce(t *testing.T) {
 	}()
 	rng := rand.New(rand.NewSource(seed))
 	rds := redistest.Start(t)
-	caddyBinary(t) // built before the clock starts
+	harness.CaddyBinary(t) // built before the clock starts
 	began := time.Now()
 	t.Logf("time 0 is %s", began.Format("15:04:05.000"))
 	clusterPrefixes, clusterShape, soloPrefixes, soloShape := []string{"rc"}, shapePool, []string{"", "rs", "rs2"}, shapeStaticOrPool
@@ -147,7 +148,7 @@ func TestReloadChaosNeverRunsAnUpstreamAboveThePermitsInForce(t *testing.T) {
 		{name: "cluster", prefixes: clusterPrefixes, shape: clusterShape, redis: rds.Addr(), clients: 8},
 		{name: "solo", prefixes: soloPrefixes, shape: soloShape, redis: rds.Addr(), clients: 6},
 	}
-	opts := CaddyOptions{GracePeriod: 30 * time.Second} // outlasts max_wait: a reload drops no request
+	opts := harness.CaddyOptions{GracePeriod: 30 * time.Second} // outlasts max_wait: a reload drops no request
 	for gi, g := range groups {
 		for i := range reloadChaosReplicas {
 			g.replicas = append(g.replicas, startWatchedReplica(t, fmt.Sprintf("%s-r%d", g.name, i),
@@ -156,7 +157,7 @@ func TestReloadChaosNeverRunsAnUpstreamAboveThePermitsInForce(t *testing.T) {
 		cfg := randomReloadChaosConfig(rng, reloadChaosReplicas, g.prefixes, g.shape)
 		from := time.Now()
 		for i := range map[string]int{"cluster": 2, "solo": 1}[g.name] {
-			g.caddies = append(g.caddies, StartCaddy(t, fmt.Sprintf("%s-%d", g.name, i), cfg.site(g.replicas, g.redis), opts))
+			g.caddies = append(g.caddies, harness.StartCaddy(t, fmt.Sprintf("%s-%d", g.name, i), cfg.site(g.replicas, g.redis), opts))
 		}
 		g.addEpoch(reloadChaosEpoch{cfg: cfg, from: from, applied: time.Now()})
 		t.Logf("%6.2fs %s starts with #0 %s", time.Since(began).Seconds(), g.name, cfg)
@@ -205,7 +206,7 @@ func (g *reloadChaosGroup) reload(t *testing.T, cfg reloadChaosConfig, began tim
 	g.addEpoch(reloadChaosEpoch{cfg: cfg, from: from, applied: time.Now()})
 	t.Logf("%6.2fs %s reload to #%d (%v): %s", from.Sub(began).Seconds(), g.name, n+1, time.Since(from).Round(time.Millisecond), cfg)
 	for i, err := range errs {
-		assert.NoError(t, err, "reload %d of %s", n+1, g.caddies[i].name)
+		assert.NoError(t, err, "reload %d of %s", n+1, g.caddies[i].Name())
 	}
 }
 

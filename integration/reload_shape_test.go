@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
@@ -54,7 +55,7 @@ func staticSite(a *replica, permits int, store string) string {
 // at least waiting of them wait, sends later streams (the first
 // applies the new settings to the shared queue), and checks that every
 // stream is served in full; it returns how many were sent.
-func reloadUnderLoad(t *testing.T, c *Caddy, after string, clients, waiting, later int) int {
+func reloadUnderLoad(t *testing.T, c *harness.Caddy, after string, clients, waiting, later int) int {
 	t.Helper()
 	client := newClient(t)
 	var all collect
@@ -91,7 +92,7 @@ func reloadShape(t *testing.T, before, after func(a, b *replica, store string) s
 			}
 			cfg := mockllm.Config{Tokens: reloadShapeTokens, Delay: reloadShapeDelay}
 			a, b := startReplica(t, cfg), startReplica(t, cfg)
-			c := StartCaddy(t, "caddy", before(a, b, store), CaddyOptions{GracePeriod: 30 * time.Second})
+			c := harness.StartCaddy(t, "caddy", before(a, b, store), harness.CaddyOptions{GracePeriod: 30 * time.Second})
 			sent := reloadUnderLoad(t, c, after(a, b, store), 12, 8, 4)
 			assert.LessOrEqual(t, a.mock.MaxInFlight(), maxA, "replica A at once")
 			assert.LessOrEqual(t, b.mock.MaxInFlight(), maxB, "replica B at once")
@@ -141,7 +142,7 @@ func TestReloadThatSwitchesTheStoreNeverDoublesThePermits(t *testing.T) {
 			rds := redistest.Start(t)
 			cfg := mockllm.Config{Tokens: reloadShapeTokens, Delay: reloadShapeDelay}
 			a := startReplica(t, cfg)
-			c := StartCaddy(t, "caddy", staticSite(a, 1, tc.before(rds.Addr())), CaddyOptions{GracePeriod: 30 * time.Second})
+			c := harness.StartCaddy(t, "caddy", staticSite(a, 1, tc.before(rds.Addr())), harness.CaddyOptions{GracePeriod: 30 * time.Second})
 			sent := reloadUnderLoad(t, c, staticSite(a, 1, tc.after(rds.Addr())), 8, 6, 4)
 			assert.Equal(t, 1, a.mock.MaxInFlight(), "requests at the upstream at once")
 			assert.Equal(t, sent, a.mock.Served())

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
@@ -31,7 +32,7 @@ func zcard(t *testing.T, rds *redistest.Server, key string) int {
 // its own waiters, and no key of one is touched by the other.
 func TestKeyPrefixIsolatesApplicationsSharingOneRedis(t *testing.T) {
 	rds := redistest.Start(t)
-	_, upstream := StartMockLLM(t, mockllm.Config{Tokens: 2})
+	_, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 2})
 	app := func(prefix string) string {
 		return proxySite(upstream, fmt.Sprintf(`
 	fair_queue {
@@ -44,8 +45,8 @@ func TestKeyPrefixIsolatesApplicationsSharingOneRedis(t *testing.T) {
 		}
 	}`, rds.Addr(), prefix))
 	}
-	a := StartCaddy(t, "app-a", app("app_a"), CaddyOptions{})
-	b := StartCaddy(t, "app-b", app("app_b"), CaddyOptions{})
+	a := harness.StartCaddy(t, "app-a", app("app_a"), harness.CaddyOptions{})
+	b := harness.StartCaddy(t, "app-b", app("app_b"), harness.CaddyOptions{})
 	client := newClient(t)
 	ctx := context.Background()
 
@@ -96,7 +97,7 @@ func TestRedisPasswordNeverAppearsInLogsErrorsOrAdmin(t *testing.T) {
 	rds := redistest.Start(t)
 	// Set at run time: redistest checks the server with an unauthenticated PING.
 	require.NoError(t, rds.Client(t).ConfigSet(context.Background(), "requirepass", right).Err())
-	_, upstream := StartMockLLM(t, mockllm.Config{Tokens: 2})
+	_, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 2})
 	site := func(redis string) string {
 		return proxySite(upstream, fmt.Sprintf(`
 	fair_queue {
@@ -108,15 +109,15 @@ func TestRedisPasswordNeverAppearsInLogsErrorsOrAdmin(t *testing.T) {
 	}`, redis))
 	}
 	t.Setenv("FQ_TEST_REDIS_PASSWORD", right) // inherited by the Caddy processes
-	byURL := StartCaddy(t, "wrong-url", site(fmt.Sprintf("redis://:%s@%s/0", wrongURL, rds.Addr())), CaddyOptions{})
-	byOpt := StartCaddy(t, "wrong-option", site(fmt.Sprintf("{\n\t\t\taddress %s\n\t\t\tpassword %s\n\t\t}", rds.Addr(), wrongOpt)), CaddyOptions{})
-	good := StartCaddy(t, "right-env", site(fmt.Sprintf("{\n\t\t\taddress %s\n\t\t\tpassword {env.FQ_TEST_REDIS_PASSWORD}\n\t\t}", rds.Addr())), CaddyOptions{})
+	byURL := harness.StartCaddy(t, "wrong-url", site(fmt.Sprintf("redis://:%s@%s/0", wrongURL, rds.Addr())), harness.CaddyOptions{})
+	byOpt := harness.StartCaddy(t, "wrong-option", site(fmt.Sprintf("{\n\t\t\taddress %s\n\t\t\tpassword %s\n\t\t}", rds.Addr(), wrongOpt)), harness.CaddyOptions{})
+	good := harness.StartCaddy(t, "right-env", site(fmt.Sprintf("{\n\t\t\taddress %s\n\t\t\tpassword {env.FQ_TEST_REDIS_PASSWORD}\n\t\t}", rds.Addr())), harness.CaddyOptions{})
 	client := newClient(t)
 	ctx := context.Background()
 
 	requireFullStream(t, send(ctx, client, good.URL(), Chat{Stream: true}), 2, "with the right password")
 	var answers []string
-	for _, c := range []*Caddy{byURL, byOpt} {
+	for _, c := range []*harness.Caddy{byURL, byOpt} {
 		r := send(ctx, client, c.URL(), Chat{})
 		requireJSONReject(t, r, http.StatusServiceUnavailable, "store_unavailable")
 		answers = append(answers, fmt.Sprint(r.Header), r.Body)
@@ -125,41 +126,41 @@ func TestRedisPasswordNeverAppearsInLogsErrorsOrAdmin(t *testing.T) {
 		answers = append(answers, fmt.Sprint(r.Header), r.Body)
 	}
 
-	for _, c := range []*Caddy{byURL, byOpt, good} {
+	for _, c := range []*harness.Caddy{byURL, byOpt, good} {
 		for _, method := range []string{http.MethodPost, http.MethodDelete, http.MethodPut} {
-			req, err := http.NewRequest(method, c.adminURL()+"/fair_queue/", strings.NewReader("{}"))
+			req, err := http.NewRequest(method, c.AdminURL()+"/fair_queue/", strings.NewReader("{}"))
 			require.NoError(t, err)
 			resp, err := http.DefaultClient.Do(req)
 			require.NoError(t, err)
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, "%s /fair_queue/ on %s: the admin endpoint is read-only", method, c.name)
+			assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, "%s /fair_queue/ on %s: the admin endpoint is read-only", method, c.Name())
 		}
-		status, body := getBody(t, c.adminURL()+"/fair_queue/")
+		status, body := getBody(t, c.AdminURL()+"/fair_queue/")
 		require.Equal(t, http.StatusOK, status, body)
-		assert.Contains(t, body, `"name":"secret"`, "%s admin status", c.name)
+		assert.Contains(t, body, `"name":"secret"`, "%s admin status", c.Name())
 		answers = append(answers, body)
 	}
 	// The refused ones say why, without the secret.
-	_, status := getBody(t, byOpt.adminURL()+"/fair_queue/")
+	_, status := getBody(t, byOpt.AdminURL()+"/fair_queue/")
 	assert.Contains(t, status, "WRONGPASS", "the admin endpoint reports the failure")
 
 	// The config API shows the placeholder, not what it stands for.
-	_, cfg := getBody(t, good.adminURL()+"/config/")
+	_, cfg := getBody(t, good.AdminURL()+"/config/")
 	assert.Contains(t, cfg, "{env.FQ_TEST_REDIS_PASSWORD}")
 	assert.NotContains(t, cfg, right, "config API")
 
 	// Store errors are logged once the store is marked down (after two
 	// failed calls; a failed open is retried once a second).
-	for _, c := range []*Caddy{byURL, byOpt} {
+	for _, c := range []*harness.Caddy{byURL, byOpt} {
 		logged := eventually(10*time.Second, func() bool {
 			r := send(ctx, client, c.URL(), Chat{})
 			answers = append(answers, fmt.Sprint(r.Header), r.Body)
 			return strings.Contains(c.Log(), "WRONGPASS")
 		})
-		assert.True(t, logged, "%s: the refusal is not logged", c.name)
+		assert.True(t, logged, "%s: the refusal is not logged", c.Name())
 	}
-	for _, c := range []*Caddy{byURL, byOpt, good} {
+	for _, c := range []*harness.Caddy{byURL, byOpt, good} {
 		answers = append(answers, c.Log())
 	}
 	for _, text := range answers {

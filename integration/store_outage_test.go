@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
@@ -18,7 +19,7 @@ import (
 // hangs, and both queue again once Redis is back.
 func TestFailClosedAndFailOpen(t *testing.T) {
 	rds := redistest.Start(t)
-	mock, upstream := StartMockLLM(t, mockllm.Config{Tokens: 2})
+	mock, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 2})
 	config := func(policy string) string {
 		return proxySite(upstream, fmt.Sprintf(`
 	fair_queue {
@@ -30,12 +31,12 @@ func TestFailClosedAndFailOpen(t *testing.T) {
 		on_store_error %s
 	}`, rds.Addr(), policy))
 	}
-	closed := StartCaddy(t, "fail-closed", config("fail_closed"), CaddyOptions{})
-	open := StartCaddy(t, "fail-open", config("fail_open"), CaddyOptions{})
+	closed := harness.StartCaddy(t, "fail-closed", config("fail_closed"), harness.CaddyOptions{})
+	open := harness.StartCaddy(t, "fail-open", config("fail_open"), harness.CaddyOptions{})
 	client := newClient(t)
 	ctx := context.Background()
-	for _, c := range []*Caddy{closed, open} {
-		requireFullStream(t, send(ctx, client, c.URL(), Chat{Stream: true}), 2, "%s with Redis up", c.name)
+	for _, c := range []*harness.Caddy{closed, open} {
+		requireFullStream(t, send(ctx, client, c.URL(), Chat{Stream: true}), 2, "%s with Redis up", c.Name())
 	}
 
 	rds.Kill()
@@ -58,12 +59,12 @@ func TestFailClosedAndFailOpen(t *testing.T) {
 
 	// Redis comes back (empty): both queue again.
 	rds.Restart()
-	for _, c := range []*Caddy{closed, open} {
+	for _, c := range []*harness.Caddy{closed, open} {
 		ok := eventually(15*time.Second, func() bool {
 			r := send(ctx, client, c.URL(), Chat{Stream: true})
 			return r.Err == nil && r.Status == http.StatusOK && r.Header.Get("Fair-Queue-Reason") == ""
 		})
-		assert.True(t, ok, "%s did not serve again after Redis came back", c.name)
+		assert.True(t, ok, "%s did not serve again after Redis came back", c.Name())
 	}
 	// Both nodes are back in the queue.
 	q := Queue{rdb: rds.Client(t), name: "default"}

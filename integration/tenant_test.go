@@ -13,13 +13,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 )
 
 // TestTenantFairnessAndQueueCapOnTheLocalStore runs one Caddy with no
 // Redis: both queues live in the process.
 func TestTenantFairnessAndQueueCapOnTheLocalStore(t *testing.T) {
-	mock, upstream := StartMockLLM(t, mockllm.Config{Tokens: 2, Delay: 10 * time.Millisecond})
+	mock, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 2, Delay: 10 * time.Millisecond})
 	site := proxySite(upstream, `
 	@capped header X-Queue capped
 	@fair not header X-Queue capped
@@ -35,7 +36,7 @@ func TestTenantFairnessAndQueueCapOnTheLocalStore(t *testing.T) {
 		max_wait 2m
 		max_queue 5
 	}`)
-	c := StartCaddy(t, "caddy", site, CaddyOptions{})
+	c := harness.StartCaddy(t, "caddy", site, harness.CaddyOptions{})
 	client := newClient(t)
 	ctx := context.Background()
 
@@ -105,7 +106,7 @@ func TestTenantFairnessAndQueueCapOnTheLocalStore(t *testing.T) {
 
 // awaitLocalWaiting waits until queue has n requests waiting on c, as
 // its admin API reports (a local queue has no Redis to look into).
-func awaitLocalWaiting(t *testing.T, c *Caddy, queue string, n int, d time.Duration) {
+func awaitLocalWaiting(t *testing.T, c *harness.Caddy, queue string, n int, d time.Duration) {
 	t.Helper()
 	got := -1
 	if !eventually(d, func() bool {
@@ -117,11 +118,11 @@ func awaitLocalWaiting(t *testing.T, c *Caddy, queue string, n int, d time.Durat
 }
 
 // localWaiting reads the waiters of queue on c from GET /fair_queue/.
-func localWaiting(t *testing.T, c *Caddy, queue string) int {
+func localWaiting(t *testing.T, c *harness.Caddy, queue string) int {
 	t.Helper()
 	client := &http.Client{Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
-	resp, err := client.Get(c.adminURL() + "/fair_queue/")
+	resp, err := client.Get(c.AdminURL() + "/fair_queue/")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)

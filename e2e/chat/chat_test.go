@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fair-queue/caddy-fair-queue/internal/e2etest"
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 )
 
@@ -37,50 +37,52 @@ const (
 	tokenDelay = 250 * time.Millisecond
 )
 
-func TestMain(m *testing.M) { os.Exit(e2etest.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
 
 // site runs Caddy with Caddyfile.example, in the repository as make run
 // does (its file_server root is relative), on free ports and in front of
 // the mock LLM.
-func site(t *testing.T) *e2etest.Caddy {
+func site(t *testing.T) *harness.Caddy {
 	t.Helper()
-	root := e2etest.RepoRoot(t)
+	root := harness.ModuleRoot(t)
 	raw, err := os.ReadFile(filepath.Join(root, "Caddyfile.example"))
 	require.NoError(t, err)
-	_, upstream := e2etest.StartMockLLM(t, mockllm.Config{Tokens: tokens, Delay: tokenDelay})
-	httpPort, adminPort := e2etest.FreePort(t), e2etest.FreePort(t)
-	cfg := string(raw)
+	_, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: tokens, Delay: tokenDelay})
+	example := string(raw)
 	// What the tests rely on, kept as it is.
 	for _, s := range []string{fmt.Sprintf("permits %d", permits), "name " + queueName, "sse_keepalive 1s", "handle / {"} {
-		require.Contains(t, cfg, s, "Caddyfile.example changed: update the chat tests")
+		require.Contains(t, example, s, "Caddyfile.example changed: update the chat tests")
 	}
-	for _, r := range []struct{ old, new string }{
-		{"admin localhost:2019", fmt.Sprintf("admin 127.0.0.1:%d", adminPort)},
-		{":8080 {", fmt.Sprintf(":%d {", httpPort)},
-		{"127.0.0.1:8081", upstream},
-		{"max_wait 20s", "max_wait " + maxWait.String()},
-		{"grace_period 30s", "grace_period 1s"},
-	} {
-		require.Contains(t, cfg, r.old, "Caddyfile.example changed: update the chat tests")
-		cfg = strings.ReplaceAll(cfg, r.old, r.new)
-	}
-	return e2etest.StartCaddy(t, e2etest.Config{Caddyfile: cfg, HTTPPort: httpPort, AdminPort: adminPort, Dir: root})
+	return harness.StartCaddyfile(t, "caddy", func(p harness.Ports) string {
+		cfg := example
+		for _, r := range []struct{ old, new string }{
+			{"admin localhost:2019", fmt.Sprintf("admin 127.0.0.1:%d", p.Admin)},
+			{":8080 {", fmt.Sprintf(":%d {", p.HTTP)},
+			{"127.0.0.1:8081", upstream},
+			{"max_wait 20s", "max_wait " + maxWait.String()},
+			{"grace_period 30s", "grace_period 1s"},
+		} {
+			require.Contains(t, cfg, r.old, "Caddyfile.example changed: update the chat tests")
+			cfg = strings.ReplaceAll(cfg, r.old, r.new)
+		}
+		return cfg
+	}, harness.CaddyOptions{Dir: root})
 }
 
 // fillQueue holds every permit of the example's queue and puts waiters
 // more requests in line behind them; it returns the holders.
-func fillQueue(t *testing.T, c *e2etest.Caddy, waiters int) []*e2etest.Stream {
+func fillQueue(t *testing.T, c *harness.Caddy, waiters int) []*harness.Stream {
 	t.Helper()
-	url := c.URL + "/v1/chat/completions"
-	var holders []*e2etest.Stream
+	url := c.URL() + "/v1/chat/completions"
+	var holders []*harness.Stream
 	for range permits {
-		holders = append(holders, e2etest.StartStream(t, url))
+		holders = append(holders, harness.StartStream(t, url))
 	}
-	c.WaitQueue(t, queueName, 0, permits, 10*time.Second)
+	c.WaitQueue(queueName, 0, permits, 10*time.Second)
 	for range waiters {
-		e2etest.StartStream(t, url)
+		harness.StartStream(t, url)
 	}
-	c.WaitQueue(t, queueName, waiters, permits, 10*time.Second)
+	c.WaitQueue(queueName, waiters, permits, 10*time.Second)
 	return holders
 }
 
@@ -171,9 +173,11 @@ func openAndSend(t *testing.T, tab context.Context, base string) {
 
 func TestChatPageShowsItsPlaceInTheQueueThenStreamsTheAnswer(t *testing.T) {
 	c := site(t)
-	holders := fillQueue(t, c, 2)
+	// The browser starts before the queue fills: on a loaded machine its
+	// start alone can outlast the waiters' max_wait.
 	tab := browser(t)
-	openAndSend(t, tab, c.URL)
+	holders := fillQueue(t, c, 2)
+	openAndSend(t, tab, c.URL())
 
 	waitState(t, tab, "queued", 15*time.Second)
 	queued := text(t, tab, "#status")
@@ -184,7 +188,7 @@ func TestChatPageShowsItsPlaceInTheQueueThenStreamsTheAnswer(t *testing.T) {
 	assert.Greater(t, len(png), 1000, "a PNG of the page")
 	if dst := os.Getenv("CHAT_SCREENSHOT"); dst != "" {
 		if !filepath.IsAbs(dst) {
-			dst = filepath.Join(e2etest.RepoRoot(t), dst)
+			dst = filepath.Join(harness.ModuleRoot(t), dst)
 		}
 		require.NoError(t, os.WriteFile(dst, png, 0o644))
 		t.Logf("wrote %s", dst)
@@ -208,9 +212,9 @@ func TestChatPageShowsItsPlaceInTheQueueThenStreamsTheAnswer(t *testing.T) {
 
 func TestChatPageShowsTheBusyMessageWhenItsWaitTimesOut(t *testing.T) {
 	c := site(t)
-	fillQueue(t, c, 0)
 	tab := browser(t)
-	openAndSend(t, tab, c.URL)
+	fillQueue(t, c, 0)
+	openAndSend(t, tab, c.URL())
 
 	waitState(t, tab, "queued", 15*time.Second)
 	assert.Contains(t, text(t, tab, "#status"), "position 1")

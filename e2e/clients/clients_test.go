@@ -17,11 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fair-queue/caddy-fair-queue/internal/e2etest"
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 )
 
-func TestMain(m *testing.M) { os.Exit(e2etest.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
 
 // libraries each get queues of their own, so that their test files run
 // at once.
@@ -102,13 +102,12 @@ func TestClientLibrariesAgainstFairQueue(t *testing.T) {
 	// The exact versions of package-lock.json, nothing resolved anew.
 	command(t, 5*time.Minute, nil, "npm", "ci", "--no-audit", "--no-fund")
 
-	_, upstream := e2etest.StartMockLLM(t, mockllm.Config{Tokens: 8, Delay: 10 * time.Millisecond})
-	httpPort, adminPort := e2etest.FreePort(t), e2etest.FreePort(t)
-	c := e2etest.StartCaddy(t, e2etest.Config{
-		Caddyfile: caddyfile(httpPort, adminPort, upstream), HTTPPort: httpPort, AdminPort: adminPort,
-	})
+	_, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 8, Delay: 10 * time.Millisecond})
+	c := harness.StartCaddyfile(t, "caddy", func(p harness.Ports) string {
+		return caddyfile(p.HTTP, p.Admin, upstream)
+	}, harness.CaddyOptions{})
 
-	out := command(t, 5*time.Minute, []string{"FAIR_QUEUE_URL=" + c.URL},
+	out := command(t, 5*time.Minute, []string{"FAIR_QUEUE_URL=" + c.URL()},
 		"node", "--test", "--test-reporter=spec", "--test-concurrency=2", "openai.test.mjs", "ai-sdk.test.mjs", "ollama.test.mjs")
 	t.Logf("node --test:\n%s", out)
 }

@@ -1,31 +1,24 @@
 package bench
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 )
 
 // Proc is a child process the bench started: one server of a system
-// under test. Stop ends it; Procs.StopAll ends every one still running.
-type Proc struct {
-	// Name names the process and its log file.
-	Name string
-	// Log is the path of its stdout and stderr.
-	Log  string
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-}
+// under test, in a process group of its own with its output in Log.
+// Stop ends it; Procs.StopAll ends every one still running.
+type Proc = harness.Proc
 
 // Procs owns the processes of a run, so that each one is stopped however
 // the run ends.
@@ -38,63 +31,23 @@ type Procs struct {
 // NewProcs returns an owner whose processes log into dir.
 func NewProcs(dir string) *Procs { return &Procs{dir: dir} }
 
-// Start runs bin with args, its output going to <dir>/<name>.log. The
-// process gets its own process group (a Ctrl-C at the terminal reaches
-// the bench, which stops it in order) and is killed if the bench dies.
+// Start runs bin with args, its output going to <dir>/<name>.log, which
+// it truncates first. The process gets its own process group (a Ctrl-C
+// at the terminal reaches the bench, which stops it in order) and is
+// killed if the bench dies.
 func (ps *Procs) Start(name, bin string, args ...string) (*Proc, error) {
 	logPath := filepath.Join(ps.dir, name+".log")
-	f, err := os.Create(logPath)
+	if err := os.Truncate(logPath, 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	p, err := harness.StartProc(name, logPath, exec.Command(bin, args...))
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &Proc{Name: name, Log: logPath, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		f.Close()
-		close(p.done)
-	}()
 	ps.mu.Lock()
 	ps.live = append(ps.live, p)
 	ps.mu.Unlock()
 	return p, nil
-}
-
-// PID returns the process id.
-func (p *Proc) PID() int { return p.cmd.Process.Pid }
-
-// Exited reports whether the process has ended.
-func (p *Proc) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// Stop sends SIGTERM to the process group, waits up to grace, then kills
-// the group. It is safe to call more than once.
-func (p *Proc) Stop(grace time.Duration) {
-	if p.Exited() {
-		return
-	}
-	pgid := p.cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-p.done:
-	case <-t.C:
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		<-p.done
-	}
 }
 
 // StopAll stops every process still running, the latest started first.
@@ -121,59 +74,17 @@ func (ps *Procs) Stop(p *Proc) {
 	}
 }
 
-// WaitListen waits until addr accepts TCP connections, the process ends,
-// or timeout passes.
-func (p *Proc) WaitListen(ctx context.Context, addr string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if p.Exited() {
-			return fmt.Errorf("%s exited at startup (%v): %s", p.Name, p.err, tail(p.Log, 600))
-		}
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("%s did not listen on %s within %s: %s", p.Name, addr, timeout, tail(p.Log, 600))
-}
-
-// tail returns the last n bytes of a file, on one line.
+// tail returns about the last n bytes of a file, on one line.
 func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
+	if _, err := os.Stat(path); err != nil {
 		return ""
 	}
-	if len(data) > n {
-		data = data[len(data)-n:]
-	}
-	return strings.Join(strings.Fields(string(data)), " ")
+	return harness.OneLine(harness.LogTail(path, n))
 }
 
 // FreePorts returns n distinct free loopback ports. They are free when
 // returned; a process started soon after binds them.
-func FreePorts(n int) ([]int, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
+func FreePorts(n int) ([]int, error) { return harness.FreePorts(n) }
 
 // RSS returns the resident set size of a process, in bytes.
 func RSS(pid int) (int64, error) {

@@ -1,0 +1,11 @@
+package harness
+
+import "syscall"
+
+// sysProcAttr puts a child in its own process group, so that a signal
+// reaches its children too and a Ctrl-C at the terminal reaches only the
+// parent, which stops it in order; and kills it if the parent dies
+// without running its cleanups (a panic or a -timeout).
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
