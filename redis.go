@@ -2,6 +2,7 @@ package caddyfairqueue
 
 import (
 	"cmp"
+	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
@@ -10,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -235,6 +237,12 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 		}
 	}
 	o.MaxRetries = redisstore.DefaultMaxRetries
+	// One dial per connection attempt: go-redis's default dials 5 times,
+	// 100ms apart, so a request that met a dead Redis waited about 0.8s
+	// however short dial_timeout was. The call's own retry (MaxRetries)
+	// dials once more; a request so waits at most about twice
+	// DialTimeout before on_store_error applies.
+	o.DialerRetries = 1
 	o.ContextTimeoutEnabled = true
 	if o.Protocol == 0 {
 		// RESP2 unless the URL asks for 3 (?protocol=3): the queue reads
@@ -334,6 +342,7 @@ func (b *redisBackend) client() (rdb redis.UniversalClient, release func(), err 
 // timeouts and bounded retries in every mode; it connects lazily, at the
 // first command.
 func (b *redisBackend) newClient() redis.UniversalClient {
+	routeRedisLogs.Do(func() { redis.SetLogger(redisLogger{}) })
 	o := b.opts
 	if b.mode == ModeStandalone {
 		return redis.NewClient(&o)
@@ -342,12 +351,29 @@ func (b *redisBackend) newClient() redis.UniversalClient {
 		Addrs: b.addrs, MasterName: b.master, SentinelUsername: b.sentinelUser, SentinelPassword: b.sentinelPassword,
 		Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig,
 		DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
-		MaxRetries: o.MaxRetries, ContextTimeoutEnabled: o.ContextTimeoutEnabled, Protocol: o.Protocol,
+		MaxRetries: o.MaxRetries, DialerRetries: o.DialerRetries, ContextTimeoutEnabled: o.ContextTimeoutEnabled,
+		Protocol: o.Protocol,
 	}
 	if b.mode == ModeSentinel {
 		return redis.NewFailoverClient(u.Failover())
 	}
 	return redis.NewClusterClient(u.Cluster())
+}
+
+// routeRedisLogs installs redisLogger before the first client dials.
+var routeRedisLogs sync.Once
+
+// redisLogger sends go-redis's log lines (a failed dial, a bad
+// connection dropped) to Caddy's default logger, as structured
+// warnings of logger "redis", instead of go-redis's own unstructured
+// lines on stderr. go-redis has one logger per process: this one also
+// carries the lines of any other module's go-redis clients.
+type redisLogger struct{}
+
+// Printf implements go-redis's logging interface.
+func (redisLogger) Printf(_ context.Context, format string, v ...any) {
+	msg := strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: ")
+	caddy.Log().Named("redis").Warn(msg)
 }
 
 // clients shares one go-redis client per client identity across queue
