@@ -99,9 +99,11 @@ type RedisConfig struct {
 	// several applications can share one Redis. Default "fair_queue".
 	KeyPrefix string `json:"key_prefix,omitempty"`
 
-	// DialTimeout bounds connecting to Redis. Default 500ms. Short
-	// timeouts keep a frozen Redis from holding requests: see
-	// on_store_error.
+	// DialTimeout bounds connecting to Redis, one dial per connection
+	// attempt. Default 500ms. Short timeouts keep a frozen Redis from
+	// holding requests: a request that finds Redis unreachable waits at
+	// most about twice this (the call and its one retry) before
+	// on_store_error applies.
 	DialTimeout caddy.Duration `json:"dial_timeout,omitempty"`
 
 	// ReadTimeout bounds waiting for a reply from Redis. Default 500ms.
