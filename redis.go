@@ -2,7 +2,6 @@ package caddyfairqueue
 
 import (
 	"cmp"
-	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
@@ -11,7 +10,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -344,7 +342,7 @@ func (b *redisBackend) client() (rdb redis.UniversalClient, release func(), err 
 // timeouts and bounded retries in every mode; it connects lazily, at the
 // first command.
 func (b *redisBackend) newClient() redis.UniversalClient {
-	routeRedisLogs.Do(func() { redis.SetLogger(redisLogger{}) })
+	routeRedisLogs.Do(func() { redis.SetLogger(newRedisLogger(time.Now)) })
 	o := b.opts
 	if b.mode == ModeStandalone {
 		return redis.NewClient(&o)
@@ -360,22 +358,6 @@ func (b *redisBackend) newClient() redis.UniversalClient {
 		return redis.NewFailoverClient(u.Failover())
 	}
 	return redis.NewClusterClient(u.Cluster())
-}
-
-// routeRedisLogs installs redisLogger before the first client dials.
-var routeRedisLogs sync.Once
-
-// redisLogger sends go-redis's log lines (a failed dial, a bad
-// connection dropped) to Caddy's default logger, as structured
-// warnings of logger "redis", instead of go-redis's own unstructured
-// lines on stderr. go-redis has one logger per process: this one also
-// carries the lines of any other module's go-redis clients.
-type redisLogger struct{}
-
-// Printf implements go-redis's logging interface.
-func (redisLogger) Printf(_ context.Context, format string, v ...any) {
-	msg := strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: ")
-	caddy.Log().Named("redis").Warn(msg)
 }
 
 // clients shares one go-redis client per client identity across queue

@@ -2,9 +2,11 @@ package caddyfairqueue
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/stretchr/testify/assert"
@@ -69,4 +71,37 @@ func redisMaxRetries(t *testing.T) int {
 	b, err := newRedisBackend(&RedisConfig{}, caddy.NewReplacer())
 	require.NoError(t, err)
 	return b.opts.MaxRetries
+}
+
+func TestRedisLogLineThatRepeatsIsLoggedOncePerIntervalWithItsRepeats(t *testing.T) {
+	_, orig, buffered := caddy.BufferedLog()
+	flushed := false
+	t.Cleanup(func() {
+		if !flushed {
+			caddy.UnbufferDefaultLogger(orig)
+		}
+	})
+	now := time.Unix(1000, 0)
+	l := newRedisLogger(func() time.Time { return now })
+	const dial = "redis: connection pool: failed to dial after %d attempts: %v"
+	for range 5 {
+		l.Printf(context.Background(), dial, 1, "connection refused")
+	}
+	l.Printf(context.Background(), "redis: discarding bad PubSub connection: %v", "EOF") // another line
+	now = now.Add(redisLogEvery)
+	l.Printf(context.Background(), dial, 1, "connection refused")
+
+	core, logs := observer.New(zapcore.DebugLevel)
+	buffered.FlushTo(zap.New(core))
+	caddy.UnbufferDefaultLogger(orig)
+	flushed = true
+	var got []string
+	for _, e := range logs.All() {
+		got = append(got, fmt.Sprintf("%s %v", e.Message, e.ContextMap()["repeated"]))
+	}
+	assert.Equal(t, []string{
+		"connection pool: failed to dial after 1 attempts: connection refused <nil>",
+		"discarding bad PubSub connection: EOF <nil>",
+		"connection pool: failed to dial after 1 attempts: connection refused 4",
+	}, got)
 }
