@@ -99,9 +99,11 @@ type RedisConfig struct {
 
 	// DialTimeout bounds connecting to Redis, one dial per connection
 	// attempt. Default 500ms. Short timeouts keep a frozen Redis from
-	// holding requests: a request that finds Redis unreachable waits at
-	// most about twice this (the call and its one retry) before
-	// on_store_error applies.
+	// holding requests: the request that finds Redis unreachable makes
+	// at most two calls (the queue tries a failed call once more), each
+	// retried once by the client, so it waits at most about four times
+	// this where connecting hangs (a refused connection fails at once)
+	// before on_store_error applies; the next requests do not wait.
 	DialTimeout caddy.Duration `json:"dial_timeout,omitempty"`
 
 	// ReadTimeout bounds waiting for a reply from Redis. Default 500ms.
@@ -240,8 +242,7 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 	// One dial per connection attempt: go-redis's default dials 5 times,
 	// 100ms apart, so a request that met a dead Redis waited about 0.8s
 	// however short dial_timeout was. The call's own retry (MaxRetries)
-	// dials once more; a request so waits at most about twice
-	// DialTimeout before on_store_error applies.
+	// dials once more (see DialTimeout for the bound).
 	o.DialerRetries = 1
 	o.ContextTimeoutEnabled = true
 	if o.Protocol == 0 {
