@@ -101,7 +101,7 @@ type RedisConfig struct {
 	// attempt. Default 500ms. Short timeouts keep a frozen Redis from
 	// holding requests: the request that finds Redis unreachable makes
 	// at most two calls (the queue tries a failed call once more), each
-	// retried once by the client, so it waits at most about four times
+	// retried once by the client when it could not connect, so it waits at most about four times
 	// this where connecting hangs (a refused connection fails at once)
 	// before on_store_error applies; the next requests do not wait.
 	DialTimeout caddy.Duration `json:"dial_timeout,omitempty"`
