@@ -34,7 +34,7 @@ func TestRejectedConfigLoadKeepsTheQueueMetrics(t *testing.T) {
 	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	config := func(permits int) string {
 		return fmt.Sprintf(`{"admin":{"listen":%q},"logging":{"logs":{"default":{"level":"ERROR"}}},
-			"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"metrics":{},"routes":[{"handle":[
+			"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[
 			{"handler":"fair_queue","name":"reload-metrics","permits":%d},
 			{"handler":"static_response","status_code":200}]}]}}}}}`, admin, freePort(t), permits)
 	}
