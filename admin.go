@@ -43,6 +43,17 @@ func (adminAPI) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
+// Provision registers the queue's metrics in the registry of the admin
+// endpoint's config. Caddy starts a new admin endpoint, serving /metrics
+// from the new config's registry, before it provisions the new config's
+// apps; registered only by the handlers, the queue's series would be
+// gone from /metrics after a load that fails later (a POST /load that
+// does not validate), while the queues of the config in force still run.
+func (*adminAPI) Provision(ctx caddy.Context) error {
+	registerMetrics(ctx.GetMetricsRegistry())
+	return nil
+}
+
 // Routes returns the /fair_queue/ route.
 func (a adminAPI) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{{Pattern: "/fair_queue/", Handler: caddy.AdminHandlerFunc(a.serveStatus)}}
@@ -229,4 +240,5 @@ func (e *engine) report(ctx context.Context) queueReport {
 var (
 	_ caddy.AdminRouter = adminAPI{}
 	_ caddy.Module      = adminAPI{}
+	_ caddy.Provisioner = (*adminAPI)(nil)
 )

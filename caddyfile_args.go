@@ -1,6 +1,7 @@
 package caddyfairqueue
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -23,7 +24,7 @@ func parseBlock(d *caddyfile.Dispenser, opts map[string]optionParser, repeatable
 		opt := d.Val()
 		parse, ok := opts[opt]
 		if !ok {
-			return d.Errf("unrecognized subdirective '%s'", opt)
+			return d.Errf("unrecognized subdirective '%s'%s", opt, suggest(opt, slices.Collect(maps.Keys(opts)), "'"))
 		}
 		if seen[opt] && !slices.Contains(repeatable, opt) {
 			return d.Errf("subdirective '%s' is given twice", opt)

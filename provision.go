@@ -43,6 +43,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 	}
 	registerMetrics(ctx.GetMetricsRegistry())
+	checkPlacement(ctx, h.logger)
 
 	if srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok {
 		srv.RegisterOnShutdown(func() { h.onShutdown(exiting()) })

@@ -97,9 +97,13 @@ type RedisConfig struct {
 	// several applications can share one Redis. Default "fair_queue".
 	KeyPrefix string `json:"key_prefix,omitempty"`
 
-	// DialTimeout bounds connecting to Redis. Default 500ms. Short
-	// timeouts keep a frozen Redis from holding requests: see
-	// on_store_error.
+	// DialTimeout bounds connecting to Redis, one dial per connection
+	// attempt. Default 500ms. Short timeouts keep a frozen Redis from
+	// holding requests: the request that finds Redis unreachable makes
+	// at most two calls (the queue tries a failed call once more), each
+	// retried once by the client when it could not connect, so it waits at most about four times
+	// this where connecting hangs (a refused connection fails at once)
+	// before on_store_error applies; the next requests do not wait.
 	DialTimeout caddy.Duration `json:"dial_timeout,omitempty"`
 
 	// ReadTimeout bounds waiting for a reply from Redis. Default 500ms.
@@ -235,6 +239,11 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 		}
 	}
 	o.MaxRetries = redisstore.DefaultMaxRetries
+	// One dial per connection attempt: go-redis's default dials 5 times,
+	// 100ms apart, so a request that met a dead Redis waited about 0.8s
+	// however short dial_timeout was. The call's own retry (MaxRetries)
+	// dials once more (see DialTimeout for the bound).
+	o.DialerRetries = 1
 	o.ContextTimeoutEnabled = true
 	if o.Protocol == 0 {
 		// RESP2 unless the URL asks for 3 (?protocol=3): the queue reads
@@ -334,6 +343,7 @@ func (b *redisBackend) client() (rdb redis.UniversalClient, release func(), err 
 // timeouts and bounded retries in every mode; it connects lazily, at the
 // first command.
 func (b *redisBackend) newClient() redis.UniversalClient {
+	routeRedisLogs.Do(func() { redis.SetLogger(newRedisLogger(time.Now)) })
 	o := b.opts
 	if b.mode == ModeStandalone {
 		return redis.NewClient(&o)
@@ -342,7 +352,8 @@ func (b *redisBackend) newClient() redis.UniversalClient {
 		Addrs: b.addrs, MasterName: b.master, SentinelUsername: b.sentinelUser, SentinelPassword: b.sentinelPassword,
 		Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig,
 		DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
-		MaxRetries: o.MaxRetries, ContextTimeoutEnabled: o.ContextTimeoutEnabled, Protocol: o.Protocol,
+		MaxRetries: o.MaxRetries, DialerRetries: o.DialerRetries, ContextTimeoutEnabled: o.ContextTimeoutEnabled,
+		Protocol: o.Protocol,
 	}
 	if b.mode == ModeSentinel {
 		return redis.NewFailoverClient(u.Failover())

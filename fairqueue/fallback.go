@@ -11,7 +11,12 @@ import (
 // (fail open) or reject. Local and fail-open permits are unregistered
 // tickets that the next successful heartbeat registers (adopts), so the
 // shared queue counts them once the store is back.
+//
+// A request answered by the policy marks the store down at once, however
+// few calls failed so far: the store's up/down state (metrics, admin API)
+// then agrees with what clients were told, from the first such answer.
 func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline time.Time, cause error) (*Permit, error) {
+	q.health.outage(q.log, cause)
 	cfg := q.cfg.Load()
 	var inner *Permit
 	switch {

@@ -43,3 +43,15 @@ func (h *health) failed(log *zap.Logger, err error) {
 		log.Error("store unreachable; applying on_store_error policy", zap.Error(err))
 	}
 }
+
+// outage marks the store down now, unless err says the store is not at
+// fault (a closed queue, a busy client pool): a request was answered by
+// the on_store_error policy. Up again after one success, as always.
+func (h *health) outage(log *zap.Logger, err error) {
+	if errors.Is(err, errClosed) || errors.Is(err, ErrStoreBusy) {
+		return
+	}
+	if h.down.CompareAndSwap(false, true) {
+		log.Error("store unreachable; applying on_store_error policy", zap.Error(err))
+	}
+}

@@ -1,0 +1,144 @@
+package caddyfairqueue
+
+import (
+	"encoding/json"
+	"strings"
+	"sync"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+)
+
+// A fair_queue protects only the requests that reach it and then go on to
+// a reverse_proxy. In a Caddyfile, handle, route and respond blocks run
+// before every handler directive of the site block: a site-level
+// fair_queue beside `handle /v1/* { reverse_proxy ... }` never sees the
+// proxied requests, and queues only requests nothing proxies. Caddy says
+// the config is valid. checkPlacement finds that shape when the server
+// is provisioned (also for caddy validate) and says so.
+
+// placementChecked holds the servers whose routes were checked, one
+// check per server and config load (the first fair_queue provisioned in
+// it runs it).
+var placementChecked sync.Map // *caddyhttp.Server -> struct{}
+
+// proxying are the handlers that pass a request on to an upstream, or
+// may (invoke runs a named route this check does not read).
+var proxying = map[string]bool{"reverse_proxy": true, "invoke": true}
+
+// checkPlacement logs a warning for each fair_queue of the server being
+// provisioned after which no reverse_proxy runs. It reads the routes'
+// JSON: Caddy provisions the routes in order and this runs at the first
+// fair_queue, so every fair_queue is in the routes still to provision
+// (which keep their JSON until then).
+func checkPlacement(ctx caddy.Context, log *zap.Logger) {
+	srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if !ok || srv == nil {
+		return
+	}
+	if _, done := placementChecked.LoadOrStore(srv, struct{}{}); done {
+		return
+	}
+	ctx.OnCancel(func() { placementChecked.Delete(srv) })
+
+	var w placementWalk
+	for i := range srv.Routes {
+		if r := &srv.Routes[i]; r.HandlersRaw != nil {
+			w.routes(r.HandlersRaw)
+		} else {
+			w.typed(r.Handlers)
+		}
+	}
+	for _, fq := range w.stranded() {
+		log.Warn("fair_queue has no reverse_proxy after it: it queues requests that nothing proxies, and the requests a reverse_proxy serves are never queued; "+
+			"handle, route and respond blocks run before any directive of the site block, so put fair_queue inside the block of the reverse_proxy it protects, before it (see the README, \"Where fair_queue goes\")",
+			zap.String("queue", fq.name), zap.Strings("server_listen", srv.Listen), zap.Bool("reverse_proxy_before_it", fq.proxiedBefore))
+	}
+}
+
+// placementWalk lists a server's handlers in the order a request meets
+// them (subroutes inline).
+type placementWalk struct {
+	handlers []walkedHandler
+}
+
+type walkedHandler struct {
+	module string // the handler's module name: fair_queue, reverse_proxy, subroute...
+	name   string // a fair_queue's queue name
+}
+
+// stranded is a fair_queue after which no handler proxies.
+type stranded struct {
+	name          string
+	proxiedBefore bool // a reverse_proxy comes before it
+}
+
+func (w *placementWalk) stranded() []stranded {
+	var out []stranded
+	proxied, last := false, -1
+	for i, h := range w.handlers {
+		if proxying[h.module] {
+			last = i
+		}
+	}
+	for i, h := range w.handlers {
+		switch {
+		case proxying[h.module]:
+			proxied = true
+		case h.module == "fair_queue" && i > last:
+			out = append(out, stranded{name: h.name, proxiedBefore: proxied})
+		}
+	}
+	return out
+}
+
+// routes walks the JSON of one route's handlers.
+func (w *placementWalk) routes(handlers []json.RawMessage) {
+	for _, raw := range handlers {
+		var h struct {
+			Handler string `json:"handler"`
+			Name    string `json:"name"`
+			Routes  []struct {
+				Handle []json.RawMessage `json:"handle"`
+			} `json:"routes"`
+		}
+		if json.Unmarshal(raw, &h) != nil {
+			continue
+		}
+		w.add(h.Handler, h.Name)
+		if h.Handler == "subroute" {
+			for _, r := range h.Routes {
+				w.routes(r.Handle)
+			}
+		}
+	}
+}
+
+// typed walks handlers already provisioned.
+func (w *placementWalk) typed(handlers []caddyhttp.MiddlewareHandler) {
+	for _, h := range handlers {
+		switch h := h.(type) {
+		case *caddyhttp.Subroute:
+			w.add("subroute", "")
+			for i := range h.Routes {
+				if r := &h.Routes[i]; r.HandlersRaw != nil {
+					w.routes(r.HandlersRaw)
+				} else {
+					w.typed(r.Handlers)
+				}
+			}
+		case *Handler:
+			w.add("fair_queue", h.Name)
+		case caddy.Module:
+			w.add(caddy.GetModuleName(h), "")
+		}
+	}
+}
+
+func (w *placementWalk) add(module, name string) {
+	if module == "fair_queue" && strings.TrimSpace(name) == "" {
+		name = DefaultName
+	}
+	w.handlers = append(w.handlers, walkedHandler{module: module, name: name})
+}
