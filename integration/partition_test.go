@@ -258,7 +258,7 @@ func TestPartitionLatency(t *testing.T) {
 	assert.LessOrEqual(t, s.peak, partitionPermits, "requests at the upstream at once")
 	// Redis may count one permit more for a moment: a heartbeat delayed
 	// on the slow link counts again a permit released meanwhile, which
-	// the node then releases again (README, "A heartbeat of a live node
+	// the node then releases again (docs/design.md, "A heartbeat of a live node
 	// re-adds a missing holder"). Counting more only delays a grant; the
 	// upstream's count above is the promise.
 	assert.LessOrEqual(t, maxHeld, partitionPermits+1, "permits held at once in Redis")

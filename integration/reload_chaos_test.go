@@ -50,7 +50,7 @@ const (
 // or either of two key prefixes (pools added and removed, the store
 // switched). Strict mode also points the static reverse_proxy at any
 // replica, and moves the cluster between two key prefixes. Known to fail
-// there (README, "Reload"):
+// there (docs/operations.md, "Lifecycle"):
 //   - a static reverse_proxy moved from A to B: the old route's waiters,
 //     granted under the new config's permits, run on A (a waiter keeps
 //     its own route while its grant fits it);
