@@ -67,7 +67,7 @@ func reloadUnderLoad(t *testing.T, c *harness.Caddy, after string, clients, wait
 	}), "clients not queued: %+v", localStats(t, c, "llm"))
 	require.NoError(t, c.Load(after))
 	for i := range later {
-		all.send(context.Background(), client, c.URL(), "n"+strconv.Itoa(i), Chat{Stream: true, Seq: "n" + strconv.Itoa(i)})
+		all.sendAcrossSwap(context.Background(), client, c.URL(), "n"+strconv.Itoa(i), Chat{Stream: true, Seq: "n" + strconv.Itoa(i)})
 	}
 	results := all.wait(t, 2*time.Minute)
 	require.Len(t, results, clients+later)
