@@ -7,11 +7,11 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// TestDrainRateOfLongAnswersStaysNearTheirRate feeds the estimator what
+// TestGrantRateOfLongAnswersStaysNearTheirRate feeds the estimator what
 // reconcile reads behind one permit and 8-second answers: a grant every
 // 8 s, read every 500 ms. The ETA of the next waiter stays near 8 s all
 // along, and a timeout's Retry-After says when the next permit frees.
-func TestDrainRateOfLongAnswersStaysNearTheirRate(t *testing.T) {
+func TestGrantRateOfLongAnswersStaysNearTheirRate(t *testing.T) {
 	var d grantRate
 	start := time.Unix(1_000_000, 0)
 	grants := int64(0)
@@ -33,7 +33,7 @@ func TestDrainRateOfLongAnswersStaysNearTheirRate(t *testing.T) {
 	assert.LessOrEqual(t, len(d.samples), int(rateWindow/time.Second)+2, "samples kept a second apart over the window")
 }
 
-func TestDrainRateIsUnknownUntilTwoGrants(t *testing.T) {
+func TestGrantRateIsUnknownUntilTwoGrants(t *testing.T) {
 	var d grantRate
 	start := time.Unix(1_000_000, 0)
 	d.sample(5, start)
@@ -44,7 +44,7 @@ func TestDrainRateIsUnknownUntilTwoGrants(t *testing.T) {
 	assert.Equal(t, 2*time.Second, d.eta(1))
 }
 
-func TestDrainRateStartsOverWhenTheStoreCounterDoes(t *testing.T) {
+func TestGrantRateStartsOverWhenTheStoreCounterDoes(t *testing.T) {
 	var d grantRate
 	start := time.Unix(1_000_000, 0)
 	for i := range 10 {
