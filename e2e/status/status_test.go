@@ -180,4 +180,11 @@ func TestStatusPageShowsWaitingAndInFlightPerQueueAndUpstream(t *testing.T) {
 	})
 	assert.Equal(t, "1", got[pool].ClusterWaiting)
 	assert.Equal(t, "2", got[pool].Upstreams[0].InFlight)
+
+	// Caddy gone: the page says it cannot read, and keeps what it showed.
+	c.Kill()
+	browser.Do(t, tab, 10*time.Second, chromedp.WaitVisible(chromedp.CSS(`#status[data-state="error"]`)))
+	assert.Contains(t, browser.Text(t, tab, "#status"), "cannot read ?format=json")
+	got = waitShown(t, tab, 0, func(m map[string]shown) bool { return len(m) == 2 })
+	assert.Equal(t, "1", got[pool].Waiting)
 }
