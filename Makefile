@@ -17,7 +17,7 @@ test:
 	$(GO) test -race -count=1 -timeout 25m ./...
 	cd bench && $(GO) test -race -count=1 ./...
 
-## e2e: the chat page in headless Chromium (chromium installed if needed) and the client libraries (npm ci) against real Caddy
+## e2e: the chat and status pages in headless Chromium (chromium installed if needed) and the client libraries (npm ci) against real Caddy
 # Its own target: the browser and npm installs and the libraries' retry
 # waits would slow make test down. CI runs it after make test. e2e/ is a
 # module of its own (its browser driver stays out of a plugin user's

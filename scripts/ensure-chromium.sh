@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Debian's chromium when it is not in PATH. The browser tests
-# (make e2e, e2e/chat) drive it headless through chromedp with a fresh
+# (make e2e: e2e/chat, e2e/status) drive it headless through chromedp with a fresh
 # profile each; they never download a browser of their own. Safe to run
 # again.
 set -euo pipefail

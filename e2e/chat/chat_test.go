@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/e2e/browser"
 	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 )
@@ -86,86 +86,18 @@ func fillQueue(t *testing.T, c *harness.Caddy, waiters int) []*harness.Stream {
 	return holders
 }
 
-// chromium returns the browser's path: $CHROMIUM, else chromium in PATH
-// (scripts/ensure-chromium.sh installs Debian's).
-func chromium(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Fatal("no chromium in PATH: run scripts/ensure-chromium.sh (make e2e does), or set CHROMIUM")
-	return ""
-}
-
-// browser starts headless Chromium with a fresh profile and returns a
-// tab's context; both end with the test. Besides chromedp's defaults
-// (headless, no background networking, sync or extensions), the flags
-// keep it off the network (no QUIC, no component updates) and let it run
-// as root.
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium(t)),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.WindowSize(820, 520),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	tab, cancelTab := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	t.Cleanup(func() {
-		cancelTab()
-		cancelAlloc()
-	})
-	// The first run starts the browser, which lives as long as the
-	// context of that run: no timeout on it.
-	require.NoError(t, chromedp.Do(tab), "start chromium")
-	return tab
-}
-
-// do runs steps in the tab, bounded by d.
-func do(t *testing.T, tab context.Context, d time.Duration, steps ...chromedp.Action[chromedp.Void]) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(tab, d)
-	defer cancel()
-	require.NoError(t, chromedp.Do(ctx, steps...))
-}
-
-// get runs a in the tab, bounded by d, and returns its value.
-func get[T any](t *testing.T, tab context.Context, d time.Duration, a chromedp.Action[T]) T {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(tab, d)
-	defer cancel()
-	v, err := chromedp.Run(ctx, a)
-	require.NoError(t, err)
-	return v
-}
-
-// text returns the text of the first element matching the CSS selector.
-func text(t *testing.T, tab context.Context, sel string) string {
-	t.Helper()
-	return get(t, tab, 10*time.Second, chromedp.Text(chromedp.CSS(sel)))
-}
-
 // waitState waits, at most d, until the page's status is in state s.
 func waitState(t *testing.T, tab context.Context, s string, d time.Duration) {
 	t.Helper()
-	do(t, tab, d, chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#status[data-state=%q]`, s))))
+	browser.Do(t, tab, d, chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#status[data-state=%q]`, s))))
 }
 
 // openAndSend loads the page and sends one message.
 func openAndSend(t *testing.T, tab context.Context, base string) {
 	t.Helper()
-	do(t, tab, 30*time.Second, chromedp.Navigate(base+"/"))
+	browser.Do(t, tab, 30*time.Second, chromedp.Navigate(base+"/"))
 	waitState(t, tab, "idle", 10*time.Second)
-	do(t, tab, 10*time.Second,
+	browser.Do(t, tab, 10*time.Second,
 		chromedp.SetValue(chromedp.CSS("#prompt"), "Hello, queue."),
 		chromedp.Click(chromedp.CSS("#send")),
 	)
@@ -175,12 +107,12 @@ func TestChatPageShowsItsPlaceInTheQueueThenStreamsTheAnswer(t *testing.T) {
 	c := site(t)
 	// The browser starts before the queue fills: on a loaded machine its
 	// start alone can outlast the waiters' max_wait.
-	tab := browser(t)
+	tab := browser.Start(t)
 	holders := fillQueue(t, c, 2)
 	openAndSend(t, tab, c.URL())
 
 	waitState(t, tab, "queued", 15*time.Second)
-	queued := text(t, tab, "#status")
+	queued := browser.Text(t, tab, "#status")
 	assert.Regexp(t, `^Waiting in the queue: position 3 · (about \d+ s left · )?waited \d+ s$`, queued,
 		"two waiters ahead of the page's request")
 
@@ -199,12 +131,12 @@ func TestChatPageShowsItsPlaceInTheQueueThenStreamsTheAnswer(t *testing.T) {
 	}
 	// Tokens arrive one every 250ms: the page shows the answer growing.
 	waitState(t, tab, "streaming", 20*time.Second)
-	partial := text(t, tab, ".msg.assistant")
+	partial := browser.Text(t, tab, ".msg.assistant")
 	assert.Less(t, len(strings.Fields(partial)), tokens, "the answer is shown before it is whole: %q", partial)
 
 	waitState(t, tab, "served", 20*time.Second)
-	served, answer := text(t, tab, "#status"), text(t, tab, ".msg.assistant")
-	chunks := get(t, tab, 10*time.Second, chromedp.AttributeValue(chromedp.CSS(".msg.assistant"), "data-chunks"))
+	served, answer := browser.Text(t, tab, "#status"), browser.Text(t, tab, ".msg.assistant")
+	chunks := browser.Get(t, tab, 10*time.Second, chromedp.AttributeValue(chromedp.CSS(".msg.assistant"), "data-chunks"))
 	assert.Equal(t, strings.Repeat("tok ", tokens), answer, "every token, in order")
 	assert.Equal(t, fmt.Sprint(tokens), chunks.Value, "one update per token")
 	assert.Contains(t, served, fmt.Sprintf("Served: %d tokens", tokens))
@@ -212,15 +144,15 @@ func TestChatPageShowsItsPlaceInTheQueueThenStreamsTheAnswer(t *testing.T) {
 
 func TestChatPageShowsTheBusyMessageWhenItsWaitTimesOut(t *testing.T) {
 	c := site(t)
-	tab := browser(t)
+	tab := browser.Start(t)
 	fillQueue(t, c, 0)
 	openAndSend(t, tab, c.URL())
 
 	waitState(t, tab, "queued", 15*time.Second)
-	assert.Contains(t, text(t, tab, "#status"), "position 1")
+	assert.Contains(t, browser.Text(t, tab, "#status"), "position 1")
 
 	waitState(t, tab, "rejected", maxWait+15*time.Second)
-	rejected, message := text(t, tab, "#status"), text(t, tab, ".msg.assistant.rejected")
+	rejected, message := browser.Text(t, tab, "#status"), browser.Text(t, tab, ".msg.assistant.rejected")
 	assert.Regexp(t, `^The server is busy: the request waited 5(\.\d)?s in the queue without being served\. Please retry after \d+ seconds?\.$`, message)
 	assert.Equal(t, "Turned away (timeout).", rejected)
 }
@@ -228,5 +160,5 @@ func TestChatPageShowsTheBusyMessageWhenItsWaitTimesOut(t *testing.T) {
 // screenshot returns a PNG of the tab's viewport.
 func screenshot(t *testing.T, tab context.Context) []byte {
 	t.Helper()
-	return get(t, tab, 15*time.Second, chromedp.CaptureScreenshot())
+	return browser.Get(t, tab, 15*time.Second, chromedp.CaptureScreenshot())
 }
