@@ -90,6 +90,7 @@ type keepalive struct {
 	maxWait   time.Duration          // the wait's bound, from start
 	shown     time.Duration          // the last eta sent; 0: none yet
 	shownAt   time.Time
+	spent     bool // the countdown from shown ran out: no eta any more
 }
 
 // keepaliveFeed hands the ticket's live view (Request.OnQueued) to the
@@ -201,14 +202,23 @@ func (k *keepalive) send() error {
 // trust: never beyond the wait that max_wait leaves (the request would
 // time out first: no estimate then), and counting down from the last one
 // sent, so that it never grows while the client waits. The rate behind
-// it may drop; the client still sees an estimate that only shrinks.
+// it may drop; the client still sees an estimate that only shrinks, and
+// none once the countdown has run out.
 func (k *keepalive) bound(eta, waited time.Duration) time.Duration {
 	now := time.Now()
-	if eta <= 0 || eta > k.maxWait-waited {
+	if k.spent || eta <= 0 || eta > k.maxWait-waited {
 		return 0
 	}
 	if k.shown > 0 {
-		eta = min(eta, max(k.shown-now.Sub(k.shownAt), time.Second))
+		left := k.shown - now.Sub(k.shownAt)
+		if left < time.Second {
+			// The countdown ran out and the request still waits: the
+			// estimate was wrong, and a new one may not be larger. No
+			// estimate for the rest of this wait.
+			k.spent = true
+			return 0
+		}
+		eta = min(eta, left)
 	}
 	k.shown, k.shownAt = eta, now
 	return eta

@@ -23,6 +23,10 @@ func TestKeepaliveETANeverPassesMaxWaitAndOnlyShrinks(t *testing.T) {
 	assert.Equal(t, 4*time.Second, k.bound(4*time.Second, 5*time.Second))
 	assert.LessOrEqual(t, k.bound(5*time.Second, 5*time.Second), 4*time.Second, "a slower rate does not make it grow")
 	assert.Equal(t, 2*time.Second, k.bound(2*time.Second, 5*time.Second), "a faster one makes it shrink")
+
+	k.shownAt = k.shownAt.Add(-1500 * time.Millisecond) // 1.5 s later, not served yet
+	assert.Zero(t, k.bound(2*time.Second, 6500*time.Millisecond), "the countdown ran out: no estimate, rather than one stuck at 1 s")
+	assert.Zero(t, k.bound(time.Second, 6500*time.Millisecond), "nor any later in this wait")
 }
 
 var etaComment = regexp.MustCompile(`^: queued position=\d+ eta=(\d+)s waited=(\d+)s$`)

@@ -123,16 +123,30 @@ func TestOllamaRejectOnACommittedStreamIsAnErrorLine(t *testing.T) {
 }
 
 func TestUsageWriterReadsOllamasCounts(t *testing.T) {
-	for _, tc := range []struct{ ctype, body string }{
-		{"application/x-ndjson", `{"message":{"content":"a"},"done":false}` + "\n" + `{"done":true,"prompt_eval_count":26,"eval_count":290}` + "\n"},
-		{"application/json", `{"response":"a","done":true,"prompt_eval_count":26,"eval_count":290}`},
+	// /api/generate's last line holds the context, a token array, before
+	// its counts: longer than any line read whole.
+	context := strings.Repeat("128009,", 20000)
+	long := `{"done":true,"context":[` + context + `1],"total_duration":5,"prompt_eval_count":26,"prompt_eval_duration":3,"eval_count":290}` + "\n"
+	for _, tc := range []struct {
+		name, ctype, body string
+		want              float64
+	}{
+		{"stream", "application/x-ndjson", `{"message":{"content":"a"},"done":false}` + "\n" + `{"done":true,"prompt_eval_count":26,"eval_count":290}` + "\n", 316},
+		{"whole answer", "application/json", `{"response":"a","done":true,"prompt_eval_count":26,"eval_count":290}`, 316},
+		{"embedding", "application/json", `{"model":"m","embeddings":[[0.1]],"prompt_eval_count":8}`, 8},
+		{"a last line with the context", "application/x-ndjson", `{"response":"a","done":false}` + "\n" + long, 316},
 	} {
 		rec := httptest.NewRecorder()
 		u := newUsageWriter(rec)
 		u.Header().Set("Content-Type", tc.ctype)
-		_, _ = u.Write([]byte(tc.body))
+		for b := []byte(tc.body); len(b) > 0; { // as a proxy writes: in pieces
+			n := min(len(b), 3000)
+			_, _ = u.Write(b[:n])
+			b = b[n:]
+		}
 		total, ok := u.totalTokens()
-		assert.True(t, ok, tc.ctype)
-		assert.Equal(t, 316.0, total, tc.ctype)
+		assert.True(t, ok, tc.name)
+		assert.Equal(t, tc.want, total, tc.name)
+		assert.Equal(t, tc.body, rec.Body.String(), "%s: passed on unchanged", tc.name)
 	}
 }

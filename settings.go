@@ -175,11 +175,11 @@ func (s queueSettings) diff(o queueSettings) string {
 		return fmt.Sprintf("on_store_error (%v and %v)", s.onStoreError, o.onStoreError)
 	}
 	a, b := reflect.ValueOf(s.cfg), reflect.ValueOf(o.cfg)
-	for i, f := range reflect.VisibleFields(a.Type()) {
-		if perEngine[f.Name] || f.Name == "Fair" || f.Name == "FailOpen" {
-			continue // set per engine, or compared above
+	for _, f := range reflect.VisibleFields(a.Type()) {
+		if !f.IsExported() || f.Anonymous || perEngine[f.Name] || f.Name == "Fair" || f.Name == "FailOpen" {
+			continue // not a setting, set per engine, or compared above
 		}
-		x, y := a.Field(i), b.Field(i)
+		x, y := a.FieldByIndex(f.Index), b.FieldByIndex(f.Index)
 		if (x.Kind() == reflect.Slice && x.Len() == 0 && y.Len() == 0) || reflect.DeepEqual(x.Interface(), y.Interface()) {
 			continue
 		}

@@ -8,7 +8,9 @@ import (
 	"math"
 	"mime"
 	"net/http"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -274,15 +276,28 @@ func (u *usageWriter) scan(b []byte) {
 	}
 }
 
-// keep adds part of the current SSE line, up to maxSSELine.
+// keep adds part of the current line, up to maxSSELine. Of a longer
+// NDJSON line it keeps the last ndjsonTail bytes: Ollama's last line may
+// carry the whole context (a token array) before its counts.
 func (u *usageWriter) keep(part []byte) {
-	if u.long {
+	if u.long && u.mode != usageNDJSON {
 		return
 	}
-	if len(u.line)+len(part) > maxSSELine {
-		u.long, u.line = true, u.line[:0]
+	if len(u.line)+len(part) <= maxSSELine {
+		u.line = append(u.line, part...)
 		return
 	}
+	u.long = true
+	if u.mode != usageNDJSON {
+		u.line = u.line[:0]
+		return
+	}
+	if len(part) >= ndjsonTail {
+		u.line = append(u.line[:0], part[len(part)-ndjsonTail:]...)
+		return
+	}
+	keep := max(0, ndjsonTail-len(part))
+	u.line = append(u.line[:0], u.line[max(0, len(u.line)-keep):]...)
 	u.line = append(u.line, part...)
 }
 
@@ -292,6 +307,9 @@ func (u *usageWriter) endLine() {
 	line, long := u.line, u.long
 	u.line, u.long = u.line[:0], false
 	if long {
+		if u.mode == usageNDJSON {
+			u.readCounts(line)
+		}
 		return
 	}
 	if u.mode == usageNDJSON {
@@ -308,7 +326,7 @@ func (u *usageWriter) endLine() {
 // read records the usage of one JSON document, if it has one.
 func (u *usageWriter) read(doc []byte) {
 	// A cheap test first: most chunks have none.
-	if !bytes.Contains(doc, []byte(`"total_tokens"`)) && !bytes.Contains(doc, []byte(`"eval_count"`)) {
+	if !bytes.Contains(doc, []byte(`"total_tokens"`)) && !bytes.Contains(doc, []byte(`eval_count"`)) {
 		return
 	}
 	var v struct {
@@ -332,17 +350,44 @@ func (u *usageWriter) read(doc []byte) {
 			usage = r.Usage
 		}
 	}
-	if usage == nil && v.EvalCount != nil {
-		total := *v.EvalCount
-		if v.PromptEvalCount != nil {
-			total += *v.PromptEvalCount
-		}
+	if usage == nil && (v.EvalCount != nil || v.PromptEvalCount != nil) {
+		// An embedding's answer counts its input alone.
+		total := ptrOr(v.EvalCount) + ptrOr(v.PromptEvalCount)
 		usage = &usageObject{TotalTokens: &total}
 	}
 	if usage == nil || usage.TotalTokens == nil || !(*usage.TotalTokens >= 0) || math.IsInf(*usage.TotalTokens, 0) {
 		return
 	}
 	u.total, u.found = *usage.TotalTokens, true
+}
+
+// ndjsonTail is how much of an over-long NDJSON line usageWriter keeps.
+const ndjsonTail = 4 << 10
+
+// ollamaCount finds a count of Ollama's answer in a line's tail.
+var ollamaCount = regexp.MustCompile(`"(prompt_eval_count|eval_count)"\s*:\s*([0-9]+)`)
+
+// readCounts records the counts found in the tail of an over-long
+// NDJSON line (Ollama's last, after its context).
+func (u *usageWriter) readCounts(tail []byte) {
+	var total float64
+	found := false
+	for _, m := range ollamaCount.FindAllSubmatch(tail, -1) {
+		n, err := strconv.ParseFloat(string(m[2]), 64)
+		if err == nil {
+			total, found = total+n, true
+		}
+	}
+	if found {
+		u.total, u.found = total, true
+	}
+}
+
+func ptrOr(p *float64) float64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 type usageObject struct {

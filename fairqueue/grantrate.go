@@ -35,8 +35,11 @@ type grantRate struct {
 func (d *grantRate) sample(grants int64, at time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(d.samples) > 0 && grants < d.latest.grants {
-		d.samples = d.samples[:0] // the store's counter started over
+	if len(d.samples) > 0 && (grants < d.latest.grants || at.Sub(d.latest.at) > rateWindow) {
+		// The store's counter started over, or the node read nothing
+		// for a whole window (reconcile runs while it has waiters): the
+		// old samples would spread the new grants over the idle time.
+		d.samples = d.samples[:0]
 	}
 	d.latest = rateSample{grants: grants, at: at}
 	if n := len(d.samples); n > 0 && at.Sub(d.samples[n-1].at) < time.Second {

@@ -44,6 +44,22 @@ func TestGrantRateIsUnknownUntilTwoGrants(t *testing.T) {
 	assert.Equal(t, 2*time.Second, d.eta(1))
 }
 
+// TestGrantRateAfterAnIdleSpellCountsOnlyTheNewGrants: a node that had
+// no waiter for half an hour read no sample meanwhile; its first minute
+// back does not spread the new grants over the idle time.
+func TestGrantRateAfterAnIdleSpellCountsOnlyTheNewGrants(t *testing.T) {
+	var d grantRate
+	start := time.Unix(1_000_000, 0)
+	for i := range 60 {
+		d.sample(int64(i), start.Add(time.Duration(i)*time.Second))
+	}
+	back := start.Add(30 * time.Minute)
+	for i := range 10 {
+		d.sample(int64(60+i), back.Add(time.Duration(i)*time.Second))
+	}
+	assert.InDelta(t, 1, d.perSecond(), 0.01, "one grant a second since the node is back")
+}
+
 func TestGrantRateStartsOverWhenTheStoreCounterDoes(t *testing.T) {
 	var d grantRate
 	start := time.Unix(1_000_000, 0)

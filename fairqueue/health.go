@@ -2,6 +2,7 @@ package fairqueue
 
 import (
 	"errors"
+	"net"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -19,6 +20,12 @@ type health struct {
 }
 
 func (h *health) up() bool { return !h.down.Load() }
+
+// unreachable reports whether err is a failed dial of the store.
+func unreachable(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
 
 func (h *health) record(log *zap.Logger, err error) {
 	if err == nil {
@@ -44,11 +51,14 @@ func (h *health) failed(log *zap.Logger, err error) {
 	}
 }
 
-// outage marks the store down now, unless err says the store is not at
-// fault (a closed queue, a busy client pool): a request was answered by
-// the on_store_error policy. Up again after one success, as always.
+// outage marks the store down now when err says it cannot be reached
+// (a dial that failed: refused, no route, no such host): a request was
+// answered by the on_store_error policy, and every next one would be.
+// A slow store (a call that timed out) is left to record's count of
+// consecutive failures: one late answer does not send the node's every
+// request to the policy. Up again after one success, as always.
 func (h *health) outage(log *zap.Logger, err error) {
-	if errors.Is(err, errClosed) || errors.Is(err, ErrStoreBusy) {
+	if !unreachable(err) {
 		return
 	}
 	if h.down.CompareAndSwap(false, true) {
