@@ -21,10 +21,11 @@ func (q *Queue) Granted(grants ...Grant) {
 
 // observeHandoff reports t's handoff to the Observer, once: from the
 // store's grant, made at at, to the wake-up of t's waiter. The wake-up
-// may have come first: reconcile finds a grant whose message is late,
-// and a local handoff starts the waiter before another node's grant of
-// it arrives (observed then, as 0). A ticket not woken by a grant (it
-// left the queue) or a grant of unknown time reports nothing.
+// may have come first: reconcile finds a grant whose message is late. A
+// local handoff was observed as it started the waiter (as 0): another
+// node's grant of the same ticket that crossed it adds nothing. A ticket
+// not woken by a grant (it left the queue) or a grant of unknown time
+// reports nothing.
 func (q *Queue) observeHandoff(t *ticket, at time.Time) {
 	o := q.cfg.Load().Observer
 	woken := t.woken.Load()
