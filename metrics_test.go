@@ -67,12 +67,20 @@ func TestObserverCountsGrantsRejectsHandoffsAndStoreErrors(t *testing.T) {
 	assert.Equal(t, r0+1, testutil.ToFloat64(timeouts), "a timeout counts a reject with its reason")
 
 	granted := make(chan *fairqueue.Permit, 1)
+	queued := make(chan struct{})
 	go func() {
-		p2, err := q.Acquire(context.Background(), fairqueue.Request{})
+		p2, err := q.Acquire(context.Background(), fairqueue.Request{OnQueued: func(fairqueue.Waiting) { close(queued) }})
 		assert.NoError(t, err)
 		granted <- p2
 	}()
-	require.Eventually(t, func() bool { return q.Stats().Waiting == 1 }, 5*time.Second, 5*time.Millisecond)
+	// Queued in the store, not only known to the node (Stats counts a
+	// ticket from before its acquire reaches the store): released
+	// earlier, the permit would go to it by the fast path, no handoff.
+	select {
+	case <-queued:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second acquire was not queued")
+	}
 	p.Release()
 	p2 := <-granted
 	require.NotNil(t, p2)

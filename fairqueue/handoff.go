@@ -1,6 +1,9 @@
 package fairqueue
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // The local handoff. With a store shared by many nodes, handing a
 // permit on costs a store round trip before the next request can start
@@ -76,9 +79,10 @@ func (q *Queue) handOn(args TicketArgs) bool {
 	}
 	t.moving.Store(true)
 	defer t.moving.Store(false)
+	t.woken.Store(time.Now().UnixNano())
 	t.registered.Store(true)
 	close(t.granted)
-	if o := cfg.Observer; o != nil {
+	if o := cfg.Observer; o != nil && t.handoff.CompareAndSwap(false, true) {
 		o.Handoff(0)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)

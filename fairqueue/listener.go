@@ -15,10 +15,24 @@ func (q *Queue) Granted(grants ...Grant) {
 		}
 		q.grant(t, g.No, g.Upstream)
 		q.observe(g.No, "")
-		if o := q.cfg.Load().Observer; o != nil && !g.At.IsZero() {
-			o.Handoff(max(time.Since(g.At), 0))
-		}
+		q.observeHandoff(t, g.At)
 	}
+}
+
+// observeHandoff reports t's handoff to the Observer, once: from the
+// store's grant, made at at, to the wake-up of t's waiter. The wake-up
+// may have come first: reconcile finds a grant whose message is late. A
+// local handoff was observed as it started the waiter (as 0): another
+// node's grant of the same ticket that crossed it adds nothing. A ticket
+// not woken by a grant (it left the queue) or a grant of unknown time
+// reports nothing.
+func (q *Queue) observeHandoff(t *ticket, at time.Time) {
+	o := q.cfg.Load().Observer
+	woken := t.woken.Load()
+	if o == nil || at.IsZero() || woken == 0 || !t.handoff.CompareAndSwap(false, true) {
+		return
+	}
+	o.Handoff(max(time.Unix(0, woken).Sub(at), 0))
 }
 
 // Resynced implements Listener: notifications may have been lost.

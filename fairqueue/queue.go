@@ -287,6 +287,7 @@ func (q *Queue) grant(t *ticket, no int64, upstream string) {
 		t.upstream.CompareAndSwap(nil, &upstream)
 	}
 	if t.state.CompareAndSwap(statePending, stateGranted) {
+		t.woken.Store(time.Now().UnixNano())
 		t.registered.Store(true)
 		close(t.granted)
 	}

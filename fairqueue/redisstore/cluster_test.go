@@ -183,6 +183,7 @@ func TestClusterNodesShareOneQueueOverShardedPubSub(t *testing.T) {
 				return
 			}
 			u.acquired()
+			storetest.GrantNo(t, p) // learnt while held: see GrantNo
 			if i == 0 {
 				<-subscribed // hold the first permit while the channels are checked
 			}
@@ -226,7 +227,6 @@ func TestClusterNodesShareOneQueueOverShardedPubSub(t *testing.T) {
 
 	// Grants in arrival order: sorted by grant number, the arrival
 	// numbers increase.
-	time.Sleep(50 * time.Millisecond) // a grant found by reconcile learns its number from its message
 	slices.SortFunc(held, func(a, b *fairqueue.Permit) int { return int(a.GrantNo() - b.GrantNo()) })
 	for i, p := range held {
 		require.NotZero(t, p.GrantNo(), "grant number of %s", p.Ticket())

@@ -14,15 +14,15 @@ import (
 // reads: a new field is one edit here and one in the script's reply.
 
 // decodeGrants reads the grants a script's dispatch made to the calling
-// node's own waiters: {ticket, grant no, upstream, ...} (dispatch in
-// lua/dispatch.lua). cancel.lua's whole reply is this list.
+// node's own waiters: {ticket, grant no, upstream, Redis ms, ...}
+// (dispatch in lua/dispatch.lua). cancel.lua's whole reply is this list.
 func decodeGrants(v any) []fairqueue.Grant {
 	var gs []fairqueue.Grant
 	l := asList(v)
-	for i := 0; i+2 < len(l); i += 3 {
+	for i := 0; i+3 < len(l); i += 4 {
 		id, _ := l[i].(string)
 		up, _ := l[i+2].(string)
-		gs = append(gs, fairqueue.Grant{Ticket: id, No: toInt(l[i+1]), Upstream: up})
+		gs = append(gs, fairqueue.Grant{Ticket: id, No: toInt(l[i+1]), Upstream: up, At: time.UnixMilli(toInt(l[i+3]))})
 	}
 	return gs
 }
@@ -71,7 +71,8 @@ func decodeRelease(v any) (handOnReply, error) {
 // decodeTransfer reads transfer.lua's answer: {own grants, head, added,
 // grant no}. When the script added waiter to's holder entry (added 1),
 // that grant, with its number, counts among the own grants: a node whose
-// request on it ended meanwhile releases it again.
+// request on it ended meanwhile releases it again. It has no time: the
+// node observed its handoff as it started the waiter.
 func decodeTransfer(v any, to string) (handOnReply, error) {
 	l := asList(v)
 	if len(l) != 4 {

@@ -52,8 +52,9 @@ func backlog(t *testing.T, nodes []*fairqueue.Queue, clients map[string]int, wei
 					if err != nil {
 						return
 					}
+					no := GrantNo(t, p) // while held: see GrantNo
 					mu.Lock()
-					out = append(out, tenantGrant{tenant, p.Seq(), p.GrantNo()})
+					out = append(out, tenantGrant{tenant, p.Seq(), no})
 					done := len(out) >= grants
 					mu.Unlock()
 					time.Sleep(hold)

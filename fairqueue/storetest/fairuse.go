@@ -86,15 +86,18 @@ func (l loop) run(t *testing.T, nodes []*fairqueue.Queue) map[string]*use {
 					}
 					mu.Lock()
 					u := uses[tenant]
-					n++
-					record := n > l.warm
 					u.inUse++
 					u.most = max(u.most, u.inUse)
-					u.order = append(u.order, [2]int64{p.GrantNo(), p.Seq()})
-					last = max(last, p.GrantNo())
+					mu.Unlock()
+					no := GrantNo(t, p) // while held: see GrantNo
+					mu.Lock()
+					n++
+					record := n > l.warm
+					u.order = append(u.order, [2]int64{no, p.Seq()})
+					last = max(last, no)
 					if record {
 						u.grants++
-						u.ahead = append(u.ahead, int(max(p.GrantNo()-from-1, 0)))
+						u.ahead = append(u.ahead, int(max(no-from-1, 0)))
 					}
 					done := n >= l.grants
 					mu.Unlock()

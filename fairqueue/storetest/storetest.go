@@ -51,4 +51,29 @@ func eventually(t testing.TB, d time.Duration, cond func() bool, msg string, arg
 	}
 }
 
+// GrantNo returns p's grant number (Permit.GrantNo) once the node knows
+// it. A grant can reach its waiter before its number does: reconcile
+// finds a grant whose message is late (from Redis or, for the in-process
+// store, from the call that made it), and a local handoff starts its
+// waiter before the transfer's reply comes, as does a grant made by
+// another node meanwhile. The number arrives with that message or reply,
+// and only while the permit is held: a released ticket is forgotten and
+// its late message finds nobody. So call it before Release. It reports
+// an error on t (from any goroutine) and returns 0 when the number is not
+// known within 10 s.
+func GrantNo(t testing.TB, p *fairqueue.Permit) int64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if no := p.GrantNo(); no != 0 {
+			return no
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("grant number of %s not known 10 s after its grant", p.Ticket())
+			return 0
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 var bg = context.Background()

@@ -11,9 +11,9 @@
 -- liveness is left to its heartbeats.
 -- Returns {status, seq, grant_no, position, grants, epoch, own grants,
 --   upstream}, status one of 'granted', 'queued', 'gone', 'full' (a cap
---   refused it); own grants: {ticket, grant no, upstream, ...} made to
---   the node's earlier waiters by this call's dispatch (see dispatch in
---   dispatch.lua); upstream: the granted ticket's pool upstream, or ''.
+--   refused it); own grants: {ticket, grant no, upstream, Redis ms,
+--   ...} made to the node's earlier waiters by this call's dispatch (see
+--   dispatch in dispatch.lua); upstream: the granted ticket's pool upstream, or ''.
 -- The fast path grants only when nobody may be served before the ticket:
 --   no FIFO waiter, no ready flow, its tenant under its cap, and (with a
 --   pool) an upstream with a free permit.

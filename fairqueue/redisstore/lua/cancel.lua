@@ -3,7 +3,8 @@
 -- KEYS: the common layout (K, see common.lua).
 -- ARGV: 1 ticket, 2-7 common, 8 tombstone TTL ms (0: no tombstone).
 -- Returns the grants dispatch made to the cancelling node's own waiters
--- ({ticket, grant no, upstream, ...}; see dispatch in dispatch.lua).
+-- ({ticket, grant no, upstream, Redis ms, ...}; see dispatch in
+-- dispatch.lua).
 -- Expired leases are reaped by dispatch where they keep a waiter out.
 -- Idempotent: a second cancel finds nothing to remove. The tombstone
 -- makes an acquire of the same ticket that reaches Redis later a no-op.

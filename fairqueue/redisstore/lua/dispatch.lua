@@ -75,8 +75,10 @@ end
 -- dispatch hands free permits to the head of the queue, in order, and
 -- tells each grantee's node on its own channel ("<ticket> <grant no>
 -- <Redis time ms> [<upstream>]"), except the calling node (self): its
--- grants are returned instead ({ticket, grant no, upstream or '', ...}),
--- so the caller wakes its own waiters without a Pub/Sub round trip.
+-- grants are returned instead ({ticket, grant no, upstream or '', Redis
+-- time ms, ...}), so the caller wakes its own waiters without a Pub/Sub
+-- round trip (and, as from a message, knows when each grant was made:
+-- its handoff's latency).
 -- With a pool, a permit is free only while an upstream has one too
 -- (pool.lua picks it). Waiters of dead nodes are dropped on the way (at
 -- most 1000 a call, to bound the script).
@@ -109,6 +111,7 @@ local function dispatch(self, ex)
         own[#own + 1] = id
         own[#own + 1] = no
         own[#own + 1] = up or ''
+        own[#own + 1] = now
       else
         redis.call('ZADD', K.holders, now + lease_of(owner), id)
         local msg = id .. ' ' .. no .. ' ' .. now

@@ -8,8 +8,8 @@
 -- ARGV: 1 node, 2-7 common, 8 ms: holders granted or renewed more recently
 --   are left out (their grant message may still be in flight).
 -- Returns {epoch, grants, waiting, {holder tickets of node}, own grants,
--- {their upstreams}} (own grants: {ticket, grant no, upstream, ...} made
--- to the node by this call; the upstreams, '' for none, in the order of
+-- {their upstreams}} (own grants: {ticket, grant no, upstream, Redis ms,
+-- ...} made to the node by this call; the upstreams, '' for none, in the order of
 -- the holders).
 -- Idempotent: a second run finds nothing more to free or dispatch.
 clock()

@@ -5,8 +5,8 @@
 --   used minus its charged cost, added to its flow's counter (fair.lua),
 --   9 an upstream to cool ('' : none), 10 for how many ms (pool.lua).
 -- Returns {own grants, head}: the grants dispatch made to the releasing
--- node's own waiters ({ticket, grant no, upstream, ...}; see dispatch in
--- dispatch.lua), and the node's ticket now heading the queue, if one
+-- node's own waiters ({ticket, grant no, upstream, Redis ms, ...}; see
+-- dispatch in dispatch.lua), and the node's ticket now heading the queue, if one
 -- does (my_head; '' if not): its next release may hand it the permit at
 -- once (transfer.lua).
 -- Expired leases are reaped by dispatch when they keep a waiter out.
