@@ -22,6 +22,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -60,7 +62,7 @@ type Options struct {
 // bench is one run in progress.
 type bench struct {
 	opts    Options
-	env     *Env
+	env     *systems.Env
 	rdb     *redis.Client
 	hc      *http.Client
 	mockURL string
@@ -123,23 +125,23 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		},
 	}
 	set := b.res.Settings
-	procs := NewProcs(logDir)
-	defer procs.StopAll()
+	ps := procs.NewProcs(logDir)
+	defer ps.StopAll()
 
-	ports, err := FreePorts(2)
+	ports, err := procs.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
 	mockAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	redisAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
 	b.mockURL = "http://" + mockAddr
-	b.env = &Env{
-		Caddy: opts.Caddy, HAProxy: haproxy, Dir: logDir, Procs: procs,
+	b.env = &systems.Env{
+		Caddy: opts.Caddy, HAProxy: haproxy, Dir: logDir, Procs: ps,
 		MockAddr: mockAddr, RedisAddr: redisAddr,
 		Permits: set.Permits, MaxWait: secs(set.MaxWaitS),
 	}
 
-	rs, err := procs.Start("redis", "redis-server", "--port", strconv.Itoa(ports[1]),
+	rs, err := ps.Start("redis", "redis-server", "--port", strconv.Itoa(ports[1]),
 		"--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", logDir)
 	if err != nil {
 		return nil, fmt.Errorf("redis-server (run scripts/ensure-redis.sh): %w", err)
@@ -148,7 +150,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		return nil, err
 	}
 	b.redisPID = rs.PID()
-	mock, err := procs.Start("mockllm", opts.MockLLM, "-listen", mockAddr, "-timeline",
+	mock, err := ps.Start("mockllm", opts.MockLLM, "-listen", mockAddr, "-timeline",
 		"-tokens", "1", "-delay", ms2d(set.ServiceMS).String(), "-slots", strconv.Itoa(set.Permits))
 	if err != nil {
 		return nil, err
@@ -167,7 +169,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	if err := b.calibrate(ctx); err != nil {
 		return nil, err
 	}
-	for _, spec := range DefaultSpecs() {
+	for _, spec := range systems.DefaultSpecs() {
 		if len(opts.Systems) > 0 && !slices.Contains(opts.Systems, spec.Name) {
 			continue
 		}
@@ -204,7 +206,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 
 // openLoopFor says which systems get the arrival-rate sweep: the limiters
 // (a quick run leaves out the 3-node cluster to stay short).
-func (b *bench) openLoopFor(spec Spec) bool {
+func (b *bench) openLoopFor(spec systems.Spec) bool {
 	if !spec.Limited() {
 		return false
 	}
@@ -212,12 +214,12 @@ func (b *bench) openLoopFor(spec Spec) bool {
 }
 
 // runWaiters measures the systems holding many waiters: the Redis store
-// on one node (RSS with 1 KiB and 64 KiB prompts, idle Redis load), and
+// on one node (procs.RSS with 1 KiB and 64 KiB prompts, idle Redis load), and
 // in a full run the local store too.
 func (b *bench) runWaiters(ctx context.Context) {
 	set := b.res.Settings
-	for _, spec := range DefaultSpecs() {
-		if spec.Kind != KindFairQueue || spec.Nodes != 1 || (!spec.Redis && b.opts.Quick) {
+	for _, spec := range systems.DefaultSpecs() {
+		if spec.Kind != systems.KindFairQueue || spec.Nodes != 1 || (!spec.Redis && b.opts.Quick) {
 			continue
 		}
 		if b.res.system(spec.Name) == nil {

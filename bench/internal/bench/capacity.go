@@ -11,7 +11,11 @@ package bench
 // CapacitySettings: the later capacity rows (permits in tokens, learned
 // capacity) are one more CapacityRow each.
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
+)
 
 // CapacitySettings shape the capacity scenario: every knob in one place.
 type CapacitySettings struct {
@@ -173,13 +177,13 @@ func alone() CapacityRow {
 }
 
 func haproxyRow(maxconn int) CapacityRow {
-	return CapacityRow{Name: "haproxy-" + itoa(maxconn), Label: "HAProxy maxconn " + itoa(maxconn), Kind: KindHAProxy, Permits: maxconn}
+	return CapacityRow{Name: "haproxy-" + itoa(maxconn), Label: "HAProxy maxconn " + itoa(maxconn), Kind: systems.KindHAProxy, Permits: maxconn}
 }
 
 func fqRows(permits ...int) []CapacityRow {
 	var out []CapacityRow
 	for _, p := range permits {
-		out = append(out, CapacityRow{Name: "fq-" + itoa(p), Label: "fair_queue permits " + itoa(p), Kind: KindFairQueue, Permits: p})
+		out = append(out, CapacityRow{Name: "fq-" + itoa(p), Label: "fair_queue permits " + itoa(p), Kind: systems.KindFairQueue, Permits: p})
 	}
 	return out
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -189,7 +190,7 @@ func capacityMarkdown(b *strings.Builder, c *Capacity, plots map[string]string) 
 				continue
 			}
 			label := r.Row.Label
-			if r.Row.Kind == KindFairQueue && r.Row.Permits == cs.BestPermits {
+			if r.Row.Kind == systems.KindFairQueue && r.Row.Permits == cs.BestPermits {
 				label = "**" + label + "** (best)"
 			}
 			ttftVs := ""
@@ -209,7 +210,7 @@ func capacityMarkdown(b *strings.Builder, c *Capacity, plots map[string]string) 
 // fairQueue returns the fair_queue run with permits, or nil.
 func (cs *CapacityCase) fairQueue(permits int) *CapacityRun {
 	for _, r := range cs.Runs {
-		if r.Row.Kind == KindFairQueue && r.Row.Permits == permits && r.Error == "" {
+		if r.Row.Kind == systems.KindFairQueue && r.Row.Permits == permits && r.Error == "" {
 			return r
 		}
 	}
@@ -239,7 +240,7 @@ func writeCapacityPlots(c *Capacity, dir string) ([]string, error) {
 			if r.Error != "" || len(r.Samples) == 0 {
 				continue
 			}
-			if r.Row.Kind != KindFairQueue || r.Row.Permits == cs.BestPermits || r.Row.Permits == cs.WorstPermits {
+			if r.Row.Kind != systems.KindFairQueue || r.Row.Permits == cs.BestPermits || r.Row.Permits == cs.WorstPermits {
 				runs = append(runs, r)
 			}
 		}

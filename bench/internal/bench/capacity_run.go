@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 )
 
@@ -78,7 +80,7 @@ func (b *bench) runCapacity(ctx context.Context) {
 func sweepEnds(runs []*CapacityRun) (best, worst int) {
 	var fq []*CapacityRun
 	for _, r := range runs {
-		if r.Row.Kind == KindFairQueue && r.Error == "" {
+		if r.Row.Kind == systems.KindFairQueue && r.Error == "" {
 			fq = append(fq, r)
 		}
 	}
@@ -99,13 +101,13 @@ func sweepEnds(runs []*CapacityRun) (best, worst int) {
 
 // startReplicas starts t's mockllm replicas; stop stops them.
 func (b *bench) startReplicas(ctx context.Context, t CapacityTopology) (addrs []string, stop func(), err error) {
-	ports, err := FreePorts(len(t.Replicas))
+	ports, err := procs.FreePorts(len(t.Replicas))
 	if err != nil {
 		return nil, nil, err
 	}
-	var procs []*Proc
+	var started []*procs.Proc
 	stop = func() {
-		for _, p := range procs {
+		for _, p := range started {
 			b.env.Procs.Stop(p)
 		}
 	}
@@ -117,7 +119,7 @@ func (b *bench) startReplicas(ctx context.Context, t CapacityTopology) (addrs []
 			stop()
 			return nil, nil, err
 		}
-		procs = append(procs, p)
+		started = append(started, p)
 		if err := p.WaitListen(ctx, addr, 15*time.Second); err != nil {
 			stop()
 			return nil, nil, err
@@ -160,7 +162,7 @@ func (cr *caseRunner) run(ctx context.Context, row CapacityRow) *CapacityRun {
 		if len(addrs) > 1 {
 			env.Pool = addrs
 		}
-		spec := Spec{Name: "capacity-" + cr.top.Name + "-" + cr.work.Name + "-" + row.Name, Label: row.Label, Kind: row.Kind, Nodes: 1}
+		spec := systems.Spec{Name: "capacity-" + cr.top.Name + "-" + cr.work.Name + "-" + row.Name, Label: row.Label, Kind: row.Kind, Nodes: 1}
 		r, err := env.Start(ctx, spec)
 		if err != nil {
 			return fail(err)

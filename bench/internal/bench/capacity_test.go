@@ -146,27 +146,6 @@ func TestCapacityReportAndPlots(t *testing.T) {
 	assert.Equal(t, verdict(true), capacityChecks(c)[0].Result)
 }
 
-func TestPoolConfigsGiveEachReplicaThePermits(t *testing.T) {
-	env := &Env{MockAddr: "127.0.0.1:1", Pool: []string{"127.0.0.1:1", "127.0.0.1:2"}, Permits: 16, MaxWait: time.Minute}
-	cfg := env.haproxyConfig("127.0.0.1:9")
-	assert.Contains(t, cfg, "server s1 127.0.0.1:1 maxconn 16\n")
-	assert.Contains(t, cfg, "server s2 127.0.0.1:2 maxconn 16\n")
-
-	data, err := env.caddyConfig("127.0.0.1:9", Spec{Kind: KindFairQueue, Nodes: 1}, "q")
-	require.NoError(t, err)
-	js := string(data)
-	assert.Contains(t, js, `"dial": "127.0.0.1:2",`)
-	assert.Contains(t, js, `"permits": 16`)
-	assert.Contains(t, js, `"source": "fair_queue"`)
-	assert.NotContains(t, js, `"permits": 32`, "the pool's sum is the default")
-
-	env.Pool = nil
-	data, err = env.caddyConfig("127.0.0.1:9", Spec{Kind: KindFairQueue, Nodes: 1}, "q")
-	require.NoError(t, err)
-	assert.NotContains(t, string(data), "dynamic_upstreams")
-	assert.Contains(t, env.haproxyConfig("127.0.0.1:9"), "server s1 127.0.0.1:1 maxconn 16\n")
-}
-
 func TestCapacitySettingsOnlyPicksNamedCasesFromAFullRun(t *testing.T) {
 	quick := capacitySettings(true)
 	s := quick.only([]string{"one", "chat"})

@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"slices"
+
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 )
 
 // Targets of the benchmark issue.
@@ -14,8 +16,8 @@ const (
 	TargetFastScripts  = "<= 2 Redis script calls per fast-path request"
 	TargetQueueScripts = "<= 3 Redis script calls per queued request"
 	TargetConcurrency  = "upstream max concurrency <= permits"
-	TargetRSS          = "<= 50 KB RSS per waiting connection (1 KiB prompt)"
-	TargetRSS64        = "RSS per waiting connection (64 KiB prompt), reported"
+	TargetRSS          = "<= 50 KB procs.RSS per waiting connection (1 KiB prompt)"
+	TargetRSS64        = "procs.RSS per waiting connection (64 KiB prompt), reported"
 	TargetIdle         = "idle Redis load independent of the number of waiters"
 )
 
@@ -40,7 +42,7 @@ func evaluate(res *Results) []Check {
 			continue
 		}
 		name := s.Spec.Name
-		fq := s.Spec.Kind == KindFairQueue
+		fq := s.Spec.Kind == systems.KindFairQueue
 		if fq && s.Saturated != nil {
 			if ha != nil && ha.Saturated != nil && ha.Saturated.Throughput > 0 {
 				r := s.Saturated.Throughput / ha.Saturated.Throughput
@@ -108,7 +110,7 @@ func evaluate(res *Results) []Check {
 			add(target, name, "not measured: "+w.Note, result)
 			continue
 		}
-		value := fmt.Sprintf("%.1f KiB per waiter (%d waiting, RSS %.1f -> %.1f MiB)",
+		value := fmt.Sprintf("%.1f KiB per waiter (%d waiting, procs.RSS %.1f -> %.1f MiB)",
 			w.RSSPerWaiter, w.Queued, float64(w.RSSBefore)/(1<<20), float64(w.RSSAfter)/(1<<20))
 		if target == TargetRSS {
 			add(TargetRSS, name, value, verdict(w.RSSPerWaiter*1024 <= 50_000))
@@ -140,7 +142,7 @@ func evaluate(res *Results) []Check {
 // fair_queue system spec must reach: 1.00x with the local store, 0.97x
 // with Redis on one node, 0.95x on more (a grant to another node is a
 // Pub/Sub message more).
-func throughputTarget(spec Spec) float64 {
+func throughputTarget(spec systems.Spec) float64 {
 	switch {
 	case !spec.Redis:
 		return 1.00

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
 
@@ -23,7 +24,7 @@ type Configs struct {
 
 // ConfigSystem is one system's saturated loads, one per round.
 type ConfigSystem struct {
-	Spec Spec `json:"spec"`
+	Spec systems.Spec `json:"spec"`
 	// Error says why the system could not be measured.
 	Error string `json:"error,omitempty"`
 	// Runs are its loads in round order; Ratios their throughput over
@@ -35,10 +36,10 @@ type ConfigSystem struct {
 // configSpecs are the config scenario's systems: HAProxy, then each
 // fair_queue topology of the main run once with the bench's JSON and
 // once with a Caddyfile.
-func configSpecs() []Spec {
-	specs := []Spec{{Name: "haproxy", Label: "HAProxy maxconn", Kind: KindHAProxy, Nodes: 1}}
-	for _, s := range DefaultSpecs() {
-		if s.Kind != KindFairQueue {
+func configSpecs() []systems.Spec {
+	specs := []systems.Spec{{Name: "haproxy", Label: "HAProxy maxconn", Kind: systems.KindHAProxy, Nodes: 1}}
+	for _, s := range systems.DefaultSpecs() {
+		if s.Kind != systems.KindFairQueue {
 			continue
 		}
 		cf := s
@@ -59,7 +60,7 @@ func (b *bench) runConfigs(ctx context.Context) {
 	cs := &Configs{Rounds: rounds}
 	b.res.Configs = cs
 	b.logf("== configs: bench JSON vs Caddyfile, %d rounds of the saturated load (%.0f s each), alternated", rounds, set.SaturatedS)
-	var running []*Running
+	var running []*systems.Running
 	defer func() {
 		for _, r := range running {
 			if r != nil {
@@ -144,7 +145,7 @@ func configChecks(cs *Configs) []Check {
 	}
 	var checks []Check
 	for _, s := range cs.Systems {
-		if s.Spec.Kind != KindFairQueue {
+		if s.Spec.Kind != systems.KindFairQueue {
 			continue
 		}
 		c := Check{Target: TargetThroughput, System: s.Spec.Name + " (alternated)"}

@@ -3,36 +3,10 @@ package bench
 import (
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/stretchr/testify/assert"
 )
-
-func TestCaddyfileIsAnOperatorsDefaultConfig(t *testing.T) {
-	t.Parallel()
-	e := &Env{MockAddr: "127.0.0.1:9", RedisAddr: "127.0.0.1:7", Permits: 4, MaxWait: time.Minute}
-	got := e.caddyConfigFile("127.0.0.1:8080", "127.0.0.1:2999", Spec{Kind: KindFairQueue, Redis: true, Caddyfile: true}, "bench-x")
-	assert.Equal(t, `{
-	admin 127.0.0.1:2999
-	persist_config off
-}
-
-:8080 {
-	route {
-		fair_queue {
-			name bench-x
-			permits 4
-			max_wait 1m0s
-			redis redis://127.0.0.1:7/0
-		}
-		reverse_proxy 127.0.0.1:9
-	}
-}
-`, got)
-	plain := e.caddyConfigFile("127.0.0.1:8080", "127.0.0.1:2999", Spec{Kind: KindPlain, Caddyfile: true}, "q")
-	assert.NotContains(t, plain, "fair_queue")
-	assert.Contains(t, plain, "reverse_proxy 127.0.0.1:9")
-}
 
 func TestConfigSpecsPairEveryFairQueueTopologyWithItsCaddyfile(t *testing.T) {
 	t.Parallel()
@@ -46,8 +20,8 @@ func TestConfigSpecsPairEveryFairQueueTopologyWithItsCaddyfile(t *testing.T) {
 
 func TestConfigChecksUseTheMedianRoundAndEachTopologysTarget(t *testing.T) {
 	t.Parallel()
-	spec := func(name string, redis bool, nodes int) Spec {
-		return Spec{Name: name, Kind: KindFairQueue, Redis: redis, Nodes: nodes}
+	spec := func(name string, redis bool, nodes int) systems.Spec {
+		return systems.Spec{Name: name, Kind: systems.KindFairQueue, Redis: redis, Nodes: nodes}
 	}
 	runs := func(rps ...float64) []*LoadRun {
 		var out []*LoadRun
@@ -57,7 +31,7 @@ func TestConfigChecksUseTheMedianRoundAndEachTopologysTarget(t *testing.T) {
 		return out
 	}
 	cs := &Configs{Rounds: 3, Systems: []*ConfigSystem{
-		{Spec: Spec{Name: "haproxy", Kind: KindHAProxy, Nodes: 1}, Runs: runs(100, 200, 100)},
+		{Spec: systems.Spec{Name: "haproxy", Kind: systems.KindHAProxy, Nodes: 1}, Runs: runs(100, 200, 100)},
 		{Spec: spec("fq-local", false, 1), Runs: runs(100, 190, 101)},    // 1.00, 0.95, 1.01: median 1.00
 		{Spec: spec("fq-redis-1", true, 1), Runs: runs(96, 200, 99)},     // 0.96, 1.00, 0.99: median 0.99
 		{Spec: spec("fq-local-cf", false, 1), Runs: runs(99, 198, 99)},   // median 0.99 < 1.00
@@ -88,9 +62,9 @@ func TestConfigChecksUseTheMedianRoundAndEachTopologysTarget(t *testing.T) {
 
 func TestThroughputTargets(t *testing.T) {
 	t.Parallel()
-	assert.Equal(t, 1.00, throughputTarget(Spec{Kind: KindFairQueue, Nodes: 1}))
-	assert.Equal(t, 0.97, throughputTarget(Spec{Kind: KindFairQueue, Nodes: 1, Redis: true}))
-	assert.Equal(t, 0.95, throughputTarget(Spec{Kind: KindFairQueue, Nodes: 3, Redis: true}))
+	assert.Equal(t, 1.00, throughputTarget(systems.Spec{Kind: systems.KindFairQueue, Nodes: 1}))
+	assert.Equal(t, 0.97, throughputTarget(systems.Spec{Kind: systems.KindFairQueue, Nodes: 1, Redis: true}))
+	assert.Equal(t, 0.95, throughputTarget(systems.Spec{Kind: systems.KindFairQueue, Nodes: 3, Redis: true}))
 	assert.Equal(t, 2.0, median([]float64{3, 1, 2}))
 	assert.Equal(t, 2.5, median([]float64{4, 1, 2, 3}))
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 )
@@ -272,10 +273,10 @@ func (b *bench) runFairness(ctx context.Context) {
 
 // fairRun runs one mode: a fresh system, every tenant's closed loop at
 // once for the duration, the shares taken from the upstream's spans.
-func (b *bench) fairRun(ctx context.Context, env *Env, rec *spanRecorder, set FairnessSettings, mode FairMode) *FairRun {
+func (b *bench) fairRun(ctx context.Context, env *systems.Env, rec *spanRecorder, set FairnessSettings, mode FairMode) *FairRun {
 	run := &FairRun{Mode: mode}
-	spec := Spec{
-		Name: "fair-" + mode.Name, Label: "fair_queue " + mode.Label, Kind: KindFairQueue,
+	spec := systems.Spec{
+		Name: "fair-" + mode.Name, Label: "fair_queue " + mode.Label, Kind: systems.KindFairQueue,
 		Nodes: set.Nodes, Redis: true, Cost: mode.Cost,
 	}
 	if mode.Tenant {

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,36 +14,6 @@ import (
 
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
-
-func TestCaddyConfigSetsTenantAndCost(t *testing.T) {
-	t.Parallel()
-	e := &Env{MockAddr: "127.0.0.1:9", RedisAddr: "127.0.0.1:7", Permits: 2, MaxWait: time.Minute}
-	for _, tc := range []struct {
-		spec         Spec
-		tenant, cost any
-	}{
-		{Spec{Name: "fair-fifo", Kind: KindFairQueue, Redis: true}, nil, nil},
-		{Spec{Name: "fair-time", Kind: KindFairQueue, Redis: true, Tenant: TenantPlaceholder, Cost: "time"}, TenantPlaceholder, "time"},
-	} {
-		data, err := e.caddyConfig("127.0.0.1:8", tc.spec, "q")
-		require.NoError(t, err)
-		var cfg struct {
-			Apps struct {
-				HTTP struct {
-					Servers map[string]struct {
-						Routes []struct {
-							Handle []map[string]any `json:"handle"`
-						} `json:"routes"`
-					} `json:"servers"`
-				} `json:"http"`
-			} `json:"apps"`
-		}
-		require.NoError(t, json.Unmarshal(data, &cfg))
-		fq := cfg.Apps.HTTP.Servers["bench"].Routes[0].Handle[0]
-		assert.Equal(t, tc.tenant, fq["tenant"], tc.spec.Name)
-		assert.Equal(t, tc.cost, fq["cost"], tc.spec.Name)
-	}
-}
 
 func TestSpanRecorderRecordsTenantRequestsOnly(t *testing.T) {
 	t.Parallel()

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
 
@@ -118,7 +119,7 @@ type LLMLevel struct {
 
 // LLMSystem is one system under the LLM-shaped load.
 type LLMSystem struct {
-	Spec Spec `json:"spec"`
+	Spec systems.Spec `json:"spec"`
 	// Error says why it could not be measured at all.
 	Error string `json:"error,omitempty"`
 	// Points holds one point per load, in the order of Settings.Loads.
@@ -171,10 +172,10 @@ type LLMPoint struct {
 
 // llmSpecs are the systems of the scenario: HAProxy, then fair_queue
 // local, Redis 1 node and Redis 3 nodes.
-func llmSpecs() []Spec {
-	var out []Spec
-	for _, s := range DefaultSpecs() {
-		if s.Kind == KindHAProxy || (s.Kind == KindFairQueue && !s.BaselineOnly) {
+func llmSpecs() []systems.Spec {
+	var out []systems.Spec
+	for _, s := range systems.DefaultSpecs() {
+		if s.Kind == systems.KindHAProxy || (s.Kind == systems.KindFairQueue && !s.BaselineOnly) {
 			out = append(out, s)
 		}
 	}
@@ -229,7 +230,7 @@ func levelOf(set LLMSettings, p loadgen.Plan) *LLMLevel {
 // llmSystem starts spec (under a name of its own: its logs and its
 // queue are not the other scenarios'), runs every load on it and stops
 // it.
-func (b *bench) llmSystem(ctx context.Context, env *Env, spec Spec, set LLMSettings, plans []loadgen.Plan) *LLMSystem {
+func (b *bench) llmSystem(ctx context.Context, env *systems.Env, spec systems.Spec, set LLMSettings, plans []loadgen.Plan) *LLMSystem {
 	sys := &LLMSystem{Spec: spec}
 	b.logf("== LLM-shaped load: %s", spec.Label)
 	run := spec
@@ -264,7 +265,7 @@ func (b *bench) llmSystem(ctx context.Context, env *Env, spec Spec, set LLMSetti
 // llmPoint runs one load on r: it waits for the upstream to be idle,
 // resets the counters, sends the plan's arrivals and waits for their
 // answers (up to the drain bound).
-func (b *bench) llmPoint(ctx context.Context, r *Running, set LLMSettings, plan loadgen.Plan) *LLMPoint {
+func (b *bench) llmPoint(ctx context.Context, r *systems.Running, set LLMSettings, plan loadgen.Plan) *LLMPoint {
 	p := &LLMPoint{Load: plan.Load}
 	fail := func(err error) *LLMPoint {
 		p.Error = err.Error()

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -24,7 +25,7 @@ const (
 // haproxy returns the HAProxy system of the scenario, or nil.
 func (l *LLM) haproxy() *LLMSystem {
 	for _, s := range l.Systems {
-		if s.Spec.Kind == KindHAProxy && s.Error == "" {
+		if s.Spec.Kind == systems.KindHAProxy && s.Error == "" {
 			return s
 		}
 	}
@@ -60,14 +61,14 @@ func llmChecks(l *LLM) []Check {
 		for _, p := range s.Points {
 			name := fmt.Sprintf("%s (LLM load %.2f)", s.Spec.Name, p.Load)
 			if p.Error != "" {
-				if s.Spec.Kind == KindFairQueue {
+				if s.Spec.Kind == systems.KindFairQueue {
 					add(TargetLLMUtil, name, "not measured: "+oneLine(p.Error, 160), "FAIL")
 				}
 				continue
 			}
 			add(TargetConcurrency, name, fmt.Sprintf("%d vs %d", p.UpstreamMax, l.Settings.Permits),
 				verdict(p.UpstreamMax <= l.Settings.Permits))
-			if s.Spec.Kind != KindFairQueue {
+			if s.Spec.Kind != systems.KindFairQueue {
 				continue
 			}
 			extra := ""
@@ -131,7 +132,7 @@ func llmMarkdown(b *strings.Builder, l *LLM, plots []string) {
 				continue
 			}
 			ur, wr := "", ""
-			if u, q, ok := llmRatios(l, p); ok && s.Spec.Kind != KindHAProxy {
+			if u, q, ok := llmRatios(l, p); ok && s.Spec.Kind != systems.KindHAProxy {
 				ur, wr = fmt.Sprintf("%.3fx", u), fmt.Sprintf("%.3fx", q)
 			}
 			w("| %s | %.2f | %d | %d | %d | %d | %.3f | %s | %.1f | %.1f | %s | %.1f | %d / %d | %.1f (%.1f) |\n",

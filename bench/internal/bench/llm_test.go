@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -89,9 +90,9 @@ func llmFixture(fqUtil, fqWaitP99 float64) *LLM {
 		Settings: set,
 		Levels:   []*LLMLevel{{Load: 0.7, Arrivals: 170}, {Load: 1.1, Arrivals: 270}},
 		Systems: []*LLMSystem{
-			{Spec: Spec{Name: "haproxy", Label: "HAProxy maxconn", Kind: KindHAProxy}, Points: []*LLMPoint{
+			{Spec: systems.Spec{Name: "haproxy", Label: "HAProxy maxconn", Kind: systems.KindHAProxy}, Points: []*LLMPoint{
 				point(0.7, 0.60, 4000, 8), point(1.1, 0.90, 12000, 8)}},
-			{Spec: Spec{Name: "fq-local", Label: "fair_queue local", Kind: KindFairQueue}, Points: []*LLMPoint{
+			{Spec: systems.Spec{Name: "fq-local", Label: "fair_queue local", Kind: systems.KindFairQueue}, Points: []*LLMPoint{
 				point(0.7, 0.60*fqUtil, 4000*fqWaitP99, 8), point(1.1, 0.90*fqUtil, 12000*fqWaitP99, 9)}},
 		},
 	}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 )
 
 // markdown renders BENCHMARKS.md from the results of a run.
@@ -108,7 +110,7 @@ func markdown(res *Results, opts Options, plots []string) string {
 			continue
 		}
 		d50, d99 := "", ""
-		if base := res.baseline(s); base != nil && s.Spec.Kind != KindPlain {
+		if base := res.baseline(s); base != nil && s.Spec.Kind != systems.KindPlain {
 			d50 = fmt.Sprintf("%+.3f ms", s.LowLoad.P50-base.LowLoad.P50)
 			d99 = fmt.Sprintf("%+.3f ms", s.LowLoad.P99-base.LowLoad.P99)
 		}
@@ -132,7 +134,7 @@ func markdown(res *Results, opts Options, plots []string) string {
 
 	w("\n## Many waiters\n\n")
 	w("All %d permits held by streams that last minutes, then N requests queued behind them on one Caddy node.\n", set.Permits)
-	w("RSS: `VmRSS` of the Caddy process before and after queueing them. Idle Redis load: every command Redis\n")
+	w("procs.RSS: `VmRSS` of the Caddy process before and after queueing them. Idle Redis load: every command Redis\n")
 	w("executed over %.0f s (INFO commandstats, the bench's own INFO excluded) with the waiters queued, compared\n", set.IdleWindowS)
 	w("with the same node holding only a few waiters. The waiters arrive at %.0f req/s (fewer for large prompts:\n", set.WaiterRampRPS)
 	w("at most %.0f MiB/s of them). While every permit is held no waiter may reach the upstream: \"upstream max\"\n", set.WaiterRampMiBps)
@@ -141,7 +143,7 @@ func markdown(res *Results, opts Options, plots []string) string {
 		w(" The burst runs (Redis store) send them much faster and check only that.")
 	}
 	w("\n\n")
-	w("| system | waiters | prompt | queued | RSS before MiB | RSS after MiB | KiB per waiter | Redis cmds/s (few waiters) | Redis cmds/s (all waiting) | scripts/s | upstream max | served / failed / rejected | note |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| system | waiters | prompt | queued | procs.RSS before MiB | procs.RSS after MiB | KiB per waiter | Redis cmds/s (few waiters) | Redis cmds/s (all waiting) | scripts/s | upstream max | served / failed / rejected | note |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, x := range res.Waiters {
 		base, idle, scripts := "", "", ""
 		if x.BaseWaiters > 0 {
@@ -240,7 +242,7 @@ func cpuFigs(res *Results, s *System, pick, refPick func(*System) *LoadRun) (pro
 	if s.Spec.Redis {
 		redis = fmt.Sprintf("%.4f", run.RedisCPUPerRequest)
 	}
-	if s.Spec.Kind == KindPlain {
+	if s.Spec.Kind == systems.KindPlain {
 		return proxy, redis, ""
 	}
 	if base, refRun := cpuReference(res, s, refPick); base != nil && refRun.ProxyCPUPerRequest > 0 {

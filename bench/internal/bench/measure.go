@@ -11,6 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 )
@@ -30,7 +32,7 @@ func (b *bench) load(ctx context.Context, targets []string, cfg loadgen.Config) 
 }
 
 // warm opens connections and warms caches before a system is measured.
-func (b *bench) warm(ctx context.Context, r *Running) error {
+func (b *bench) warm(ctx context.Context, r *systems.Running) error {
 	_, err := b.load(ctx, r.Targets, loadgen.Config{
 		Clients: 8, Duration: 300 * time.Millisecond, Tokens: 1, Delay: time.Millisecond,
 	})
@@ -39,7 +41,7 @@ func (b *bench) warm(ctx context.Context, r *Running) error {
 
 // measure runs cfg against r with the upstream's and Redis' counters
 // reset first, and returns what the load, the upstream and Redis saw.
-func (b *bench) measure(ctx context.Context, r *Running, cfg loadgen.Config) (*LoadRun, error) {
+func (b *bench) measure(ctx context.Context, r *systems.Running, cfg loadgen.Config) (*LoadRun, error) {
 	if err := b.resetCounters(ctx); err != nil {
 		return nil, err
 	}
@@ -83,7 +85,7 @@ func (b *bench) measure(ctx context.Context, r *Running, cfg loadgen.Config) (*L
 		run.HandoffP99 = msOf(loadgen.Percentile(gaps, 99))
 	}
 	if r.Spec.Redis && rep.Sent > 0 {
-		cs, err := ReadCommandStats(ctx, b.rdb)
+		cs, err := procs.ReadCommandStats(ctx, b.rdb)
 		if err != nil {
 			return nil, err
 		}
@@ -96,7 +98,7 @@ func (b *bench) measure(ctx context.Context, r *Running, cfg loadgen.Config) (*L
 
 // measureSystem starts spec, runs the low-load, saturated and open-loop
 // measurements on it and stops it.
-func (b *bench) measureSystem(ctx context.Context, spec Spec) *System {
+func (b *bench) measureSystem(ctx context.Context, spec systems.Spec) *System {
 	sys := &System{Spec: spec}
 	b.logf("== %s", spec.Label)
 	r, err := b.env.Start(ctx, spec)
@@ -133,7 +135,7 @@ func (b *bench) measureSystem(ctx context.Context, spec Spec) *System {
 	sys.Saturated = step("saturated", loadgen.Config{
 		Clients: set.Clients, Duration: secs(set.SaturatedS), Tokens: 1, Delay: ms2d(set.ServiceMS),
 	})
-	if spec.Kind == KindPlain {
+	if spec.Kind == systems.KindPlain {
 		sys.AtPermits = step(fmt.Sprintf("%d clients", set.Permits), loadgen.Config{
 			Clients: set.Permits, Duration: secs(set.SaturatedS), Tokens: 1, Delay: ms2d(set.ServiceMS),
 		})
@@ -226,7 +228,7 @@ func redisRTT(ctx context.Context, rdb *redis.Client, n int, pause time.Duration
 }
 
 // openLoop measures the wait at each arrival rate of the settings.
-func (b *bench) openLoop(ctx context.Context, r *Running) ([]*RatePoint, error) {
+func (b *bench) openLoop(ctx context.Context, r *systems.Running) ([]*RatePoint, error) {
 	set := b.res.Settings
 	capacity := set.UpstreamStreamRPS
 	if capacity <= 0 {

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"time"
+
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 )
 
 // Results is everything a run measured: bench-results/results.json.
@@ -101,7 +103,7 @@ type Burst struct {
 // System holds the measurements of one system under test.
 type System struct {
 	// Spec is the system.
-	Spec Spec `json:"spec"`
+	Spec systems.Spec `json:"spec"`
 	// Error says why the system could not be measured.
 	Error string `json:"error,omitempty"`
 	// LowLoad is one client sending back-to-back requests with an
@@ -283,7 +285,7 @@ func (res *Results) baseline(s *System) *System {
 func (res *Results) baselineFor(s *System, pick func(*System) *LoadRun) *System {
 	var single *System
 	for _, b := range res.Systems {
-		if b.Spec.Kind != KindPlain || pick(b) == nil || b == s {
+		if b.Spec.Kind != systems.KindPlain || pick(b) == nil || b == s {
 			continue
 		}
 		if b.Spec.Nodes == s.Spec.Nodes {

@@ -1,7 +1,7 @@
 package bench
 
 // The scale scenario: tens of thousands of streams waiting across the 3
-// Caddy nodes of one queue (Caddy RSS and Redis memory per waiter, Redis
+// Caddy nodes of one queue (Caddy procs.RSS and Redis memory per waiter, Redis
 // commands per second while they wait, handoff latency with the queue
 // that deep), and 100 queues on one Redis. The clients run in several
 // processes (the bench binary re-executed with -scale-client): one
@@ -9,6 +9,8 @@ package bench
 
 import (
 	"fmt"
+
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
 )
 
 // ScaleSettings are the loads of the scale scenario.
@@ -143,7 +145,7 @@ type Scale struct {
 	IdleScriptsPerS float64 `json:"redis_scripts_per_s"`
 	// IdleCommands are the calls per command over the deep queue's idle
 	// window.
-	IdleCommands CommandStats `json:"redis_idle_commands,omitempty"`
+	IdleCommands procs.CommandStats `json:"redis_idle_commands,omitempty"`
 	// HandoffBase is measured with BaseWaiters always waiting (a closed
 	// loop of permits + BaseWaiters clients), HandoffDeep while the deep
 	// queue drains after the permits are released.
@@ -210,7 +212,7 @@ type ScaleQueues struct {
 	ManyMem      int64   `json:"redis_mem_many_bytes"`
 	// ManyCommands are the calls per command over the idle window with
 	// every queue open.
-	ManyCommands CommandStats `json:"redis_idle_commands_many,omitempty"`
+	ManyCommands procs.CommandStats `json:"redis_idle_commands_many,omitempty"`
 	// RSSOne and RSSMany are the node's VmRSS at the same moments.
 	RSSOne  int64 `json:"rss_one_bytes"`
 	RSSMany int64 `json:"rss_many_bytes"`

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
 
@@ -149,7 +150,7 @@ func genericError(msg string) string {
 }
 
 // readCounters reads the last counters a client process printed.
-func readCounters(p *Proc) (clientCounters, bool) {
+func readCounters(p *procs.Proc) (clientCounters, bool) {
 	data, err := os.ReadFile(p.Log)
 	if err != nil {
 		return clientCounters{}, false

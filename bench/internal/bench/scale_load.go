@@ -6,40 +6,10 @@ package bench
 import (
 	"context"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
-
-// startNodes starts spec's nodes, queue naming fair_queue's queue (a
-// placeholder for the many-queues run), on env (its own max_wait).
-func startNodes(ctx context.Context, env *Env, spec Spec, queue string) (*Running, error) {
-	ports, err := FreePorts(spec.Nodes)
-	if err != nil {
-		return nil, err
-	}
-	r := &Running{Spec: spec, Queue: queue}
-	for i, port := range ports {
-		name := spec.Name
-		if spec.Nodes > 1 {
-			name += "-" + strconv.Itoa(i+1)
-		}
-		listen := "127.0.0.1:" + strconv.Itoa(port)
-		p, err := env.startNode(name, listen, spec, queue)
-		if err != nil {
-			env.Stop(r)
-			return nil, err
-		}
-		r.procs = append(r.procs, p)
-		if err := p.WaitListen(ctx, listen, 15*time.Second); err != nil {
-			env.Stop(r)
-			return nil, err
-		}
-		r.Targets = append(r.Targets, "http://"+listen)
-	}
-	return r, nil
-}
 
 // startLoad runs cfg in a goroutine until canceled.
 func startLoad(ctx context.Context, cfg loadgen.Config) (*background, error) {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
 
@@ -87,9 +88,9 @@ func machineCPU() (busy, total int64) {
 func startCPUWindow(caddy []int, redis int, clients []int) cpuWindow {
 	w := cpuWindow{at: time.Now()}
 	w.busy, w.total = machineCPU()
-	w.caddy, _ = cpuOf(caddy)
-	w.redis, _ = CPUTime(redis)
-	w.clients, _ = cpuOf(clients)
+	w.caddy, _ = procs.CPUOf(caddy)
+	w.redis, _ = procs.CPUTime(redis)
+	w.clients, _ = procs.CPUOf(clients)
 	return w
 }
 
@@ -100,20 +101,20 @@ func (w cpuWindow) end(h *Handoffs, caddy []int, redis int, clients []int) {
 		h.MachineBusy = round(float64(busy-w.busy)/float64(total-w.total), 3)
 	}
 	s := time.Since(w.at).Seconds()
-	if c, err := cpuOf(caddy); err == nil {
+	if c, err := procs.CPUOf(caddy); err == nil {
 		h.CaddyCores = round((c-w.caddy).Seconds()/s, 3)
 	}
-	if c, err := CPUTime(redis); err == nil {
+	if c, err := procs.CPUTime(redis); err == nil {
 		h.RedisCores = round((c-w.redis).Seconds()/s, 3)
 	}
 	if len(clients) > 0 {
-		if c, err := cpuOf(clients); err == nil {
+		if c, err := procs.CPUOf(clients); err == nil {
 			h.ClientCores = round((c-w.clients).Seconds()/s, 3)
 		}
 	}
 }
 
-func procPIDs(ps []*Proc) []int {
+func procPIDs(ps []*procs.Proc) []int {
 	pids := make([]int, 0, len(ps))
 	for _, p := range ps {
 		if !p.Exited() {
@@ -151,8 +152,8 @@ func (b *bench) redisUsedMemory(ctx context.Context) (int64, error) {
 
 // idleOver returns the Redis commands and script calls per second over
 // d, and the calls per command.
-func (b *bench) idleOver(ctx context.Context, d time.Duration) (cmds, scripts float64, calls CommandStats, err error) {
-	before, err := ReadCommandStats(ctx, b.rdb)
+func (b *bench) idleOver(ctx context.Context, d time.Duration) (cmds, scripts float64, calls procs.CommandStats, err error) {
+	before, err := procs.ReadCommandStats(ctx, b.rdb)
 	if err != nil {
 		return 0, 0, nil, err
 	}
@@ -162,7 +163,7 @@ func (b *bench) idleOver(ctx context.Context, d time.Duration) (cmds, scripts fl
 	case <-ctx.Done():
 		return 0, 0, nil, ctx.Err()
 	}
-	after, err := ReadCommandStats(ctx, b.rdb)
+	after, err := procs.ReadCommandStats(ctx, b.rdb)
 	if err != nil {
 		return 0, 0, nil, err
 	}
@@ -187,7 +188,7 @@ func (b *bench) queueDepth(ctx context.Context, queue string) int64 {
 }
 
 // rssSum sums the VmRSS of pids.
-func rssSum(pids []int) (int64, error) { return sumOver(pids, RSS) }
+func rssSum(pids []int) (int64, error) { return procs.SumOver(pids, procs.RSS) }
 
 // cpuLine describes the CPU over a handoff window.
 func (h *Handoffs) cpuLine() string {

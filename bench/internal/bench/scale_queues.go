@@ -6,17 +6,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
 
 // scaleQueues measures set.Queues queues on one node and one Redis, the
 // handler naming its queue from the X-Queue header.
-func (b *bench) scaleQueues(ctx context.Context, env *Env, set ScaleSettings) (*ScaleQueues, error) {
+func (b *bench) scaleQueues(ctx context.Context, env *systems.Env, set ScaleSettings) (*ScaleQueues, error) {
 	q := &ScaleQueues{}
-	spec := Spec{Name: "fq-queues", Label: "fair_queue Redis, queue per header", Kind: KindFairQueue, Nodes: 1, Redis: true}
+	spec := systems.Spec{Name: "fq-queues", Label: "fair_queue Redis, queue per header", Kind: systems.KindFairQueue, Nodes: 1, Redis: true}
 	qenv := *env
 	qenv.Permits = set.QueuePermits
-	r, err := startNodes(ctx, &qenv, spec, "{http.request.header.X-Queue}")
+	r, err := systems.StartNodes(ctx, &qenv, spec, "{http.request.header.X-Queue}")
 	if err != nil {
 		return q, err
 	}
@@ -96,7 +98,7 @@ func (b *bench) scaleQueues(ctx context.Context, env *Env, set ScaleSettings) (*
 		return q, err
 	}
 	q.OneMem = mem - mem0
-	q.RSSOne, _ = RSS(r.PIDs()[0])
+	q.RSSOne, _ = procs.RSS(r.PIDs()[0])
 	q.Queues = 1
 	b.logf("   1 queue (%d held, %d waiting): Redis %.1f cmds/s idle, +%.1f KiB used_memory",
 		set.QueuePermits, set.QueueWaiters, q.OneCmdsPerS, float64(q.OneMem)/1024)
@@ -111,14 +113,14 @@ func (b *bench) scaleQueues(ctx context.Context, env *Env, set ScaleSettings) (*
 		return q, err
 	}
 	q.ManyMem = mem - mem0
-	q.RSSMany, _ = RSS(r.PIDs()[0])
+	q.RSSMany, _ = procs.RSS(r.PIDs()[0])
 	for _, w := range waiting {
 		c := w.r.Counters()
 		q.Served += c.Granted.Load()
 		q.Failed += c.Failed.Load()
 		q.Rejected += c.Rejected.Load()
 	}
-	b.logf("   %d queues (%d held, %d waiting each; %d waiting): Redis %.1f cmds/s idle, +%.1f KiB used_memory, RSS %.1f -> %.1f MiB; served %d, failed %d, rejected %d",
+	b.logf("   %d queues (%d held, %d waiting each; %d waiting): Redis %.1f cmds/s idle, +%.1f KiB used_memory, procs.RSS %.1f -> %.1f MiB; served %d, failed %d, rejected %d",
 		q.Queues, set.QueuePermits, set.QueueWaiters, q.Waiting, q.ManyCmdsPerS, float64(q.ManyMem)/1024,
 		float64(q.RSSOne)/(1<<20), float64(q.RSSMany)/(1<<20), q.Served, q.Failed, q.Rejected)
 	return q, nil

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
 )
 
 // Targets of the scale scenario (the idle Redis load shares TargetIdle).
 const (
-	TargetScaleMem      = "50,000 waiters: <= 50 KiB each (1 KiB prompts; Caddy RSS + Redis used_memory)"
+	TargetScaleMem      = "50,000 waiters: <= 50 KiB each (1 KiB prompts; Caddy procs.RSS + Redis used_memory)"
 	TargetScaleHandoff  = "handoff p99 with 50,000 waiting no worse than with 100 (<= max(1.25x, +1 ms))"
 	TargetScaleFailures = "scale: no waiter failed, was rejected or not sent"
 	TargetScaleQueues   = "100 queues on one Redis: idle load and memory, reported"
@@ -20,7 +22,7 @@ const (
 // scaleTargetWaiters is the queue depth the memory target asks for.
 const scaleTargetWaiters = 50_000
 
-// perWaiterKiB is the memory per waiter the target counts: Caddy's RSS
+// perWaiterKiB is the memory per waiter the target counts: Caddy's procs.RSS
 // and Redis' used_memory.
 func (s *Scale) perWaiterKiB() float64 { return s.RSSPerWaiterKiB + s.RedisPerWaiterKiB }
 
@@ -45,7 +47,7 @@ func scaleChecks(s *Scale, permits int) []Check {
 	if s.Queued <= 0 {
 		add(TargetScaleMem, name, "not measured: "+oneLine(s.Note, 200), "FAIL")
 	} else {
-		value := fmt.Sprintf("%.2f KiB per waiter: Caddy RSS %.2f KiB (%d nodes, %.1f -> %.1f MiB) + Redis %.2f KiB (%.1f -> %.1f MiB); %d waiting",
+		value := fmt.Sprintf("%.2f KiB per waiter: Caddy procs.RSS %.2f KiB (%d nodes, %.1f -> %.1f MiB) + Redis %.2f KiB (%.1f -> %.1f MiB); %d waiting",
 			s.perWaiterKiB(), s.RSSPerWaiterKiB, set.Nodes, mib(s.RSSBefore), mib(s.RSSAfter),
 			s.RedisPerWaiterKiB, mib(s.RedisMemBefore), mib(s.RedisMemAfter), s.Queued)
 		ok := s.perWaiterKiB() <= 50
@@ -119,7 +121,7 @@ func (q *ScaleQueues) perQueueKiB() float64 {
 
 // topCommands names the n commands called most, with their counts:
 // "evalsha 120, zcard 40".
-func topCommands(cs CommandStats, n int) string {
+func topCommands(cs procs.CommandStats, n int) string {
 	type kv struct {
 		name  string
 		calls int64
@@ -176,7 +178,7 @@ func scaleMarkdown(b *strings.Builder, s *Scale) {
 	w("upstream completion's end to the arrival of the request that took its permit (mockllm timeline) over %.0f s:\n", set.HandoffWindowS)
 	w("with %d always waiting (a closed loop of %d streams), and while the deep queue drains once the permits are\n", set.BaseWaiters, set.BaseWaiters+set.Permits)
 	w("released. The deep queue passes if its p99 is at most max(%.2fx, +%.0f ms) the shallow one's.\n\n", set.HandoffTolerance, set.HandoffSlackMS)
-	w("| waiting | Caddy RSS MiB (%d nodes) | Redis used_memory MiB | Redis cmds/s idle | scripts/s idle | handoff p50 ms | p90 ms | p99 ms | max ms | handoffs |\n|---|---|---|---|---|---|---|---|---|---|\n", set.Nodes)
+	w("| waiting | Caddy procs.RSS MiB (%d nodes) | Redis used_memory MiB | Redis cmds/s idle | scripts/s idle | handoff p50 ms | p90 ms | p99 ms | max ms | handoffs |\n|---|---|---|---|---|---|---|---|---|---|\n", set.Nodes)
 	hf := func(h *Handoffs) string {
 		if h == nil {
 			return "| | | | |"
@@ -208,7 +210,7 @@ func scaleMarkdown(b *strings.Builder, s *Scale) {
 		w("at most 100), each queue with its %d permits held and %d waiters. Memory is the growth of `used_memory` over the\n", set.QueuePermits, set.QueueWaiters)
 		w("node with no queue open; `used_memory` also moves with Redis' own buffers, which shrink after the deep run (the\n")
 		w("first row can come out negative), so the figure per queue added is the difference between the two rows.\n\n")
-		w("| queues | waiting | Redis cmds/s idle | Redis used_memory KiB | Caddy RSS MiB |\n|---|---|---|---|---|\n")
+		w("| queues | waiting | Redis cmds/s idle | Redis used_memory KiB | Caddy procs.RSS MiB |\n|---|---|---|---|---|\n")
 		w("| 1 | %d | %.1f | %+.1f | %.1f |\n", set.QueueWaiters, q.OneCmdsPerS, kib(q.OneMem), mib(q.RSSOne))
 		if q.Queues > 1 {
 			w("| %d | %d | %.1f | %+.1f | %.1f |\n", q.Queues, q.Waiting, q.ManyCmdsPerS, kib(q.ManyMem), mib(q.RSSMany))

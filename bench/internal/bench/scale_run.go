@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
 
@@ -28,7 +30,7 @@ func (b *bench) runScale(ctx context.Context) {
 	b.res.Scale = s
 	env := *b.env
 	env.MaxWait = 30 * time.Minute // the deep queue drains for minutes
-	spec := Spec{Name: "fq-scale", Label: "fair_queue Redis 3 nodes (scale)", Kind: KindFairQueue, Nodes: set.Nodes, Redis: true}
+	spec := systems.Spec{Name: "fq-scale", Label: "fair_queue Redis 3 nodes (scale)", Kind: systems.KindFairQueue, Nodes: set.Nodes, Redis: true}
 	s.System = fmt.Sprintf("fair_queue Redis %d nodes, one queue, %d permits", set.Nodes, env.Permits)
 	b.logf("== scale: %d waiters over %d nodes from %d client processes at %.0f/s, %s prompts (open-file limit %d)",
 		set.Waiters, set.Nodes, set.ClientProcs, set.RampRPS, sizeLabel(set.PromptBytes), set.FDLimit)
@@ -48,7 +50,7 @@ func (b *bench) runScale(ctx context.Context) {
 }
 
 // scaleDeep measures the deep queue of one queue over set.Nodes nodes.
-func (b *bench) scaleDeep(ctx context.Context, env *Env, spec Spec, s *Scale) error {
+func (b *bench) scaleDeep(ctx context.Context, env *systems.Env, spec systems.Spec, s *Scale) error {
 	set := s.Settings
 	permits := env.Permits
 	shares, err := planClients(set.Waiters, set.Nodes, set.ClientProcs, set.FDLimit-set.FDReserve)
@@ -56,12 +58,12 @@ func (b *bench) scaleDeep(ctx context.Context, env *Env, spec Spec, s *Scale) er
 		return err
 	}
 	s.Clients = shares
-	r, err := startNodes(ctx, env, spec, "bench-scale")
+	r, err := systems.StartNodes(ctx, env, spec, "bench-scale")
 	if err != nil {
 		return err
 	}
 	var loads []*background
-	var clients []*Proc
+	var clients []*procs.Proc
 	defer func() {
 		var wg sync.WaitGroup
 		for _, p := range clients {
@@ -170,7 +172,7 @@ func (b *bench) scaleDeep(ctx context.Context, env *Env, spec Spec, s *Scale) er
 	if s.RedisMemBefore, err = b.redisUsedMemory(ctx); err != nil {
 		return err
 	}
-	b.logf("   %d waiting: Redis %.1f cmds/s idle (%.1f scripts/s), RSS %.1f MiB (3 nodes), Redis used_memory %.1f MiB",
+	b.logf("   %d waiting: Redis %.1f cmds/s idle (%.1f scripts/s), procs.RSS %.1f MiB (3 nodes), Redis used_memory %.1f MiB",
 		set.BaseWaiters, s.BaseCmdsPerS, s.BaseScriptsPerS, float64(s.RSSBefore)/(1<<20), float64(s.RedisMemBefore)/(1<<20))
 
 	// The deep queue, from the client processes.
@@ -210,7 +212,7 @@ func (b *bench) scaleDeep(ctx context.Context, env *Env, spec Spec, s *Scale) er
 		}
 		for _, p := range clients {
 			if p.Exited() {
-				stall = fmt.Errorf("client %s exited: %s", p.Name, tail(p.Log, 300))
+				stall = fmt.Errorf("client %s exited: %s", p.Name, procs.Tail(p.Log, 300))
 			}
 		}
 		if stall == nil && time.Since(lastMove) > 20*time.Second {
@@ -267,7 +269,7 @@ func (b *bench) scaleDeep(ctx context.Context, env *Env, spec Spec, s *Scale) er
 	if st, err := b.mockStats(ctx); err == nil {
 		s.UpstreamMaxHeld = st.MaxInFlight
 	}
-	b.logf("   %d waiting: RSS %.1f -> %.1f MiB = %.2f KiB per waiter; Redis %.1f -> %.1f MiB = %.2f KiB per waiter; Redis %.1f cmds/s idle (%.1f with %d); served %d, failed %d, rejected %d, dropped %d, upstream max %d",
+	b.logf("   %d waiting: procs.RSS %.1f -> %.1f MiB = %.2f KiB per waiter; Redis %.1f -> %.1f MiB = %.2f KiB per waiter; Redis %.1f cmds/s idle (%.1f with %d); served %d, failed %d, rejected %d, dropped %d, upstream max %d",
 		s.Queued, float64(s.RSSBefore)/(1<<20), float64(s.RSSAfter)/(1<<20), s.RSSPerWaiterKiB,
 		float64(s.RedisMemBefore)/(1<<20), float64(s.RedisMemAfter)/(1<<20), s.RedisPerWaiterKiB,
 		s.IdleCmdsPerS, s.BaseCmdsPerS, set.BaseWaiters, s.Served, s.Failed, s.Rejected, s.Dropped, s.UpstreamMaxHeld)

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
 )
 
 func TestClientProcs(t *testing.T) {
@@ -226,7 +228,7 @@ func TestScaleChecks(t *testing.T) {
 }
 
 func TestTopCommands(t *testing.T) {
-	cs := CommandStats{"evalsha": 50, "zcard": 50, "info": 900, "publish": 10, "ping": 1}
+	cs := procs.CommandStats{"evalsha": 50, "zcard": 50, "info": 900, "publish": 10, "ping": 1}
 	for _, tc := range []struct {
 		n    int
 		want string

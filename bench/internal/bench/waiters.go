@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
 
@@ -55,11 +57,11 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) bool 
 
 // waiters starts spec afresh, takes every permit with endless streams,
 // queues w requests with prompts of promptBytes behind them, arriving at
-// rate per second, and measures the Caddy node's RSS per waiter and, with
+// rate per second, and measures the Caddy node's procs.RSS per waiter and, with
 // idle, Redis commands per second while they wait (compared with a few
 // waiters). Whatever else it measures, it counts the waiters that reached
 // the upstream without a permit.
-func (b *bench) waiters(ctx context.Context, spec Spec, w, promptBytes int, rate float64, idle bool) (*WaiterRun, error) {
+func (b *bench) waiters(ctx context.Context, spec systems.Spec, w, promptBytes int, rate float64, idle bool) (*WaiterRun, error) {
 	run := &WaiterRun{System: spec.Name, Waiters: w, PromptBytes: promptBytes, RampRPS: rate}
 	// Own logs and queue per run.
 	spec.Name = fmt.Sprintf("%s-waiters-%dk-%.0f", spec.Name, promptBytes>>10, rate)
@@ -134,7 +136,7 @@ func (b *bench) waiters(ctx context.Context, spec Spec, w, promptBytes int, rate
 				return depth() >= want
 			}
 			// No queue to read: count the connections to the node.
-			conns, err := Established(r.Port(0))
+			conns, err := procs.Established(r.Port(0))
 			return err == nil && conns >= int(want)+b.env.Permits
 		})
 		time.Sleep(time.Second) // settle: bodies read, goroutines parked
@@ -159,7 +161,7 @@ func (b *bench) waiters(ctx context.Context, spec Spec, w, promptBytes int, rate
 		}
 	}
 	pid := r.PIDs()[0]
-	if run.RSSBefore, err = RSS(pid); err != nil {
+	if run.RSSBefore, err = procs.RSS(pid); err != nil {
 		return nil, err
 	}
 	want := int64(w + run.BaseWaiters)
@@ -168,7 +170,7 @@ func (b *bench) waiters(ctx context.Context, spec Spec, w, promptBytes int, rate
 	if err != nil {
 		run.Note = err.Error()
 	}
-	if run.RSSAfter, err = RSS(pid); err != nil {
+	if run.RSSAfter, err = procs.RSS(pid); err != nil {
 		return nil, err
 	}
 	if run.Queued > 0 && err == nil {
@@ -192,7 +194,7 @@ func (b *bench) waiters(ctx context.Context, spec Spec, w, promptBytes int, rate
 	if st, err := b.mockStats(ctx); err == nil {
 		run.UpstreamMax = st.MaxInFlight
 	}
-	line := fmt.Sprintf("   %d waiters (%d B prompts): %d queued, RSS %.1f -> %.1f MiB = %.1f KiB per waiter",
+	line := fmt.Sprintf("   %d waiters (%d B prompts): %d queued, procs.RSS %.1f -> %.1f MiB = %.1f KiB per waiter",
 		w, promptBytes, run.Queued, float64(run.RSSBefore)/(1<<20), float64(run.RSSAfter)/(1<<20), run.RSSPerWaiter)
 	if run.BaseWaiters > 0 {
 		line += fmt.Sprintf("; Redis %.1f cmds/s idle (%.1f with %d waiters)", run.IdleCmdsPerS, run.BaseCmdsPerS, run.BaseWaiters)
@@ -208,7 +210,7 @@ func (b *bench) waiters(ctx context.Context, spec Spec, w, promptBytes int, rate
 // idleRate returns the Redis commands and script calls per second over
 // the idle window.
 func (b *bench) idleRate(ctx context.Context) (cmds, scripts float64, err error) {
-	before, err := ReadCommandStats(ctx, b.rdb)
+	before, err := procs.ReadCommandStats(ctx, b.rdb)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -219,7 +221,7 @@ func (b *bench) idleRate(ctx context.Context) (cmds, scripts float64, err error)
 	case <-ctx.Done():
 		return 0, 0, ctx.Err()
 	}
-	after, err := ReadCommandStats(ctx, b.rdb)
+	after, err := procs.ReadCommandStats(ctx, b.rdb)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -1,4 +1,8 @@
-package bench
+// Package procs starts and observes the bench's processes: an owner
+// (Procs) that stops every process it started however a run ends, free
+// ports, and what /proc and Redis say about them (CPU time, resident
+// memory, established connections, INFO commandstats).
+package procs
 
 import (
 	"errors"
@@ -74,8 +78,8 @@ func (ps *Procs) Stop(p *Proc) {
 	}
 }
 
-// tail returns about the last n bytes of a file, on one line.
-func tail(path string, n int) string {
+// Tail returns about the last n bytes of a file, on one line.
+func Tail(path string, n int) string {
 	if _, err := os.Stat(path); err != nil {
 		return ""
 	}

@@ -1,4 +1,8 @@
-package bench
+// Package systems starts the systems under test of a bench run: HAProxy,
+// plain Caddy reverse_proxy and fair_queue nodes (local or Redis store,
+// JSON or Caddyfile config) in front of the shared upstream, each
+// described by a Spec and started on an Env.
+package systems
 
 import (
 	"context"
@@ -9,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
 )
 
 // Kinds of system under test.
@@ -72,7 +78,7 @@ type Env struct {
 	HAProxy string
 	// Dir receives configs and logs; Procs owns the processes.
 	Dir   string
-	Procs *Procs
+	Procs *procs.Procs
 	// MockAddr and RedisAddr are the host:port of mockllm and Redis.
 	MockAddr  string
 	RedisAddr string
@@ -101,7 +107,7 @@ type Running struct {
 	Targets []string
 	// Queue is the fair_queue name (Redis keys {fair_queue:<Queue>}:...).
 	Queue string
-	procs []*Proc
+	procs []*procs.Proc
 }
 
 // PIDs returns the process ids of the system's nodes.
@@ -122,7 +128,7 @@ func (r *Running) Port(i int) int {
 
 // Start starts the nodes of spec and waits until they listen.
 func (e *Env) Start(ctx context.Context, spec Spec) (*Running, error) {
-	ports, err := FreePorts(spec.Nodes)
+	ports, err := procs.FreePorts(spec.Nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +155,7 @@ func (e *Env) Start(ctx context.Context, spec Spec) (*Running, error) {
 }
 
 // startNode writes the config of one node and starts it.
-func (e *Env) startNode(name, listen string, spec Spec, queue string) (*Proc, error) {
+func (e *Env) startNode(name, listen string, spec Spec, queue string) (*procs.Proc, error) {
 	if spec.Kind == KindHAProxy {
 		if e.HAProxy == "" {
 			return nil, fmt.Errorf("haproxy is not installed")
@@ -161,7 +167,7 @@ func (e *Env) startNode(name, listen string, spec Spec, queue string) (*Proc, er
 		return e.Procs.Start(name, e.HAProxy, "-db", "-f", cfg)
 	}
 	if spec.Caddyfile {
-		ports, err := FreePorts(1)
+		ports, err := procs.FreePorts(1)
 		if err != nil {
 			return nil, err
 		}
@@ -310,4 +316,33 @@ func (e *Env) caddyConfigFile(listen, admin string, spec Spec, queue string) str
 	}
 }
 `, admin, listen[strings.LastIndexByte(listen, ':'):], fq, e.MockAddr)
+}
+
+// StartNodes starts spec's nodes, queue naming fair_queue's queue (a
+// placeholder for the many-queues run), on env (its own max_wait).
+func StartNodes(ctx context.Context, env *Env, spec Spec, queue string) (*Running, error) {
+	ports, err := procs.FreePorts(spec.Nodes)
+	if err != nil {
+		return nil, err
+	}
+	r := &Running{Spec: spec, Queue: queue}
+	for i, port := range ports {
+		name := spec.Name
+		if spec.Nodes > 1 {
+			name += "-" + strconv.Itoa(i+1)
+		}
+		listen := "127.0.0.1:" + strconv.Itoa(port)
+		p, err := env.startNode(name, listen, spec, queue)
+		if err != nil {
+			env.Stop(r)
+			return nil, err
+		}
+		r.procs = append(r.procs, p)
+		if err := p.WaitListen(ctx, listen, 15*time.Second); err != nil {
+			env.Stop(r)
+			return nil, err
+		}
+		r.Targets = append(r.Targets, "http://"+listen)
+	}
+	return r, nil
 }
