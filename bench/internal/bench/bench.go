@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/redis/go-redis/v9"
 )
@@ -66,7 +67,7 @@ type bench struct {
 	rdb     *redis.Client
 	hc      *http.Client
 	mockURL string
-	res     *Results
+	res     *report.Results
 	// redisPID is redis-server's process id, whose CPU time the Redis
 	// systems' loads read.
 	redisPID int
@@ -78,32 +79,10 @@ func (b *bench) logf(format string, args ...any) {
 	}
 }
 
-// settings returns the loads of a quick or a full run.
-func settings(quick bool) Settings {
-	s := Settings{
-		Permits: 4, ServiceMS: 10, Clients: 64, MaxWaitS: 60,
-		LowLoadClients: 1, LowLoadDelayMS: 0,
-		StreamTokens: 5, StreamTokenMS: 2, IdleWindowS: 5,
-		WaiterRampRPS: 1000, WaiterRampMiBps: 16,
-	}
-	if quick {
-		s.SaturatedS, s.LowLoadS, s.OpenLoopS = 3, 2, 2
-		s.OpenLoopLoads = []float64{0.5, 0.8, 0.95, 1.1}
-		s.Waiters = 2000
-		return s
-	}
-	s.SaturatedS, s.LowLoadS, s.OpenLoopS = 10, 5, 5
-	s.Bursts = []Burst{{PromptBytes: 1 << 10, RPS: 2000}, {PromptBytes: 64 << 10, RPS: 1000}}
-	s.OpenLoopLoads = []float64{0.25, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0, 1.1}
-	s.Waiters = 10000
-	s.StreamSaturated = true
-	return s
-}
-
 // Run runs the benchmark and writes its outputs. It returns an error only
 // when it could not run (a binary or a server missing); targets missed
 // are results, not errors.
-func Run(ctx context.Context, opts Options) (*Results, error) {
+func Run(ctx context.Context, opts Options) (*report.Results, error) {
 	mode := "full"
 	if opts.Quick {
 		mode = "quick"
@@ -119,9 +98,9 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	b := &bench{
 		opts: opts,
 		hc:   &http.Client{Timeout: 10 * time.Second},
-		res: &Results{
-			Mode: mode, Started: time.Now(), Settings: settings(opts.Quick),
-			Machine: describeMachine(opts.Caddy, haproxy),
+		res: &report.Results{
+			Mode: mode, Started: time.Now(), Settings: report.DefaultSettings(opts.Quick),
+			Machine: report.DescribeMachine(opts.Caddy, haproxy),
 		},
 	}
 	set := b.res.Settings
@@ -138,7 +117,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	b.env = &systems.Env{
 		Caddy: opts.Caddy, HAProxy: haproxy, Dir: logDir, Procs: ps,
 		MockAddr: mockAddr, RedisAddr: redisAddr,
-		Permits: set.Permits, MaxWait: secs(set.MaxWaitS),
+		Permits: set.Permits, MaxWait: report.Secs(set.MaxWaitS),
 	}
 
 	rs, err := ps.Start("redis", "redis-server", "--port", strconv.Itoa(ports[1]),
@@ -151,7 +130,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	}
 	b.redisPID = rs.PID()
 	mock, err := ps.Start("mockllm", opts.MockLLM, "-listen", mockAddr, "-timeline",
-		"-tokens", "1", "-delay", ms2d(set.ServiceMS).String(), "-slots", strconv.Itoa(set.Permits))
+		"-tokens", "1", "-delay", report.MS(set.ServiceMS).String(), "-slots", strconv.Itoa(set.Permits))
 	if err != nil {
 		return nil, err
 	}
@@ -198,9 +177,9 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		return nil, ctx.Err()
 	}
 
-	b.res.Machine.LoadEnd = loadAverage()
-	b.res.Checks = evaluate(b.res)
-	b.res.Elapsed = round(time.Since(b.res.Started).Seconds(), 1)
+	b.res.Machine.LoadEnd = report.LoadAverage()
+	b.res.Checks = report.Evaluate(b.res)
+	b.res.Elapsed = report.Round(time.Since(b.res.Started).Seconds(), 1)
 	return b.res, b.write()
 }
 
@@ -214,7 +193,7 @@ func (b *bench) openLoopFor(spec systems.Spec) bool {
 }
 
 // runWaiters measures the systems holding many waiters: the Redis store
-// on one node (procs.RSS with 1 KiB and 64 KiB prompts, idle Redis load), and
+// on one node (RSS with 1 KiB and 64 KiB prompts, idle Redis load), and
 // in a full run the local store too.
 func (b *bench) runWaiters(ctx context.Context) {
 	set := b.res.Settings
@@ -222,7 +201,7 @@ func (b *bench) runWaiters(ctx context.Context) {
 		if spec.Kind != systems.KindFairQueue || spec.Nodes != 1 || (!spec.Redis && b.opts.Quick) {
 			continue
 		}
-		if b.res.system(spec.Name) == nil {
+		if b.res.System(spec.Name) == nil {
 			continue // did not run, or failed
 		}
 		b.logf("== %s: %d waiters", spec.Label, set.Waiters)
@@ -250,7 +229,7 @@ func (b *bench) runWaiters(ctx context.Context) {
 			run, err := b.waiters(ctx, spec, set.Waiters, l.prompt, l.rate, l.idle)
 			if err != nil {
 				b.logf("   failed: %v", err)
-				run = &WaiterRun{System: spec.Name, Waiters: set.Waiters, PromptBytes: l.prompt, RampRPS: l.rate, Note: err.Error()}
+				run = &report.WaiterRun{System: spec.Name, Waiters: set.Waiters, PromptBytes: l.prompt, RampRPS: l.rate, Note: err.Error()}
 			}
 			run.Burst = l.burst
 			b.res.Waiters = append(b.res.Waiters, run)
@@ -261,16 +240,16 @@ func (b *bench) runWaiters(ctx context.Context) {
 // Render rewrites the plots and the Markdown report of opts from the
 // results.json of an earlier run (in opts.OutDir), its targets evaluated
 // again: for a report whose layout changed since the run.
-func Render(opts Options) (*Results, error) {
+func Render(opts Options) (*report.Results, error) {
 	data, err := os.ReadFile(filepath.Join(opts.OutDir, "results.json"))
 	if err != nil {
 		return nil, err
 	}
-	res := new(Results)
+	res := new(report.Results)
 	if err := json.Unmarshal(data, res); err != nil {
 		return nil, fmt.Errorf("results.json: %w", err)
 	}
-	res.Checks = evaluate(res)
+	res.Checks = report.Evaluate(res)
 	b := &bench{opts: opts, res: res}
 	return res, b.write()
 }
@@ -284,12 +263,12 @@ func (b *bench) write() error {
 	if err := os.WriteFile(filepath.Join(b.opts.OutDir, "results.json"), append(data, '\n'), 0o644); err != nil {
 		return err
 	}
-	plots, err := writePlots(b.res, b.opts.OutDir)
+	plots, err := report.WritePlots(b.res, b.opts.OutDir)
 	if err != nil {
 		b.logf("plots: %v", err)
 	}
 	if b.opts.Markdown == "" {
 		return nil
 	}
-	return os.WriteFile(b.opts.Markdown, []byte(markdown(b.res, b.opts, plots)), 0o644)
+	return os.WriteFile(b.opts.Markdown, []byte(report.Markdown(b.res, report.Files{OutDir: b.opts.OutDir, Markdown: b.opts.Markdown}, plots)), 0o644)
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 )
@@ -24,8 +25,8 @@ import (
 // runCapacity runs the capacity scenario: every workload on every
 // topology, each row in turn.
 func (b *bench) runCapacity(ctx context.Context) {
-	set := capacitySettings(b.opts.Quick).only(b.opts.Capacity)
-	c := &Capacity{Settings: set}
+	set := onlyCases(report.DefaultCapacitySettings(b.opts.Quick), b.opts.Capacity)
+	c := &report.Capacity{Settings: set}
 	b.res.Capacity = c
 	b.logf("== capacity: a GPU-shaped backend, %.0f s of arrivals per run; SLO: TTFT <= %.0f ms, TPOT <= %.0f ms",
 		set.ArrivalsS, set.SLOTTFTMS, set.SLOTPOTMS)
@@ -35,12 +36,12 @@ func (b *bench) runCapacity(ctx context.Context) {
 		}
 		addrs, stop, err := b.startReplicas(ctx, t)
 		if err != nil {
-			b.logf("   %s: not measured: %v", t.Label, oneLine(err.Error(), 300))
+			b.logf("   %s: not measured: %v", t.Label, report.OneLine(err.Error(), 300))
 			continue
 		}
 		for wi, w := range set.Workloads {
 			seq, rate, ideal := capacityPlan(set, t, wi)
-			cs := &CapacityCase{Topology: t.Name, Workload: w.Name, Requests: len(seq), RateRPS: rate, Ideal: ideal}
+			cs := &report.CapacityCase{Topology: t.Name, Workload: w.Name, Requests: len(seq), RateRPS: rate, Ideal: ideal}
 			for _, q := range seq {
 				cs.CompletionTokens += q.Answer
 				cs.PromptTokens += q.Prompt
@@ -49,17 +50,17 @@ func (b *bench) runCapacity(ctx context.Context) {
 			cr := &caseRunner{b: b, set: set, top: t, work: w, addrs: addrs, seq: seq}
 			b.logf("== capacity, %s, %s: %d requests at %.2f/s (load %.2f); ideal %.0f tokens/s (batch %v), TTFT p99 %.0f ms",
 				t.Label, w.Label, len(seq), rate, w.Load, ideal.GoodputTPS, ideal.Batch, ideal.TTFTP99MS)
-			for _, row := range set.rows(t) {
+			for _, row := range capacityRows(set, t) {
 				if ctx.Err() != nil {
 					break
 				}
 				run := cr.run(ctx, row)
 				if run.Error == "" && ideal.GoodputTPS > 0 {
-					run.VsIdeal = round(run.GoodputTPS/ideal.GoodputTPS, 3)
+					run.VsIdeal = report.Round(run.GoodputTPS/ideal.GoodputTPS, 3)
 				}
 				cs.Runs = append(cs.Runs, run)
 				if run.Error != "" {
-					b.logf("   %-22s not measured: %s", row.Label, oneLine(run.Error, 300))
+					b.logf("   %-22s not measured: %s", row.Label, report.OneLine(run.Error, 300))
 					continue
 				}
 				if len(run.Errors) > 0 {
@@ -77,8 +78,8 @@ func (b *bench) runCapacity(ctx context.Context) {
 
 // sweepEnds returns the permits of the fair_queue runs with the most and
 // the least goodput.
-func sweepEnds(runs []*CapacityRun) (best, worst int) {
-	var fq []*CapacityRun
+func sweepEnds(runs []*report.CapacityRun) (best, worst int) {
+	var fq []*report.CapacityRun
 	for _, r := range runs {
 		if r.Row.Kind == systems.KindFairQueue && r.Error == "" {
 			fq = append(fq, r)
@@ -87,7 +88,7 @@ func sweepEnds(runs []*CapacityRun) (best, worst int) {
 	if len(fq) == 0 {
 		return 0, 0
 	}
-	by := func(a, b *CapacityRun) int {
+	by := func(a, b *report.CapacityRun) int {
 		if a.GoodputTPS != b.GoodputTPS {
 			if a.GoodputTPS < b.GoodputTPS {
 				return -1
@@ -100,7 +101,7 @@ func sweepEnds(runs []*CapacityRun) (best, worst int) {
 }
 
 // startReplicas starts t's mockllm replicas; stop stops them.
-func (b *bench) startReplicas(ctx context.Context, t CapacityTopology) (addrs []string, stop func(), err error) {
+func (b *bench) startReplicas(ctx context.Context, t report.CapacityTopology) (addrs []string, stop func(), err error) {
 	ports, err := procs.FreePorts(len(t.Replicas))
 	if err != nil {
 		return nil, nil, err
@@ -113,7 +114,7 @@ func (b *bench) startReplicas(ctx context.Context, t CapacityTopology) (addrs []
 	}
 	for i, r := range t.Replicas {
 		addr := "127.0.0.1:" + itoa(ports[i])
-		args := append([]string{"-listen", addr, "-seed", itoa(i)}, r.args()...)
+		args := append([]string{"-listen", addr, "-seed", itoa(i)}, replicaArgs(r)...)
 		p, err := b.env.Procs.Start(fmt.Sprintf("capacity-%s-%d", t.Name, i+1), b.opts.MockLLM, args...)
 		if err != nil {
 			stop()
@@ -133,18 +134,18 @@ func (b *bench) startReplicas(ctx context.Context, t CapacityTopology) (addrs []
 // topology's replicas.
 type caseRunner struct {
 	b     *bench
-	set   CapacitySettings
-	top   CapacityTopology
-	work  CapacityWorkload
+	set   report.CapacitySettings
+	top   report.CapacityTopology
+	work  report.CapacityWorkload
 	addrs []string // the replicas, host:port
 	seq   []capRequest
 }
 
 // run sends the sequence through row in front of the replicas.
-func (cr *caseRunner) run(ctx context.Context, row CapacityRow) *CapacityRun {
+func (cr *caseRunner) run(ctx context.Context, row report.CapacityRow) *report.CapacityRun {
 	b, set, addrs := cr.b, cr.set, cr.addrs
-	run := &CapacityRun{Row: row}
-	fail := func(err error) *CapacityRun {
+	run := &report.CapacityRun{Row: row}
+	fail := func(err error) *report.CapacityRun {
 		run.Error = err.Error()
 		return run
 	}
@@ -152,13 +153,13 @@ func (cr *caseRunner) run(ctx context.Context, row CapacityRow) *CapacityRun {
 		return fail(err)
 	}
 	var targets []string
-	if row.Kind == KindAlone {
+	if row.Kind == report.KindAlone {
 		for _, a := range addrs {
 			targets = append(targets, "http://"+a)
 		}
 	} else {
 		env := *b.env
-		env.MockAddr, env.Permits, env.MaxWait = addrs[0], row.Permits, secs(set.MaxWaitS)
+		env.MockAddr, env.Permits, env.MaxWait = addrs[0], row.Permits, report.Secs(set.MaxWaitS)
 		if len(addrs) > 1 {
 			env.Pool = addrs
 		}
@@ -175,12 +176,12 @@ func (cr *caseRunner) run(ctx context.Context, row CapacityRow) *CapacityRun {
 			return fail(err)
 		}
 	}
-	rctx, cancel := context.WithTimeout(ctx, secs(set.ArrivalsS+set.DrainMaxS))
+	rctx, cancel := context.WithTimeout(ctx, report.Secs(set.ArrivalsS+set.DrainMaxS))
 	defer cancel()
-	sampled := make(chan []CapacitySample, 1)
+	sampled := make(chan []report.CapacitySample, 1)
 	sctx, stopSampling := context.WithCancel(ctx)
 	start := time.Now()
-	go func() { sampled <- b.sampleReplicas(sctx, addrs, start, ms2d(set.SampleMS)) }()
+	go func() { sampled <- b.sampleReplicas(sctx, addrs, start, report.MS(set.SampleMS)) }()
 	results := sendCapacity(rctx, targets, cr.seq, start)
 	stopSampling()
 	run.Samples = <-sampled
@@ -265,12 +266,12 @@ func (b *bench) post(ctx context.Context, url string) error {
 
 // sampleReplicas reads the replicas every period until ctx ends and
 // returns their sums over time.
-func (b *bench) sampleReplicas(ctx context.Context, addrs []string, start time.Time, period time.Duration) []CapacitySample {
-	var out []CapacitySample
+func (b *bench) sampleReplicas(ctx context.Context, addrs []string, start time.Time, period time.Duration) []report.CapacitySample {
+	var out []report.CapacitySample
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {
-		s := CapacitySample{AtS: round(time.Since(start).Seconds(), 2)}
+		s := report.CapacitySample{AtS: report.Round(time.Since(start).Seconds(), 2)}
 		for _, a := range addrs {
 			st, err := b.replicaStats(ctx, a)
 			if err != nil {
@@ -388,5 +389,68 @@ func sendOne(ctx context.Context, hc *http.Client, target string, q capRequest, 
 			}
 			return r
 		}
+	}
+}
+
+// summarizeCapacity fills run's counts, goodput, TTFT and SLO share from
+// the requests' results. A request that got no token counts, in the TTFT
+// percentiles, the time it waited until it was cut or answered.
+func summarizeCapacity(run *report.CapacityRun, results []capResult, set report.CapacitySettings) {
+	var ttft []time.Duration
+	var end time.Duration
+	tokens, slo := 0, 0
+	for _, r := range results {
+		run.Sent++
+		end = max(end, r.End)
+		switch {
+		case r.Done && r.Err == "" && !r.Rejected:
+			run.Finished++
+			tokens += r.Tokens
+		case r.Rejected:
+			run.Rejected++
+		case r.Cut:
+			run.Cut++
+		default:
+			run.Failed++
+			if run.Errors == nil {
+				run.Errors = map[string]int{}
+			}
+			run.Errors[genericError(r.Err)]++
+		}
+		first := r.FirstToken - r.Start
+		if r.Tokens == 0 {
+			first = r.End - r.Start
+		}
+		ttft = append(ttft, first)
+		if r.Done && !r.Rejected && r.Err == "" && report.MSOf(first) <= set.SLOTTFTMS {
+			tpot := 0.0
+			if r.Tokens > 1 {
+				tpot = report.MSOf(r.End-r.FirstToken) / float64(r.Tokens-1)
+			}
+			if tpot <= set.SLOTPOTMS {
+				slo++
+			}
+		}
+	}
+	if len(results) == 0 {
+		return
+	}
+	run.ElapsedS = report.Round(end.Seconds(), 2)
+	if end > 0 {
+		run.GoodputTPS = report.Round(float64(tokens)/end.Seconds(), 1)
+	}
+	slices.Sort(ttft)
+	q := quantiles(ttft, 100)
+	run.TTFTP50MS, run.TTFTP99MS = report.Round(q[50], 1), report.Round(q[99], 1)
+	run.SLOShare = report.Round(float64(slo)/float64(len(results)), 3)
+}
+
+// replicaArgs are the mockllm flags of r.
+func replicaArgs(r report.GPUReplica) []string {
+	return []string{
+		"-kv-tokens", itoa(r.KVTokens), "-max-num-seqs", itoa(r.MaxNumSeqs),
+		"-max-batched-tokens", itoa(r.MaxBatchedTokens),
+		"-step-base", report.MS(r.StepBaseMS).String(), "-step-per-seq", report.MS(r.StepPerSeqMS).String(),
+		"-prefill-per-token", report.MS(r.PrefillPerTokUS / 1000).String(),
 	}
 }

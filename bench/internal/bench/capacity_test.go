@@ -3,20 +3,19 @@ package bench
 import (
 	"context"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 )
 
 func TestCapacityPlanIsTheSameSequenceForEverySystemAndAboveCapacity(t *testing.T) {
-	set := capacitySettings(true)
+	set := report.DefaultCapacitySettings(true)
 	top := set.Topologies[0]
 	a, rate, ideal := capacityPlan(set, top, 0)
 	b, _, _ := capacityPlan(set, top, 0)
@@ -25,7 +24,7 @@ func TestCapacityPlanIsTheSameSequenceForEverySystemAndAboveCapacity(t *testing.
 	long := 0
 	answers := 0
 	for _, q := range a {
-		assert.LessOrEqual(t, q.At, secs(set.ArrivalsS))
+		assert.LessOrEqual(t, q.At, report.Secs(set.ArrivalsS))
 		if q.Long {
 			long++
 			assert.GreaterOrEqual(t, q.Prompt, 8000)
@@ -45,8 +44,8 @@ func TestCapacityPlanIsTheSameSequenceForEverySystemAndAboveCapacity(t *testing.
 }
 
 func TestIdealCapacityFollowsTheCacheAndTheMix(t *testing.T) {
-	r := GPUReplica{KVTokens: 10_000, MaxNumSeqs: 64, MaxBatchedTokens: 1000, StepBaseMS: 10, StepPerSeqMS: 1, PrefillPerTokUS: 10}
-	top := CapacityTopology{Replicas: []GPUReplica{r}}
+	r := report.GPUReplica{KVTokens: 10_000, MaxNumSeqs: 64, MaxBatchedTokens: 1000, StepBaseMS: 10, StepPerSeqMS: 1, PrefillPerTokUS: 10}
+	top := report.CapacityTopology{Replicas: []report.GPUReplica{r}}
 	// 900 + 200/2 = 1000 tokens a sequence: 10 fit.
 	id := idealCapacity(top, []capRequest{{Prompt: 900, Answer: 200}})
 	assert.Equal(t, []float64{10}, id.Batch)
@@ -57,14 +56,14 @@ func TestIdealCapacityFollowsTheCacheAndTheMix(t *testing.T) {
 	// Small sequences: max_num_seqs bounds the batch.
 	assert.Equal(t, []float64{64}, idealCapacity(top, []capRequest{{Prompt: 10, Answer: 10}}).Batch)
 	// Two replicas add up.
-	two := idealCapacity(CapacityTopology{Replicas: []GPUReplica{r, r}}, []capRequest{{Prompt: 900, Answer: 200}})
+	two := idealCapacity(report.CapacityTopology{Replicas: []report.GPUReplica{r, r}}, []capRequest{{Prompt: 900, Answer: 200}})
 	assert.InDelta(t, 2*id.CapacityTPS, two.CapacityTPS, 0.2)
 }
 
 func TestSummarizeCapacity(t *testing.T) {
-	set := CapacitySettings{SLOTTFTMS: 100, SLOTPOTMS: 10}
-	ms := func(v float64) time.Duration { return ms2d(v) }
-	run := &CapacityRun{}
+	set := report.CapacitySettings{SLOTTFTMS: 100, SLOTPOTMS: 10}
+	ms := func(v float64) time.Duration { return report.MS(v) }
+	run := &report.CapacityRun{}
 	summarizeCapacity(run, []capResult{
 		{Start: 0, FirstToken: ms(50), End: ms(140), Tokens: 10, Done: true, Status: 200},        // meets the SLO
 		{Start: ms(100), FirstToken: ms(300), End: ms(400), Tokens: 11, Done: true, Status: 200}, // TTFT 200 ms
@@ -82,12 +81,12 @@ func TestSummarizeCapacity(t *testing.T) {
 }
 
 func TestSweepEndsPicksTheMostAndTheLeastGoodput(t *testing.T) {
-	runs := []*CapacityRun{
-		{Row: alone(), GoodputTPS: 999},
-		{Row: fqRows(4)[0], GoodputTPS: 100},
-		{Row: fqRows(16)[0], GoodputTPS: 300},
-		{Row: fqRows(32)[0], GoodputTPS: 300},
-		{Row: fqRows(64)[0], GoodputTPS: 50},
+	runs := []*report.CapacityRun{
+		{Row: report.CapacityRow{Name: "alone", Kind: report.KindAlone}, GoodputTPS: 999},
+		{Row: report.CapacityRow{Name: "fq-4", Kind: systems.KindFairQueue, Permits: 4}, GoodputTPS: 100},
+		{Row: report.CapacityRow{Name: "fq-16", Kind: systems.KindFairQueue, Permits: 16}, GoodputTPS: 300},
+		{Row: report.CapacityRow{Name: "fq-32", Kind: systems.KindFairQueue, Permits: 32}, GoodputTPS: 300},
+		{Row: report.CapacityRow{Name: "fq-64", Kind: systems.KindFairQueue, Permits: 64}, GoodputTPS: 50},
 	}
 	best, worst := sweepEnds(runs)
 	assert.Equal(t, 16, best, "a tie goes to fewer permits")
@@ -110,8 +109,8 @@ func TestCapacityRunAgainstTheGPUModel(t *testing.T) {
 		seq = append(seq, capRequest{Prompt: 700, Answer: 300 + i})
 	}
 	results := sendCapacity(context.Background(), []string{hs.URL}, seq, time.Now())
-	run := &CapacityRun{}
-	summarizeCapacity(run, results, CapacitySettings{SLOTTFTMS: 60_000, SLOTPOTMS: 60_000})
+	run := &report.CapacityRun{}
+	summarizeCapacity(run, results, report.CapacitySettings{SLOTTFTMS: 60_000, SLOTPOTMS: 60_000})
 	assert.Equal(t, 8, run.Finished)
 	for i, r := range results {
 		assert.Equal(t, seq[i].Answer, r.Tokens, "request %d", i)
@@ -122,38 +121,14 @@ func TestCapacityRunAgainstTheGPUModel(t *testing.T) {
 	assert.Equal(t, 1.0, run.SLOShare)
 }
 
-func TestCapacityReportAndPlots(t *testing.T) {
-	set := capacitySettings(true)
-	seq, rate, ideal := capacityPlan(set, set.Topologies[0], 0)
-	cs := &CapacityCase{Topology: "one", Workload: "mixed", Requests: len(seq), RateRPS: rate, Ideal: ideal}
-	for i, row := range set.Rows {
-		cs.Runs = append(cs.Runs, &CapacityRun{Row: row, GoodputTPS: float64(100 + i), VsIdeal: 0.5, MaxKVUsed: []int{48_000},
-			Samples: []CapacitySample{{AtS: 0}, {AtS: 1, KVUsed: 100, Running: 3, Waiting: 2}}})
-	}
-	cs.BestPermits, cs.WorstPermits = sweepEnds(cs.Runs)
-	c := &Capacity{Settings: set, Cases: []*CapacityCase{cs}}
-	dir := t.TempDir()
-	files, err := writeCapacityPlots(c, dir)
-	require.NoError(t, err)
-	require.Equal(t, []string{"capacity-one-mixed.png"}, files)
-	_, err = os.Stat(filepath.Join(dir, files[0]))
-	require.NoError(t, err)
-	var b strings.Builder
-	capacityMarkdown(&b, c, map[string]string{files[0]: "x/" + files[0]})
-	md := b.String()
-	assert.Contains(t, md, "Best fixed permits: **32** per replica; worst: 8.")
-	assert.Contains(t, md, "![KV tokens")
-	assert.Equal(t, verdict(true), capacityChecks(c)[0].Result)
-}
-
 func TestCapacitySettingsOnlyPicksNamedCasesFromAFullRun(t *testing.T) {
-	quick := capacitySettings(true)
-	s := quick.only([]string{"one", "chat"})
+	quick := report.DefaultCapacitySettings(true)
+	s := onlyCases(quick, []string{"one", "chat"})
 	require.Len(t, s.Topologies, 1)
 	assert.Equal(t, "one", s.Topologies[0].Name)
 	require.Len(t, s.Workloads, 1)
 	assert.Equal(t, "chat", s.Workloads[0].Name)
 	assert.Equal(t, quick.Rows, s.Rows, "the mode's rows")
-	assert.Equal(t, quick, quick.only(nil))
-	assert.Len(t, quick.only([]string{"pool"}).Workloads, 1, "the quick run's workloads")
+	assert.Equal(t, quick, onlyCases(quick, nil))
+	assert.Len(t, onlyCases(quick, []string{"pool"}).Workloads, 1, "the quick run's workloads")
 }

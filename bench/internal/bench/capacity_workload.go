@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
 )
 
 // capRequest is one request of a drawn sequence.
@@ -23,8 +25,8 @@ type capRequest struct {
 // capacity (the sequence's own sizes are the first of the same draw).
 const capSample = 4000
 
-// draw returns the sizes of one request of w.
-func (w CapacityWorkload) draw(r *rand.Rand) capRequest {
+// drawRequest returns the sizes of one request of w.
+func drawRequest(w report.CapacityWorkload, r *rand.Rand) capRequest {
 	var q capRequest
 	if r.Float64() < w.LongShare {
 		q.Long = true
@@ -37,28 +39,28 @@ func (w CapacityWorkload) draw(r *rand.Rand) capRequest {
 	return q
 }
 
-// sizes draws n requests' sizes from seed.
-func (w CapacityWorkload) sizes(seed uint64, n int) []capRequest {
+// workloadSizes draws n requests' sizes from seed.
+func workloadSizes(w report.CapacityWorkload, seed uint64, n int) []capRequest {
 	r := rand.New(rand.NewPCG(seed, 1))
 	out := make([]capRequest, n)
 	for i := range out {
-		out[i] = w.draw(r)
+		out[i] = drawRequest(w, r)
 	}
 	return out
 }
 
 // workloadSeed is the seed of workload i: the same sizes on every
 // topology.
-func (s CapacitySettings) workloadSeed(i int) uint64 { return s.Seed + uint64(i)*1000 }
+func workloadSeed(s report.CapacitySettings, i int) uint64 { return s.Seed + uint64(i)*1000 }
 
 // capacityPlan draws the sequence of workload wi on t: Poisson arrivals
 // for ArrivalsS at Load x the ideal capacity (in requests per second, the
 // sample's mean answer), the sizes in the order of the seed's draw. It
 // returns the sequence, the rate and the ideal of t on it.
-func capacityPlan(set CapacitySettings, t CapacityTopology, wi int) ([]capRequest, float64, Ideal) {
+func capacityPlan(set report.CapacitySettings, t report.CapacityTopology, wi int) ([]capRequest, float64, report.Ideal) {
 	w := set.Workloads[wi]
-	seed := set.workloadSeed(wi)
-	sample := w.sizes(seed, capSample)
+	seed := workloadSeed(set, wi)
+	sample := workloadSizes(w, seed, capSample)
 	ideal := idealCapacity(t, sample)
 	meanAnswer := 0.0
 	for _, q := range sample {
@@ -76,19 +78,19 @@ func capacityPlan(set CapacitySettings, t CapacityTopology, wi int) ([]capReques
 			break
 		}
 		if len(sizes) == 0 {
-			sizes = w.sizes(seed+uint64(len(seq)), capSample)
+			sizes = workloadSizes(w, seed+uint64(len(seq)), capSample)
 		}
 		q := sizes[0]
 		sizes = sizes[1:]
-		q.At = secs(at)
+		q.At = report.Secs(at)
 		seq = append(seq, q)
 	}
 	offered := 0
 	for _, q := range seq {
 		offered += q.Answer
 	}
-	ideal.GoodputTPS = round(min(ideal.CapacityTPS, float64(offered)/set.ArrivalsS), 1)
-	return seq, round(rate, 3), ideal
+	ideal.GoodputTPS = report.Round(min(ideal.CapacityTPS, float64(offered)/set.ArrivalsS), 1)
+	return seq, report.Round(rate, 3), ideal
 }
 
 // idealCapacity is the bound of t on a mix of requests: each replica runs
@@ -99,26 +101,26 @@ func capacityPlan(set CapacitySettings, t CapacityTopology, wi int) ([]capReques
 // token prefill_per_token. The replicas' rates add up (the load spread
 // in proportion to them). The ideal time to first token is a prompt's own
 // prefill, in chunks, in steps of a full batch, waiting for nothing.
-func idealCapacity(t CapacityTopology, mix []capRequest) Ideal {
+func idealCapacity(t report.CapacityTopology, mix []capRequest) report.Ideal {
 	var prompt, answer, held float64
 	for _, q := range mix {
 		prompt += float64(q.Prompt)
 		answer += float64(q.Answer)
 		held += float64(q.Answer) * (float64(q.Prompt) + float64(q.Answer)/2)
 	}
-	var id Ideal
+	var id report.Ideal
 	if answer == 0 {
 		return id
 	}
 	perSeq := held / answer // KV tokens of the average sequence in a step
 	for _, r := range t.Replicas {
 		batch := min(float64(r.MaxNumSeqs), float64(r.KVTokens)/perSeq)
-		id.Batch = append(id.Batch, round(batch, 1))
+		id.Batch = append(id.Batch, report.Round(batch, 1))
 		tokenS := (r.StepBaseMS/batch + r.StepPerSeqMS) / 1000
 		work := prompt*r.PrefillPerTokUS/1e6 + answer*tokenS
 		id.CapacityTPS += answer / work
 	}
-	id.CapacityTPS = round(id.CapacityTPS, 1)
+	id.CapacityTPS = report.Round(id.CapacityTPS, 1)
 	r, batch := t.Replicas[0], id.Batch[0]
 	ttft := make([]float64, len(mix))
 	for i, q := range mix {
@@ -126,8 +128,8 @@ func idealCapacity(t CapacityTopology, mix []capRequest) Ideal {
 		ttft[i] = chunks*(r.StepBaseMS+batch*r.StepPerSeqMS) + float64(q.Prompt-1)*r.PrefillPerTokUS/1000
 	}
 	slices.Sort(ttft)
-	id.TTFTP50MS = round(ttft[len(ttft)*50/100], 1)
-	id.TTFTP99MS = round(ttft[len(ttft)*99/100], 1)
+	id.TTFTP50MS = report.Round(ttft[len(ttft)*50/100], 1)
+	id.TTFTP99MS = report.Round(ttft[len(ttft)*99/100], 1)
 	return id
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
 )
 
 // cpuSample is the CPU time of a system's processes at one instant.
@@ -31,12 +32,12 @@ func perRequestMS(cpu time.Duration, requests int) float64 {
 	if requests <= 0 || cpu < 0 {
 		return 0
 	}
-	return round(float64(cpu)/float64(time.Millisecond)/float64(requests), 4)
+	return report.Round(float64(cpu)/float64(time.Millisecond)/float64(requests), 4)
 }
 
 // recordCPU fills the CPU figures of run from the samples taken at the
 // start and the end of its window, requests being those served in it.
-func (run *LoadRun) recordCPU(start, end cpuSample, requests int, redis bool) error {
+func recordCPU(run *report.LoadRun, start, end cpuSample, requests int, redis bool) error {
 	if start.err != nil {
 		return start.err
 	}
@@ -48,10 +49,10 @@ func (run *LoadRun) recordCPU(start, end cpuSample, requests int, redis bool) er
 		return errors.New("CPU time went backwards: a process restarted")
 	}
 	run.CPURequests = requests
-	run.ProxyCPUMS = msOf(proxy)
+	run.ProxyCPUMS = report.MSOf(proxy)
 	run.ProxyCPUPerRequest = perRequestMS(proxy, requests)
 	if redis {
-		run.RedisCPUMS = msOf(rd)
+		run.RedisCPUMS = report.MSOf(rd)
 		run.RedisCPUPerRequest = perRequestMS(rd, requests)
 	}
 	return nil

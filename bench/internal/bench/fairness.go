@@ -6,183 +6,16 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 )
-
-// The fairness scenario: a few permits, three tenants in closed loops. The
-// heavy tenants "long" and "short" have as many clients each, and a
-// request of "long" holds its permit 4x longer (4x the tokens at the same
-// time per token); "chat" has one client, which sends its next request
-// when its answer came, as a chat user does. It runs once per queue mode
-// (FairModes): strict FIFO, then fair by count, by permit-time and by
-// tokens. The permit-time of each request is measured at the upstream
-// (an in-process mockllm that records when each request arrived and
-// ended, and for which tenant).
-const (
-	TenantLong  = "long"
-	TenantShort = "short"
-	TenantChat  = "chat"
-
-	// HeaderTenant carries the tenant of a request; fair_queue reads it
-	// with TenantPlaceholder.
-	HeaderTenant      = "X-Tenant"
-	TenantPlaceholder = "{http.request.header." + HeaderTenant + "}"
-)
-
-// Fairness targets, reported (a missed one is a result, not a failure).
-const (
-	TargetFairTime   = "cost time: long and short each 42-58% of their permit-time"
-	TargetFairTokens = "cost tokens: long and short each 42-58% of their permit-time"
-)
-
-// FairMode is one queue configuration of the fairness scenario.
-type FairMode struct {
-	// Name is short ("fifo", "requests"...); Label how tables show it.
-	Name  string `json:"name"`
-	Label string `json:"label"`
-	// Tenant sets fair_queue's tenant (else strict FIFO); Cost its cost
-	// mode ("" for the default, requests).
-	Tenant bool   `json:"tenant"`
-	Cost   string `json:"cost,omitempty"`
-}
-
-// FairModes are the queue modes the fairness scenario runs, FIFO first.
-func FairModes() []FairMode {
-	return []FairMode{
-		{Name: "fifo", Label: "strict FIFO (no tenant)"},
-		{Name: "requests", Label: "cost requests", Tenant: true},
-		{Name: "time", Label: "cost time", Tenant: true, Cost: "time"},
-		{Name: "tokens", Label: "cost tokens", Tenant: true, Cost: "tokens"},
-	}
-}
-
-// FairTenantLoad is the load of one tenant.
-type FairTenantLoad struct {
-	// Tenant is its name, sent as HeaderTenant.
-	Tenant string `json:"tenant"`
-	// Clients is its closed-loop concurrency.
-	Clients int `json:"clients"`
-	// Tokens is the answer's length (X-Mock-Tokens): with the settings'
-	// TokenDelayUS, the upstream time of one request.
-	Tokens int `json:"tokens"`
-}
-
-// FairnessSettings shape the fairness scenario.
-type FairnessSettings struct {
-	// Permits and Nodes configure the fair_queue (Redis store, the
-	// clients' requests round-robin over the nodes).
-	Permits int `json:"permits"`
-	Nodes   int `json:"nodes"`
-	// DurationS is how long each mode runs; WindowS the width of the
-	// windows the shares are taken over, in seconds.
-	DurationS float64 `json:"duration_s"`
-	WindowS   float64 `json:"window_s"`
-	// TokenDelayUS is the upstream's time per token (X-Mock-Delay: an
-	// unstreamed answer comes after tokens x delay).
-	TokenDelayUS float64 `json:"token_delay_us"`
-	// Tenants are the loads, long first.
-	Tenants []FairTenantLoad `json:"tenants"`
-}
-
-// ServiceMS is the upstream time of one request of l.
-func (s FairnessSettings) ServiceMS(l FairTenantLoad) float64 {
-	return float64(l.Tokens) * s.TokenDelayUS / 1000
-}
-
-// fairnessSettings returns the scenario of a quick or a full run.
-func fairnessSettings(quick bool) FairnessSettings {
-	s := FairnessSettings{
-		Permits: 2, Nodes: 2, DurationS: 15, WindowS: 1, TokenDelayUS: 100,
-		Tenants: []FairTenantLoad{
-			{Tenant: TenantLong, Clients: 4, Tokens: 800},
-			{Tenant: TenantShort, Clients: 4, Tokens: 200},
-			{Tenant: TenantChat, Clients: 1, Tokens: 200},
-		},
-	}
-	if quick {
-		s.DurationS, s.WindowS = 4, 0.5
-	}
-	return s
-}
-
-// Fairness is what the fairness scenario measured.
-type Fairness struct {
-	// Settings is the scenario; System describes the queue.
-	Settings FairnessSettings `json:"settings"`
-	System   string           `json:"system"`
-	// Runs holds one run per mode, in the order of FairModes.
-	Runs []*FairRun `json:"runs"`
-	// Error says why the scenario could not run at all.
-	Error string `json:"error,omitempty"`
-}
-
-// FairRun is one mode of the fairness scenario.
-type FairRun struct {
-	// Mode is the queue mode.
-	Mode FairMode `json:"mode"`
-	// Tenants holds one entry per tenant, in the order of the settings.
-	Tenants []*FairTenant `json:"tenants"`
-	// UpstreamMax is the most requests the upstream served at once.
-	UpstreamMax int `json:"upstream_max_in_flight"`
-	// Error says why the mode could not be measured.
-	Error string `json:"error,omitempty"`
-}
-
-// tenant returns the entry of the tenant named name, or nil.
-func (r *FairRun) tenant(name string) *FairTenant {
-	for _, t := range r.Tenants {
-		if t.Tenant == name {
-			return t
-		}
-	}
-	return nil
-}
-
-// PairShare is long's share of the permit-time long and short had
-// together: 0.5 when the two heavy tenants got equal use; -1 when
-// neither ran.
-func (r *FairRun) PairShare() float64 {
-	l, s := r.tenant(TenantLong), r.tenant(TenantShort)
-	if l == nil || s == nil || l.PermitS+s.PermitS <= 0 {
-		return -1
-	}
-	return l.PermitS / (l.PermitS + s.PermitS)
-}
-
-// FairTenant is what one tenant got in one mode, over the run's duration
-// (requests still running at its end count up to the end; the drain
-// after it, when no one is backlogged any more, is left out).
-type FairTenant struct {
-	// Tenant is its name.
-	Tenant string `json:"tenant"`
-	// Requests is the requests that reached the upstream in the run;
-	// Failed and Rejected count the client's failures and rejects.
-	Requests int `json:"requests"`
-	Failed   int `json:"failed"`
-	Rejected int `json:"rejected"`
-	// PermitS is the upstream time of its requests (a permit held each),
-	// in seconds; PermitShare and RequestShare its share of all tenants'
-	// permit-time and requests.
-	PermitS      float64 `json:"permit_s"`
-	PermitShare  float64 `json:"permit_share"`
-	RequestShare float64 `json:"request_share"`
-	// ServiceMS is the median upstream time of one of its requests.
-	ServiceMS float64 `json:"service_ms"`
-	// WaitP50 and WaitP99 are the time its requests spent before the
-	// upstream (queued, plus the proxy), ms: exact for a one-client
-	// tenant (its requests matched with their upstream spans in order),
-	// else the client's total time minus ServiceMS.
-	WaitP50 float64 `json:"wait_p50_ms"`
-	WaitP99 float64 `json:"wait_p99_ms"`
-	// Shares is its share of the permit-time in each window of the run.
-	Shares []float64 `json:"shares"`
-}
 
 // span is one request at the upstream.
 type span struct {
@@ -202,7 +35,7 @@ type spanRecorder struct {
 }
 
 func (s *spanRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	tenant := r.Header.Get(HeaderTenant)
+	tenant := r.Header.Get(report.HeaderTenant)
 	if tenant == "" || !strings.HasSuffix(r.URL.Path, "/completions") {
 		s.next.ServeHTTP(w, r)
 		return
@@ -234,8 +67,8 @@ func (s *spanRecorder) take() ([]span, int) {
 // (a queue of its own in Redis), in front of an in-process recording
 // upstream.
 func (b *bench) runFairness(ctx context.Context) {
-	set := fairnessSettings(b.opts.Quick)
-	f := &Fairness{Settings: set, System: fmt.Sprintf("fair_queue Redis %d nodes, %d permits", set.Nodes, set.Permits)}
+	set := report.DefaultFairnessSettings(b.opts.Quick)
+	f := &report.Fairness{Settings: set, System: fmt.Sprintf("fair_queue Redis %d nodes, %d permits", set.Nodes, set.Permits)}
 	b.res.Fairness = f
 	b.logf("== fairness: %s, %.0f s per mode", f.System, set.DurationS)
 
@@ -251,21 +84,21 @@ func (b *bench) runFairness(ctx context.Context) {
 
 	env := *b.env
 	env.MockAddr, env.Permits = ln.Addr().String(), set.Permits
-	for _, mode := range FairModes() {
+	for _, mode := range report.FairModes() {
 		if ctx.Err() != nil {
 			return
 		}
 		run := b.fairRun(ctx, &env, rec, set, mode)
 		f.Runs = append(f.Runs, run)
 		if run.Error != "" {
-			b.logf("   %-24s failed: %v", mode.Label, oneLine(run.Error, 300))
+			b.logf("   %-24s failed: %v", mode.Label, report.OneLine(run.Error, 300))
 			continue
 		}
 		var parts []string
 		for _, t := range run.Tenants {
 			parts = append(parts, fmt.Sprintf("%s %4.1f%% time %4.1f%% req", t.Tenant, 100*t.PermitShare, 100*t.RequestShare))
 		}
-		chat := run.tenant(TenantChat)
+		chat := run.Tenant(report.TenantChat)
 		b.logf("   %-24s %s; chat wait p50 %.1f p99 %.1f ms; upstream max %d",
 			mode.Label, strings.Join(parts, ", "), chat.WaitP50, chat.WaitP99, run.UpstreamMax)
 	}
@@ -273,14 +106,14 @@ func (b *bench) runFairness(ctx context.Context) {
 
 // fairRun runs one mode: a fresh system, every tenant's closed loop at
 // once for the duration, the shares taken from the upstream's spans.
-func (b *bench) fairRun(ctx context.Context, env *systems.Env, rec *spanRecorder, set FairnessSettings, mode FairMode) *FairRun {
-	run := &FairRun{Mode: mode}
+func (b *bench) fairRun(ctx context.Context, env *systems.Env, rec *spanRecorder, set report.FairnessSettings, mode report.FairMode) *report.FairRun {
+	run := &report.FairRun{Mode: mode}
 	spec := systems.Spec{
 		Name: "fair-" + mode.Name, Label: "fair_queue " + mode.Label, Kind: systems.KindFairQueue,
 		Nodes: set.Nodes, Redis: true, Cost: mode.Cost,
 	}
 	if mode.Tenant {
-		spec.Tenant = TenantPlaceholder
+		spec.Tenant = report.TenantPlaceholder
 	}
 	r, err := env.Start(ctx, spec)
 	if err != nil {
@@ -294,7 +127,7 @@ func (b *bench) fairRun(ctx context.Context, env *systems.Env, rec *spanRecorder
 	}
 	rec.take()
 
-	dur := secs(set.DurationS)
+	dur := report.Secs(set.DurationS)
 	reports := make([]*loadgen.Report, len(set.Tenants))
 	errs := make([]error, len(set.Tenants))
 	t0 := time.Now()
@@ -304,7 +137,7 @@ func (b *bench) fairRun(ctx context.Context, env *systems.Env, rec *spanRecorder
 			reports[i], errs[i] = b.load(ctx, r.Targets, loadgen.Config{
 				Clients: l.Clients, Duration: dur, Tokens: l.Tokens,
 				Delay:  time.Duration(set.TokenDelayUS * float64(time.Microsecond)),
-				Header: http.Header{HeaderTenant: {l.Tenant}},
+				Header: http.Header{report.HeaderTenant: {l.Tenant}},
 			})
 		})
 	}
@@ -325,4 +158,126 @@ func (b *bench) fairRun(ctx context.Context, env *systems.Env, rec *spanRecorder
 	}
 	run.Tenants = fairShares(set, spans, clients, t0)
 	return run
+}
+
+// clientRun is what one tenant's clients saw: when their load started,
+// and each request's result (its Start is since then).
+type clientRun struct {
+	started time.Time
+	results []loadgen.Result
+}
+
+// fairShares measures each tenant's permit-time, requests and waits from
+// the upstream spans and what the clients saw (clients[i] is the load of
+// set.Tenants[i]), over [t0, t0 + duration], in windows of set.WindowS.
+func fairShares(set report.FairnessSettings, spans []span, clients []clientRun, t0 time.Time) []*report.FairTenant {
+	end := t0.Add(report.Secs(set.DurationS))
+	window := report.Secs(set.WindowS)
+	nw := max(1, int((report.Secs(set.DurationS)+window-1)/window))
+	perWindow := make([][]float64, len(set.Tenants)) // seconds, per tenant and window
+	out := make([]*report.FairTenant, len(set.Tenants))
+	index := map[string]int{}
+	for i, l := range set.Tenants {
+		out[i] = &report.FairTenant{Tenant: l.Tenant, Shares: make([]float64, nw)}
+		perWindow[i] = make([]float64, nw)
+		index[l.Tenant] = i
+	}
+	byTenant := make([][]span, len(set.Tenants))
+	var totalS float64
+	totalReq := 0
+	for _, sp := range spans {
+		i, ok := index[sp.tenant]
+		if !ok {
+			continue
+		}
+		byTenant[i] = append(byTenant[i], sp)
+		if !sp.start.Before(t0) && sp.start.Before(end) {
+			out[i].Requests++
+			totalReq++
+		}
+		for w := range nw {
+			ws := t0.Add(time.Duration(w) * window)
+			we := ws.Add(window)
+			if we.After(end) {
+				we = end
+			}
+			if d := overlap(sp.start, sp.end, ws, we); d > 0 {
+				perWindow[i][w] += d.Seconds()
+				out[i].PermitS += d.Seconds()
+				totalS += d.Seconds()
+			}
+		}
+	}
+	for w := range nw {
+		var sum float64
+		for i := range out {
+			sum += perWindow[i][w]
+		}
+		for i := range out {
+			if sum > 0 {
+				out[i].Shares[w] = report.Round(perWindow[i][w]/sum, 4)
+			}
+		}
+	}
+	for i, t := range out {
+		if totalS > 0 {
+			t.PermitShare = report.Round(t.PermitS/totalS, 4)
+		}
+		if totalReq > 0 {
+			t.RequestShare = report.Round(float64(t.Requests)/float64(totalReq), 4)
+		}
+		t.PermitS = report.Round(t.PermitS, 3)
+		sps := byTenant[i]
+		slices.SortFunc(sps, func(a, b span) int { return a.start.Compare(b.start) })
+		service := make([]time.Duration, len(sps))
+		for j, sp := range sps {
+			service[j] = sp.end.Sub(sp.start)
+		}
+		slices.Sort(service)
+		median := loadgen.Percentile(service, 50)
+		t.ServiceMS = report.MSOf(median)
+		if i >= len(clients) {
+			continue
+		}
+		cr := clients[i]
+		var ok []loadgen.Result
+		for _, res := range cr.results {
+			switch res.Outcome {
+			case loadgen.OutcomeOK:
+				ok = append(ok, res)
+			case loadgen.OutcomeRejected:
+				t.Rejected++
+			case loadgen.OutcomeFailed:
+				t.Failed++
+			}
+		}
+		slices.SortFunc(ok, func(a, b loadgen.Result) int { return int(a.Start - b.Start) })
+		exact := set.Tenants[i].Clients == 1 && len(ok) == len(sps)
+		waits := make([]time.Duration, 0, len(ok))
+		for j, res := range ok {
+			var w time.Duration
+			if exact {
+				w = sps[j].start.Sub(cr.started.Add(res.Start))
+			} else {
+				w = res.Total - median
+			}
+			waits = append(waits, max(w, 0))
+		}
+		slices.Sort(waits)
+		t.WaitP50 = report.MSOf(loadgen.Percentile(waits, 50))
+		t.WaitP99 = report.MSOf(loadgen.Percentile(waits, 99))
+	}
+	return out
+}
+
+// overlap is the length of [a0, a1] inside [b0, b1].
+func overlap(a0, a1, b0, b1 time.Time) time.Duration {
+	s, e := a0, a1
+	if b0.After(s) {
+		s = b0
+	}
+	if b1.Before(e) {
+		e = b1
+	}
+	return max(e.Sub(s), 0)
 }

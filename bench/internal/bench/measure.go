@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
@@ -41,7 +42,7 @@ func (b *bench) warm(ctx context.Context, r *systems.Running) error {
 
 // measure runs cfg against r with the upstream's and Redis' counters
 // reset first, and returns what the load, the upstream and Redis saw.
-func (b *bench) measure(ctx context.Context, r *systems.Running, cfg loadgen.Config) (*LoadRun, error) {
+func (b *bench) measure(ctx context.Context, r *systems.Running, cfg loadgen.Config) (*report.LoadRun, error) {
 	if err := b.resetCounters(ctx); err != nil {
 		return nil, err
 	}
@@ -62,15 +63,15 @@ func (b *bench) measure(ctx context.Context, r *systems.Running, cfg loadgen.Con
 	if err != nil {
 		return nil, err
 	}
-	run := &LoadRun{
+	run := &report.LoadRun{
 		Requests: rep.Sent, OK: rep.OK, Rejected: rep.Rejected, Failed: rep.Failed,
-		Elapsed: round(rep.Elapsed, 3), Throughput: rep.Throughput,
+		Elapsed: report.Round(rep.Elapsed, 3), Throughput: rep.Throughput,
 		P50: rep.Overall.Total.P50, P90: rep.Overall.Total.P90,
 		P99: rep.Overall.Total.P99, Max: rep.Overall.Total.Max,
 		CDF:         quantiles(rep.Durations(), 200),
 		UpstreamMax: st.MaxInFlight,
 	}
-	if err := run.recordCPU(cpu0, cpu1, rep.OK+rep.Rejected, r.Spec.Redis); err != nil {
+	if err := recordCPU(run, cpu0, cpu1, rep.OK+rep.Rejected, r.Spec.Redis); err != nil {
 		b.logf("   CPU not measured: %v", err)
 	}
 	if (r.Spec.Limited() || cfg.Header.Get(mockllm.HeaderQueue) != "") && rep.Elapsed > 0 {
@@ -81,8 +82,8 @@ func (b *bench) measure(ctx context.Context, r *systems.Running, cfg loadgen.Con
 		}
 		slices.Sort(gaps)
 		run.HandoffCount = len(gaps)
-		run.HandoffP50 = msOf(loadgen.Percentile(gaps, 50))
-		run.HandoffP99 = msOf(loadgen.Percentile(gaps, 99))
+		run.HandoffP50 = report.MSOf(loadgen.Percentile(gaps, 50))
+		run.HandoffP99 = report.MSOf(loadgen.Percentile(gaps, 99))
 	}
 	if r.Spec.Redis && rep.Sent > 0 {
 		cs, err := procs.ReadCommandStats(ctx, b.rdb)
@@ -90,16 +91,16 @@ func (b *bench) measure(ctx context.Context, r *systems.Running, cfg loadgen.Con
 			return nil, err
 		}
 		run.Commands = cs
-		run.ScriptsPerRequest = round(float64(cs.Scripts())/float64(rep.Sent), 2)
-		run.CommandsPerRequest = round(float64(cs.Total())/float64(rep.Sent), 2)
+		run.ScriptsPerRequest = report.Round(float64(cs.Scripts())/float64(rep.Sent), 2)
+		run.CommandsPerRequest = report.Round(float64(cs.Total())/float64(rep.Sent), 2)
 	}
 	return run, nil
 }
 
 // measureSystem starts spec, runs the low-load, saturated and open-loop
 // measurements on it and stops it.
-func (b *bench) measureSystem(ctx context.Context, spec systems.Spec) *System {
-	sys := &System{Spec: spec}
+func (b *bench) measureSystem(ctx context.Context, spec systems.Spec) *report.System {
+	sys := &report.System{Spec: spec}
 	b.logf("== %s", spec.Label)
 	r, err := b.env.Start(ctx, spec)
 	if err != nil {
@@ -113,11 +114,11 @@ func (b *bench) measureSystem(ctx context.Context, spec systems.Spec) *System {
 		return sys
 	}
 	set := b.res.Settings
-	step := func(name string, cfg loadgen.Config) *LoadRun {
+	step := func(name string, cfg loadgen.Config) *report.LoadRun {
 		if err != nil {
 			return nil
 		}
-		var run *LoadRun
+		var run *report.LoadRun
 		run, err = b.measure(ctx, r, cfg)
 		if err == nil {
 			err = ctx.Err()
@@ -130,17 +131,17 @@ func (b *bench) measureSystem(ctx context.Context, spec systems.Spec) *System {
 		return run
 	}
 	sys.LowLoad = step("low load", loadgen.Config{
-		Clients: set.LowLoadClients, Duration: secs(set.LowLoadS), Tokens: 1, Delay: 0,
+		Clients: set.LowLoadClients, Duration: report.Secs(set.LowLoadS), Tokens: 1, Delay: 0,
 	})
 	sys.Saturated = step("saturated", loadgen.Config{
-		Clients: set.Clients, Duration: secs(set.SaturatedS), Tokens: 1, Delay: ms2d(set.ServiceMS),
+		Clients: set.Clients, Duration: report.Secs(set.SaturatedS), Tokens: 1, Delay: report.MS(set.ServiceMS),
 	})
 	if spec.Kind == systems.KindPlain {
 		sys.AtPermits = step(fmt.Sprintf("%d clients", set.Permits), loadgen.Config{
-			Clients: set.Permits, Duration: secs(set.SaturatedS), Tokens: 1, Delay: ms2d(set.ServiceMS),
+			Clients: set.Permits, Duration: report.Secs(set.SaturatedS), Tokens: 1, Delay: report.MS(set.ServiceMS),
 		})
 		sys.UpstreamQueues = step("upstream queues", loadgen.Config{
-			Clients: set.Clients, Duration: secs(set.SaturatedS), Tokens: 1, Delay: ms2d(set.ServiceMS),
+			Clients: set.Clients, Duration: report.Secs(set.SaturatedS), Tokens: 1, Delay: report.MS(set.ServiceMS),
 			Header: http.Header{mockllm.HeaderQueue: {"1"}},
 		})
 	}
@@ -153,8 +154,8 @@ func (b *bench) measureSystem(ctx context.Context, spec systems.Spec) *System {
 	}
 	if set.StreamSaturated {
 		sys.SaturatedStream = step("saturated stream", loadgen.Config{
-			Clients: set.Clients, Duration: secs(set.SaturatedS), Stream: true,
-			Tokens: set.StreamTokens, Delay: ms2d(set.StreamTokenMS),
+			Clients: set.Clients, Duration: report.Secs(set.SaturatedS), Stream: true,
+			Tokens: set.StreamTokens, Delay: report.MS(set.StreamTokenMS),
 		})
 	}
 	if err == nil && b.openLoopFor(spec) {
@@ -171,11 +172,11 @@ func (b *bench) measureSystem(ctx context.Context, spec systems.Spec) *System {
 // and streamed: what a perfect limiter would let through.
 func (b *bench) calibrate(ctx context.Context) error {
 	set := &b.res.Settings
-	d := secs(min(set.SaturatedS, 2))
+	d := report.Secs(min(set.SaturatedS, 2))
 	for _, stream := range []bool{false, true} {
-		cfg := loadgen.Config{Clients: b.env.Permits, Duration: d, Tokens: 1, Delay: ms2d(set.ServiceMS)}
+		cfg := loadgen.Config{Clients: b.env.Permits, Duration: d, Tokens: 1, Delay: report.MS(set.ServiceMS)}
 		if stream {
-			cfg.Stream, cfg.Tokens, cfg.Delay = true, set.StreamTokens, ms2d(set.StreamTokenMS)
+			cfg.Stream, cfg.Tokens, cfg.Delay = true, set.StreamTokens, report.MS(set.StreamTokenMS)
 		}
 		rep, err := b.load(ctx, []string{b.mockURL}, cfg)
 		if err != nil {
@@ -197,7 +198,7 @@ func (b *bench) calibrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("redis round trip: %w", err)
 	}
-	set.RedisRTTP50MS, set.RedisRTTP99MS, set.RedisRTTBusyP50MS = round(p50, 3), round(p99, 3), round(busy, 3)
+	set.RedisRTTP50MS, set.RedisRTTP99MS, set.RedisRTTBusyP50MS = report.Round(p50, 3), report.Round(p99, 3), report.Round(busy, 3)
 	b.logf("Redis round trip (one script call): p50 %.3f ms, p99 %.3f ms after 0.5 ms idle; p50 %.3f ms back to back",
 		p50, p99, busy)
 	return nil
@@ -228,18 +229,18 @@ func redisRTT(ctx context.Context, rdb *redis.Client, n int, pause time.Duration
 }
 
 // openLoop measures the wait at each arrival rate of the settings.
-func (b *bench) openLoop(ctx context.Context, r *systems.Running) ([]*RatePoint, error) {
+func (b *bench) openLoop(ctx context.Context, r *systems.Running) ([]*report.RatePoint, error) {
 	set := b.res.Settings
 	capacity := set.UpstreamStreamRPS
 	if capacity <= 0 {
 		capacity = float64(b.env.Permits) / (float64(set.StreamTokens) * set.StreamTokenMS / 1000)
 	}
-	var points []*RatePoint
+	var points []*report.RatePoint
 	for _, load := range set.OpenLoopLoads {
 		rate := math.Round(load * capacity)
 		rep, err := b.load(ctx, r.Targets, loadgen.Config{
-			Rate: rate, Duration: secs(set.OpenLoopS), Stream: true,
-			Tokens: set.StreamTokens, Delay: ms2d(set.StreamTokenMS),
+			Rate: rate, Duration: report.Secs(set.OpenLoopS), Stream: true,
+			Tokens: set.StreamTokens, Delay: report.MS(set.StreamTokenMS),
 		})
 		if err == nil {
 			err = ctx.Err()
@@ -247,7 +248,7 @@ func (b *bench) openLoop(ctx context.Context, r *systems.Running) ([]*RatePoint,
 		if err != nil {
 			return points, err
 		}
-		p := &RatePoint{
+		p := &report.RatePoint{
 			Rate: rate, Load: load, Sent: rep.Sent, OK: rep.OK, Rejected: rep.Rejected, Failed: rep.Failed,
 			Throughput: rep.Throughput, WaitP50: rep.Overall.TTFB.P50, WaitP99: rep.Overall.TTFB.P99,
 		}
@@ -293,18 +294,7 @@ func quantiles(sorted []time.Duration, n int) []float64 {
 	}
 	out := make([]float64, n)
 	for i := range n {
-		out[i] = msOf(loadgen.Percentile(sorted, 100*float64(i+1)/float64(n)))
+		out[i] = report.MSOf(loadgen.Percentile(sorted, 100*float64(i+1)/float64(n)))
 	}
 	return out
-}
-
-func msOf(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 3) }
-
-func ms2d(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
-
-func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-
-func round(v float64, digits int) float64 {
-	p := math.Pow(10, float64(digits))
-	return math.Round(v*p) / p
 }

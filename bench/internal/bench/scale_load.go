@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
 
@@ -58,7 +59,7 @@ func setHeader(cfg *loadgen.Config, header map[string]string) {
 }
 
 // handoffs reads mockllm's handoff gaps since its last reset.
-func (b *bench) handoffs(ctx context.Context) (*Handoffs, int, error) {
+func (b *bench) handoffs(ctx context.Context) (*report.Handoffs, int, error) {
 	st, err := b.mockStats(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -68,8 +69,8 @@ func (b *bench) handoffs(ctx context.Context) (*Handoffs, int, error) {
 		gaps[i] = time.Duration(us) * time.Microsecond
 	}
 	slices.Sort(gaps)
-	return &Handoffs{Count: len(gaps), P50: msOf(loadgen.Percentile(gaps, 50)), P90: msOf(loadgen.Percentile(gaps, 90)),
-			P99: msOf(loadgen.Percentile(gaps, 99)), Max: msOf(loadgen.Percentile(gaps, 100))},
+	return &report.Handoffs{Count: len(gaps), P50: report.MSOf(loadgen.Percentile(gaps, 50)), P90: report.MSOf(loadgen.Percentile(gaps, 90)),
+			P99: report.MSOf(loadgen.Percentile(gaps, 99)), Max: report.MSOf(loadgen.Percentile(gaps, 100))},
 		st.MaxInFlight, nil
 }
 

@@ -6,7 +6,6 @@ package bench
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -14,12 +13,13 @@ import (
 	"time"
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
 
 // probeRedis times no-op script calls, one per ms, for d, into h, in
 // the background; wait for the returned channel.
-func (b *bench) probeRedis(ctx context.Context, d time.Duration, h *Handoffs) <-chan struct{} {
+func (b *bench) probeRedis(ctx context.Context, d time.Duration, h *report.Handoffs) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -36,7 +36,7 @@ func (b *bench) probeRedis(ctx context.Context, d time.Duration, h *Handoffs) <-
 			rtts = append(rtts, time.Since(t0))
 		}
 		slices.Sort(rtts)
-		h.RedisRTTP50, h.RedisRTTP99 = msOf(loadgen.Percentile(rtts, 50)), msOf(loadgen.Percentile(rtts, 99))
+		h.RedisRTTP50, h.RedisRTTP99 = report.MSOf(loadgen.Percentile(rtts, 50)), report.MSOf(loadgen.Percentile(rtts, 99))
 	}()
 	return done
 }
@@ -95,21 +95,21 @@ func startCPUWindow(caddy []int, redis int, clients []int) cpuWindow {
 }
 
 // end fills h's CPU figures over the window.
-func (w cpuWindow) end(h *Handoffs, caddy []int, redis int, clients []int) {
+func (w cpuWindow) end(h *report.Handoffs, caddy []int, redis int, clients []int) {
 	busy, total := machineCPU()
 	if total > w.total {
-		h.MachineBusy = round(float64(busy-w.busy)/float64(total-w.total), 3)
+		h.MachineBusy = report.Round(float64(busy-w.busy)/float64(total-w.total), 3)
 	}
 	s := time.Since(w.at).Seconds()
 	if c, err := procs.CPUOf(caddy); err == nil {
-		h.CaddyCores = round((c-w.caddy).Seconds()/s, 3)
+		h.CaddyCores = report.Round((c-w.caddy).Seconds()/s, 3)
 	}
 	if c, err := procs.CPUTime(redis); err == nil {
-		h.RedisCores = round((c-w.redis).Seconds()/s, 3)
+		h.RedisCores = report.Round((c-w.redis).Seconds()/s, 3)
 	}
 	if len(clients) > 0 {
 		if c, err := procs.CPUOf(clients); err == nil {
-			h.ClientCores = round((c-w.clients).Seconds()/s, 3)
+			h.ClientCores = report.Round((c-w.clients).Seconds()/s, 3)
 		}
 	}
 }
@@ -169,7 +169,7 @@ func (b *bench) idleOver(ctx context.Context, d time.Duration) (cmds, scripts fl
 	}
 	diff := after.Sub(before)
 	s := time.Since(start).Seconds()
-	return round(float64(diff.Total())/s, 1), round(float64(diff.Scripts())/s, 1), diff, nil
+	return report.Round(float64(diff.Total())/s, 1), report.Round(float64(diff.Scripts())/s, 1), diff, nil
 }
 
 // queueDepth is the waiters of queue in Redis: ZCARD of the waiting set
@@ -189,15 +189,3 @@ func (b *bench) queueDepth(ctx context.Context, queue string) int64 {
 
 // rssSum sums the VmRSS of pids.
 func rssSum(pids []int) (int64, error) { return procs.SumOver(pids, procs.RSS) }
-
-// cpuLine describes the CPU over a handoff window.
-func (h *Handoffs) cpuLine() string {
-	line := fmt.Sprintf("machine %.0f%% busy, Caddy %.2f cores, Redis %.2f", 100*h.MachineBusy, h.CaddyCores, h.RedisCores)
-	if h.ClientCores > 0 {
-		line += fmt.Sprintf(", clients %.2f", h.ClientCores)
-	}
-	if h.RedisRTTP99 > 0 {
-		line += fmt.Sprintf("; Redis round trip p50 %.3f ms, p99 %.3f ms", h.RedisRTTP50, h.RedisRTTP99)
-	}
-	return line
-}

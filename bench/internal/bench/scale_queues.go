@@ -7,14 +7,15 @@ import (
 	"time"
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
 
 // scaleQueues measures set.Queues queues on one node and one Redis, the
 // handler naming its queue from the X-Queue header.
-func (b *bench) scaleQueues(ctx context.Context, env *systems.Env, set ScaleSettings) (*ScaleQueues, error) {
-	q := &ScaleQueues{}
+func (b *bench) scaleQueues(ctx context.Context, env *systems.Env, set report.ScaleSettings) (*report.ScaleQueues, error) {
+	q := &report.ScaleQueues{}
 	spec := systems.Spec{Name: "fq-queues", Label: "fair_queue Redis, queue per header", Kind: systems.KindFairQueue, Nodes: 1, Redis: true}
 	qenv := *env
 	qenv.Permits = set.QueuePermits
@@ -90,7 +91,7 @@ func (b *bench) scaleQueues(ctx context.Context, env *systems.Env, set ScaleSett
 	if err := open(0, 1); err != nil {
 		return q, err
 	}
-	if q.OneCmdsPerS, _, _, err = b.idleOver(ctx, secs(set.IdleWindowS)); err != nil {
+	if q.OneCmdsPerS, _, _, err = b.idleOver(ctx, report.Secs(set.IdleWindowS)); err != nil {
 		return q, err
 	}
 	mem, err := b.redisUsedMemory(ctx)
@@ -106,7 +107,7 @@ func (b *bench) scaleQueues(ctx context.Context, env *systems.Env, set ScaleSett
 		return q, err
 	}
 	q.Queues = set.Queues
-	if q.ManyCmdsPerS, _, q.ManyCommands, err = b.idleOver(ctx, secs(set.IdleWindowS)); err != nil {
+	if q.ManyCmdsPerS, _, q.ManyCommands, err = b.idleOver(ctx, report.Secs(set.IdleWindowS)); err != nil {
 		return q, err
 	}
 	if mem, err = b.redisUsedMemory(ctx); err != nil {
@@ -120,7 +121,7 @@ func (b *bench) scaleQueues(ctx context.Context, env *systems.Env, set ScaleSett
 		q.Failed += c.Failed.Load()
 		q.Rejected += c.Rejected.Load()
 	}
-	b.logf("   %d queues (%d held, %d waiting each; %d waiting): Redis %.1f cmds/s idle, +%.1f KiB used_memory, procs.RSS %.1f -> %.1f MiB; served %d, failed %d, rejected %d",
+	b.logf("   %d queues (%d held, %d waiting each; %d waiting): Redis %.1f cmds/s idle, +%.1f KiB used_memory, RSS %.1f -> %.1f MiB; served %d, failed %d, rejected %d",
 		q.Queues, set.QueuePermits, set.QueueWaiters, q.Waiting, q.ManyCmdsPerS, float64(q.ManyMem)/1024,
 		float64(q.RSSOne)/(1<<20), float64(q.RSSMany)/(1<<20), q.Served, q.Failed, q.Rejected)
 	return q, nil

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
@@ -21,19 +22,19 @@ import (
 // runScale runs the scale scenario: the deep queue, then the many
 // queues.
 func (b *bench) runScale(ctx context.Context) {
-	set := scaleSettings(b.opts.ScaleWaiters, fileLimit())
+	set := report.DefaultScaleSettings(b.opts.ScaleWaiters, fileLimit())
 	set.Permits = b.env.Permits
 	if b.opts.ScaleRPS > 0 {
 		set.RampRPS = b.opts.ScaleRPS
 	}
-	s := &Scale{Settings: set}
+	s := &report.Scale{Settings: set}
 	b.res.Scale = s
 	env := *b.env
 	env.MaxWait = 30 * time.Minute // the deep queue drains for minutes
 	spec := systems.Spec{Name: "fq-scale", Label: "fair_queue Redis 3 nodes (scale)", Kind: systems.KindFairQueue, Nodes: set.Nodes, Redis: true}
 	s.System = fmt.Sprintf("fair_queue Redis %d nodes, one queue, %d permits", set.Nodes, env.Permits)
 	b.logf("== scale: %d waiters over %d nodes from %d client processes at %.0f/s, %s prompts (open-file limit %d)",
-		set.Waiters, set.Nodes, set.ClientProcs, set.RampRPS, sizeLabel(set.PromptBytes), set.FDLimit)
+		set.Waiters, set.Nodes, set.ClientProcs, set.RampRPS, report.SizeLabel(set.PromptBytes), set.FDLimit)
 	if err := b.scaleDeep(ctx, &env, spec, s); err != nil {
 		s.Note = strings.TrimSpace(s.Note + " " + err.Error())
 		b.logf("   deep queue: %v", err)
@@ -50,7 +51,7 @@ func (b *bench) runScale(ctx context.Context) {
 }
 
 // scaleDeep measures the deep queue of one queue over set.Nodes nodes.
-func (b *bench) scaleDeep(ctx context.Context, env *systems.Env, spec systems.Spec, s *Scale) error {
+func (b *bench) scaleDeep(ctx context.Context, env *systems.Env, spec systems.Spec, s *report.Scale) error {
 	set := s.Settings
 	permits := env.Permits
 	shares, err := planClients(set.Waiters, set.Nodes, set.ClientProcs, set.FDLimit-set.FDReserve)
@@ -103,7 +104,7 @@ func (b *bench) scaleDeep(ctx context.Context, env *systems.Env, spec systems.Sp
 	// Handoffs with BaseWaiters always waiting: a closed loop of
 	// permits + BaseWaiters short streams.
 	base, err := startLoad(ctx, loadgen.Config{
-		Targets: r.Targets, Clients: permits + set.BaseWaiters, Duration: secs(set.HandoffWindowS + 3),
+		Targets: r.Targets, Clients: permits + set.BaseWaiters, Duration: report.Secs(set.HandoffWindowS + 3),
 		Stream: true, Tokens: 1, Delay: 10 * time.Millisecond, PromptBytes: set.PromptBytes, Timeout: time.Minute,
 	})
 	if err != nil {
@@ -116,9 +117,9 @@ func (b *bench) scaleDeep(ctx context.Context, env *systems.Env, spec systems.Sp
 		return err
 	}
 	win := startCPUWindow(r.PIDs(), b.redisPID, nil)
-	var probe Handoffs
-	probed := b.probeRedis(ctx, secs(set.HandoffWindowS), &probe)
-	if err := sleepCtx(ctx, secs(set.HandoffWindowS)); err != nil {
+	var probe report.Handoffs
+	probed := b.probeRedis(ctx, report.Secs(set.HandoffWindowS), &probe)
+	if err := sleepCtx(ctx, report.Secs(set.HandoffWindowS)); err != nil {
 		return err
 	}
 	s.HandoffBase, _, err = b.handoffs(ctx)
@@ -132,7 +133,7 @@ func (b *bench) scaleDeep(ctx context.Context, env *systems.Env, spec systems.Sp
 	base.stop()
 	b.logf("   handoffs with %d waiting: p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms (%d, depth %d when read); %s",
 		set.BaseWaiters, s.HandoffBase.P50, s.HandoffBase.P90, s.HandoffBase.P99, s.HandoffBase.Max, s.HandoffBase.Count, s.HandoffBase.Depth,
-		s.HandoffBase.cpuLine())
+		s.HandoffBase.CPULine())
 	if err := sleepCtx(ctx, time.Second); err != nil {
 		return err
 	}
@@ -163,7 +164,7 @@ func (b *bench) scaleDeep(ctx context.Context, env *systems.Env, spec systems.Sp
 	if err := sleepCtx(ctx, time.Second); err != nil {
 		return err
 	}
-	if s.BaseCmdsPerS, s.BaseScriptsPerS, _, err = b.idleOver(ctx, secs(set.IdleWindowS)); err != nil {
+	if s.BaseCmdsPerS, s.BaseScriptsPerS, _, err = b.idleOver(ctx, report.Secs(set.IdleWindowS)); err != nil {
 		return err
 	}
 	if s.RSSBefore, err = rssSum(r.PIDs()); err != nil {
@@ -172,7 +173,7 @@ func (b *bench) scaleDeep(ctx context.Context, env *systems.Env, spec systems.Sp
 	if s.RedisMemBefore, err = b.redisUsedMemory(ctx); err != nil {
 		return err
 	}
-	b.logf("   %d waiting: Redis %.1f cmds/s idle (%.1f scripts/s), procs.RSS %.1f MiB (3 nodes), Redis used_memory %.1f MiB",
+	b.logf("   %d waiting: Redis %.1f cmds/s idle (%.1f scripts/s), RSS %.1f MiB (3 nodes), Redis used_memory %.1f MiB",
 		set.BaseWaiters, s.BaseCmdsPerS, s.BaseScriptsPerS, float64(s.RSSBefore)/(1<<20), float64(s.RedisMemBefore)/(1<<20))
 
 	// The deep queue, from the client processes.
@@ -198,7 +199,7 @@ func (b *bench) scaleDeep(ctx context.Context, env *systems.Env, spec systems.Sp
 		clients = append(clients, p)
 	}
 	want := int64(set.Waiters + set.BaseWaiters)
-	ramp := secs(float64(set.Waiters)/set.RampRPS + 90)
+	ramp := report.Secs(float64(set.Waiters)/set.RampRPS + 90)
 	start := time.Now()
 	lastLog := start
 	var stall error
@@ -248,10 +249,10 @@ func (b *bench) scaleDeep(ctx context.Context, env *systems.Env, spec systems.Sp
 		return err
 	}
 	if s.Queued > 0 {
-		s.RSSPerWaiterKiB = round(float64(s.RSSAfter-s.RSSBefore)/1024/float64(s.Queued), 2)
-		s.RedisPerWaiterKiB = round(float64(s.RedisMemAfter-s.RedisMemBefore)/1024/float64(s.Queued), 2)
+		s.RSSPerWaiterKiB = report.Round(float64(s.RSSAfter-s.RSSBefore)/1024/float64(s.Queued), 2)
+		s.RedisPerWaiterKiB = report.Round(float64(s.RedisMemAfter-s.RedisMemBefore)/1024/float64(s.Queued), 2)
 	}
-	if s.IdleCmdsPerS, s.IdleScriptsPerS, s.IdleCommands, err = b.idleOver(ctx, secs(set.IdleWindowS)); err != nil {
+	if s.IdleCmdsPerS, s.IdleScriptsPerS, s.IdleCommands, err = b.idleOver(ctx, report.Secs(set.IdleWindowS)); err != nil {
 		return err
 	}
 	// Nobody may have got in while every permit was held.
@@ -269,7 +270,7 @@ func (b *bench) scaleDeep(ctx context.Context, env *systems.Env, spec systems.Sp
 	if st, err := b.mockStats(ctx); err == nil {
 		s.UpstreamMaxHeld = st.MaxInFlight
 	}
-	b.logf("   %d waiting: procs.RSS %.1f -> %.1f MiB = %.2f KiB per waiter; Redis %.1f -> %.1f MiB = %.2f KiB per waiter; Redis %.1f cmds/s idle (%.1f with %d); served %d, failed %d, rejected %d, dropped %d, upstream max %d",
+	b.logf("   %d waiting: RSS %.1f -> %.1f MiB = %.2f KiB per waiter; Redis %.1f -> %.1f MiB = %.2f KiB per waiter; Redis %.1f cmds/s idle (%.1f with %d); served %d, failed %d, rejected %d, dropped %d, upstream max %d",
 		s.Queued, float64(s.RSSBefore)/(1<<20), float64(s.RSSAfter)/(1<<20), s.RSSPerWaiterKiB,
 		float64(s.RedisMemBefore)/(1<<20), float64(s.RedisMemAfter)/(1<<20), s.RedisPerWaiterKiB,
 		s.IdleCmdsPerS, s.BaseCmdsPerS, set.BaseWaiters, s.Served, s.Failed, s.Rejected, s.Dropped, s.UpstreamMaxHeld)
@@ -283,9 +284,9 @@ func (b *bench) scaleDeep(ctx context.Context, env *systems.Env, spec systems.Sp
 		return err
 	}
 	win = startCPUWindow(r.PIDs(), b.redisPID, procPIDs(clients))
-	probe = Handoffs{}
-	probed = b.probeRedis(ctx, secs(set.HandoffWindowS), &probe)
-	if err := sleepCtx(ctx, secs(set.HandoffWindowS)); err != nil {
+	probe = report.Handoffs{}
+	probed = b.probeRedis(ctx, report.Secs(set.HandoffWindowS), &probe)
+	if err := sleepCtx(ctx, report.Secs(set.HandoffWindowS)); err != nil {
 		return err
 	}
 	s.HandoffDeep, s.UpstreamMaxFlow, err = b.handoffs(ctx)
@@ -298,6 +299,6 @@ func (b *bench) scaleDeep(ctx context.Context, env *systems.Env, spec systems.Sp
 	s.HandoffDeep.RedisRTTP50, s.HandoffDeep.RedisRTTP99 = probe.RedisRTTP50, probe.RedisRTTP99
 	b.logf("   handoffs with %d waiting: p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms (%d, depth %d when read), upstream max %d; %s",
 		s.Queued, s.HandoffDeep.P50, s.HandoffDeep.P90, s.HandoffDeep.P99, s.HandoffDeep.Max, s.HandoffDeep.Count, s.HandoffDeep.Depth, s.UpstreamMaxFlow,
-		s.HandoffDeep.cpuLine())
+		s.HandoffDeep.CPULine())
 	return nil
 }

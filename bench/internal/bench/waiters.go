@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
@@ -57,12 +58,12 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) bool 
 
 // waiters starts spec afresh, takes every permit with endless streams,
 // queues w requests with prompts of promptBytes behind them, arriving at
-// rate per second, and measures the Caddy node's procs.RSS per waiter and, with
+// rate per second, and measures the Caddy node's RSS per waiter and, with
 // idle, Redis commands per second while they wait (compared with a few
 // waiters). Whatever else it measures, it counts the waiters that reached
 // the upstream without a permit.
-func (b *bench) waiters(ctx context.Context, spec systems.Spec, w, promptBytes int, rate float64, idle bool) (*WaiterRun, error) {
-	run := &WaiterRun{System: spec.Name, Waiters: w, PromptBytes: promptBytes, RampRPS: rate}
+func (b *bench) waiters(ctx context.Context, spec systems.Spec, w, promptBytes int, rate float64, idle bool) (*report.WaiterRun, error) {
+	run := &report.WaiterRun{System: spec.Name, Waiters: w, PromptBytes: promptBytes, RampRPS: rate}
 	// Own logs and queue per run.
 	spec.Name = fmt.Sprintf("%s-waiters-%dk-%.0f", spec.Name, promptBytes>>10, rate)
 	r, err := b.env.Start(ctx, spec)
@@ -174,7 +175,7 @@ func (b *bench) waiters(ctx context.Context, spec systems.Spec, w, promptBytes i
 		return nil, err
 	}
 	if run.Queued > 0 && err == nil {
-		run.RSSPerWaiter = round(float64(run.RSSAfter-run.RSSBefore)/1024/float64(run.Queued), 1)
+		run.RSSPerWaiter = report.Round(float64(run.RSSAfter-run.RSSBefore)/1024/float64(run.Queued), 1)
 	}
 	if idle && spec.Redis {
 		run.IdleCmdsPerS, run.IdleScripts, err = b.idleRate(ctx)
@@ -194,7 +195,7 @@ func (b *bench) waiters(ctx context.Context, spec systems.Spec, w, promptBytes i
 	if st, err := b.mockStats(ctx); err == nil {
 		run.UpstreamMax = st.MaxInFlight
 	}
-	line := fmt.Sprintf("   %d waiters (%d B prompts): %d queued, procs.RSS %.1f -> %.1f MiB = %.1f KiB per waiter",
+	line := fmt.Sprintf("   %d waiters (%d B prompts): %d queued, RSS %.1f -> %.1f MiB = %.1f KiB per waiter",
 		w, promptBytes, run.Queued, float64(run.RSSBefore)/(1<<20), float64(run.RSSAfter)/(1<<20), run.RSSPerWaiter)
 	if run.BaseWaiters > 0 {
 		line += fmt.Sprintf("; Redis %.1f cmds/s idle (%.1f with %d waiters)", run.IdleCmdsPerS, run.BaseCmdsPerS, run.BaseWaiters)
@@ -214,7 +215,7 @@ func (b *bench) idleRate(ctx context.Context) (cmds, scripts float64, err error)
 	if err != nil {
 		return 0, 0, err
 	}
-	window := secs(b.res.Settings.IdleWindowS)
+	window := report.Secs(b.res.Settings.IdleWindowS)
 	start := time.Now()
 	select {
 	case <-time.After(window):
@@ -227,5 +228,5 @@ func (b *bench) idleRate(ctx context.Context) (cmds, scripts float64, err error)
 	}
 	d := after.Sub(before)
 	s := time.Since(start).Seconds()
-	return round(float64(d.Total())/s, 1), round(float64(d.Scripts())/s, 1), nil
+	return report.Round(float64(d.Total())/s, 1), report.Round(float64(d.Scripts())/s, 1), nil
 }

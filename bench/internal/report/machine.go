@@ -1,4 +1,4 @@
-package bench
+package report
 
 import (
 	"context"
@@ -29,8 +29,8 @@ type Machine struct {
 	LoadEnd   float64 `json:"loadavg_end"`
 }
 
-// loadAverage returns the 1-minute load average, 0 if unknown.
-func loadAverage() float64 {
+// LoadAverage returns the 1-minute load average, 0 if unknown.
+func LoadAverage() float64 {
 	data, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return 0
@@ -43,9 +43,9 @@ func loadAverage() float64 {
 	return v
 }
 
-// describeMachine reads the machine and the versions of the servers used.
-func describeMachine(caddy, haproxy string) Machine {
-	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), LoadStart: loadAverage()}
+// DescribeMachine reads the machine and the versions of the servers used.
+func DescribeMachine(caddy, haproxy string) Machine {
+	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), LoadStart: LoadAverage()}
 	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for line := range strings.SplitSeq(string(data), "\n") {
 			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {

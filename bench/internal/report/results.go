@@ -1,4 +1,4 @@
-package bench
+package report
 
 import (
 	"time"
@@ -262,8 +262,8 @@ type Check struct {
 	Result string `json:"result"`
 }
 
-// system returns the measured system named name, or nil.
-func (res *Results) system(name string) *System {
+// System returns the measured system named name, or nil.
+func (res *Results) System(name string) *System {
 	for _, s := range res.Systems {
 		if s.Spec.Name == name && s.Error == "" {
 			return s
@@ -296,4 +296,26 @@ func (res *Results) baselineFor(s *System, pick func(*System) *LoadRun) *System 
 		}
 	}
 	return single
+}
+
+// DefaultSettings returns the loads of a quick or a full run.
+func DefaultSettings(quick bool) Settings {
+	s := Settings{
+		Permits: 4, ServiceMS: 10, Clients: 64, MaxWaitS: 60,
+		LowLoadClients: 1, LowLoadDelayMS: 0,
+		StreamTokens: 5, StreamTokenMS: 2, IdleWindowS: 5,
+		WaiterRampRPS: 1000, WaiterRampMiBps: 16,
+	}
+	if quick {
+		s.SaturatedS, s.LowLoadS, s.OpenLoopS = 3, 2, 2
+		s.OpenLoopLoads = []float64{0.5, 0.8, 0.95, 1.1}
+		s.Waiters = 2000
+		return s
+	}
+	s.SaturatedS, s.LowLoadS, s.OpenLoopS = 10, 5, 5
+	s.Bursts = []Burst{{PromptBytes: 1 << 10, RPS: 2000}, {PromptBytes: 64 << 10, RPS: 1000}}
+	s.OpenLoopLoads = []float64{0.25, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0, 1.1}
+	s.Waiters = 10000
+	s.StreamSaturated = true
+	return s
 }

@@ -1,4 +1,4 @@
-package bench
+package report
 
 import (
 	"fmt"
@@ -9,8 +9,17 @@ import (
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 )
 
-// markdown renders BENCHMARKS.md from the results of a run.
-func markdown(res *Results, opts Options, plots []string) string {
+// Files says where a run's outputs go.
+type Files struct {
+	// OutDir receives results.json, the plots and logs/.
+	OutDir string
+	// Markdown is the report (BENCHMARKS.md); empty: none.
+	Markdown string
+}
+
+// Markdown renders BENCHMARKS.md from the results of a run, plots
+// being the files WritePlots wrote.
+func Markdown(res *Results, opts Files, plots []string) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	set := res.Settings
@@ -43,7 +52,7 @@ func markdown(res *Results, opts Options, plots []string) string {
 	w("\n")
 	for _, s := range res.Systems {
 		if s.Error != "" {
-			w("- **%s** was not measured: `%s`\n", s.Spec.Label, oneLine(s.Error, 300))
+			w("- **%s** was not measured: `%s`\n", s.Spec.Label, OneLine(s.Error, 300))
 		}
 	}
 
@@ -134,7 +143,7 @@ func markdown(res *Results, opts Options, plots []string) string {
 
 	w("\n## Many waiters\n\n")
 	w("All %d permits held by streams that last minutes, then N requests queued behind them on one Caddy node.\n", set.Permits)
-	w("procs.RSS: `VmRSS` of the Caddy process before and after queueing them. Idle Redis load: every command Redis\n")
+	w("RSS: `VmRSS` of the Caddy process before and after queueing them. Idle Redis load: every command Redis\n")
 	w("executed over %.0f s (INFO commandstats, the bench's own INFO excluded) with the waiters queued, compared\n", set.IdleWindowS)
 	w("with the same node holding only a few waiters. The waiters arrive at %.0f req/s (fewer for large prompts:\n", set.WaiterRampRPS)
 	w("at most %.0f MiB/s of them). While every permit is held no waiter may reach the upstream: \"upstream max\"\n", set.WaiterRampMiBps)
@@ -143,7 +152,7 @@ func markdown(res *Results, opts Options, plots []string) string {
 		w(" The burst runs (Redis store) send them much faster and check only that.")
 	}
 	w("\n\n")
-	w("| system | waiters | prompt | queued | procs.RSS before MiB | procs.RSS after MiB | KiB per waiter | Redis cmds/s (few waiters) | Redis cmds/s (all waiting) | scripts/s | upstream max | served / failed / rejected | note |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| system | waiters | prompt | queued | RSS before MiB | RSS after MiB | KiB per waiter | Redis cmds/s (few waiters) | Redis cmds/s (all waiting) | scripts/s | upstream max | served / failed / rejected | note |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, x := range res.Waiters {
 		base, idle, scripts := "", "", ""
 		if x.BaseWaiters > 0 {
@@ -157,7 +166,7 @@ func markdown(res *Results, opts Options, plots []string) string {
 		}
 		w("| %s | %d at %.0f/s | %d KiB | %d | %.1f | %.1f | %.1f | %s | %s | %s | %d | %d / %d / %d | %s |\n", x.System, x.Waiters, x.RampRPS, x.PromptBytes/1024, x.Queued,
 			float64(x.RSSBefore)/(1<<20), float64(x.RSSAfter)/(1<<20), x.RSSPerWaiter, base, idle, scripts,
-			x.UpstreamMax, x.Served, x.Failed, x.Rejected, oneLine(note, 160))
+			x.UpstreamMax, x.Served, x.Failed, x.Rejected, OneLine(note, 160))
 	}
 
 	configsMarkdown(&b, res.Configs, set)
@@ -189,8 +198,8 @@ func markdown(res *Results, opts Options, plots []string) string {
 		}
 	}
 
-	w("\n## Reproduce\n\n```sh\nmake bench-quick   # about 4 minutes: short loads, %d waiters, one capacity workload; reports, never fails on noise\n", settings(true).Waiters)
-	w("make bench         # longer loads, more rates, a streaming saturated load, %d waiters, the capacity sweep\n", settings(false).Waiters)
+	w("\n## Reproduce\n\n```sh\nmake bench-quick   # about 4 minutes: short loads, %d waiters, one capacity workload; reports, never fails on noise\n", DefaultSettings(true).Waiters)
+	w("make bench         # longer loads, more rates, a streaming saturated load, %d waiters, the capacity sweep\n", DefaultSettings(false).Waiters)
 	w("make bench-capacity # the capacity scenario alone, short (about a minute), into bench-results/capacity/\n```\n\n")
 	w("Both build `bin/caddy` and `bin/mockllm`, install `redis-server` and `haproxy` from the Debian packages if\n")
 	w("missing, start every server on free loopback ports, stop them all at the end, and rewrite this file.\n")
@@ -202,7 +211,7 @@ func markdown(res *Results, opts Options, plots []string) string {
 // refPick selects the load of plain reverse_proxy that the CPU per
 // request is compared with; nil: none.
 func loadTable(b *strings.Builder, res *Results, pick, refPick func(*System) *LoadRun) {
-	ha := res.system("haproxy")
+	ha := res.System("haproxy")
 	fmt.Fprintf(b, "| system | req/s | vs HAProxy | p50 ms | p99 ms | upstream max / permits | utilization | handoff p50 / p99 ms | Redis scripts / req | Redis cmds / req (a) | proxy CPU ms / req (b) | Redis CPU ms / req (b) | CPU / req vs reverse_proxy (b) | rejected | failed |\n")
 	fmt.Fprintf(b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range res.Systems {
@@ -272,7 +281,7 @@ func orNone(s string) string {
 	return strings.ReplaceAll(s, "|", "/")
 }
 
-func oneLine(s string, n int) string {
+func OneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	s = strings.ReplaceAll(s, "|", "/")
 	if len(s) > n {
@@ -295,7 +304,7 @@ func version(line, marker string) string {
 
 // plotLink is the path of plot file as a link from the report: relative
 // to the report's directory when both paths are.
-func plotLink(opts Options, file string) string {
+func plotLink(opts Files, file string) string {
 	p := filepath.Join(opts.OutDir, file)
 	if opts.Markdown != "" {
 		if rel, err := filepath.Rel(filepath.Dir(opts.Markdown), p); err == nil {

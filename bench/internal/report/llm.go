@@ -1,20 +1,158 @@
-package bench
+package report
 
 // The LLM-shaped scenario's figures: its targets, its section of the
 // report and its plots.
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
+	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
+
+// LLM-shaped targets, reported (a missed one is a result, not a failure).
+const (
+	TargetLLMUtil = "LLM-shaped load: utilization >= 0.99x HAProxy's"
+	TargetLLMWait = "LLM-shaped load: wait p99 <= 1.1x HAProxy's"
+)
+
+// LLMSettings shape the LLM-shaped scenario.
+type LLMSettings struct {
+	// Permits is the permits of every system (HAProxy maxconn too).
+	Permits int `json:"permits"`
+	// Loads are the arrival rates as fractions of the capacity, Permits /
+	// the sample mean service time of the drawn sequence (each load's
+	// sequence offers load x Permits x ArrivalsS of work: loadgen.NewPlan).
+	Loads []float64 `json:"loads"`
+	// ArrivalsS is how long each point sends arrivals; DrainMaxS bounds
+	// the wait after it for the requests still queued or running (those
+	// left then are canceled).
+	ArrivalsS float64 `json:"arrivals_s"`
+	DrainMaxS float64 `json:"drain_max_s"`
+	// MaxWaitS is fair_queue's max_wait and HAProxy's timeout queue: long
+	// enough that nothing should be rejected at the highest load.
+	MaxWaitS float64 `json:"max_wait_s"`
+	// Seed is the base of each load's seed (LevelSeed).
+	Seed uint64 `json:"seed"`
+	// Shape is the requests' distribution.
+	MedianMS       float64 `json:"service_median_ms"`
+	P99MS          float64 `json:"service_p99_ms"`
+	MaxServiceMS   float64 `json:"service_max_ms"`
+	TokenMS        float64 `json:"token_ms"`
+	MinPromptBytes int     `json:"min_prompt_bytes"`
+	MaxPromptBytes int     `json:"max_prompt_bytes"`
+}
+
+// Shape is the loadgen shape of the settings.
+func (s LLMSettings) Shape() loadgen.LLMShape {
+	return loadgen.LLMShape{
+		Median: MS(s.MedianMS), P99: MS(s.P99MS), MaxService: MS(s.MaxServiceMS),
+		TokenTime: MS(s.TokenMS), MinPrompt: s.MinPromptBytes, MaxPrompt: s.MaxPromptBytes,
+	}
+}
+
+// LevelSeed is the seed of the sequence at load: fixed per load, the same
+// for every system (and for a quick and a full run).
+func (s LLMSettings) LevelSeed(load float64) uint64 {
+	return s.Seed + uint64(math.Round(load*1000))
+}
+
+// Plan draws the sequence of one load.
+func (s LLMSettings) Plan(load float64) loadgen.Plan {
+	return loadgen.NewPlan(s.Shape(), s.LevelSeed(load), s.Permits, load, Secs(s.ArrivalsS))
+}
+
+// LLM is what the LLM-shaped scenario measured.
+type LLM struct {
+	// Settings is the scenario; Levels describes the sequence of each
+	// load, in the order of Settings.Loads.
+	Settings LLMSettings `json:"settings"`
+	Levels   []*LLMLevel `json:"levels"`
+	// Systems holds one entry per system, HAProxy first.
+	Systems []*LLMSystem `json:"systems"`
+}
+
+// LLMLevel is the drawn sequence of one load.
+type LLMLevel struct {
+	Load float64 `json:"load"`
+	Seed uint64  `json:"seed"`
+	// Rate is the arrival rate (req/s), Arrivals the requests drawn.
+	Rate     float64 `json:"rate_rps"`
+	Arrivals int     `json:"arrivals"`
+	// MeanServiceMS is their mean service time (tokens x token time);
+	// ModelMeanServiceMS the log-normal's; WorkS their services summed.
+	MeanServiceMS      float64 `json:"mean_service_ms"`
+	ModelMeanServiceMS float64 `json:"model_mean_service_ms"`
+	WorkS              float64 `json:"work_s"`
+	// Offered is WorkS / (permits x arrivals' duration): the load the
+	// sequence offers (Load, up to the request at the boundary).
+	Offered float64 `json:"offered_load"`
+	// MaxServiceMS is the longest service drawn; LastArrivalS when the
+	// last request is sent.
+	MaxServiceMS float64 `json:"max_service_ms"`
+	LastArrivalS float64 `json:"last_arrival_s"`
+}
+
+// LLMSystem is one system under the LLM-shaped load.
+type LLMSystem struct {
+	Spec systems.Spec `json:"spec"`
+	// Error says why it could not be measured at all.
+	Error string `json:"error,omitempty"`
+	// Points holds one point per load, in the order of Settings.Loads.
+	Points []*LLMPoint `json:"points"`
+}
+
+// Point returns the point at load, or nil.
+func (s *LLMSystem) Point(load float64) *LLMPoint {
+	for _, p := range s.Points {
+		if p.Load == load && p.Error == "" {
+			return p
+		}
+	}
+	return nil
+}
+
+// LLMPoint is one system at one load.
+type LLMPoint struct {
+	Load float64 `json:"load"`
+	// Sent, OK (served), Rejected, Failed and Canceled (cut at the drain
+	// bound) count requests by outcome; Reasons the rejects by reason.
+	Sent     int            `json:"sent"`
+	OK       int            `json:"ok"`
+	Rejected int            `json:"rejected"`
+	Failed   int            `json:"failed"`
+	Canceled int            `json:"canceled"`
+	Reasons  map[string]int `json:"reasons,omitempty"`
+	// ElapsedS is the wall time from the first arrival to the last
+	// answer; DrainS the part after the last arrival.
+	ElapsedS float64 `json:"elapsed_s"`
+	DrainS   float64 `json:"drain_s"`
+	// BusyS is the permit-time the upstream was busy (mockllm -timeline);
+	// Utilization BusyS / (permits x ElapsedS), as the saturated load's.
+	BusyS       float64 `json:"busy_s"`
+	Utilization float64 `json:"permit_utilization"`
+	// UpstreamMax is the upstream's highest concurrency; UpstreamServed
+	// the completions it answered in full.
+	UpstreamMax    int `json:"upstream_max_in_flight"`
+	UpstreamServed int `json:"upstream_served"`
+	// Wait* are the time to first byte of the served requests, ms: the
+	// wait for a permit plus the proxy's latency (mockllm sends its
+	// headers at once).
+	WaitP50 float64 `json:"wait_p50_ms"`
+	WaitP90 float64 `json:"wait_p90_ms"`
+	WaitP99 float64 `json:"wait_p99_ms"`
+	WaitMax float64 `json:"wait_max_ms"`
+	// Error says why the point could not be measured.
+	Error string `json:"error,omitempty"`
+}
 
 // Plot files of the LLM-shaped scenario, in the output directory.
 const (
@@ -39,7 +177,7 @@ func llmRatios(l *LLM, p *LLMPoint) (util, wait float64, ok bool) {
 	if ha == nil {
 		return 0, 0, false
 	}
-	h := ha.point(p.Load)
+	h := ha.Point(p.Load)
 	if h == nil || h.Utilization <= 0 || h.WaitP99 <= 0 {
 		return 0, 0, false
 	}
@@ -62,7 +200,7 @@ func llmChecks(l *LLM) []Check {
 			name := fmt.Sprintf("%s (LLM load %.2f)", s.Spec.Name, p.Load)
 			if p.Error != "" {
 				if s.Spec.Kind == systems.KindFairQueue {
-					add(TargetLLMUtil, name, "not measured: "+oneLine(p.Error, 160), "FAIL")
+					add(TargetLLMUtil, name, "not measured: "+OneLine(p.Error, 160), "FAIL")
 				}
 				continue
 			}
@@ -81,11 +219,11 @@ func llmChecks(l *LLM) []Check {
 				add(TargetLLMWait, name, fmt.Sprintf("%.0f ms (no HAProxy run)%s", p.WaitP99, extra), "n/a")
 				continue
 			}
-			h := ha.point(p.Load)
+			h := ha.Point(p.Load)
 			add(TargetLLMUtil, name, fmt.Sprintf("%.3f vs %.3f = %.3fx (%.1f vs %.1f s to serve the same work)%s",
-				p.Utilization, h.Utilization, ur, p.ElapsedS, h.ElapsedS, extra), verdict(round(ur, 3) >= 0.99))
+				p.Utilization, h.Utilization, ur, p.ElapsedS, h.ElapsedS, extra), verdict(Round(ur, 3) >= 0.99))
 			add(TargetLLMWait, name, fmt.Sprintf("%.0f vs %.0f ms = %.3fx (p50 %.0f vs %.0f ms)%s",
-				p.WaitP99, h.WaitP99, wr, p.WaitP50, h.WaitP50, extra), verdict(round(wr, 3) <= 1.1))
+				p.WaitP99, h.WaitP99, wr, p.WaitP50, h.WaitP50, extra), verdict(Round(wr, 3) <= 1.1))
 		}
 	}
 	return checks
@@ -123,12 +261,12 @@ func llmMarkdown(b *strings.Builder, l *LLM, plots []string) {
 	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range l.Systems {
 		if s.Error != "" {
-			w("| %s | | not measured: `%s` | | | | | | | | | | | |\n", s.Spec.Label, oneLine(s.Error, 160))
+			w("| %s | | not measured: `%s` | | | | | | | | | | | |\n", s.Spec.Label, OneLine(s.Error, 160))
 			continue
 		}
 		for _, p := range s.Points {
 			if p.Error != "" {
-				w("| %s | %.2f | not measured: `%s` | | | | | | | | | | | |\n", s.Spec.Label, p.Load, oneLine(p.Error, 160))
+				w("| %s | %.2f | not measured: `%s` | | | | | | | | | | | |\n", s.Spec.Label, p.Load, OneLine(p.Error, 160))
 				continue
 			}
 			ur, wr := "", ""
@@ -238,4 +376,19 @@ func writeLLMPlots(l *LLM, dir string) ([]string, error) {
 		return written, err
 	}
 	return written, nil
+}
+
+// DefaultLLMSettings returns the scenario of a quick or a full run.
+func DefaultLLMSettings(quick bool) LLMSettings {
+	sh := loadgen.DefaultLLMShape
+	s := LLMSettings{
+		Permits: 8, Loads: []float64{0.7, 0.9, 1.0, 1.1}, ArrivalsS: 40, DrainMaxS: 180,
+		MaxWaitS: 300, Seed: 16_000,
+		MedianMS: MSOf(sh.Median), P99MS: MSOf(sh.P99), MaxServiceMS: MSOf(sh.MaxService),
+		TokenMS: MSOf(sh.TokenTime), MinPromptBytes: sh.MinPrompt, MaxPromptBytes: sh.MaxPrompt,
+	}
+	if quick {
+		s.Loads, s.ArrivalsS, s.DrainMaxS = []float64{1.0}, 8, 90
+	}
+	return s
 }

@@ -1,4 +1,4 @@
-package bench
+package report
 
 // The fairness scenario's figures: shares of permit-time per tenant and
 // window, its targets, and its section of the report.
@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"image/color"
 	"os"
-	"slices"
 	"strings"
-	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -17,130 +15,159 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
-
-	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
 
-// clientRun is what one tenant's clients saw: when their load started,
-// and each request's result (its Start is since then).
-type clientRun struct {
-	started time.Time
-	results []loadgen.Result
+// The fairness scenario: a few permits, three tenants in closed loops. The
+// heavy tenants "long" and "short" have as many clients each, and a
+// request of "long" holds its permit 4x longer (4x the tokens at the same
+// time per token); "chat" has one client, which sends its next request
+// when its answer came, as a chat user does. It runs once per queue mode
+// (FairModes): strict FIFO, then fair by count, by permit-time and by
+// tokens. The permit-time of each request is measured at the upstream
+// (an in-process mockllm that records when each request arrived and
+// ended, and for which tenant).
+const (
+	TenantLong  = "long"
+	TenantShort = "short"
+	TenantChat  = "chat"
+
+	// HeaderTenant carries the tenant of a request; fair_queue reads it
+	// with TenantPlaceholder.
+	HeaderTenant      = "X-Tenant"
+	TenantPlaceholder = "{http.request.header." + HeaderTenant + "}"
+)
+
+// Fairness targets, reported (a missed one is a result, not a failure).
+const (
+	TargetFairTime   = "cost time: long and short each 42-58% of their permit-time"
+	TargetFairTokens = "cost tokens: long and short each 42-58% of their permit-time"
+)
+
+// FairMode is one queue configuration of the fairness scenario.
+type FairMode struct {
+	// Name is short ("fifo", "requests"...); Label how tables show it.
+	Name  string `json:"name"`
+	Label string `json:"label"`
+	// Tenant sets fair_queue's tenant (else strict FIFO); Cost its cost
+	// mode ("" for the default, requests).
+	Tenant bool   `json:"tenant"`
+	Cost   string `json:"cost,omitempty"`
 }
 
-// fairShares measures each tenant's permit-time, requests and waits from
-// the upstream spans and what the clients saw (clients[i] is the load of
-// set.Tenants[i]), over [t0, t0 + duration], in windows of set.WindowS.
-func fairShares(set FairnessSettings, spans []span, clients []clientRun, t0 time.Time) []*FairTenant {
-	end := t0.Add(secs(set.DurationS))
-	window := secs(set.WindowS)
-	nw := max(1, int((secs(set.DurationS)+window-1)/window))
-	perWindow := make([][]float64, len(set.Tenants)) // seconds, per tenant and window
-	out := make([]*FairTenant, len(set.Tenants))
-	index := map[string]int{}
-	for i, l := range set.Tenants {
-		out[i] = &FairTenant{Tenant: l.Tenant, Shares: make([]float64, nw)}
-		perWindow[i] = make([]float64, nw)
-		index[l.Tenant] = i
+// FairModes are the queue modes the fairness scenario runs, FIFO first.
+func FairModes() []FairMode {
+	return []FairMode{
+		{Name: "fifo", Label: "strict FIFO (no tenant)"},
+		{Name: "requests", Label: "cost requests", Tenant: true},
+		{Name: "time", Label: "cost time", Tenant: true, Cost: "time"},
+		{Name: "tokens", Label: "cost tokens", Tenant: true, Cost: "tokens"},
 	}
-	byTenant := make([][]span, len(set.Tenants))
-	var totalS float64
-	totalReq := 0
-	for _, sp := range spans {
-		i, ok := index[sp.tenant]
-		if !ok {
-			continue
-		}
-		byTenant[i] = append(byTenant[i], sp)
-		if !sp.start.Before(t0) && sp.start.Before(end) {
-			out[i].Requests++
-			totalReq++
-		}
-		for w := range nw {
-			ws := t0.Add(time.Duration(w) * window)
-			we := ws.Add(window)
-			if we.After(end) {
-				we = end
-			}
-			if d := overlap(sp.start, sp.end, ws, we); d > 0 {
-				perWindow[i][w] += d.Seconds()
-				out[i].PermitS += d.Seconds()
-				totalS += d.Seconds()
-			}
-		}
-	}
-	for w := range nw {
-		var sum float64
-		for i := range out {
-			sum += perWindow[i][w]
-		}
-		for i := range out {
-			if sum > 0 {
-				out[i].Shares[w] = round(perWindow[i][w]/sum, 4)
-			}
-		}
-	}
-	for i, t := range out {
-		if totalS > 0 {
-			t.PermitShare = round(t.PermitS/totalS, 4)
-		}
-		if totalReq > 0 {
-			t.RequestShare = round(float64(t.Requests)/float64(totalReq), 4)
-		}
-		t.PermitS = round(t.PermitS, 3)
-		sps := byTenant[i]
-		slices.SortFunc(sps, func(a, b span) int { return a.start.Compare(b.start) })
-		service := make([]time.Duration, len(sps))
-		for j, sp := range sps {
-			service[j] = sp.end.Sub(sp.start)
-		}
-		slices.Sort(service)
-		median := loadgen.Percentile(service, 50)
-		t.ServiceMS = msOf(median)
-		if i >= len(clients) {
-			continue
-		}
-		cr := clients[i]
-		var ok []loadgen.Result
-		for _, res := range cr.results {
-			switch res.Outcome {
-			case loadgen.OutcomeOK:
-				ok = append(ok, res)
-			case loadgen.OutcomeRejected:
-				t.Rejected++
-			case loadgen.OutcomeFailed:
-				t.Failed++
-			}
-		}
-		slices.SortFunc(ok, func(a, b loadgen.Result) int { return int(a.Start - b.Start) })
-		exact := set.Tenants[i].Clients == 1 && len(ok) == len(sps)
-		waits := make([]time.Duration, 0, len(ok))
-		for j, res := range ok {
-			var w time.Duration
-			if exact {
-				w = sps[j].start.Sub(cr.started.Add(res.Start))
-			} else {
-				w = res.Total - median
-			}
-			waits = append(waits, max(w, 0))
-		}
-		slices.Sort(waits)
-		t.WaitP50 = msOf(loadgen.Percentile(waits, 50))
-		t.WaitP99 = msOf(loadgen.Percentile(waits, 99))
-	}
-	return out
 }
 
-// overlap is the length of [a0, a1] inside [b0, b1].
-func overlap(a0, a1, b0, b1 time.Time) time.Duration {
-	s, e := a0, a1
-	if b0.After(s) {
-		s = b0
+// FairTenantLoad is the load of one tenant.
+type FairTenantLoad struct {
+	// Tenant is its name, sent as HeaderTenant.
+	Tenant string `json:"tenant"`
+	// Clients is its closed-loop concurrency.
+	Clients int `json:"clients"`
+	// Tokens is the answer's length (X-Mock-Tokens): with the settings'
+	// TokenDelayUS, the upstream time of one request.
+	Tokens int `json:"tokens"`
+}
+
+// FairnessSettings shape the fairness scenario.
+type FairnessSettings struct {
+	// Permits and Nodes configure the fair_queue (Redis store, the
+	// clients' requests round-robin over the nodes).
+	Permits int `json:"permits"`
+	Nodes   int `json:"nodes"`
+	// DurationS is how long each mode runs; WindowS the width of the
+	// windows the shares are taken over, in seconds.
+	DurationS float64 `json:"duration_s"`
+	WindowS   float64 `json:"window_s"`
+	// TokenDelayUS is the upstream's time per token (X-Mock-Delay: an
+	// unstreamed answer comes after tokens x delay).
+	TokenDelayUS float64 `json:"token_delay_us"`
+	// Tenants are the loads, long first.
+	Tenants []FairTenantLoad `json:"tenants"`
+}
+
+// ServiceMS is the upstream time of one request of l.
+func (s FairnessSettings) ServiceMS(l FairTenantLoad) float64 {
+	return float64(l.Tokens) * s.TokenDelayUS / 1000
+}
+
+// Fairness is what the fairness scenario measured.
+type Fairness struct {
+	// Settings is the scenario; System describes the queue.
+	Settings FairnessSettings `json:"settings"`
+	System   string           `json:"system"`
+	// Runs holds one run per mode, in the order of FairModes.
+	Runs []*FairRun `json:"runs"`
+	// Error says why the scenario could not run at all.
+	Error string `json:"error,omitempty"`
+}
+
+// FairRun is one mode of the fairness scenario.
+type FairRun struct {
+	// Mode is the queue mode.
+	Mode FairMode `json:"mode"`
+	// Tenants holds one entry per tenant, in the order of the settings.
+	Tenants []*FairTenant `json:"tenants"`
+	// UpstreamMax is the most requests the upstream served at once.
+	UpstreamMax int `json:"upstream_max_in_flight"`
+	// Error says why the mode could not be measured.
+	Error string `json:"error,omitempty"`
+}
+
+// Tenant returns the entry of the tenant named name, or nil.
+func (r *FairRun) Tenant(name string) *FairTenant {
+	for _, t := range r.Tenants {
+		if t.Tenant == name {
+			return t
+		}
 	}
-	if b1.Before(e) {
-		e = b1
+	return nil
+}
+
+// PairShare is long's share of the permit-time long and short had
+// together: 0.5 when the two heavy tenants got equal use; -1 when
+// neither ran.
+func (r *FairRun) PairShare() float64 {
+	l, s := r.Tenant(TenantLong), r.Tenant(TenantShort)
+	if l == nil || s == nil || l.PermitS+s.PermitS <= 0 {
+		return -1
 	}
-	return max(e.Sub(s), 0)
+	return l.PermitS / (l.PermitS + s.PermitS)
+}
+
+// FairTenant is what one tenant got in one mode, over the run's duration
+// (requests still running at its end count up to the end; the drain
+// after it, when no one is backlogged any more, is left out).
+type FairTenant struct {
+	// Tenant is its name.
+	Tenant string `json:"tenant"`
+	// Requests is the requests that reached the upstream in the run;
+	// Failed and Rejected count the client's failures and rejects.
+	Requests int `json:"requests"`
+	Failed   int `json:"failed"`
+	Rejected int `json:"rejected"`
+	// PermitS is the upstream time of its requests (a permit held each),
+	// in seconds; PermitShare and RequestShare its share of all tenants'
+	// permit-time and requests.
+	PermitS      float64 `json:"permit_s"`
+	PermitShare  float64 `json:"permit_share"`
+	RequestShare float64 `json:"request_share"`
+	// ServiceMS is the median upstream time of one of its requests.
+	ServiceMS float64 `json:"service_ms"`
+	// WaitP50 and WaitP99 are the time its requests spent before the
+	// upstream (queued, plus the proxy), ms: exact for a one-client
+	// tenant (its requests matched with their upstream spans in order),
+	// else the client's total time minus ServiceMS.
+	WaitP50 float64 `json:"wait_p50_ms"`
+	WaitP99 float64 `json:"wait_p99_ms"`
+	// Shares is its share of the permit-time in each window of the run.
+	Shares []float64 `json:"shares"`
 }
 
 // fairnessChecks are the targets of the fairness scenario.
@@ -161,7 +188,7 @@ func fairnessChecks(f *Fairness) []Check {
 		}
 		name := fmt.Sprintf("%s (%s)", f.System, run.Mode.Label)
 		if run.Error != "" {
-			checks = append(checks, Check{Target: target, System: name, Value: "not measured: " + oneLine(run.Error, 160), Result: "FAIL"})
+			checks = append(checks, Check{Target: target, System: name, Value: "not measured: " + OneLine(run.Error, 160), Result: "FAIL"})
 			continue
 		}
 		p := run.PairShare()
@@ -169,7 +196,7 @@ func fairnessChecks(f *Fairness) []Check {
 			checks = append(checks, Check{Target: target, System: name, Value: "no permit-time measured", Result: "FAIL"})
 			continue
 		}
-		l, s := run.tenant(TenantLong), run.tenant(TenantShort)
+		l, s := run.Tenant(TenantLong), run.Tenant(TenantShort)
 		value := fmt.Sprintf("long %.1f%%, short %.1f%% of their permit-time (%.1f / %.1f s; %.1f%% / %.1f%% of all, chat %.1f%%)",
 			100*p, 100*(1-p), l.PermitS, s.PermitS, 100*l.PermitShare, 100*s.PermitShare, 100*shareOf(run, TenantChat))
 		checks = append(checks, Check{Target: target, System: name, Value: value, Result: verdict(p >= 0.42 && p <= 0.58)})
@@ -178,7 +205,7 @@ func fairnessChecks(f *Fairness) []Check {
 }
 
 func shareOf(run *FairRun, tenant string) float64 {
-	if t := run.tenant(tenant); t != nil {
+	if t := run.Tenant(tenant); t != nil {
 		return t.PermitShare
 	}
 	return 0
@@ -216,13 +243,13 @@ func fairnessMarkdown(b *strings.Builder, f *Fairness, plot string) {
 	w("backlogged or running all the time: equal permit-time is 1/3 each, though chat, one request at a time on %d\n", set.Permits)
 	w("permits, can only take a permit when one frees after each of its answers.\n")
 	if f.Error != "" {
-		w("\nNot measured: `%s`\n", oneLine(f.Error, 300))
+		w("\nNot measured: `%s`\n", OneLine(f.Error, 300))
 		return
 	}
 	for _, run := range f.Runs {
 		w("\n**%s**", run.Mode.Label)
 		if run.Error != "" {
-			w(": not measured: `%s`\n", oneLine(run.Error, 300))
+			w(": not measured: `%s`\n", OneLine(run.Error, 300))
 			continue
 		}
 		if p := run.PairShare(); p >= 0 {
@@ -352,4 +379,20 @@ func writeFairnessPlot(f *Fairness, path string) (bool, error) {
 		return false, err
 	}
 	return true, file.Close()
+}
+
+// DefaultFairnessSettings returns the scenario of a quick or a full run.
+func DefaultFairnessSettings(quick bool) FairnessSettings {
+	s := FairnessSettings{
+		Permits: 2, Nodes: 2, DurationS: 15, WindowS: 1, TokenDelayUS: 100,
+		Tenants: []FairTenantLoad{
+			{Tenant: TenantLong, Clients: 4, Tokens: 800},
+			{Tenant: TenantShort, Clients: 4, Tokens: 200},
+			{Tenant: TenantChat, Clients: 1, Tokens: 200},
+		},
+	}
+	if quick {
+		s.DurationS, s.WindowS = 4, 0.5
+	}
+	return s
 }

@@ -1,4 +1,4 @@
-package bench
+package report
 
 import (
 	"fmt"
@@ -16,8 +16,8 @@ const (
 	TargetFastScripts  = "<= 2 Redis script calls per fast-path request"
 	TargetQueueScripts = "<= 3 Redis script calls per queued request"
 	TargetConcurrency  = "upstream max concurrency <= permits"
-	TargetRSS          = "<= 50 KB procs.RSS per waiting connection (1 KiB prompt)"
-	TargetRSS64        = "procs.RSS per waiting connection (64 KiB prompt), reported"
+	TargetRSS          = "<= 50 KB RSS per waiting connection (1 KiB prompt)"
+	TargetRSS64        = "RSS per waiting connection (64 KiB prompt), reported"
 	TargetIdle         = "idle Redis load independent of the number of waiters"
 )
 
@@ -28,14 +28,14 @@ func verdict(ok bool) string {
 	return "FAIL"
 }
 
-// evaluate compares the measurements with the targets, one check per
+// Evaluate compares the measurements with the targets, one check per
 // target and system it applies to.
-func evaluate(res *Results) []Check {
+func Evaluate(res *Results) []Check {
 	var checks []Check
 	add := func(target, system, value, result string) {
 		checks = append(checks, Check{Target: target, System: system, Value: value, Result: result})
 	}
-	ha := res.system("haproxy")
+	ha := res.System("haproxy")
 	permits := res.Settings.Permits
 	for _, s := range res.Systems {
 		if s.Error != "" || !s.Spec.Limited() {
@@ -94,7 +94,7 @@ func evaluate(res *Results) []Check {
 		if w.PromptBytes == 1<<10 {
 			target = TargetRSS
 		}
-		name := fmt.Sprintf("%s (%d waiters, %s prompts, at %.0f/s)", w.System, w.Waiters, sizeLabel(w.PromptBytes), w.RampRPS)
+		name := fmt.Sprintf("%s (%d waiters, %s prompts, at %.0f/s)", w.System, w.Waiters, SizeLabel(w.PromptBytes), w.RampRPS)
 		if w.UpstreamMax > 0 {
 			add(TargetConcurrency, name, fmt.Sprintf("%d vs %d (%d waiters served, %d failed while the permits were held)",
 				w.UpstreamMax, permits, w.Served, w.Failed), verdict(w.UpstreamMax <= permits))
@@ -110,7 +110,7 @@ func evaluate(res *Results) []Check {
 			add(target, name, "not measured: "+w.Note, result)
 			continue
 		}
-		value := fmt.Sprintf("%.1f KiB per waiter (%d waiting, procs.RSS %.1f -> %.1f MiB)",
+		value := fmt.Sprintf("%.1f KiB per waiter (%d waiting, RSS %.1f -> %.1f MiB)",
 			w.RSSPerWaiter, w.Queued, float64(w.RSSBefore)/(1<<20), float64(w.RSSAfter)/(1<<20))
 		if target == TargetRSS {
 			add(TargetRSS, name, value, verdict(w.RSSPerWaiter*1024 <= 50_000))
@@ -166,8 +166,8 @@ func median(vs []float64) float64 {
 	return s[len(s)/2]
 }
 
-// sizeLabel writes a prompt size: "1 KiB", "64 KiB", or bytes.
-func sizeLabel(n int) string {
+// SizeLabel writes a prompt size: "1 KiB", "64 KiB", or bytes.
+func SizeLabel(n int) string {
 	if n >= 1<<10 && n%(1<<10) == 0 {
 		return fmt.Sprintf("%d KiB", n>>10)
 	}
@@ -234,7 +234,7 @@ func cpuCheck(res *Results, s *System, load string, pick, refPick func(*System) 
 	c.Value = fmt.Sprintf("proxy %.4f vs %.4f ms/req = %.2fx; proxy+Redis %.4f ms/req = %.2fx (%s; %.0f vs %.0f req/s)",
 		run.ProxyCPUPerRequest, ref.ProxyCPUPerRequest, r, run.TotalCPUPerRequest(),
 		run.TotalCPUPerRequest()/ref.ProxyCPUPerRequest, refLabel(base, ref), run.Throughput, ref.Throughput)
-	c.Result = verdict(round(r, 3) <= 1.15)
+	c.Result = verdict(Round(r, 3) <= 1.15)
 	return c, true
 }
 

@@ -1,4 +1,4 @@
-package bench
+package report
 
 import (
 	"fmt"
@@ -22,9 +22,9 @@ const (
 	PlotWaitVsRate   = "wait-vs-arrival-rate.png"
 )
 
-// writePlots draws the latency CDFs per system and the wait against the
+// WritePlots draws the latency CDFs per system and the wait against the
 // arrival rate, and returns the file names written.
-func writePlots(res *Results, dir string) ([]string, error) {
+func WritePlots(res *Results, dir string) ([]string, error) {
 	var written []string
 	// cdf draws one CDF per system, the legend in the bottom right corner
 	// moved by (dx, dy) off the curves.
