@@ -51,6 +51,7 @@ func (cs *Configs) SetRatios() {
 	}
 }
 
+// System returns the system named name, or nil.
 func (cs *Configs) System(name string) *ConfigSystem {
 	for _, s := range cs.Systems {
 		if s.Spec.Name == name {

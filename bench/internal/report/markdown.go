@@ -281,6 +281,8 @@ func orNone(s string) string {
 	return strings.ReplaceAll(s, "|", "/")
 }
 
+// OneLine puts s on one line, its spaces collapsed and its pipes made
+// slashes (for a table cell), cut to n bytes and "...".
 func OneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	s = strings.ReplaceAll(s, "|", "/")

@@ -1,3 +1,8 @@
+// Package report holds what a bench run measured and how it is told:
+// the types of results.json (Results, and each scenario's settings and
+// figures), the targets and their checks (Evaluate), BENCHMARKS.md
+// (Markdown) and the PNG plots (WritePlots). It runs nothing, so that
+// bench -render rebuilds the report from a results.json alone.
 package report
 
 import (

@@ -380,6 +380,8 @@ func (h *Handoffs) CPULine() string {
 
 // ClientShare is the load of one client process: its node and its count.
 type ClientShare struct {
+	// Node is the index of the node the process talks to; Waiters how
+	// many streams it holds there.
 	Node    int `json:"node"`
 	Waiters int `json:"waiters"`
 }

@@ -1,4 +1,8 @@
-package bench
+// Package fairness runs the fairness scenario: three tenants in closed
+// loops against a few permits, once per queue mode (report.FairModes),
+// each request's permit-time measured at an in-process upstream. Its
+// figures and their report are report.Fairness.
+package fairness
 
 import (
 	"context"
@@ -12,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/scenario"
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
@@ -34,6 +39,8 @@ type spanRecorder struct {
 	max      int
 }
 
+// ServeHTTP serves r upstream and records its span when it is a
+// tenant's completion.
 func (s *spanRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tenant := r.Header.Get(report.HeaderTenant)
 	if tenant == "" || !strings.HasSuffix(r.URL.Path, "/completions") {
@@ -63,14 +70,14 @@ func (s *spanRecorder) take() ([]span, int) {
 	return spans, m
 }
 
-// runFairness runs the fairness scenario, each mode on a fresh fair_queue
+// Run runs the fairness scenario, each mode on a fresh fair_queue
 // (a queue of its own in Redis), in front of an in-process recording
 // upstream.
-func (b *bench) runFairness(ctx context.Context) {
-	set := report.DefaultFairnessSettings(b.opts.Quick)
+func Run(ctx context.Context, b *scenario.Runner) {
+	set := report.DefaultFairnessSettings(b.Quick)
 	f := &report.Fairness{Settings: set, System: fmt.Sprintf("fair_queue Redis %d nodes, %d permits", set.Nodes, set.Permits)}
-	b.res.Fairness = f
-	b.logf("== fairness: %s, %.0f s per mode", f.System, set.DurationS)
+	b.Res.Fairness = f
+	b.Logf("== fairness: %s, %.0f s per mode", f.System, set.DurationS)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -82,16 +89,16 @@ func (b *bench) runFairness(ctx context.Context) {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 
-	env := *b.env
+	env := *b.Env
 	env.MockAddr, env.Permits = ln.Addr().String(), set.Permits
 	for _, mode := range report.FairModes() {
 		if ctx.Err() != nil {
 			return
 		}
-		run := b.fairRun(ctx, &env, rec, set, mode)
+		run := fairRun(ctx, b, &env, rec, set, mode)
 		f.Runs = append(f.Runs, run)
 		if run.Error != "" {
-			b.logf("   %-24s failed: %v", mode.Label, report.OneLine(run.Error, 300))
+			b.Logf("   %-24s failed: %v", mode.Label, report.OneLine(run.Error, 300))
 			continue
 		}
 		var parts []string
@@ -99,14 +106,14 @@ func (b *bench) runFairness(ctx context.Context) {
 			parts = append(parts, fmt.Sprintf("%s %4.1f%% time %4.1f%% req", t.Tenant, 100*t.PermitShare, 100*t.RequestShare))
 		}
 		chat := run.Tenant(report.TenantChat)
-		b.logf("   %-24s %s; chat wait p50 %.1f p99 %.1f ms; upstream max %d",
+		b.Logf("   %-24s %s; chat wait p50 %.1f p99 %.1f ms; upstream max %d",
 			mode.Label, strings.Join(parts, ", "), chat.WaitP50, chat.WaitP99, run.UpstreamMax)
 	}
 }
 
 // fairRun runs one mode: a fresh system, every tenant's closed loop at
 // once for the duration, the shares taken from the upstream's spans.
-func (b *bench) fairRun(ctx context.Context, env *systems.Env, rec *spanRecorder, set report.FairnessSettings, mode report.FairMode) *report.FairRun {
+func fairRun(ctx context.Context, b *scenario.Runner, env *systems.Env, rec *spanRecorder, set report.FairnessSettings, mode report.FairMode) *report.FairRun {
 	run := &report.FairRun{Mode: mode}
 	spec := systems.Spec{
 		Name: "fair-" + mode.Name, Label: "fair_queue " + mode.Label, Kind: systems.KindFairQueue,
@@ -121,7 +128,7 @@ func (b *bench) fairRun(ctx context.Context, env *systems.Env, rec *spanRecorder
 		return run
 	}
 	defer env.Stop(r)
-	if err := b.warm(ctx, r); err != nil { // no tenant header: not recorded
+	if err := b.Warm(ctx, r); err != nil { // no tenant header: not recorded
 		run.Error = err.Error()
 		return run
 	}
@@ -134,7 +141,7 @@ func (b *bench) fairRun(ctx context.Context, env *systems.Env, rec *spanRecorder
 	var wg sync.WaitGroup
 	for i, l := range set.Tenants {
 		wg.Go(func() {
-			reports[i], errs[i] = b.load(ctx, r.Targets, loadgen.Config{
+			reports[i], errs[i] = b.Load(ctx, r.Targets, loadgen.Config{
 				Clients: l.Clients, Duration: dur, Tokens: l.Tokens,
 				Delay:  time.Duration(set.TokenDelayUS * float64(time.Microsecond)),
 				Header: http.Header{report.HeaderTenant: {l.Tenant}},

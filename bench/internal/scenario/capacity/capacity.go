@@ -1,4 +1,8 @@
-package bench
+// Package capacity runs the capacity scenario: fixed permits in front of
+// a GPU-shaped backend (mockllm -kv-tokens), the same drawn sequence of
+// requests for the backend alone, HAProxy maxconn and a sweep of
+// fair_queue permits. Its figures and their report are report.Capacity.
+package capacity
 
 // The capacity scenario: what a fixed permit count costs in front of a
 // backend shaped like a GPU (mockllm -kv-tokens: one batch whose steps

@@ -1,4 +1,4 @@
-package bench
+package fairness
 
 import (
 	"net/http"

@@ -1,4 +1,4 @@
-package bench
+package llm
 
 import (
 	"testing"
@@ -33,24 +33,6 @@ func TestLLMPlansAreTheSameForEverySystem(t *testing.T) {
 		}
 	}
 	assert.Equal(t, set.LevelSeed(1.0), report.DefaultLLMSettings(true).LevelSeed(1.0), "quick and full draw load 1.0 from one seed")
-}
-
-func TestUtilization(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		busyMS  float64
-		permits int
-		elapsed float64
-		want    float64
-	}{
-		{8000, 8, 1, 1},
-		{4000, 8, 1, 0.5},
-		{320_000, 8, 50, 0.8},
-		{100, 0, 1, 0},
-		{100, 4, 0, 0},
-	} {
-		assert.Equal(t, c.want, utilization(c.busyMS, c.permits, c.elapsed), "%+v", c)
-	}
 }
 
 func TestLLMSpecs(t *testing.T) {

@@ -1,4 +1,4 @@
-package bench
+package capacity
 
 // The capacity scenario's workload: the drawn sequence of requests and
 // the backend's ideal on it.

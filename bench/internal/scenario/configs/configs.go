@@ -1,9 +1,14 @@
-package bench
+// Package configs runs the config scenario: the saturated load against
+// each fair_queue topology configured by the bench's JSON and by an
+// operator's Caddyfile, alternated round by round. Its figures and their
+// report are report.Configs.
+package configs
 
 import (
 	"context"
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/scenario"
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
@@ -24,35 +29,35 @@ func configSpecs() []systems.Spec {
 	return specs
 }
 
-// runConfigs runs the config scenario: rounds of the saturated load, the
+// Run runs the config scenario: rounds of the saturated load, the
 // systems' order rotating each round.
-func (b *bench) runConfigs(ctx context.Context) {
-	set := b.res.Settings
+func Run(ctx context.Context, b *scenario.Runner) {
+	set := b.Res.Settings
 	rounds := 5
-	if b.opts.Quick {
+	if b.Quick {
 		rounds = 2 // only when asked for (-systems configs)
 	}
 	cs := &report.Configs{Rounds: rounds}
-	b.res.Configs = cs
-	b.logf("== configs: bench JSON vs Caddyfile, %d rounds of the saturated load (%.0f s each), alternated", rounds, set.SaturatedS)
+	b.Res.Configs = cs
+	b.Logf("== configs: bench JSON vs Caddyfile, %d rounds of the saturated load (%.0f s each), alternated", rounds, set.SaturatedS)
 	var running []*systems.Running
 	defer func() {
 		for _, r := range running {
 			if r != nil {
-				b.env.Stop(r)
+				b.Env.Stop(r)
 			}
 		}
 	}()
 	for _, spec := range configSpecs() {
 		sys := &report.ConfigSystem{Spec: spec}
 		cs.Systems = append(cs.Systems, sys)
-		r, err := b.env.Start(ctx, spec)
+		r, err := b.Env.Start(ctx, spec)
 		if err == nil {
-			err = b.warm(ctx, r)
+			err = b.Warm(ctx, r)
 		}
 		if err != nil {
 			sys.Error = err.Error()
-			b.logf("   %s not measured: %v", spec.Label, err)
+			b.Logf("   %s not measured: %v", spec.Label, err)
 		}
 		running = append(running, r)
 	}
@@ -68,14 +73,14 @@ func (b *bench) runConfigs(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			run, err := b.measure(ctx, r, cfg)
+			run, err := b.Measure(ctx, r, cfg)
 			if err != nil {
 				sys.Error = err.Error()
-				b.logf("   %s failed: %v", sys.Spec.Label, err)
+				b.Logf("   %s failed: %v", sys.Spec.Label, err)
 				continue
 			}
 			sys.Runs = append(sys.Runs, run)
-			b.logf("   round %d %-34s %8.1f ok/s  p50 %6.2f ms  handoff p50 %.3f ms  upstream max %d  CPU/req %.4f ms",
+			b.Logf("   round %d %-34s %8.1f ok/s  p50 %6.2f ms  handoff p50 %.3f ms  upstream max %d  CPU/req %.4f ms",
 				round+1, sys.Spec.Label, run.Throughput, run.P50, run.HandoffP50, run.UpstreamMax, run.ProxyCPUPerRequest)
 		}
 	}

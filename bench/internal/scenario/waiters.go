@@ -1,9 +1,10 @@
-package bench
+package scenario
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,8 +14,8 @@ import (
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
 
-// background is a load running in its own goroutine until canceled.
-type background struct {
+// Background is a load running in its own goroutine until canceled.
+type Background struct {
 	r      *loadgen.Runner
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -24,7 +25,7 @@ type background struct {
 // startBackground sends n requests that stay open: with hold, n
 // concurrent streams that last minutes (they take the permits); else n
 // requests arriving at rate per second, which wait in the queue.
-func (b *bench) startBackground(ctx context.Context, targets []string, n, promptBytes int, hold bool, rate float64) (*background, error) {
+func (b *Runner) startBackground(ctx context.Context, targets []string, n, promptBytes int, hold bool, rate float64) (*Background, error) {
 	cfg := loadgen.Config{
 		Targets: targets, PromptBytes: promptBytes, MaxInFlight: n,
 		Stream: true, Tokens: 1, Delay: 10 * time.Millisecond, Timeout: 15 * time.Minute,
@@ -35,17 +36,20 @@ func (b *bench) startBackground(ctx context.Context, targets []string, n, prompt
 		// Arrivals at i/rate for i < n-0.5: exactly n of them.
 		cfg.Rate, cfg.Duration = rate, time.Duration((float64(n)-0.5)/rate*float64(time.Second))
 	}
-	return startLoad(ctx, cfg)
+	return StartLoad(ctx, cfg)
 }
 
-// stop cuts every request of the load and waits for them to end.
-func (bg *background) stop() {
+// Counters are the load's counters, live.
+func (bg *Background) Counters() *loadgen.Counters { return bg.r.Counters() }
+
+// Stop cuts every request of the load and waits for them to end.
+func (bg *Background) Stop() {
 	bg.cancel()
 	<-bg.done
 }
 
-// waitFor polls cond every 50ms until it holds or timeout passes.
-func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) bool {
+// WaitFor polls cond every 50ms until it holds or timeout passes.
+func WaitFor(ctx context.Context, timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if cond() {
@@ -62,22 +66,22 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) bool 
 // idle, Redis commands per second while they wait (compared with a few
 // waiters). Whatever else it measures, it counts the waiters that reached
 // the upstream without a permit.
-func (b *bench) waiters(ctx context.Context, spec systems.Spec, w, promptBytes int, rate float64, idle bool) (*report.WaiterRun, error) {
+func (b *Runner) waiters(ctx context.Context, spec systems.Spec, w, promptBytes int, rate float64, idle bool) (*report.WaiterRun, error) {
 	run := &report.WaiterRun{System: spec.Name, Waiters: w, PromptBytes: promptBytes, RampRPS: rate}
 	// Own logs and queue per run.
 	spec.Name = fmt.Sprintf("%s-waiters-%dk-%.0f", spec.Name, promptBytes>>10, rate)
-	r, err := b.env.Start(ctx, spec)
+	r, err := b.Env.Start(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
-	var loads, waiting []*background
+	var loads, waiting []*Background
 	defer func() {
 		var wg sync.WaitGroup
 		for _, bg := range loads {
-			wg.Go(bg.stop)
+			wg.Go(bg.Stop)
 		}
 		wg.Wait()
-		b.env.Stop(r)
+		b.Env.Stop(r)
 		for _, bg := range waiting {
 			if bg.rep == nil {
 				continue
@@ -90,21 +94,21 @@ func (b *bench) waiters(ctx context.Context, spec systems.Spec, w, promptBytes i
 			}
 		}
 	}()
-	if err := b.warm(ctx, r); err != nil {
+	if err := b.Warm(ctx, r); err != nil {
 		return nil, err
 	}
-	if err := b.resetCounters(ctx); err != nil {
+	if err := b.ResetCounters(ctx); err != nil {
 		return nil, err
 	}
 
-	hold, err := b.startBackground(ctx, r.Targets, b.env.Permits, 16, true, 0)
+	hold, err := b.startBackground(ctx, r.Targets, b.Env.Permits, 16, true, 0)
 	if err != nil {
 		return nil, err
 	}
 	loads = append(loads, hold)
-	if !waitFor(ctx, 10*time.Second, func() bool {
-		st, err := b.mockStats(ctx)
-		return err == nil && st.InFlight >= b.env.Permits
+	if !WaitFor(ctx, 10*time.Second, func() bool {
+		st, err := b.MockStats(ctx)
+		return err == nil && st.InFlight >= b.Env.Permits
 	}) {
 		return nil, errors.New("the permits were not all taken within 10s")
 	}
@@ -114,11 +118,11 @@ func (b *bench) waiters(ctx context.Context, spec systems.Spec, w, promptBytes i
 			return -1
 		}
 		tag := "{fair_queue:" + r.Queue + "}"
-		n, err := b.rdb.ZCard(ctx, tag+":waiting").Result()
+		n, err := b.RDB.ZCard(ctx, tag+":waiting").Result()
 		if err != nil {
 			return -1
 		}
-		f, err := b.rdb.HLen(ctx, tag+":fticket").Result() // fair tickets waiting
+		f, err := b.RDB.HLen(ctx, tag+":fticket").Result() // fair tickets waiting
 		if err != nil {
 			return -1
 		}
@@ -132,13 +136,13 @@ func (b *bench) waiters(ctx context.Context, spec systems.Spec, w, promptBytes i
 		}
 		loads = append(loads, bg)
 		waiting = append(waiting, bg)
-		ok := waitFor(ctx, 90*time.Second, func() bool {
+		ok := WaitFor(ctx, 90*time.Second, func() bool {
 			if spec.Redis {
 				return depth() >= want
 			}
 			// No queue to read: count the connections to the node.
 			conns, err := procs.Established(r.Port(0))
-			return err == nil && conns >= int(want)+b.env.Permits
+			return err == nil && conns >= int(want)+b.Env.Permits
 		})
 		time.Sleep(time.Second) // settle: bodies read, goroutines parked
 		if !ok {
@@ -182,7 +186,7 @@ func (b *bench) waiters(ctx context.Context, spec systems.Spec, w, promptBytes i
 		if err != nil {
 			return nil, err
 		}
-		run.IdleWindowSec = b.res.Settings.IdleWindowS
+		run.IdleWindowSec = b.Res.Settings.IdleWindowS
 	}
 	// No waiter may be served while the permits are held: one that was
 	// got in without a permit (e.g. fail_open).
@@ -192,7 +196,7 @@ func (b *bench) waiters(ctx context.Context, spec systems.Spec, w, promptBytes i
 		run.Failed += c.Failed.Load()
 		run.Rejected += c.Rejected.Load()
 	}
-	if st, err := b.mockStats(ctx); err == nil {
+	if st, err := b.MockStats(ctx); err == nil {
 		run.UpstreamMax = st.MaxInFlight
 	}
 	line := fmt.Sprintf("   %d waiters (%d B prompts): %d queued, RSS %.1f -> %.1f MiB = %.1f KiB per waiter",
@@ -200,33 +204,78 @@ func (b *bench) waiters(ctx context.Context, spec systems.Spec, w, promptBytes i
 	if run.BaseWaiters > 0 {
 		line += fmt.Sprintf("; Redis %.1f cmds/s idle (%.1f with %d waiters)", run.IdleCmdsPerS, run.BaseCmdsPerS, run.BaseWaiters)
 	}
-	if run.Served+run.Failed+run.Rejected > 0 || run.UpstreamMax > b.env.Permits {
+	if run.Served+run.Failed+run.Rejected > 0 || run.UpstreamMax > b.Env.Permits {
 		line += fmt.Sprintf("; WAITERS NOT WAITING: %d served, %d failed, %d rejected, upstream max %d",
 			run.Served, run.Failed, run.Rejected, run.UpstreamMax)
 	}
-	b.logf("%s", line)
+	b.Logf("%s", line)
 	return run, nil
 }
 
 // idleRate returns the Redis commands and script calls per second over
 // the idle window.
-func (b *bench) idleRate(ctx context.Context) (cmds, scripts float64, err error) {
-	before, err := procs.ReadCommandStats(ctx, b.rdb)
+func (b *Runner) idleRate(ctx context.Context) (cmds, scripts float64, err error) {
+	before, err := procs.ReadCommandStats(ctx, b.RDB)
 	if err != nil {
 		return 0, 0, err
 	}
-	window := report.Secs(b.res.Settings.IdleWindowS)
+	window := report.Secs(b.Res.Settings.IdleWindowS)
 	start := time.Now()
 	select {
 	case <-time.After(window):
 	case <-ctx.Done():
 		return 0, 0, ctx.Err()
 	}
-	after, err := procs.ReadCommandStats(ctx, b.rdb)
+	after, err := procs.ReadCommandStats(ctx, b.RDB)
 	if err != nil {
 		return 0, 0, err
 	}
 	d := after.Sub(before)
 	s := time.Since(start).Seconds()
 	return report.Round(float64(d.Total())/s, 1), report.Round(float64(d.Scripts())/s, 1), nil
+}
+
+// StartLoad runs cfg in a goroutine until canceled.
+func StartLoad(ctx context.Context, cfg loadgen.Config) (*Background, error) {
+	r, err := loadgen.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	bg := &Background{r: r, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(bg.done)
+		bg.rep, _ = r.Run(ctx)
+	}()
+	return bg, nil
+}
+
+// SleepCtx sleeps d, or until ctx is done (its error).
+func SleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// GenericError drops the addresses and numbers of an error message, so
+// that the same error from many connections counts as one:
+// "dial tcp 127.0.0.1:4711: i/o timeout" -> "dial tcp N.N.N.N:N: i/o timeout".
+func GenericError(msg string) string {
+	var b strings.Builder
+	digits := false
+	for _, r := range msg {
+		if r >= '0' && r <= '9' {
+			if !digits {
+				b.WriteByte('N')
+			}
+			digits = true
+			continue
+		}
+		digits = false
+		b.WriteRune(r)
+	}
+	return b.String()
 }

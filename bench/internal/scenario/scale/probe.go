@@ -1,4 +1,4 @@
-package bench
+package scale
 
 // What the scale scenario measures around its loads: CPU windows, Redis
 // round trips, memory, commands and queue depth.
@@ -14,23 +14,24 @@ import (
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/scenario"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
 
 // probeRedis times no-op script calls, one per ms, for d, into h, in
 // the background; wait for the returned channel.
-func (b *bench) probeRedis(ctx context.Context, d time.Duration, h *report.Handoffs) <-chan struct{} {
+func probeRedis(ctx context.Context, b *scenario.Runner, d time.Duration, h *report.Handoffs) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := rttScript.Load(ctx, b.rdb).Err(); err != nil {
+		if err := scenario.RTTScript.Load(ctx, b.RDB).Err(); err != nil {
 			return
 		}
 		var rtts []time.Duration
 		for end := time.Now().Add(d); time.Now().Before(end) && ctx.Err() == nil; {
 			time.Sleep(time.Millisecond)
 			t0 := time.Now()
-			if rttScript.EvalSha(ctx, b.rdb, nil).Err() != nil {
+			if scenario.RTTScript.EvalSha(ctx, b.RDB, nil).Err() != nil {
 				return
 			}
 			rtts = append(rtts, time.Since(t0))
@@ -138,8 +139,8 @@ func parseInfoInt(info, field string) (int64, bool) {
 }
 
 // redisUsedMemory reads INFO memory used_memory.
-func (b *bench) redisUsedMemory(ctx context.Context) (int64, error) {
-	info, err := b.rdb.Info(ctx, "memory").Result()
+func redisUsedMemory(ctx context.Context, b *scenario.Runner) (int64, error) {
+	info, err := b.RDB.Info(ctx, "memory").Result()
 	if err != nil {
 		return 0, err
 	}
@@ -152,8 +153,8 @@ func (b *bench) redisUsedMemory(ctx context.Context) (int64, error) {
 
 // idleOver returns the Redis commands and script calls per second over
 // d, and the calls per command.
-func (b *bench) idleOver(ctx context.Context, d time.Duration) (cmds, scripts float64, calls procs.CommandStats, err error) {
-	before, err := procs.ReadCommandStats(ctx, b.rdb)
+func idleOver(ctx context.Context, b *scenario.Runner, d time.Duration) (cmds, scripts float64, calls procs.CommandStats, err error) {
+	before, err := procs.ReadCommandStats(ctx, b.RDB)
 	if err != nil {
 		return 0, 0, nil, err
 	}
@@ -163,7 +164,7 @@ func (b *bench) idleOver(ctx context.Context, d time.Duration) (cmds, scripts fl
 	case <-ctx.Done():
 		return 0, 0, nil, ctx.Err()
 	}
-	after, err := procs.ReadCommandStats(ctx, b.rdb)
+	after, err := procs.ReadCommandStats(ctx, b.RDB)
 	if err != nil {
 		return 0, 0, nil, err
 	}
@@ -174,13 +175,13 @@ func (b *bench) idleOver(ctx context.Context, d time.Duration) (cmds, scripts fl
 
 // queueDepth is the waiters of queue in Redis: ZCARD of the waiting set
 // plus the fair tickets; -1 when unreadable.
-func (b *bench) queueDepth(ctx context.Context, queue string) int64 {
+func queueDepth(ctx context.Context, b *scenario.Runner, queue string) int64 {
 	tag := "{fair_queue:" + queue + "}"
-	n, err := b.rdb.ZCard(ctx, tag+":waiting").Result()
+	n, err := b.RDB.ZCard(ctx, tag+":waiting").Result()
 	if err != nil {
 		return -1
 	}
-	f, err := b.rdb.HLen(ctx, tag+":fticket").Result()
+	f, err := b.RDB.HLen(ctx, tag+":fticket").Result()
 	if err != nil {
 		return -1
 	}

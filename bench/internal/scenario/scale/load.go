@@ -1,4 +1,4 @@
-package bench
+package scale
 
 // The scale scenario's nodes and loads: starting them, the loadgen
 // configs, the mock's counters.
@@ -9,23 +9,9 @@ import (
 	"time"
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/scenario"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
-
-// startLoad runs cfg in a goroutine until canceled.
-func startLoad(ctx context.Context, cfg loadgen.Config) (*background, error) {
-	r, err := loadgen.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	bg := &background{r: r, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(bg.done)
-		bg.rep, _ = r.Run(ctx)
-	}()
-	return bg, nil
-}
 
 // holdConfig takes n permits with streams that last minutes; waitConfig
 // queues n streams arriving at rate per second (each a 10 ms answer once
@@ -59,8 +45,8 @@ func setHeader(cfg *loadgen.Config, header map[string]string) {
 }
 
 // handoffs reads mockllm's handoff gaps since its last reset.
-func (b *bench) handoffs(ctx context.Context) (*report.Handoffs, int, error) {
-	st, err := b.mockStats(ctx)
+func handoffs(ctx context.Context, b *scenario.Runner) (*report.Handoffs, int, error) {
+	st, err := b.MockStats(ctx)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -72,18 +58,4 @@ func (b *bench) handoffs(ctx context.Context) (*report.Handoffs, int, error) {
 	return &report.Handoffs{Count: len(gaps), P50: report.MSOf(loadgen.Percentile(gaps, 50)), P90: report.MSOf(loadgen.Percentile(gaps, 90)),
 			P99: report.MSOf(loadgen.Percentile(gaps, 99)), Max: report.MSOf(loadgen.Percentile(gaps, 100))},
 		st.MaxInFlight, nil
-}
-
-// resetMock zeroes mockllm's stats only.
-func (b *bench) resetMock(ctx context.Context) error {
-	return b.post(ctx, b.mockURL+"/stats/reset")
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	select {
-	case <-time.After(d):
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

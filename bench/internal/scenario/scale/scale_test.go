@@ -1,4 +1,4 @@
-package bench
+package scale
 
 import (
 	"reflect"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/scenario"
 )
 
 func TestPlanClients(t *testing.T) {
@@ -114,8 +115,8 @@ func TestGenericError(t *testing.T) {
 		{"stream ended without [DONE]", "stream ended without [DONE]"},
 		{"read tcp 127.0.0.1:50000->127.0.0.1:80: reset", "read tcp N.N.N.N:N->N.N.N.N:N: reset"},
 	} {
-		if got := genericError(tc.in); got != tc.want {
-			t.Errorf("genericError(%q) = %q, want %q", tc.in, got, tc.want)
+		if got := scenario.GenericError(tc.in); got != tc.want {
+			t.Errorf("scenario.GenericError(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package bench
+package scale
 
 // The scale scenario: tens of thousands of streams waiting across the 3
 // Caddy nodes of one queue (Caddy RSS and Redis memory per waiter, Redis

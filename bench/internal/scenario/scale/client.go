@@ -1,4 +1,4 @@
-package bench
+package scale
 
 // The scale scenario's client processes: the open-file limit, the
 // counters each prints and how the bench reads them.
@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"syscall"
 	"time"
 
@@ -60,10 +59,10 @@ type clientCounters struct {
 	Error  string         `json:"error,omitempty"`
 }
 
-// RunScaleClient is a client process of the scale scenario: it runs the
+// RunClient is a client process of the scale scenario: it runs the
 // loadgen config in file cfgPath until ctx ends, printing its counters as
 // one JSON line every 250 ms and a final one.
-func RunScaleClient(ctx context.Context, cfgPath string, out io.Writer) error {
+func RunClient(ctx context.Context, cfgPath string, out io.Writer) error {
 	data, err := os.ReadFile(cfgPath)
 	if err != nil {
 		return err
@@ -127,26 +126,6 @@ func parseLastCounters(data []byte) (clientCounters, bool) {
 		}
 	}
 	return last, found
-}
-
-// genericError drops the addresses and numbers of an error message, so
-// that the same error from many connections counts as one:
-// "dial tcp 127.0.0.1:4711: i/o timeout" -> "dial tcp N.N.N.N:N: i/o timeout".
-func genericError(msg string) string {
-	var b strings.Builder
-	digits := false
-	for _, r := range msg {
-		if r >= '0' && r <= '9' {
-			if !digits {
-				b.WriteByte('N')
-			}
-			digits = true
-			continue
-		}
-		digits = false
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // readCounters reads the last counters a client process printed.

@@ -1,4 +1,8 @@
-package bench
+// Package llm runs the LLM-shaped scenario: an open loop of Poisson
+// arrivals with LLM-shaped service times, the same plan for every
+// system, at fractions of the permits' capacity. Its figures and their
+// report are report.LLM.
+package llm
 
 import (
 	"context"
@@ -6,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/scenario"
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/fair-queue/caddy-fair-queue/internal/loadgen"
 )
@@ -31,30 +36,30 @@ func llmSpecs() []systems.Spec {
 	return out
 }
 
-// runLLM runs the LLM-shaped scenario on every system of llmSpecs, each
+// Run runs the LLM-shaped scenario on every system of llmSpecs, each
 // with the scenario's permits and max_wait.
-func (b *bench) runLLM(ctx context.Context) {
-	set := report.DefaultLLMSettings(b.opts.Quick)
+func Run(ctx context.Context, b *scenario.Runner) {
+	set := report.DefaultLLMSettings(b.Quick)
 	l := &report.LLM{Settings: set}
-	b.res.LLM = l
+	b.Res.LLM = l
 	plans := make([]loadgen.Plan, len(set.Loads))
 	for i, load := range set.Loads {
 		plans[i] = set.Plan(load)
 		l.Levels = append(l.Levels, levelOf(set, plans[i]))
 	}
-	b.logf("== LLM-shaped load: %d permits, log-normal service (median %.0f ms, p99 %.0f ms) at %.0f ms per token, %.0f s of Poisson arrivals per load",
+	b.Logf("== LLM-shaped load: %d permits, log-normal service (median %.0f ms, p99 %.0f ms) at %.0f ms per token, %.0f s of Poisson arrivals per load",
 		set.Permits, set.MedianMS, set.P99MS, set.TokenMS, set.ArrivalsS)
 	for _, lv := range l.Levels {
-		b.logf("   load %.2f: %d arrivals at %.2f/s, mean service %.0f ms (model %.0f), longest %.0f ms, work %.0f permit-s (offered load %.3f)",
+		b.Logf("   load %.2f: %d arrivals at %.2f/s, mean service %.0f ms (model %.0f), longest %.0f ms, work %.0f permit-s (offered load %.3f)",
 			lv.Load, lv.Arrivals, lv.Rate, lv.MeanServiceMS, lv.ModelMeanServiceMS, lv.MaxServiceMS, lv.WorkS, lv.Offered)
 	}
-	env := *b.env
+	env := *b.Env
 	env.Permits, env.MaxWait = set.Permits, report.Secs(set.MaxWaitS)
 	for _, spec := range llmSpecs() {
 		if ctx.Err() != nil {
 			return
 		}
-		l.Systems = append(l.Systems, b.llmSystem(ctx, &env, spec, set, plans))
+		l.Systems = append(l.Systems, llmSystem(ctx, b, &env, spec, set, plans))
 	}
 }
 
@@ -79,19 +84,19 @@ func levelOf(set report.LLMSettings, p loadgen.Plan) *report.LLMLevel {
 // llmSystem starts spec (under a name of its own: its logs and its
 // queue are not the other scenarios'), runs every load on it and stops
 // it.
-func (b *bench) llmSystem(ctx context.Context, env *systems.Env, spec systems.Spec, set report.LLMSettings, plans []loadgen.Plan) *report.LLMSystem {
+func llmSystem(ctx context.Context, b *scenario.Runner, env *systems.Env, spec systems.Spec, set report.LLMSettings, plans []loadgen.Plan) *report.LLMSystem {
 	sys := &report.LLMSystem{Spec: spec}
-	b.logf("== LLM-shaped load: %s", spec.Label)
+	b.Logf("== LLM-shaped load: %s", spec.Label)
 	run := spec
 	run.Name = "llm-" + spec.Name
 	r, err := env.Start(ctx, run)
 	if err != nil {
 		sys.Error = err.Error()
-		b.logf("   not measured: %v", report.OneLine(err.Error(), 300))
+		b.Logf("   not measured: %v", report.OneLine(err.Error(), 300))
 		return sys
 	}
 	defer env.Stop(r)
-	if err := b.warm(ctx, r); err != nil {
+	if err := b.Warm(ctx, r); err != nil {
 		sys.Error = err.Error()
 		return sys
 	}
@@ -99,13 +104,13 @@ func (b *bench) llmSystem(ctx context.Context, env *systems.Env, spec systems.Sp
 		if ctx.Err() != nil {
 			return sys
 		}
-		p := b.llmPoint(ctx, r, set, plan)
+		p := llmPoint(ctx, b, r, set, plan)
 		sys.Points = append(sys.Points, p)
 		if p.Error != "" {
-			b.logf("   load %.2f failed: %s", plan.Load, report.OneLine(p.Error, 300))
+			b.Logf("   load %.2f failed: %s", plan.Load, report.OneLine(p.Error, 300))
 			continue
 		}
-		b.logf("   load %.2f  %4d sent  ok %4d rejected %d failed %d canceled %d  wait p50 %8.1f ms  p99 %8.1f ms  utilization %.3f  upstream max %d  %.1f s (drain %.1f s)",
+		b.Logf("   load %.2f  %4d sent  ok %4d rejected %d failed %d canceled %d  wait p50 %8.1f ms  p99 %8.1f ms  utilization %.3f  upstream max %d  %.1f s (drain %.1f s)",
 			p.Load, p.Sent, p.OK, p.Rejected, p.Failed, p.Canceled, p.WaitP50, p.WaitP99, p.Utilization, p.UpstreamMax, p.ElapsedS, p.DrainS)
 	}
 	return sys
@@ -114,21 +119,21 @@ func (b *bench) llmSystem(ctx context.Context, env *systems.Env, spec systems.Sp
 // llmPoint runs one load on r: it waits for the upstream to be idle,
 // resets the counters, sends the plan's arrivals and waits for their
 // answers (up to the drain bound).
-func (b *bench) llmPoint(ctx context.Context, r *systems.Running, set report.LLMSettings, plan loadgen.Plan) *report.LLMPoint {
+func llmPoint(ctx context.Context, b *scenario.Runner, r *systems.Running, set report.LLMSettings, plan loadgen.Plan) *report.LLMPoint {
 	p := &report.LLMPoint{Load: plan.Load}
 	fail := func(err error) *report.LLMPoint {
 		p.Error = err.Error()
 		return p
 	}
-	if err := b.waitUpstreamIdle(ctx, 30*time.Second); err != nil {
+	if err := waitUpstreamIdle(ctx, b, 30*time.Second); err != nil {
 		return fail(err)
 	}
-	if err := b.resetCounters(ctx); err != nil {
+	if err := b.ResetCounters(ctx); err != nil {
 		return fail(err)
 	}
 	lctx, cancel := context.WithTimeout(ctx, report.Secs(set.ArrivalsS+set.DrainMaxS))
 	defer cancel()
-	rep, err := b.load(lctx, r.Targets, loadgen.Config{
+	rep, err := b.Load(lctx, r.Targets, loadgen.Config{
 		Schedule: plan.Arrivals, Stream: true, Tokens: -1, Delay: -1,
 		Timeout: report.Secs(set.MaxWaitS+set.MaxServiceMS/1000) + 30*time.Second,
 	})
@@ -139,7 +144,7 @@ func (b *bench) llmPoint(ctx context.Context, r *systems.Running, set report.LLM
 		return fail(ctx.Err())
 	}
 	time.Sleep(200 * time.Millisecond) // the last releases
-	st, err := b.mockStats(ctx)
+	st, err := b.MockStats(ctx)
 	if err != nil {
 		return fail(err)
 	}
@@ -152,28 +157,19 @@ func (b *bench) llmPoint(ctx context.Context, r *systems.Running, set report.LLM
 		p.DrainS = report.Round(rep.Elapsed-plan.Arrivals[n-1].At.Seconds(), 3)
 	}
 	p.BusyS = report.Round(st.BusyMS/1000, 3)
-	p.Utilization = utilization(st.BusyMS, set.Permits, rep.Elapsed)
+	p.Utilization = scenario.Utilization(st.BusyMS, set.Permits, rep.Elapsed)
 	p.UpstreamMax, p.UpstreamServed = st.MaxInFlight, st.Served
 	w := rep.Overall.TTFB
 	p.WaitP50, p.WaitP90, p.WaitP99, p.WaitMax = w.P50, w.P90, w.P99, w.Max
 	return p
 }
 
-// utilization is busy permit-time (ms) / (permits x wall time (s)),
-// rounded to 3 digits; 0 without a wall time.
-func utilization(busyMS float64, permits int, elapsedS float64) float64 {
-	if permits <= 0 || elapsedS <= 0 {
-		return 0
-	}
-	return report.Round(busyMS/(float64(permits)*elapsedS*1000), 3)
-}
-
 // waitUpstreamIdle waits until mockllm runs no completion (the previous
 // point's drained), at most limit.
-func (b *bench) waitUpstreamIdle(ctx context.Context, limit time.Duration) error {
+func waitUpstreamIdle(ctx context.Context, b *scenario.Runner, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
-		st, err := b.mockStats(ctx)
+		st, err := b.MockStats(ctx)
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package bench
+package capacity
 
 // The capacity scenario's runs: the replicas, the systems in front of
 // them, the drawn sequence sent to each.
@@ -18,25 +18,27 @@ import (
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/scenario"
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 )
 
-// runCapacity runs the capacity scenario: every workload on every
-// topology, each row in turn.
-func (b *bench) runCapacity(ctx context.Context) {
-	set := onlyCases(report.DefaultCapacitySettings(b.opts.Quick), b.opts.Capacity)
+// Run runs the capacity scenario: every workload on every
+// topology, each row in turn. names picks topologies and workloads from
+// those of a full run (see onlyCases); empty: the mode's.
+func Run(ctx context.Context, b *scenario.Runner, names []string) {
+	set := onlyCases(report.DefaultCapacitySettings(b.Quick), names)
 	c := &report.Capacity{Settings: set}
-	b.res.Capacity = c
-	b.logf("== capacity: a GPU-shaped backend, %.0f s of arrivals per run; SLO: TTFT <= %.0f ms, TPOT <= %.0f ms",
+	b.Res.Capacity = c
+	b.Logf("== capacity: a GPU-shaped backend, %.0f s of arrivals per run; SLO: TTFT <= %.0f ms, TPOT <= %.0f ms",
 		set.ArrivalsS, set.SLOTTFTMS, set.SLOTPOTMS)
 	for _, t := range set.Topologies {
 		if ctx.Err() != nil {
 			return
 		}
-		addrs, stop, err := b.startReplicas(ctx, t)
+		addrs, stop, err := startReplicas(ctx, b, t)
 		if err != nil {
-			b.logf("   %s: not measured: %v", t.Label, report.OneLine(err.Error(), 300))
+			b.Logf("   %s: not measured: %v", t.Label, report.OneLine(err.Error(), 300))
 			continue
 		}
 		for wi, w := range set.Workloads {
@@ -48,7 +50,7 @@ func (b *bench) runCapacity(ctx context.Context) {
 			}
 			c.Cases = append(c.Cases, cs)
 			cr := &caseRunner{b: b, set: set, top: t, work: w, addrs: addrs, seq: seq}
-			b.logf("== capacity, %s, %s: %d requests at %.2f/s (load %.2f); ideal %.0f tokens/s (batch %v), TTFT p99 %.0f ms",
+			b.Logf("== capacity, %s, %s: %d requests at %.2f/s (load %.2f); ideal %.0f tokens/s (batch %v), TTFT p99 %.0f ms",
 				t.Label, w.Label, len(seq), rate, w.Load, ideal.GoodputTPS, ideal.Batch, ideal.TTFTP99MS)
 			for _, row := range capacityRows(set, t) {
 				if ctx.Err() != nil {
@@ -60,13 +62,13 @@ func (b *bench) runCapacity(ctx context.Context) {
 				}
 				cs.Runs = append(cs.Runs, run)
 				if run.Error != "" {
-					b.logf("   %-22s not measured: %s", row.Label, report.OneLine(run.Error, 300))
+					b.Logf("   %-22s not measured: %s", row.Label, report.OneLine(run.Error, 300))
 					continue
 				}
 				if len(run.Errors) > 0 {
-					b.logf("   %-22s errors: %v", row.Label, run.Errors)
+					b.Logf("   %-22s errors: %v", row.Label, run.Errors)
 				}
-				b.logf("   %-22s goodput %6.0f tok/s (%.2fx ideal)  TTFT p50 %6.0f p99 %6.0f ms  SLO %.2f  preempted %4d  finished %d/%d cut %d rejected %d failed %d  max KV %v  %.1f s",
+				b.Logf("   %-22s goodput %6.0f tok/s (%.2fx ideal)  TTFT p50 %6.0f p99 %6.0f ms  SLO %.2f  preempted %4d  finished %d/%d cut %d rejected %d failed %d  max KV %v  %.1f s",
 					row.Label, run.GoodputTPS, run.VsIdeal, run.TTFTP50MS, run.TTFTP99MS, run.SLOShare, run.Preemptions,
 					run.Finished, run.Sent, run.Cut, run.Rejected, run.Failed, run.MaxKVUsed, run.ElapsedS)
 			}
@@ -101,7 +103,7 @@ func sweepEnds(runs []*report.CapacityRun) (best, worst int) {
 }
 
 // startReplicas starts t's mockllm replicas; stop stops them.
-func (b *bench) startReplicas(ctx context.Context, t report.CapacityTopology) (addrs []string, stop func(), err error) {
+func startReplicas(ctx context.Context, b *scenario.Runner, t report.CapacityTopology) (addrs []string, stop func(), err error) {
 	ports, err := procs.FreePorts(len(t.Replicas))
 	if err != nil {
 		return nil, nil, err
@@ -109,13 +111,13 @@ func (b *bench) startReplicas(ctx context.Context, t report.CapacityTopology) (a
 	var started []*procs.Proc
 	stop = func() {
 		for _, p := range started {
-			b.env.Procs.Stop(p)
+			b.Env.Procs.Stop(p)
 		}
 	}
 	for i, r := range t.Replicas {
 		addr := "127.0.0.1:" + itoa(ports[i])
 		args := append([]string{"-listen", addr, "-seed", itoa(i)}, replicaArgs(r)...)
-		p, err := b.env.Procs.Start(fmt.Sprintf("capacity-%s-%d", t.Name, i+1), b.opts.MockLLM, args...)
+		p, err := b.Env.Procs.Start(fmt.Sprintf("capacity-%s-%d", t.Name, i+1), b.MockLLM, args...)
 		if err != nil {
 			stop()
 			return nil, nil, err
@@ -133,7 +135,7 @@ func (b *bench) startReplicas(ctx context.Context, t report.CapacityTopology) (a
 // caseRunner runs the rows of one case: a workload's sequence on a
 // topology's replicas.
 type caseRunner struct {
-	b     *bench
+	b     *scenario.Runner
 	set   report.CapacitySettings
 	top   report.CapacityTopology
 	work  report.CapacityWorkload
@@ -149,7 +151,7 @@ func (cr *caseRunner) run(ctx context.Context, row report.CapacityRow) *report.C
 		run.Error = err.Error()
 		return run
 	}
-	if err := b.replicasIdle(ctx, addrs, 60*time.Second); err != nil {
+	if err := replicasIdle(ctx, b, addrs, 60*time.Second); err != nil {
 		return fail(err)
 	}
 	var targets []string
@@ -158,7 +160,7 @@ func (cr *caseRunner) run(ctx context.Context, row report.CapacityRow) *report.C
 			targets = append(targets, "http://"+a)
 		}
 	} else {
-		env := *b.env
+		env := *b.Env
 		env.MockAddr, env.Permits, env.MaxWait = addrs[0], row.Permits, report.Secs(set.MaxWaitS)
 		if len(addrs) > 1 {
 			env.Pool = addrs
@@ -172,7 +174,7 @@ func (cr *caseRunner) run(ctx context.Context, row report.CapacityRow) *report.C
 		targets = r.Targets
 	}
 	for _, a := range addrs {
-		if err := b.post(ctx, "http://"+a+"/stats/reset"); err != nil {
+		if err := b.Post(ctx, "http://"+a+"/stats/reset"); err != nil {
 			return fail(err)
 		}
 	}
@@ -181,7 +183,7 @@ func (cr *caseRunner) run(ctx context.Context, row report.CapacityRow) *report.C
 	sampled := make(chan []report.CapacitySample, 1)
 	sctx, stopSampling := context.WithCancel(ctx)
 	start := time.Now()
-	go func() { sampled <- b.sampleReplicas(sctx, addrs, start, report.MS(set.SampleMS)) }()
+	go func() { sampled <- sampleReplicas(sctx, b, addrs, start, report.MS(set.SampleMS)) }()
 	results := sendCapacity(rctx, targets, cr.seq, start)
 	stopSampling()
 	run.Samples = <-sampled
@@ -190,7 +192,7 @@ func (cr *caseRunner) run(ctx context.Context, row report.CapacityRow) *report.C
 	}
 	summarizeCapacity(run, results, set)
 	for _, a := range addrs {
-		st, err := b.replicaStats(ctx, a)
+		st, err := replicaStats(ctx, b, a)
 		if err != nil {
 			return fail(err)
 		}
@@ -204,12 +206,12 @@ func (cr *caseRunner) run(ctx context.Context, row report.CapacityRow) *report.C
 
 // replicasIdle waits until no replica runs or holds a request (the
 // previous run's cut requests leave), at most limit.
-func (b *bench) replicasIdle(ctx context.Context, addrs []string, limit time.Duration) error {
+func replicasIdle(ctx context.Context, b *scenario.Runner, addrs []string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
 		busy := 0
 		for _, a := range addrs {
-			st, err := b.replicaStats(ctx, a)
+			st, err := replicaStats(ctx, b, a)
 			if err != nil {
 				return err
 			}
@@ -221,19 +223,19 @@ func (b *bench) replicasIdle(ctx context.Context, addrs []string, limit time.Dur
 		if time.Now().After(deadline) {
 			return fmt.Errorf("replicas still hold %d requests after %s", busy, limit)
 		}
-		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+		if err := scenario.SleepCtx(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
 }
 
 // replicaStats reads the GPU model's figures of the replica at addr.
-func (b *bench) replicaStats(ctx context.Context, addr string) (*mockllm.GPUStats, error) {
+func replicaStats(ctx context.Context, b *scenario.Runner, addr string) (*mockllm.GPUStats, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/stats", nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := b.hc.Do(req)
+	resp, err := b.HC.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -248,32 +250,16 @@ func (b *bench) replicaStats(ctx context.Context, addr string) (*mockllm.GPUStat
 	return st.GPU, nil
 }
 
-func (b *bench) post(ctx context.Context, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := b.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: status %d", url, resp.StatusCode)
-	}
-	return nil
-}
-
 // sampleReplicas reads the replicas every period until ctx ends and
 // returns their sums over time.
-func (b *bench) sampleReplicas(ctx context.Context, addrs []string, start time.Time, period time.Duration) []report.CapacitySample {
+func sampleReplicas(ctx context.Context, b *scenario.Runner, addrs []string, start time.Time, period time.Duration) []report.CapacitySample {
 	var out []report.CapacitySample
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {
 		s := report.CapacitySample{AtS: report.Round(time.Since(start).Seconds(), 2)}
 		for _, a := range addrs {
-			st, err := b.replicaStats(ctx, a)
+			st, err := replicaStats(ctx, b, a)
 			if err != nil {
 				return out
 			}
@@ -313,7 +299,7 @@ func sendCapacity(ctx context.Context, targets []string, seq []capRequest, start
 	var wg sync.WaitGroup
 	for i, q := range seq {
 		wg.Go(func() {
-			if sleepCtx(ctx, time.Until(start.Add(q.At))) != nil {
+			if scenario.SleepCtx(ctx, time.Until(start.Add(q.At))) != nil {
 				results[i] = capResult{Start: q.At, End: q.At, Cut: true}
 				return
 			}
@@ -415,7 +401,7 @@ func summarizeCapacity(run *report.CapacityRun, results []capResult, set report.
 			if run.Errors == nil {
 				run.Errors = map[string]int{}
 			}
-			run.Errors[genericError(r.Err)]++
+			run.Errors[scenario.GenericError(r.Err)]++
 		}
 		first := r.FirstToken - r.Start
 		if r.Tokens == 0 {
@@ -440,7 +426,7 @@ func summarizeCapacity(run *report.CapacityRun, results []capResult, set report.
 		run.GoodputTPS = report.Round(float64(tokens)/end.Seconds(), 1)
 	}
 	slices.Sort(ttft)
-	q := quantiles(ttft, 100)
+	q := scenario.Quantiles(ttft, 100)
 	run.TTFTP50MS, run.TTFTP99MS = report.Round(q[50], 1), report.Round(q[99], 1)
 	run.SLOShare = report.Round(float64(slo)/float64(len(results)), 3)
 }
