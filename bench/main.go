@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/bench"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/scenario/scale"
 )
 
 func main() {
@@ -46,13 +47,13 @@ func main() {
 	flag.Parse()
 	// 50,000 waiters need every descriptor the hard limit allows, in the
 	// bench and in the processes it starts (they inherit it).
-	if _, err := bench.RaiseFileLimit(); err != nil {
+	if _, err := scale.RaiseFileLimit(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: raise the open-file limit:", err)
 	}
 	if *scaleClient != "" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		if err := bench.RunScaleClient(ctx, *scaleClient, os.Stdout); err != nil {
+		if err := scale.RunClient(ctx, *scaleClient, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "bench client:", err)
 			os.Exit(1)
 		}

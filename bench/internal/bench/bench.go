@@ -1,9 +1,11 @@
 // Package bench measures fair_queue side by side with HAProxy and plain
-// Caddy reverse_proxy on one machine: it starts mockllm, redis-server,
-// HAProxy and Caddy processes on free loopback ports, drives them with
-// package loadgen, and writes results.json, PNG plots and BENCHMARKS.md.
-// The bench command (bench/main.go) is its command line (make bench,
-// make bench-quick).
+// Caddy reverse_proxy on one machine, and ties a run together: it
+// starts mockllm and redis-server on free loopback ports (package
+// procs), runs the scenarios (package scenario and its subpackages) on
+// the systems under test (package systems), each driven by package
+// loadgen, and writes results.json, PNG plots and BENCHMARKS.md
+// (package report). The bench command (bench/main.go) is its command
+// line (make bench, make bench-quick).
 //
 // Every process it starts runs in its own process group, dies with the
 // bench (Pdeathsig), and is stopped before Run returns.
@@ -22,6 +24,15 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/scenario"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/scenario/capacity"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/scenario/configs"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/scenario/fairness"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/scenario/llm"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/scenario/scale"
+	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -57,51 +68,10 @@ type Options struct {
 	Capacity []string
 }
 
-// bench is one run in progress.
-type bench struct {
-	opts    Options
-	env     *Env
-	rdb     *redis.Client
-	hc      *http.Client
-	mockURL string
-	res     *Results
-	// redisPID is redis-server's process id, whose CPU time the Redis
-	// systems' loads read.
-	redisPID int
-}
-
-func (b *bench) logf(format string, args ...any) {
-	if b.opts.Log != nil {
-		fmt.Fprintf(b.opts.Log, format+"\n", args...)
-	}
-}
-
-// settings returns the loads of a quick or a full run.
-func settings(quick bool) Settings {
-	s := Settings{
-		Permits: 4, ServiceMS: 10, Clients: 64, MaxWaitS: 60,
-		LowLoadClients: 1, LowLoadDelayMS: 0,
-		StreamTokens: 5, StreamTokenMS: 2, IdleWindowS: 5,
-		WaiterRampRPS: 1000, WaiterRampMiBps: 16,
-	}
-	if quick {
-		s.SaturatedS, s.LowLoadS, s.OpenLoopS = 3, 2, 2
-		s.OpenLoopLoads = []float64{0.5, 0.8, 0.95, 1.1}
-		s.Waiters = 2000
-		return s
-	}
-	s.SaturatedS, s.LowLoadS, s.OpenLoopS = 10, 5, 5
-	s.Bursts = []Burst{{PromptBytes: 1 << 10, RPS: 2000}, {PromptBytes: 64 << 10, RPS: 1000}}
-	s.OpenLoopLoads = []float64{0.25, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0, 1.1}
-	s.Waiters = 10000
-	s.StreamSaturated = true
-	return s
-}
-
 // Run runs the benchmark and writes its outputs. It returns an error only
 // when it could not run (a binary or a server missing); targets missed
 // are results, not errors.
-func Run(ctx context.Context, opts Options) (*Results, error) {
+func Run(ctx context.Context, opts Options) (*report.Results, error) {
 	mode := "full"
 	if opts.Quick {
 		mode = "quick"
@@ -114,32 +84,32 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		return nil, err
 	}
 	haproxy, _ := exec.LookPath("haproxy")
-	b := &bench{
-		opts: opts,
-		hc:   &http.Client{Timeout: 10 * time.Second},
-		res: &Results{
-			Mode: mode, Started: time.Now(), Settings: settings(opts.Quick),
-			Machine: describeMachine(opts.Caddy, haproxy),
+	b := &scenario.Runner{
+		Quick: opts.Quick, MockLLM: opts.MockLLM, Log: opts.Log,
+		HC: &http.Client{Timeout: 10 * time.Second},
+		Res: &report.Results{
+			Mode: mode, Started: time.Now(), Settings: report.DefaultSettings(opts.Quick),
+			Machine: report.DescribeMachine(opts.Caddy, haproxy),
 		},
 	}
-	set := b.res.Settings
-	procs := NewProcs(logDir)
-	defer procs.StopAll()
+	set := b.Res.Settings
+	ps := procs.NewProcs(logDir)
+	defer ps.StopAll()
 
-	ports, err := FreePorts(2)
+	ports, err := procs.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
 	mockAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	redisAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
-	b.mockURL = "http://" + mockAddr
-	b.env = &Env{
-		Caddy: opts.Caddy, HAProxy: haproxy, Dir: logDir, Procs: procs,
+	b.MockURL = "http://" + mockAddr
+	b.Env = &systems.Env{
+		Caddy: opts.Caddy, HAProxy: haproxy, Dir: logDir, Procs: ps,
 		MockAddr: mockAddr, RedisAddr: redisAddr,
-		Permits: set.Permits, MaxWait: secs(set.MaxWaitS),
+		Permits: set.Permits, MaxWait: report.Secs(set.MaxWaitS),
 	}
 
-	rs, err := procs.Start("redis", "redis-server", "--port", strconv.Itoa(ports[1]),
+	rs, err := ps.Start("redis", "redis-server", "--port", strconv.Itoa(ports[1]),
 		"--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", logDir)
 	if err != nil {
 		return nil, fmt.Errorf("redis-server (run scripts/ensure-redis.sh): %w", err)
@@ -147,147 +117,99 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	if err := rs.WaitListen(ctx, redisAddr, 15*time.Second); err != nil {
 		return nil, err
 	}
-	b.redisPID = rs.PID()
-	mock, err := procs.Start("mockllm", opts.MockLLM, "-listen", mockAddr, "-timeline",
-		"-tokens", "1", "-delay", ms2d(set.ServiceMS).String(), "-slots", strconv.Itoa(set.Permits))
+	b.RedisPID = rs.PID()
+	mock, err := ps.Start("mockllm", opts.MockLLM, "-listen", mockAddr, "-timeline",
+		"-tokens", "1", "-delay", report.MS(set.ServiceMS).String(), "-slots", strconv.Itoa(set.Permits))
 	if err != nil {
 		return nil, err
 	}
 	if err := mock.WaitListen(ctx, mockAddr, 15*time.Second); err != nil {
 		return nil, err
 	}
-	b.rdb = redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: -1, PoolSize: 2})
-	defer b.rdb.Close()
+	b.RDB = redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: -1, PoolSize: 2})
+	defer b.RDB.Close()
 
-	b.logf("bench %s: %d CPUs (%s); permits %d, upstream %.0f ms, %d clients; logs in %s",
-		mode, b.res.Machine.CPUs, b.res.Machine.CPU, set.Permits, set.ServiceMS, set.Clients, logDir)
+	b.Logf("bench %s: %d CPUs (%s); permits %d, upstream %.0f ms, %d clients; logs in %s",
+		mode, b.Res.Machine.CPUs, b.Res.Machine.CPU, set.Permits, set.ServiceMS, set.Clients, logDir)
 	if haproxy == "" {
-		b.logf("haproxy not found: run scripts/ensure-haproxy.sh; HAProxy is left out")
+		b.Logf("haproxy not found: run scripts/ensure-haproxy.sh; HAProxy is left out")
 	}
-	if err := b.calibrate(ctx); err != nil {
+	if err := b.Calibrate(ctx); err != nil {
 		return nil, err
 	}
-	for _, spec := range DefaultSpecs() {
+	for _, spec := range systems.DefaultSpecs() {
 		if len(opts.Systems) > 0 && !slices.Contains(opts.Systems, spec.Name) {
 			continue
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		b.res.Systems = append(b.res.Systems, b.measureSystem(ctx, spec))
+		b.Res.Systems = append(b.Res.Systems, b.MeasureSystem(ctx, spec))
 	}
-	b.runWaiters(ctx)
+	b.RunWaiters(ctx)
 	if len(opts.Systems) == 0 || slices.Contains(opts.Systems, "fairness") {
-		b.runFairness(ctx)
+		fairness.Run(ctx, b)
 	}
 	if (len(opts.Systems) == 0 && !opts.Quick) || slices.Contains(opts.Systems, "configs") {
-		b.runConfigs(ctx)
+		configs.Run(ctx, b)
 	}
 	if len(opts.Systems) == 0 || slices.Contains(opts.Systems, "llm") {
-		b.runLLM(ctx)
+		llm.Run(ctx, b)
 	}
 	if (len(opts.Systems) == 0 && !opts.Quick) || slices.Contains(opts.Systems, "scale") {
-		b.runScale(ctx)
+		scale.Run(ctx, b, opts.ScaleWaiters, opts.ScaleRPS)
 	}
 	if len(opts.Systems) == 0 || slices.Contains(opts.Systems, "capacity") {
-		b.runCapacity(ctx)
+		capacity.Run(ctx, b, opts.Capacity)
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 
-	b.res.Machine.LoadEnd = loadAverage()
-	b.res.Checks = evaluate(b.res)
-	b.res.Elapsed = round(time.Since(b.res.Started).Seconds(), 1)
-	return b.res, b.write()
-}
-
-// openLoopFor says which systems get the arrival-rate sweep: the limiters
-// (a quick run leaves out the 3-node cluster to stay short).
-func (b *bench) openLoopFor(spec Spec) bool {
-	if !spec.Limited() {
-		return false
-	}
-	return !b.opts.Quick || spec.Nodes == 1
-}
-
-// runWaiters measures the systems holding many waiters: the Redis store
-// on one node (RSS with 1 KiB and 64 KiB prompts, idle Redis load), and
-// in a full run the local store too.
-func (b *bench) runWaiters(ctx context.Context) {
-	set := b.res.Settings
-	for _, spec := range DefaultSpecs() {
-		if spec.Kind != KindFairQueue || spec.Nodes != 1 || (!spec.Redis && b.opts.Quick) {
-			continue
-		}
-		if b.res.system(spec.Name) == nil {
-			continue // did not run, or failed
-		}
-		b.logf("== %s: %d waiters", spec.Label, set.Waiters)
-		type waiterLoad struct {
-			prompt      int
-			rate        float64
-			idle, burst bool
-		}
-		loads := []waiterLoad{
-			{prompt: 1 << 10, idle: true},
-			{prompt: 64 << 10},
-		}
-		for _, burst := range set.Bursts {
-			if spec.Redis {
-				loads = append(loads, waiterLoad{prompt: burst.PromptBytes, rate: burst.RPS, burst: true})
-			}
-		}
-		for _, l := range loads {
-			if ctx.Err() != nil {
-				return
-			}
-			if l.rate == 0 {
-				l.rate = min(set.WaiterRampRPS, set.WaiterRampMiBps*(1<<20)/float64(l.prompt))
-			}
-			run, err := b.waiters(ctx, spec, set.Waiters, l.prompt, l.rate, l.idle)
-			if err != nil {
-				b.logf("   failed: %v", err)
-				run = &WaiterRun{System: spec.Name, Waiters: set.Waiters, PromptBytes: l.prompt, RampRPS: l.rate, Note: err.Error()}
-			}
-			run.Burst = l.burst
-			b.res.Waiters = append(b.res.Waiters, run)
-		}
-	}
+	b.Res.Machine.LoadEnd = report.LoadAverage()
+	b.Res.Checks = report.Evaluate(b.Res)
+	b.Res.Elapsed = report.Round(time.Since(b.Res.Started).Seconds(), 1)
+	return b.Res, write(opts, b.Res)
 }
 
 // Render rewrites the plots and the Markdown report of opts from the
 // results.json of an earlier run (in opts.OutDir), its targets evaluated
 // again: for a report whose layout changed since the run.
-func Render(opts Options) (*Results, error) {
+func Render(opts Options) (*report.Results, error) {
 	data, err := os.ReadFile(filepath.Join(opts.OutDir, "results.json"))
 	if err != nil {
 		return nil, err
 	}
-	res := new(Results)
+	res := new(report.Results)
 	if err := json.Unmarshal(data, res); err != nil {
 		return nil, fmt.Errorf("results.json: %w", err)
 	}
-	res.Checks = evaluate(res)
-	b := &bench{opts: opts, res: res}
-	return res, b.write()
+	res.Checks = report.Evaluate(res)
+	return res, write(opts, res)
 }
 
 // write saves results.json, the plots and BENCHMARKS.md.
-func (b *bench) write() error {
-	data, err := json.MarshalIndent(b.res, "", "  ")
+func write(opts Options, res *report.Results) error {
+	data, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(b.opts.OutDir, "results.json"), append(data, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(opts.OutDir, "results.json"), append(data, '\n'), 0o644); err != nil {
 		return err
 	}
-	plots, err := writePlots(b.res, b.opts.OutDir)
+	plots, err := report.WritePlots(res, opts.OutDir)
 	if err != nil {
-		b.logf("plots: %v", err)
+		logf(opts, "plots: %v", err)
 	}
-	if b.opts.Markdown == "" {
+	if opts.Markdown == "" {
 		return nil
 	}
-	return os.WriteFile(b.opts.Markdown, []byte(markdown(b.res, b.opts, plots)), 0o644)
+	return os.WriteFile(opts.Markdown, []byte(report.Markdown(res, report.Files{OutDir: opts.OutDir, Markdown: opts.Markdown}, plots)), 0o644)
+}
+
+// logf writes one progress line to opts.Log.
+func logf(opts Options, format string, args ...any) {
+	if opts.Log != nil {
+		fmt.Fprintf(opts.Log, format+"\n", args...)
+	}
 }
