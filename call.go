@@ -47,8 +47,9 @@ type call struct {
 	permit    *fairqueue.Permit
 	granted   time.Time    // when the permit came
 	usage     *usageWriter // cost tokens: reads the answer's usage
-	forwarded bool         // next was called
-	running   bool         // counted in e.running
+	fb        *firstByteWriter
+	forwarded bool // next was called
+	running   bool // counted in e.running
 }
 
 // read reads the request's body and names its queue. answered: the
@@ -153,6 +154,9 @@ func (c *call) serve() error {
 	}
 	c.record(outcome, reason, c.permit.Waited(), c.permit.Position())
 	c.forwarded = true
+	c.fb = newFirstByteWriter(c.w)
+	c.w = c.fb
+	c.fb.forwarded, c.fb.upstream = time.Now(), c.permit.Upstream()
 	if c.readsUsage() {
 		// Passes the answer on as it comes; reads its usage.
 		c.usage = newUsageWriter(c.w)
@@ -184,6 +188,7 @@ func (c *call) serve() error {
 func (c *call) servePool() (served bool, err error) {
 	for requeues := c.h.maxRequeues(); ; requeues-- {
 		grantUpstream(c.r, c.repl, c.permit.Upstream())
+		c.fb.forwarded, c.fb.upstream = time.Now(), c.permit.Upstream()
 		a := c.forward(requeues > 0)
 		rf := c.h.refused(a)
 		if rf == nil {
@@ -209,6 +214,9 @@ func (c *call) servePool() (served bool, err error) {
 func (c *call) finish() {
 	// Cost time: the hold ends here, before any abort grace.
 	c.h.charge(c.permit, c.granted, c.forwarded, c.usage)
+	if c.fb != nil && c.fb.first > 0 {
+		observeFirstByte(c.name, c.fb.upstream, c.fb.first)
+	}
 	if c.forwarded && c.left() {
 		// The client left while the upstream ran its request, however
 		// reverse_proxy ended it: a plain request with a 499 and no

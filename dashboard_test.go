@@ -68,6 +68,7 @@ func exportedMetrics(t *testing.T) map[string]exportedMetric {
 	observe(label, "granted", 0)
 	obs := newObserver(label)
 	obs.Handoff(0)
+	observeFirstByte(label, "", 0)
 	obs.StoreError(nil)
 	mfs, err := reg.Gather()
 	require.NoError(t, err)

@@ -37,6 +37,10 @@ const (
 var (
 	waitBuckets    = []float64{.005, .025, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60}
 	handoffBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+	// firstByteBuckets span an LLM's time to first token: a cached or
+	// short prompt in milliseconds, a long one or a busy server in
+	// seconds to a minute.
+	firstByteBuckets = []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60}
 )
 
 var metrics = struct {
@@ -47,6 +51,7 @@ var metrics = struct {
 	rejects     *prometheus.CounterVec
 	handoff     *prometheus.HistogramVec
 	storeErrors *prometheus.CounterVec
+	firstByte   *prometheus.HistogramVec
 	requeues    *prometheus.CounterVec // metrics_pool.go
 	cooldowns   *prometheus.CounterVec // metrics_pool.go
 	state       stateCollector
@@ -79,6 +84,9 @@ func initMetrics() {
 		metrics.handoff = histogram("handoff_seconds",
 			"Time from a permit's release anywhere in the cluster to the wake-up of the waiter of this instance it went to (store clock at the release, this instance's clock at the wake-up).",
 			handoffBuckets, "queue")
+		metrics.firstByte = histogram("upstream_first_byte_seconds",
+			"Time from forwarding a granted request of this instance to the first byte of its answer's body (a stream's first event: the time to first token), by pool upstream (its dial address; empty without a pool). Answers held back (requeue_on) and errors relayed as events are not counted.",
+			firstByteBuckets, "queue", "upstream")
 		metrics.storeErrors = counter("store_errors_total",
 			"Failed calls of this instance to the queue's store (Redis).",
 			"queue")
@@ -100,7 +108,7 @@ func registerMetrics(reg *prometheus.Registry) {
 	}
 	for _, c := range []prometheus.Collector{
 		metrics.requests, metrics.wait, metrics.grants, metrics.rejects,
-		metrics.handoff, metrics.storeErrors, metrics.requeues, metrics.cooldowns, metrics.state,
+		metrics.handoff, metrics.firstByte, metrics.storeErrors, metrics.requeues, metrics.cooldowns, metrics.state,
 	} {
 		if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 			panic(err)
@@ -113,6 +121,13 @@ func registerMetrics(reg *prometheus.Registry) {
 func observe(queue, outcome string, waited time.Duration) {
 	metrics.requests.WithLabelValues(queue, outcome).Inc()
 	metrics.wait.WithLabelValues(queue, outcome).Observe(waited.Seconds())
+}
+
+// observeFirstByte counts an upstream's time to the first byte of an
+// answer (firstByteWriter).
+func observeFirstByte(queue, upstream string, d time.Duration) {
+	initMetrics()
+	metrics.firstByte.WithLabelValues(queue, upstream).Observe(d.Seconds())
 }
 
 // newObserver returns the fairqueue.Observer of a queue whose metrics
@@ -300,6 +315,7 @@ func forgetQueue(name string) {
 	metrics.grants.DeletePartialMatch(match)
 	metrics.rejects.DeletePartialMatch(match)
 	metrics.handoff.DeletePartialMatch(match)
+	metrics.firstByte.DeletePartialMatch(match)
 	metrics.storeErrors.DeletePartialMatch(match)
 	metrics.requeues.DeletePartialMatch(match)
 	metrics.cooldowns.DeletePartialMatch(match)

@@ -12,14 +12,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 // The ResponseWriters that next writes a granted request's answer to:
 // holdWriter (a pool's upstream, whose refusal never reaches the
-// client), committedWriter (a stream the keepalive committed) and
-// usageWriter (cost tokens: reads the answer's usage on the side).
+// client), committedWriter (a stream the keepalive committed),
+// usageWriter (cost tokens: reads the answer's usage on the side) and
+// firstByteWriter (the upstream's time to first byte).
 
 // holdWriter is next's ResponseWriter for a request granted on a pool
 // upstream: it keeps the answer's header to itself until the status is
@@ -409,8 +411,46 @@ func (u *usageWriter) totalTokens() (float64, bool) {
 	return u.total, u.found
 }
 
+// firstByteWriter passes an answer on unchanged and notes how long after
+// the request was forwarded (forwarded, set at each forward) the first
+// byte of its body came: the upstream's time to first byte, a stream's
+// first event. An answer held back from the client (a requeue_on
+// refusal) or an error relayed as an event writes nothing through it.
+type firstByteWriter struct {
+	caddyhttp.ResponseWriterWrapper // by value: one allocation per request
+	forwarded time.Time
+	upstream  string        // the grant's pool upstream at the forward; "" without a pool
+	first     time.Duration // 0 until the first byte
+}
+
+func newFirstByteWriter(w http.ResponseWriter) *firstByteWriter {
+	return &firstByteWriter{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
+}
+
+func (f *firstByteWriter) Write(b []byte) (int, error) {
+	if f.first == 0 && len(b) > 0 {
+		f.first = max(time.Since(f.forwarded), time.Nanosecond)
+	}
+	return f.ResponseWriter.Write(b)
+}
+
+// ReadFrom copies through Write, so that the first byte is seen.
+func (f *firstByteWriter) ReadFrom(r io.Reader) (int64, error) {
+	if f.first != 0 {
+		return f.ResponseWriterWrapper.ReadFrom(r)
+	}
+	return io.Copy(writerOnly{f}, r)
+}
+
+// FlushError implements the flusher of http.ResponseController.
+func (f *firstByteWriter) FlushError() error { return flush(f.ResponseWriter) }
+
+// Flush implements http.Flusher.
+func (f *firstByteWriter) Flush() { _ = f.FlushError() }
+
 // Interface guards
 var (
 	_ http.Flusher = (*holdWriter)(nil)
 	_ http.Flusher = (*usageWriter)(nil)
+	_ http.Flusher = (*firstByteWriter)(nil)
 )
