@@ -418,9 +418,9 @@ func (u *usageWriter) totalTokens() (float64, bool) {
 // refusal) or an error relayed as an event writes nothing through it.
 type firstByteWriter struct {
 	caddyhttp.ResponseWriterWrapper // by value: one allocation per request
-	forwarded time.Time
-	upstream  string        // the grant's pool upstream at the forward; "" without a pool
-	first     time.Duration // 0 until the first byte
+	forwarded                       time.Time
+	upstream                        string        // the grant's pool upstream at the forward; "" without a pool
+	first                           time.Duration // 0 until the first byte
 }
 
 func newFirstByteWriter(w http.ResponseWriter) *firstByteWriter {
