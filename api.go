@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -139,9 +138,5 @@ func (a api) upstreamErrorBody(status int, body []byte) []byte {
 	if body = bytes.TrimSpace(body); len(body) <= maxUpstreamErrorBody && json.Unmarshal(body, &v) == nil && v.Error != nil {
 		return ollamaError(*v.Error)
 	}
-	msg := "The upstream server answered with status " + strconv.Itoa(status)
-	if text := http.StatusText(status); text != "" {
-		msg += " " + text
-	}
-	return ollamaError(msg + ".")
+	return ollamaError(upstreamStatusMessage(status))
 }

@@ -69,9 +69,15 @@ func upstreamError(status int, body []byte) []byte {
 	case status >= 500:
 		typ = "server_error"
 	}
+	return marshalError(upstreamStatusMessage(status), typ, "upstream_error")
+}
+
+// upstreamStatusMessage is the default message of an upstream's error
+// answer on a committed stream, in either API's error object.
+func upstreamStatusMessage(status int) string {
 	msg := "The upstream server answered with status " + strconv.Itoa(status)
 	if text := http.StatusText(status); text != "" {
 		msg += " " + text
 	}
-	return marshalError(msg+".", typ, "upstream_error")
+	return msg + "."
 }

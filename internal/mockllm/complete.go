@@ -206,16 +206,21 @@ func (s *Server) params(h http.Header) (tokens int, delay time.Duration, err err
 	return tokens, delay, nil
 }
 
+// startStream sends a streamed answer's 200 header at once, as a real
+// model server does before its first token; false: the client is gone.
+func startStream(w http.ResponseWriter, contentType string) (*http.ResponseController, bool) {
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	return rc, rc.Flush() == nil
+}
+
 // stream sends one server-sent event per token, each after delay, then
 // [DONE]. It stops when ctx ends (the client went away).
 func (s *Server) stream(ctx context.Context, w http.ResponseWriter, a answer, tokens int, delay time.Duration) outcome {
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	// Headers go out at once, as a real model server sends them before
-	// its first token.
-	if err := rc.Flush(); err != nil {
+	rc, ok := startStream(w, "text/event-stream")
+	if !ok {
 		return canceled
 	}
 	for i := range tokens {

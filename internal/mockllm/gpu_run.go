@@ -203,11 +203,8 @@ func (s *Server) gpuAnswer(ctx context.Context, w http.ResponseWriter, a answer,
 			}
 		}
 	}
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	if err := rc.Flush(); err != nil {
+	rc, ok := startStream(w, "text/event-stream")
+	if !ok {
 		return canceled
 	}
 	sent := 0

@@ -98,10 +98,8 @@ func (a ollamaAnswer) chunk(text string, done bool, tokens int) map[string]any {
 // stream sends one NDJSON line per token, each after delay, then the
 // last line. It stops when ctx ends (the client went away).
 func (a ollamaAnswer) stream(ctx context.Context, w http.ResponseWriter, tokens int, delay time.Duration) outcome {
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	if err := rc.Flush(); err != nil {
+	rc, ok := startStream(w, "application/x-ndjson")
+	if !ok {
 		return canceled
 	}
 	enc := json.NewEncoder(w)
