@@ -191,7 +191,7 @@ func (s queueSettings) diff(o queueSettings) string {
 // perEngine names the fields of fairqueue.Config that each queue's
 // engine sets for itself (see queueConfig and newEngine), which handlers
 // need not agree on.
-var perEngine = map[string]bool{"Name": true, "Fallback": true, "Logger": true, "Observer": true, "Reserved": true}
+var perEngine = map[string]bool{"Name": true, "Fallback": true, "Logger": true, "Observer": true, "Reserved": true, "ReservedTokens": true}
 
 // optionName is the option of a fairqueue.Config field: MaxWait is
 // max_wait.

@@ -2,6 +2,7 @@ package fairqueue
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -17,6 +18,9 @@ const (
 	// DefaultStoreTimeout bounds a store call that is not bounded by a
 	// request (release, cancel, heartbeat, reconcile).
 	DefaultStoreTimeout = time.Second
+	// MaxPermits bounds Config.Permits; it is the permits of a queue
+	// bounded by KVTokens alone.
+	MaxPermits = 1 << 20
 	// DefaultPriorityFactor: each priority band is served 8 times as
 	// often as the one below it when both are backlogged.
 	DefaultPriorityFactor = 8
@@ -51,6 +55,13 @@ type Config struct {
 	// their permits every Lease/3, and a node silent for Lease is dead.
 	// Default 30s, at least 1s.
 	Lease time.Duration
+	// KVTokens is the KV-cache tokens the queue's holders may hold at
+	// once, across every node: a grant needs room for its request's
+	// Request.Tokens besides a free permit. 0: tokens are not counted.
+	// With Upstreams, each upstream's own Upstream.KVTokens also applies
+	// (KVTokens caps them all together; 0 here: their sum, if every one
+	// sets it).
+	KVTokens int
 	// Fair orders the queue fairly across tenants (Request.Tenant)
 	// instead of strict arrival order: each flow (a tenant in one
 	// priority band) has a usage counter, charged Request.Cost / weight
@@ -103,6 +114,10 @@ type Config struct {
 	// upstream's permits (the requests may run on any), less this (at
 	// least 0). It must be cheap and must not call into the Queue.
 	Reserved func() int
+	// ReservedTokens, when set, returns the KV-cache tokens (Request.Tokens)
+	// of those same requests: store calls carry KVTokens, and each
+	// upstream's, less this. Same rules as Reserved.
+	ReservedTokens func() int
 }
 
 // Observer receives a Queue's events. Methods are called on the request
@@ -144,6 +159,12 @@ func (c Config) withDefaults() Config {
 	if c.Permits == 0 && len(c.Upstreams) > 0 {
 		c.Permits = poolPermits(c.Upstreams)
 	}
+	if c.KVTokens == 0 && len(c.Upstreams) > 0 {
+		c.KVTokens = poolTokens(c.Upstreams)
+	}
+	if c.Permits == 0 && c.KVTokens > 0 {
+		c.Permits = MaxPermits // tokens alone bound the queue
+	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
@@ -171,6 +192,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("lease must be at least %s, got %s", MinLease, c.Lease)
 	case !(c.PriorityFactor >= 2):
 		return fmt.Errorf("priority_factor must be at least 2, got %v", c.PriorityFactor)
+	case c.KVTokens < 0:
+		return fmt.Errorf("kv_tokens must be >= 0, got %d", c.KVTokens)
+	case c.Permits > MaxPermits:
+		return fmt.Errorf("permits must be at most %d, got %d", MaxPermits, c.Permits)
 	case c.MaxQueue < 0:
 		return fmt.Errorf("max_queue must be >= 0, got %d", c.MaxQueue)
 	case c.MaxQueuePerTenant < 0:
@@ -189,11 +214,39 @@ func (c Config) limits() Limits {
 		permits = max(permits-n, 0)
 		ups = make([]Upstream, len(c.Upstreams))
 		for i, u := range c.Upstreams {
-			ups[i] = Upstream{Dial: u.Dial, Permits: max(u.Permits-n, 0)}
+			ups[i] = Upstream{Dial: u.Dial, Permits: max(u.Permits-n, 0), KVTokens: u.KVTokens}
 		}
 	}
-	return Limits{Permits: permits, Lease: c.Lease, MaxQueue: c.MaxQueue,
+	if r := c.reservedTokens(); r > 0 && c.KVTokens > 0 {
+		if n := c.reserved(); n <= 0 {
+			ups = slices.Clone(c.Upstreams)
+		}
+		for i := range ups {
+			ups[i].KVTokens = lessTokens(c.Upstreams[i].KVTokens, r)
+		}
+	}
+	return Limits{Permits: permits, Tokens: lessTokens(c.KVTokens, c.reservedTokens()), Lease: c.Lease, MaxQueue: c.MaxQueue,
 		MaxQueuePerTenant: c.MaxQueuePerTenant, MaxInFlightPerTenant: c.MaxInFlightPerTenant, Upstreams: ups}
+}
+
+// lessTokens is a token capacity less r reserved: 0 (not counted) stays
+// 0, and a capacity used up entirely is -1 (counted, no room), never 0.
+func lessTokens(capacity, r int) int {
+	if capacity <= 0 || r <= 0 {
+		return capacity
+	}
+	if capacity <= r {
+		return -1
+	}
+	return capacity - r
+}
+
+// reservedTokens is ReservedTokens(), 0 without it.
+func (c Config) reservedTokens() int {
+	if c.ReservedTokens == nil {
+		return 0
+	}
+	return c.ReservedTokens()
 }
 
 // reserved is Reserved(), 0 without it.
@@ -202,4 +255,35 @@ func (c Config) reserved() int {
 		return 0
 	}
 	return c.Reserved()
+}
+
+// ClampTokens is the weight a request of n tokens is counted with: n
+// bounded by the queue's KVTokens and, with a pool whose upstreams set
+// KVTokens, by the largest of those (so it fits somewhere, and runs
+// alone there). clamped reports that n was above that bound. Without
+// KVTokens it is 0 (tokens are not counted).
+func (c Config) ClampTokens(n int) (w int, clamped bool) {
+	c = c.withDefaults()
+	if c.KVTokens <= 0 {
+		return 0, false
+	}
+	bound := c.KVTokens
+	if m := maxUpstreamTokens(c.Upstreams); m > 0 {
+		bound = min(bound, m)
+	}
+	n = max(n, 0)
+	return min(n, bound), n > bound
+}
+
+// maxUpstreamTokens is the largest Upstream.KVTokens of us, 0 when none
+// sets it; an upstream without it is bounded by the queue's alone.
+func maxUpstreamTokens(us []Upstream) int {
+	m := 0
+	for _, u := range us {
+		if u.KVTokens <= 0 {
+			return 0
+		}
+		m = max(m, u.KVTokens)
+	}
+	return m
 }

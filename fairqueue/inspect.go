@@ -29,6 +29,9 @@ type Snapshot struct {
 	// Flows are the busiest flows (tenant and priority band, hashed) by
 	// tickets waiting; empty for a FIFO queue.
 	Flows []FlowInfo `json:"flows,omitempty"`
+	// TokensHeld is the KV-cache tokens the holders hold (their
+	// Request.Tokens); 0 when the queue does not count tokens.
+	TokensHeld int `json:"tokens_held,omitempty"`
 	// Grants is the number of grants made since the queue's state began.
 	Grants int64 `json:"grants"`
 	// Upstreams are the pool upstreams the store knows of (holding
@@ -44,6 +47,9 @@ type Holder struct {
 	LeaseLeft time.Duration `json:"lease_left"`
 	// Upstream is the pool upstream it runs on ("" without a pool).
 	Upstream string `json:"upstream,omitempty"`
+	// Tokens is its request's KV-cache tokens (Request.Tokens, clamped);
+	// 0 when not counted.
+	Tokens int `json:"tokens,omitempty"`
 }
 
 // NodeInfo is one node's liveness.

@@ -23,6 +23,11 @@ type Request struct {
 	// with what the request really used. A tenant of costly requests gets
 	// fewer of them. Default 1, capped at MaxCost.
 	Cost float64
+	// Tokens is the KV-cache tokens the request holds while it runs
+	// (its prompt tokens plus its completion budget), counted against
+	// Config.KVTokens; a request heavier than the capacity is clamped to
+	// it (Config.ClampTokens: it runs alone). Ignored without KVTokens.
+	Tokens int
 	// MaxWait overrides Config.MaxWait for this request when > 0 and
 	// shorter (a client that says how long it will wait).
 	MaxWait time.Duration

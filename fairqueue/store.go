@@ -85,6 +85,13 @@ type HeadListener interface {
 	Head(ticket string, permits int)
 }
 
+// TokenPasses bounds how many grants in a row, in fair order, may pass
+// a ready flow whose head does not fit the free tokens (Limits.Tokens):
+// then dispatch waits until the head fits. So a heavy request at the
+// front of the fair order waits for at most TokenPasses lighter grants
+// and the end of requests already running.
+const TokenPasses = 8
+
 // Grant is one permit handed to a waiting ticket.
 type Grant struct {
 	Ticket string
@@ -112,6 +119,14 @@ type Limits struct {
 	// MaxInFlightPerTenant caps the permits one tenant holds (all
 	// nodes, all priority bands; fair tickets only); 0: no cap.
 	MaxInFlightPerTenant int
+	// Tokens is the KV-cache tokens all holders may hold together
+	// (Config.KVTokens): a grant needs room for its ticket's
+	// TicketArgs.Tokens; 0: not counted; -1: counted, and no room at all
+	// (every token is reserved, see Config.ReservedTokens). A FIFO head that does not fit
+	// waits for room and nothing passes it; in fair order, a ready flow
+	// whose head fits may pass one whose head does not, at most
+	// TokenPasses times in a row.
+	Tokens int
 	// Upstreams is the pool (Config.Upstreams): every grant names one,
 	// with free permits and not cooling, and none holds more than its
 	// Permits; Permits caps them all together. Empty: no pool.
@@ -133,6 +148,10 @@ type TicketArgs struct {
 	// (and PriorityFactor to the power of its band): what its grant adds
 	// to its flow's usage counter (fair queueing).
 	Cost float64
+	// Tokens is the ticket's weight against Limits.Tokens (and its
+	// upstream's Upstream.KVTokens): Request.Tokens, clamped. Carried by
+	// Acquire and Requeue (the new ticket); 0: weighs nothing.
+	Tokens int
 	// Correction, on Release, is what the ticket really used minus Cost,
 	// in the same units: added to its flow's usage counter when the
 	// permit is released (0: the estimate stands).
@@ -181,6 +200,10 @@ type HeartbeatArgs struct {
 	// upstream to it, so that a holder the store re-adds or adopts counts
 	// on its upstream too.
 	Upstreams map[string]string
+	// Tokens maps the Held and Adopt tickets that weigh tokens
+	// (TicketArgs.Tokens) to their weight, so that a holder the store
+	// re-adds or adopts counts its tokens too.
+	Tokens map[string]int
 	// Pending are tickets of this node waiting for a grant, named when the
 	// node has reason to doubt the store still has them (it was forgotten,
 	// a call failed, the subscription was re-established): the store
@@ -222,6 +245,8 @@ type ClusterView struct {
 	Waiting int
 	// Holders is the number of permits held.
 	Holders int
+	// TokensHeld is the KV-cache tokens the holders hold (Limits.Tokens).
+	TokensHeld int
 	// Nodes is the number of live nodes.
 	Nodes int
 	// LeaseExpirations counts the permits freed because their lease ended

@@ -17,6 +17,10 @@ type Upstream struct {
 	// Permits is the number of requests the upstream may run at once,
 	// across the cluster. At least 1.
 	Permits int `json:"permits"`
+	// KVTokens is the KV-cache tokens the upstream's requests may hold
+	// at once, across the cluster (see Config.KVTokens); 0: only the
+	// queue's KVTokens applies to it.
+	KVTokens int `json:"kv_tokens,omitempty"`
 }
 
 // DefaultCooldown is how long an upstream is left out of dispatch after
@@ -38,6 +42,8 @@ func validUpstreams(us []Upstream) error {
 			return fmt.Errorf("upstreams[%d]: dial address %q must not contain spaces or '|'", i, u.Dial)
 		case u.Permits < 1:
 			return fmt.Errorf("upstreams[%d] (%s): permits must be at least 1, got %d", i, u.Dial, u.Permits)
+		case u.KVTokens < 0:
+			return fmt.Errorf("upstreams[%d] (%s): kv_tokens must be >= 0, got %d", i, u.Dial, u.KVTokens)
 		case seen[u.Dial]:
 			return fmt.Errorf("upstreams[%d]: %s is listed twice", i, u.Dial)
 		}
@@ -55,11 +61,27 @@ func poolPermits(us []Upstream) int {
 	return n
 }
 
+// poolTokens is the sum of the upstreams' KVTokens, or 0 when one of
+// them does not set it (that one is bounded by the queue's alone).
+func poolTokens(us []Upstream) int {
+	n := 0
+	for _, u := range us {
+		if u.KVTokens <= 0 {
+			return 0
+		}
+		n += u.KVTokens
+	}
+	return n
+}
+
 // UpstreamInfo is one upstream's state in the store (Snapshot.Upstreams).
 type UpstreamInfo struct {
 	Dial string `json:"dial"`
 	// InFlight is the number of permits held on it, across the cluster.
 	InFlight int `json:"in_flight"`
+	// TokensHeld is the KV-cache tokens its holders hold (their
+	// Request.Tokens), across the cluster.
+	TokensHeld int `json:"tokens_held,omitempty"`
 	// CoolLeft is the time until it is dispatched to again after a
 	// failure (0: it is in dispatch).
 	CoolLeft time.Duration `json:"cool_left"`
