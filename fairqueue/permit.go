@@ -91,6 +91,11 @@ func (p *Permit) FailOpen() bool { return p.t.failOpen && p.local == nil }
 // queue (Config.Fallback while the store was unreachable).
 func (p *Permit) Local() bool { return p.local != nil }
 
+// Tokens returns the KV-cache tokens the permit counts against
+// Config.KVTokens: its Request.Tokens, clamped (Config.ClampTokens); 0
+// when the queue does not count tokens.
+func (p *Permit) Tokens() int { return p.t.tokens }
+
 // Upstream returns the upstream the permit was granted on (Config.Upstreams),
 // or "" when the queue has no pool.
 func (p *Permit) Upstream() string {

@@ -136,9 +136,10 @@ func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) 
 			}
 			continue
 		}
-		s.passes = 0
 		if passed {
 			s.passes++
+		} else {
+			s.passes = 0
 		}
 		_, held := s.holders[w.id]
 		s.holders[w.id] = now.Add(s.leaseOf(node, l.Lease))

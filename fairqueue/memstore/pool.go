@@ -22,8 +22,8 @@ import (
 //     the one whose last grant is oldest by the grant counter, never
 //     granted first, then list order.
 //   - With tokens, an upstream is eligible only where the grant's
-//     weight fits (tokens.go), and when both count tokens the free share
-//     compared is of their tokens.
+//     weight fits (tokens.go), and when every upstream counts tokens the
+//     free share compared is of their tokens.
 //   - A release (or requeue) naming a cooling upstream keeps it out of
 //     dispatch until now + CoolFor, the later end winning. Only a ticket
 //     that still held a permit cools it: a release sent again does not
@@ -72,14 +72,15 @@ func (s *Store) pickFor(l fairqueue.Limits, now time.Time, w int) (dial string, 
 }
 
 // before reports whether a is served before b: the larger free share (of
-// its tokens when both count them, else of its permits), then the older
+// its tokens when every upstream counts them, byTokens; else of its
+// permits), then the older
 // last grant (anywhere: the holders that count on every upstream).
 // Integer cross-multiplication keeps the comparison exact; a tie of both
 // (never granted) keeps list order.
 func (s *Store) before(l fairqueue.Limits, a, b *fairqueue.Upstream, anywhere int) bool {
 	fa := int64(a.Permits-s.inflight[a.Dial]-anywhere) * int64(b.Permits)
 	fb := int64(b.Permits-s.inflight[b.Dial]-anywhere) * int64(a.Permits)
-	if l.Tokens != 0 && a.KVTokens > 0 && b.KVTokens > 0 {
+	if byTokens(l) {
 		at := s.anywhereTokens()
 		fa = int64(a.KVTokens-s.onUp[a.Dial]-at) * int64(b.KVTokens)
 		fb = int64(b.KVTokens-s.onUp[b.Dial]-at) * int64(a.KVTokens)
@@ -191,4 +192,18 @@ func (s *Store) forgetIfEmpty() {
 	if len(s.index) == 0 && len(s.holders) == 0 && len(s.nodes) == 0 {
 		s.poolState = newPoolState()
 	}
+}
+
+// byTokens reports whether l's upstreams are compared by their free
+// tokens: tokens are counted and every upstream sets KVTokens.
+func byTokens(l fairqueue.Limits) bool {
+	if l.Tokens == 0 {
+		return false
+	}
+	for _, u := range l.Upstreams {
+		if u.KVTokens <= 0 {
+			return false
+		}
+	}
+	return true
 }

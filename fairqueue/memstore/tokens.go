@@ -11,12 +11,14 @@ import (
 //
 //   - Every holder carries a weight, its ticket's TicketArgs.Tokens at the
 //     grant, bounded by the capacity in force then (Limits.Tokens and,
-//     with a pool, its upstream's KVTokens): a ticket heavier than that
-//     runs alone. A grant needs room for its weight besides a free
-//     permit: the weights held plus its own at most Limits.Tokens (when
-//     counted), and at most its upstream's KVTokens on the upstream it
-//     names. Holders granted without an upstream (before a reload added
-//     the pool) count on every upstream.
+//     with a pool whose upstreams all set KVTokens, the largest of those;
+//     see weigh): a ticket heavier than that runs alone. A grant needs
+//     room for its weight besides a free permit: the weights held plus
+//     its own at most Limits.Tokens (when counted), and at most its
+//     upstream's KVTokens on the upstream it names (a ticket heavier
+//     than an upstream's capacity never runs there). Holders granted
+//     without an upstream (before a reload added the pool) count on
+//     every upstream.
 //   - A release (cancel, lease end, leave) returns the weight.
 //   - FIFO is strict: a head that does not fit waits and nothing passes
 //     it. In fair order, when the flow to serve next has a head that does
@@ -48,15 +50,19 @@ func bounded(w, capacity int) int {
 	return w
 }
 
-// upstreamTokens is the KVTokens of dial in l's pool, 0 when not set or
-// not listed.
-func upstreamTokens(l fairqueue.Limits, dial string) int {
+// weigh is the weight a ticket of w tokens is counted with under l: w
+// bounded by the queue's capacity and, when every upstream of the pool
+// sets KVTokens, by the largest of those (so it fits somewhere alone).
+func weigh(l fairqueue.Limits, w int) int {
+	w = bounded(max(w, 0), l.Tokens)
+	m := 0
 	for _, u := range l.Upstreams {
-		if u.Dial == dial {
-			return u.KVTokens
+		if u.KVTokens <= 0 {
+			return w
 		}
+		m = max(m, u.KVTokens)
 	}
-	return 0
+	return bounded(w, m)
 }
 
 // fitsQueue reports whether w more tokens fit the queue's capacity.
@@ -67,7 +73,7 @@ func (s *Store) fitsQueue(l fairqueue.Limits, w int) bool {
 	case l.Tokens < 0:
 		return false
 	}
-	return s.held+bounded(w, l.Tokens) <= l.Tokens
+	return s.held+weigh(l, w) <= l.Tokens
 }
 
 // fitsOn reports whether w more tokens fit upstream u (its KVTokens; the
@@ -79,7 +85,7 @@ func (s *Store) fitsOn(l fairqueue.Limits, u *fairqueue.Upstream, w int) bool {
 	if u.KVTokens < 0 {
 		return false
 	}
-	return s.onUp[u.Dial]+s.anywhereTokens()+bounded(w, u.KVTokens) <= u.KVTokens
+	return s.onUp[u.Dial]+s.anywhereTokens()+weigh(l, w) <= u.KVTokens
 }
 
 // anywhereTokens is the weight of holders without an upstream.
@@ -97,7 +103,7 @@ func (s *Store) takeTokens(l fairqueue.Limits, id string, w int, dial string) {
 	if _, ok := s.weight[id]; ok || w <= 0 || l.Tokens == 0 {
 		return
 	}
-	w = bounded(bounded(w, l.Tokens), upstreamTokens(l, dial))
+	w = weigh(l, w)
 	s.weight[id] = w
 	s.held += w
 	if dial != "" {

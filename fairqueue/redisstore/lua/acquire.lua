@@ -108,7 +108,7 @@ if free > 0 then
   end
   local no = redis.call('INCR', K.grants)
   if up then place(view, id, up, no) end
-  take_tokens(id, weight, up, up and ucap(up), view)
+  take_tokens(id, weight, up, view)
   return answer('granted', seq, no, 0, own, up, no)
 end
 local seq = redis.call('INCR', K.seq)

@@ -180,7 +180,7 @@ local function dispatch(self, ex)
       if flow then c, tn = charge(flow, cost, nil, n, tn) end
       local no = redis.call('INCR', K.grants)
       if up then place(v, id, up, no) end
-      take_tokens(id, w, up, up and ucap(up), v)
+      take_tokens(id, w, up, v)
       if owner == self then
         redis.call('ZADD', K.holders, now + lease, id)
         own[#own + 1] = id

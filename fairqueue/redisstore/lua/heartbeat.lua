@@ -56,7 +56,7 @@ local function add(arg)
   if redis.call('ZADD', K.holders, now + lease, id) == 0 then return nil end
   held(id)
   if up then redis.call('HSET', K.uheld, id, up) end
-  take_tokens(id, w, up, up and ucap(up))
+  take_tokens(id, w, up)
   return id
 end
 local readded = {}

@@ -17,14 +17,6 @@ for dial, n, t in string.gmatch(ARGV[7] or '', '(%S+) (%d+)/?(%-?%d*)') do
   pool[#pool + 1] = {dial = dial, permits = tonumber(n), tokens = tonumber(t) or 0}
 end
 
--- ucap is upstream dial's own capacity in tokens (0: none, or not listed).
-local function ucap(dial)
-  for _, u in ipairs(pool) do
-    if u.dial == dial then return u.tokens end
-  end
-  return 0
-end
-
 -- token_view adds to a pool view what fits_on needs, once: the weights
 -- held on each upstream (v.tok) and by holders without one (v.tany:
 -- they count on every upstream).
@@ -45,7 +37,7 @@ local function fits_on(v, u, w)
   if tokens == 0 or u.tokens == 0 then return true end
   if u.tokens < 0 then return false end
   token_view(v)
-  return (v.tok[u.dial] or 0) + v.tany + bounded(w or 0, u.tokens) <= u.tokens
+  return (v.tok[u.dial] or 0) + v.tany + weigh(w) <= u.tokens
 end
 
 -- pool_view reads what choosing an upstream needs: permits in flight

@@ -33,11 +33,31 @@ local function bounded(w, cap)
   return w
 end
 
+-- weigh is the weight a ticket of w tokens is counted with: w bounded
+-- by the queue's capacity and, when every upstream of the pool sets its
+-- own, by the largest of those (so it fits somewhere, alone). ARGV[7] is
+-- read here, as pool.lua reads it.
+local weigh_cap
+local function weigh(w)
+  if weigh_cap == nil then
+    weigh_cap = 0
+    for t in string.gmatch(ARGV[7] or '', '%S+ %d+/?(%-?%d*)') do
+      local c = tonumber(t) or 0
+      if c <= 0 then
+        weigh_cap = 0
+        break
+      end
+      weigh_cap = math.max(weigh_cap, c)
+    end
+  end
+  return bounded(bounded(math.max(w or 0, 0), tokens), weigh_cap)
+end
+
 -- fits_queue: w more tokens fit the queue's capacity.
 local function fits_queue(w)
   if tokens == 0 then return true end
   if tokens < 0 then return false end
-  return held_tokens() + bounded(w or 0, tokens) <= tokens
+  return held_tokens() + weigh(w) <= tokens
 end
 
 -- set_weight records waiting ticket id's weight (where tokens count).
@@ -52,12 +72,12 @@ local function take_weight(id)
   return w
 end
 
--- take_tokens counts holder id's weight w on upstream up (nil: none),
--- whose own capacity is ucap (nil or 0: none); v, a pool view (pool.lua),
--- learns it too. A holder counted already is left as it is.
-local function take_tokens(id, w, up, ucap, v)
+-- take_tokens counts holder id's weight w (weigh) on upstream up (nil:
+-- none); v, a pool view (pool.lua), learns it too. A holder counted
+-- already is left as it is.
+local function take_tokens(id, w, up, v)
   if tokens == 0 or not w or w <= 0 then return end
-  w = bounded(bounded(w, tokens), ucap)
+  w = weigh(w)
   if redis.call('HSETNX', K.thold, id, w) == 0 then return end
   redis.call('INCRBY', K.tsum, w)
   if up and up ~= '' then
