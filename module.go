@@ -41,6 +41,9 @@ const (
 	// DefaultMaxCost bounds the cost of one request with cost max_tokens
 	// or tokens.
 	DefaultMaxCost = 32768
+	// DefaultMaxTokens is the completion budget of a request whose body
+	// sets none, unless Handler.DefaultMaxTokens says otherwise.
+	DefaultMaxTokens = 1024
 	// DefaultAbortGrace is how long the permit of a request whose client
 	// left while the upstream ran it stays held once reverse_proxy returns,
 	// unless AbortGrace says otherwise. Clients that leave together (a load
@@ -120,10 +123,33 @@ type Handler struct {
 	Names []string `json:"names,omitempty"`
 
 	// Permits is how many requests of the queue may be served at once,
-	// across the whole cluster. Required, at least 1. During a rolling
-	// config change each instance applies its own value to the calls it
-	// makes.
+	// across the whole cluster. Required unless Upstreams or KVTokens
+	// bound the queue; at least 1. During a rolling config change each
+	// instance applies its own value to the calls it makes.
 	Permits int `json:"permits,omitempty"`
+
+	// KVTokens is the KV-cache tokens the queue's running requests may
+	// hold at once, across the cluster: a request is granted only when
+	// its weight (its estimated prompt tokens plus its completion budget,
+	// see DefaultMaxTokens) fits beside the weights of the requests
+	// running, and a permit is free when Permits is also set. Set it to
+	// the backend's KV cache size in tokens (vLLM logs its "# GPU blocks"
+	// at startup: times the block size, 16 by default). A request heavier
+	// than the whole capacity is clamped to it, and so runs alone. With
+	// Upstreams each upstream may set its own (upstreams[].kv_tokens);
+	// this then caps the pool as a whole, and defaults to their sum when
+	// every upstream sets one. Default 0: tokens are not counted, and
+	// Permits alone bounds the queue; with KVTokens, Permits may be left
+	// out.
+	KVTokens int `json:"kv_tokens,omitempty"`
+
+	// DefaultMaxTokens is the completion budget of a request whose body
+	// sets none (max_completion_tokens, max_output_tokens, max_tokens, or
+	// Ollama's options.num_predict): the tokens it is expected to
+	// generate at most, part of its weight with KVTokens and of its
+	// charge with Cost "tokens". Default 1024; at least 1. Requires
+	// KVTokens (on the queue or an upstream) or Cost "tokens".
+	DefaultMaxTokens int `json:"default_max_tokens,omitempty"`
 
 	// MaxWait is the longest a request waits for a permit before it is
 	// rejected with reason timeout. Default 20s; at least 50ms (the
