@@ -1,12 +1,23 @@
 package caddyfairqueue
 
 import (
+	"context"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/internal/jsonscan"
+	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 )
 
 func TestCaddyfileParsesTheTokenOptions(t *testing.T) {
@@ -77,4 +88,161 @@ func TestJSONConfigErrorsOfTheTokenOptionsNameTheField(t *testing.T) {
 		})
 	}
 	require.NoError(t, loadHandlerJSON(t, `"kv_tokens":100000,"default_max_tokens":256`))
+}
+
+func TestWeightIsThePromptEstimatePlusTheBudget(t *testing.T) {
+	chat := func(text, extra string) string {
+		return `{"model":"m",` + extra + `"messages":[{"role":"user","content":"` + text + `"}]}`
+	}
+	for _, tc := range []struct {
+		name   string
+		body   string
+		ratio  float64
+		prompt int64
+		budget int64
+	}{
+		{"prompt text / 4, rounded up, plus max_tokens", chat(strings.Repeat("a", 401), `"max_tokens":50,`), 4, 101, 50},
+		{"max_completion_tokens before max_tokens", chat("abcd", `"max_tokens":50,"max_completion_tokens":70,`), 4, 1, 70},
+		{"no budget: default_max_tokens", chat(strings.Repeat("a", 400), ""), 4, 100, 300},
+		{"a learned ratio", chat(strings.Repeat("a", 400), `"max_tokens":1,`), 3, 134, 1},
+		{"Ollama generate: prompt, system and num_predict", `{"prompt":"` + strings.Repeat("p", 40) + `","system":"` + strings.Repeat("s", 40) + `","options":{"num_predict":9}}`, 4, 20, 9},
+		{"no prompt key: the whole body", `{"input":"` + strings.Repeat("x", 96) + `"}`, 4, 27, 300},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWeight(jsonscan.Sniff([]byte(tc.body)), len(tc.body), 300)
+			w.estimate(tc.ratio)
+			assert.Equal(t, tc.prompt, w.prompt)
+			assert.Equal(t, tc.budget, w.budget)
+			assert.Equal(t, int(tc.prompt+tc.budget), w.tokens())
+		})
+	}
+	huge := newWeight(jsonscan.Fields{Prompt: true, PromptBytes: 4, Budget: jsonscan.MaxTokenCount}, 0, 1)
+	huge.estimate(4)
+	assert.Equal(t, int(jsonscan.MaxTokenCount), huge.tokens(), "saturated")
+}
+
+func TestPromptEstimatorLearnsBytesPerTokenWithinBounds(t *testing.T) {
+	var e promptEstimator
+	ratio, n := e.state()
+	assert.Equal(t, 4.0, ratio, "the seed: 4 bytes per token")
+	assert.Zero(t, n)
+	e.observe(300, 100) // 3 bytes per token
+	ratio, n = e.state()
+	assert.InDelta(t, (0.9*400+0.1*300)/100, ratio, 1e-9, "the first answer moves the ratio by alpha")
+	assert.Equal(t, int64(1), n)
+	for range 200 {
+		e.observe(3000, 1000)
+	}
+	assert.InDelta(t, 3, e.bytesPerToken(), 1e-6, "learned")
+	// Samples out of bounds are left out: a cached prefix (too few
+	// tokens), a chat template that dwarfs a short text, nonsense.
+	for _, s := range []struct {
+		text   int64
+		tokens float64
+	}{{1000, 10}, {5, 30}, {0, 10}, {10, 0}, {10, math.Inf(1)}, {10, math.NaN()}} {
+		e.observe(s.text, s.tokens)
+	}
+	ratio, n = e.state()
+	assert.InDelta(t, 3, ratio, 1e-6)
+	assert.Equal(t, int64(201), n)
+	// Large prompts weigh more than small ones.
+	var f promptEstimator
+	f.observe(8000, 1000) // 8
+	f.observe(20, 10)     // 2
+	assert.Greater(t, f.bytesPerToken(), 4.0)
+}
+
+func TestUsageWriterReadsThePromptTokens(t *testing.T) {
+	for _, tc := range []struct {
+		name, contentType string
+		chunks            []string
+		want              float64
+		found             bool
+	}{
+		{"OpenAI JSON", "application/json", []string{`{"usage":{"prompt_tokens":12,"completion_tokens":30,"total_tokens":42}}`}, 12, true},
+		{"OpenAI stream", "text/event-stream", []string{"data: {\"choices\":[]}\n\n", "data: {\"usage\":{\"prompt_tokens\":20,\"total_tokens\":37}}\n\n", "data: [DONE]\n\n"}, 20, true},
+		{"Responses API", "application/json", []string{`{"response":{"usage":{"input_tokens":9,"output_tokens":1,"total_tokens":10}}}`}, 9, true},
+		{"Ollama NDJSON", "application/x-ndjson", []string{`{"done":false}` + "\n", `{"done":true,"prompt_eval_count":26,"eval_count":5}` + "\n"}, 26, true},
+		{"Ollama's long last line", "application/x-ndjson", []string{`{"done":true,"context":[` + strings.Repeat("1,", 40000) + `1],"prompt_eval_count":33,"eval_count":2}` + "\n"}, 33, true},
+		{"no prompt count", "application/json", []string{`{"usage":{"total_tokens":42}}`}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := newUsageWriter(httptest.NewRecorder())
+			u.Header().Set("Content-Type", tc.contentType)
+			u.WriteHeader(http.StatusOK)
+			for _, c := range tc.chunks {
+				_, err := u.Write([]byte(c))
+				require.NoError(t, err)
+			}
+			got, found := u.promptTokens()
+			assert.Equal(t, tc.found, found)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestQueueLearnsItsPromptEstimateAndShowsIt(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	h := provisionLocal(t, newContext(t), &Handler{Name: "kv-learn", KVTokens: 100000, DefaultMaxTokens: 100})
+	mock := mockllm.New(mockllm.Config{Delay: -1})
+	srv := serve(t, h, proxyTo(t, mock.Handler()))
+	text := strings.Repeat("a", 4000)
+	body := `{"model":"m","max_tokens":50,"messages":[{"role":"user","content":"` + text + `"}]}`
+	resp := srv.post(t, context.Background(), body)
+	_, _ = io.ReadAll(resp.Body)
+	assert.Equal(t, outcomeGranted, srv.outcome(t))
+	settled(t, h)
+
+	// The mock counts ceil(body bytes / 4) prompt tokens.
+	used := float64((len(body) + 3) / 4)
+	e := h.engineList()[0]
+	ratio, n := e.kv.state()
+	assert.Equal(t, int64(1), n)
+	assert.InDelta(t, (0.9*4*used+0.1*4000)/used, ratio, 1e-9)
+	assert.Zero(t, e.tokens.Load(), "the request's tokens are given back")
+
+	st := queueStatus(context.Background())
+	require.Len(t, st.Queues, 1)
+	require.NotNil(t, st.Queues[0].KV)
+	assert.Equal(t, kvReport{BytesPerToken: ratio, Samples: 1, Capacity: 100000}, *st.Queues[0].KV)
+
+	// A request heavier than the capacity is clamped, and counted.
+	before := testutil.ToFloat64(metrics.kvClamped.WithLabelValues("kv-learn"))
+	resp = srv.post(t, context.Background(), `{"model":"m","max_tokens":200000,"messages":[]}`)
+	_, _ = io.ReadAll(resp.Body)
+	assert.Equal(t, outcomeGranted, srv.outcome(t))
+	assert.Equal(t, before+1, testutil.ToFloat64(metrics.kvClamped.WithLabelValues("kv-learn")))
+	settled(t, h)
+}
+
+// Needs the engine's token count (Cluster.TokensHeld) for kv_tokens_held.
+func TestTokenGaugesShowHeldCapacityAndEstimate(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	const name = "kv-gauges"
+	ctx := newContext(t)
+	h := &Handler{Name: name, KVTokens: 1000, MaxWait: caddy.Duration(time.Second),
+		PollInterval: caddy.Duration(50 * time.Millisecond), Lease: caddy.Duration(time.Second)}
+	require.NoError(t, h.Provision(ctx))
+	t.Cleanup(func() { _ = h.Cleanup() })
+	reg := ctx.GetMetricsRegistry()
+	value := func(metric string) (float64, bool) { return gauge(t, reg, "caddy_fair_queue_"+metric, name) }
+
+	next := newHolder()
+	body := `{"max_tokens":100,"messages":[{"role":"user","content":"` + strings.Repeat("a", 400) + `"}]}`
+	a := newRequest(context.Background(), body).start(h, next)
+	next.waitEntered(t)
+	e := h.engineList()[0]
+	assert.Equal(t, int64(200), e.tokens.Load(), "this instance's running tokens: 400/4 + 100")
+	v, ok := value("kv_tokens_capacity")
+	assert.True(t, ok)
+	assert.Equal(t, 1000.0, v)
+	v, ok = value("kv_bytes_per_token")
+	assert.True(t, ok)
+	assert.Equal(t, 4.0, v)
+	assert.Eventually(t, func() bool { v, ok := value("kv_tokens_held"); return ok && v == 200 },
+		5*time.Second, 20*time.Millisecond, "the cluster's tokens held, from the heartbeat")
+	next.release <- struct{}{}
+	a.wait(t)
+	settled(t, h)
+	assert.Zero(t, e.tokens.Load())
 }
