@@ -54,7 +54,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    cost          requests|max_tokens [<max>]|time|tokens [<max>]   # what a request is charged; default requests (1 each)
 //	                                       # max_tokens: the body's max_tokens, 1 to max (default 32768)
 //	                                       # time: the seconds the permit is held (estimated, corrected at release)
-//	                                       # tokens: body bytes/4 + expected completion (at most max_tokens), 1 to max; corrected to usage.total_tokens
+//	                                       # tokens: the weight (prompt estimate + completion budget, as kv_tokens counts it), 1 to max; corrected to usage.total_tokens
 //	    priority      <placeholders>       # band 0 (default) to 3
 //	    priority_factor <n>                # default 8, at least 2
 //	    max_queue     <n>                  # waiting requests, cluster-wide; beyond: 429 queue_full. default 0: no cap

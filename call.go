@@ -83,7 +83,7 @@ func (c *call) read() (answered bool, err error) {
 	repl.Set(phStreaming, c.streaming)
 	c.bodyLen = len(body)
 	c.weight = newWeight(info, len(body), h.defaultMaxTokens())
-	c.req = h.fairRequest(repl, len(body), info)
+	c.req = h.fairRequest(repl, info)
 
 	c.name = h.Name
 	if h.dynamic {
@@ -111,10 +111,14 @@ func (c *call) enter() (err error) {
 }
 
 // weigh estimates the request's prompt tokens with its queue's bytes per
-// token and, when the queue counts KV-cache tokens, gives the engine its
-// weight, clamped to the capacity (counted when it is).
+// token; with cost tokens, charges the weight; and when the queue counts
+// KV-cache tokens, gives the engine the weight, clamped to the capacity
+// (counted when it is).
 func (c *call) weigh() {
 	c.weight.estimate(c.e.kv.bytesPerToken())
+	if c.h.Cost == CostTokens && c.h.fair() {
+		c.req.Cost = tokensEstimate(c.weight, c.h.MaxCost)
+	}
 	var clamped bool
 	if c.req.Tokens, clamped = c.e.q.Config().ClampTokens(c.weight.tokens()); clamped {
 		observeClamped(c.name)
@@ -178,7 +182,6 @@ func (c *call) serve() error {
 	if c.readsUsage() {
 		// Passes the answer on as it comes; reads its usage.
 		c.usage = newUsageWriter(c.w)
-		c.usage.prompt = promptTokens(c.bodyLen)
 		c.w = c.usage
 	}
 	if c.permit.Upstream() != "" {

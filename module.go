@@ -260,12 +260,14 @@ type Handler struct {
 	//     this handler's recent requests; at the release the charge is
 	//     corrected to the real hold. Takes no MaxCost: a hold is
 	//     charged in full (at most 1000000 s).
-	//   - "tokens": tokens. At the grant, an estimate: the request
-	//     body's size in bytes / 4, rounded up, for the prompt (the
-	//     whole body is counted, messages, tools and JSON alike), plus
-	//     the completion expected (the moving average of the completions
-	//     seen in responses' usage, 1024 before the first), at most its
-	//     max_tokens, bounded to 1 to MaxCost. At the release the charge is corrected to the
+	//   - "tokens": tokens. At the grant, the request's weight as
+	//     KVTokens counts it: its prompt text's bytes divided by the
+	//     bytes per token the queue learned from answers (4 before the
+	//     first), rounded up (a body with no messages, prompt or system
+	//     counts all its bytes), plus its completion budget
+	//     (max_completion_tokens, max_output_tokens, max_tokens or
+	//     options.num_predict, else DefaultMaxTokens), bounded to 1 to
+	//     MaxCost. At the release the charge is corrected to the
 	//     response's usage.total_tokens (bounded to MaxCost): from a
 	//     JSON body (Content-Type application/json, up to 1 MiB), or
 	//     from the last server-sent event (Content-Type
@@ -434,10 +436,8 @@ type Handler struct {
 	// logs once that max_waiting_bytes was reached
 	waitingOnce sync.Once
 
-	hold holdAverage // cost time: the estimate of a request's hold
-	// cost tokens: the estimate of a request's completion tokens
-	completion holdAverage
-	charged    func(used float64) // tests: sees each Permit.Charge
+	hold    holdAverage        // cost time: the estimate of a request's hold
+	charged func(used float64) // tests: sees each Permit.Charge
 }
 
 // Placeholders the handler sets on every request it queues (see Handler;

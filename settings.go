@@ -43,7 +43,6 @@ func (h *Handler) setDefaults() {
 		h.MaxCost = cmp.Or(h.MaxCost, DefaultMaxCost)
 	}
 	h.PriorityFactor = cmp.Or(h.PriorityFactor, fairqueue.DefaultPriorityFactor)
-	h.completion.seed = defaultCompletionTokens // cost tokens, before any usage is seen
 }
 
 // validate checks the options, with or without setDefaults applied: the

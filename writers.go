@@ -192,8 +192,6 @@ type usageWriter struct {
 	// input_tokens; Ollama's prompt_eval_count), if it has them.
 	promptUsed  float64
 	promptFound bool
-
-	prompt float64 // the request's prompt tokens (promptTokens)
 }
 
 func newUsageWriter(w http.ResponseWriter) *usageWriter {
