@@ -67,6 +67,10 @@ func (q *Queue) localQueue(cfg *Config) *Queue {
 	lc := *cfg
 	lc.Name += " (local fallback)"
 	lc.Permits = permits
+	if cfg.KVTokens > 0 {
+		// The node's share of the tokens, as of the permits.
+		lc.KVTokens = max(int(int64(cfg.KVTokens)*int64(permits)/int64(max(cfg.Permits, 1))), 1)
+	}
 	lc.FailOpen, lc.Fallback, lc.LocalPermits = false, nil, 0
 	lc.Upstreams = localUpstreams(cfg.Upstreams, permits, cfg.Permits)
 	q.localMu.Lock()
@@ -77,14 +81,14 @@ func (q *Queue) localQueue(cfg *Config) *Queue {
 		if q.isDraining() {
 			q.local.RejectWaiters()
 		}
-	} else if lcur := q.local.Config(); lcur.Permits != permits || !sameUpstreams(lcur.Upstreams, lc.Upstreams) {
+	} else if lcur := q.local.Config(); lcur.Permits != permits || lcur.KVTokens != lc.KVTokens || !sameUpstreams(lcur.Upstreams, lc.Upstreams) {
 		_ = q.local.Reconfigure(lc)
 	}
 	return q.local
 }
 
-// localUpstreams scales each upstream's permits to the fallback queue's
-// share (local of all), at least 1 each.
+// localUpstreams scales each upstream's permits (and tokens) to the
+// fallback queue's share (local of all), at least 1 each.
 func localUpstreams(us []Upstream, local, all int) []Upstream {
 	if len(us) == 0 {
 		return nil
@@ -92,6 +96,9 @@ func localUpstreams(us []Upstream, local, all int) []Upstream {
 	out := make([]Upstream, len(us))
 	for i, u := range us {
 		out[i] = Upstream{Dial: u.Dial, Permits: max(u.Permits*local/max(all, 1), 1)}
+		if u.KVTokens > 0 {
+			out[i].KVTokens = max(int(int64(u.KVTokens)*int64(local)/int64(max(all, 1))), 1)
+		}
 	}
 	return out
 }

@@ -17,7 +17,7 @@ import (
 // instead. Nobody is passed over: a ticket at the head of the queue
 // stays there until it is granted or cancelled, since every later
 // arrival queues behind it. Where that could fail, the node hands on
-// through the store: fair queueing or an upstream pool (here, or in use
+// through the store: fair queueing, tokens or an upstream pool (here, or in use
 // by another node: its requeue puts a ticket back at its arrival), more
 // permits held than the permits (a lowered setting), and any doubt that
 // the store still holds the node alive with its waiters (not confirmed
@@ -53,7 +53,7 @@ func (q *Queue) Head(id string, permits int) {
 func (q *Queue) handOn(args TicketArgs) bool {
 	tr, ok := q.store.(Transferrer)
 	cfg := q.cfg.Load()
-	if !ok || cfg.Fair || len(cfg.Upstreams) > 0 || !q.health.up() || !q.s.alive() {
+	if !ok || cfg.Fair || len(cfg.Upstreams) > 0 || cfg.KVTokens > 0 || !q.health.up() || !q.s.alive() {
 		return false
 	}
 	// A background call: Close waits for it before the node leaves.

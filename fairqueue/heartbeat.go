@@ -43,7 +43,7 @@ func (s *session) heartbeat(cfg *Config) (ok bool) {
 	s.verify = false
 	s.beats++
 	args := HeartbeatArgs{Node: q.node, Limits: cfg.limits(), Held: ids(held), Adopt: ids(adopt),
-		Upstreams: upstreamsOf(held, adopt), Epoch: s.epoch, Beat: s.beats}
+		Upstreams: upstreamsOf(held, adopt), Tokens: tokensOf(held, adopt), Epoch: s.epoch, Beat: s.beats}
 	var more []string // pending tickets for further calls of this heartbeat
 	if verify {
 		all := ids(pending)
@@ -152,7 +152,7 @@ func (s *session) reinstate(cfg *Config, lost []string) {
 		}
 		t.reinstated.Store(true) // at the tail now: no local handoff to it
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
-		r, err := q.store.Acquire(ctx, TicketArgs{ID: id, Node: q.node, Limits: l, Cost: t.cost})
+		r, err := q.store.Acquire(ctx, TicketArgs{ID: id, Node: q.node, Limits: l, Cost: t.cost, Tokens: t.tokens})
 		cancel()
 		q.health.record(q.log, err)
 		if err != nil {

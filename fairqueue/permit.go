@@ -91,6 +91,11 @@ func (p *Permit) FailOpen() bool { return p.t.failOpen && p.local == nil }
 // queue (Config.Fallback while the store was unreachable).
 func (p *Permit) Local() bool { return p.local != nil }
 
+// Tokens returns the KV-cache tokens the permit counts against
+// Config.KVTokens: its Request.Tokens, clamped (Config.ClampTokens); 0
+// when the queue does not count tokens.
+func (p *Permit) Tokens() int { return p.t.tokens }
+
 // Upstream returns the upstream the permit was granted on (Config.Upstreams),
 // or "" when the queue has no pool.
 func (p *Permit) Upstream() string {
@@ -158,9 +163,9 @@ func (p *Permit) Requeue(ctx context.Context, cool time.Duration) (*Permit, erro
 		q.releaseID(p.t.id, -p.t.cost)
 		return nil, q.reject(ReasonShuttingDown, p.start, 0, nil)
 	}
-	t.seq, t.cost, t.scale = p.t.seq, p.t.cost, p.t.scale
+	t.seq, t.cost, t.scale, t.tokens = p.t.seq, p.t.cost, p.t.scale, p.t.tokens
 	args := RequeueArgs{Old: p.t.id, Seq: p.t.seq, TicketArgs: TicketArgs{ID: t.id, Node: q.node,
-		Limits: cfg.limits(), Cost: t.cost, Correction: -p.t.cost}}
+		Limits: cfg.limits(), Cost: t.cost, Tokens: t.tokens, Correction: -p.t.cost}}
 	if up := p.Upstream(); up != "" && cool >= 0 {
 		args.Cool, args.CoolFor = up, coolFor(cool)
 	}

@@ -191,7 +191,8 @@ func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, req R
 func (q *Queue) send(ctx context.Context, t *ticket, req Request, cfg *Config, deadline time.Time) (AcquireResult, error) {
 	t.scale = req.scale(cfg.PriorityFactor)
 	t.cost = clampCost(req.Cost) * t.scale
-	args := TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Cost: t.cost}
+	t.tokens, _ = cfg.ClampTokens(req.Tokens)
+	args := TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Cost: t.cost, Tokens: t.tokens}
 	backoff := 10 * time.Millisecond
 	for {
 		actx, cancel := context.WithDeadline(ctx, deadline)

@@ -65,8 +65,9 @@ type Listener interface {
 // waiter on the permit of a request that just ended, before any store
 // call, and then records the move with Transfer. The move keeps the
 // permits counted in the store at least those in use: the holder's entry
-// goes only as the waiter's is added. Queues with fair queueing or an
-// upstream pool do not hand on locally (another ticket may come first).
+// goes only as the waiter's is added. Queues with fair queueing, an
+// upstream pool or tokens (Limits.Tokens) do not hand on locally (another
+// ticket may come first, or the waiter may not fit).
 type Transferrer interface {
 	// Transfer gives holder t.ID's permit to t.Node's waiting ticket to,
 	// in one step, then dispatches if the permit was left free (to was

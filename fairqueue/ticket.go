@@ -29,6 +29,7 @@ type ticket struct {
 	reinstated, moving atomic.Bool
 	cost               float64 // TicketArgs.Cost, to queue it again with the same cost
 	scale              float64 // what one unit of Request.Cost adds to its flow's counter
+	tokens             int     // TicketArgs.Tokens: Request.Tokens, clamped
 
 	// upstream is the pool upstream of its grant (Config.Upstreams).
 	upstream atomic.Pointer[string]

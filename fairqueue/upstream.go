@@ -136,3 +136,20 @@ func upstreamsOf(ts ...[]*ticket) map[string]string {
 	}
 	return m
 }
+
+// tokensOf maps the tickets of ts that weigh tokens to their weight (nil
+// when none does).
+func tokensOf(ts ...[]*ticket) map[string]int {
+	var m map[string]int
+	for _, l := range ts {
+		for _, t := range l {
+			if t.tokens > 0 {
+				if m == nil {
+					m = make(map[string]int)
+				}
+				m[t.id] = t.tokens
+			}
+		}
+	}
+	return m
+}

@@ -195,6 +195,7 @@ func (s *Store) unhold(id string, correction float64) {
 		return
 	}
 	delete(s.holders, id)
+	s.giveTokens(id, s.holderOn[id])
 	s.unholdOn(id)
 	f := s.flows[fairqueue.TicketFlow(id)]
 	if f == nil || f.inflight == 0 {

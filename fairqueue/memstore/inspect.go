@@ -75,7 +75,7 @@ func (s *Store) Inspect(_ context.Context, head, flows int) (fairqueue.Snapshot,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	snap := fairqueue.Snapshot{Waiting: len(s.index), Grants: s.grants}
+	snap := fairqueue.Snapshot{Waiting: len(s.index), Grants: s.grants, TokensHeld: s.held}
 	ready, _ := s.readyFlows(s.inCap)
 	for _, f := range ready {
 		snap.Head = append(snap.Head, f.q[0].id)
@@ -86,7 +86,7 @@ func (s *Store) Inspect(_ context.Context, head, flows int) (fairqueue.Snapshot,
 	snap.Head = snap.Head[:min(max(head, 0), len(snap.Head))]
 	for id, exp := range s.holders {
 		snap.Holders = append(snap.Holders, fairqueue.Holder{Ticket: id, Node: fairqueue.TicketNode(id),
-			LeaseLeft: exp.Sub(now), Upstream: s.holderOn[id]})
+			LeaseLeft: exp.Sub(now), Upstream: s.holderOn[id], Tokens: s.weight[id]})
 	}
 	snap.Upstreams = s.upstreamInfos(now)
 	for n, exp := range s.nodes {
@@ -114,5 +114,6 @@ func (s *Store) Purge(context.Context) error {
 	s.holders = make(map[string]time.Time)
 	s.fairState = newFairState()
 	s.poolState = newPoolState()
+	s.tokenState = newTokenState()
 	return nil
 }

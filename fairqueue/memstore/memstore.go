@@ -34,6 +34,7 @@ type Store struct {
 	expired   int64                // permits freed by an ended lease
 	fairState
 	poolState
+	tokenState
 }
 
 // New returns an empty Store.
@@ -48,8 +49,9 @@ func New() *Store {
 		listeners: make(map[string]fairqueue.Listener),
 		gone:      make(map[string]time.Time),
 
-		fairState: newFairState(),
-		poolState: newPoolState(),
+		fairState:  newFairState(),
+		poolState:  newPoolState(),
+		tokenState: newTokenState(),
 	}
 }
 
@@ -71,11 +73,12 @@ func (s *Store) leaseOf(node string, def time.Duration) time.Duration {
 }
 
 type waiter struct {
-	id   string
-	seq  int64
-	cost float64 // TicketArgs.Cost (fair)
-	flow *flow   // nil: a FIFO ticket
-	i    int
+	id     string
+	seq    int64
+	cost   float64 // TicketArgs.Cost (fair)
+	tokens int     // TicketArgs.Tokens
+	flow   *flow   // nil: a FIFO ticket
+	i      int
 }
 
 // waitHeap orders waiters by arrival.
@@ -121,16 +124,8 @@ func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) 
 	}
 	s.pruneCooling(now)
 	for len(s.holders) < l.Permits {
-		up, ok := s.pick(l, now)
-		if !ok {
-			break
-		}
-		var w *waiter
-		if f := s.next(l.MaxInFlightPerTenant); f != nil && (s.waiting.Len() == 0 || f.q[0].seq < s.waiting[0].seq) {
-			w = f.q[0]
-		} else if s.waiting.Len() > 0 {
-			w = s.waiting[0]
-		} else {
+		w, up, passed := s.candidate(l, now)
+		if w == nil {
 			break
 		}
 		s.unqueue(w)
@@ -140,6 +135,11 @@ func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) 
 				s.settle(w.flow)
 			}
 			continue
+		}
+		if passed {
+			s.passes++
+		} else {
+			s.passes = 0
 		}
 		_, held := s.holders[w.id]
 		s.holders[w.id] = now.Add(s.leaseOf(node, l.Lease))
@@ -151,6 +151,7 @@ func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) 
 			up = on // adopted while it waited: it runs there
 		}
 		s.granted(w.id, up, s.grants)
+		s.takeTokens(l, w.id, w.tokens, up)
 		if h := s.listeners[node]; h != nil {
 			out[h] = append(out[h], fairqueue.Grant{Ticket: w.id, No: s.grants, At: now, Upstream: up})
 		}
@@ -195,7 +196,7 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 	}
 	s.reapAndDispatch(t.Limits, now, out)
 	name := fairqueue.TicketFlow(t.ID)
-	up, eligible := s.pick(t.Limits, now)
+	up, eligible := s.pickFor(t.Limits, now, t.Tokens)
 	free := eligible && len(s.holders) < t.Permits && s.waiting.Len() == 0 && s.next(inCap) == nil
 	var f *flow
 	if name != "" {
@@ -216,10 +217,11 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 		}
 		s.grants++
 		s.granted(t.ID, up, s.grants)
+		s.takeTokens(t.Limits, t.ID, t.Tokens, up)
 		res.Granted, res.GrantNo, res.Grants, res.Upstream = true, s.grants, s.grants, up
 		return res, nil
 	}
-	w := &waiter{id: t.ID, seq: s.seq, cost: t.Cost}
+	w := &waiter{id: t.ID, seq: s.seq, cost: t.Cost, tokens: t.Tokens}
 	res.Grants = s.grants
 	if name != "" {
 		res.Position = s.enqueue(w, name, inCap)
@@ -312,6 +314,7 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 			s.holders[id] = now.Add(hb.Lease)
 			s.heldAgain(id)
 			s.holdOn(id, hb.Upstreams[id])
+			s.takeTokens(hb.Limits, id, hb.Tokens[id], hb.Upstreams[id])
 			res.Readded = append(res.Readded, id)
 		}
 	}
@@ -325,10 +328,11 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 		if _, ok := s.holders[id]; !ok {
 			s.heldAgain(id)
 			s.holdOn(id, hb.Upstreams[id])
+			s.takeTokens(hb.Limits, id, hb.Tokens[id], hb.Upstreams[id])
 		}
 		s.holders[id] = now.Add(hb.Lease)
 	}
-	res.Cluster = fairqueue.ClusterView{Waiting: len(s.index), Holders: len(s.holders), LeaseExpirations: s.expired}
+	res.Cluster = fairqueue.ClusterView{Waiting: len(s.index), Holders: len(s.holders), TokensHeld: s.held, LeaseExpirations: s.expired}
 	for _, exp := range s.nodes {
 		if !exp.Before(now) {
 			res.Cluster.Nodes++

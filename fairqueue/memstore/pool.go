@@ -21,6 +21,9 @@ import (
 //     (Permits - in flight) / Permits wins, compared exactly; ties go to
 //     the one whose last grant is oldest by the grant counter, never
 //     granted first, then list order.
+//   - With tokens, an upstream is eligible only where the grant's
+//     weight fits (tokens.go), and when every upstream counts tokens the
+//     free share compared is of their tokens.
 //   - A release (or requeue) naming a cooling upstream keeps it out of
 //     dispatch until now + CoolFor, the later end winning. Only a ticket
 //     that still held a permit cools it: a release sent again does not
@@ -41,9 +44,13 @@ func newPoolState() poolState {
 		lastNo: make(map[string]int64), cooling: make(map[string]time.Time)}
 }
 
-// pick returns the upstream a grant made now goes to, "" when l has no
-// pool; ok is false when the pool has no eligible upstream.
-func (s *Store) pick(l fairqueue.Limits, now time.Time) (dial string, ok bool) {
+// pickFor returns the upstream a grant of w tokens made now goes to, ""
+// when l has no pool; ok is false when the pool has no eligible upstream
+// or the tokens do not fit (tokens.go).
+func (s *Store) pickFor(l fairqueue.Limits, now time.Time, w int) (dial string, ok bool) {
+	if !s.fitsQueue(l, w) {
+		return "", false
+	}
 	if len(l.Upstreams) == 0 {
 		return "", true
 	}
@@ -51,10 +58,10 @@ func (s *Store) pick(l fairqueue.Limits, now time.Time) (dial string, ok bool) {
 	var best *fairqueue.Upstream
 	for i := range l.Upstreams {
 		u := &l.Upstreams[i]
-		if s.inflight[u.Dial]+anywhere >= u.Permits || s.coolingAt(u.Dial, now) {
+		if s.inflight[u.Dial]+anywhere >= u.Permits || s.coolingAt(u.Dial, now) || !s.fitsOn(l, u, w) {
 			continue
 		}
-		if best == nil || s.before(u, best, anywhere) {
+		if best == nil || s.before(l, u, best, anywhere) {
 			best = u
 		}
 	}
@@ -64,13 +71,20 @@ func (s *Store) pick(l fairqueue.Limits, now time.Time) (dial string, ok bool) {
 	return best.Dial, true
 }
 
-// before reports whether a is served before b: the larger free share,
-// then the older last grant (anywhere: the holders that count on every
-// upstream). Integer cross-multiplication keeps the comparison exact; a
-// tie of both (never granted) keeps list order.
-func (s *Store) before(a, b *fairqueue.Upstream, anywhere int) bool {
+// before reports whether a is served before b: the larger free share (of
+// its tokens when every upstream counts them, byTokens; else of its
+// permits), then the older
+// last grant (anywhere: the holders that count on every upstream).
+// Integer cross-multiplication keeps the comparison exact; a tie of both
+// (never granted) keeps list order.
+func (s *Store) before(l fairqueue.Limits, a, b *fairqueue.Upstream, anywhere int) bool {
 	fa := int64(a.Permits-s.inflight[a.Dial]-anywhere) * int64(b.Permits)
 	fb := int64(b.Permits-s.inflight[b.Dial]-anywhere) * int64(a.Permits)
+	if byTokens(l) {
+		at := s.anywhereTokens()
+		fa = int64(a.KVTokens-s.onUp[a.Dial]-at) * int64(b.KVTokens)
+		fb = int64(b.KVTokens-s.onUp[b.Dial]-at) * int64(a.KVTokens)
+	}
 	if fa != fb {
 		return fa > fb
 	}
@@ -156,7 +170,7 @@ func (s *Store) upstreamsOf(node string) map[string]string {
 func (s *Store) upstreamInfos(now time.Time) []fairqueue.UpstreamInfo {
 	var out []fairqueue.UpstreamInfo
 	for dial, n := range s.inflight {
-		out = append(out, fairqueue.UpstreamInfo{Dial: dial, InFlight: n})
+		out = append(out, fairqueue.UpstreamInfo{Dial: dial, InFlight: n, TokensHeld: s.onUp[dial]})
 	}
 	for dial, end := range s.cooling {
 		if !end.After(now) {
@@ -178,4 +192,18 @@ func (s *Store) forgetIfEmpty() {
 	if len(s.index) == 0 && len(s.holders) == 0 && len(s.nodes) == 0 {
 		s.poolState = newPoolState()
 	}
+}
+
+// byTokens reports whether l's upstreams are compared by their free
+// tokens: tokens are counted and every upstream sets KVTokens.
+func byTokens(l fairqueue.Limits) bool {
+	if l.Tokens == 0 {
+		return false
+	}
+	for _, u := range l.Upstreams {
+		if u.KVTokens <= 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -87,15 +87,15 @@ func decodeTransfer(v any, to string) (handOnReply, error) {
 }
 
 // decodeHeartbeat reads heartbeat.lua's answer: {epoch, rejoined,
-// waiting, holders, nodes, expired, re-added, missing}.
+// waiting, holders, nodes, expired, re-added, missing, tokens held}.
 func decodeHeartbeat(v []any) (fairqueue.HeartbeatResult, error) {
-	if len(v) != 8 {
+	if len(v) != 9 {
 		return fairqueue.HeartbeatResult{}, fmt.Errorf("unexpected reply %v", v)
 	}
 	epoch, _ := v[0].(string)
 	return fairqueue.HeartbeatResult{Epoch: epoch, Rejoined: toInt(v[1]) == 1,
 		Cluster: fairqueue.ClusterView{Waiting: int(toInt(v[2])), Holders: int(toInt(v[3])), Nodes: int(toInt(v[4])),
-			LeaseExpirations: toInt(v[5])},
+			LeaseExpirations: toInt(v[5]), TokensHeld: int(toInt(v[8]))},
 		Readded: stringList(v[6]), Missing: stringList(v[7])}, nil
 }
 
@@ -120,9 +120,10 @@ func decodeReconcile(v []any) (fairqueue.ReconcileResult, []fairqueue.Grant, err
 
 // decodeInspect reads inspect.lua's answer: {waiting, head tickets,
 // {holder, ms left, ...}, {node, ms left, ...}, {flow, waiting, ...},
-// grants, {holder, upstream, ...}, {upstream, ms cooling left, ...}}.
+// grants, {holder, upstream, ...}, {upstream, ms cooling left, ...},
+// tokens held, {holder, tokens, ...}, {upstream, tokens held, ...}}.
 func decodeInspect(v []any) (fairqueue.Snapshot, error) {
-	if len(v) != 8 {
+	if len(v) != 11 {
 		return fairqueue.Snapshot{}, fmt.Errorf("unexpected reply %v", v)
 	}
 	snap := fairqueue.Snapshot{Waiting: int(toInt(v[0])), Head: stringList(v[1]), Grants: toInt(v[5])}
@@ -141,6 +142,7 @@ func decodeInspect(v []any) (fairqueue.Snapshot, error) {
 		}
 	}
 	decodePool(&snap, asList(v[6]), asList(v[7]))
+	decodeTokens(&snap, v[8], asList(v[9]), asList(v[10]))
 	return snap, nil
 }
 
@@ -228,4 +230,24 @@ func pairs(v any, f func(string, int64)) {
 		k, _ := l[i].(string)
 		f(k, toInt(l[i+1]))
 	}
+}
+
+// decodeTokens fills snap's tokens from inspect.lua's tokens held,
+// {holder, tokens, ...} and {upstream, tokens held, ...}.
+func decodeTokens(snap *fairqueue.Snapshot, sum any, held, ups []any) {
+	snap.TokensHeld = int(toInt(sum))
+	w := map[string]int64{}
+	pairs(held, func(id string, n int64) { w[id] = n })
+	for i := range snap.Holders {
+		snap.Holders[i].Tokens = int(w[snap.Holders[i].Ticket])
+	}
+	pairs(ups, func(dial string, n int64) {
+		i := slices.IndexFunc(snap.Upstreams, func(u fairqueue.UpstreamInfo) bool { return u.Dial == dial })
+		if i < 0 {
+			snap.Upstreams = append(snap.Upstreams, fairqueue.UpstreamInfo{Dial: dial})
+			i = len(snap.Upstreams) - 1
+		}
+		snap.Upstreams[i].TokensHeld = int(n)
+	})
+	slices.SortFunc(snap.Upstreams, func(a, b fairqueue.UpstreamInfo) int { return strings.Compare(a.Dial, b.Dial) })
 }

@@ -62,7 +62,8 @@ var scripts = struct {
 // written: it is listed so that a queue's state written by an earlier
 // version is still deleted with the rest (leave, purge).
 var keyNames = []string{"seq", "waiting", "holders", "nodes", "epoch", "grants", "gone", "vtime", "twait", "expired", "members",
-	"fwait", "fticket", "fready", "fcount", "fidle", "finf", "tlast", "uheld", "ucool", "ulast"}
+	"fwait", "fticket", "fready", "fcount", "fidle", "finf", "tlast", "uheld", "ucool", "ulast",
+	"tok", "thold", "tsum", "tup", "tpass"}
 
 // keyTable is the Lua table K that names KEYS by keyNames.
 func keyTable() string {
@@ -77,7 +78,7 @@ func keyTable() string {
 
 // prelude are the files every script starts with, in order: the
 // functions the scripts share.
-var prelude = []string{"common", "pool", "fair", "dispatch"}
+var prelude = []string{"common", "tokens", "pool", "fair", "dispatch"}
 
 func load(name string) *redis.Script {
 	var b strings.Builder
@@ -135,7 +136,11 @@ func New(rdb redis.UniversalClient, name string, opts Options) *Store {
 func (s *Store) Tag() string { return s.tag }
 
 func (s *Store) args(first string, l fairqueue.Limits, more ...any) []any {
-	return append([]any{first, l.Permits, l.Lease.Milliseconds(), s.chPrefix, s.pub, l.MaxInFlightPerTenant, poolArg(l.Upstreams)}, more...)
+	permits := strconv.Itoa(l.Permits)
+	if l.Tokens != 0 {
+		permits += " " + strconv.Itoa(l.Tokens)
+	}
+	return append([]any{first, permits, l.Lease.Milliseconds(), s.chPrefix, s.pub, l.MaxInFlightPerTenant, poolArg(l.Upstreams)}, more...)
 }
 
 // Open implements fairqueue.Store: it subscribes node to its grant
@@ -199,7 +204,7 @@ func (s *Store) detectSharded(ctx context.Context) (bool, error) {
 // Acquire implements fairqueue.Store.
 func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.AcquireResult, error) {
 	v, err := scripts.acquire.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch(),
-		strconv.FormatFloat(t.Cost, 'g', -1, 64), t.MaxQueue, t.MaxQueuePerTenant)...).Slice()
+		costArg(t), t.MaxQueue, t.MaxQueuePerTenant)...).Slice()
 	if err != nil {
 		return fairqueue.AcquireResult{}, fmt.Errorf("acquire %s: %w", s.tag, busy(err))
 	}
@@ -273,10 +278,16 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 	more = append(more, hb.Epoch, newEpoch(), strconv.FormatUint(hb.Beat, 10), len(hb.Held), len(hb.Pending))
 	for i, l := range [][]string{hb.Held, hb.Pending, hb.Adopt} {
 		for _, id := range l {
-			if up := hb.Upstreams[id]; up != "" && i != 1 {
-				id += " " + up // counts on its upstream if added again
+			arg := id
+			if i != 1 { // counts on its upstream, with its tokens, if added again
+				if up := hb.Upstreams[id]; up != "" {
+					arg += " u=" + up
+				}
+				if w := hb.Tokens[id]; w > 0 {
+					arg += " w=" + strconv.Itoa(w)
+				}
 			}
-			more = append(more, id)
+			more = append(more, arg)
 		}
 	}
 	v, err := scripts.heartbeat.Run(ctx, s.rdb, s.keys, s.args(hb.Node, hb.Limits, more...)...).Slice()
@@ -387,7 +398,7 @@ var (
 // Requeue implements fairqueue.Store.
 func (s *Store) Requeue(ctx context.Context, t fairqueue.RequeueArgs) (fairqueue.AcquireResult, error) {
 	v, err := scripts.requeue.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch(),
-		strconv.FormatFloat(t.Cost, 'g', -1, 64), t.Old, t.Seq,
+		costArg(t.TicketArgs), t.Old, t.Seq,
 		strconv.FormatFloat(t.Correction, 'g', -1, 64), t.Cool, t.CoolFor.Milliseconds())...).Slice()
 	if err != nil {
 		return fairqueue.AcquireResult{}, fmt.Errorf("requeue %s: %w", s.tag, busy(err))
@@ -400,7 +411,7 @@ func (s *Store) Requeue(ctx context.Context, t fairqueue.RequeueArgs) (fairqueue
 	return res, nil
 }
 
-// poolArg is the scripts' form of a pool: "<dial> <permits> ...".
+// poolArg is the scripts' form of a pool: "<dial> <permits>[/<tokens>] ...".
 func poolArg(us []fairqueue.Upstream) string {
 	var b strings.Builder
 	for _, u := range us {
@@ -410,6 +421,20 @@ func poolArg(us []fairqueue.Upstream) string {
 		b.WriteString(u.Dial)
 		b.WriteByte(' ')
 		b.WriteString(strconv.Itoa(u.Permits))
+		if u.KVTokens != 0 {
+			b.WriteByte('/')
+			b.WriteString(strconv.Itoa(u.KVTokens))
+		}
 	}
 	return b.String()
+}
+
+// costArg is the scripts' form of a ticket's cost and weight: "<cost>",
+// or "<cost> <tokens>" when it weighs tokens.
+func costArg(t fairqueue.TicketArgs) string {
+	c := strconv.FormatFloat(t.Cost, 'g', -1, 64)
+	if t.Tokens > 0 {
+		c += " " + strconv.Itoa(t.Tokens)
+	}
+	return c
 }

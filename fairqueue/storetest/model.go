@@ -17,14 +17,16 @@ package storetest
 // returned one and they have not released it) is checked throughout:
 //
 //  1. permits: a grant made in a healthy period (see syncWindow) leaves at
-//     most Permits held by callers;
+//     most Permits held by callers, and, where the drawn cluster counts
+//     tokens (KVTokens), at most KVTokens of their weights;
 //  2. every Acquire answers, once, within MaxWait + answerMargin;
 //  3. order: requests that lived in a healthy period are granted in their
 //     arrival order (the store's Seq, compared with its grant numbers);
 //  4. after the run (links healed, permits released, every node closed)
 //     nothing of the queue is left in the store, and no goroutine is;
 //  5. progress: in a healthy period, no request waits longer than
-//     progressBound while a permit is free (no stranded waiter).
+//     progressBound while a permit is free (no stranded waiter); with
+//     tokens, while the weights held leave room for every waiter.
 //
 // A failure prints its seed; replay it with, e.g.:
 //
@@ -178,6 +180,7 @@ type model struct {
 	h          ModelHarness
 	name       string
 	permits    int
+	kv         int // KVTokens; 0: the cluster does not count tokens
 	begin      time.Time
 	goroutines int // before the check
 	nodes      []*modelNode
@@ -192,7 +195,9 @@ type model struct {
 	mu          sync.Mutex
 	reqs        []*request
 	held        int       // requests holding a permit (the reference model)
+	heldTokens  int       // their weights (Permit.Tokens)
 	freeSince   time.Time // since when fewer than permits are held; zero while all are
+	roomSince   time.Time // with tokens: since when every waiter fits (seen by check)
 	lossy       int       // links lossy now
 	restarting  bool
 	lastHeal    time.Time // the last lossy link healed
@@ -216,6 +221,7 @@ type modelNode struct {
 // request is one Acquire. Fields after start are guarded by model.mu.
 type request struct {
 	no     int
+	tokens int // Request.Tokens (with m.kv)
 	node   *modelNode
 	cancel context.CancelFunc
 	start  time.Time
@@ -239,6 +245,9 @@ func newModel(rt *rapid.T, h ModelHarness) *model {
 	rt.Cleanup(m.stop)
 	nodes := rapid.IntRange(2, 3).Draw(rt, "nodes")
 	m.permits = rapid.IntRange(1, 3).Draw(rt, "permits")
+	if rapid.Bool().Draw(rt, "tokens") {
+		m.kv = rapid.IntRange(4, 12).Draw(rt, "kv_tokens")
+	}
 	enc := zap.NewDevelopmentEncoderConfig()
 	enc.EncodeTime = func(t time.Time, e zapcore.PrimitiveArrayEncoder) {
 		e.AppendString(fmt.Sprintf("%6dms", t.Sub(m.begin).Milliseconds()))
@@ -247,7 +256,7 @@ func newModel(rt *rapid.T, h ModelHarness) *model {
 	for i := range nodes {
 		store, free := h.NewStore(m.name)
 		n := &modelNode{i: i, free: free, link: &faultyLink{inner: store, node: i, logf: m.logf}}
-		q, err := fairqueue.New(n.link, fairqueue.Config{Name: m.name, Permits: m.permits, MaxWait: modelMaxWait,
+		q, err := fairqueue.New(n.link, fairqueue.Config{Name: m.name, Permits: m.permits, KVTokens: m.kv, MaxWait: modelMaxWait,
 			PollInterval: modelPoll, Lease: modelLease, Logger: logger.With(zap.Int("n", i))})
 		if err != nil {
 			if free != nil {
@@ -258,8 +267,8 @@ func newModel(rt *rapid.T, h ModelHarness) *model {
 		n.q = q
 		m.nodes = append(m.nodes, n)
 	}
-	m.logf("queue %s: %d nodes, %d permits, lease %s, poll %s, max wait %s", m.name, nodes, m.permits,
-		modelLease, modelPoll, modelMaxWait)
+	m.logf("queue %s: %d nodes, %d permits, %d kv_tokens, lease %s, poll %s, max wait %s", m.name, nodes, m.permits,
+		m.kv, modelLease, modelPoll, modelMaxWait)
 	return m
 }
 

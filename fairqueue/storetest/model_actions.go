@@ -21,15 +21,19 @@ func (m *model) acquire(rt *rapid.T) {
 		rt.Skip("node crashed")
 	}
 	for range rapid.IntRange(1, 3).Draw(rt, "count") {
-		m.startAcquire(n, false)
+		w := 0
+		if m.kv > 0 {
+			w = rapid.IntRange(1, m.kv+2).Draw(rt, "tokens") // above kv_tokens: clamped
+		}
+		m.startAcquire(n, false, w)
 	}
 }
 
-func (m *model) startAcquire(n *modelNode, probe bool) {
+func (m *model) startAcquire(n *modelNode, probe bool, tokens int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m.mu.Lock()
 	now := time.Now()
-	r := &request{no: len(m.reqs) + 1, node: n, cancel: cancel, start: now, era: m.era, clean: m.healthy(now), probe: probe}
+	r := &request{no: len(m.reqs) + 1, tokens: tokens, node: n, cancel: cancel, start: now, era: m.era, clean: m.healthy(now), probe: probe}
 	m.reqs = append(m.reqs, r)
 	m.mu.Unlock()
 	if probe {
@@ -41,7 +45,7 @@ func (m *model) startAcquire(n *modelNode, probe bool) {
 	go func() {
 		defer m.wg.Done()
 		defer cancel()
-		p, err := n.q.Acquire(ctx, fairqueue.Request{})
+		p, err := n.q.Acquire(ctx, fairqueue.Request{Tokens: tokens})
 		m.answered(r, p, err)
 	}()
 }

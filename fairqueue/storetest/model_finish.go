@@ -41,11 +41,12 @@ func (m *model) finish() {
 	}
 	// Probes: in a healthy period with every permit given back, a new
 	// request on any live node is served (a node stuck down, a dead
-	// subscription, a ticket stranded at the head would time out).
+	// subscription, a ticket stranded at the head would time out). With
+	// tokens, one probe weighs the whole capacity.
 	for _, n := range m.nodes {
 		if !n.crashed {
-			m.startAcquire(n, true)
-			m.startAcquire(n, true)
+			m.startAcquire(n, true, min(m.kv, 1))
+			m.startAcquire(n, true, m.kv)
 		}
 	}
 	m.waitFor("every Acquire to answer", modelMaxWait+answerMargin+time.Second, func(time.Time) bool {

@@ -54,6 +54,7 @@ func (m *model) healthySince(now time.Time) (time.Time, bool) {
 func (m *model) hold(r *request) {
 	r.holding = true
 	m.held++
+	m.heldTokens += r.permit.Tokens()
 	if m.held >= m.permits {
 		m.freeSince = time.Time{}
 	}
@@ -65,6 +66,7 @@ func (m *model) unhold(r *request, now time.Time) {
 	}
 	r.holding = false
 	m.held--
+	m.heldTokens -= r.permit.Tokens()
 	if m.held < m.permits && m.freeSince.IsZero() {
 		m.freeSince = now
 	}
@@ -120,6 +122,11 @@ func (m *model) answered(r *request, p *fairqueue.Permit, err error) {
 				"in a healthy period (last heal %s, last restart %s); holders %v", r.no, r.node.i, p.Ticket(), m.held,
 				m.permits, m.ago(now, m.lastHeal), m.ago(now, m.lastRestart), m.holders())
 		}
+		if m.kv > 0 && m.healthy(now) && m.heldTokens > m.kv {
+			m.violate("invariant 1 (tokens): acquire #%d on node %d granted %s (%d tokens) while callers hold %d tokens of %d, "+
+				"in a healthy period (last heal %s, last restart %s); holders %v", r.no, r.node.i, p.Ticket(), p.Tokens(),
+				m.heldTokens, m.kv, m.ago(now, m.lastHeal), m.ago(now, m.lastRestart), m.holders())
+		}
 		if m.autoRelease || r.cancelled {
 			// The run is ending, or its client left while the grant raced
 			// the cancel: the caller gives the permit back at once.
@@ -171,10 +178,10 @@ func (m *model) checkTimes(now time.Time) {
 		}
 	}
 	from, ok := m.healthySince(now)
-	if !ok || m.held >= m.permits {
+	if !ok || m.held >= m.permits || !m.room(now) {
 		return
 	}
-	from = latest(from, m.freeSince)
+	from = latest(latest(from, m.freeSince), m.roomSince)
 	for _, r := range m.reqs {
 		if r.done || r.cancelled || r.abandoned || r.reported {
 			continue
@@ -194,4 +201,28 @@ func latest(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// room reports whether, with tokens, the weights held leave room for
+// every waiter (then the head fits, whichever it is), and keeps
+// roomSince: the first check that saw it so. Without tokens, true.
+// Called with m.mu held.
+func (m *model) room(now time.Time) bool {
+	if m.kv == 0 {
+		return true
+	}
+	need := 0
+	for _, r := range m.reqs {
+		if !r.done && !r.cancelled && !r.abandoned {
+			need = max(need, min(r.tokens, m.kv))
+		}
+	}
+	if m.heldTokens+need > m.kv {
+		m.roomSince = time.Time{}
+		return false
+	}
+	if m.roomSince.IsZero() {
+		m.roomSince = now
+	}
+	return true
 }

@@ -2,8 +2,9 @@
 -- KEYS: the common layout (K, see common.lua).
 -- ARGV: 1 ticket, 2-7 common, 8 node, 9 epoch candidate, 10 the ticket's
 --   cost (fair queueing, see fair.lua; a ticket without a flow is
---   ordered by arrival), 11 max waiting (0: no cap), 12 max waiting per
---   flow (0: no cap).
+--   ordered by arrival), followed by " <tokens>" when it weighs tokens
+--   (tokens.lua), 11 max waiting (0: no cap), 12 max waiting per flow
+--   (0: no cap).
 -- A node that is not alive here (new, idle past its lease, or forgotten)
 -- is made alive, with its lease, and marked (mark 0) so that its next
 -- heartbeat reports it rejoined: Redis may have dropped its waiters, and
@@ -29,6 +30,8 @@
 clock()
 local id, node = ARGV[1], ARGV[8]
 local flow = flow_of(id) -- a tenant in one band
+local cost, weight = string.match(ARGV[10], '^(%S+) ?(%d*)$')
+cost, weight = tonumber(cost), tonumber(weight) or 0
 -- epoch: '' (no news) while the node is alive here; read, or set where
 -- missing, when it is not (see below).
 local epoch = ''
@@ -62,7 +65,7 @@ end
 -- n, tn: the permits the flow and its tenant hold, if room read them
 local own, free, view, up, n, tn = {}, 0, nil, nil, nil, nil
 if quiet then
-  free, view, up, n, tn = room(flow, ex.ucool)
+  free, view, up, n, tn = room(flow, ex.ucool, weight)
 end
 if free == 0 then
   -- Not the fast path: the ticket may be known (a re-sent acquire).
@@ -80,7 +83,7 @@ if free == 0 then
   if not quiet then
     local idle
     own, idle = dispatch(node)
-    if idle then free, view, up, n, tn = room(flow, ex.ucool) end
+    if idle then free, view, up, n, tn = room(flow, ex.ucool, weight) end
   end
 end
 if free == 0 then
@@ -93,7 +96,6 @@ if free == 0 then
     end
   end
 end
-local cost = tonumber(ARGV[10])
 if free > 0 then
   -- A re-sent acquire of a ticket granted already finds its entry here.
   if redis.call('ZADD', K.holders, 'NX', now + lease, id) == 0 then
@@ -106,9 +108,11 @@ if free > 0 then
   end
   local no = redis.call('INCR', K.grants)
   if up then place(view, id, up, no) end
+  take_tokens(id, weight, up, view)
   return answer('granted', seq, no, 0, own, up, no)
 end
 local seq = redis.call('INCR', K.seq)
+set_weight(id, weight)
 if flow then
   local m = enqueue(flow, seq, cost, id)
   return answer('queued', seq, 0, fposition(flow, m), own)

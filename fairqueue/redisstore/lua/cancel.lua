@@ -14,5 +14,6 @@ if tonumber(ARGV[8]) > 0 then
   redis.call('ZADD', K.gone, now + tonumber(ARGV[8]), id)
 end
 if redis.call('ZREM', K.waiting, id) == 0 then unqueue(id) end
+take_weight(id)
 if redis.call('ZREM', K.holders, id) == 1 then unheld(id, 0) end
 return (dispatch(owner_of(id)))

@@ -39,13 +39,14 @@
 --   K.ucool    ZSET upstream -> end of its cooldown (ms, Redis time)
 --   K.ulast    HASH upstream -> grant number of its last grant
 --   K.tlast    written by earlier versions only; deleted with the rest
+--   K.tok, K.thold, K.tsum, K.tup, K.tpass: capacity in tokens (tokens.lua)
 -- (a flow is one tenant's requests in one priority band)
 -- ARGV, the same first seven for every script:
---   1 ticket ID (or node ID)   2 permits   3 lease ms
+--   1 ticket ID (or node ID)   2 permits [and tokens, tokens.lua]   3 lease ms
 --   4 channel prefix (+ node ID = that node's grant channel)
 --   5 publish command: 'spublish' (sharded Pub/Sub) or 'publish'
 --   6 max permits one tenant holds (max_in_flight_per_tenant; 0: no cap)
---   7 the pool's upstreams, "<dial> <permits> ..." ('' : no pool)
+--   7 the pool's upstreams, "<dial> <permits>[/<tokens>] ..." ('' : no pool)
 --
 -- Ticket IDs are "<node>:<counter>" (FIFO) or "<node>:<counter>:<flow>"
 -- (fair queueing), so a ticket names its owner node and its flow.
@@ -62,7 +63,8 @@ local function clock()
   end
   return now
 end
-local permits = tonumber(ARGV[2])
+local permits = tonumber(string.match(ARGV[2], '^(%-?%d+)'))
+local tokens = tonumber(string.match(ARGV[2], ' (%-?%d+)$') or '0') -- tokens.lua
 local lease = tonumber(ARGV[3])
 local tenant_cap = tonumber(ARGV[6])
 

@@ -39,7 +39,9 @@ local function next_waiter(fair, fifo)
 end
 
 -- room is what one more grant needs, read now: the free permits, and
--- with a pool its view and the upstream to take. With flow, none is
+-- with a pool its view and the upstream to take. With w, the ticket's
+-- weight (acquire's fast path), there is room only where w tokens fit
+-- too (tokens.lua); dispatch checks each waiter's weight itself. With flow, none is
 -- free while its tenant holds its cap (max_in_flight_per_tenant); the
 -- permits the flow and its tenant hold, read for that (inflight), are
 -- returned for charge. It is
@@ -50,16 +52,17 @@ end
 -- cooling: false when the caller found K.ucool missing (see pool_view).
 -- Returns free (0: no room), view, upstream, and those permits (nil:
 -- not read).
-local function room(flow, cooling)
+local function room(flow, cooling, w)
   clock()
   local reaped = false
   while true do
     local held = redis.call('ZCARD', K.holders)
     local free = permits - held
     local v, up, n, tn
+    if free > 0 and w and not fits_queue(w) then free = 0 end
     if free > 0 then
       v = pool_view(cooling, held)
-      up = v and pick(v)
+      up = v and pick(v, w)
       if v and not up then
         free = 0
       elseif flow and tenant_cap > 0 then
@@ -70,6 +73,71 @@ local function room(flow, cooling)
     if free > 0 or reaped or reap() == 0 then return math.max(free, 0), v, up, n, tn end
     reaped = true
   end
+end
+
+-- fit is where a waiter of weight w may be granted now: ok, and with a
+-- pool the upstream (pick).
+local function fit(v, w)
+  if not fits_queue(w) then return nil, false end
+  if not v then return nil, true end
+  local up = pick(v, w)
+  return up, up ~= nil
+end
+
+-- next_fitting is next_waiter where tokens count (tokens.lua): the next
+-- ticket to serve, taken out of the queue with its weight, only if it
+-- fits (a waiter of a dead node is taken out whatever it weighs:
+-- dispatch drops it). A FIFO head that does not fit stops dispatch; a
+-- first flow's head that does not fit may be passed by the head of a
+-- later ready flow that fits, at most TOKEN_PASSES grants in a row.
+-- Returns the ticket, flow, cost, the permits the flow and its tenant
+-- hold (as next_waiter), its upstream and weight; nil when none may be
+-- served now, with 'empty' when nobody waits.
+local function next_fitting(v, fair, fifo)
+  local r, flow, seq, m, n, tn
+  if fair then r, flow, seq, m, n, tn = best_fair() end
+  local h = fifo and redis.call('ZRANGE', K.waiting, 0, 0, 'WITHSCORES') or {}
+  if not r and #h == 0 then return nil, 'empty' end
+  if not r or (#h > 0 and tonumber(h[2]) < seq) then
+    local id = h[1]
+    local w = tonumber(redis.call('HGET', K.tok, id) or '0')
+    local up, ok = fit(v, w)
+    if not ok and alive(owner_of(id)) then return nil end
+    redis.call('ZREM', K.waiting, id)
+    take_weight(id)
+    redis.call('DEL', K.tpass)
+    return id, nil, nil, nil, nil, up, w
+  end
+  local _, _, cost, id = parse(m)
+  local w = tonumber(redis.call('HGET', K.tok, id) or '0')
+  local up, ok = fit(v, w)
+  if ok or not alive(owner_of(id)) then
+    redis.call('ZREM', K.fready, r)
+    take(m)
+    take_weight(id)
+    redis.call('DEL', K.tpass)
+    return id, flow, cost, n, tn, up, w
+  end
+  if tonumber(redis.call('GET', K.tpass) or '0') >= TOKEN_PASSES then return nil end
+  for _, r2 in ipairs(redis.call('ZRANGE', K.fready, 1, TOKEN_SCAN)) do
+    local flow2 = string.match(r2, '^[^|]*|(.*)$')
+    local n2, tn2
+    if tenant_cap > 0 then n2, tn2 = inflight(flow2) end
+    local m2 = not capped(tenant_of(flow2), tn2) and head_of(flow2)
+    if m2 then
+      local _, _, cost2, id2 = parse(m2)
+      local w2 = tonumber(redis.call('HGET', K.tok, id2) or '0')
+      local up2, ok2 = fit(v, w2)
+      if ok2 and alive(owner_of(id2)) then
+        redis.call('ZREM', K.fready, r2)
+        take(m2)
+        take_weight(id2)
+        redis.call('INCR', K.tpass)
+        return id2, flow2, cost2, n2, tn2, up2, w2
+      end
+    end
+  end
+  return nil
 end
 
 -- dispatch hands free permits to the head of the queue, in order, and
@@ -96,16 +164,23 @@ local function dispatch(self, ex)
   local free, v = room(nil, ex.ucool)
   local skipped = 0
   while free > 0 do
-    local up = v and pick(v)
-    if v and not up then return own, false end
-    local id, flow, cost, n, tn = next_waiter(ex.fready, ex.waiting)
-    if not id then return own, true end
+    local id, flow, cost, n, tn, up, w
+    if tokens ~= 0 then
+      id, flow, cost, n, tn, up, w = next_fitting(v, ex.fready, ex.waiting)
+      if not id then return own, flow == 'empty' end
+    else
+      up = v and pick(v)
+      if v and not up then return own, false end
+      id, flow, cost, n, tn = next_waiter(ex.fready, ex.waiting)
+      if not id then return own, true end
+    end
     local owner = owner_of(id)
     local c -- the flow's counter, once charged
     if alive(owner) then
       if flow then c, tn = charge(flow, cost, nil, n, tn) end
       local no = redis.call('INCR', K.grants)
       if up then place(v, id, up, no) end
+      take_tokens(id, w, up, v)
       if owner == self then
         redis.call('ZADD', K.holders, now + lease, id)
         own[#own + 1] = id
@@ -129,7 +204,8 @@ local function dispatch(self, ex)
 end
 
 -- my_head is the FIFO queue's head when it is a ticket of node self and
--- it is the next to be served: no fair ticket waits and no pool is in
+-- it is the next to be served: tokens are not counted (its weight may
+-- not fit), no fair ticket waits and no pool is in
 -- use by any node (ex: present's answer for fwait, fready and uheld, read
 -- in this script; a pool's requeue puts a ticket back at its arrival,
 -- perhaps ahead), and the permits held are not above the permits (a
@@ -141,7 +217,7 @@ end
 -- the node queues again is at the tail: the node no longer hands on to
 -- it, see fairqueue/handoff.go).
 local function my_head(self, ex)
-  if ex.fwait or ex.fready or ex.uheld or #pool > 0 then return '' end
+  if ex.fwait or ex.fready or ex.uheld or #pool > 0 or tokens ~= 0 then return '' end
   if redis.call('ZCARD', K.holders) > permits then return '' end
   local h = redis.call('ZRANGE', K.waiting, 0, 0)[1]
   if h and owner_of(h) == self then return h end

@@ -221,7 +221,8 @@ local function held(id)
 end
 
 -- unheld does the bookkeeping of a holder entry removed (release,
--- cancel, lease end, leave): its upstream entry goes (pool.lua), the
+-- cancel, lease end, leave): its weight is returned (tokens.lua), its
+-- upstream entry goes (pool.lua), the
 -- flow and its tenant hold one permit less, correction is added to the
 -- flow's counter, the flow is refreshed, and a tenant that was at its
 -- cap has its flows ready again. The permit counts are read once
@@ -230,6 +231,7 @@ end
 -- knows no fair ticket waits (K.fwait missing). Returns true when a flow
 -- was made ready.
 local function unheld(id, correction, nowait)
+  give_tokens(id)
   unplace(id)
   local flow = flow_of(id)
   if not flow then return false end

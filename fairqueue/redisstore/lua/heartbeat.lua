@@ -6,12 +6,13 @@
 --   11 count n of held tickets, 12 count m of pending tickets, then the n
 --   held tickets, the m pending tickets, and the adopted tickets
 --   (admitted while Redis was unreachable) to the end. A held or adopted
---   ticket on a pool upstream is "<ticket> <upstream>": re-added or
---   adopted, it counts on its upstream too (pool.lua).
+--   ticket is "<ticket>[ u=<upstream>][ w=<tokens>]": re-added or
+--   adopted, it counts on its pool upstream (pool.lua) and weighs its
+--   tokens (tokens.lua) too.
 -- Returns {epoch, rejoined, waiting, holders, nodes, expired, re-added,
--- missing}: waiting to expired are the cluster's view (queue length,
--- permits held, live nodes, leases that ended unrenewed since the queue
--- began); rejoined = 1 when Redis had forgotten the node (it lost its
+-- missing, tokens held}: waiting to expired, and tokens held, are the
+-- cluster's view (queue length, permits held, live nodes, leases that
+-- ended unrenewed since the queue began, the holders' weights); rejoined = 1 when Redis had forgotten the node (it lost its
 -- data, the node was silent longer than its lease, or an acquire brought
 -- the node back since its last heartbeat): its waiters may be gone, so it
 -- should name them in a heartbeat; re-added lists the held tickets whose
@@ -48,13 +49,14 @@ redis.call('ZADD', K.nodes, now + lease, node)
 local readd = lost or rejoined == 0
 local n, m = tonumber(ARGV[11]), tonumber(ARGV[12])
 -- add counts a holder entry added again (re-added or adopted) on its
--- upstream, if it names one: "<ticket> <upstream>".
+-- upstream and with its weight, if it names them.
 local function add(arg)
-  local id, up = string.match(arg, '^(%S+) (%S+)$')
-  id = id or arg
+  local id = string.match(arg, '^%S+')
+  local up, w = string.match(arg, ' u=(%S+)'), tonumber(string.match(arg, ' w=(%d+)'))
   if redis.call('ZADD', K.holders, now + lease, id) == 0 then return nil end
   held(id)
   if up then redis.call('HSET', K.uheld, id, up) end
+  take_tokens(id, w, up)
   return id
 end
 local readded = {}
@@ -76,4 +78,5 @@ for i = 13 + n, 12 + n + m do
 end
 for i = 13 + n + m, #ARGV do add(ARGV[i]) end
 return {cur, rejoined, waiting(), redis.call('ZCARD', K.holders),
-  redis.call('ZCOUNT', K.nodes, now, '+inf'), tonumber(redis.call('GET', K.expired) or '0'), readded, missing}
+  redis.call('ZCOUNT', K.nodes, now, '+inf'), tonumber(redis.call('GET', K.expired) or '0'), readded, missing,
+  held_tokens()}

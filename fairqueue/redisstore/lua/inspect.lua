@@ -4,7 +4,8 @@
 -- Returns {waiting, {head tickets}, {holder, ms left, ...},
 --   {node, ms left, ...}, {{flow, waiting, held, usage}, ...} (busiest
 --   first; usage: its counter minus the virtual time), grants,
---   {holder, upstream, ...}, {upstream, ms cooling left, ...}}.
+--   {holder, upstream, ...}, {upstream, ms cooling left, ...}, tokens
+--   held, {holder, tokens, ...}, {upstream, tokens held, ...}}.
 --   The head lists the ready flows' first tickets, least usage first,
 --   then the FIFO tickets in order.
 -- Idempotent: it writes nothing.
@@ -51,4 +52,5 @@ for i = 1, #c, 2 do
   cooling[#cooling + 1] = c[i]
   cooling[#cooling + 1] = tonumber(c[i + 1]) - now
 end
-return {waiting(), head, holders, nodes, top, grants(), redis.call('HGETALL', K.uheld), cooling}
+return {waiting(), head, holders, nodes, top, grants(), redis.call('HGETALL', K.uheld), cooling,
+  held_tokens(), redis.call('HGETALL', K.thold), redis.call('HGETALL', K.tup)}

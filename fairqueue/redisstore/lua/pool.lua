@@ -2,7 +2,8 @@
 -- after common.lua.
 --
 -- ARGV[7] lists the calling node's upstreams, "<dial> <permits> ..."
--- ('' : no pool). Every grant then names one upstream: K.uheld maps the
+-- ('' : no pool), "<permits>/<tokens>" for one with its own capacity in
+-- tokens (tokens.lua). Every grant then names one upstream: K.uheld maps the
 -- holder to it, so an upstream's permits in flight are its entries there
 -- (about the permits: a scan of K.uheld reads as much as one of the
 -- holders). An entry is written in the script that adds the holder and
@@ -12,8 +13,31 @@
 -- failed a request), K.ulast the grant number of each one's last grant.
 
 local pool = {}
-for dial, n in string.gmatch(ARGV[7] or '', '(%S+) (%d+)') do
-  pool[#pool + 1] = {dial = dial, permits = tonumber(n)}
+for dial, n, t in string.gmatch(ARGV[7] or '', '(%S+) (%d+)/?(%-?%d*)') do
+  pool[#pool + 1] = {dial = dial, permits = tonumber(n), tokens = tonumber(t) or 0}
+end
+
+-- token_view adds to a pool view what fits_on needs, once: the weights
+-- held on each upstream (v.tok) and by holders without one (v.tany:
+-- they count on every upstream).
+local function token_view(v)
+  if v.tok then return end
+  v.tok = {}
+  local sum = 0
+  local t = redis.call('HGETALL', K.tup)
+  for i = 1, #t, 2 do
+    v.tok[t[i]] = tonumber(t[i + 1])
+    sum = sum + tonumber(t[i + 1])
+  end
+  v.tany = math.max(held_tokens() - sum, 0)
+end
+
+-- fits_on: w more tokens fit upstream u.
+local function fits_on(v, u, w)
+  if tokens == 0 or u.tokens == 0 then return true end
+  if u.tokens < 0 then return false end
+  token_view(v)
+  return (v.tok[u.dial] or 0) + v.tany + weigh(w) <= u.tokens
 end
 
 -- pool_view reads what choosing an upstream needs: permits in flight
@@ -48,18 +72,28 @@ local function last_of(v, dial)
   return v.last[dial]
 end
 
--- pick is the upstream to grant on: not cooling and under its permits
--- (its holders and those that may run anywhere),
--- the most free relative to its size (compared exactly), ties to the
--- one granted longest ago, then list order. nil when none may be.
-local function pick(v)
+-- pick is the upstream to grant on: not cooling, under its permits
+-- (its holders and those that may run anywhere) and with room for w
+-- tokens (nil: not asked), the most free relative to its size (of its
+-- tokens when every upstream counts them, else of its permits; compared
+-- exactly), ties to the one granted longest ago, then list order. nil
+-- when none may be.
+local function pick(v, w)
   local best, bfree, bsize
+  local bytok = tokens ~= 0
+  if bytok then
+    for _, u in ipairs(pool) do
+      if u.tokens <= 0 then bytok = false end
+    end
+    if bytok then token_view(v) end
+  end
   for _, u in ipairs(pool) do
-    local free = u.permits - (v.inf[u.dial] or 0) - v.anywhere
-    if free > 0 and not v.cool[u.dial] then
-      local a, b = free * (bsize or 1), (bfree or 0) * u.permits
+    local free, size = u.permits - (v.inf[u.dial] or 0) - v.anywhere, u.permits
+    if free > 0 and not v.cool[u.dial] and (w == nil or fits_on(v, u, w)) then
+      if bytok then free, size = u.tokens - (v.tok[u.dial] or 0) - v.tany, u.tokens end
+      local a, b = free * (bsize or 1), (bfree or 0) * size
       if not best or a > b or (a == b and last_of(v, u.dial) < last_of(v, best)) then
-        best, bfree, bsize = u.dial, free, u.permits
+        best, bfree, bsize = u.dial, free, size
       end
     end
   end

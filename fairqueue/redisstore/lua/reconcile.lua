@@ -1,5 +1,6 @@
 -- reconcile: a node's periodic safety net. Frees expired leases,
--- recounts the permits each tenant holds from the holders (fair.lua),
+-- recounts the permits each tenant holds from the holders (fair.lua)
+-- and the tokens held from the holders' weights (tokens.lua),
 -- dispatches (permits freed by expiry have no releaser), forgets dead
 -- nodes, expired tombstones and idle flows' counters the virtual time
 -- has passed, and lists the node's holders so it can find grants whose
@@ -15,6 +16,7 @@
 clock()
 reap()
 recount()
+token_recount()
 pool_tidy()
 local own = (dispatch(ARGV[1]))
 forget_dead()

@@ -13,14 +13,17 @@
 -- Idempotent: releasing a ticket that holds nothing only dispatches (a
 -- cooldown sent again ends no later than the first one's).
 -- Cost: one EXISTS, read after the cooldown is written (the only write
--- to K.ucool), tells unheld whether any fair ticket waits (none: no
+-- to K.ucool), tells unheld whether any holder weighs tokens (where
+-- this call's limits count none) and whether any fair ticket waits (none: no
 -- flow's head is looked for) and dispatch whether anybody waits and any
 -- upstream may be cooling; a flow unheld makes ready is added to what
 -- it tells. Nobody waiting: ZREM, EXISTS, and the holder's bookkeeping;
 -- with waiters, a ZCARD and a ZRANGE more read the new head (my_head).
 local id = ARGV[1]
 cool(ARGV[9], ARGV[10])
-local ex = present('waiting', 'fready', 'fwait', #pool > 0 and 'ucool' or nil, 'uheld')
+local ex = present('waiting', 'fready', 'fwait', #pool > 0 and 'ucool' or nil, 'uheld',
+  tokens == 0 and 'thold' or nil)
+weighted = ex.thold
 if redis.call('ZREM', K.holders, id) == 1 and unheld(id, tonumber(ARGV[8]), not ex.fwait) then
   ex.fready = true
 end

@@ -21,7 +21,8 @@
 clock()
 local id, to = ARGV[1], ARGV[8]
 local node = owner_of(id)
-local ex = present('waiting', 'fready', 'fwait', 'uheld')
+local ex = present('waiting', 'fready', 'fwait', 'uheld', tokens == 0 and 'thold' or nil)
+weighted = ex.thold
 local freed = redis.call('ZREM', K.holders, id) == 1
 if freed then unheld(id, 0, true) end
 local no, added = 0, 0

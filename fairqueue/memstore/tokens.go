@@ -1,0 +1,164 @@
+package memstore
+
+import (
+	"time"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+// Capacity in tokens (Limits.Tokens, Upstream.KVTokens), the rules the
+// Redis store's Lua scripts follow too:
+//
+//   - Every holder carries a weight, its ticket's TicketArgs.Tokens at the
+//     grant, bounded by the capacity in force then (Limits.Tokens and,
+//     with a pool whose upstreams all set KVTokens, the largest of those;
+//     see weigh): a ticket heavier than that runs alone. A grant needs
+//     room for its weight besides a free permit: the weights held plus
+//     its own at most Limits.Tokens (when counted), and at most its
+//     upstream's KVTokens on the upstream it names (a ticket heavier
+//     than an upstream's capacity never runs there). Holders granted
+//     without an upstream (before a reload added the pool) count on
+//     every upstream.
+//   - A release (cancel, lease end, leave) returns the weight.
+//   - FIFO is strict: a head that does not fit waits and nothing passes
+//     it. In fair order, when the flow to serve next has a head that does
+//     not fit, a later ready flow whose head fits may be served instead,
+//     at most fairqueue.TokenPasses grants in a row; then dispatch waits
+//     until the first flow's head fits. The count starts again at every
+//     grant to the flow served first.
+//   - The fast path needs room too.
+
+// tokenState is the store's token accounting; guarded by Store.mu.
+type tokenState struct {
+	weight map[string]int // holder -> its weight (holders that weigh > 0)
+	held   int            // the weights of all holders
+	onUp   map[string]int // upstream -> the weights of its holders
+	// passes counts the grants in a row made past the first flow of the
+	// fair order, whose head did not fit.
+	passes int
+}
+
+func newTokenState() tokenState {
+	return tokenState{weight: make(map[string]int), onUp: make(map[string]int)}
+}
+
+// bounded is w bounded by a capacity (capacity <= 0: unbounded).
+func bounded(w, capacity int) int {
+	if capacity > 0 {
+		return min(w, capacity)
+	}
+	return w
+}
+
+// weigh is the weight a ticket of w tokens is counted with under l: w
+// bounded by the queue's capacity and, when every upstream of the pool
+// sets KVTokens, by the largest of those (so it fits somewhere alone).
+func weigh(l fairqueue.Limits, w int) int {
+	w = bounded(max(w, 0), l.Tokens)
+	m := 0
+	for _, u := range l.Upstreams {
+		if u.KVTokens <= 0 {
+			return w
+		}
+		m = max(m, u.KVTokens)
+	}
+	return bounded(w, m)
+}
+
+// fitsQueue reports whether w more tokens fit the queue's capacity.
+func (s *Store) fitsQueue(l fairqueue.Limits, w int) bool {
+	switch {
+	case l.Tokens == 0:
+		return true
+	case l.Tokens < 0:
+		return false
+	}
+	return s.held+weigh(l, w) <= l.Tokens
+}
+
+// fitsOn reports whether w more tokens fit upstream u (its KVTokens; the
+// weights of holders without an upstream count on every one).
+func (s *Store) fitsOn(l fairqueue.Limits, u *fairqueue.Upstream, w int) bool {
+	if l.Tokens == 0 || u.KVTokens == 0 {
+		return true
+	}
+	if u.KVTokens < 0 {
+		return false
+	}
+	return s.onUp[u.Dial]+s.anywhereTokens()+weigh(l, w) <= u.KVTokens
+}
+
+// anywhereTokens is the weight of holders without an upstream.
+func (s *Store) anywhereTokens() int {
+	n := s.held
+	for _, t := range s.onUp {
+		n -= t
+	}
+	return max(n, 0)
+}
+
+// takeTokens counts holder id's weight w on upstream dial ("" : none),
+// bounded by the capacity in force; a holder counted already is left.
+func (s *Store) takeTokens(l fairqueue.Limits, id string, w int, dial string) {
+	if _, ok := s.weight[id]; ok || w <= 0 || l.Tokens == 0 {
+		return
+	}
+	w = weigh(l, w)
+	s.weight[id] = w
+	s.held += w
+	if dial != "" {
+		s.onUp[dial] += w
+	}
+}
+
+// giveTokens returns holder id's weight.
+func (s *Store) giveTokens(id, dial string) {
+	w, ok := s.weight[id]
+	if !ok {
+		return
+	}
+	delete(s.weight, id)
+	s.held -= w
+	if dial != "" {
+		if s.onUp[dial] -= w; s.onUp[dial] <= 0 {
+			delete(s.onUp, dial)
+		}
+	}
+}
+
+// candidate is the waiter dispatch serves next and its upstream, or nil:
+// the FIFO head or the first ready flow's head, whichever arrived first;
+// with tokens, one that fits (see the rules above). passed reports that
+// it is served past the first flow.
+func (s *Store) candidate(l fairqueue.Limits, now time.Time) (w *waiter, up string, passed bool) {
+	first := s.next(l.MaxInFlightPerTenant)
+	var fifo *waiter
+	if s.waiting.Len() > 0 {
+		fifo = s.waiting[0]
+	}
+	switch {
+	case first != nil && (fifo == nil || first.q[0].seq < fifo.seq):
+		w = first.q[0]
+	case fifo != nil:
+		w = fifo
+	default:
+		return nil, "", false
+	}
+	up, ok := s.pickFor(l, now, w.tokens)
+	if ok {
+		return w, up, false
+	}
+	if l.Tokens == 0 || w.flow == nil || s.passes >= fairqueue.TokenPasses {
+		return nil, "", false // strict FIFO; or the first flow's turn
+	}
+	ready, _ := s.readyFlows(l.MaxInFlightPerTenant)
+	for _, f := range ready {
+		if f == first {
+			continue
+		}
+		if up, ok := s.pickFor(l, now, f.q[0].tokens); ok {
+			return f.q[0], up, true
+		}
+	}
+	return nil, "", false
+}

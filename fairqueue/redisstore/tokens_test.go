@@ -1,0 +1,38 @@
+package redisstore
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+// The scripts' bound on passes in fair order is fairqueue.TokenPasses.
+func TestTokenPassesInTheScriptsIsTheGoConstant(t *testing.T) {
+	src, err := luaFS.ReadFile("lua/tokens.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("local TOKEN_PASSES, TOKEN_SCAN = %d,", fairqueue.TokenPasses)
+	if !strings.Contains(string(src), want) {
+		t.Fatalf("tokens.lua does not say %q", want)
+	}
+}
+
+// The scripts' forms of a ticket's weight and of a pool with tokens.
+func TestArgsCarryTokensOnlyWhereCounted(t *testing.T) {
+	for _, c := range []struct {
+		got, want string
+	}{
+		{costArg(fairqueue.TicketArgs{Cost: 1.5}), "1.5"},
+		{costArg(fairqueue.TicketArgs{Cost: 2, Tokens: 300}), "2 300"},
+		{poolArg([]fairqueue.Upstream{{Dial: "a:1", Permits: 2}, {Dial: "b:1", Permits: 3, KVTokens: 900}}), "a:1 2 b:1 3/900"},
+		{fmt.Sprint((&Store{}).args("t", fairqueue.Limits{Permits: 4, Tokens: -1})[1]), "4 -1"},
+		{fmt.Sprint((&Store{}).args("t", fairqueue.Limits{Permits: 4})[1]), "4"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}
