@@ -49,8 +49,9 @@ type call struct {
 	granted   time.Time    // when the permit came
 	usage     *usageWriter // cost tokens: reads the answer's usage
 	fb        *firstByteWriter
-	forwarded bool // next was called
-	running   bool // counted in e.running
+	forwarded bool  // next was called
+	running   bool  // counted in e.running
+	tokens    int64 // the permit's tokens, counted in e.tokens while running
 }
 
 // read reads the request's body and names its queue. answered: the
@@ -159,7 +160,8 @@ func (c *call) wait() error {
 	if err == nil {
 		c.running = true
 		c.e.running.Add(1)
-		c.e.tokens.Add(int64(c.req.Tokens))
+		c.tokens = int64(p.Tokens())
+		c.e.tokens.Add(c.tokens)
 	}
 	return err
 }
@@ -247,7 +249,7 @@ func (c *call) finish() {
 	}
 	if c.running {
 		c.e.running.Add(-1)
-		c.e.tokens.Add(-int64(c.req.Tokens))
+		c.e.tokens.Add(-c.tokens)
 	}
 	c.e.finish(c.permit, c.done)
 }
