@@ -406,9 +406,12 @@ func (h *Handler) applySettings(e *engine) {
 	switch {
 	case err != nil:
 		h.logger.Error("applying queue settings", zap.String("queue", e.name), zap.Error(err))
-	case changed && old.Permits != h.Permits:
+	case changed && old.Permits != e.q.Config().Permits:
 		h.logger.Info("queue permits changed",
-			zap.String("queue", e.name), zap.Int("from", old.Permits), zap.Int("to", h.Permits))
+			zap.String("queue", e.name), zap.Int("from", old.Permits), zap.Int("to", e.q.Config().Permits))
+	case changed && old.KVTokens != e.q.Config().KVTokens:
+		h.logger.Info("queue kv_tokens changed",
+			zap.String("queue", e.name), zap.Int("from", old.KVTokens), zap.Int("to", e.q.Config().KVTokens))
 	}
 }
 
