@@ -309,8 +309,6 @@ func TestKVTokensServeAHeavyRequestWithinItsBoundWhileLightOnesArrive(t *testing
 	start := time.Now()
 	r := kvChat{seq: "heavy", text: 400, maxTokens: 800, tenant: "heavy"}.send(context.Background(), client, c.URL()) // 900
 	waited := time.Since(start)
-	stop()
-	wg.Wait()
 	require.Equal(t, http.StatusOK, r.Status, "%s", r)
 	passed := -1
 	for i, a := range g.arrivals()[sent:] {
@@ -321,7 +319,10 @@ func TestKVTokensServeAHeavyRequestWithinItsBoundWhileLightOnesArrive(t *testing
 		}
 	}
 	require.GreaterOrEqual(t, passed, 0, "the heavy request reached the upstream")
-	assert.Greater(t, len(g.arrivals())-sent, passed+1, "light requests went on after it")
+	assert.True(t, eventually(10*time.Second, func() bool { return len(g.arrivals())-sent > passed+1+loops }),
+		"light requests go on after it")
+	stop()
+	wg.Wait()
 	// Light requests granted before it joined may reach the upstream
 	// after it joined: at most one per loop.
 	assert.LessOrEqual(t, passed, fairqueue.TokenPasses+loops, "light grants that passed the heavy request")
@@ -413,12 +414,12 @@ func TestKVEstimatorLearnsFromUsageAndShowsInTheAdminAPI(t *testing.T) {
 		if json.NewDecoder(resp.Body).Decode(&list) != nil || len(list.Queues) != 1 {
 			return false
 		}
-		return json.Unmarshal(list.Queues[0].KV, &kv) == nil && kv.Samples == n
-	}), "the admin API shows %d samples (last: %+v)", n, kv)
+		// The last request's tokens are given back just after it is learned.
+		return json.Unmarshal(list.Queues[0].KV, &kv) == nil && kv.Samples == n && kv.TokensHeld == 0
+	}), "the admin API shows %d samples and no tokens held (last: %+v)", n, kv)
 	assert.InDelta(t, want, kv.BytesPerToken, 1e-9)
 	assert.Less(t, kv.BytesPerToken, 4.0, "the body's JSON is counted by the mock, not by the estimate")
 	assert.Equal(t, 100000, kv.Capacity)
-	assert.Zero(t, kv.TokensHeld)
 	metrics := scrape(t, c)
 	assert.Contains(t, metrics, `caddy_fair_queue_kv_bytes_per_token{queue="kvlearn"}`)
 	assert.Contains(t, metrics, `caddy_fair_queue_kv_tokens_capacity{queue="kvlearn"} 100000`)
