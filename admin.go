@@ -90,6 +90,28 @@ type queueReport struct {
 	Cluster  *clusterReport `json:"cluster,omitempty"`
 	Snapshot *snapshotJSON  `json:"snapshot,omitempty"` // live, from the store
 	Error    string         `json:"error,omitempty"`    // why Snapshot is missing
+	// KV is the queue's capacity in tokens and its prompt estimate; absent
+	// while the queue counts no tokens and has learned nothing.
+	KV *kvReport `json:"kv,omitempty"`
+}
+
+// kvReport is a queue's capacity in KV-cache tokens (kv_tokens) and this
+// instance's estimate of its prompts' tokens.
+type kvReport struct {
+	// BytesPerToken is the bytes of prompt text per prompt token this
+	// instance estimates the queue's prompts with (4 before the first
+	// answer); Samples the answers it learned that from.
+	BytesPerToken float64 `json:"bytes_per_token"`
+	Samples       int64   `json:"samples"`
+	// Capacity is the tokens the queue's running requests may hold, all
+	// instances (0: tokens are not counted).
+	Capacity int `json:"capacity"`
+	// TokensHeld is what they hold, all instances: read from the store
+	// with this answer when the snapshot could be, else as of this
+	// instance's last heartbeat.
+	TokensHeld int `json:"tokens_held"`
+	// NodeTokensHeld is what this instance's running requests hold.
+	NodeTokensHeld int64 `json:"node_tokens_held"`
 }
 
 // nodeReport is fairqueue.Stats in the API.
@@ -118,6 +140,9 @@ type snapshotJSON struct {
 	Nodes   []nodeJSON           `json:"nodes"`
 	Flows   []fairqueue.FlowInfo `json:"flows"`
 	Grants  int64                `json:"grants"`
+	// TokensHeld is the KV-cache tokens the holders hold (0 when not
+	// counted).
+	TokensHeld int `json:"tokens_held,omitempty"`
 	// Upstreams: with a pool, each upstream's permits (this instance's
 	// config), permits held across the cluster, and cooldown left.
 	Upstreams []upstreamJSON `json:"upstreams,omitempty"`
@@ -127,13 +152,16 @@ type upstreamJSON struct {
 	Dial       string `json:"dial"`
 	Permits    int    `json:"permits"`
 	InFlight   int    `json:"in_flight"`
-	CoolLeftMS int64  `json:"cool_left_ms"` // 0: in dispatch
+	CoolLeftMS int64  `json:"cool_left_ms"`        // 0: in dispatch
+	KVTokens   int    `json:"kv_tokens,omitempty"` // its capacity in tokens (this instance's config)
+	TokensHeld int    `json:"tokens_held,omitempty"`
 }
 
 type holderJSON struct {
 	Ticket      string `json:"ticket"`
 	Node        string `json:"node"`
 	LeaseLeftMS int64  `json:"lease_left_ms"`
+	Tokens      int    `json:"tokens,omitempty"` // its weight in KV-cache tokens
 }
 
 type nodeJSON struct {
@@ -146,7 +174,7 @@ type nodeJSON struct {
 // upstreams in their order (nil: unknown, as for the CLI reading Redis
 // directly: the store's upstreams are listed with permits 0).
 func snapshotReport(s fairqueue.Snapshot, pool []fairqueue.Upstream) *snapshotJSON {
-	out := &snapshotJSON{Waiting: s.Waiting, Head: s.Head, Flows: s.Flows, Grants: s.Grants,
+	out := &snapshotJSON{Waiting: s.Waiting, Head: s.Head, Flows: s.Flows, Grants: s.Grants, TokensHeld: s.TokensHeld,
 		Holders: []holderJSON{}, Nodes: []nodeJSON{}}
 	if pool == nil {
 		for _, u := range s.Upstreams {
@@ -155,9 +183,10 @@ func snapshotReport(s fairqueue.Snapshot, pool []fairqueue.Upstream) *snapshotJS
 	}
 	for _, u := range pool {
 		i := slices.IndexFunc(s.Upstreams, func(st fairqueue.UpstreamInfo) bool { return st.Dial == u.Dial })
-		j := upstreamJSON{Dial: u.Dial, Permits: u.Permits}
+		j := upstreamJSON{Dial: u.Dial, Permits: u.Permits, KVTokens: u.KVTokens}
 		if i >= 0 {
 			j.InFlight, j.CoolLeftMS = s.Upstreams[i].InFlight, s.Upstreams[i].CoolLeft.Milliseconds()
+			j.TokensHeld = s.Upstreams[i].TokensHeld
 		}
 		out.Upstreams = append(out.Upstreams, j)
 	}
@@ -168,7 +197,7 @@ func snapshotReport(s fairqueue.Snapshot, pool []fairqueue.Upstream) *snapshotJS
 		out.Flows = []fairqueue.FlowInfo{}
 	}
 	for _, h := range s.Holders {
-		out.Holders = append(out.Holders, holderJSON{Ticket: h.Ticket, Node: h.Node, LeaseLeftMS: h.LeaseLeft.Milliseconds()})
+		out.Holders = append(out.Holders, holderJSON{Ticket: h.Ticket, Node: h.Node, LeaseLeftMS: h.LeaseLeft.Milliseconds(), Tokens: h.Tokens})
 	}
 	for _, n := range s.Nodes {
 		out.Nodes = append(out.Nodes, nodeJSON{ID: n.ID, Alive: n.Alive, ExpiresInMS: n.ExpiresIn.Milliseconds()})
@@ -217,12 +246,16 @@ func (e *engine) report(ctx context.Context) queueReport {
 		rep.Cluster = &clusterReport{Waiting: st.Cluster.Waiting, InFlight: st.Cluster.Holders, Nodes: st.Cluster.Nodes,
 			AgeMS: time.Since(st.Cluster.At).Milliseconds()}
 	}
+	rep.KV = e.kvReport(cfg, st.Cluster.TokensHeld)
 	ictx, cancel := context.WithTimeout(ctx, adminStoreTimeout)
 	defer cancel()
 	snap, err := q.Inspect(ictx, adminHead, adminFlows)
 	if err != nil {
 		rep.Error = err.Error()
 		return rep
+	}
+	if rep.KV != nil {
+		rep.KV.TokensHeld = snap.TokensHeld
 	}
 	rep.Snapshot = snapshotReport(snap, cfg.Upstreams)
 	// The snapshot is the store now: the cluster view agrees with it.
@@ -234,6 +267,18 @@ func (e *engine) report(ctx context.Context) queueReport {
 	}
 	rep.Cluster = &clusterReport{Waiting: snap.Waiting, InFlight: len(snap.Holders), Nodes: live}
 	return rep
+}
+
+// kvReport is the engine's capacity in tokens and prompt estimate, held
+// as of its last heartbeat; nil while it counts no tokens and has
+// learned nothing.
+func (e *engine) kvReport(cfg fairqueue.Config, held int) *kvReport {
+	ratio, samples := e.kv.state()
+	if cfg.KVTokens <= 0 && samples == 0 {
+		return nil
+	}
+	return &kvReport{BytesPerToken: ratio, Samples: samples, Capacity: max(cfg.KVTokens, 0), TokensHeld: held,
+		NodeTokensHeld: e.tokens.Load()}
 }
 
 // Interface guards

@@ -35,7 +35,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	fair_queue [<matcher>] {
 //	    name          <queue name>         # default "default"; placeholders allowed, e.g. {http.fair_queue.model}
 //	    names         <name>...            # repeatable; with placeholders in name: the names served, others get 404 model_not_found
-//	    permits       <n>                  # required (unless upstream lines), > 0, cluster-wide
+//	    permits       <n>                  # required (unless upstream lines or kv_tokens), > 0, cluster-wide
+//	    kv_tokens     <n>                  # KV-cache tokens the running requests may hold, cluster-wide; default 0: not counted
+//	    default_max_tokens <n>             # completion budget of a body without max_tokens; default 1024
 //	    max_wait      <duration>           # default 20s; at least 50ms
 //	    poll_interval <duration>           # default 200ms (max_wait if shorter); at least 50ms, at most max_wait
 //	    max_body      <size>               # default 8MiB (e.g. 1MiB, 512KB); larger bodies get 413
@@ -52,7 +54,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    cost          requests|max_tokens [<max>]|time|tokens [<max>]   # what a request is charged; default requests (1 each)
 //	                                       # max_tokens: the body's max_tokens, 1 to max (default 32768)
 //	                                       # time: the seconds the permit is held (estimated, corrected at release)
-//	                                       # tokens: body bytes/4 + expected completion (at most max_tokens), 1 to max; corrected to usage.total_tokens
+//	                                       # tokens: the weight (prompt estimate + completion budget, as kv_tokens counts it), 1 to max; corrected to usage.total_tokens
 //	    priority      <placeholders>       # band 0 (default) to 3
 //	    priority_factor <n>                # default 8, at least 2
 //	    max_queue     <n>                  # waiting requests, cluster-wide; beyond: 429 queue_full. default 0: no cap
@@ -61,7 +63,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //
 //	    # a pool of backends, each with its own permits, cluster-wide; reverse_proxy
 //	    # takes the granted one with `dynamic fair_queue`; permits then caps the pool (default: the sum)
-//	    upstream      <dial address> <n>   # repeatable, e.g. upstream 10.0.0.5:8000 8
+//	    upstream      <dial address> <n> [kv_tokens <n>]   # repeatable, e.g. upstream 10.0.0.5:8000 8 kv_tokens 200000
 //	    requeue_on    <status>...          # e.g. 429 503: answer not passed on, request requeued at its place; requires upstream
 //	    max_requeues  <n>                  # per request, 0 to 100; default 3
 //	    upstream_cooldown <duration>       # an upstream that failed (no Retry-After) gets no grant for this long; default 1s, at most 5m
@@ -117,16 +119,18 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.ArgErr()
 	}
 	err := parseBlock(d, map[string]optionParser{
-		"name":          opt(&h.Name, stringArg),
-		"names":         h.parseNames,
-		"permits":       opt(&h.Permits, intArg(1)),
-		"max_wait":      opt(&h.MaxWait, durationArg(fairqueue.MinPollInterval)),
-		"poll_interval": opt(&h.PollInterval, durationArg(fairqueue.MinPollInterval)),
-		"lease":         opt(&h.Lease, durationArg(fairqueue.MinLease)),
-		"abort_grace":   opt(&h.AbortGrace, offDurationArg),
-		"max_body":      opt(&h.MaxBody, sizeArg),
-		"body_timeout":  opt(&h.BodyTimeout, durationArg(minBodyTimeout)),
-		"tenant":        opt(&h.Tenant, stringArg),
+		"name":               opt(&h.Name, stringArg),
+		"names":              h.parseNames,
+		"permits":            opt(&h.Permits, intArg(1)),
+		"kv_tokens":          opt(&h.KVTokens, intArg(1)),
+		"default_max_tokens": opt(&h.DefaultMaxTokens, intArg(1)),
+		"max_wait":           opt(&h.MaxWait, durationArg(fairqueue.MinPollInterval)),
+		"poll_interval":      opt(&h.PollInterval, durationArg(fairqueue.MinPollInterval)),
+		"lease":              opt(&h.Lease, durationArg(fairqueue.MinLease)),
+		"abort_grace":        opt(&h.AbortGrace, offDurationArg),
+		"max_body":           opt(&h.MaxBody, sizeArg),
+		"body_timeout":       opt(&h.BodyTimeout, durationArg(minBodyTimeout)),
+		"tenant":             opt(&h.Tenant, stringArg),
 		"weight": pairOpt(&h.Weights, "weight: tenant value", func(d *caddyfile.Dispenser, tenant, w string) (float64, error) {
 			if _, err := weightKey(tenant); err != nil {
 				return 0, d.Err(err.Error())
@@ -166,8 +170,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if err != nil {
 		return err
 	}
-	if h.Permits == 0 && len(h.Upstreams) == 0 {
-		return d.Err("permits is required (or upstream lines, whose permits add up)")
+	if h.Permits == 0 && len(h.Upstreams) == 0 && h.KVTokens == 0 {
+		return d.Err("permits is required (or upstream lines, whose permits add up, or kv_tokens)")
 	}
 	// The rules that join options: what Provision would refuse.
 	if err := h.validate(); err != nil {

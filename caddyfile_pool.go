@@ -26,11 +26,24 @@ func (h *Handler) parseNames(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// parseUpstream parses `upstream <dial address> <permits>`.
+// parseUpstream parses `upstream <dial address> <permits> [kv_tokens <n>]`.
 func (h *Handler) parseUpstream(d *caddyfile.Dispenser) error {
 	args := d.RemainingArgs()
-	if len(args) != 2 {
+	if len(args) != 2 && len(args) != 4 {
 		return d.ArgErr()
+	}
+	tokens := 0
+	if len(args) == 4 {
+		if args[2] != "kv_tokens" {
+			return d.Errf("upstream %s: unknown option '%s' (want kv_tokens)", args[0], args[2])
+		}
+		var err error
+		if tokens, err = strconv.Atoi(args[3]); err != nil {
+			return d.Errf("upstream %s: kv_tokens '%s' is not an integer", args[0], args[3])
+		}
+		if tokens < 1 {
+			return d.Errf("upstream %s: kv_tokens must be at least 1, got %d", args[0], tokens)
+		}
 	}
 	n, err := strconv.Atoi(args[1])
 	if err != nil {
@@ -42,7 +55,7 @@ func (h *Handler) parseUpstream(d *caddyfile.Dispenser) error {
 	if slices.ContainsFunc(h.Upstreams, func(u fairqueue.Upstream) bool { return u.Dial == args[0] }) {
 		return d.Errf("upstream %s is given twice", args[0])
 	}
-	h.Upstreams = append(h.Upstreams, fairqueue.Upstream{Dial: args[0], Permits: n})
+	h.Upstreams = append(h.Upstreams, fairqueue.Upstream{Dial: args[0], Permits: n, KVTokens: tokens})
 	return nil
 }
 

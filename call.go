@@ -35,6 +35,7 @@ type call struct {
 	model     string // the body's "model"
 	streaming bool   // the client asked for a streamed answer
 	bodyLen   int
+	weight    weight // in KV-cache tokens; its prompt estimated at enter
 	req       fairqueue.Request
 
 	e    *engine // the queue's engine; its successor's once a reload moved the queue
@@ -48,8 +49,9 @@ type call struct {
 	granted   time.Time    // when the permit came
 	usage     *usageWriter // cost tokens: reads the answer's usage
 	fb        *firstByteWriter
-	forwarded bool // next was called
-	running   bool // counted in e.running
+	forwarded bool  // next was called
+	running   bool  // counted in e.running
+	tokens    int64 // the permit's tokens, counted in e.tokens while running
 }
 
 // read reads the request's body and names its queue. answered: the
@@ -81,7 +83,8 @@ func (c *call) read() (answered bool, err error) {
 	repl.Set(phModel, info.Model)
 	repl.Set(phStreaming, c.streaming)
 	c.bodyLen = len(body)
-	c.req = h.fairRequest(repl, len(body), info)
+	c.weight = newWeight(info, len(body), h.defaultMaxTokens())
+	c.req = h.fairRequest(repl, info)
 
 	c.name = h.Name
 	if h.dynamic {
@@ -95,13 +98,32 @@ func (c *call) read() (answered bool, err error) {
 	return false, nil
 }
 
-// enter enters the engine of the request's queue; finish exits it.
+// enter enters the engine of the request's queue, and weighs the
+// request with the queue's estimate; finish exits it.
 func (c *call) enter() (err error) {
 	if len(c.name) > maxQueueNameLen {
 		return fmt.Errorf("queue name longer than %d bytes", maxQueueNameLen)
 	}
-	c.e, c.done, err = c.h.use(c.name, c.own)
-	return err
+	if c.e, c.done, err = c.h.use(c.name, c.own); err != nil {
+		return err
+	}
+	c.weigh()
+	return nil
+}
+
+// weigh estimates the request's prompt tokens with its queue's bytes per
+// token; with cost tokens, charges the weight; and when the queue counts
+// KV-cache tokens, gives the engine the weight, clamped to the capacity
+// (counted when it is).
+func (c *call) weigh() {
+	c.weight.estimate(c.e.kv.bytesPerToken())
+	if c.h.Cost == CostTokens && c.h.fair() {
+		c.req.Cost = tokensEstimate(c.weight, c.h.MaxCost)
+	}
+	var clamped bool
+	if c.req.Tokens, clamped = c.e.q.Config().ClampTokens(c.weight.tokens()); clamped {
+		observeClamped(c.name)
+	}
 }
 
 // overflow answers a request whose queue the handler cannot open (err,
@@ -138,6 +160,8 @@ func (c *call) wait() error {
 	if err == nil {
 		c.running = true
 		c.e.running.Add(1)
+		c.tokens = int64(p.Tokens())
+		c.e.tokens.Add(c.tokens)
 	}
 	return err
 }
@@ -160,7 +184,6 @@ func (c *call) serve() error {
 	if c.readsUsage() {
 		// Passes the answer on as it comes; reads its usage.
 		c.usage = newUsageWriter(c.w)
-		c.usage.prompt = promptTokens(c.bodyLen)
 		c.w = c.usage
 	}
 	if c.permit.Upstream() != "" {
@@ -214,6 +237,7 @@ func (c *call) servePool() (served bool, err error) {
 func (c *call) finish() {
 	// Cost time: the hold ends here, before any abort grace.
 	c.h.charge(c.permit, c.granted, c.forwarded, c.usage)
+	c.learn()
 	if c.fb != nil && c.fb.first > 0 {
 		observeFirstByte(c.name, c.fb.upstream, c.fb.first)
 	}
@@ -225,6 +249,7 @@ func (c *call) finish() {
 	}
 	if c.running {
 		c.e.running.Add(-1)
+		c.e.tokens.Add(-c.tokens)
 	}
 	c.e.finish(c.permit, c.done)
 }
@@ -232,9 +257,24 @@ func (c *call) finish() {
 // left reports whether the client has gone: its request's context ended.
 func (c *call) left() bool { return c.r.Context().Err() != nil }
 
-// readsUsage reports whether the answer's usage is read (cost tokens):
-// not for a fail-open grant, which no store charges.
-func (c *call) readsUsage() bool { return c.h.Cost == CostTokens && !c.permit.FailOpen() }
+// readsUsage reports whether the answer's usage is read (cost tokens,
+// and the prompt estimate of a queue that counts KV-cache tokens): not
+// for a fail-open grant, which no store charges or counts.
+func (c *call) readsUsage() bool {
+	return (c.h.Cost == CostTokens || c.h.countsTokens()) && !c.permit.FailOpen()
+}
+
+// learn teaches the queue's prompt estimator the prompt tokens the
+// answer's usage counted for the request's prompt text, when both are
+// known.
+func (c *call) learn() {
+	if c.usage == nil || c.weight.noPrompt {
+		return
+	}
+	if tokens, ok := c.usage.promptTokens(); ok {
+		c.e.kv.observe(c.weight.text, tokens)
+	}
+}
 
 // mayRequeue reports whether a request whose upstream refused it (rf,
 // in attempt a) waits again: a requeue is left, the upstream cannot have

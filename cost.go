@@ -19,9 +19,9 @@ const (
 	// estimate at the grant (the handler's moving average of recent
 	// holds), corrected to the real hold at the release.
 	CostTime = "time"
-	// CostTokens charges tokens: an estimate at the grant from the prompt
-	// size and max_tokens, corrected at the release to the response's
-	// usage.total_tokens.
+	// CostTokens charges tokens: at the grant the request's weight (its
+	// prompt estimate plus its completion budget, as kv_tokens counts
+	// it), corrected at the release to the response's usage.total_tokens.
 	CostTokens = "tokens"
 )
 
@@ -32,12 +32,6 @@ var costModes = []string{CostRequests, CostMaxTokens, CostTime, CostTokens}
 func takesMax(mode string) bool { return mode == CostMaxTokens || mode == CostTokens }
 
 const (
-	// defaultCompletionTokens is what cost tokens expects a request to
-	// generate before it has seen an answer's usage.
-	defaultCompletionTokens = 1024
-	// promptBytesPerToken: cost tokens counts ceil(body bytes / 4)
-	// tokens of prompt, the usual rule of thumb for English text.
-	promptBytesPerToken = 4
 	// holdAlpha is the weight of the newest hold in the moving average
 	// of cost time; holdSeed its value before the first hold.
 	holdAlpha = 0.2
@@ -47,47 +41,22 @@ const (
 	minHoldEstimate = 1e-6
 )
 
-// promptTokens is cost tokens' count of a prompt: ceil(request body
-// bytes / 4) (the whole body: messages, system prompt, tools and JSON
-// punctuation alike).
-func promptTokens(bodyLen int) float64 {
-	return float64((int64(bodyLen) + promptBytesPerToken - 1) / promptBytesPerToken)
-}
-
 // tokensEstimate is the cost of a request with cost tokens at enqueue:
-// its prompt tokens plus the completion expected (the handler's moving
-// average of the completions it saw, defaultCompletionTokens before the
-// first), at most the body's max_tokens when it sets one; bounded to
-// 1..maxCost. An estimate close to the real use keeps a tenant's
-// counter honest while its requests run: a returning tenant starts at
-// the others' counters, which hold what their running requests were
-// charged.
-func tokensEstimate(bodyLen int, info jsonscan.Fields, expected float64, maxCost int) float64 {
-	completion := expected
-	if info.MaxTokens > 0 {
-		completion = min(completion, float64(info.MaxTokens))
-	}
-	return min(max(math.Ceil(promptTokens(bodyLen)+completion), 1), float64(maxCost))
+// its weight in tokens (w: its prompt estimate plus its completion
+// budget, the most it may use), bounded to 1..maxCost. The charge is
+// corrected to the answer's usage at the release; until then a tenant
+// is charged what its running requests may use at most.
+func tokensEstimate(w weight, maxCost int) float64 {
+	return float64(min(max(w.tokens(), 1), maxCost))
 }
 
-// holdAverage is the exponentially weighted moving average of what the
-// requests of one handler used: the seconds they held their permit (the
-// estimate cost time charges at the grant), or the tokens they generated
-// (cost tokens, with seed defaultCompletionTokens). Safe for concurrent
-// use.
+// holdAverage is the exponentially weighted moving average of the
+// seconds the requests of one handler held their permit (the estimate
+// cost time charges at the grant). Safe for concurrent use.
 type holdAverage struct {
-	// seed is the estimate before the first observation; 0: holdSeed.
-	seed float64
 	mu   sync.Mutex
 	secs float64
 	seen bool
-}
-
-func (a *holdAverage) seedValue() float64 {
-	if a.seed > 0 {
-		return a.seed
-	}
-	return holdSeed
 }
 
 // estimate returns the average, the seed before the first observation.
@@ -95,12 +64,12 @@ func (a *holdAverage) estimate() float64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.seen {
-		return a.seedValue()
+		return holdSeed
 	}
 	return max(a.secs, minHoldEstimate)
 }
 
-// observe adds one observation (seconds held, tokens generated).
+// observe adds one observation (seconds held).
 func (a *holdAverage) observe(secs float64) {
 	if !(secs >= 0) || math.IsInf(secs, 0) {
 		return
@@ -108,19 +77,18 @@ func (a *holdAverage) observe(secs float64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.seen {
-		a.secs, a.seen = a.seedValue(), true
+		a.secs, a.seen = holdSeed, true
 	}
 	a.secs += holdAlpha * (secs - a.secs)
 }
 
 // requestCost is the engine cost of a request at enqueue; 0 is the
-// engine's default, 1.
-func (h *Handler) requestCost(bodyLen int, info jsonscan.Fields) float64 {
+// engine's default, 1. Cost tokens is set once the queue is known
+// (call.weigh), as it estimates the prompt with the queue's ratio.
+func (h *Handler) requestCost(info jsonscan.Fields) float64 {
 	switch h.Cost {
 	case CostMaxTokens:
 		return float64(min(max(info.MaxTokens, 1), int64(h.MaxCost)))
-	case CostTokens:
-		return tokensEstimate(bodyLen, info, h.completion.estimate(), h.MaxCost)
 	case CostTime:
 		return h.hold.estimate()
 	}
@@ -148,7 +116,6 @@ func (h *Handler) charge(p *fairqueue.Permit, granted time.Time, forwarded bool,
 			return
 		}
 		if total, ok := uw.totalTokens(); ok {
-			h.completion.observe(max(total-uw.prompt, 0))
 			h.chargePermit(p, min(total, float64(h.MaxCost)))
 		}
 	}

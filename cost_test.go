@@ -75,38 +75,44 @@ func TestSettingsDifferInMaxInFlight(t *testing.T) {
 	assert.Equal(t, "max_in_flight_per_tenant (1 and 2)", a.diff(b))
 }
 
-func TestTokensEstimate(t *testing.T) {
+func TestTokensEstimateIsTheWeight(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		bodyLen   int
-		maxTokens int64
-		maxCost   int
-		want      float64
+		name           string
+		prompt, budget int64
+		maxCost        int
+		want           float64
 	}{
-		{"prompt bytes / 4 rounded up, plus max_tokens below the expected", 10, 100, 1000, 3 + 100},
-		{"exact multiple", 400, 50, 1000, 100 + 50},
-		{"max_tokens above the expected: the expected", 8, 5000, DefaultMaxCost, 2 + 1024},
-		{"no max_tokens: the expected", 8, 0, DefaultMaxCost, 2 + 1024},
-		{"empty body", 0, 0, DefaultMaxCost, 1024},
-		{"bounded to max", 1 << 20, 512, 1000, 1000},
-		{"a max of 1", 0, 0, 1, 1},
+		{"prompt estimate plus budget", 3, 100, 1000, 103},
+		{"bounded to max", 900, 512, 1000, 1000},
+		{"at least 1", 0, 0, DefaultMaxCost, 1},
+		{"a max of 1", 5, 5, 1, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, tokensEstimate(tc.bodyLen, jsonscan.Fields{MaxTokens: tc.maxTokens}, defaultCompletionTokens, tc.maxCost))
+			assert.Equal(t, tc.want, tokensEstimate(weight{prompt: tc.prompt, budget: tc.budget}, tc.maxCost))
 		})
 	}
-	// Through the handler: the body as read, its max_tokens sniffed.
-	h := fairHandler(t, &Handler{Tenant: "{http.request.header.X-Tenant}", Cost: CostTokens, MaxCost: 5000})
+	// Through the handler: the body as read, its prompt estimated with
+	// the queue's bytes per token once the request enters the queue.
+	t.Cleanup(func() { poolEmpty(t) })
+	h := provisionLocal(t, newContext(t), &Handler{Name: "cost-estimate", Permits: 1, Tenant: "{http.request.header.X-Tenant}", Cost: CostTokens, MaxCost: 5000})
+	charge := func(body string) float64 {
+		t.Helper()
+		req, _ := resolve(h, body)
+		c := &call{h: h, name: "cost-estimate", own: okHandler, req: req,
+			weight: newWeight(jsonscan.Sniff([]byte(body)), len(body), h.defaultMaxTokens())}
+		require.NoError(t, c.enter())
+		defer c.done()
+		return c.req.Cost
+	}
 	body := `{"max_tokens":256,"messages":[{"role":"user","content":"` + strings.Repeat("a", 1000) + `"}]}`
-	got, _ := resolve(h, body)
-	assert.Equal(t, float64((len(body)+3)/4+256), got.Cost)
-	small := `{"max_completion_tokens":9000}`
-	got, _ = resolve(h, small)
-	assert.Equal(t, float64((len(small)+3)/4+defaultCompletionTokens), got.Cost, "before any usage: 1024 expected")
-	// The completions seen teach the expected: 1024 + 0.2 x (24 - 1024).
-	h.completion.observe(24)
-	got, _ = resolve(h, small)
-	assert.Equal(t, float64((len(small)+3)/4+824), got.Cost)
+	assert.Equal(t, float64(1000/4+256), charge(body))
+	assert.Equal(t, float64(0+DefaultMaxTokens), charge(`{"messages":[]}`), "no budget: default_max_tokens")
+	assert.Equal(t, 5000.0, charge(`{"max_completion_tokens":9000}`), "bounded to max_cost")
+	engine := h.engineList()[0]
+	for range 100 {
+		engine.kv.observe(2000, 1000) // 2 bytes per token
+	}
+	assert.InDelta(t, float64(1000/2+256), charge(body), 1, "the queue's learned ratio")
 }
 
 func TestHoldAverage(t *testing.T) {
@@ -366,8 +372,7 @@ func TestCostTokensChargesTheUsageOfTheResponse(t *testing.T) {
 		}
 	}
 	// The mock's usage: prompt_tokens = ceil(body bytes / 4) plus the
-	// tokens it sends; the estimate was prompt + 1024 (max_tokens 5000
-	// is more than the 1024 expected before any usage).
+	// tokens it sends; the estimate was the prompt's text / 4 + 5000.
 	whole := `{"model":"m","max_tokens":5000,"messages":[{"role":"user","content":"hello"}]}`
 	resp := ask(whole, 7)
 	_, _ = io.ReadAll(resp.Body)
@@ -375,7 +380,6 @@ func TestCostTokensChargesTheUsageOfTheResponse(t *testing.T) {
 	used, ok := next()
 	require.True(t, ok, "JSON answer: Charge")
 	assert.Equal(t, float64((len(whole)+3)/4+7), used)
-	assert.InDelta(t, 1024+0.2*(7-1024), h.completion.estimate(), 1e-9, "the completion seen is learned")
 
 	stream := `{"model":"m","max_tokens":5000,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hello"}]}`
 	resp = ask(stream, 9)

@@ -72,6 +72,8 @@ type engine struct {
 	fallback *memstore.Store // this node's queue while the store is down (on_store_error local)
 	data     string          // the backend's dataID: engines of one name and data are one queue
 	running  atomic.Int64    // requests granted and not yet finished (see reserved)
+	tokens   atomic.Int64    // their KV-cache tokens (fairqueue.Request.Tokens; see reservedTokens)
+	kv       promptEstimator // the prompt's bytes per token, learned from answers
 	routes   engineRoutes    // the live handlers' routes, by the shape of their grants
 
 	// remote: releasing a permit is a store round trip (Redis), so
@@ -103,7 +105,7 @@ func newEngine(b backend, name string, h *Handler) (*engine, error) {
 	e := &engine{name: name, data: b.dataID(), store: b.describe(), release: release, log: h.logger, fallback: fallback, gen: h.gen,
 		remote: b.dataID() != localID}
 	cfg := h.queueConfig(name, fallback)
-	cfg.Reserved = e.reserved
+	cfg.Reserved, cfg.ReservedTokens = e.reserved, e.reservedTokens
 	if e.q, err = fairqueue.New(st, cfg); err != nil {
 		release()
 		return nil, err
@@ -215,7 +217,7 @@ func (e *engine) reconfigure(gen uint64, cfg fairqueue.Config) (old fairqueue.Co
 		return fairqueue.Config{}, false, nil
 	}
 	old = e.q.Config()
-	cfg.Reserved = e.reserved
+	cfg.Reserved, cfg.ReservedTokens = e.reserved, e.reservedTokens
 	if err := e.q.Reconfigure(cfg); err != nil {
 		return old, false, err
 	}
@@ -404,9 +406,12 @@ func (h *Handler) applySettings(e *engine) {
 	switch {
 	case err != nil:
 		h.logger.Error("applying queue settings", zap.String("queue", e.name), zap.Error(err))
-	case changed && old.Permits != h.Permits:
+	case changed && old.Permits != e.q.Config().Permits:
 		h.logger.Info("queue permits changed",
-			zap.String("queue", e.name), zap.Int("from", old.Permits), zap.Int("to", h.Permits))
+			zap.String("queue", e.name), zap.Int("from", old.Permits), zap.Int("to", e.q.Config().Permits))
+	case changed && old.KVTokens != e.q.Config().KVTokens:
+		h.logger.Info("queue kv_tokens changed",
+			zap.String("queue", e.name), zap.Int("from", old.KVTokens), zap.Int("to", e.q.Config().KVTokens))
 	}
 }
 

@@ -180,7 +180,7 @@ func FuzzTenantNormalisation(f *testing.F) {
 	f.Fuzz(func(t *testing.T, v string) {
 		repl := caddy.NewReplacer()
 		repl.Set("fuzz.tenant", v)
-		req := h.fairRequest(repl, 0, jsonscan.Fields{})
+		req := h.fairRequest(repl, jsonscan.Fields{})
 		key, _ := repl.GetString(phTenant)
 		require.Regexp(t, hex16, key)
 		assert.Equal(t, fairqueue.TenantKey(req.Tenant), key)
@@ -192,7 +192,7 @@ func FuzzTenantNormalisation(f *testing.F) {
 		if len(v) >= maxTenantLen {
 			longer := caddy.NewReplacer()
 			longer.Set("fuzz.tenant", v+"-more")
-			h.fairRequest(longer, 0, jsonscan.Fields{})
+			h.fairRequest(longer, jsonscan.Fields{})
 			other, _ := longer.GetString(phTenant)
 			assert.Equal(t, key, other, "values sharing their first KiB are one tenant")
 		}

@@ -54,6 +54,7 @@ var metrics = struct {
 	firstByte   *prometheus.HistogramVec
 	requeues    *prometheus.CounterVec // metrics_pool.go
 	cooldowns   *prometheus.CounterVec // metrics_pool.go
+	kvClamped   *prometheus.CounterVec // metrics_kv.go
 	state       stateCollector
 }{}
 
@@ -96,6 +97,9 @@ func initMetrics() {
 		metrics.cooldowns = counter("upstream_cooldowns_total",
 			"Cooldowns of a pool upstream (its dial address) asked by this instance after the upstream failed a request; during one the upstream gets no grant anywhere in the cluster.",
 			"queue", "upstream")
+		metrics.kvClamped = counter("kv_clamped_total",
+			"Requests of this instance heavier than the queue's kv_tokens (their estimated prompt tokens plus their completion budget), counted as the whole capacity: each runs alone.",
+			"queue")
 	})
 }
 
@@ -108,7 +112,7 @@ func registerMetrics(reg *prometheus.Registry) {
 	}
 	for _, c := range []prometheus.Collector{
 		metrics.requests, metrics.wait, metrics.grants, metrics.rejects,
-		metrics.handoff, metrics.firstByte, metrics.storeErrors, metrics.requeues, metrics.cooldowns, metrics.state,
+		metrics.handoff, metrics.firstByte, metrics.storeErrors, metrics.requeues, metrics.cooldowns, metrics.kvClamped, metrics.state,
 	} {
 		if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 			panic(err)
@@ -225,7 +229,8 @@ func (c stateCollector) live() []*engine {
 func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPermits, descNodeWaiting, descNodeInFlight, descStoreUp,
 		descClusterWaiting, descClusterInFlight, descClusterNodes, descClusterLeaseExpirations,
-		descUpstreamPermits, descUpstreamInFlight, descUpstreamCooling} {
+		descUpstreamPermits, descUpstreamInFlight, descUpstreamCooling,
+		descKVCapacity, descKVHeld, descKVBytesPerToken, descUpstreamKVCapacity, descUpstreamKVHeld} {
 		ch <- d
 	}
 }
@@ -248,6 +253,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descClusterLeaseExpirations, prometheus.CounterValue, float64(g.leaseExpirations), name)
 		}
 	}
+	collectKV(ch, live)
 	collectUpstreams(ch, live)
 }
 
@@ -319,4 +325,5 @@ func forgetQueue(name string) {
 	metrics.storeErrors.DeletePartialMatch(match)
 	metrics.requeues.DeletePartialMatch(match)
 	metrics.cooldowns.DeletePartialMatch(match)
+	metrics.kvClamped.DeletePartialMatch(match)
 }

@@ -54,9 +54,10 @@ func newUpstreamDesc(name, help string) *prometheus.Desc {
 
 // upstreamGauges are one upstream's gauges under one queue label.
 type upstreamGauges struct {
-	permits, inFlight int
-	cooling           bool
-	unread            bool // an engine of the label could not read its store: no in_flight, no cooling
+	permits, inFlight  int
+	kvCapacity, kvHeld int // with kv_tokens on the upstream
+	cooling            bool
+	unread             bool // an engine of the label could not read its store: no in_flight, no cooling
 }
 
 // collectUpstreams reports the gauges of the configured upstreams of
@@ -111,11 +112,13 @@ func collectUpstreams(ch chan<- prometheus.Metric, engines []*engine) {
 				out[k] = g
 			}
 			g.permits += u.Permits
+			g.kvCapacity += u.KVTokens
 			if p.snap == nil {
 				g.unread = true
 				continue
 			}
 			g.inFlight += state[u.Dial].InFlight
+			g.kvHeld += state[u.Dial].TokensHeld
 			g.cooling = g.cooling || state[u.Dial].CoolLeft > 0
 		}
 	}
@@ -124,10 +127,16 @@ func collectUpstreams(ch chan<- prometheus.Metric, engines []*engine) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), k.queue, k.upstream)
 		}
 		gauge(descUpstreamPermits, g.permits)
+		if g.kvCapacity > 0 {
+			gauge(descUpstreamKVCapacity, g.kvCapacity)
+		}
 		if g.unread {
 			continue
 		}
 		gauge(descUpstreamInFlight, g.inFlight)
+		if g.kvCapacity > 0 {
+			gauge(descUpstreamKVHeld, g.kvHeld)
+		}
 		cooling := 0
 		if g.cooling {
 			cooling = 1

@@ -41,6 +41,9 @@ const (
 	// DefaultMaxCost bounds the cost of one request with cost max_tokens
 	// or tokens.
 	DefaultMaxCost = 32768
+	// DefaultMaxTokens is the completion budget of a request whose body
+	// sets none, unless Handler.DefaultMaxTokens says otherwise.
+	DefaultMaxTokens = 1024
 	// DefaultAbortGrace is how long the permit of a request whose client
 	// left while the upstream ran it stays held once reverse_proxy returns,
 	// unless AbortGrace says otherwise. Clients that leave together (a load
@@ -120,10 +123,33 @@ type Handler struct {
 	Names []string `json:"names,omitempty"`
 
 	// Permits is how many requests of the queue may be served at once,
-	// across the whole cluster. Required, at least 1. During a rolling
-	// config change each instance applies its own value to the calls it
-	// makes.
+	// across the whole cluster. Required unless Upstreams or KVTokens
+	// bound the queue; at least 1. During a rolling config change each
+	// instance applies its own value to the calls it makes.
 	Permits int `json:"permits,omitempty"`
+
+	// KVTokens is the KV-cache tokens the queue's running requests may
+	// hold at once, across the cluster: a request is granted only when
+	// its weight (its estimated prompt tokens plus its completion budget,
+	// see DefaultMaxTokens) fits beside the weights of the requests
+	// running, and a permit is free when Permits is also set. Set it to
+	// the backend's KV cache size in tokens (vLLM logs its "# GPU blocks"
+	// at startup: times the block size, 16 by default). A request heavier
+	// than the whole capacity is clamped to it, and so runs alone. With
+	// Upstreams each upstream may set its own (upstreams[].kv_tokens);
+	// this then caps the pool as a whole, and defaults to their sum when
+	// every upstream sets one. Default 0: tokens are not counted, and
+	// Permits alone bounds the queue; with KVTokens, Permits may be left
+	// out.
+	KVTokens int `json:"kv_tokens,omitempty"`
+
+	// DefaultMaxTokens is the completion budget of a request whose body
+	// sets none (max_completion_tokens, max_output_tokens, max_tokens, or
+	// Ollama's options.num_predict): the tokens it is expected to
+	// generate at most, part of its weight with KVTokens and of its
+	// charge with Cost "tokens". Default 1024; at least 1. Requires
+	// KVTokens (on the queue or an upstream) or Cost "tokens".
+	DefaultMaxTokens int `json:"default_max_tokens,omitempty"`
 
 	// MaxWait is the longest a request waits for a permit before it is
 	// rejected with reason timeout. Default 20s; at least 50ms (the
@@ -234,12 +260,14 @@ type Handler struct {
 	//     this handler's recent requests; at the release the charge is
 	//     corrected to the real hold. Takes no MaxCost: a hold is
 	//     charged in full (at most 1000000 s).
-	//   - "tokens": tokens. At the grant, an estimate: the request
-	//     body's size in bytes / 4, rounded up, for the prompt (the
-	//     whole body is counted, messages, tools and JSON alike), plus
-	//     the completion expected (the moving average of the completions
-	//     seen in responses' usage, 1024 before the first), at most its
-	//     max_tokens, bounded to 1 to MaxCost. At the release the charge is corrected to the
+	//   - "tokens": tokens. At the grant, the request's weight as
+	//     KVTokens counts it: its prompt text's bytes divided by the
+	//     bytes per token the queue learned from answers (4 before the
+	//     first), rounded up (a body with no messages, prompt or system
+	//     counts all its bytes), plus its completion budget
+	//     (max_completion_tokens, max_output_tokens, max_tokens or
+	//     options.num_predict, else DefaultMaxTokens), bounded to 1 to
+	//     MaxCost. At the release the charge is corrected to the
 	//     response's usage.total_tokens (bounded to MaxCost): from a
 	//     JSON body (Content-Type application/json, up to 1 MiB), or
 	//     from the last server-sent event (Content-Type
@@ -408,10 +436,8 @@ type Handler struct {
 	// logs once that max_waiting_bytes was reached
 	waitingOnce sync.Once
 
-	hold holdAverage // cost time: the estimate of a request's hold
-	// cost tokens: the estimate of a request's completion tokens
-	completion holdAverage
-	charged    func(used float64) // tests: sees each Permit.Charge
+	hold    holdAverage        // cost time: the estimate of a request's hold
+	charged func(used float64) // tests: sees each Permit.Charge
 }
 
 // Placeholders the handler sets on every request it queues (see Handler;

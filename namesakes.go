@@ -72,18 +72,30 @@ func (r *engineRegistry) remove(e *engine) (last bool) {
 // reserved is fairqueue.Config.Reserved of e's queue: the requests
 // still running in the retired namesakes of a live queue (see above).
 func (e *engine) reserved() int {
+	return e.retiredSum(func(o *engine) int64 { return o.running.Load() })
+}
+
+// reservedTokens is fairqueue.Config.ReservedTokens of e's queue: the
+// KV-cache tokens of those same requests.
+func (e *engine) reservedTokens() int {
+	return e.retiredSum(func(o *engine) int64 { return o.tokens.Load() })
+}
+
+// retiredSum adds what count reads of each retired namesake of e in
+// another store; 0 for a retired e.
+func (e *engine) retiredSum(count func(*engine) int64) int {
 	if e.retiredFlag.Load() || namesakes.retired.Load() == 0 {
 		return 0 // retired, it grants nothing more: its waiters moved
 	}
 	namesakes.mu.Lock()
 	defer namesakes.mu.Unlock()
-	n := 0
+	var n int64
 	for _, o := range namesakes.byName[e.name] {
 		if o.data != e.data && o.retiredFlag.Load() {
-			n += int(o.running.Load())
+			n += count(o)
 		}
 	}
-	return n
+	return int(n)
 }
 
 // successor is the live queue of e's name in another store, the newest,

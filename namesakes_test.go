@@ -20,6 +20,7 @@ func TestNamesakesCountAcrossAStoreSwitchOnly(t *testing.T) {
 	engine := func(data string, running int64, retired bool) *engine {
 		e := &engine{name: "ns-test", data: data}
 		e.running.Store(running)
+		e.tokens.Store(running * 100) // their KV-cache tokens
 		namesakes.add(e)
 		if retired {
 			e.retiredFlag.Store(true)
@@ -36,11 +37,15 @@ func TestNamesakesCountAcrossAStoreSwitchOnly(t *testing.T) {
 	assert.Equal(t, 3+7, other.reserved())
 	assert.Zero(t, old.reserved())
 	assert.Zero(t, sameData.reserved())
+	assert.Equal(t, 300, cur.reservedTokens(), "their tokens, alike")
+	assert.Equal(t, 300+700, other.reservedTokens())
+	assert.Zero(t, old.reservedTokens())
 	assert.Same(t, other, namesakes.successor(old), "the newest live one of other data")
 	assert.Same(t, other, namesakes.successor(sameData))
 	assert.Nil(t, namesakes.successor(cur), "a live queue has none")
 	namesakes.remove(old)
 	assert.Zero(t, cur.reserved(), "a closed engine counts no more")
+	assert.Zero(t, cur.reservedTokens())
 }
 
 // A queue whose waiters move answers them, and later ones, at once, and

@@ -43,7 +43,6 @@ func (h *Handler) setDefaults() {
 		h.MaxCost = cmp.Or(h.MaxCost, DefaultMaxCost)
 	}
 	h.PriorityFactor = cmp.Or(h.PriorityFactor, fairqueue.DefaultPriorityFactor)
-	h.completion.seed = defaultCompletionTokens // cost tokens, before any usage is seen
 }
 
 // validate checks the options, with or without setDefaults applied: the
@@ -102,6 +101,10 @@ func (h *Handler) validate() error {
 		return fmt.Errorf("sse_queue_events requires sse_keepalive")
 	case h.RejectStream != nil && h.Redis == nil:
 		return errRejectStreamNeedsRedis
+	case h.DefaultMaxTokens < 0:
+		return fmt.Errorf("default_max_tokens must be at least 1, got %d", h.DefaultMaxTokens)
+	case h.DefaultMaxTokens != 0 && !h.countsTokens() && h.Cost != CostTokens:
+		return fmt.Errorf("default_max_tokens requires kv_tokens (on the queue or an upstream) or cost %s", CostTokens)
 	}
 	if err := h.checkPool(); err != nil {
 		return err
@@ -161,6 +164,7 @@ func (h *Handler) settings() queueSettings {
 		FailOpen:             h.OnStoreError == FailOpen,
 		LocalPermits:         h.LocalPermits,
 		Upstreams:            h.Upstreams,
+		KVTokens:             h.KVTokens,
 	}}
 }
 
@@ -194,12 +198,16 @@ func (s queueSettings) diff(o queueSettings) string {
 var perEngine = map[string]bool{"Name": true, "Fallback": true, "Logger": true, "Observer": true, "Reserved": true, "ReservedTokens": true}
 
 // optionName is the option of a fairqueue.Config field: MaxWait is
-// max_wait.
+// max_wait, and an initialism is one word (KVTokens is kv_tokens).
 func optionName(field string) string {
 	var b strings.Builder
-	for i, r := range field {
+	rs := []rune(field)
+	for i, r := range rs {
 		if unicode.IsUpper(r) {
-			if i > 0 {
+			// A word starts at an upper-case letter after a lower-case
+			// one, or at the last of a run of upper-case letters that a
+			// lower-case one follows.
+			if i > 0 && (unicode.IsLower(rs[i-1]) || i+1 < len(rs) && unicode.IsLower(rs[i+1])) {
 				b.WriteByte('_')
 			}
 			r = unicode.ToLower(r)
@@ -229,3 +237,7 @@ func (h *Handler) queueConfig(name string, fallback fairqueue.Store) fairqueue.C
 	}
 	return cfg
 }
+
+// defaultMaxTokens is the completion budget of a request whose body sets
+// none (DefaultMaxTokens).
+func (h *Handler) defaultMaxTokens() int { return cmp.Or(h.DefaultMaxTokens, DefaultMaxTokens) }

@@ -17,7 +17,7 @@ import (
 // for the engine, and sets the tenant placeholder. A handler without
 // Tenant and Priority queues every request in strict FIFO order: the
 // zero Request.
-func (h *Handler) fairRequest(repl *caddy.Replacer, bodyLen int, info jsonscan.Fields) fairqueue.Request {
+func (h *Handler) fairRequest(repl *caddy.Replacer, info jsonscan.Fields) fairqueue.Request {
 	if !h.fair() {
 		return fairqueue.Request{}
 	}
@@ -31,7 +31,7 @@ func (h *Handler) fairRequest(repl *caddy.Replacer, bodyLen int, info jsonscan.F
 	if h.Priority != "" {
 		req.Priority = priorityBand(repl.ReplaceAll(h.Priority, ""))
 	}
-	req.Cost = h.requestCost(bodyLen, info)
+	req.Cost = h.requestCost(info)
 	return req
 }
 

@@ -29,7 +29,7 @@ func fairHandler(t *testing.T, h *Handler) *Handler {
 // resolve runs fairRequest for a request with the given body and headers.
 func resolve(h *Handler, body string, header ...string) (fairqueue.Request, *request) {
 	req := newRequest(context.Background(), body, header...)
-	return h.fairRequest(req.repl, len(body), jsonscan.Sniff([]byte(body))), req
+	return h.fairRequest(req.repl, jsonscan.Sniff([]byte(body))), req
 }
 
 func TestWithoutTenantOrPriorityRequestsAreFIFO(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -63,14 +64,32 @@ func (h *Handler) checkPool() error {
 	if d := time.Duration(h.UpstreamCooldown); d < 0 || d > fairqueue.MaxCooldown {
 		return fmt.Errorf("upstream_cooldown must be positive and at most %s, got %s", fairqueue.MaxCooldown, d)
 	}
-	sum := 0
+	sum, tokens, withTokens := 0, 0, 0
 	for _, u := range h.Upstreams {
 		sum += u.Permits
+		if u.KVTokens > 0 {
+			tokens += u.KVTokens
+			withTokens++
+		}
 	}
 	if h.Permits > sum {
 		return fmt.Errorf("permits (%d) is more than the upstreams' permits together (%d): it caps the pool, leave it out to use their sum", h.Permits, sum)
 	}
+	switch {
+	case withTokens > 0 && withTokens < len(h.Upstreams) && h.KVTokens == 0:
+		// The pool's tokens default to the sum of the upstreams' only
+		// when every one has some: else nothing would count them.
+		return fmt.Errorf("kv_tokens is set on %d of the %d upstreams: set it on every upstream, or kv_tokens on the queue too", withTokens, len(h.Upstreams))
+	case withTokens == len(h.Upstreams) && h.KVTokens > tokens:
+		return fmt.Errorf("kv_tokens (%d) is more than the upstreams' kv_tokens together (%d): it caps the pool, leave it out to use their sum", h.KVTokens, tokens)
+	}
 	return nil
+}
+
+// countsTokens reports whether the queue counts KV-cache tokens: kv_tokens
+// is set on it or on an upstream of its pool.
+func (h *Handler) countsTokens() bool {
+	return h.KVTokens > 0 || slices.ContainsFunc(h.Upstreams, func(u fairqueue.Upstream) bool { return u.KVTokens > 0 })
 }
 
 // checkRequeueStatus is the rule of one requeue_on status.

@@ -2,6 +2,7 @@ package caddyfairqueue
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"io"
 	"maps"
@@ -20,8 +21,8 @@ import (
 // The ResponseWriters that next writes a granted request's answer to:
 // holdWriter (a pool's upstream, whose refusal never reaches the
 // client), committedWriter (a stream the keepalive committed),
-// usageWriter (cost tokens: reads the answer's usage on the side) and
-// firstByteWriter (the upstream's time to first byte).
+// usageWriter (cost tokens, kv_tokens: reads the answer's usage on the
+// side) and firstByteWriter (the upstream's time to first byte).
 
 // holdWriter is next's ResponseWriter for a request granted on a pool
 // upstream: it keeps the answer's header to itself until the status is
@@ -173,8 +174,10 @@ const (
 // (Content-Type text/event-stream; each line up to maxSSELine bytes). A
 // Responses API answer's usage (response.usage) counts too, and so does
 // an Ollama answer's prompt_eval_count + eval_count, in its JSON body or
-// the last line of its NDJSON stream (application/x-ndjson). A response
-// with a Content-Encoding gives none.
+// the last line of its NDJSON stream (application/x-ndjson). It reads the
+// prompt tokens of the same usage (prompt_tokens, the Responses API's
+// input_tokens, Ollama's prompt_eval_count) for the queue's prompt
+// estimate. A response with a Content-Encoding gives none.
 type usageWriter struct {
 	*caddyhttp.ResponseWriterWrapper
 	mode int
@@ -185,8 +188,10 @@ type usageWriter struct {
 
 	total float64 // the last usage.total_tokens found
 	found bool
-
-	prompt float64 // the request's prompt tokens (promptTokens)
+	// The prompt tokens of the usage found (usage.prompt_tokens or
+	// input_tokens; Ollama's prompt_eval_count), if it has them.
+	promptUsed  float64
+	promptFound bool
 }
 
 func newUsageWriter(w http.ResponseWriter) *usageWriter {
@@ -355,13 +360,19 @@ func (u *usageWriter) read(doc []byte) {
 	if usage == nil && (v.EvalCount != nil || v.PromptEvalCount != nil) {
 		// An embedding's answer counts its input alone.
 		total := ptrOr(v.EvalCount) + ptrOr(v.PromptEvalCount)
-		usage = &usageObject{TotalTokens: &total}
+		usage = &usageObject{TotalTokens: &total, PromptTokens: v.PromptEvalCount}
 	}
-	if usage == nil || usage.TotalTokens == nil || !(*usage.TotalTokens >= 0) || math.IsInf(*usage.TotalTokens, 0) {
+	if usage == nil || !count(usage.TotalTokens) {
 		return
 	}
 	u.total, u.found = *usage.TotalTokens, true
+	prompt := cmp.Or(usage.PromptTokens, usage.InputTokens)
+	u.promptUsed, u.promptFound = ptrOr(prompt), count(prompt)
 }
+
+// count reports whether p is a token count: present, finite, not
+// negative.
+func count(p *float64) bool { return p != nil && *p >= 0 && !math.IsInf(*p, 0) }
 
 // ndjsonTail is how much of an over-long NDJSON line usageWriter keeps.
 const ndjsonTail = 4 << 10
@@ -372,16 +383,20 @@ var ollamaCount = regexp.MustCompile(`"(prompt_eval_count|eval_count)"\s*:\s*([0
 // readCounts records the counts found in the tail of an over-long
 // NDJSON line (Ollama's last, after its context).
 func (u *usageWriter) readCounts(tail []byte) {
-	var total float64
-	found := false
+	var total, prompt float64
+	found, promptFound := false, false
 	for _, m := range ollamaCount.FindAllSubmatch(tail, -1) {
 		n, err := strconv.ParseFloat(string(m[2]), 64)
 		if err == nil {
 			total, found = total+n, true
+			if string(m[1]) == "prompt_eval_count" {
+				prompt, promptFound = n, true
+			}
 		}
 	}
 	if found {
 		u.total, u.found = total, true
+		u.promptUsed, u.promptFound = prompt, promptFound
 	}
 }
 
@@ -393,7 +408,9 @@ func ptrOr(p *float64) float64 {
 }
 
 type usageObject struct {
-	TotalTokens *float64 `json:"total_tokens"`
+	TotalTokens  *float64 `json:"total_tokens"`
+	PromptTokens *float64 `json:"prompt_tokens"`
+	InputTokens  *float64 `json:"input_tokens"` // the Responses API's
 }
 
 // totalTokens returns the response's usage.total_tokens, once the whole
@@ -409,6 +426,13 @@ func (u *usageWriter) totalTokens() (float64, bool) {
 		}
 	}
 	return u.total, u.found
+}
+
+// promptTokens returns the prompt tokens of the response's usage, once
+// the whole response is written.
+func (u *usageWriter) promptTokens() (float64, bool) {
+	u.totalTokens()
+	return u.promptUsed, u.promptFound
 }
 
 // firstByteWriter passes an answer on unchanged and notes how long after

@@ -2,11 +2,12 @@ package jsonscan
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"math"
 	"strconv"
-	"strings"
+	"unicode/utf8"
 )
 
 // Fields are what the handler reads from a JSON request body.
@@ -20,14 +21,31 @@ type Fields struct {
 	// (OpenAI chat) and "max_output_tokens" (Responses API) that is a
 	// positive number, rounded up, saturated at 1<<53; 0 if none.
 	MaxTokens int64
+	// Budget is the completion budget the body sets: the first of
+	// "max_completion_tokens", "max_output_tokens", "max_tokens" and
+	// Ollama's "options": {"num_predict"} that is a positive number,
+	// rounded up, saturated at 1<<53; 0 if none.
+	Budget int64
+	// PromptBytes is the length in bytes of the prompt's text, decoded
+	// as encoding/json decodes it (escapes resolved; an invalid UTF-8
+	// byte or a broken surrogate escape is U+FFFD, 3 bytes): the
+	// "content" of each of "messages" (a string, or the string parts
+	// and the "text" of the object parts of an array), "prompt" (a
+	// string, or the strings of an array) and "system" (a string).
+	PromptBytes int64
+	// Prompt reports that the body has one of those keys with a value of
+	// such a type (its text may be empty); without one, PromptBytes is 0
+	// and says nothing of the prompt (an embeddings "input", a
+	// Responses API body).
+	Prompt bool
 }
 
-// Sniff reads the top-level keys "stream", "model" and the max
-// tokens keys of a JSON object body. Anything else (not JSON, malformed
-// JSON, another top-level type) gives the zero Fields: the request is
-// then not streaming, has no model and no max tokens, and is still
-// served. Keys may come in any order; for a repeated key the last one
-// counts, as in most JSON parsers.
+// Sniff reads the top-level keys "stream", "model", the max tokens keys
+// and the prompt's text (see Fields) of a JSON object body. Anything else
+// (not JSON, malformed JSON, another top-level type) gives the zero
+// Fields: the request is then not streaming, has no model, no max tokens
+// and no prompt, and is still served. Keys may come in any order; for a
+// repeated key the last one counts, as in most JSON parsers.
 func Sniff(b []byte) Fields {
 	b = bytes.TrimLeft(b, " \t\r\n")
 	if len(b) == 0 || b[0] != '{' || !Valid(b) {
@@ -36,24 +54,9 @@ func Sniff(b []byte) Fields {
 	// b is valid JSON from here on: the scanner only needs to find where
 	// each top-level member starts and ends.
 	var info Fields
-	var tokens [3]int64 // by key, so that a repeated key replaces its own value
-	done := func() Fields {
-		info.MaxTokens = max(tokens[0], tokens[1], tokens[2])
-		return info
-	}
-	s := scanner{b: b, i: 1}
-	for {
-		s.space()
-		if s.peek() != '"' { // '}' of an empty object
-			return done()
-		}
-		key := s.str()
-		s.space()
-		s.i++ // ':'
-		s.space()
-		start := s.i
-		s.value()
-		val := b[start:s.i]
+	var tokens [4]int64   // by key, so that a repeated key replaces its own value
+	var prompts [3]prompt // messages, prompt, system
+	eachMember(b, func(key, val []byte) {
 		switch unquote(key) {
 		case "stream":
 			info.Stream = string(val) == "true"
@@ -69,13 +72,23 @@ func Sniff(b []byte) Fields {
 			tokens[1] = tokenCount(val)
 		case "max_output_tokens":
 			tokens[2] = tokenCount(val)
+		case "options":
+			tokens[3] = numPredict(val)
+		case "messages":
+			prompts[0] = messagesText(val)
+		case "prompt":
+			prompts[1] = promptText(val)
+		case "system":
+			prompts[2] = stringText(val)
 		}
-		s.space()
-		if s.peek() != ',' {
-			return done()
-		}
-		s.i++
+	})
+	info.MaxTokens = max(tokens[0], tokens[1], tokens[2])
+	info.Budget = cmp.Or(tokens[1], tokens[2], tokens[0], tokens[3])
+	for _, p := range prompts {
+		info.PromptBytes += p.n
+		info.Prompt = info.Prompt || p.found
 	}
+	return info
 }
 
 // MaxTokenCount saturates a token count read from a body: beyond it a
@@ -181,10 +194,10 @@ func (s *scanner) value() {
 
 // unquote decodes a JSON string token (quotes included).
 func unquote(tok []byte) string {
-	if !bytes.ContainsRune(tok, '\\') {
-		// As encoding/json does: invalid UTF-8 becomes U+FFFD.
-		return strings.ToValidUTF8(string(tok[1:len(tok)-1]), "\uFFFD")
+	if inner := tok[1 : len(tok)-1]; bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner)
 	}
+	// encoding/json makes each invalid UTF-8 byte a U+FFFD.
 	var s string
 	_ = json.Unmarshal(tok, &s)
 	return s

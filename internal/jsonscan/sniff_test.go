@@ -1,6 +1,8 @@
 package jsonscan
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,17 +21,17 @@ func TestSniffReadsTopLevelStreamAndModel(t *testing.T) {
 	}{
 		{"stream true", `{"model":"m","stream":true}`, Fields{Stream: true, Model: "m"}},
 		{"stream false", `{"stream":false,"model":"m"}`, Fields{NoStream: true, Model: "m"}},
-		{"stream missing", `{"model":"gpt-4o","messages":[]}`, Fields{Model: "gpt-4o"}},
-		{"stream first, model last", `{"stream":true,"messages":[{"role":"user","content":"hi"}],"model":"llama"}`, Fields{Stream: true, Model: "llama"}},
+		{"stream missing", `{"model":"gpt-4o","messages":[]}`, Fields{Model: "gpt-4o", Prompt: true}},
+		{"stream first, model last", `{"stream":true,"messages":[{"role":"user","content":"hi"}],"model":"llama"}`, Fields{Stream: true, Model: "llama", PromptBytes: 2, Prompt: true}},
 		{"whitespace everywhere", " \n\t{ \"stream\" :\n true , \"model\" : \"m\" }\n", Fields{Stream: true, Model: "m"}},
-		{"nested stream ignored", `{"options":{"stream":true},"messages":[{"stream":true}]}`, Fields{}},
+		{"nested stream ignored", `{"options":{"stream":true},"messages":[{"stream":true}]}`, Fields{Prompt: true}},
 		{"nested model ignored", `{"meta":{"model":"x"}}`, Fields{}},
 		{"stream as string is not true", `{"stream":"true"}`, Fields{}},
 		{"stream as number is not true", `{"stream":1}`, Fields{}},
 		{"model not a string", `{"model":42,"stream":true}`, Fields{Stream: true}},
 		{"model with escapes", `{"model":"a\"b\\c\u00e9"}`, Fields{Model: "a\"b\\c\u00e9"}},
 		{"escaped key", `{"str\u0065am":true}`, Fields{Stream: true}},
-		{"strings holding braces and quotes", `{"prompt":"} { \" ] [","stream":true}`, Fields{Stream: true}},
+		{"strings holding braces and quotes", `{"prompt":"} { \" ] [","stream":true}`, Fields{Stream: true, PromptBytes: 9, Prompt: true}},
 		{"string ending in an escaped backslash", `{"x":"a\\","model":"m"}`, Fields{Model: "m"}},
 		{"string ending in a backslash, then an escaped quote", `{"x":"a\\\"","model":"m"}`, Fields{Model: "m"}},
 		{"model ending in an escaped backslash", `{"model":"m\\","stream":true}`, Fields{Stream: true, Model: "m\\"}},
@@ -82,7 +84,7 @@ func TestSniffReadsTheLargestTopLevelMaxTokens(t *testing.T) {
 func TestSniffFindsStreamAfterAMebibyteOfMessages(t *testing.T) {
 	content := strings.Repeat("x", 1<<20)
 	body := `{"messages":[{"role":"user","content":"` + content + `"}],"model":"m","stream":true}`
-	assert.Equal(t, Fields{Stream: true, Model: "m"}, Sniff([]byte(body)))
+	assert.Equal(t, Fields{Stream: true, Model: "m", PromptBytes: 1 << 20, Prompt: true}, Sniff([]byte(body)))
 }
 
 // FuzzSniff checks the scanner against encoding/json: for every
@@ -93,6 +95,10 @@ func FuzzSniff(f *testing.F) {
 		`{"str\u0065am":true}`, `{"model":"\"}"}`, `[1]`, `{"stream":true`, `{}`, ` {"a":[{}],"stream" : true } `,
 		`{"max_tokens":12,"max_completion_tokens":1.5e2}`, `{"max_output_tokens":-1}`, `{"max_tokens":"9"}`,
 		`{"x":"a\\","model":"m"}`, `{"x":"a\\\"","model":"m"}`,
+		`{"messages":[{"role":"user","content":"h\u00e9\ud83d\ude00\n"},{"content":[{"type":"text","text":"x"},"y",{"text":1}]}]}`,
+		`{"prompt":["ab","\ud800x"],"system":"s\xff","options":{"num_predict":64},"max_tokens":0}`,
+		`{"prompt":"p","messages":null,"system":3,"options":{"num_predict":-1}}`,
+		"{\"prompt\":\"\xed\xa0\x80\\udc00\\u0041\"}",
 	} {
 		f.Add([]byte(s))
 	}
@@ -113,8 +119,81 @@ func FuzzSniff(f *testing.F) {
 		for _, k := range []string{"max_tokens", "max_completion_tokens", "max_output_tokens"} {
 			want.MaxTokens = max(want.MaxTokens, wantTokens(m[k]))
 		}
+		want.Budget = cmp.Or(wantTokens(m["max_completion_tokens"]), wantTokens(m["max_output_tokens"]), wantTokens(m["max_tokens"]))
+		if opts, ok := wantObject(m["options"]); ok && want.Budget == 0 {
+			want.Budget = wantTokens(opts["num_predict"])
+		}
+		want.PromptBytes, want.Prompt = wantPrompt(m)
 		assert.Equal(t, want, got, "body %q", b)
 	})
+}
+
+// wantPrompt is the fuzz oracle's reading of the prompt's text, decoded
+// by encoding/json: see Fields.PromptBytes.
+func wantPrompt(m map[string]json.RawMessage) (n int64, found bool) {
+	if msgs, ok := wantArray(m["messages"]); ok {
+		found = true
+		for _, msg := range msgs {
+			o, ok := wantObject(msg)
+			if !ok {
+				continue
+			}
+			if s, ok := wantString(o["content"]); ok {
+				n += int64(len(s))
+			}
+			parts, _ := wantArray(o["content"])
+			for _, part := range parts {
+				if s, ok := wantString(part); ok {
+					n += int64(len(s))
+				}
+				if po, ok := wantObject(part); ok {
+					s, _ := wantString(po["text"])
+					n += int64(len(s))
+				}
+			}
+		}
+	}
+	if s, ok := wantString(m["prompt"]); ok {
+		n, found = n+int64(len(s)), true
+	}
+	if batch, ok := wantArray(m["prompt"]); ok {
+		found = true
+		for _, el := range batch {
+			s, _ := wantString(el)
+			n += int64(len(s))
+		}
+	}
+	if s, ok := wantString(m["system"]); ok {
+		n, found = n+int64(len(s)), true
+	}
+	return n, found
+}
+
+func wantString(raw json.RawMessage) (string, bool) {
+	var s string
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+func wantArray(raw json.RawMessage) ([]json.RawMessage, bool) {
+	var a []json.RawMessage
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &a) != nil {
+		return nil, false
+	}
+	return a, true
+}
+
+func wantObject(raw json.RawMessage) (map[string]json.RawMessage, bool) {
+	var o map[string]json.RawMessage
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &o) != nil {
+		return nil, false
+	}
+	return o, true
 }
 
 // wantTokens is the fuzz oracle's reading of a max tokens value: a

@@ -1,0 +1,221 @@
+package jsonscan
+
+import (
+	"bytes"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// The prompt's text and the completion budget of a request body: what
+// fair_queue weighs a request by when it counts KV-cache tokens.
+
+// prompt is the text of one top-level prompt key: its decoded bytes, and
+// whether the key's value has a type that holds a prompt.
+type prompt struct {
+	n     int64
+	found bool
+}
+
+// messagesText is the text of "messages": the "content" of each message
+// object, a string or an array of parts (a string part, or an object
+// part's "text" string). Roles, names, images and tool calls are not
+// text the model reads as prose, or are small: they are not counted.
+func messagesText(val []byte) prompt {
+	if val[0] != '[' {
+		return prompt{}
+	}
+	var p prompt
+	p.found = true
+	eachElement(val, func(msg []byte) {
+		if msg[0] != '{' {
+			return
+		}
+		var content int64 // the last "content" of the message counts
+		eachMember(msg, func(key, v []byte) {
+			if keyIs(key, "content") {
+				content = contentText(v)
+			}
+		})
+		p.n += content
+	})
+	return p
+}
+
+// contentText is the text of a message's content: a string, or the
+// strings and the "text" of the object parts of an array.
+func contentText(v []byte) int64 {
+	switch v[0] {
+	case '"':
+		return textLen(v)
+	case '[':
+		var n int64
+		eachElement(v, func(part []byte) {
+			switch part[0] {
+			case '"':
+				n += textLen(part)
+			case '{':
+				var text int64
+				eachMember(part, func(key, v []byte) {
+					if keyIs(key, "text") {
+						text = 0
+						if v[0] == '"' {
+							text = textLen(v)
+						}
+					}
+				})
+				n += text
+			}
+		})
+		return n
+	}
+	return 0
+}
+
+// promptText is the text of "prompt" (completions, Ollama's generate): a
+// string, or the strings of an array (a batch).
+func promptText(val []byte) prompt {
+	switch val[0] {
+	case '"':
+		return prompt{n: textLen(val), found: true}
+	case '[':
+		var n int64
+		eachElement(val, func(el []byte) {
+			if el[0] == '"' {
+				n += textLen(el)
+			}
+		})
+		return prompt{n: n, found: true}
+	}
+	return prompt{}
+}
+
+// stringText is the text of a key whose value is a string ("system").
+func stringText(val []byte) prompt {
+	if val[0] != '"' {
+		return prompt{}
+	}
+	return prompt{n: textLen(val), found: true}
+}
+
+// numPredict is Ollama's "options": {"num_predict": n} as a token count
+// (its -1, no limit, and -2, fill the context, are none).
+func numPredict(val []byte) int64 {
+	if val[0] != '{' {
+		return 0
+	}
+	var n int64
+	eachMember(val, func(key, v []byte) {
+		if keyIs(key, "num_predict") {
+			n = tokenCount(v)
+		}
+	})
+	return n
+}
+
+// eachMember calls f with the key (quoted) and the value of each member
+// of obj, a valid JSON object.
+func eachMember(obj []byte, f func(key, val []byte)) {
+	s := scanner{b: obj, i: 1}
+	for {
+		s.space()
+		if s.peek() != '"' { // '}' of an empty object
+			return
+		}
+		key := s.str()
+		s.space()
+		s.i++ // ':'
+		s.space()
+		start := s.i
+		s.value()
+		f(key, obj[start:s.i])
+		s.space()
+		if s.peek() != ',' {
+			return
+		}
+		s.i++
+	}
+}
+
+// eachElement calls f with each element of arr, a valid JSON array.
+func eachElement(arr []byte, f func(el []byte)) {
+	s := scanner{b: arr, i: 1}
+	for {
+		s.space()
+		if s.i >= len(s.b) || s.peek() == ']' {
+			return
+		}
+		start := s.i
+		s.value()
+		f(arr[start:s.i])
+		s.space()
+		if s.peek() != ',' {
+			return
+		}
+		s.i++
+	}
+}
+
+// keyIs reports whether the key token (quoted) is name, an ASCII name,
+// without allocating unless the key has escapes.
+func keyIs(tok []byte, name string) bool {
+	inner := tok[1 : len(tok)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return string(inner) == name
+	}
+	return unquote(tok) == name
+}
+
+// textLen is the length in bytes of a JSON string token (quotes
+// included) once decoded as encoding/json decodes it: each escape
+// resolved, a lone or broken surrogate escape and each invalid UTF-8
+// byte as U+FFFD (3 bytes). It allocates nothing.
+func textLen(tok []byte) int64 {
+	s := tok[1 : len(tok)-1]
+	if bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s) {
+		return int64(len(s))
+	}
+	var n int64
+	for r := 0; r < len(s); {
+		c := s[r]
+		switch {
+		case c == '\\' && s[r+1] == 'u':
+			rr := escapedRune(s[r+2:])
+			r += 6
+			if utf16.IsSurrogate(rr) {
+				if r+6 <= len(s) && s[r] == '\\' && s[r+1] == 'u' {
+					if dec := utf16.DecodeRune(rr, escapedRune(s[r+2:])); dec != utf8.RuneError {
+						n, r = n+4, r+6
+						continue
+					}
+				}
+				rr = utf8.RuneError
+			}
+			n += int64(utf8.RuneLen(rr))
+		case c == '\\':
+			n, r = n+1, r+2
+		case c < utf8.RuneSelf:
+			n, r = n+1, r+1
+		default:
+			rr, size := utf8.DecodeRune(s[r:])
+			n, r = n+int64(utf8.RuneLen(rr)), r+size
+		}
+	}
+	return n
+}
+
+// escapedRune reads the four hex digits of a \u escape of a valid JSON string.
+func escapedRune(h []byte) rune {
+	var r rune
+	for _, c := range h[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		default: // 'A' to 'F'
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
+}

@@ -1,0 +1,88 @@
+package jsonscan
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestSniffCountsThePromptText(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		bytes      int64
+		found      bool
+	}{
+		{"chat messages", `{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hello"}]}`, 8 + 5, true},
+		{"content parts", `{"messages":[{"role":"user","content":[{"type":"text","text":"abc"},{"type":"image_url","image_url":{"url":"data:xyz"}},"de"]}]}`, 3 + 2, true},
+		{"escapes decoded", `{"messages":[{"content":"a\nb\u00e9\ud83d\ude00"}]}`, 1 + 1 + 1 + 2 + 4, true},
+		{"a lone surrogate is U+FFFD", `{"prompt":"\ud800x"}`, 3 + 1, true},
+		{"completions prompt", `{"model":"m","prompt":"once upon"}`, 9, true},
+		{"a batch of prompts", `{"prompt":["ab","cde",7]}`, 5, true},
+		{"Ollama generate: prompt and system", `{"model":"m","prompt":"why","system":"you are terse"}`, 3 + 13, true},
+		{"Ollama chat", `{"model":"m","messages":[{"role":"user","content":"hi there"}],"options":{"num_predict":8}}`, 8, true},
+		{"empty messages", `{"messages":[]}`, 0, true},
+		{"roles and tool calls are not text", `{"messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}}]}]}`, 0, true},
+		{"nested prompt keys are not top-level", `{"input":{"prompt":"xx","messages":[{"content":"yy"}]}}`, 0, false},
+		{"embeddings input: no prompt key", `{"model":"e","input":"some text"}`, 0, false},
+		{"messages not an array", `{"messages":"hello"}`, 0, false},
+		{"repeated content: the last", `{"messages":[{"content":"aaaa","content":"b"}]}`, 1, true},
+		{"repeated messages: the last", `{"messages":[{"content":"aaaa"}],"messages":[{"content":"bb"}]}`, 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Sniff([]byte(tc.body))
+			assert.Equal(t, tc.bytes, got.PromptBytes)
+			assert.Equal(t, tc.found, got.Prompt)
+		})
+	}
+}
+
+func TestSniffReadsTheCompletionBudget(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       int64
+	}{
+		{"max_completion_tokens first", `{"max_tokens":10,"max_completion_tokens":2000}`, 2000},
+		{"max_output_tokens (Responses API)", `{"max_output_tokens":300,"max_tokens":10}`, 300},
+		{"max_tokens", `{"max_tokens":77}`, 77},
+		{"Ollama's num_predict", `{"options":{"temperature":0,"num_predict":128}}`, 128},
+		{"max_tokens before num_predict", `{"max_tokens":5,"options":{"num_predict":128}}`, 5},
+		{"num_predict -1 (no limit) is none", `{"options":{"num_predict":-1}}`, 0},
+		{"a zero max_completion_tokens is none", `{"max_completion_tokens":0,"max_tokens":9}`, 9},
+		{"none", `{"model":"m"}`, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, Sniff([]byte(tc.body)).Budget)
+		})
+	}
+}
+
+// FuzzTextLen holds textLen to encoding/json: the length of every JSON
+// string once decoded.
+func FuzzTextLen(f *testing.F) {
+	for _, s := range []string{`""`, `"abc"`, `"\u00e9\n\t\\\/"`, `"\ud83d\ude00"`, `"\ud83d"`, `"\ud83d\u0041"`,
+		`"\udc00\ud800"`, "\"\xff\xfe\"", "\"\xed\xa0\x80\"", `"\uD83D\uDE00"`, "\"\xe2\x82\"", `"\ud800\\u"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, tok []byte) {
+		var s string
+		if len(tok) < 2 || tok[0] != '"' || tok[len(tok)-1] != '"' || !Valid(tok) || json.Unmarshal(tok, &s) != nil {
+			return
+		}
+		assert.Equal(t, int64(len(s)), textLen(tok), "token %q", tok)
+	})
+}
+
+// BenchmarkSniffPrompt reads a chat body with its prompt's text counted
+// (escapes every 32 bytes or so, as prose).
+func BenchmarkSniffPrompt(b *testing.B) {
+	text := strings.Repeat("Lorem ipsum dolor sit amet, consectetur \\\"adipiscing\\\" elit.\\n", 500)
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + text + `"}],"max_tokens":256}`)
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if Sniff(body).PromptBytes == 0 {
+			b.Fatal("no prompt")
+		}
+	}
+}

@@ -1,0 +1,128 @@
+package caddyfairqueue
+
+import (
+	"math"
+	"sync"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/jsonscan"
+)
+
+// A request's weight in KV-cache tokens (Handler.KVTokens) is what it
+// holds in the backend's cache at most: its prompt's tokens plus the
+// tokens it may generate. The prompt's are estimated from its text
+// (jsonscan.Fields.PromptBytes) and the bytes per token that its queue
+// learned from the answers' usage (promptEstimator); the tokens it may
+// generate are its body's budget (max_completion_tokens and the like,
+// jsonscan.Fields.Budget), else DefaultMaxTokens.
+
+// Bounds of the estimator's ratio, in bytes of prompt text per token.
+const (
+	// seedBytesPerToken is the ratio before any answer is seen: the usual
+	// rule of thumb for English text.
+	seedBytesPerToken = 4
+	// A sample outside [minBytesPerToken, maxBytesPerToken] is not
+	// learned: a prompt served from a prefix cache whose count leaves the
+	// cached tokens out, a short text dwarfed by the chat template, or a
+	// backend that counts otherwise.
+	minBytesPerToken = 1
+	maxBytesPerToken = 16
+	// bytesPerTokenAlpha is the weight of the newest sample in the moving
+	// averages.
+	bytesPerTokenAlpha = 0.1
+)
+
+// weight is a request's weight in KV-cache tokens, and what it is made
+// of.
+type weight struct {
+	// text is the bytes of the prompt's text, or of the whole body when
+	// it names no prompt (noPrompt).
+	text     int64
+	noPrompt bool
+	budget   int64 // the completion budget
+	prompt   int64 // the prompt's estimated tokens: ceil(text / bytes per token)
+}
+
+// newWeight reads a request's text and budget from its body (bodyLen
+// bytes, info sniffed); its prompt tokens are estimated once its queue is
+// known (estimate).
+func newWeight(info jsonscan.Fields, bodyLen int, defaultBudget int) weight {
+	w := weight{text: info.PromptBytes, budget: info.Budget}
+	if !info.Prompt {
+		// Not a body whose prompt we can read: count all of it.
+		w.text, w.noPrompt = int64(bodyLen), true
+	}
+	if w.budget <= 0 {
+		w.budget = int64(defaultBudget)
+	}
+	return w
+}
+
+// estimate fills in the prompt's tokens at bytesPerToken.
+func (w *weight) estimate(bytesPerToken float64) {
+	w.prompt = int64(math.Ceil(float64(w.text) / bytesPerToken))
+}
+
+// tokens is the weight: prompt plus budget, saturated.
+func (w weight) tokens() int {
+	return int(min(w.prompt+w.budget, jsonscan.MaxTokenCount))
+}
+
+// promptEstimator learns the bytes of prompt text per prompt token of a
+// queue's requests: the ratio of two exponentially weighted moving
+// averages (alpha bytesPerTokenAlpha), of the prompt text's bytes and of
+// the prompt tokens the backend counted (usage.prompt_tokens, or Ollama's
+// prompt_eval_count), over the answers of the requests whose body names
+// a prompt. Before the first answer, and as the averages start, the
+// ratio is seedBytesPerToken. Long prompts weigh more than short ones, as
+// they do in the cache. Each engine (queue, on this instance) has its
+// own, kept across reloads. Safe for concurrent use.
+type promptEstimator struct {
+	mu      sync.Mutex
+	bytes   float64 // the moving average of the samples' text bytes
+	tokens  float64 // the moving average of their prompt tokens
+	samples int64   // samples learned
+}
+
+// bytesPerToken is the current ratio, within [minBytesPerToken,
+// maxBytesPerToken].
+func (e *promptEstimator) bytesPerToken() float64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.ratio()
+}
+
+func (e *promptEstimator) ratio() float64 {
+	if e.samples == 0 {
+		return seedBytesPerToken
+	}
+	return min(max(e.bytes/e.tokens, minBytesPerToken), maxBytesPerToken)
+}
+
+// state is the ratio and the number of samples learned.
+func (e *promptEstimator) state() (bytesPerToken float64, samples int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.ratio(), e.samples
+}
+
+// observe learns one answer: text bytes of prompt text counted as
+// tokens tokens. A sample whose ratio is out of bounds is left out.
+func (e *promptEstimator) observe(text int64, tokens float64) {
+	if text <= 0 || !(tokens >= 1) || math.IsInf(tokens, 0) {
+		return
+	}
+	b := float64(text)
+	if r := b / tokens; r < minBytesPerToken || r > maxBytesPerToken {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.samples == 0 {
+		// The averages start as if the seed had been seen at this
+		// sample's size: the first answer moves the ratio by alpha.
+		e.bytes, e.tokens = seedBytesPerToken*tokens, tokens
+	}
+	e.bytes += bytesPerTokenAlpha * (b - e.bytes)
+	e.tokens += bytesPerTokenAlpha * (tokens - e.tokens)
+	e.samples++
+}
