@@ -124,6 +124,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"permits":            opt(&h.Permits, intArg(1)),
 		"kv_tokens":          opt(&h.KVTokens, intArg(1)),
 		"default_max_tokens": opt(&h.DefaultMaxTokens, intArg(1)),
+		"adaptive":           opt(&h.Adaptive, parseAdaptive),
 		"max_wait":           opt(&h.MaxWait, durationArg(fairqueue.MinPollInterval)),
 		"poll_interval":      opt(&h.PollInterval, durationArg(fairqueue.MinPollInterval)),
 		"lease":              opt(&h.Lease, durationArg(fairqueue.MinLease)),

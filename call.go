@@ -217,6 +217,9 @@ func (c *call) servePool() (served bool, err error) {
 		if rf == nil {
 			return true, c.answered(a)
 		}
+		if c.h.Adaptive != nil && c.mayRequeue(requeues, rf, a) {
+			c.e.q.ObserveRefused() // held back: the client never sees it
+		}
 		if !c.mayRequeue(requeues, rf, a) {
 			c.cool(rf)
 			return true, c.answered(a)
@@ -241,6 +244,7 @@ func (c *call) finish() {
 	if c.fb != nil && c.fb.first > 0 {
 		observeFirstByte(c.name, c.fb.upstream, c.fb.first)
 	}
+	c.observeAnswer()
 	if c.forwarded && c.left() {
 		// The client left while the upstream ran its request, however
 		// reverse_proxy ended it: a plain request with a 499 and no

@@ -230,7 +230,7 @@ func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPermits, descNodeWaiting, descNodeInFlight, descStoreUp,
 		descClusterWaiting, descClusterInFlight, descClusterNodes, descClusterLeaseExpirations,
 		descUpstreamPermits, descUpstreamInFlight, descUpstreamCooling,
-		descKVCapacity, descKVHeld, descKVBytesPerToken, descUpstreamKVCapacity, descUpstreamKVHeld} {
+		descKVCapacity, descKVHeld, descKVBytesPerToken, descUpstreamKVCapacity, descUpstreamKVHeld, descCapacityShare} {
 		ch <- d
 	}
 }
@@ -254,6 +254,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	collectKV(ch, live)
+	collectAdaptive(ch, live)
 	collectUpstreams(ch, live)
 }
 

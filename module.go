@@ -143,6 +143,12 @@ type Handler struct {
 	// out.
 	KVTokens int `json:"kv_tokens,omitempty"`
 
+	// Adaptive, when set, makes the queue learn its capacity from the
+	// backend's time to first token: the capacity in force is a learned
+	// share of Permits, KVTokens and each upstream's, one value for every
+	// instance, kept in the queue's store (see AdaptiveConfig).
+	Adaptive *AdaptiveConfig `json:"adaptive,omitempty"`
+
 	// DefaultMaxTokens is the completion budget of a request whose body
 	// sets none (max_completion_tokens, max_output_tokens, max_tokens, or
 	// Ollama's options.num_predict): the tokens it is expected to

@@ -165,6 +165,7 @@ func (h *Handler) settings() queueSettings {
 		LocalPermits:         h.LocalPermits,
 		Upstreams:            h.Upstreams,
 		KVTokens:             h.KVTokens,
+		Adaptive:             h.Adaptive.engine(),
 	}}
 }
 

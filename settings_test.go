@@ -51,6 +51,8 @@ func TestSettingsDiffNamesEveryEngineSetting(t *testing.T) {
 			v.SetFloat(v.Float() + 0.5)
 		case reflect.Slice:
 			v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+		case reflect.Pointer:
+			v.Set(reflect.New(v.Type().Elem()))
 		default:
 			require.Failf(t, "no test value", "fairqueue.Config.%s of kind %s", f.Name, v.Kind())
 		}

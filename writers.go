@@ -445,6 +445,15 @@ type firstByteWriter struct {
 	forwarded                       time.Time
 	upstream                        string        // the grant's pool upstream at the forward; "" without a pool
 	first                           time.Duration // 0 until the first byte
+	status                          int           // the answer's status, once written
+}
+
+// WriteHeader notes the answer's status.
+func (f *firstByteWriter) WriteHeader(code int) {
+	if code >= 200 {
+		f.status = code
+	}
+	f.ResponseWriter.WriteHeader(code)
 }
 
 func newFirstByteWriter(w http.ResponseWriter) *firstByteWriter {

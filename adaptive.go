@@ -1,0 +1,109 @@
+package caddyfairqueue
+
+import (
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+// AdaptiveConfig makes the queue learn its capacity from the backend's
+// time to first token (`adaptive` block; JSON `adaptive`): the capacity
+// in force (permits, kv_tokens and each pool upstream's, alike) is a
+// learned share of the configured one, between Floor and all of it, one
+// value for every instance of the queue, kept in its store. AIMD: down
+// by Decrease when more than BreachShare of the time-to-first-token
+// samples of an interval were above TargetTTFT, or an upstream answered
+// 429/503; up by Step when none was and requests had to wait; at most
+// one move per Interval, cluster-wide. See docs/adaptive.md.
+type AdaptiveConfig struct {
+	// TargetTTFT is the time to first token to keep at or below: from
+	// forwarding a granted request to its first response byte (a
+	// stream's first chunk). Required.
+	TargetTTFT caddy.Duration `json:"target_ttft"`
+	// Floor is the least share of the configured capacity, in (0, 1];
+	// default 0.0625 (1/16), and at least one permit.
+	Floor float64 `json:"floor,omitempty"`
+	// Interval is how often the capacity may move, and how often each
+	// instance reports; default 1s, at least 100ms.
+	Interval caddy.Duration `json:"interval,omitempty"`
+	// Decrease multiplies the share on a breach, in (0, 1); default 0.9.
+	Decrease float64 `json:"decrease,omitempty"`
+	// Step is added to the share after an interval under the target
+	// while requests waited, in (0, 1]; default 0.015625 (1/64).
+	Step float64 `json:"step,omitempty"`
+	// BreachShare is the share of samples above the target that is a
+	// breach, in [0, 1); default 0.01 (the target is a p99).
+	BreachShare float64 `json:"breach_share,omitempty"`
+}
+
+// engine is the engine's form of a (nil: not adaptive).
+func (a *AdaptiveConfig) engine() *fairqueue.Adaptive {
+	if a == nil {
+		return nil
+	}
+	return &fairqueue.Adaptive{TargetTTFT: time.Duration(a.TargetTTFT), Floor: a.Floor, Interval: time.Duration(a.Interval),
+		Decrease: a.Decrease, Step: a.Step, BreachShare: a.BreachShare}
+}
+
+// parseAdaptive parses the adaptive block; see UnmarshalCaddyfile.
+func parseAdaptive(d *caddyfile.Dispenser) (*AdaptiveConfig, error) {
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	a := new(AdaptiveConfig)
+	err := parseBlock(d, map[string]optionParser{
+		"target_ttft":  opt(&a.TargetTTFT, durationArg(time.Millisecond)),
+		"floor":        opt(&a.Floor, floatArg(1e-9, 1)),
+		"interval":     opt(&a.Interval, durationArg(fairqueue.MinAdaptiveInterval)),
+		"decrease":     opt(&a.Decrease, floatArg(1e-9, 1-1e-9)),
+		"step":         opt(&a.Step, floatArg(1e-9, 1)),
+		"breach_share": opt(&a.BreachShare, floatArg(0, 1-1e-9)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if a.TargetTTFT == 0 {
+		return nil, d.Err("adaptive: target_ttft is required")
+	}
+	return a, nil
+}
+
+// observeAnswer tells an adaptive queue what a forwarded request saw:
+// its time to first byte, or that the upstream refused it.
+func (c *call) observeAnswer() {
+	if c.fb == nil || c.h.Adaptive == nil {
+		return
+	}
+	switch {
+	case c.fb.status == 429 || c.fb.status == 503:
+		c.e.q.ObserveRefused()
+	case c.fb.first > 0:
+		c.e.q.ObserveTTFT(c.fb.first)
+	}
+}
+
+var descCapacityShare = newStateDesc("capacity_share",
+	"The learned share of the configured capacity in force (adaptive), as this instance last heard it from the store: permits, kv_tokens and each upstream's are this share of their configured values; absent when the queue is not adaptive.")
+
+// collectAdaptive reports the learned share of adaptive queues, by queue
+// label (the lowest of a label's engines).
+func collectAdaptive(ch chan<- prometheus.Metric, engines []*engine) {
+	out := map[string]float64{}
+	for _, e := range engines {
+		cfg := e.q.Config()
+		if cfg.Adaptive == nil {
+			continue
+		}
+		label := e.label(cfg)
+		if s, ok := out[label]; !ok || e.q.Share() < s {
+			out[label] = e.q.Share()
+		}
+	}
+	for label, s := range out {
+		ch <- prometheus.MustNewConstMetric(descCapacityShare, prometheus.GaugeValue, s, label)
+	}
+}

@@ -1,0 +1,185 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
+)
+
+// kneeUpstream answers like a server that runs `slots` requests at once
+// and queues the others itself: a request's first byte comes at once
+// while a slot is free, after a wait for one beyond (its time to first
+// token grows past a knee of concurrency). It records how many requests
+// it held at once (running and queued): what the limiter in front let
+// through.
+type kneeUpstream struct {
+	mu      sync.Mutex
+	slots   int
+	running int
+	queue   []chan struct{}
+	inside  atomic.Int64
+	hold    time.Duration
+	peakMu  sync.Mutex
+	peak    int64
+}
+
+func (k *kneeUpstream) setSlots(n int) {
+	k.mu.Lock()
+	k.slots = n
+	k.wakeLocked()
+	k.mu.Unlock()
+}
+
+func (k *kneeUpstream) wakeLocked() {
+	for k.running < k.slots && len(k.queue) > 0 {
+		k.running++
+		close(k.queue[0])
+		k.queue = k.queue[1:]
+	}
+}
+
+// takePeak returns the most requests held at once since the last call.
+func (k *kneeUpstream) takePeak() int64 {
+	k.peakMu.Lock()
+	defer k.peakMu.Unlock()
+	p := k.peak
+	k.peak = k.inside.Load()
+	return p
+}
+
+func (k *kneeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	n := k.inside.Add(1)
+	defer k.inside.Add(-1)
+	k.peakMu.Lock()
+	k.peak = max(k.peak, n)
+	k.peakMu.Unlock()
+	k.mu.Lock()
+	if k.running < k.slots && len(k.queue) == 0 {
+		k.running++
+		k.mu.Unlock()
+	} else {
+		ch := make(chan struct{})
+		k.queue = append(k.queue, ch)
+		k.mu.Unlock()
+		<-ch
+	}
+	defer func() {
+		k.mu.Lock()
+		k.running--
+		k.wakeLocked()
+		k.mu.Unlock()
+	}()
+	w.Header().Set("Content-Type", "text/event-stream")
+	_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n")
+	http.NewResponseController(w).Flush()
+	time.Sleep(k.hold)
+	_, _ = io.WriteString(w, "data: [DONE]\n\n")
+}
+
+// share reads the learned share of queue name from the instance's
+// metrics (caddy_fair_queue_capacity_share).
+func share(t *testing.T, c *harness.Caddy, name string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(scrape(t, c), "\n") {
+		rest, ok := strings.CutPrefix(line, `caddy_fair_queue_capacity_share{queue="`+name+`"} `)
+		if ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			require.NoError(t, err)
+			return v
+		}
+	}
+	return 1
+}
+
+// Two instances on one Redis, permits 32, in front of an upstream whose
+// time to first token passes the target beyond 4 requests at once: the
+// learned capacity comes down from 32 to around the knee, one value for
+// both instances (together they let through about the knee, not twice
+// it), and goes up again when the knee moves to 16.
+func TestAdaptiveCapacitySettlesAtTheKneeAndFollowsIt(t *testing.T) {
+	rds := redistest.Start(t)
+	knee := &kneeUpstream{slots: 4, hold: 150 * time.Millisecond}
+	srv := httptest.NewServer(knee)
+	t.Cleanup(srv.Close)
+	site := proxySite(strings.TrimPrefix(srv.URL, "http://"), fmt.Sprintf(`
+	fair_queue {
+		name learn
+		permits 32
+		max_wait 1m
+		adaptive {
+			target_ttft 75ms
+			interval 200ms
+			decrease 0.8
+			step 0.05
+			floor 0.05
+		}
+		redis redis://%s/0
+	}`, rds.Addr()))
+	caddies := []*harness.Caddy{harness.StartCaddy(t, "caddy-0", site, harness.CaddyOptions{}), harness.StartCaddy(t, "caddy-1", site, harness.CaddyOptions{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for i := range 40 {
+		c := caddies[i%2]
+		wg.Go(func() {
+			client := &http.Client{}
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.URL()+"/v1/chat/completions",
+					strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+				resp, err := client.Do(req)
+				if err != nil {
+					if ctx.Err() == nil {
+						failed.Add(1)
+					}
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	settle := func(what string, ok func(s float64, peak int64) bool) (float64, int64) {
+		var s float64
+		var peak int64
+		deadline := time.Now().Add(40 * time.Second)
+		for time.Now().Before(deadline) {
+			time.Sleep(2 * time.Second)
+			s, peak = share(t, caddies[0], "learn"), knee.takePeak()
+			t.Logf("%s: share %.3f (%d permits), the upstream held at most %d in the last 2 s", what, s, int(32*s), peak)
+			if ok(s, peak) {
+				return s, peak
+			}
+		}
+		t.Fatalf("%s: not reached; share %.3f, peak %d", what, s, peak)
+		return s, peak
+	}
+	// Down to about the knee: at most 8 permits, and the upstream holds
+	// what both instances let through together.
+	s, _ := settle("knee at 4", func(s float64, peak int64) bool { return int(32*s) <= 8 && peak <= 9 })
+	assert.GreaterOrEqual(t, int(32*s), 2, "not below the floor of the knee's half")
+	assert.InDelta(t, s, share(t, caddies[1], "learn"), 0.25, "the other instance grants under the same share")
+	knee.setSlots(16)
+	settle("knee at 16", func(s float64, _ int64) bool { return int(32*s) >= 12 })
+	cancel()
+	wg.Wait()
+	assert.Zero(t, failed.Load(), "no client saw an error")
+}
