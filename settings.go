@@ -188,9 +188,21 @@ func (s queueSettings) diff(o queueSettings) string {
 		if (x.Kind() == reflect.Slice && x.Len() == 0 && y.Len() == 0) || reflect.DeepEqual(x.Interface(), y.Interface()) {
 			continue
 		}
-		return fmt.Sprintf("%s (%v and %v)", optionName(f.Name), x.Interface(), y.Interface())
+		return fmt.Sprintf("%s (%s and %s)", optionName(f.Name), settingValue(x), settingValue(y))
 	}
 	return ""
+}
+
+// settingValue shows a setting in a diff: a block (a pointer) as its
+// fields, or off when unset.
+func settingValue(v reflect.Value) string {
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return "off"
+		}
+		return fmt.Sprintf("%+v", v.Elem().Interface())
+	}
+	return fmt.Sprint(v.Interface())
 }
 
 // perEngine names the fields of fairqueue.Config that each queue's

@@ -1,0 +1,62 @@
+package caddyfairqueue
+
+import (
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+func TestCaddyfileParsesTheAdaptiveBlock(t *testing.T) {
+	h, err := parse("fair_queue {\npermits 64\nadaptive {\ntarget_ttft 2s\nfloor 0.1\ninterval 500ms\ndecrease 0.8\nstep 0.05\nbreach_share 0.05\n}\n}")
+	require.NoError(t, err)
+	require.NotNil(t, h.Adaptive)
+	assert.Equal(t, AdaptiveConfig{TargetTTFT: caddy.Duration(2 * time.Second), Floor: 0.1, Interval: caddy.Duration(500 * time.Millisecond),
+		Decrease: 0.8, Step: 0.05, BreachShare: 0.05}, *h.Adaptive)
+	assert.Equal(t, &fairqueue.Adaptive{TargetTTFT: 2 * time.Second, Floor: 0.1, Interval: 500 * time.Millisecond, Decrease: 0.8,
+		Step: 0.05, BreachShare: 0.05}, h.settings().cfg.Adaptive)
+	assert.Equal(t, "adaptive (off and {TargetTTFT:2s Floor:0 Interval:0s Decrease:0 Step:0 BreachShare:0})",
+		(&Handler{Permits: 1}).settings().diff((&Handler{Permits: 1, Adaptive: &AdaptiveConfig{TargetTTFT: caddy.Duration(2 * time.Second)}}).settings()))
+}
+
+func TestCaddyfileRefusesBadAdaptiveOptionsNamingTheLine(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, wantErr string
+	}{
+		{"no target", "adaptive {\nfloor 0.5\n}", "adaptive: target_ttft is required"},
+		{"floor above 1", "adaptive {\ntarget_ttft 1s\nfloor 2\n}", "floor"},
+		{"short interval", "adaptive {\ntarget_ttft 1s\ninterval 10ms\n}", "interval"},
+		{"decrease of 1", "adaptive {\ntarget_ttft 1s\ndecrease 1\n}", "decrease"},
+		{"unknown option", "adaptive {\ntarget_ttft 1s\ntarget 2s\n}", "target"},
+		{"an argument", "adaptive on {\ntarget_ttft 1s\n}", "wrong argument count"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse("fair_queue {\npermits 4\n" + tc.body + "\n}")
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.wantErr)
+			assert.Contains(t, err.Error(), "Testfile:", "the error carries the file and line")
+		})
+	}
+}
+
+func TestJSONConfigErrorsOfTheAdaptiveBlockNameTheField(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	for _, tc := range []struct {
+		name, fields, want string
+	}{
+		{"no target", `"permits":1,"adaptive":{}`, `adaptive: target_ttft is required`},
+		{"floor above 1", `"permits":1,"adaptive":{"target_ttft":"1s","floor":2}`, `adaptive: floor must be in (0, 1], got 2`},
+		{"typo", `"permits":1,"adaptive":{"target_ttf":"1s"}`, `target_ttft`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := loadHandlerJSON(t, tc.fields)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	require.NoError(t, loadHandlerJSON(t, `"permits":8,"adaptive":{"target_ttft":"1500ms"}`))
+}
