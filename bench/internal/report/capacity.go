@@ -96,6 +96,9 @@ type CapacityRow struct {
 	// KVTokens sets fair_queue's kv_tokens to each replica's KV cache
 	// size (its upstreams' with a pool), beside Permits.
 	KVTokens bool `json:"kv_tokens,omitempty"`
+	// Adaptive makes fair_queue learn its capacity under Permits (the
+	// ceiling), with the SLO's TTFT as its target.
+	Adaptive bool `json:"adaptive,omitempty"`
 }
 
 // KindAlone is the backend with no limiter: the client sends every
@@ -286,7 +289,8 @@ func capacityMarkdown(b *strings.Builder, c *Capacity, plots map[string]string) 
 	w("HAProxy `maxconn` per server, fair_queue (local store) with a fixed `permits` per replica (a pool: `upstream`\n")
 	w("lines, `dynamic fair_queue`), and fair_queue admitting by tokens: `kv_tokens` at each replica's KV cache size\n")
 	w("(each request weighs its prompt estimate plus its `max_tokens`; the workload's `max_tokens` is each answer's\n")
-	w("length, so the budget is exact here), `permits` at max_num_seqs. Goodput: completion tokens of the finished requests per second from the first\n")
+	w("length, so the budget is exact here), `permits` at max_num_seqs; and fair_queue learning its capacity (`adaptive`,\n")
+	w("the ceiling `permits` at max_num_seqs, `target_ttft` the SLO's, interval 250 ms). Goodput: completion tokens of the finished requests per second from the first\n")
 	w("arrival to the last answer (at most %.0f s after the last arrival; the rest are cut). TTFT: time to the first\n", set.DrainMaxS)
 	w("token at the client (a request that got none counts its wait until cut). SLO: finished, TTFT <= %.0f ms and\n", set.SLOTTFTMS)
 	w("<= %.0f ms per later token on average; its share is of the requests sent. The ideal: each replica runs as many\n", set.SLOTPOTMS)
@@ -322,7 +326,7 @@ func capacityMarkdown(b *strings.Builder, c *Capacity, plots map[string]string) 
 				continue
 			}
 			label := r.Row.Label
-			if r.Row.Kind == systems.KindFairQueue && !r.Row.KVTokens && r.Row.Permits == cs.BestPermits {
+			if r.Row.Kind == systems.KindFairQueue && !r.Row.KVTokens && !r.Row.Adaptive && r.Row.Permits == cs.BestPermits {
 				label = "**" + label + "** (best)"
 			}
 			ttftVs := ""
@@ -342,7 +346,7 @@ func capacityMarkdown(b *strings.Builder, c *Capacity, plots map[string]string) 
 // fairQueue returns the fair_queue run with permits, or nil.
 func (cs *CapacityCase) fairQueue(permits int) *CapacityRun {
 	for _, r := range cs.Runs {
-		if r.Row.Kind == systems.KindFairQueue && !r.Row.KVTokens && r.Row.Permits == permits && r.Error == "" {
+		if r.Row.Kind == systems.KindFairQueue && !r.Row.KVTokens && !r.Row.Adaptive && r.Row.Permits == permits && r.Error == "" {
 			return r
 		}
 	}
@@ -481,14 +485,14 @@ func DefaultCapacitySettings(quick bool) CapacitySettings {
 			{Name: "pool", Label: "pool of two replicas (48k and 32k KV tokens)", Replicas: []GPUReplica{replica(48_000), replica(32_000)}},
 		},
 		Workloads: []CapacityWorkload{mixed, chat},
-		Rows:      append([]CapacityRow{alone(), haproxyRow(16)}, append(fqRows(4, 8, 16, 32, 64), kvRow())...),
-		PoolRows:  append([]CapacityRow{alone(), haproxyRow(16)}, append(fqRows(8, 16, 32), kvRow())...),
+		Rows:      append([]CapacityRow{alone(), haproxyRow(16)}, append(fqRows(4, 8, 16, 32, 64), kvRow(), adaptiveRow())...),
+		PoolRows:  append([]CapacityRow{alone(), haproxyRow(16)}, append(fqRows(8, 16, 32), kvRow(), adaptiveRow())...),
 		ArrivalsS: 20, DrainMaxS: 40, MaxWaitS: 300,
 		SLOTTFTMS: 2000, SLOTPOTMS: 60, SampleMS: 200, Seed: 30_000,
 	}
 	if quick {
 		s.Workloads = s.Workloads[:1]
-		s.Rows = append([]CapacityRow{alone(), haproxyRow(16)}, append(fqRows(8, 32), kvRow())...)
+		s.Rows = append([]CapacityRow{alone(), haproxyRow(16)}, append(fqRows(8, 32), kvRow(), adaptiveRow())...)
 		s.PoolRows = append([]CapacityRow{alone()}, append(fqRows(16), kvRow())...)
 		s.ArrivalsS, s.DrainMaxS = 4, 8
 	}
@@ -516,4 +520,10 @@ func fqRows(permits ...int) []CapacityRow {
 // in the replica).
 func kvRow() CapacityRow {
 	return CapacityRow{Name: "fq-kv", Label: "fair_queue kv_tokens (KV size)", Kind: systems.KindFairQueue, Permits: 64, KVTokens: true}
+}
+
+// adaptiveRow is fair_queue learning its capacity (adaptive) under a
+// ceiling of max_num_seqs, its target the SLO's time to first token.
+func adaptiveRow() CapacityRow {
+	return CapacityRow{Name: "fq-adaptive", Label: "fair_queue adaptive (ceiling 64)", Kind: systems.KindFairQueue, Permits: 64, Adaptive: true}
 }

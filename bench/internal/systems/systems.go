@@ -93,6 +93,9 @@ type Env struct {
 	// the order of upstreams(): the queue's with one, each pool
 	// upstream's with several.
 	KVTokens []int
+	// AdaptiveTTFT, when set, makes fair_queue learn its capacity under
+	// Permits (its `adaptive` block) with this target_ttft.
+	AdaptiveTTFT time.Duration
 }
 
 // upstreams are the addresses of the upstream replicas.
@@ -268,6 +271,9 @@ func (e *Env) caddyConfig(listen string, spec Spec, queue string) ([]byte, error
 			fq["upstreams"] = ups
 		} else if len(e.KVTokens) > 0 {
 			fq["kv_tokens"] = e.KVTokens[0]
+		}
+		if e.AdaptiveTTFT > 0 {
+			fq["adaptive"] = map[string]any{"target_ttft": e.AdaptiveTTFT.String(), "interval": "250ms"}
 		}
 		handlers = append(handlers, fq)
 	}

@@ -83,7 +83,7 @@ func Run(ctx context.Context, b *scenario.Runner, names []string) {
 func sweepEnds(runs []*report.CapacityRun) (best, worst int) {
 	var fq []*report.CapacityRun
 	for _, r := range runs {
-		if r.Row.Kind == systems.KindFairQueue && !r.Row.KVTokens && r.Error == "" {
+		if r.Row.Kind == systems.KindFairQueue && !r.Row.KVTokens && !r.Row.Adaptive && r.Error == "" {
 			fq = append(fq, r)
 		}
 	}
@@ -164,6 +164,9 @@ func (cr *caseRunner) run(ctx context.Context, row report.CapacityRow) *report.C
 		env.MockAddr, env.Permits, env.MaxWait = addrs[0], row.Permits, report.Secs(set.MaxWaitS)
 		if len(addrs) > 1 {
 			env.Pool = addrs
+		}
+		if row.Adaptive {
+			env.AdaptiveTTFT = report.MS(set.SLOTTFTMS)
 		}
 		if row.KVTokens {
 			for _, r := range cr.top.Replicas {
