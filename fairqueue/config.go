@@ -62,6 +62,12 @@ type Config struct {
 	// (KVTokens caps them all together; 0 here: their sum, if every one
 	// sets it).
 	KVTokens int
+	// Adaptive, when set, makes the queue learn its capacity from the
+	// backend's time to first token (see Adaptive): the capacity in force
+	// is a learned share of Permits, KVTokens and each upstream's, one
+	// value for every node, kept by the store (an Adapter). The caller
+	// reports what it sees with Queue.ObserveTTFT and ObserveRefused.
+	Adaptive *Adaptive
 	// Fair orders the queue fairly across tenants (Request.Tenant)
 	// instead of strict arrival order: each flow (a tenant in one
 	// priority band) has a usage counter, charged Request.Cost / weight
@@ -192,6 +198,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("lease must be at least %s, got %s", MinLease, c.Lease)
 	case !(c.PriorityFactor >= 2):
 		return fmt.Errorf("priority_factor must be at least 2, got %v", c.PriorityFactor)
+	case c.Adaptive != nil && c.Adaptive.validate() != nil:
+		return c.Adaptive.validate()
 	case c.KVTokens < 0:
 		return fmt.Errorf("kv_tokens must be >= 0, got %d", c.KVTokens)
 	case c.Permits > MaxPermits:
@@ -225,7 +233,7 @@ func (c Config) limits() Limits {
 			ups[i].KVTokens = lessTokens(c.Upstreams[i].KVTokens, r)
 		}
 	}
-	return Limits{Permits: permits, Tokens: lessTokens(c.KVTokens, c.reservedTokens()), Lease: c.Lease, MaxQueue: c.MaxQueue,
+	return Limits{Permits: permits, Tokens: lessTokens(c.KVTokens, c.reservedTokens()), Learned: c.Adaptive != nil, Lease: c.Lease, MaxQueue: c.MaxQueue,
 		MaxQueuePerTenant: c.MaxQueuePerTenant, MaxInFlightPerTenant: c.MaxInFlightPerTenant, Upstreams: ups}
 }
 

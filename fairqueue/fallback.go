@@ -60,7 +60,7 @@ func (q *Queue) localQueue(cfg *Config) *Queue {
 		if c := q.s.cluster.Load(); c != nil && c.Nodes > 0 {
 			nodes = c.Nodes
 		}
-		permits = max(cfg.Permits/nodes, 1)
+		permits = max(int(float64(cfg.Permits)*q.Share())/nodes, 1) // the last learned share (Adaptive)
 	}
 	// The node's settings, but its own permits and no policy of its own:
 	// a new Config field applies to the fallback unless cleared here.
@@ -71,7 +71,7 @@ func (q *Queue) localQueue(cfg *Config) *Queue {
 		// The node's share of the tokens, as of the permits.
 		lc.KVTokens = max(int(int64(cfg.KVTokens)*int64(permits)/int64(max(cfg.Permits, 1))), 1)
 	}
-	lc.FailOpen, lc.Fallback, lc.LocalPermits = false, nil, 0
+	lc.FailOpen, lc.Fallback, lc.LocalPermits, lc.Adaptive = false, nil, 0, nil
 	lc.Upstreams = localUpstreams(cfg.Upstreams, permits, cfg.Permits)
 	q.localMu.Lock()
 	defer q.localMu.Unlock()

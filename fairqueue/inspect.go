@@ -32,6 +32,9 @@ type Snapshot struct {
 	// TokensHeld is the KV-cache tokens the holders hold (their
 	// Request.Tokens); 0 when the queue does not count tokens.
 	TokensHeld int `json:"tokens_held,omitempty"`
+	// LearnedShare is the share of the configured capacity in force
+	// (Config.Adaptive); 0 when nothing was learned.
+	LearnedShare float64 `json:"learned_share,omitempty"`
 	// Grants is the number of grants made since the queue's state began.
 	Grants int64 `json:"grants"`
 	// Upstreams are the pool upstreams the store knows of (holding

@@ -35,6 +35,7 @@ type Queue struct {
 	rate   grantRate
 	grants atomic.Int64  // highest grant counter seen
 	rr     atomic.Uint64 // round robin of fail-open permits over the upstreams
+	learn  learner       // Config.Adaptive
 
 	localMu sync.Mutex
 	local   *Queue // fallback queue while the store is down (LocalFallback)
@@ -173,6 +174,9 @@ func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, req R
 		q.grant(t, res.GrantNo, res.Upstream)
 	} else {
 		t.queued.Store(true)
+		if q.cfg.Load().Adaptive != nil {
+			q.learn.limited.Store(true)
+		}
 		if req.OnQueued != nil {
 			req.OnQueued(Waiting{q: q, t: t})
 		}

@@ -128,6 +128,9 @@ type Limits struct {
 	// whose head fits may pass one whose head does not, at most
 	// TokenPasses times in a row.
 	Tokens int
+	// Learned: the store grants under its learned share of these limits
+	// (Config.Adaptive, Adapter; Limits.Scale).
+	Learned bool
 	// Upstreams is the pool (Config.Upstreams): every grant names one,
 	// with free permits and not cooling, and none holds more than its
 	// Permits; Permits caps them all together. Empty: no pool.

@@ -75,7 +75,7 @@ func (s *Store) Inspect(_ context.Context, head, flows int) (fairqueue.Snapshot,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	snap := fairqueue.Snapshot{Waiting: len(s.index), Grants: s.grants, TokensHeld: s.held}
+	snap := fairqueue.Snapshot{Waiting: len(s.index), Grants: s.grants, TokensHeld: s.held, LearnedShare: s.share}
 	ready, _ := s.readyFlows(s.inCap)
 	for _, f := range ready {
 		snap.Head = append(snap.Head, f.q[0].id)

@@ -35,6 +35,7 @@ type Store struct {
 	fairState
 	poolState
 	tokenState
+	adaptState
 }
 
 // New returns an empty Store.
@@ -172,6 +173,7 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 	defer out.deliver()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	t.Limits = s.scaled(t.Limits)
 	now := s.now()
 	res := fairqueue.AcquireResult{Epoch: s.epoch}
 	if exp, ok := s.gone[t.ID]; ok && exp.After(now) {
@@ -258,6 +260,7 @@ func (s *Store) Release(_ context.Context, t fairqueue.TicketArgs) error {
 	defer out.deliver()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	t.Limits = s.scaled(t.Limits)
 	now := s.now()
 	s.release(t.ID, t.Correction, t.Cool, t.CoolFor, now)
 	s.reapAndDispatch(t.Limits, now, out)
@@ -270,6 +273,7 @@ func (s *Store) Cancel(_ context.Context, t fairqueue.TicketArgs) error {
 	defer out.deliver()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	t.Limits = s.scaled(t.Limits)
 	now := s.now()
 	if t.Tombstone {
 		s.gone[t.ID] = now.Add(time.Minute)
@@ -297,6 +301,7 @@ func (s *Store) Cancel(_ context.Context, t fairqueue.TicketArgs) error {
 func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqueue.HeartbeatResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	hb.Limits = s.scaled(hb.Limits)
 	now := s.now()
 	m, known := s.members[hb.Node]
 	if !known || m.mark == 0 || !s.alive(hb.Node, now) {
@@ -352,6 +357,7 @@ func (s *Store) Reconcile(_ context.Context, node string, l fairqueue.Limits) (f
 	defer out.deliver()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	l = s.scaled(l)
 	now := s.now()
 	s.reapAndDispatch(l, now, out)
 	s.pruneIdle()
@@ -371,6 +377,7 @@ func (s *Store) Leave(_ context.Context, node string, l fairqueue.Limits) error 
 	defer out.deliver()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	l = s.scaled(l)
 	for id := range s.holders {
 		if fairqueue.TicketNode(id) == node {
 			s.unhold(id, 0)

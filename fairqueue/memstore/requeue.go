@@ -29,6 +29,7 @@ func (s *Store) Requeue(_ context.Context, t fairqueue.RequeueArgs) (fairqueue.A
 	defer out.deliver()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	t.Limits = s.scaled(t.Limits)
 	now := s.now()
 	res := fairqueue.AcquireResult{Epoch: s.epoch, Seq: t.Seq}
 	if !s.alive(t.Node, now) {

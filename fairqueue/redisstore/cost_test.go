@@ -76,6 +76,7 @@ func TestFastPathAndHandoffCostFewRedisCommands(t *testing.T) {
 		fair bool
 		cap  int // max_in_flight_per_tenant
 		ups  []fairqueue.Upstream
+		kv   int // kv_tokens: every ticket weighs 10
 		// commands per fast-path request: acquire, release, both; and
 		// per handoff
 		acquire, release, max, handoff int64
@@ -84,10 +85,20 @@ func TestFastPathAndHandoffCostFewRedisCommands(t *testing.T) {
 		{name: "fair", fair: true, acquire: 14, release: 9, max: 23, handoff: 29},
 		{name: "fair with a tenant cap", fair: true, cap: 8, acquire: 14, release: 9, max: 23, handoff: 29},
 		{name: "pool", ups: []fairqueue.Upstream{{Dial: "a:1", Permits: 2}, {Dial: "b:1", Permits: 2}}, acquire: 12, release: 4, max: 16, handoff: 15},
+		// Tokens: the weights held are one number (K.tsum) and each
+		// holder's weight one hash field: a constant few more.
+		{name: "tokens", kv: 1000, acquire: 11, release: 8, max: 19, handoff: 23},
+		{name: "fair tokens", fair: true, kv: 1000, acquire: 17, release: 14, max: 31, handoff: 40},
+		{name: "pool tokens", kv: 1000, ups: []fairqueue.Upstream{{Dial: "a:1", Permits: 2, KVTokens: 500}, {Dial: "b:1", Permits: 2, KVTokens: 500}},
+			acquire: 18, release: 11, max: 29, handoff: 31},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rdb, s := openStore(t, "cost")
-			l := fairqueue.Limits{Permits: 4, Lease: 10 * time.Second, Upstreams: tc.ups, MaxInFlightPerTenant: tc.cap}
+			l := fairqueue.Limits{Permits: 4, Tokens: tc.kv, Lease: 10 * time.Second, Upstreams: tc.ups, MaxInFlightPerTenant: tc.cap}
+			weight := 0
+			if tc.kv > 0 {
+				weight = 10
+			}
 			n := 0
 			tk := func(node string) fairqueue.TicketArgs {
 				n++
@@ -95,7 +106,7 @@ func TestFastPathAndHandoffCostFewRedisCommands(t *testing.T) {
 				if tc.fair {
 					id += ":t" + strconv.Itoa(n%3) + ".0"
 				}
-				return fairqueue.TicketArgs{ID: id, Node: node, Limits: l, Cost: 1}
+				return fairqueue.TicketArgs{ID: id, Node: node, Limits: l, Cost: 1, Tokens: weight}
 			}
 			// Warm up: both nodes alive, scripts loaded.
 			for _, node := range []string{"n1", "n2"} {

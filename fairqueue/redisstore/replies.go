@@ -121,9 +121,10 @@ func decodeReconcile(v []any) (fairqueue.ReconcileResult, []fairqueue.Grant, err
 // decodeInspect reads inspect.lua's answer: {waiting, head tickets,
 // {holder, ms left, ...}, {node, ms left, ...}, {flow, waiting, ...},
 // grants, {holder, upstream, ...}, {upstream, ms cooling left, ...},
-// tokens held, {holder, tokens, ...}, {upstream, tokens held, ...}}.
+// tokens held, {holder, tokens, ...}, {upstream, tokens held, ...},
+// the learned share or ”}.
 func decodeInspect(v []any) (fairqueue.Snapshot, error) {
-	if len(v) != 11 {
+	if len(v) != 12 {
 		return fairqueue.Snapshot{}, fmt.Errorf("unexpected reply %v", v)
 	}
 	snap := fairqueue.Snapshot{Waiting: int(toInt(v[0])), Head: stringList(v[1]), Grants: toInt(v[5])}
@@ -143,6 +144,9 @@ func decodeInspect(v []any) (fairqueue.Snapshot, error) {
 	}
 	decodePool(&snap, asList(v[6]), asList(v[7]))
 	decodeTokens(&snap, v[8], asList(v[9]), asList(v[10]))
+	if s, _ := v[11].(string); s != "" {
+		snap.LearnedShare, _ = strconv.ParseFloat(s, 64)
+	}
 	return snap, nil
 }
 

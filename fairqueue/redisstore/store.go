@@ -44,8 +44,9 @@ const (
 var luaFS embed.FS
 
 var scripts = struct {
-	acquire, release, transfer, cancel, requeue, heartbeat, reconcile, leave, inspect *redis.Script
+	acquire, release, transfer, cancel, requeue, heartbeat, reconcile, leave, inspect, adapt *redis.Script
 }{
+	adapt:     load("adapt"),
 	transfer:  load("transfer"),
 	requeue:   load("requeue"),
 	inspect:   load("inspect"),
@@ -63,7 +64,7 @@ var scripts = struct {
 // version is still deleted with the rest (leave, purge).
 var keyNames = []string{"seq", "waiting", "holders", "nodes", "epoch", "grants", "gone", "vtime", "twait", "expired", "members",
 	"fwait", "fticket", "fready", "fcount", "fidle", "finf", "tlast", "uheld", "ucool", "ulast",
-	"tok", "thold", "tsum", "tup", "tpass"}
+	"tok", "thold", "tsum", "tup", "tpass", "adapt"}
 
 // keyTable is the Lua table K that names KEYS by keyNames.
 func keyTable() string {
@@ -137,8 +138,11 @@ func (s *Store) Tag() string { return s.tag }
 
 func (s *Store) args(first string, l fairqueue.Limits, more ...any) []any {
 	permits := strconv.Itoa(l.Permits)
-	if l.Tokens != 0 {
+	if l.Tokens != 0 || l.Learned {
 		permits += " " + strconv.Itoa(l.Tokens)
+	}
+	if l.Learned {
+		permits += " a"
 	}
 	return append([]any{first, permits, l.Lease.Milliseconds(), s.chPrefix, s.pub, l.MaxInFlightPerTenant, poolArg(l.Upstreams)}, more...)
 }
@@ -438,3 +442,24 @@ func costArg(t fairqueue.TicketArgs) string {
 	}
 	return c
 }
+
+// Adapt implements fairqueue.Adapter with one script.
+func (s *Store) Adapt(ctx context.Context, a fairqueue.AdaptArgs) (float64, error) {
+	limited := 0
+	if a.Limited {
+		limited = 1
+	}
+	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+	v, err := scripts.adapt.Run(ctx, s.rdb, s.keys, s.args(a.Node, fairqueue.Limits{}, a.Samples, a.Over, a.Refused, limited,
+		f(a.Floor), f(a.Decrease), f(a.Step), f(a.BreachShare), a.Interval.Milliseconds())...).Text()
+	if err != nil {
+		return 0, fmt.Errorf("adapt %s: %w", s.tag, busy(err))
+	}
+	share, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0, fmt.Errorf("adapt %s: unexpected reply %q", s.tag, v)
+	}
+	return share, nil
+}
+
+var _ fairqueue.Adapter = (*Store)(nil)

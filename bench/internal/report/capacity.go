@@ -93,6 +93,9 @@ type CapacityRow struct {
 	// Permits is the fixed count per replica: HAProxy's maxconn of each
 	// server, fair_queue's permits (its upstreams' with a pool).
 	Permits int `json:"permits,omitempty"`
+	// KVTokens sets fair_queue's kv_tokens to each replica's KV cache
+	// size (its upstreams' with a pool), beside Permits.
+	KVTokens bool `json:"kv_tokens,omitempty"`
 }
 
 // KindAlone is the backend with no limiter: the client sends every
@@ -189,6 +192,10 @@ type CapacitySample struct {
 // TargetCapacityKV is the capacity scenario's check of the mock itself.
 const TargetCapacityKV = "capacity: a replica's KV tokens never above its cache"
 
+// TargetCapacityTokens is admission by tokens against the best fixed
+// permits of the sweep, on the mixed workload.
+const TargetCapacityTokens = "capacity: kv_tokens >= 1.2x the best fixed permits' goodput, TTFT p99 no worse, <= 1% preempted"
+
 // capacityChecks checks every run's replicas held no more KV tokens than
 // their caches.
 func capacityChecks(c *Capacity) []Check {
@@ -214,6 +221,13 @@ func capacityChecks(c *Capacity) []Check {
 		}
 		checks = append(checks, Check{Target: TargetCapacityKV, System: cs.Topology + "/" + cs.Workload,
 			Value: "caches " + strings.Join(most, ", "), Result: verdict(!over)})
+		if kv, best := cs.kvTokens(), cs.fairQueue(cs.BestPermits); kv != nil && best != nil && best.GoodputTPS > 0 {
+			ratio := kv.GoodputTPS / best.GoodputTPS
+			ok := ratio >= 1.2 && kv.TTFTP99MS <= best.TTFTP99MS && kv.PreemptedShare() <= 0.01
+			checks = append(checks, Check{Target: TargetCapacityTokens, System: cs.Topology + "/" + cs.Workload,
+				Value: fmt.Sprintf("%.2fx goodput vs permits %d, TTFT p99 %.0f vs %.0f ms, %.1f%% preempted", ratio,
+					cs.BestPermits, kv.TTFTP99MS, best.TTFTP99MS, 100*kv.PreemptedShare()), Result: verdict(ok)})
+		}
 	}
 	return checks
 }
@@ -270,7 +284,9 @@ func capacityMarkdown(b *strings.Builder, c *Capacity, plots map[string]string) 
 	}
 	w("\nSystems: the backend alone (the client sends to the replicas in turn; each queues what it cannot run),\n")
 	w("HAProxy `maxconn` per server, fair_queue (local store) with a fixed `permits` per replica (a pool: `upstream`\n")
-	w("lines, `dynamic fair_queue`). Goodput: completion tokens of the finished requests per second from the first\n")
+	w("lines, `dynamic fair_queue`), and fair_queue admitting by tokens: `kv_tokens` at each replica's KV cache size\n")
+	w("(each request weighs its prompt estimate plus its `max_tokens`; the workload's `max_tokens` is each answer's\n")
+	w("length, so the budget is exact here), `permits` at max_num_seqs. Goodput: completion tokens of the finished requests per second from the first\n")
 	w("arrival to the last answer (at most %.0f s after the last arrival; the rest are cut). TTFT: time to the first\n", set.DrainMaxS)
 	w("token at the client (a request that got none counts its wait until cut). SLO: finished, TTFT <= %.0f ms and\n", set.SLOTTFTMS)
 	w("<= %.0f ms per later token on average; its share is of the requests sent. The ideal: each replica runs as many\n", set.SLOTPOTMS)
@@ -306,7 +322,7 @@ func capacityMarkdown(b *strings.Builder, c *Capacity, plots map[string]string) 
 				continue
 			}
 			label := r.Row.Label
-			if r.Row.Kind == systems.KindFairQueue && r.Row.Permits == cs.BestPermits {
+			if r.Row.Kind == systems.KindFairQueue && !r.Row.KVTokens && r.Row.Permits == cs.BestPermits {
 				label = "**" + label + "** (best)"
 			}
 			ttftVs := ""
@@ -326,11 +342,29 @@ func capacityMarkdown(b *strings.Builder, c *Capacity, plots map[string]string) 
 // fairQueue returns the fair_queue run with permits, or nil.
 func (cs *CapacityCase) fairQueue(permits int) *CapacityRun {
 	for _, r := range cs.Runs {
-		if r.Row.Kind == systems.KindFairQueue && r.Row.Permits == permits && r.Error == "" {
+		if r.Row.Kind == systems.KindFairQueue && !r.Row.KVTokens && r.Row.Permits == permits && r.Error == "" {
 			return r
 		}
 	}
 	return nil
+}
+
+// kvTokens returns the fair_queue run with kv_tokens, or nil.
+func (cs *CapacityCase) kvTokens() *CapacityRun {
+	for _, r := range cs.Runs {
+		if r.Row.KVTokens && r.Error == "" {
+			return r
+		}
+	}
+	return nil
+}
+
+// PreemptedShare is a run's preemptions per request sent.
+func (r *CapacityRun) PreemptedShare() float64 {
+	if r.Sent == 0 {
+		return 0
+	}
+	return float64(r.Preemptions) / float64(r.Sent)
 }
 
 func ints(vs []int) string {
@@ -447,15 +481,15 @@ func DefaultCapacitySettings(quick bool) CapacitySettings {
 			{Name: "pool", Label: "pool of two replicas (48k and 32k KV tokens)", Replicas: []GPUReplica{replica(48_000), replica(32_000)}},
 		},
 		Workloads: []CapacityWorkload{mixed, chat},
-		Rows:      append([]CapacityRow{alone(), haproxyRow(16)}, fqRows(4, 8, 16, 32, 64)...),
-		PoolRows:  append([]CapacityRow{alone(), haproxyRow(16)}, fqRows(8, 16, 32)...),
+		Rows:      append([]CapacityRow{alone(), haproxyRow(16)}, append(fqRows(4, 8, 16, 32, 64), kvRow())...),
+		PoolRows:  append([]CapacityRow{alone(), haproxyRow(16)}, append(fqRows(8, 16, 32), kvRow())...),
 		ArrivalsS: 20, DrainMaxS: 40, MaxWaitS: 300,
 		SLOTTFTMS: 2000, SLOTPOTMS: 60, SampleMS: 200, Seed: 30_000,
 	}
 	if quick {
 		s.Workloads = s.Workloads[:1]
-		s.Rows = append([]CapacityRow{alone(), haproxyRow(16)}, fqRows(8, 32)...)
-		s.PoolRows = append([]CapacityRow{alone()}, fqRows(16)...)
+		s.Rows = append([]CapacityRow{alone(), haproxyRow(16)}, append(fqRows(8, 32), kvRow())...)
+		s.PoolRows = append([]CapacityRow{alone()}, append(fqRows(16), kvRow())...)
 		s.ArrivalsS, s.DrainMaxS = 4, 8
 	}
 	return s
@@ -475,4 +509,11 @@ func fqRows(permits ...int) []CapacityRow {
 		out = append(out, CapacityRow{Name: "fq-" + strconv.Itoa(p), Label: "fair_queue permits " + strconv.Itoa(p), Kind: systems.KindFairQueue, Permits: p})
 	}
 	return out
+}
+
+// kvRow is fair_queue admitting by tokens: kv_tokens at each replica's
+// KV cache size, and permits at its max_num_seqs (more would only queue
+// in the replica).
+func kvRow() CapacityRow {
+	return CapacityRow{Name: "fq-kv", Label: "fair_queue kv_tokens (KV size)", Kind: systems.KindFairQueue, Permits: 64, KVTokens: true}
 }

@@ -32,5 +32,11 @@ func TestCapacityReportAndPlots(t *testing.T) {
 	md := b.String()
 	assert.Contains(t, md, "Best fixed permits: **32** per replica; worst: 8.")
 	assert.Contains(t, md, "![KV tokens")
-	assert.Equal(t, verdict(true), capacityChecks(c)[0].Result)
+	checks := capacityChecks(c)
+	assert.Equal(t, verdict(true), checks[0].Result)
+	require.Len(t, checks, 2)
+	assert.Equal(t, TargetCapacityTokens, checks[1].Target)
+	assert.Contains(t, checks[1].Value, "vs permits 32")
+	assert.Equal(t, verdict(false), checks[1].Result, "1.03x the best fixed permits' goodput is short of 1.2x")
+	assert.Contains(t, md, "| fair_queue kv_tokens (KV size) |", "the kv_tokens row is not marked best")
 }

@@ -89,6 +89,10 @@ type Env struct {
 	// each: HAProxy's servers, fair_queue's upstreams (reverse_proxy
 	// then takes the granted one), plain reverse_proxy's upstreams.
 	Pool []string
+	// KVTokens, when set, is fair_queue's kv_tokens of each upstream, in
+	// the order of upstreams(): the queue's with one, each pool
+	// upstream's with several.
+	KVTokens []int
 }
 
 // upstreams are the addresses of the upstream replicas.
@@ -254,10 +258,16 @@ func (e *Env) caddyConfig(listen string, spec Spec, queue string) ([]byte, error
 		if len(e.Pool) > 0 {
 			delete(fq, "permits") // the pool's sum
 			var ups []any
-			for _, addr := range e.Pool {
-				ups = append(ups, map[string]any{"dial": addr, "permits": e.Permits})
+			for i, addr := range e.Pool {
+				u := map[string]any{"dial": addr, "permits": e.Permits}
+				if i < len(e.KVTokens) {
+					u["kv_tokens"] = e.KVTokens[i]
+				}
+				ups = append(ups, u)
 			}
 			fq["upstreams"] = ups
+		} else if len(e.KVTokens) > 0 {
+			fq["kv_tokens"] = e.KVTokens[0]
 		}
 		handlers = append(handlers, fq)
 	}

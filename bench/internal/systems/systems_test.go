@@ -2,6 +2,7 @@ package systems
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,6 +84,18 @@ func TestPoolConfigsGiveEachReplicaThePermits(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, string(data), "dynamic_upstreams")
 	assert.Contains(t, env.haproxyConfig("127.0.0.1:9"), "server s1 127.0.0.1:1 maxconn 16\n")
+}
+
+func TestKVTokensGoToTheQueueOrEachPoolUpstream(t *testing.T) {
+	env := &Env{MockAddr: "127.0.0.1:1", Permits: 64, MaxWait: time.Minute, KVTokens: []int{48000}}
+	data, err := env.caddyConfig("127.0.0.1:9", Spec{Kind: KindFairQueue, Nodes: 1}, "q")
+	require.NoError(t, err)
+	assert.Contains(t, string(data), `"kv_tokens": 48000`)
+	env.Pool, env.KVTokens = []string{"127.0.0.1:1", "127.0.0.1:2"}, []int{48000, 32000}
+	data, err = env.caddyConfig("127.0.0.1:9", Spec{Kind: KindFairQueue, Nodes: 1}, "q")
+	require.NoError(t, err)
+	assert.Regexp(t, `"dial": "127.0.0.1:2",\s*"kv_tokens": 32000`, string(data))
+	assert.Equal(t, 2, strings.Count(string(data), `"kv_tokens"`), "each upstream's, not the queue's")
 }
 
 func TestCaddyfileIsAnOperatorsDefaultConfig(t *testing.T) {

@@ -40,6 +40,7 @@
 --   K.ulast    HASH upstream -> grant number of its last grant
 --   K.tlast    written by earlier versions only; deleted with the rest
 --   K.tok, K.thold, K.tsum, K.tup, K.tpass: capacity in tokens (tokens.lua)
+--   K.adapt    HASH the learned capacity's share and window (adapt.lua)
 -- (a flow is one tenant's requests in one priority band)
 -- ARGV, the same first seven for every script:
 --   1 ticket ID (or node ID)   2 permits [and tokens, tokens.lua]   3 lease ms
@@ -63,8 +64,21 @@ local function clock()
   end
   return now
 end
-local permits = tonumber(string.match(ARGV[2], '^(%-?%d+)'))
-local tokens = tonumber(string.match(ARGV[2], ' (%-?%d+)$') or '0') -- tokens.lua
+-- ARGV[2]: "<permits>", or "<permits> <tokens>" (tokens.lua), or
+-- "<permits> <tokens> a": the queue's learned share (K.adapt, see
+-- adapt.lua) applies to every capacity: permits, tokens and each pool
+-- upstream's (pool.lua), at least 1 each.
+local permits, tokens, share
+do
+  local p, t, a = string.match(ARGV[2], '^(%-?%d+) ?(%-?%d*) ?(a?)$')
+  permits, tokens = tonumber(p), tonumber(t) or 0
+  share = a == 'a' and tonumber(redis.call('HGET', K.adapt, 'share') or '1') or 1
+end
+local function scale(n)
+  if share >= 1 or n <= 0 then return n end
+  return math.max(math.floor(n * share), 1)
+end
+permits, tokens = scale(permits), scale(tokens)
 local lease = tonumber(ARGV[3])
 local tenant_cap = tonumber(ARGV[6])
 

@@ -5,7 +5,8 @@
 --   {node, ms left, ...}, {{flow, waiting, held, usage}, ...} (busiest
 --   first; usage: its counter minus the virtual time), grants,
 --   {holder, upstream, ...}, {upstream, ms cooling left, ...}, tokens
---   held, {holder, tokens, ...}, {upstream, tokens held, ...}}.
+--   held, {holder, tokens, ...}, {upstream, tokens held, ...}, the
+--   learned share or ''}.
 --   The head lists the ready flows' first tickets, least usage first,
 --   then the FIFO tickets in order.
 -- Idempotent: it writes nothing.
@@ -53,4 +54,5 @@ for i = 1, #c, 2 do
   cooling[#cooling + 1] = tonumber(c[i + 1]) - now
 end
 return {waiting(), head, holders, nodes, top, grants(), redis.call('HGETALL', K.uheld), cooling,
-  held_tokens(), redis.call('HGETALL', K.thold), redis.call('HGETALL', K.tup)}
+  held_tokens(), redis.call('HGETALL', K.thold), redis.call('HGETALL', K.tup),
+  redis.call('HGET', K.adapt, 'share') or ''}

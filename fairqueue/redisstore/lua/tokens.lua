@@ -42,7 +42,7 @@ local function weigh(w)
   if weigh_cap == nil then
     weigh_cap = 0
     for t in string.gmatch(ARGV[7] or '', '%S+ %d+/?(%-?%d*)') do
-      local c = tonumber(t) or 0
+      local c = scale(tonumber(t) or 0)
       if c <= 0 then
         weigh_cap = 0
         break

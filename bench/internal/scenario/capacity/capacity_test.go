@@ -87,9 +87,10 @@ func TestSweepEndsPicksTheMostAndTheLeastGoodput(t *testing.T) {
 		{Row: report.CapacityRow{Name: "fq-16", Kind: systems.KindFairQueue, Permits: 16}, GoodputTPS: 300},
 		{Row: report.CapacityRow{Name: "fq-32", Kind: systems.KindFairQueue, Permits: 32}, GoodputTPS: 300},
 		{Row: report.CapacityRow{Name: "fq-64", Kind: systems.KindFairQueue, Permits: 64}, GoodputTPS: 50},
+		{Row: report.CapacityRow{Name: "fq-kv", Kind: systems.KindFairQueue, Permits: 64, KVTokens: true}, GoodputTPS: 900},
 	}
 	best, worst := sweepEnds(runs)
-	assert.Equal(t, 16, best, "a tie goes to fewer permits")
+	assert.Equal(t, 16, best, "a tie goes to fewer permits; the kv_tokens row is not of the sweep")
 	assert.Equal(t, 64, worst)
 }
 

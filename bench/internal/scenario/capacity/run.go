@@ -83,7 +83,7 @@ func Run(ctx context.Context, b *scenario.Runner, names []string) {
 func sweepEnds(runs []*report.CapacityRun) (best, worst int) {
 	var fq []*report.CapacityRun
 	for _, r := range runs {
-		if r.Row.Kind == systems.KindFairQueue && r.Error == "" {
+		if r.Row.Kind == systems.KindFairQueue && !r.Row.KVTokens && r.Error == "" {
 			fq = append(fq, r)
 		}
 	}
@@ -164,6 +164,11 @@ func (cr *caseRunner) run(ctx context.Context, row report.CapacityRow) *report.C
 		env.MockAddr, env.Permits, env.MaxWait = addrs[0], row.Permits, report.Secs(set.MaxWaitS)
 		if len(addrs) > 1 {
 			env.Pool = addrs
+		}
+		if row.KVTokens {
+			for _, r := range cr.top.Replicas {
+				env.KVTokens = append(env.KVTokens, r.KVTokens)
+			}
 		}
 		spec := systems.Spec{Name: "capacity-" + cr.top.Name + "-" + cr.work.Name + "-" + row.Name, Label: row.Label, Kind: row.Kind, Nodes: 1}
 		r, err := env.Start(ctx, spec)

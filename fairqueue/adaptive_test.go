@@ -1,0 +1,50 @@
+package fairqueue
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestNextShareIsAIMDOnTheTargetBetweenFloorAndOne(t *testing.T) {
+	a := AdaptArgs{Floor: 0.1, Decrease: 0.9, Step: 0.05, BreachShare: 0.01}
+	assert.InDelta(t, 0.9, NextShare(1, 100, 2, 0, true, a), 1e-12, "2% above the target: a breach")
+	assert.Equal(t, 1.0, NextShare(1, 100, 1, 0, true, a), "1% is allowed; at the ceiling already")
+	assert.InDelta(t, 0.55, NextShare(0.5, 100, 1, 0, true, a), 1e-12, "under the target and limited: a step up")
+	assert.Equal(t, 0.5, NextShare(0.5, 100, 0, 0, false, a), "not limited: it stays")
+	assert.Equal(t, 0.5, NextShare(0.5, 0, 0, 0, true, a), "nothing measured: it stays")
+	assert.InDelta(t, 0.45, NextShare(0.5, 0, 0, 1, true, a), 1e-12, "a refusal (429/503) cuts")
+	assert.Equal(t, 0.1, NextShare(0.105, 10, 10, 0, true, a), "never below the floor")
+}
+
+func TestScaleAppliesTheShareToEveryCapacityAtLeastOne(t *testing.T) {
+	l := Limits{Permits: 10, Tokens: 1000, Learned: true, Upstreams: []Upstream{{Dial: "a", Permits: 3, KVTokens: 500}, {Dial: "b", Permits: 1}}}
+	s := l.Scale(0.25)
+	assert.Equal(t, 2, s.Permits)
+	assert.Equal(t, 250, s.Tokens)
+	assert.Equal(t, []Upstream{{Dial: "a", Permits: 1, KVTokens: 125}, {Dial: "b", Permits: 1}}, s.Upstreams)
+	assert.Equal(t, 3, l.Upstreams[0].Permits, "the caller's limits are not changed")
+	l.Learned = false
+	assert.Equal(t, l, l.Scale(0.25), "without Learned the limits stand")
+}
+
+func TestAdaptiveSettingsAreValidated(t *testing.T) {
+	for _, c := range []struct {
+		a    Adaptive
+		want string
+	}{
+		{Adaptive{}, "target_ttft is required"},
+		{Adaptive{TargetTTFT: time.Second, Floor: 2}, "floor must be in (0, 1]"},
+		{Adaptive{TargetTTFT: time.Second, Interval: time.Millisecond}, "interval must be at least 100ms"},
+		{Adaptive{TargetTTFT: time.Second, Decrease: 1}, "decrease must be in (0, 1)"},
+		{Adaptive{TargetTTFT: time.Second, Step: 2}, "step must be in (0, 1]"},
+		{Adaptive{TargetTTFT: time.Second, BreachShare: 1}, "breach_share must be in [0, 1)"},
+	} {
+		err := Config{Permits: 1, Adaptive: &c.a}.Validate()
+		if assert.Error(t, err) {
+			assert.Contains(t, err.Error(), c.want)
+		}
+	}
+	assert.NoError(t, Config{Permits: 1, Adaptive: &Adaptive{TargetTTFT: time.Second}}.Validate())
+}

@@ -1,0 +1,84 @@
+package storetest
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+// The learned capacity (Config.Adaptive): one share in the store for
+// every node of the queue.
+func init() {
+	cases = append(cases,
+		testCase{"LearnedCapacityIsOneValueForEveryNode", learnedShared},
+	)
+}
+
+// One node's breaches halve the share; then a burst from three nodes
+// runs at most the learned permits in all, not three times them, and
+// the share grows back, by steps, from reports under the target while
+// requests wait.
+func learnedShared(t *testing.T, h Harness) {
+	const name = "learned"
+	cfg := fairqueue.Config{Permits: 10, MaxWait: time.Minute, PollInterval: 50 * time.Millisecond,
+		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, Step: 0.1}}
+	nodes := []*fairqueue.Queue{h.NewNode(t, name, cfg), h.NewNode(t, name, cfg), h.NewNode(t, name, cfg)}
+	p, err := nodes[0].Acquire(bg, fairqueue.Request{}) // joins the queue
+	require.NoError(t, err)
+	p.Release()
+	nodes[0].ObserveTTFT(time.Second) // above the target: the first report goes at once
+	eventually(t, 10*time.Second, func() bool { return nodes[0].Share() < 1 }, "the share did not move")
+	require.Equal(t, 0.5, nodes[0].Share(), "one breach: halved")
+	snap, err := nodes[2].Inspect(bg, 0, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 0.5, snap.LearnedShare, "the store's share, seen from any node")
+
+	var mu sync.Mutex
+	inside, most := 0, 0
+	var wg sync.WaitGroup
+	for i := range 45 {
+		q := nodes[i%3]
+		wg.Go(func() {
+			p, err := q.Acquire(bg, fairqueue.Request{})
+			if !assert.NoError(t, err) {
+				return
+			}
+			mu.Lock()
+			inside++
+			most = max(most, inside)
+			mu.Unlock()
+			time.Sleep(time.Duration(2+i%3) * time.Millisecond)
+			mu.Lock()
+			inside--
+			mu.Unlock()
+			p.Release()
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, 5, most, "three nodes run the learned 5 permits together (10 x 0.5), not 5 each")
+
+	// Under the target, while requests wait: the share grows back.
+	hold := make([]*fairqueue.Permit, 0, 5)
+	for range 5 {
+		p, err := nodes[1].Acquire(bg, fairqueue.Request{})
+		require.NoError(t, err)
+		hold = append(hold, p)
+	}
+	waiter := acquireAsync(t, h, name, nodes[1], fairqueue.Request{}, 1) // the capacity is the limit
+	eventually(t, 10*time.Second, func() bool {
+		nodes[1].ObserveTTFT(time.Millisecond) // reports at most once per interval
+		time.Sleep(150 * time.Millisecond)
+		return nodes[1].Share() > 0.5
+	}, "the share did not grow: %v", nodes[1].Share())
+	assert.GreaterOrEqual(t, nodes[1].Share(), 0.6, "by steps of 0.1")
+	p = await(t, waiter, "the waiter, once a sixth permit is in force")
+	p.Release()
+	for _, p := range hold {
+		p.Release()
+	}
+}
