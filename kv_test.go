@@ -106,7 +106,8 @@ func TestWeightIsThePromptEstimatePlusTheBudget(t *testing.T) {
 		{"no budget: default_max_tokens", chat(strings.Repeat("a", 400), ""), 4, 100, 300},
 		{"a learned ratio", chat(strings.Repeat("a", 400), `"max_tokens":1,`), 3, 134, 1},
 		{"Ollama generate: prompt, system and num_predict", `{"prompt":"` + strings.Repeat("p", 40) + `","system":"` + strings.Repeat("s", 40) + `","options":{"num_predict":9}}`, 4, 20, 9},
-		{"no prompt key: the whole body", `{"input":"` + strings.Repeat("x", 96) + `"}`, 4, 27, 300},
+		{"no prompt key: the whole body", `{"tools":"` + strings.Repeat("x", 96) + `"}`, 4, 27, 300},
+		{"Responses API input", `{"input":"` + strings.Repeat("x", 96) + `","max_output_tokens":5}`, 4, 24, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWeight(jsonscan.Sniff([]byte(tc.body)), len(tc.body), 300)
@@ -245,4 +246,18 @@ func TestTokenGaugesShowHeldCapacityAndEstimate(t *testing.T) {
 	a.wait(t)
 	settled(t, h)
 	assert.Zero(t, e.tokens.Load())
+}
+
+func TestEmbeddingsHaveNoCompletionBudget(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/v1/embeddings": true, "/v1/embeddings/": true, "/api/embed": true, "/api/embeddings": true,
+		"/v1/chat/completions": false, "/api/chat": false, "/api/generate": false,
+	} {
+		r := httptest.NewRequest(http.MethodPost, path, nil)
+		assert.Equal(t, want, embeds(r, apiOf(r)), path)
+	}
+	body := `{"model":"e","input":"` + strings.Repeat("x", 40) + `"}`
+	w := newWeight(jsonscan.Sniff([]byte(body)), len(body), 0)
+	w.estimate(4)
+	assert.Equal(t, 10, w.tokens(), "the input's tokens alone")
 }
