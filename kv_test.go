@@ -18,6 +18,7 @@ import (
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 	"github.com/fair-queue/caddy-fair-queue/internal/jsonscan"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
 func TestCaddyfileParsesTheTokenOptions(t *testing.T) {
@@ -260,4 +261,42 @@ func TestEmbeddingsHaveNoCompletionBudget(t *testing.T) {
 	w := newWeight(jsonscan.Sniff([]byte(body)), len(body), 0)
 	w.estimate(4)
 	assert.Equal(t, 10, w.tokens(), "the input's tokens alone")
+}
+
+// A reload that moves a queue to another store: the new queue counts the
+// tokens of the old one's running requests against its capacity, so a
+// request that does not fit beside them waits until they end.
+func TestARetiredQueuesRunningTokensHoldBackItsSuccessor(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	old := provisionLocal(t, newContext(t), &Handler{Name: "kv-switch", KVTokens: 1000})
+	next := newHolder()
+	body := `{"max_tokens":200,"messages":[{"role":"user","content":"` + strings.Repeat("a", 400) + `"}]}` // 300
+	var running []*request
+	for range 3 {
+		running = append(running, newRequest(context.Background(), body).start(old, next))
+		next.waitEntered(t)
+	}
+	retired := old.engineList()[0]
+	require.NoError(t, old.Cleanup()) // the reload drops the old config
+	cur := provision(t, newContext(t), rds.Addr(), &Handler{Name: "kv-switch", KVTokens: 1000})
+	waiting := newRequest(context.Background(), body).start(cur, next)
+	require.Eventually(t, func() bool { return len(cur.engineList()) == 1 }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, 900, cur.engineList()[0].reservedTokens(), "the old queue's running tokens")
+	early := false
+	select {
+	case <-next.entered:
+		early = true
+		t.Error("granted beside the old queue's 900 tokens: 1200 of 1000")
+	case <-time.After(500 * time.Millisecond):
+	}
+	next.release <- struct{}{} // one old request ends: 600 reserved, 300 fit
+	if !early {
+		next.waitEntered(t)
+	}
+	close(next.release)
+	for _, r := range append(running, waiting) {
+		r.wait(t)
+	}
+	assert.Zero(t, retired.tokens.Load())
 }
