@@ -83,7 +83,11 @@ func (c *call) read() (answered bool, err error) {
 	repl.Set(phModel, info.Model)
 	repl.Set(phStreaming, c.streaming)
 	c.bodyLen = len(body)
-	c.weight = newWeight(info, len(body), h.defaultMaxTokens())
+	budget := h.defaultMaxTokens()
+	if embeds(c.r, c.api) {
+		budget = 0
+	}
+	c.weight = newWeight(info, len(body), budget)
 	c.req = h.fairRequest(repl, info)
 
 	c.name = h.Name

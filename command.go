@@ -297,10 +297,16 @@ func printQueueDetail(w io.Writer, q queueReport) error {
 		_, err := fmt.Fprintf(w, "\n%s: %s\n", termCell(q.Name), termText(cmp.Or(q.Error, "no state")))
 		return err
 	}
-	if len(s.Head) == 0 && len(s.Holders) == 0 {
+	if len(s.Head) == 0 && len(s.Holders) == 0 && q.KV == nil {
 		return nil
 	}
 	fmt.Fprintf(w, "\n%s\n", termCell(q.Name))
+	if kv := q.KV; kv != nil {
+		if kv.Capacity > 0 {
+			fmt.Fprintf(w, "  kv tokens: %d held of %d\n", kv.TokensHeld, kv.Capacity)
+		}
+		fmt.Fprintf(w, "  prompt estimate: %.2f bytes per token, from %d answers\n", kv.BytesPerToken, kv.Samples)
+	}
 	if len(s.Head) > 0 {
 		head := make([]string, len(s.Head))
 		for i, t := range s.Head {

@@ -48,7 +48,8 @@ const adminJSON = `{"queues":[
               {"ticket":"9f2c1a0b3d4e5f60:114","node":"9f2c1a0b3d4e5f60","lease_left_ms":27433}],
    "nodes":[{"id":"9f2c1a0b3d4e5f60","alive":true,"expires_in_ms":29000},{"id":"3b7e10aa55cc0d12","alive":true,"expires_in_ms":21000},
             {"id":"0d0d0d0d0d0d0d0d","alive":false,"expires_in_ms":-5000}],
-   "flows":[],"grants":1832}},
+   "flows":[],"grants":1832},
+  "kv":{"bytes_per_token":3.87,"samples":120,"capacity":200000,"tokens_held":151200,"node_tokens_held":75300}},
  {"name":"embed","store":"local","permits":2,"max_wait_ms":20000,"lease_ms":30000,"node":"77aa00bb11cc22dd",
   "stats":{"waiting":0,"in_flight":0,"store_up":true,"grants":0},
   "snapshot":{"waiting":0,"head":[],"holders":[],"nodes":[],"flows":[],"grants":0}},
@@ -64,6 +65,8 @@ embed   local                             2        0        0          0      0
 vision  redis 10.0.0.5:6379/1 prefix=llm  1        ?        ?          ?      ?
 
 chat
+  kv tokens: 151200 held of 200000
+  prompt estimate: 3.87 bytes per token, from 120 answers
   head (next 3 of 3 waiting): 9f2c1a0b3d4e5f60:118 3b7e10aa55cc0d12:41 9f2c1a0b3d4e5f60:119
   HOLDER                NODE              LEASE LEFT
   3b7e10aa55cc0d12:37   3b7e10aa55cc0d12  4.1s

@@ -2,6 +2,8 @@ package caddyfairqueue
 
 import (
 	"math"
+	"net/http"
+	"strings"
 	"sync"
 
 	"github.com/fair-queue/caddy-fair-queue/internal/jsonscan"
@@ -42,9 +44,16 @@ type weight struct {
 	prompt   int64 // the prompt's estimated tokens: ceil(text / bytes per token)
 }
 
+// embeds reports whether r, of API a, asks for embeddings (OpenAI's
+// /v1/embeddings, Ollama's /api/embed and /api/embeddings), which
+// generate no tokens: their budget is 0 unless the body sets one.
+func embeds(r *http.Request, a api) bool {
+	return a == apiOllamaEmbed || strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/embeddings")
+}
+
 // newWeight reads a request's text and budget from its body (bodyLen
-// bytes, info sniffed); its prompt tokens are estimated once its queue is
-// known (estimate).
+// bytes, info sniffed), defaultBudget when the body sets none; its
+// prompt tokens are estimated once its queue is known (estimate).
 func newWeight(info jsonscan.Fields, bodyLen int, defaultBudget int) weight {
 	w := weight{text: info.PromptBytes, budget: info.Budget}
 	if !info.Prompt {

@@ -18,6 +18,7 @@ import (
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 	"github.com/fair-queue/caddy-fair-queue/internal/jsonscan"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
 func TestCaddyfileParsesTheTokenOptions(t *testing.T) {
@@ -106,7 +107,8 @@ func TestWeightIsThePromptEstimatePlusTheBudget(t *testing.T) {
 		{"no budget: default_max_tokens", chat(strings.Repeat("a", 400), ""), 4, 100, 300},
 		{"a learned ratio", chat(strings.Repeat("a", 400), `"max_tokens":1,`), 3, 134, 1},
 		{"Ollama generate: prompt, system and num_predict", `{"prompt":"` + strings.Repeat("p", 40) + `","system":"` + strings.Repeat("s", 40) + `","options":{"num_predict":9}}`, 4, 20, 9},
-		{"no prompt key: the whole body", `{"input":"` + strings.Repeat("x", 96) + `"}`, 4, 27, 300},
+		{"no prompt key: the whole body", `{"tools":"` + strings.Repeat("x", 96) + `"}`, 4, 27, 300},
+		{"Responses API input", `{"input":"` + strings.Repeat("x", 96) + `","max_output_tokens":5}`, 4, 24, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWeight(jsonscan.Sniff([]byte(tc.body)), len(tc.body), 300)
@@ -245,4 +247,56 @@ func TestTokenGaugesShowHeldCapacityAndEstimate(t *testing.T) {
 	a.wait(t)
 	settled(t, h)
 	assert.Zero(t, e.tokens.Load())
+}
+
+func TestEmbeddingsHaveNoCompletionBudget(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/v1/embeddings": true, "/v1/embeddings/": true, "/api/embed": true, "/api/embeddings": true,
+		"/v1/chat/completions": false, "/api/chat": false, "/api/generate": false,
+	} {
+		r := httptest.NewRequest(http.MethodPost, path, nil)
+		assert.Equal(t, want, embeds(r, apiOf(r)), path)
+	}
+	body := `{"model":"e","input":"` + strings.Repeat("x", 40) + `"}`
+	w := newWeight(jsonscan.Sniff([]byte(body)), len(body), 0)
+	w.estimate(4)
+	assert.Equal(t, 10, w.tokens(), "the input's tokens alone")
+}
+
+// A reload that moves a queue to another store: the new queue counts the
+// tokens of the old one's running requests against its capacity, so a
+// request that does not fit beside them waits until they end.
+func TestARetiredQueuesRunningTokensHoldBackItsSuccessor(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	old := provisionLocal(t, newContext(t), &Handler{Name: "kv-switch", KVTokens: 1000})
+	next := newHolder()
+	body := `{"max_tokens":200,"messages":[{"role":"user","content":"` + strings.Repeat("a", 400) + `"}]}` // 300
+	var running []*request
+	for range 3 {
+		running = append(running, newRequest(context.Background(), body).start(old, next))
+		next.waitEntered(t)
+	}
+	retired := old.engineList()[0]
+	require.NoError(t, old.Cleanup()) // the reload drops the old config
+	cur := provision(t, newContext(t), rds.Addr(), &Handler{Name: "kv-switch", KVTokens: 1000})
+	waiting := newRequest(context.Background(), body).start(cur, next)
+	require.Eventually(t, func() bool { return len(cur.engineList()) == 1 }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, 900, cur.engineList()[0].reservedTokens(), "the old queue's running tokens")
+	early := false
+	select {
+	case <-next.entered:
+		early = true
+		t.Error("granted beside the old queue's 900 tokens: 1200 of 1000")
+	case <-time.After(500 * time.Millisecond):
+	}
+	next.release <- struct{}{} // one old request ends: 600 reserved, 300 fit
+	if !early {
+		next.waitEntered(t)
+	}
+	close(next.release)
+	for _, r := range append(running, waiting) {
+		r.wait(t)
+	}
+	assert.Zero(t, retired.tokens.Load())
 }

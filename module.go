@@ -153,8 +153,10 @@ type Handler struct {
 	// sets none (max_completion_tokens, max_output_tokens, max_tokens, or
 	// Ollama's options.num_predict): the tokens it is expected to
 	// generate at most, part of its weight with KVTokens and of its
-	// charge with Cost "tokens". Default 1024; at least 1. Requires
-	// KVTokens (on the queue or an upstream) or Cost "tokens".
+	// charge with Cost "tokens". An embeddings request (/v1/embeddings,
+	// Ollama's /api/embed and /api/embeddings) generates none: its budget
+	// is 0. Default 1024; at least 1. Requires KVTokens (on the queue or
+	// an upstream) or Cost "tokens".
 	DefaultMaxTokens int `json:"default_max_tokens,omitempty"`
 
 	// MaxWait is the longest a request waits for a permit before it is
@@ -269,8 +271,8 @@ type Handler struct {
 	//   - "tokens": tokens. At the grant, the request's weight as
 	//     KVTokens counts it: its prompt text's bytes divided by the
 	//     bytes per token the queue learned from answers (4 before the
-	//     first), rounded up (a body with no messages, prompt or system
-	//     counts all its bytes), plus its completion budget
+	//     first), rounded up (a body with no messages, prompt, system or
+	//     input counts all its bytes), plus its completion budget
 	//     (max_completion_tokens, max_output_tokens, max_tokens or
 	//     options.num_predict, else DefaultMaxTokens), bounded to 1 to
 	//     MaxCost. At the release the charge is corrected to the

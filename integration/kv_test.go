@@ -93,14 +93,14 @@ func (g *kvGauge) peakHeld() int {
 	return g.peak
 }
 
-// startGauged starts a mock LLM behind a kvGauge; it returns the gauge
-// and the address to dial.
-func startGauged(t *testing.T, cfg mockllm.Config) (*kvGauge, string) {
+// startGauged starts a mock LLM behind a kvGauge; it returns the gauge,
+// the mock and the address to dial.
+func startGauged(t *testing.T, cfg mockllm.Config) (*kvGauge, *mockllm.Server, string) {
 	t.Helper()
-	g := new(kvGauge)
-	srv := httptest.NewServer(g.wrap(mockllm.New(cfg).Handler()))
+	g, mock := new(kvGauge), mockllm.New(cfg)
+	srv := httptest.NewServer(g.wrap(mock.Handler()))
 	t.Cleanup(srv.Close)
-	return g, strings.TrimPrefix(srv.URL, "http://")
+	return g, mock, strings.TrimPrefix(srv.URL, "http://")
 }
 
 // kvChat is a chat request of a given weight: text bytes of message and
@@ -166,7 +166,7 @@ func mixedChats(n int, seed uint64) []kvChat {
 func TestKVTokensBoundWhatTheUpstreamHolds(t *testing.T) {
 	rds := redistest.Start(t)
 	const capacity = 1000
-	g, upstream := startGauged(t, mockllm.Config{Tokens: 4, Delay: 25 * time.Millisecond})
+	g, _, upstream := startGauged(t, mockllm.Config{Tokens: 4, Delay: 25 * time.Millisecond})
 	site := proxySite(upstream, fmt.Sprintf(`
 	fair_queue {
 		name kv
@@ -193,6 +193,40 @@ func TestKVTokensBoundWhatTheUpstreamHolds(t *testing.T) {
 	q.awaitHolders(t, 0, 10*time.Second)
 }
 
+// kv_tokens at the size of a GPU's KV cache (the mock's GPU model, whose
+// requests hold their prompt and their answer so far): under a burst of
+// mixed prompts and answer lengths the GPU never preempts a request, as
+// the queue never lets it hold more than its cache.
+func TestKVTokensAtTheGPUsCacheSizeNeverPreempt(t *testing.T) {
+	const capacity = 2000
+	g, mock, upstream := startGauged(t, mockllm.Config{GPU: mockllm.GPUConfig{KVTokens: capacity, Seed: 3}})
+	site := proxySite(upstream, fmt.Sprintf(`
+	fair_queue {
+		name kvgpu
+		kv_tokens %d
+		max_wait 2m
+	}`, capacity))
+	c := harness.StartCaddy(t, "caddy", site, harness.CaddyOptions{})
+	client := newClient(t)
+	rng := rand.New(rand.NewPCG(5, 1))
+	var results []<-chan Result
+	for i := range 24 {
+		k := kvChat{seq: strconv.Itoa(i), text: 400 + rng.IntN(2000), maxTokens: 30 + rng.IntN(200)}
+		results = append(results, k.sendAsync(context.Background(), client, c.URL()))
+	}
+	for i, ch := range results {
+		r := await(t, ch, 3*time.Minute)
+		require.Equal(t, http.StatusOK, r.Status, "client %d: %s", i, r)
+	}
+	st := mock.Stats().GPU
+	require.NotNil(t, st)
+	assert.Zero(t, st.Preemptions, "preemptions")
+	assert.LessOrEqual(t, st.MaxKVUsed, capacity)
+	assert.Greater(t, st.MaxRunning, 1, "several requests ran at once")
+	assert.LessOrEqual(t, g.peakHeld(), capacity)
+	t.Logf("GPU: at most %d running, %d KV tokens used (of %d); weights held at most %d", st.MaxRunning, st.MaxKVUsed, capacity, g.peakHeld())
+}
+
 // A pool of two replicas of 600 and 300 tokens, two instances: neither
 // replica ever holds more than its own tokens.
 func TestKVTokensBoundEachReplicaOfAPool(t *testing.T) {
@@ -202,7 +236,7 @@ func TestKVTokensBoundEachReplicaOfAPool(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("\tfair_queue {\n\t\tname kvpool\n\t\tmax_wait 2m\n")
 	for _, c := range capacity {
-		g, addr := startGauged(t, mockllm.Config{Tokens: 4, Delay: 25 * time.Millisecond})
+		g, _, addr := startGauged(t, mockllm.Config{Tokens: 4, Delay: 25 * time.Millisecond})
 		gauges = append(gauges, g)
 		fmt.Fprintf(&b, "\t\tupstream %s 16 kv_tokens %d\n", addr, c)
 	}
@@ -238,7 +272,7 @@ func TestKVTokensBoundEachReplicaOfAPool(t *testing.T) {
 // after it ends.
 func TestKVTokensKeepFIFOExactBehindAHeavyHead(t *testing.T) {
 	const capacity = 1000
-	g, upstream := startGauged(t, mockllm.Config{Tokens: 2, Delay: 20 * time.Millisecond})
+	g, _, upstream := startGauged(t, mockllm.Config{Tokens: 2, Delay: 20 * time.Millisecond})
 	site := proxySite(upstream, fmt.Sprintf(`
 	fair_queue {
 		name kvfifo
@@ -281,7 +315,7 @@ func TestKVTokensKeepFIFOExactBehindAHeavyHead(t *testing.T) {
 // then served once the running light ones end.
 func TestKVTokensServeAHeavyRequestWithinItsBoundWhileLightOnesArrive(t *testing.T) {
 	const capacity, loops = 1000, 4
-	g, upstream := startGauged(t, mockllm.Config{Tokens: 4, Delay: 50 * time.Millisecond})
+	g, _, upstream := startGauged(t, mockllm.Config{Tokens: 4, Delay: 50 * time.Millisecond})
 	site := proxySite(upstream, fmt.Sprintf(`
 	fair_queue {
 		name kvfair
@@ -335,7 +369,7 @@ func TestKVTokensServeAHeavyRequestWithinItsBoundWhileLightOnesArrive(t *testing
 // for the running ones to end, runs alone, and is counted.
 func TestKVTokensClampARequestHeavierThanTheCapacity(t *testing.T) {
 	const capacity = 1000
-	g, upstream := startGauged(t, mockllm.Config{Tokens: 2, Delay: 20 * time.Millisecond})
+	g, _, upstream := startGauged(t, mockllm.Config{Tokens: 2, Delay: 20 * time.Millisecond})
 	site := proxySite(upstream, fmt.Sprintf(`
 	fair_queue {
 		name kvclamp
@@ -367,7 +401,7 @@ func TestKVTokensClampARequestHeavierThanTheCapacity(t *testing.T) {
 // The queue learns its bytes per token from the answers' usage, and the
 // admin API and the metrics show it.
 func TestKVEstimatorLearnsFromUsageAndShowsInTheAdminAPI(t *testing.T) {
-	_, upstream := startGauged(t, mockllm.Config{Tokens: 2, Delay: time.Millisecond})
+	_, _, upstream := startGauged(t, mockllm.Config{Tokens: 2, Delay: time.Millisecond})
 	site := proxySite(upstream, `
 	fair_queue {
 		name kvlearn

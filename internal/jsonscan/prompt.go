@@ -89,6 +89,34 @@ func promptText(val []byte) prompt {
 	return prompt{}
 }
 
+// inputText is the text of "input" (the Responses API, embeddings): a
+// string, or an array of strings and of items whose "content" is text
+// as a message's is.
+func inputText(val []byte) prompt {
+	switch val[0] {
+	case '"':
+		return prompt{n: textLen(val), found: true}
+	case '[':
+		var n int64
+		eachElement(val, func(el []byte) {
+			switch el[0] {
+			case '"':
+				n += textLen(el)
+			case '{':
+				var content int64
+				eachMember(el, func(key, v []byte) {
+					if keyIs(key, "content") {
+						content = contentText(v)
+					}
+				})
+				n += content
+			}
+		})
+		return prompt{n: n, found: true}
+	}
+	return prompt{}
+}
+
 // stringText is the text of a key whose value is a string ("system").
 func stringText(val []byte) prompt {
 	if val[0] != '"' {

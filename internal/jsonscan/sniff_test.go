@@ -99,6 +99,8 @@ func FuzzSniff(f *testing.F) {
 		`{"prompt":["ab","\ud800x"],"system":"s\xff","options":{"num_predict":64},"max_tokens":0}`,
 		`{"prompt":"p","messages":null,"system":3,"options":{"num_predict":-1}}`,
 		"{\"prompt\":\"\xed\xa0\x80\\udc00\\u0041\"}",
+		`{"input":["a\u00e9",{"role":"user","content":[{"type":"input_text","text":"xyz"}]},{"content":"q"},3]}`,
+		`{"input":"embed me","model":"e"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -134,22 +136,8 @@ func wantPrompt(m map[string]json.RawMessage) (n int64, found bool) {
 	if msgs, ok := wantArray(m["messages"]); ok {
 		found = true
 		for _, msg := range msgs {
-			o, ok := wantObject(msg)
-			if !ok {
-				continue
-			}
-			if s, ok := wantString(o["content"]); ok {
-				n += int64(len(s))
-			}
-			parts, _ := wantArray(o["content"])
-			for _, part := range parts {
-				if s, ok := wantString(part); ok {
-					n += int64(len(s))
-				}
-				if po, ok := wantObject(part); ok {
-					s, _ := wantString(po["text"])
-					n += int64(len(s))
-				}
+			if o, ok := wantObject(msg); ok {
+				n += wantContent(o["content"])
 			}
 		}
 	}
@@ -166,7 +154,41 @@ func wantPrompt(m map[string]json.RawMessage) (n int64, found bool) {
 	if s, ok := wantString(m["system"]); ok {
 		n, found = n+int64(len(s)), true
 	}
+	if s, ok := wantString(m["input"]); ok {
+		n, found = n+int64(len(s)), true
+	}
+	if items, ok := wantArray(m["input"]); ok {
+		found = true
+		for _, item := range items {
+			if s, ok := wantString(item); ok {
+				n += int64(len(s))
+			}
+			if o, ok := wantObject(item); ok {
+				n += wantContent(o["content"])
+			}
+		}
+	}
 	return n, found
+}
+
+// wantContent is the oracle's text of a message's content: a string, or
+// the string parts and the "text" of the object parts of an array.
+func wantContent(raw json.RawMessage) int64 {
+	if s, ok := wantString(raw); ok {
+		return int64(len(s))
+	}
+	var n int64
+	parts, _ := wantArray(raw)
+	for _, part := range parts {
+		if s, ok := wantString(part); ok {
+			n += int64(len(s))
+		}
+		if po, ok := wantObject(part); ok {
+			s, _ := wantString(po["text"])
+			n += int64(len(s))
+		}
+	}
+	return n
 }
 
 func wantString(raw json.RawMessage) (string, bool) {
