@@ -80,30 +80,42 @@ func (c *call) observeAnswer() {
 	}
 	switch {
 	case c.fb.status == 429 || c.fb.status == 503:
-		c.e.q.ObserveRefused()
+		c.e.q.ObserveRefused(c.fb.upstream)
 	case c.fb.first > 0:
-		c.e.q.ObserveTTFT(c.fb.first)
+		c.e.q.ObserveTTFT(c.fb.upstream, c.fb.first)
 	}
 }
 
-var descCapacityShare = newStateDesc("capacity_share",
-	"The learned share of the configured capacity in force (adaptive), as this instance last heard it from the store: permits, kv_tokens and each upstream's are this share of their configured values; absent when the queue is not adaptive.")
+var (
+	descCapacityShare = newStateDesc("capacity_share",
+		"The learned share of the queue's configured capacity in force (adaptive, without a pool): permits and kv_tokens are this share of their configured values; as this instance last heard it from the store; absent when not adaptive or nothing was learned yet.")
+	descUpstreamCapacityShare = newUpstreamDesc("upstream_capacity_share",
+		"With adaptive and a pool: the learned share of each upstream's configured permits and kv_tokens in force, from its own answers; as this instance last heard it from the store; absent until that upstream's share was learned.")
+)
 
-// collectAdaptive reports the learned share of adaptive queues, by queue
-// label (the lowest of a label's engines).
+// collectAdaptive reports the learned shares of adaptive queues, by
+// queue label (the lowest of a label's engines) and upstream.
 func collectAdaptive(ch chan<- prometheus.Metric, engines []*engine) {
-	out := map[string]float64{}
+	type key struct{ label, upstream string }
+	out := map[key]float64{}
 	for _, e := range engines {
 		cfg := e.q.Config()
 		if cfg.Adaptive == nil {
 			continue
 		}
 		label := e.label(cfg)
-		if s, ok := out[label]; !ok || e.q.Share() < s {
-			out[label] = e.q.Share()
+		for up, s := range e.q.Shares() {
+			k := key{label, up}
+			if cur, ok := out[k]; !ok || s < cur {
+				out[k] = s
+			}
 		}
 	}
-	for label, s := range out {
-		ch <- prometheus.MustNewConstMetric(descCapacityShare, prometheus.GaugeValue, s, label)
+	for k, s := range out {
+		if k.upstream == "" {
+			ch <- prometheus.MustNewConstMetric(descCapacityShare, prometheus.GaugeValue, s, k.label)
+		} else {
+			ch <- prometheus.MustNewConstMetric(descUpstreamCapacityShare, prometheus.GaugeValue, s, k.label, k.upstream)
+		}
 	}
 }

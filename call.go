@@ -222,7 +222,7 @@ func (c *call) servePool() (served bool, err error) {
 			return true, c.answered(a)
 		}
 		if c.h.Adaptive != nil && c.mayRequeue(requeues, rf, a) {
-			c.e.q.ObserveRefused() // held back: the client never sees it
+			c.e.q.ObserveRefused(c.permit.Upstream()) // held back: the client never sees it
 		}
 		if !c.mayRequeue(requeues, rf, a) {
 			c.cool(rf)

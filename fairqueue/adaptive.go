@@ -3,22 +3,28 @@ package fairqueue
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // Adaptive makes the queue learn its capacity from what the backend
 // shows (Config.Adaptive): the capacity in force is a share of the
-// configured one (Permits, KVTokens and each upstream's, all alike),
-// between Floor and 1, one value in the store for every node of the
-// queue. The control law is AIMD on the time to first token (TTFT):
+// configured one, between Floor and 1, one value in the store for every
+// node of the queue: without a pool, one share of Permits and KVTokens;
+// with one, a share per upstream of its Permits and KVTokens, learned
+// from that upstream's answers alone. The control law is AIMD on the
+// time to first token (TTFT):
 //
-//   - every node reports, per Interval, how many TTFTs it measured, how
-//     many were above TargetTTFT, how many requests the upstream refused
-//     (429/503) and whether its requests had to wait (the capacity was
-//     the limit);
-//   - the store folds every node's reports and moves the share at most
+//   - every node reports, per Interval and per upstream, how many TTFTs
+//     it measured, how many were above TargetTTFT, how many requests the
+//     upstream refused (429/503), and whether its requests had to wait
+//     (the capacity was the limit);
+//   - the store folds every node's reports and moves each share at most
 //     once per Interval, by its own clock: down to Decrease times it when
 //     more than BreachShare of the TTFTs were above the target or any
 //     request was refused; up by Step when none was and the capacity was
@@ -99,23 +105,22 @@ func (a Adaptive) validate() error {
 }
 
 // Adapter is a Store that keeps a learned capacity (Config.Adaptive):
-// one share per queue, moved by every node's reports. Calls carrying
-// Limits.Learned grant under that share of their limits.
+// shares per queue, moved by every node's reports. Calls carrying
+// Limits.Learned grant under them (Limits.Scale).
 type Adapter interface {
-	// Adapt adds one node's report to the queue's window and, when an
-	// interval has passed since the last move (the store's clock), moves
-	// the share by the window's reports and starts a new window. It
-	// returns the share in force.
-	Adapt(ctx context.Context, a AdaptArgs) (float64, error)
+	// Adapt adds one node's reports to the queue's windows and, for each
+	// share an interval has passed since it last moved (the store's
+	// clock), moves it by its window's reports and starts a new window.
+	// It returns every share in force, by key.
+	Adapt(ctx context.Context, a AdaptArgs) (map[string]float64, error)
 }
 
 // AdaptArgs is one node's report for one interval.
 type AdaptArgs struct {
 	Node string
-	// Samples is the TTFTs measured, Over those above the target.
-	Samples, Over int
-	// Refused counts the requests the upstream refused (429/503).
-	Refused int
+	// Reports are the node's observations, one per share: key "" is the
+	// queue's (no pool), an upstream's dial address its own.
+	Reports []AdaptReport
 	// Limited: requests had to wait for capacity in the interval.
 	Limited bool
 	// The law's settings (Adaptive, after defaults).
@@ -123,31 +128,50 @@ type AdaptArgs struct {
 	Interval                           time.Duration
 }
 
-// Scale returns l with the learned share applied: what a store that
-// keeps share grants under. At least one permit; a token capacity at
-// least 1; per upstream alike.
-func (l Limits) Scale(share float64) Limits {
-	if !l.Learned || !(share > 0) || share >= 1 {
+// AdaptReport is what a node saw of one share's requests in an interval.
+type AdaptReport struct {
+	Key string
+	// Samples is the TTFTs measured, Over those above the target.
+	Samples, Over int
+	// Refused counts the requests the upstream refused (429/503).
+	Refused int
+}
+
+// Scale returns l with the learned shares applied: what a store that
+// keeps them grants under. Key "" scales Permits and Tokens, an
+// upstream's dial its Permits and KVTokens; at least 1 each.
+func (l Limits) Scale(shares map[string]float64) Limits {
+	if !l.Learned || len(shares) == 0 {
 		return l
 	}
-	sc := func(n int) int {
-		if n <= 0 {
+	sc := func(n int, key string) int {
+		share, ok := shares[key]
+		if n <= 0 || !ok || !(share > 0) || share >= 1 {
 			return n
 		}
 		return max(int(math.Floor(float64(n)*share)), 1)
 	}
-	l.Permits, l.Tokens = sc(l.Permits), sc(l.Tokens)
+	l.Permits, l.Tokens = sc(l.Permits, ""), sc(l.Tokens, "")
+	// The bound on one ticket follows the largest share: a heavy ticket
+	// still fits, alone, where the capacity is largest.
+	most := 0.0
+	for _, s := range shares {
+		most = max(most, s)
+	}
+	if l.TokenBound > 0 && most > 0 && most < 1 {
+		l.TokenBound = max(int(math.Floor(float64(l.TokenBound)*most)), 1)
+	}
 	if len(l.Upstreams) > 0 {
 		ups := make([]Upstream, len(l.Upstreams))
 		for i, u := range l.Upstreams {
-			ups[i] = Upstream{Dial: u.Dial, Permits: sc(u.Permits), KVTokens: sc(u.KVTokens)}
+			ups[i] = Upstream{Dial: u.Dial, Permits: sc(u.Permits, u.Dial), KVTokens: sc(u.KVTokens, u.Dial)}
 		}
 		l.Upstreams = ups
 	}
 	return l
 }
 
-// NextShare is the law (Adaptive): the share after a window, from the
+// NextShare is the law (Adaptive): a share after a window, from the
 // share before and the window's folded reports. Both stores use it (the
 // Redis store's script has the same lines).
 func NextShare(share float64, samples, over, refused int, limited bool, a AdaptArgs) float64 {
@@ -160,51 +184,95 @@ func NextShare(share float64, samples, over, refused int, limited bool, a AdaptA
 	return min(max(share, a.Floor), 1)
 }
 
-// learner is a Queue's side of Adaptive: the interval's observations,
-// sent with the first observation after the interval ends.
+// learner is a Queue's side of Adaptive: the interval's observations by
+// share key, sent with the first observation after the interval ends.
 type learner struct {
-	samples, over, refused atomic.Int64
-	limited                atomic.Bool
-	sent                   atomic.Int64  // when the last report was sent (Unix ns)
-	share                  atomic.Uint64 // the share in force, float64 bits; 0: 1
+	mu      sync.Mutex
+	obs     map[string]*AdaptReport
+	limited atomic.Bool
+	sent    atomic.Int64                       // when the last report was sent (Unix ns)
+	shares  atomic.Pointer[map[string]float64] // the shares in force, as the store last said
 }
 
-// Share returns the learned share of the configured capacity in force
-// (1 without Config.Adaptive, or before the store answered).
-func (q *Queue) Share() float64 {
-	if s := math.Float64frombits(q.learn.share.Load()); s > 0 {
-		return s
+// Shares returns the learned shares of the configured capacity in force,
+// by key ("": the queue's; an upstream's dial: its own), as the store
+// last said; empty without Config.Adaptive or before it answered. A key
+// missing is a share of 1.
+func (q *Queue) Shares() map[string]float64 {
+	if m := q.learn.shares.Load(); m != nil {
+		return maps.Clone(*m)
 	}
-	return 1
+	return nil
+}
+
+// Share returns the least of Shares (1 when there is none).
+func (q *Queue) Share() float64 {
+	least := 1.0
+	if m := q.learn.shares.Load(); m != nil {
+		for _, s := range *m {
+			least = min(least, s)
+		}
+	}
+	return least
 }
 
 // ObserveTTFT records one granted request's time to first token (from
-// forwarding it to its first response byte), for Config.Adaptive; a
-// no-op without it. Safe from any goroutine; it never blocks.
-func (q *Queue) ObserveTTFT(d time.Duration) {
+// forwarding it to its first response byte) on upstream (its
+// Permit.Upstream; "" without a pool), for Config.Adaptive; a no-op
+// without it. Safe from any goroutine; it never blocks on the store.
+func (q *Queue) ObserveTTFT(upstream string, d time.Duration) {
 	cfg := q.cfg.Load()
 	if cfg.Adaptive == nil {
 		return
 	}
-	q.learn.samples.Add(1)
-	if d > cfg.Adaptive.TargetTTFT {
-		q.learn.over.Add(1)
-	}
+	q.learn.add(upstream, func(r *AdaptReport) {
+		r.Samples++
+		if d > cfg.Adaptive.TargetTTFT {
+			r.Over++
+		}
+	})
 	q.maybeAdapt(cfg)
 }
 
-// ObserveRefused records a request the upstream refused (429/503), for
-// Config.Adaptive; a no-op without it.
-func (q *Queue) ObserveRefused() {
+// ObserveRefused records a request that upstream ("" without a pool)
+// refused (429/503), for Config.Adaptive; a no-op without it.
+func (q *Queue) ObserveRefused(upstream string) {
 	cfg := q.cfg.Load()
 	if cfg.Adaptive == nil {
 		return
 	}
-	q.learn.refused.Add(1)
+	q.learn.add(upstream, func(r *AdaptReport) { r.Refused++ })
 	q.maybeAdapt(cfg)
 }
 
-// maybeAdapt sends the interval's report in the background once the
+func (l *learner) add(key string, f func(*AdaptReport)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.obs == nil {
+		l.obs = make(map[string]*AdaptReport)
+	}
+	r := l.obs[key]
+	if r == nil {
+		r = &AdaptReport{Key: key}
+		l.obs[key] = r
+	}
+	f(r)
+}
+
+// take returns the interval's reports and starts a new interval.
+func (l *learner) take() []AdaptReport {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]AdaptReport, 0, len(l.obs))
+	for _, r := range l.obs {
+		out = append(out, *r)
+	}
+	l.obs = nil
+	slices.SortFunc(out, func(a, b AdaptReport) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// maybeAdapt sends the interval's reports in the background once the
 // interval has passed since the last one.
 func (q *Queue) maybeAdapt(cfg *Config) {
 	ad, ok := q.store.(Adapter)
@@ -217,16 +285,15 @@ func (q *Queue) maybeAdapt(cfg *Config) {
 	if now-last < int64(a.Interval) || !q.learn.sent.CompareAndSwap(last, now) {
 		return
 	}
-	args := AdaptArgs{Node: q.node, Samples: int(q.learn.samples.Swap(0)), Over: int(q.learn.over.Swap(0)),
-		Refused: int(q.learn.refused.Swap(0)), Limited: q.learn.limited.Swap(false),
+	args := AdaptArgs{Node: q.node, Reports: q.learn.take(), Limited: q.learn.limited.Swap(false),
 		Floor: a.Floor, Decrease: a.Decrease, Step: a.Step, BreachShare: a.BreachShare, Interval: a.Interval}
 	q.background(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 		defer cancel()
-		share, err := ad.Adapt(ctx, args)
+		shares, err := ad.Adapt(ctx, args)
 		q.health.record(q.log, err)
 		if err == nil {
-			q.learn.share.Store(math.Float64bits(share))
+			q.learn.shares.Store(&shares)
 		}
 	})
 }

@@ -20,13 +20,15 @@ func TestNextShareIsAIMDOnTheTargetBetweenFloorAndOne(t *testing.T) {
 
 func TestScaleAppliesTheShareToEveryCapacityAtLeastOne(t *testing.T) {
 	l := Limits{Permits: 10, Tokens: 1000, Learned: true, Upstreams: []Upstream{{Dial: "a", Permits: 3, KVTokens: 500}, {Dial: "b", Permits: 1}}}
-	s := l.Scale(0.25)
+	l.TokenBound = 1000
+	s := l.Scale(map[string]float64{"": 0.25, "a": 0.5})
 	assert.Equal(t, 2, s.Permits)
 	assert.Equal(t, 250, s.Tokens)
-	assert.Equal(t, []Upstream{{Dial: "a", Permits: 1, KVTokens: 125}, {Dial: "b", Permits: 1}}, s.Upstreams)
+	assert.Equal(t, []Upstream{{Dial: "a", Permits: 1, KVTokens: 250}, {Dial: "b", Permits: 1}}, s.Upstreams, "each upstream its own share; none: all of it")
+	assert.Equal(t, 500, s.TokenBound, "the bound follows the largest share")
 	assert.Equal(t, 3, l.Upstreams[0].Permits, "the caller's limits are not changed")
 	l.Learned = false
-	assert.Equal(t, l, l.Scale(0.25), "without Learned the limits stand")
+	assert.Equal(t, l, l.Scale(map[string]float64{"": 0.25}), "without Learned the limits stand")
 }
 
 func TestAdaptiveSettingsAreValidated(t *testing.T) {

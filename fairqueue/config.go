@@ -2,6 +2,7 @@ package fairqueue
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -233,7 +234,8 @@ func (c Config) limits() Limits {
 			ups[i].KVTokens = lessTokens(c.Upstreams[i].KVTokens, r)
 		}
 	}
-	return Limits{Permits: permits, Tokens: lessTokens(c.KVTokens, c.reservedTokens()), Learned: c.Adaptive != nil, Lease: c.Lease, MaxQueue: c.MaxQueue,
+	bound, _ := c.ClampTokens(math.MaxInt)
+	return Limits{Permits: permits, Tokens: lessTokens(c.KVTokens, c.reservedTokens()), TokenBound: bound, Learned: c.Adaptive != nil, Lease: c.Lease, MaxQueue: c.MaxQueue,
 		MaxQueuePerTenant: c.MaxQueuePerTenant, MaxInFlightPerTenant: c.MaxInFlightPerTenant, Upstreams: ups}
 }
 

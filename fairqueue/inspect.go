@@ -32,8 +32,9 @@ type Snapshot struct {
 	// TokensHeld is the KV-cache tokens the holders hold (their
 	// Request.Tokens); 0 when the queue does not count tokens.
 	TokensHeld int `json:"tokens_held,omitempty"`
-	// LearnedShare is the share of the configured capacity in force
-	// (Config.Adaptive); 0 when nothing was learned.
+	// LearnedShare is the queue's share of its configured capacity in
+	// force (Config.Adaptive, without a pool; with one, each upstream has
+	// its own: UpstreamInfo.LearnedShare); 0 when nothing was learned.
 	LearnedShare float64 `json:"learned_share,omitempty"`
 	// Grants is the number of grants made since the queue's state began.
 	Grants int64 `json:"grants"`

@@ -128,6 +128,12 @@ type Limits struct {
 	// whose head fits may pass one whose head does not, at most
 	// TokenPasses times in a row.
 	Tokens int
+	// TokenBound is the most one ticket weighs against Tokens (and an
+	// upstream's KVTokens): Config.ClampTokens' bound, the configured
+	// capacity, not less the reserved tokens (a ticket waits for those to
+	// end rather than count lighter). 0: Tokens, and the largest
+	// upstream's KVTokens when every upstream sets one.
+	TokenBound int
 	// Learned: the store grants under its learned share of these limits
 	// (Config.Adaptive, Adapter; Limits.Scale).
 	Learned bool

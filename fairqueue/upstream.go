@@ -2,6 +2,7 @@ package fairqueue
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -82,6 +83,9 @@ type UpstreamInfo struct {
 	// TokensHeld is the KV-cache tokens its holders hold (their
 	// Request.Tokens), across the cluster.
 	TokensHeld int `json:"tokens_held,omitempty"`
+	// LearnedShare is its share of its configured capacity in force
+	// (Config.Adaptive); 0 when nothing was learned.
+	LearnedShare float64 `json:"learned_share,omitempty"`
 	// CoolLeft is the time until it is dispatched to again after a
 	// failure (0: it is in dispatch).
 	CoolLeft time.Duration `json:"cool_left"`
@@ -152,4 +156,23 @@ func tokensOf(ts ...[]*ticket) map[string]int {
 		}
 	}
 	return m
+}
+
+// WithShares sets the learned share of each upstream of us that has one
+// in shares (by dial), adding the upstreams that have only a share; in
+// dial order. For stores' Inspect.
+func WithShares(us []UpstreamInfo, shares map[string]float64) []UpstreamInfo {
+	for dial, share := range shares {
+		if dial == "" {
+			continue
+		}
+		i := slices.IndexFunc(us, func(u UpstreamInfo) bool { return u.Dial == dial })
+		if i < 0 {
+			us = append(us, UpstreamInfo{Dial: dial})
+			i = len(us) - 1
+		}
+		us[i].LearnedShare = share
+	}
+	slices.SortFunc(us, func(a, b UpstreamInfo) int { return strings.Compare(a.Dial, b.Dial) })
+	return us
 }

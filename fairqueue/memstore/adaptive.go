@@ -7,40 +7,57 @@ import (
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 )
 
-// adaptState is the learned capacity (fairqueue.Adaptive): the share in
-// force and the window of reports since it last moved; guarded by
-// Store.mu.
+// adaptState is the learned capacity (fairqueue.Adaptive): each share in
+// force and its window of reports since it last moved, by key ("": the
+// queue's, else an upstream's dial); guarded by Store.mu.
 type adaptState struct {
-	share                  float64 // 0: 1 (never moved)
+	shares  map[string]float64
+	windows map[string]*adaptWindow
+}
+
+type adaptWindow struct {
 	samples, over, refused int
 	limited                bool
 	moved                  time.Time
 }
 
 // Adapt implements fairqueue.Adapter.
-func (s *Store) Adapt(_ context.Context, a fairqueue.AdaptArgs) (float64, error) {
+func (s *Store) Adapt(_ context.Context, a fairqueue.AdaptArgs) (map[string]float64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	st := &s.adaptState
-	st.samples += a.Samples
-	st.over += a.Over
-	st.refused += a.Refused
-	st.limited = st.limited || a.Limited
-	if st.share == 0 {
-		st.share = 1
+	if s.shares == nil {
+		s.shares, s.windows = make(map[string]float64), make(map[string]*adaptWindow)
 	}
-	if now.Sub(st.moved) >= a.Interval {
-		st.share = fairqueue.NextShare(st.share, st.samples, st.over, st.refused, st.limited, a)
-		st.samples, st.over, st.refused, st.limited = 0, 0, 0, false
-		st.moved = now
+	for _, r := range a.Reports {
+		w := s.windows[r.Key]
+		if w == nil {
+			w = &adaptWindow{}
+			s.windows[r.Key] = w
+		}
+		w.samples += r.Samples
+		w.over += r.Over
+		w.refused += r.Refused
+		w.limited = w.limited || a.Limited
+		if now.Sub(w.moved) >= a.Interval {
+			share, ok := s.shares[r.Key]
+			if !ok {
+				share = 1
+			}
+			s.shares[r.Key] = fairqueue.NextShare(share, w.samples, w.over, w.refused, w.limited, a)
+			*w = adaptWindow{moved: now}
+		}
 	}
-	return st.share, nil
+	out := make(map[string]float64, len(s.shares))
+	for k, v := range s.shares {
+		out[k] = v
+	}
+	return out, nil
 }
 
-// scaled is l under the learned share (fairqueue.Limits.Scale).
+// scaled is l under the learned shares (fairqueue.Limits.Scale).
 func (s *Store) scaled(l fairqueue.Limits) fairqueue.Limits {
-	return l.Scale(s.share)
+	return l.Scale(s.shares)
 }
 
 var _ fairqueue.Adapter = (*Store)(nil)

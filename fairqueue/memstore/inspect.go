@@ -75,7 +75,7 @@ func (s *Store) Inspect(_ context.Context, head, flows int) (fairqueue.Snapshot,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	snap := fairqueue.Snapshot{Waiting: len(s.index), Grants: s.grants, TokensHeld: s.held, LearnedShare: s.share}
+	snap := fairqueue.Snapshot{Waiting: len(s.index), Grants: s.grants, TokensHeld: s.held, LearnedShare: s.shares[""]}
 	ready, _ := s.readyFlows(s.inCap)
 	for _, f := range ready {
 		snap.Head = append(snap.Head, f.q[0].id)
@@ -88,7 +88,7 @@ func (s *Store) Inspect(_ context.Context, head, flows int) (fairqueue.Snapshot,
 		snap.Holders = append(snap.Holders, fairqueue.Holder{Ticket: id, Node: fairqueue.TicketNode(id),
 			LeaseLeft: exp.Sub(now), Upstream: s.holderOn[id], Tokens: s.weight[id]})
 	}
-	snap.Upstreams = s.upstreamInfos(now)
+	snap.Upstreams = fairqueue.WithShares(s.upstreamInfos(now), s.shares)
 	for n, exp := range s.nodes {
 		snap.Nodes = append(snap.Nodes, fairqueue.NodeInfo{ID: n, Alive: !exp.Before(now), ExpiresIn: exp.Sub(now)})
 	}

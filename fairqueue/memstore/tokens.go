@@ -51,9 +51,14 @@ func bounded(w, capacity int) int {
 }
 
 // weigh is the weight a ticket of w tokens is counted with under l: w
-// bounded by the queue's capacity and, when every upstream of the pool
-// sets KVTokens, by the largest of those (so it fits somewhere alone).
+// bounded by l.TokenBound (the configured capacity: a ticket waits for
+// reserved tokens to end rather than count lighter), or without one by
+// the queue's capacity and, when every upstream of the pool sets
+// KVTokens, by the largest of those (so it fits somewhere alone).
 func weigh(l fairqueue.Limits, w int) int {
+	if l.TokenBound > 0 {
+		return min(max(w, 0), l.TokenBound)
+	}
 	w = bounded(max(w, 0), l.Tokens)
 	m := 0
 	for _, u := range l.Upstreams {

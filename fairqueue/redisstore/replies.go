@@ -122,7 +122,7 @@ func decodeReconcile(v []any) (fairqueue.ReconcileResult, []fairqueue.Grant, err
 // {holder, ms left, ...}, {node, ms left, ...}, {flow, waiting, ...},
 // grants, {holder, upstream, ...}, {upstream, ms cooling left, ...},
 // tokens held, {holder, tokens, ...}, {upstream, tokens held, ...},
-// the learned share or ”}.
+// {share key, learned share, ...}}.
 func decodeInspect(v []any) (fairqueue.Snapshot, error) {
 	if len(v) != 12 {
 		return fairqueue.Snapshot{}, fmt.Errorf("unexpected reply %v", v)
@@ -144,9 +144,16 @@ func decodeInspect(v []any) (fairqueue.Snapshot, error) {
 	}
 	decodePool(&snap, asList(v[6]), asList(v[7]))
 	decodeTokens(&snap, v[8], asList(v[9]), asList(v[10]))
-	if s, _ := v[11].(string); s != "" {
-		snap.LearnedShare, _ = strconv.ParseFloat(s, 64)
+	shares := map[string]float64{}
+	for l, i := asList(v[11]), 0; i+1 < len(l); i += 2 {
+		k, _ := l[i].(string)
+		str, _ := l[i+1].(string)
+		if f, err := strconv.ParseFloat(str, 64); err == nil {
+			shares[k] = f
+		}
 	}
+	snap.LearnedShare = shares[""]
+	snap.Upstreams = fairqueue.WithShares(snap.Upstreams, shares)
 	return snap, nil
 }
 

@@ -139,7 +139,7 @@ func (s *Store) Tag() string { return s.tag }
 func (s *Store) args(first string, l fairqueue.Limits, more ...any) []any {
 	permits := strconv.Itoa(l.Permits)
 	if l.Tokens != 0 || l.Learned {
-		permits += " " + strconv.Itoa(l.Tokens)
+		permits += " " + strconv.Itoa(l.Tokens) + " " + strconv.Itoa(l.TokenBound)
 	}
 	if l.Learned {
 		permits += " a"
@@ -444,22 +444,29 @@ func costArg(t fairqueue.TicketArgs) string {
 }
 
 // Adapt implements fairqueue.Adapter with one script.
-func (s *Store) Adapt(ctx context.Context, a fairqueue.AdaptArgs) (float64, error) {
+func (s *Store) Adapt(ctx context.Context, a fairqueue.AdaptArgs) (map[string]float64, error) {
 	limited := 0
 	if a.Limited {
 		limited = 1
 	}
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
-	v, err := scripts.adapt.Run(ctx, s.rdb, s.keys, s.args(a.Node, fairqueue.Limits{}, a.Samples, a.Over, a.Refused, limited,
-		f(a.Floor), f(a.Decrease), f(a.Step), f(a.BreachShare), a.Interval.Milliseconds())...).Text()
-	if err != nil {
-		return 0, fmt.Errorf("adapt %s: %w", s.tag, busy(err))
+	more := []any{limited, f(a.Floor), f(a.Decrease), f(a.Step), f(a.BreachShare), a.Interval.Milliseconds()}
+	for _, r := range a.Reports {
+		more = append(more, r.Key, r.Samples, r.Over, r.Refused)
 	}
-	share, err := strconv.ParseFloat(v, 64)
+	v, err := scripts.adapt.Run(ctx, s.rdb, s.keys, s.args(a.Node, fairqueue.Limits{}, more...)...).StringSlice()
 	if err != nil {
-		return 0, fmt.Errorf("adapt %s: unexpected reply %q", s.tag, v)
+		return nil, fmt.Errorf("adapt %s: %w", s.tag, busy(err))
 	}
-	return share, nil
+	shares := make(map[string]float64, len(v)/2)
+	for i := 0; i+1 < len(v); i += 2 {
+		share, err := strconv.ParseFloat(v[i+1], 64)
+		if err != nil {
+			return nil, fmt.Errorf("adapt %s: unexpected reply %q", s.tag, v)
+		}
+		shares[v[i]] = share
+	}
+	return shares, nil
 }
 
 var _ fairqueue.Adapter = (*Store)(nil)

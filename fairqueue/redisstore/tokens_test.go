@@ -28,7 +28,8 @@ func TestArgsCarryTokensOnlyWhereCounted(t *testing.T) {
 		{costArg(fairqueue.TicketArgs{Cost: 1.5}), "1.5"},
 		{costArg(fairqueue.TicketArgs{Cost: 2, Tokens: 300}), "2 300"},
 		{poolArg([]fairqueue.Upstream{{Dial: "a:1", Permits: 2}, {Dial: "b:1", Permits: 3, KVTokens: 900}}), "a:1 2 b:1 3/900"},
-		{fmt.Sprint((&Store{}).args("t", fairqueue.Limits{Permits: 4, Tokens: -1})[1]), "4 -1"},
+		{fmt.Sprint((&Store{}).args("t", fairqueue.Limits{Permits: 4, Tokens: -1, TokenBound: 900})[1]), "4 -1 900"},
+		{fmt.Sprint((&Store{}).args("t", fairqueue.Limits{Permits: 4, Learned: true})[1]), "4 0 0 a"},
 		{fmt.Sprint((&Store{}).args("t", fairqueue.Limits{Permits: 4})[1]), "4"},
 	} {
 		if c.got != c.want {

@@ -16,6 +16,7 @@ import (
 func init() {
 	cases = append(cases,
 		testCase{"LearnedCapacityIsOneValueForEveryNode", learnedShared},
+		testCase{"LearnedCapacityOfAPoolIsOneSharePerUpstream", learnedPool},
 	)
 }
 
@@ -31,7 +32,7 @@ func learnedShared(t *testing.T, h Harness) {
 	p, err := nodes[0].Acquire(bg, fairqueue.Request{}) // joins the queue
 	require.NoError(t, err)
 	p.Release()
-	nodes[0].ObserveTTFT(time.Second) // above the target: the first report goes at once
+	nodes[0].ObserveTTFT("", time.Second) // above the target: the first report goes at once
 	eventually(t, 10*time.Second, func() bool { return nodes[0].Share() < 1 }, "the share did not move")
 	require.Equal(t, 0.5, nodes[0].Share(), "one breach: halved")
 	snap, err := nodes[2].Inspect(bg, 0, 0)
@@ -71,7 +72,7 @@ func learnedShared(t *testing.T, h Harness) {
 	}
 	waiter := acquireAsync(t, h, name, nodes[1], fairqueue.Request{}, 1) // the capacity is the limit
 	eventually(t, 10*time.Second, func() bool {
-		nodes[1].ObserveTTFT(time.Millisecond) // reports at most once per interval
+		nodes[1].ObserveTTFT("", time.Millisecond) // reports at most once per interval
 		time.Sleep(150 * time.Millisecond)
 		return nodes[1].Share() > 0.5
 	}, "the share did not grow: %v", nodes[1].Share())
@@ -81,4 +82,50 @@ func learnedShared(t *testing.T, h Harness) {
 	for _, p := range hold {
 		p.Release()
 	}
+}
+
+// With a pool, each upstream learns from its own answers: breaches on a
+// halve a's permits alone, for every node.
+func learnedPool(t *testing.T, h Harness) {
+	const name = "learnedpool"
+	cfg := fairqueue.Config{Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 4}, {Dial: "b:1", Permits: 4}},
+		MaxWait: time.Minute, PollInterval: 50 * time.Millisecond,
+		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5}}
+	nodes := []*fairqueue.Queue{h.NewNode(t, name, cfg), h.NewNode(t, name, cfg)}
+	p, err := nodes[0].Acquire(bg, fairqueue.Request{}) // joins the queue
+	require.NoError(t, err)
+	p.Release()
+	nodes[0].ObserveTTFT("a:1", time.Second) // the first report goes at once
+	eventually(t, 10*time.Second, func() bool { return nodes[0].Share() < 1 }, "the share did not move")
+	require.Equal(t, map[string]float64{"a:1": 0.5}, nodes[0].Shares(), "b has no share of its own yet: all of it")
+	snap, err := nodes[1].Inspect(bg, 0, 0)
+	require.NoError(t, err)
+	for _, u := range snap.Upstreams {
+		assert.Equal(t, map[string]float64{"a:1": 0.5}[u.Dial], u.LearnedShare, u.Dial)
+	}
+
+	var mu sync.Mutex
+	inside, most := map[string]int{}, map[string]int{}
+	var wg sync.WaitGroup
+	for i := range 40 {
+		q := nodes[i%2]
+		wg.Go(func() {
+			p, err := q.Acquire(bg, fairqueue.Request{})
+			if !assert.NoError(t, err) {
+				return
+			}
+			up := p.Upstream()
+			mu.Lock()
+			inside[up]++
+			most[up] = max(most[up], inside[up])
+			mu.Unlock()
+			time.Sleep(time.Duration(2+i%3) * time.Millisecond)
+			mu.Lock()
+			inside[up]--
+			mu.Unlock()
+			p.Release()
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, map[string]int{"a:1": 2, "b:1": 4}, most, "a at half its permits, b at all of them, both nodes together")
 }

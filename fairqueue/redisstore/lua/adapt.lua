@@ -1,28 +1,44 @@
--- adapt: one node's report for the learned capacity (fairqueue.Adaptive):
--- it is added to the queue's window (K.adapt) and, when an interval has
--- passed since the share last moved (Redis' clock), the share moves by
--- the window's reports (fairqueue.NextShare, the same lines) and a new
--- window starts. Every node's calls grant under that share (common.lua).
+-- adapt: one node's reports for the learned capacity (fairqueue.Adaptive):
+-- each is added to its share's window in K.adapt and, when an interval
+-- has passed since that share last moved (Redis' clock), the share moves
+-- by its window's reports (fairqueue.NextShare, the same lines) and a new
+-- window starts. Every node's calls grant under the shares (common.lua).
 -- KEYS: the common layout (K, see common.lua).
--- ARGV: 1 node, 2-7 common, 8 TTFTs measured, 9 of them above the target,
---   10 requests the upstream refused, 11 limited (1: requests waited),
---   12 floor, 13 decrease, 14 step, 15 breach share, 16 interval ms.
--- Returns the share in force (a string, 17 significant digits).
--- K.adapt: HASH share, moved (ms), samples, over, refused, limited.
+-- ARGV: 1 node, 2-7 common, 8 limited (1: the node's requests waited),
+--   9 floor, 10 decrease, 11 step, 12 breach share, 13 interval ms, then
+--   per share: its key ('' : the queue's, else an upstream's dial), the
+--   TTFTs measured, those above the target, the requests refused.
+-- Returns {key, share, ...}: every share in force (17 significant digits).
+-- K.adapt: HASH, per share key k: s:k share, m:k when it moved (ms),
+--   n:k samples, o:k over, r:k refused, l:k limited (its window).
 clock()
-local samples = redis.call('HINCRBY', K.adapt, 'samples', ARGV[8])
-local over = redis.call('HINCRBY', K.adapt, 'over', ARGV[9])
-local refused = redis.call('HINCRBY', K.adapt, 'refused', ARGV[10])
-if ARGV[11] == '1' then redis.call('HSET', K.adapt, 'limited', 1) end
-local v = redis.call('HMGET', K.adapt, 'share', 'moved', 'limited')
-local share, moved, limited = tonumber(v[1]) or 1, tonumber(v[2]) or 0, v[3] == '1'
-if now - moved >= tonumber(ARGV[16]) then
-  if refused > 0 or (samples > 0 and over > tonumber(ARGV[15]) * samples) then
-    share = share * tonumber(ARGV[13])
-  elseif limited and samples > 0 then
-    share = share + tonumber(ARGV[14])
+local floor, decrease, step, breach, interval =
+  tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
+for i = 14, #ARGV - 3, 4 do
+  local k = ARGV[i]
+  local n = redis.call('HINCRBY', K.adapt, 'n:' .. k, ARGV[i + 1])
+  local o = redis.call('HINCRBY', K.adapt, 'o:' .. k, ARGV[i + 2])
+  local r = redis.call('HINCRBY', K.adapt, 'r:' .. k, ARGV[i + 3])
+  if ARGV[8] == '1' then redis.call('HSET', K.adapt, 'l:' .. k, 1) end
+  local v = redis.call('HMGET', K.adapt, 's:' .. k, 'm:' .. k, 'l:' .. k)
+  local share, moved, limited = tonumber(v[1]) or 1, tonumber(v[2]) or 0, v[3] == '1'
+  if now - moved >= interval then
+    if r > 0 or (n > 0 and o > breach * n) then
+      share = share * decrease
+    elseif limited and n > 0 then
+      share = share + step
+    end
+    share = math.min(math.max(share, floor), 1)
+    redis.call('HSET', K.adapt, 's:' .. k, num(share), 'm:' .. k, now, 'n:' .. k, 0, 'o:' .. k, 0, 'r:' .. k, 0, 'l:' .. k, 0)
   end
-  share = math.min(math.max(share, tonumber(ARGV[12])), 1)
-  redis.call('HSET', K.adapt, 'share', num(share), 'moved', now, 'samples', 0, 'over', 0, 'refused', 0, 'limited', 0)
 end
-return num(share)
+local out = {}
+local h = redis.call('HGETALL', K.adapt)
+for i = 1, #h, 2 do
+  local k = string.match(h[i], '^s:(.*)$')
+  if k then
+    out[#out + 1] = k
+    out[#out + 1] = h[i + 1]
+  end
+end
+return out

@@ -64,18 +64,33 @@ local function clock()
   end
   return now
 end
--- ARGV[2]: "<permits>", or "<permits> <tokens>" (tokens.lua), or
--- "<permits> <tokens> a": the queue's learned share (K.adapt, see
--- adapt.lua) applies to every capacity: permits, tokens and each pool
--- upstream's (pool.lua), at least 1 each.
-local permits, tokens, share
+-- ARGV[2]: "<permits>", or "<permits> <tokens> <token bound>"
+-- (tokens.lua), followed by " a" where the learned shares (K.adapt, see
+-- adapt.lua) apply: the queue's (field 's:') to permits and tokens, each
+-- upstream's ('s:<dial>') to its own (pool.lua), at least 1 each; the
+-- token bound follows the largest share (fairqueue.Limits.Scale).
+local permits, tokens, token_bound, learned
 do
-  local p, t, a = string.match(ARGV[2], '^(%-?%d+) ?(%-?%d*) ?(a?)$')
-  permits, tokens = tonumber(p), tonumber(t) or 0
-  share = a == 'a' and tonumber(redis.call('HGET', K.adapt, 'share') or '1') or 1
+  local p, t, b, a = string.match(ARGV[2], '^(%-?%d+) ?(%-?%d*) ?(%-?%d*) ?(a?)$')
+  permits, tokens, token_bound, learned = tonumber(p), tonumber(t) or 0, tonumber(b) or 0, a == 'a'
 end
-local function scale(n)
-  if share >= 1 or n <= 0 then return n end
+local shares = {}
+if learned then
+  local h = redis.call('HGETALL', K.adapt)
+  local most
+  for i = 1, #h, 2 do
+    local key = string.match(h[i], '^s:(.*)$')
+    if key then
+      shares[key] = tonumber(h[i + 1])
+      most = math.max(most or 0, shares[key])
+    end
+  end
+  if most and most < 1 and token_bound > 0 then token_bound = math.max(math.floor(token_bound * most), 1) end
+end
+-- scale is capacity n under the share of key ('' : the queue's).
+local function scale(n, key)
+  local share = shares[key or '']
+  if not share or share >= 1 or n <= 0 then return n end
   return math.max(math.floor(n * share), 1)
 end
 permits, tokens = scale(permits), scale(tokens)

@@ -5,11 +5,24 @@
 --   {node, ms left, ...}, {{flow, waiting, held, usage}, ...} (busiest
 --   first; usage: its counter minus the virtual time), grants,
 --   {holder, upstream, ...}, {upstream, ms cooling left, ...}, tokens
---   held, {holder, tokens, ...}, {upstream, tokens held, ...}, the
---   learned share or ''}.
+--   held, {holder, tokens, ...}, {upstream, tokens held, ...}, {share
+--   key, learned share, ...} ('' : the queue's, else an upstream's)}.
 --   The head lists the ready flows' first tickets, least usage first,
 --   then the FIFO tickets in order.
 -- Idempotent: it writes nothing.
+-- learned_shares lists K.adapt's shares: {key, share, ...}.
+local function learned_shares()
+  local out = {}
+  local h = redis.call('HGETALL', K.adapt)
+  for i = 1, #h, 2 do
+    local k = string.match(h[i], '^s:(.*)$')
+    if k then
+      out[#out + 1] = k
+      out[#out + 1] = h[i + 1]
+    end
+  end
+  return out
+end
 clock()
 local want = tonumber(ARGV[8])
 local head = {}
@@ -55,4 +68,4 @@ for i = 1, #c, 2 do
 end
 return {waiting(), head, holders, nodes, top, grants(), redis.call('HGETALL', K.uheld), cooling,
   held_tokens(), redis.call('HGETALL', K.thold), redis.call('HGETALL', K.tup),
-  redis.call('HGET', K.adapt, 'share') or ''}
+  learned_shares()}

@@ -14,7 +14,7 @@
 
 local pool = {}
 for dial, n, t in string.gmatch(ARGV[7] or '', '(%S+) (%d+)/?(%-?%d*)') do
-  pool[#pool + 1] = {dial = dial, permits = scale(tonumber(n)), tokens = scale(tonumber(t) or 0)}
+  pool[#pool + 1] = {dial = dial, permits = scale(tonumber(n), dial), tokens = scale(tonumber(t) or 0, dial)}
 end
 
 -- token_view adds to a pool view what fits_on needs, once: the weights

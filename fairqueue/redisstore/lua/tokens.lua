@@ -33,16 +33,19 @@ local function bounded(w, cap)
   return w
 end
 
--- weigh is the weight a ticket of w tokens is counted with: w bounded
--- by the queue's capacity and, when every upstream of the pool sets its
--- own, by the largest of those (so it fits somewhere, alone). ARGV[7] is
--- read here, as pool.lua reads it.
+-- weigh is the weight a ticket of w tokens is counted with: w bounded by
+-- the token bound (the configured capacity: a ticket waits for reserved
+-- tokens to end rather than count lighter); without one, by the queue's
+-- capacity and, when every upstream of the pool sets its own, by the
+-- largest of those (so it fits somewhere, alone). ARGV[7] is read here,
+-- as pool.lua reads it.
 local weigh_cap
 local function weigh(w)
+  if token_bound > 0 then return math.min(math.max(w or 0, 0), token_bound) end
   if weigh_cap == nil then
     weigh_cap = 0
     for t in string.gmatch(ARGV[7] or '', '%S+ %d+/?(%-?%d*)') do
-      local c = scale(tonumber(t) or 0)
+      local c = tonumber(t) or 0
       if c <= 0 then
         weigh_cap = 0
         break
