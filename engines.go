@@ -3,6 +3,7 @@ package caddyfairqueue
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,6 +122,18 @@ func newEngine(b backend, name string, h *Handler) (*engine, error) {
 // so a release in the handler would delay the client's next request by
 // that round trip. The upstream has answered by then; the permit only
 // has to reach the next waiter, which it does as fast either way.
+//
+// When the release wakes a waiter of this node at once (the local
+// store, or a local handoff), the request then yields its thread: the
+// woken waiter (or the release's goroutine, which wakes it) is this
+// thread's next goroutine, but would run only once this request has also
+// finished its answer and parked reading the connection's next request;
+// on a busy machine that put tens of microseconds, most of the handoff's
+// own time, between the release and the next request's start. What this
+// request has left to do waits for the upstream's next request instead:
+// the permit is the bottleneck, not this request's end. Nobody woken,
+// nothing yields: a yield wakes an idle thread, which costs CPU at low
+// load.
 func (e *engine) finish(p *fairqueue.Permit, done func()) {
 	if p == nil {
 		done()
@@ -136,15 +149,23 @@ func (e *engine) finish(p *fairqueue.Permit, done func()) {
 	}
 	e.mu.Unlock()
 	if !background {
+		woken := e.q.Woken()
 		p.Release()
+		if e.q.Woken() != woken {
+			runtime.Gosched()
+		}
 		done()
 		return
 	}
+	handsOn := e.q.HeadIsOwn()
 	go func() {
 		p.Release()
 		e.releases.Done() // before done: done may close the engine, which waits for releases
 		done()
 	}()
+	if handsOn {
+		runtime.Gosched()
+	}
 }
 
 // enter counts a request that uses the engine; exit must follow.

@@ -2,6 +2,7 @@ package fairqueue
 
 import (
 	"context"
+	"runtime"
 	"time"
 )
 
@@ -46,6 +47,18 @@ func (q *Queue) Head(id string, permits int) {
 	q.s.head.Store(&headTicket{t: t, permits: permits})
 }
 
+// Woken counts the grants that have woken a waiter of this node so far:
+// from the store (a release's reply, a Pub/Sub message, a grant found by
+// reconcile) or by a local handoff. A caller that sees it move across
+// its Release knows a waiter is ready to run (a concurrent grant may
+// move it too).
+func (q *Queue) Woken() uint64 { return q.s.woken.Load() }
+
+// HeadIsOwn reports whether the store last said that one of this node's
+// waiters heads the queue: a release now would likely start it at once
+// (a local handoff) instead of making a store round trip first.
+func (q *Queue) HeadIsOwn() bool { return q.s.head.Load() != nil }
+
 // handOn hands the permit released by args straight to the node's
 // waiter at the head of the queue, if the local handoff applies (see
 // above), and records the move in the store. It reports whether it did;
@@ -85,6 +98,10 @@ func (q *Queue) handOn(args TicketArgs) bool {
 	if o := cfg.Observer; o != nil && t.handoff.CompareAndSwap(false, true) {
 		o.Handoff(0)
 	}
+	q.s.woken.Add(1)
+	// Let the waiter run before the transfer's round trip: otherwise it
+	// waits for this goroutine to park in the store call.
+	runtime.Gosched()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 	defer cancel()
 	err := tr.Transfer(ctx, args, t.id)

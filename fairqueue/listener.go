@@ -14,6 +14,7 @@ func (q *Queue) Granted(grants ...Grant) {
 			continue
 		}
 		q.grant(t, g.No, g.Upstream)
+		q.s.woken.Add(1)
 		q.observe(g.No, "")
 		q.observeHandoff(t, g.At)
 	}

@@ -60,6 +60,8 @@ type session struct {
 	// replies (the head).
 	head       atomic.Pointer[headTicket]
 	aliveUntil atomic.Int64
+	// woken counts grants that woke a waiter of this node (Queue.Woken).
+	woken atomic.Uint64
 }
 
 // An event is something that happened outside the loop that the loop

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,6 +32,13 @@ const (
 	// at first, since a moved slot is usually served again at once.
 	minBackoff = 50 * time.Millisecond
 	maxBackoff = time.Second
+	// pingAfter is how long a subscription may stay silent before it
+	// pings Redis: a connection that broke meanwhile fails the ping, and
+	// go-redis reconnects and subscribes again.
+	pingAfter = 2 * time.Second
+	// retryReceiveAfter spaces the reads of a connection that keeps
+	// failing (Redis down: each read dials first).
+	retryReceiveAfter = 100 * time.Millisecond
 )
 
 // errClosed ends an attempt that Close overtook.
@@ -72,27 +80,23 @@ type Subscription struct {
 // subscribes again when the server unsubscribes it.
 func Subscribe(ctx context.Context, rdb redis.UniversalClient, channel string, sharded bool, h Listener) (*Subscription, error) {
 	s := &Subscription{rdb: rdb, channel: channel, sharded: sharded, h: h, done: make(chan struct{})}
-	ps, ch, err := s.subscribe(ctx)
+	ps, err := s.subscribe(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %s: %w", channel, err)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	go s.run(ps, ch)
+	go s.run(ps)
 	return s, nil
 }
 
 // run delivers messages until Close, subscribing again each time the
 // server unsubscribes the channel.
-func (s *Subscription) run(ps *redis.PubSub, ch <-chan any) {
+func (s *Subscription) run(ps *redis.PubSub) {
 	defer close(s.done)
-	for s.deliver(ch) {
-		// Drop the PubSub and wait for go-redis's receiving goroutine
-		// to end: it closes ch.
+	for s.deliver(ps) {
 		s.drop(ps)
-		for range ch {
-		}
 		var err error
-		if ps, ch, err = s.subscribe(s.ctx); err != nil {
+		if ps, err = s.subscribe(s.ctx); err != nil {
 			return // closed
 		}
 		if s.h.Subscribed != nil {
@@ -101,10 +105,40 @@ func (s *Subscription) run(ps *redis.PubSub, ch <-chan any) {
 	}
 }
 
-// deliver hands ch's messages to the Listener until the server
-// unsubscribes the channel (true) or ch is closed (false).
-func (s *Subscription) deliver(ch <-chan any) (unsubscribed bool) {
-	for m := range ch {
+// deliver reads ps's messages and hands them to the Listener until the
+// server unsubscribes the channel (true) or ps is closed (false). It
+// reads the connection itself rather than through go-redis's channel,
+// whose reader and health-check goroutines would each be woken for every
+// message before this one: a grant's waiter starts two wake-ups sooner.
+// It does what they did: a read that fails has made go-redis reconnect
+// and subscribe again (the confirmation comes as a message), and a
+// subscription silent for pingAfter is pinged (ping), so that a broken
+// connection is found and replaced.
+func (s *Subscription) deliver(ps *redis.PubSub) (unsubscribed bool) {
+	var heard atomic.Int64 // unix ns of the last message
+	heard.Store(time.Now().UnixNano())
+	stop := make(chan struct{})
+	pinged := make(chan struct{})
+	go s.ping(ps, &heard, stop, pinged)
+	defer func() {
+		close(stop)
+		<-pinged
+	}()
+	failed := false
+	for {
+		m, err := ps.Receive(s.ctx)
+		if err != nil {
+			if s.isClosed() || errors.Is(err, redis.ErrClosed) {
+				return false
+			}
+			if failed && !s.sleep(retryReceiveAfter) {
+				return false
+			}
+			failed = true
+			continue
+		}
+		failed = false
+		heard.Store(time.Now().UnixNano())
 		switch m := m.(type) {
 		case *redis.Message:
 			if s.h.Message != nil {
@@ -124,25 +158,60 @@ func (s *Subscription) deliver(ch <-chan any) (unsubscribed bool) {
 			}
 		}
 	}
-	return false
+}
+
+// ping pings ps whenever it has heard nothing for pingAfter, until stop
+// is closed; then it closes done. A ping that cannot be sent makes
+// go-redis reconnect, which ends the read in progress with an error.
+func (s *Subscription) ping(ps *redis.PubSub, heard *atomic.Int64, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(pingAfter / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		if time.Since(time.Unix(0, heard.Load())) < pingAfter {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, confirmTimeout)
+		_ = ps.Ping(ctx)
+		cancel()
+		heard.Store(time.Now().UnixNano()) // the pong, or the reconnect, comes next
+	}
+}
+
+// sleep waits d, or until Close; it reports whether the subscription is
+// still open.
+func (s *Subscription) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
 }
 
 // subscribe opens a PubSub on the channel and waits for Redis to
 // confirm it, retrying with backoff until it succeeds or ctx ends.
-func (s *Subscription) subscribe(ctx context.Context) (*redis.PubSub, <-chan any, error) {
+func (s *Subscription) subscribe(ctx context.Context) (*redis.PubSub, error) {
 	backoff := minBackoff
 	t := time.NewTimer(backoff)
 	defer t.Stop()
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		ps, ch, err := s.attempt(ctx)
+		ps, err := s.attempt(ctx)
 		if err == nil {
-			return ps, ch, nil
+			return ps, nil
 		}
 		if errors.Is(err, errClosed) {
-			return nil, nil, err
+			return nil, err
 		}
 		// A stale slot map sends the attempt to the slot's old owner,
 		// which answers MOVED.
@@ -152,16 +221,16 @@ func (s *Subscription) subscribe(ctx context.Context) (*redis.PubSub, <-chan any
 		t.Reset(backoff)
 		select {
 		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("%w (last attempt: %v)", ctx.Err(), err)
+			return nil, fmt.Errorf("%w (last attempt: %v)", ctx.Err(), err)
 		case <-t.C:
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
 }
 
-// attempt subscribes once. The confirmation is read before the channel
-// is made, as go-redis's channel drops errors (MOVED among them).
-func (s *Subscription) attempt(ctx context.Context) (*redis.PubSub, <-chan any, error) {
+// attempt subscribes once and reads the confirmation (or the error:
+// MOVED from a slot's old owner).
+func (s *Subscription) attempt(ctx context.Context) (*redis.PubSub, error) {
 	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
 	defer cancel()
 	var ps *redis.PubSub
@@ -174,7 +243,7 @@ func (s *Subscription) attempt(ctx context.Context) (*redis.PubSub, <-chan any, 
 	if s.closed {
 		s.mu.Unlock()
 		_ = ps.Close()
-		return nil, nil, errClosed
+		return nil, errClosed
 	}
 	s.ps = ps // so that Close interrupts the wait
 	s.mu.Unlock()
@@ -187,18 +256,14 @@ func (s *Subscription) attempt(ctx context.Context) (*redis.PubSub, <-chan any, 
 	if err != nil {
 		s.drop(ps)
 		if s.isClosed() {
-			return nil, nil, errClosed
+			return nil, errClosed
 		}
-		return nil, nil, err
+		return nil, err
 	}
-	ch := ps.ChannelWithSubscriptions(
-		redis.WithChannelSize(4096),
-		redis.WithChannelHealthCheckInterval(2*time.Second),
-	)
-	return ps, ch, nil
+	return ps, nil
 }
 
-// drop closes ps, which ends its channel.
+// drop closes ps, which ends a read in progress.
 func (s *Subscription) drop(ps *redis.PubSub) {
 	s.mu.Lock()
 	if s.ps == ps {

@@ -2,6 +2,7 @@ package notifier_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,4 +126,33 @@ func TestCloseDoesNotSubscribeAgain(t *testing.T) {
 		chs, err := rdb.PubSubChannels(ctx, "*").Result()
 		return err == nil && len(chs) == 0
 	}, 5*time.Second, 10*time.Millisecond, "channels left subscribed")
+}
+
+// A Subscription reads its connection itself; a silent one pings Redis
+// (a broken connection fails the ping and is replaced), and one whose
+// connection Redis closed subscribes again and says so.
+func TestSilentSubscriptionPingsAndAKilledOneSubscribesAgain(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	ev := newEvents()
+	sub, err := notifier.Subscribe(ctx, rdb, "node:a", false, ev.listener())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+
+	require.Eventually(t, func() bool {
+		list, err := rdb.Do(ctx, "CLIENT", "LIST", "TYPE", "pubsub").Text()
+		return err == nil && strings.Contains(list, "cmd=ping")
+	}, 10*time.Second, 100*time.Millisecond, "no ping on the silent subscription")
+	require.NoError(t, rdb.Publish(ctx, "node:a", "one").Err())
+	assert.Equal(t, "one", ev.message(t, 5*time.Second))
+
+	require.NoError(t, rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err())
+	select {
+	case <-ev.subscribed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not subscribed again after its connection was killed")
+	}
+	require.NoError(t, rdb.Publish(ctx, "node:a", "two").Err())
+	assert.Equal(t, "two", ev.message(t, 5*time.Second))
 }

@@ -10,6 +10,8 @@ import (
 // Targets of the benchmark issue.
 const (
 	TargetThroughput   = "saturated throughput vs HAProxy: local >= 1.00x, Redis 1 node >= 0.97x, 3 nodes >= 0.95x"
+	TargetShort        = "saturated throughput vs HAProxy, short service: local >= 0.98x, Redis 1 node >= 0.92x (3 nodes reported)"
+	TargetHandoffRatio = "handoff p50 vs HAProxy's: local <= 1.5x, Redis <= 2.5x"
 	TargetFastPath     = "fast path <= +0.2 ms p50 over reverse_proxy"
 	TargetCPU          = "fair_queue adds at most 15% CPU per request over plain reverse_proxy"
 	TargetHandoff      = "handoff p99 <= 2 ms"
@@ -50,6 +52,13 @@ func Evaluate(res *Results) []Check {
 			} else {
 				add(TargetThroughput, name, fmt.Sprintf("%.1f req/s (no HAProxy run)", s.Saturated.Throughput), "n/a")
 			}
+		}
+		if fq && s.SaturatedShort != nil {
+			value, result := shortThroughput(res, s)
+			add(TargetShort, name, value, result)
+		}
+		if fq {
+			checks = append(checks, handoffRatioChecks(res, s)...)
 		}
 		if base := res.baseline(s); fq && s.LowLoad != nil && base != nil {
 			d50 := s.LowLoad.P50 - base.LowLoad.P50
@@ -129,7 +138,7 @@ func Evaluate(res *Results) []Check {
 	checks = append(checks, scaleChecks(res.Scale, permits)...)
 	checks = append(checks, capacityChecks(res.Capacity)...)
 	// One block per target, in the order of the issue.
-	order := []string{TargetThroughput, TargetFastPath, TargetCPU, TargetHandoff, TargetFastScripts,
+	order := []string{TargetThroughput, TargetShort, TargetFastPath, TargetCPU, TargetHandoff, TargetHandoffRatio, TargetFastScripts,
 		TargetQueueScripts, TargetConcurrency, TargetLLMUtil, TargetLLMWait, TargetRSS, TargetRSS64, TargetIdle,
 		TargetScaleMem, TargetScaleHandoff, TargetScaleFailures, TargetScaleQueues, TargetFairTime, TargetFairTokens}
 	slices.SortStableFunc(checks, func(a, b Check) int {
@@ -150,6 +159,83 @@ func throughputTarget(spec systems.Spec) float64 {
 		return 0.97
 	}
 	return 0.95
+}
+
+// shortThroughput compares the short-service saturated throughput of
+// fair_queue system s with HAProxy's: its value and result.
+func shortThroughput(res *Results, s *System) (value, result string) {
+	ha := res.System("haproxy")
+	run := s.SaturatedShort
+	if ha == nil || ha.SaturatedShort == nil || ha.SaturatedShort.Throughput <= 0 {
+		return fmt.Sprintf("%.1f req/s (no HAProxy run)", run.Throughput), "n/a"
+	}
+	r := run.Throughput / ha.SaturatedShort.Throughput
+	value = fmt.Sprintf("%.1f vs %.1f req/s = %.3fx (%g ms upstream)", run.Throughput, ha.SaturatedShort.Throughput, r, res.Settings.ShortServiceMS)
+	target, checked := shortThroughputTarget(s.Spec)
+	if !checked {
+		return value, "reported"
+	}
+	return value, verdict(r >= target)
+}
+
+// shortThroughputTarget is the least short-service saturated throughput
+// over HAProxy's that fair_queue system spec must reach: 0.98x with the
+// local store, 0.92x with Redis on one node; none on more (reported).
+func shortThroughputTarget(spec systems.Spec) (float64, bool) {
+	switch {
+	case !spec.Redis:
+		return 0.98, true
+	case spec.Nodes == 1:
+		return 0.92, true
+	}
+	return 0, false
+}
+
+// handoffRatioChecks compare the handoff p50 of fair_queue system s with
+// HAProxy's under each saturated load both ran: at most 1.5x with the
+// local store, 2.5x with Redis (a script call and a Pub/Sub message more).
+func handoffRatioChecks(res *Results, s *System) []Check {
+	ha := res.System("haproxy")
+	if ha == nil {
+		return nil
+	}
+	limit := 1.5
+	if s.Spec.Redis {
+		limit = 2.5
+	}
+	var checks []Check
+	for _, l := range saturatedLoads(res.Settings) {
+		run, ref := l.pick(s), l.pick(ha)
+		if run == nil || ref == nil || run.HandoffCount == 0 || ref.HandoffCount == 0 || ref.HandoffP50 <= 0 {
+			continue
+		}
+		r := run.HandoffP50 / ref.HandoffP50
+		checks = append(checks, Check{
+			Target: TargetHandoffRatio, System: fmt.Sprintf("%s (%g ms)", s.Spec.Name, l.serviceMS),
+			Value:  fmt.Sprintf("p50 %.3f vs %.3f ms = %.2fx", run.HandoffP50, ref.HandoffP50, r),
+			Result: verdict(Round(r, 3) <= limit),
+		})
+	}
+	return checks
+}
+
+// saturatedLoad is one of the saturated loads, by its service time.
+type saturatedLoad struct {
+	serviceMS float64
+	pick      func(*System) *LoadRun
+	// upstreamQueues picks plain reverse_proxy's load of the same
+	// service time against an upstream that queues itself.
+	upstreamQueues func(*System) *LoadRun
+}
+
+// saturatedLoads are the saturated loads of a run's settings: ServiceMS,
+// then ShortServiceMS when the run had it.
+func saturatedLoads(set Settings) []saturatedLoad {
+	loads := []saturatedLoad{{set.ServiceMS, pickSaturated, pickUpstreamQueues}}
+	if set.ShortServiceMS > 0 {
+		loads = append(loads, saturatedLoad{set.ShortServiceMS, pickSaturatedShort, pickUpstreamQueuesShort})
+	}
+	return loads
 }
 
 // median returns the median of vs (the mean of the middle two when even);
@@ -190,11 +276,16 @@ var cpuLoads = []struct {
 	{"low load", pickLowLoad, pickLowLoad, false},
 	{"saturated", pickSaturated, pickUpstreamQueues, false},
 	{"saturated, vs no waiting clients", pickSaturated, pickAtPermits, true},
+	{"saturated, short service", pickSaturatedShort, pickUpstreamQueuesShort, true},
 }
 
 func pickLowLoad(s *System) *LoadRun { return s.LowLoad }
 
 func pickSaturated(s *System) *LoadRun { return s.Saturated }
+
+func pickSaturatedShort(s *System) *LoadRun { return s.SaturatedShort }
+
+func pickUpstreamQueuesShort(s *System) *LoadRun { return s.UpstreamQueuesShort }
 
 func pickAtPermits(s *System) *LoadRun { return s.AtPermits }
 

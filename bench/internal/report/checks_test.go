@@ -1,6 +1,7 @@
 package report
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
@@ -95,4 +96,44 @@ func TestCPUTargetComparesWithReverseProxyUnderTheSameLoad(t *testing.T) {
 	assert.Contains(t, md, "| 0.0920 | 0.0600 | 1.15x (1.90x with Redis) |", "saturated row")
 	assert.Contains(t, md, "Caddy reverse_proxy 100.0 req/s, p50 0.00 ms, proxy CPU 0.0900 ms / req")
 	assert.Contains(t, md, "Caddy reverse_proxy 100.0 req/s, p50 0.00 ms, upstream max 0, handoff p50 / p99 0.000 / 0.000 ms (inside the upstream), proxy CPU 0.0800 ms / req")
+}
+
+func TestShortServiceLoadIsCheckedAgainstHAProxysAndReportsTheHandoffBreakdown(t *testing.T) {
+	t.Parallel()
+	specs := systems.DefaultSpecs()
+	res := &Results{Settings: DefaultSettings(true)}
+	handoff := func(rps, p50 float64) *LoadRun {
+		return &LoadRun{Throughput: rps, UpstreamMax: 4, HandoffCount: 100, HandoffP50: p50, HandoffP99: 3 * p50}
+	}
+	res.Systems = []*System{
+		{Spec: specs[0], Saturated: handoff(350, 0.4), SaturatedShort: handoff(1500, 0.2)},
+		{Spec: specs[1], UpstreamQueues: handoff(370, 0.07), UpstreamQueuesShort: handoff(1600, 0.07)},
+		{Spec: specs[3], Saturated: handoff(350, 0.5), SaturatedShort: handoff(1480, 0.35)}, // local
+		{Spec: specs[4], Saturated: handoff(340, 0.8), SaturatedShort: handoff(1350, 0.6)},  // Redis 1 node
+		{Spec: specs[5], Saturated: handoff(330, 1.1), SaturatedShort: handoff(1200, 0.9)},  // Redis 3 nodes
+	}
+	got := map[string]string{}
+	for _, c := range Evaluate(res) {
+		if c.Target == TargetShort || c.Target == TargetHandoffRatio {
+			got[c.Target+" "+c.System] = c.Result
+		}
+	}
+	assert.Equal(t, map[string]string{
+		TargetShort + " fq-local":                  "pass",     // 0.987x
+		TargetShort + " fq-redis-1":                "FAIL",     // 0.90x
+		TargetShort + " fq-redis-3":                "reported", // 0.80x
+		TargetHandoffRatio + " fq-local (10 ms)":   "pass",     // 1.25x
+		TargetHandoffRatio + " fq-local (2 ms)":    "FAIL",     // 1.75x
+		TargetHandoffRatio + " fq-redis-1 (10 ms)": "pass",     // 2.0x
+		TargetHandoffRatio + " fq-redis-1 (2 ms)":  "FAIL",     // 3.0x
+		TargetHandoffRatio + " fq-redis-3 (10 ms)": "FAIL",     // 2.75x
+		TargetHandoffRatio + " fq-redis-3 (2 ms)":  "FAIL",     // 4.5x
+	}, got)
+
+	md := Markdown(res, Files{OutDir: "bench-results"}, nil)
+	assert.Contains(t, md, "## Saturated: 64 clients, 4 permits, 2 ms upstream")
+	assert.Contains(t, md, "| system | 10 ms upstream | 2 ms upstream |")
+	assert.Contains(t, md, "| fair_queue Redis 1 node | 0.800 / 2.400 (+0.300) | 0.600 / 1.800 (+0.250) |")
+	assert.Contains(t, md, "hands on inside the upstream: 0.070 / 0.210 ms at 10 ms, 0.070 / 0.210 ms at 2 ms.")
+	assert.False(t, strings.Contains(md, "%!"), "no formatting errors")
 }

@@ -100,6 +100,23 @@ func Markdown(res *Results, opts Files, plots []string) string {
 	if len(queues) > 0 {
 		w("\nreverse_proxy with %d clients, the upstream queueing beyond %d, %.0f s: %s.\n", set.Clients, set.Permits, set.SaturatedS, strings.Join(queues, "; "))
 	}
+	if set.ShortServiceMS > 0 {
+		w("\n## Saturated: %d clients, %d permits, %g ms upstream\n\n", set.Clients, set.Permits, set.ShortServiceMS)
+		w("The same load with short answers (embeddings, rerankers, small models, cached answers): the handoff is a\n")
+		w("larger share of a permit's turn. The upstream alone, %d clients, serves **%.1f req/s**.\n\n", set.Permits, set.UpstreamShortRPS)
+		loadTable(&b, res, pickSaturatedShort, pickUpstreamQueuesShort)
+		var short []string
+		for _, s := range res.Systems {
+			if r := s.UpstreamQueuesShort; r != nil {
+				short = append(short, fmt.Sprintf("%s %.1f req/s, p50 %.2f ms, upstream max %d, handoff p50 / p99 %.3f / %.3f ms (inside the upstream), proxy CPU %.4f ms / req",
+					s.Spec.Label, r.Throughput, r.P50, r.UpstreamMax, r.HandoffP50, r.HandoffP99, r.ProxyCPUPerRequest))
+			}
+		}
+		if len(short) > 0 {
+			w("\nreverse_proxy with %d clients, the upstream queueing beyond %d: %s.\n", set.Clients, set.Permits, strings.Join(short, "; "))
+		}
+	}
+	handoffBreakdown(&b, res)
 	w("\n## Low load: fast-path overhead\n\n")
 	w("%d client, back-to-back requests, upstream answers at once (1 token, no delay), %.0f s. Each system is\n", set.LowLoadClients, set.LowLoadS)
 	w("compared with plain reverse_proxy on as many nodes when that ran, else on one (the client's requests go\n")
@@ -205,6 +222,69 @@ func Markdown(res *Results, opts Files, plots []string) string {
 	w("missing, start every server on free loopback ports, stop them all at the end, and rewrite this file.\n")
 	w("Logs and configs of the last run are in `%s/logs/`.\n", filepath.ToSlash(opts.OutDir))
 	return b.String()
+}
+
+// handoffBreakdown writes the handoff of each limiter under each
+// saturated load, and what each adds over the one before it: fair_queue
+// local over HAProxy (Caddy's proxying and the in-process handoff), the
+// Redis store over the local one (the release script and the grant's
+// Pub/Sub message, or the local handoff's transfer), 3 nodes over 1
+// (grants to another node).
+func handoffBreakdown(b *strings.Builder, res *Results) {
+	loads := saturatedLoads(res.Settings)
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	w("\n## Handoff breakdown\n\n")
+	w("Handoff: the upstream arrival of a request minus the end of the completion whose permit it took\n")
+	w("(mockllm `-timeline`), p50 / p99 in ms; in brackets, the p50 added over the row above: fair_queue local\n")
+	w("over HAProxy is Caddy's proxying and the in-process handoff, Redis over local the release script and the\n")
+	w("grant's Pub/Sub message (or a local handoff's transfer), 3 nodes over 1 the grants to another node.\n")
+	if res.Settings.RedisRTTP50MS > 0 {
+		w("One Redis round trip: p50 %.3f ms back to back, %.3f ms after 0.5 ms idle.\n", res.Settings.RedisRTTBusyP50MS, res.Settings.RedisRTTP50MS)
+	}
+	w("\n| system |")
+	for _, l := range loads {
+		w(" %g ms upstream |", l.serviceMS)
+	}
+	w("\n|---|")
+	for range loads {
+		w("---|")
+	}
+	w("\n")
+	prev := make([]*LoadRun, len(loads))
+	for _, s := range res.Systems {
+		if !s.Spec.Limited() || s.Error != "" {
+			continue
+		}
+		w("| %s |", s.Spec.Label)
+		for i, l := range loads {
+			run := l.pick(s)
+			if run == nil || run.HandoffCount == 0 {
+				w(" |")
+				continue
+			}
+			w(" %.3f / %.3f", run.HandoffP50, run.HandoffP99)
+			if p := prev[i]; p != nil {
+				w(" (%+.3f)", run.HandoffP50-p.HandoffP50)
+			}
+			w(" |")
+			prev[i] = run
+		}
+		w("\n")
+	}
+	for _, s := range res.Systems {
+		if s.Spec.Kind != systems.KindPlain || s.Spec.Nodes != 1 {
+			continue
+		}
+		var cells []string
+		for _, l := range loads {
+			if run := l.upstreamQueues(s); run != nil && run.HandoffCount > 0 {
+				cells = append(cells, fmt.Sprintf("%.3f / %.3f ms at %g ms", run.HandoffP50, run.HandoffP99, l.serviceMS))
+			}
+		}
+		if len(cells) > 0 {
+			w("\n%s in front of an upstream that queues itself hands on inside the upstream: %s.\n", s.Spec.Label, strings.Join(cells, ", "))
+		}
+	}
 }
 
 // loadTable writes one row per system for the load pick selects.

@@ -48,6 +48,11 @@ type Settings struct {
 	Permits int `json:"permits"`
 	// ServiceMS is the upstream's time per unstreamed answer.
 	ServiceMS float64 `json:"service_ms"`
+	// ShortServiceMS is the upstream's time per answer of the short
+	// saturated load (embeddings, rerankers, small models, cached
+	// answers): the handoff is a larger share of a permit's turn. Zero:
+	// not run (a run before the bench had it).
+	ShortServiceMS float64 `json:"short_service_ms,omitempty"`
 	// Clients is the closed-loop concurrency of the saturated loads.
 	Clients int `json:"clients"`
 	// SaturatedS, LowLoadS and OpenLoopS are the lengths of a saturated
@@ -78,6 +83,8 @@ type Settings struct {
 	// every limiter. The open-loop rates are fractions of the latter.
 	UpstreamRPS       float64 `json:"upstream_rps"`
 	UpstreamStreamRPS float64 `json:"upstream_stream_rps"`
+	// UpstreamShortRPS is the same with ShortServiceMS answers.
+	UpstreamShortRPS float64 `json:"upstream_short_rps,omitempty"`
 	// RedisRTTP50MS and RedisRTTP99MS are the round trip of one no-op
 	// script call to the bench's Redis from a Go client (go-redis, as
 	// fair_queue uses), each call after 0.5 ms without one, as at low
@@ -133,6 +140,11 @@ type System struct {
 	// of the proxy. The reference of the limiters' CPU per request when
 	// saturated.
 	UpstreamQueues *LoadRun `json:"upstream_queues,omitempty"`
+	// SaturatedShort is the Saturated load with ShortServiceMS answers
+	// (limiters); UpstreamQueuesShort the UpstreamQueues load with them
+	// (plain reverse_proxy only).
+	SaturatedShort      *LoadRun `json:"saturated_short,omitempty"`
+	UpstreamQueuesShort *LoadRun `json:"upstream_queues_short,omitempty"`
 	// SaturatedStream is the same with streamed answers.
 	SaturatedStream *LoadRun `json:"saturated_stream,omitempty"`
 	// OpenLoop holds one point per arrival rate, streamed answers.
@@ -306,7 +318,7 @@ func (res *Results) baselineFor(s *System, pick func(*System) *LoadRun) *System 
 // DefaultSettings returns the loads of a quick or a full run.
 func DefaultSettings(quick bool) Settings {
 	s := Settings{
-		Permits: 4, ServiceMS: 10, Clients: 64, MaxWaitS: 60,
+		Permits: 4, ServiceMS: 10, ShortServiceMS: 2, Clients: 64, MaxWaitS: 60,
 		LowLoadClients: 1, LowLoadDelayMS: 0,
 		StreamTokens: 5, StreamTokenMS: 2, IdleWindowS: 5,
 		WaiterRampRPS: 1000, WaiterRampMiBps: 16,

@@ -136,6 +136,18 @@ func (b *Runner) MeasureSystem(ctx context.Context, spec systems.Spec) *report.S
 	sys.Saturated = step("saturated", loadgen.Config{
 		Clients: set.Clients, Duration: report.Secs(set.SaturatedS), Tokens: 1, Delay: report.MS(set.ServiceMS),
 	})
+	short := func(name string, h http.Header) *report.LoadRun {
+		if set.ShortServiceMS <= 0 {
+			return nil
+		}
+		return step(fmt.Sprintf("%s %g ms", name, set.ShortServiceMS), loadgen.Config{
+			Clients: set.Clients, Duration: report.Secs(set.SaturatedS), Tokens: 1, Delay: report.MS(set.ShortServiceMS),
+			Header: h,
+		})
+	}
+	if spec.Limited() {
+		sys.SaturatedShort = short("saturated", nil)
+	}
 	if spec.Kind == systems.KindPlain {
 		sys.AtPermits = step(fmt.Sprintf("%d clients", set.Permits), loadgen.Config{
 			Clients: set.Permits, Duration: report.Secs(set.SaturatedS), Tokens: 1, Delay: report.MS(set.ServiceMS),
@@ -144,6 +156,9 @@ func (b *Runner) MeasureSystem(ctx context.Context, spec systems.Spec) *report.S
 			Clients: set.Clients, Duration: report.Secs(set.SaturatedS), Tokens: 1, Delay: report.MS(set.ServiceMS),
 			Header: http.Header{mockllm.HeaderQueue: {"1"}},
 		})
+		if spec.Nodes == 1 {
+			sys.UpstreamQueuesShort = short("upstream queues", http.Header{mockllm.HeaderQueue: {"1"}})
+		}
 	}
 	if spec.BaselineOnly {
 		if err != nil {
@@ -173,23 +188,27 @@ func (b *Runner) MeasureSystem(ctx context.Context, spec systems.Spec) *report.S
 func (b *Runner) Calibrate(ctx context.Context) error {
 	set := &b.Res.Settings
 	d := report.Secs(min(set.SaturatedS, 2))
-	for _, stream := range []bool{false, true} {
-		cfg := loadgen.Config{Clients: b.Env.Permits, Duration: d, Tokens: 1, Delay: report.MS(set.ServiceMS)}
-		if stream {
-			cfg.Stream, cfg.Tokens, cfg.Delay = true, set.StreamTokens, report.MS(set.StreamTokenMS)
+	loads := []struct {
+		cfg loadgen.Config
+		rps *float64
+	}{
+		{loadgen.Config{Tokens: 1, Delay: report.MS(set.ServiceMS)}, &set.UpstreamRPS},
+		{loadgen.Config{Stream: true, Tokens: set.StreamTokens, Delay: report.MS(set.StreamTokenMS)}, &set.UpstreamStreamRPS},
+		{loadgen.Config{Tokens: 1, Delay: report.MS(set.ShortServiceMS)}, &set.UpstreamShortRPS},
+	}
+	for i, l := range loads {
+		if i == 2 && set.ShortServiceMS <= 0 {
+			continue
 		}
-		rep, err := b.Load(ctx, []string{b.MockURL}, cfg)
+		l.cfg.Clients, l.cfg.Duration = b.Env.Permits, d
+		rep, err := b.Load(ctx, []string{b.MockURL}, l.cfg)
 		if err != nil {
 			return err
 		}
-		if stream {
-			set.UpstreamStreamRPS = rep.Throughput
-		} else {
-			set.UpstreamRPS = rep.Throughput
-		}
+		*l.rps = rep.Throughput
 	}
-	b.Logf("upstream alone, %d clients: %.1f req/s unstreamed, %.1f req/s streamed",
-		b.Env.Permits, set.UpstreamRPS, set.UpstreamStreamRPS)
+	b.Logf("upstream alone, %d clients: %.1f req/s unstreamed, %.1f req/s streamed, %.1f req/s at %g ms",
+		b.Env.Permits, set.UpstreamRPS, set.UpstreamStreamRPS, set.UpstreamShortRPS, set.ShortServiceMS)
 	busy, _, err := redisRTT(ctx, b.RDB, 2000, 0)
 	if err != nil {
 		return fmt.Errorf("redis round trip: %w", err)
