@@ -38,6 +38,10 @@ type AdaptiveConfig struct {
 	// BreachShare is the share of samples above the target that is a
 	// breach, in [0, 1); default 0.01 (the target is a p99).
 	BreachShare float64 `json:"breach_share,omitempty"`
+	// MinSamples is how many samples a window needs before the target is
+	// judged (a 429/503 moves the capacity at once); default
+	// 1/breach_share within 10..100.
+	MinSamples int `json:"min_samples,omitempty"`
 }
 
 // engine is the engine's form of a (nil: not adaptive).
@@ -46,7 +50,7 @@ func (a *AdaptiveConfig) engine() *fairqueue.Adaptive {
 		return nil
 	}
 	return &fairqueue.Adaptive{TargetTTFT: time.Duration(a.TargetTTFT), Floor: a.Floor, Interval: time.Duration(a.Interval),
-		Decrease: a.Decrease, Step: a.Step, BreachShare: a.BreachShare}
+		Decrease: a.Decrease, Step: a.Step, BreachShare: a.BreachShare, MinSamples: a.MinSamples}
 }
 
 // parseAdaptive parses the adaptive block; see UnmarshalCaddyfile.
@@ -62,6 +66,7 @@ func parseAdaptive(d *caddyfile.Dispenser) (*AdaptiveConfig, error) {
 		"decrease":     opt(&a.Decrease, floatArg(1e-9, 1-1e-9)),
 		"step":         opt(&a.Step, floatArg(1e-9, 1)),
 		"breach_share": opt(&a.BreachShare, floatArg(0, 1-1e-9)),
+		"min_samples":  opt(&a.MinSamples, intArg(1)),
 	})
 	if err != nil {
 		return nil, err

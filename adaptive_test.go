@@ -12,14 +12,14 @@ import (
 )
 
 func TestCaddyfileParsesTheAdaptiveBlock(t *testing.T) {
-	h, err := parse("fair_queue {\npermits 64\nadaptive {\ntarget_ttft 2s\nfloor 0.1\ninterval 500ms\ndecrease 0.8\nstep 0.05\nbreach_share 0.05\n}\n}")
+	h, err := parse("fair_queue {\npermits 64\nadaptive {\ntarget_ttft 2s\nfloor 0.1\ninterval 500ms\ndecrease 0.8\nstep 0.05\nbreach_share 0.05\nmin_samples 40\n}\n}")
 	require.NoError(t, err)
 	require.NotNil(t, h.Adaptive)
 	assert.Equal(t, AdaptiveConfig{TargetTTFT: caddy.Duration(2 * time.Second), Floor: 0.1, Interval: caddy.Duration(500 * time.Millisecond),
-		Decrease: 0.8, Step: 0.05, BreachShare: 0.05}, *h.Adaptive)
+		Decrease: 0.8, Step: 0.05, BreachShare: 0.05, MinSamples: 40}, *h.Adaptive)
 	assert.Equal(t, &fairqueue.Adaptive{TargetTTFT: 2 * time.Second, Floor: 0.1, Interval: 500 * time.Millisecond, Decrease: 0.8,
-		Step: 0.05, BreachShare: 0.05}, h.settings().cfg.Adaptive)
-	assert.Equal(t, "adaptive (off and {TargetTTFT:2s Floor:0 Interval:0s Decrease:0 Step:0 BreachShare:0})",
+		Step: 0.05, BreachShare: 0.05, MinSamples: 40}, h.settings().cfg.Adaptive)
+	assert.Equal(t, "adaptive (off and {TargetTTFT:2s Floor:0 Interval:0s Decrease:0 Step:0 BreachShare:0 MinSamples:0})",
 		(&Handler{Permits: 1}).settings().diff((&Handler{Permits: 1, Adaptive: &AdaptiveConfig{TargetTTFT: caddy.Duration(2 * time.Second)}}).settings()))
 }
 

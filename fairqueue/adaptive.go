@@ -25,7 +25,8 @@ import (
 //     upstream refused (429/503), and whether its requests had to wait
 //     (the capacity was the limit);
 //   - the store folds every node's reports and moves each share at most
-//     once per Interval, by its own clock: down to Decrease times it when
+//     once per Interval, by its own clock, and only once the window holds
+//     enough samples to judge the target (MinSamples) or a refusal: down to Decrease times it when
 //     more than BreachShare of the TTFTs were above the target or any
 //     request was refused; up by Step when none was and the capacity was
 //     the limit (growing a capacity nobody reaches would only let a later
@@ -54,6 +55,10 @@ type Adaptive struct {
 	// BreachShare is the share of TTFTs above the target that counts as
 	// a breach, in [0, 1). Default 0.01 (the target is a p99).
 	BreachShare float64 `json:"breach_share,omitempty"`
+	// MinSamples is how many TTFTs a window needs before the target is
+	// judged (a refusal moves the share at once): a p99 judged on ten
+	// samples is noise. Default 1/BreachShare, within 10..100.
+	MinSamples int `json:"min_samples,omitempty"`
 }
 
 // Adaptive defaults.
@@ -82,6 +87,9 @@ func (a Adaptive) withDefaults() Adaptive {
 	if a.BreachShare == 0 {
 		a.BreachShare = DefaultAdaptiveBreachShare
 	}
+	if a.MinSamples == 0 {
+		a.MinSamples = min(max(int(math.Ceil(1/a.BreachShare)), 10), 100)
+	}
 	return a
 }
 
@@ -100,6 +108,8 @@ func (a Adaptive) validate() error {
 		return fmt.Errorf("adaptive: step must be in (0, 1], got %v", a.Step)
 	case !(a.BreachShare >= 0 && a.BreachShare < 1):
 		return fmt.Errorf("adaptive: breach_share must be in [0, 1), got %v", a.BreachShare)
+	case a.MinSamples < 1:
+		return fmt.Errorf("adaptive: min_samples must be at least 1, got %d", a.MinSamples)
 	}
 	return nil
 }
@@ -126,6 +136,7 @@ type AdaptArgs struct {
 	// The law's settings (Adaptive, after defaults).
 	Floor, Decrease, Step, BreachShare float64
 	Interval                           time.Duration
+	MinSamples                         int
 }
 
 // AdaptReport is what a node saw of one share's requests in an interval.
@@ -171,7 +182,14 @@ func (l Limits) Scale(shares map[string]float64) Limits {
 	return l
 }
 
-// NextShare is the law (Adaptive): a share after a window, from the
+// Ripe reports whether a window may move its share (Adaptive): a
+// refusal, or enough samples to judge the target. The interval is the
+// store's to check.
+func Ripe(samples, refused int, a AdaptArgs) bool {
+	return refused > 0 || samples >= a.MinSamples
+}
+
+// NextShare is the law (Adaptive): a share after a ripe window, from the
 // share before and the window's folded reports. Both stores use it (the
 // Redis store's script has the same lines).
 func NextShare(share float64, samples, over, refused int, limited bool, a AdaptArgs) float64 {
@@ -286,7 +304,8 @@ func (q *Queue) maybeAdapt(cfg *Config) {
 		return
 	}
 	args := AdaptArgs{Node: q.node, Reports: q.learn.take(), Limited: q.learn.limited.Swap(false),
-		Floor: a.Floor, Decrease: a.Decrease, Step: a.Step, BreachShare: a.BreachShare, Interval: a.Interval}
+		Floor: a.Floor, Decrease: a.Decrease, Step: a.Step, BreachShare: a.BreachShare, Interval: a.Interval,
+		MinSamples: a.MinSamples}
 	q.background(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 		defer cancel()

@@ -18,6 +18,17 @@ func TestNextShareIsAIMDOnTheTargetBetweenFloorAndOne(t *testing.T) {
 	assert.Equal(t, 0.1, NextShare(0.105, 10, 10, 0, true, a), "never below the floor")
 }
 
+func TestAWindowIsRipeWithARefusalOrEnoughSamples(t *testing.T) {
+	a := Adaptive{TargetTTFT: time.Second}.withDefaults()
+	assert.Equal(t, 100, a.MinSamples, "a p99 needs 100 samples")
+	assert.Equal(t, 20, Adaptive{TargetTTFT: time.Second, BreachShare: 0.05}.withDefaults().MinSamples)
+	assert.Equal(t, 10, Adaptive{TargetTTFT: time.Second, BreachShare: 0.5}.withDefaults().MinSamples)
+	args := AdaptArgs{MinSamples: a.MinSamples}
+	assert.False(t, Ripe(99, 0, args))
+	assert.True(t, Ripe(100, 0, args))
+	assert.True(t, Ripe(0, 1, args), "a refusal moves at once")
+}
+
 func TestScaleAppliesTheShareToEveryCapacityAtLeastOne(t *testing.T) {
 	l := Limits{Permits: 10, Tokens: 1000, Learned: true, Upstreams: []Upstream{{Dial: "a", Permits: 3, KVTokens: 500}, {Dial: "b", Permits: 1}}}
 	l.TokenBound = 1000

@@ -127,6 +127,7 @@ func TestAdaptiveCapacitySettlesAtTheKneeAndFollowsIt(t *testing.T) {
 			decrease 0.8
 			step 0.05
 			floor 0.05
+			min_samples 20
 		}
 		redis redis://%s/0
 	}`, rds.Addr()))

@@ -39,7 +39,7 @@ func (s *Store) Adapt(_ context.Context, a fairqueue.AdaptArgs) (map[string]floa
 		w.over += r.Over
 		w.refused += r.Refused
 		w.limited = w.limited || a.Limited
-		if now.Sub(w.moved) >= a.Interval {
+		if now.Sub(w.moved) >= a.Interval && fairqueue.Ripe(w.samples, w.refused, a) {
 			share, ok := s.shares[r.Key]
 			if !ok {
 				share = 1

@@ -450,7 +450,7 @@ func (s *Store) Adapt(ctx context.Context, a fairqueue.AdaptArgs) (map[string]fl
 		limited = 1
 	}
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
-	more := []any{limited, f(a.Floor), f(a.Decrease), f(a.Step), f(a.BreachShare), a.Interval.Milliseconds()}
+	more := []any{limited, f(a.Floor), f(a.Decrease), f(a.Step), f(a.BreachShare), a.Interval.Milliseconds(), max(a.MinSamples, 1)}
 	for _, r := range a.Reports {
 		more = append(more, r.Key, r.Samples, r.Over, r.Refused)
 	}

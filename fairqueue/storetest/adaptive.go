@@ -27,7 +27,7 @@ func init() {
 func learnedShared(t *testing.T, h Harness) {
 	const name = "learned"
 	cfg := fairqueue.Config{Permits: 10, MaxWait: time.Minute, PollInterval: 50 * time.Millisecond,
-		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, Step: 0.1}}
+		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, Step: 0.1, MinSamples: 1}}
 	nodes := []*fairqueue.Queue{h.NewNode(t, name, cfg), h.NewNode(t, name, cfg), h.NewNode(t, name, cfg)}
 	p, err := nodes[0].Acquire(bg, fairqueue.Request{}) // joins the queue
 	require.NoError(t, err)
@@ -90,7 +90,7 @@ func learnedPool(t *testing.T, h Harness) {
 	const name = "learnedpool"
 	cfg := fairqueue.Config{Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 4}, {Dial: "b:1", Permits: 4}},
 		MaxWait: time.Minute, PollInterval: 50 * time.Millisecond,
-		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5}}
+		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
 	nodes := []*fairqueue.Queue{h.NewNode(t, name, cfg), h.NewNode(t, name, cfg)}
 	p, err := nodes[0].Acquire(bg, fairqueue.Request{}) // joins the queue
 	require.NoError(t, err)

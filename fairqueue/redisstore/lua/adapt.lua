@@ -5,16 +5,16 @@
 -- window starts. Every node's calls grant under the shares (common.lua).
 -- KEYS: the common layout (K, see common.lua).
 -- ARGV: 1 node, 2-7 common, 8 limited (1: the node's requests waited),
---   9 floor, 10 decrease, 11 step, 12 breach share, 13 interval ms, then
---   per share: its key ('' : the queue's, else an upstream's dial), the
+--   9 floor, 10 decrease, 11 step, 12 breach share, 13 interval ms,
+--   14 min samples (fairqueue.Ripe), then per share: its key ('' : the queue's, else an upstream's dial), the
 --   TTFTs measured, those above the target, the requests refused.
 -- Returns {key, share, ...}: every share in force (17 significant digits).
 -- K.adapt: HASH, per share key k: s:k share, m:k when it moved (ms),
 --   n:k samples, o:k over, r:k refused, l:k limited (its window).
 clock()
-local floor, decrease, step, breach, interval =
-  tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
-for i = 14, #ARGV - 3, 4 do
+local floor, decrease, step, breach, interval, min_samples =
+  tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+for i = 15, #ARGV - 3, 4 do
   local k = ARGV[i]
   local n = redis.call('HINCRBY', K.adapt, 'n:' .. k, ARGV[i + 1])
   local o = redis.call('HINCRBY', K.adapt, 'o:' .. k, ARGV[i + 2])
@@ -22,7 +22,7 @@ for i = 14, #ARGV - 3, 4 do
   if ARGV[8] == '1' then redis.call('HSET', K.adapt, 'l:' .. k, 1) end
   local v = redis.call('HMGET', K.adapt, 's:' .. k, 'm:' .. k, 'l:' .. k)
   local share, moved, limited = tonumber(v[1]) or 1, tonumber(v[2]) or 0, v[3] == '1'
-  if now - moved >= interval then
+  if now - moved >= interval and (r > 0 or n >= min_samples) then
     if r > 0 or (n > 0 and o > breach * n) then
       share = share * decrease
     elseif limited and n > 0 then
