@@ -199,6 +199,10 @@ const TargetCapacityKV = "capacity: a replica's KV tokens never above its cache"
 // permits of the sweep, on the mixed workload.
 const TargetCapacityTokens = "capacity: kv_tokens >= 1.2x the best fixed permits' goodput, TTFT p99 no worse, <= 1% preempted"
 
+// TargetCapacityAdaptive is the learned capacity against the best fixed
+// permits of the sweep: started at the ceiling, within 15% of its goodput.
+const TargetCapacityAdaptive = "capacity: adaptive from the ceiling >= 0.85x the best fixed permits' goodput"
+
 // capacityChecks checks every run's replicas held no more KV tokens than
 // their caches.
 func capacityChecks(c *Capacity) []Check {
@@ -230,6 +234,12 @@ func capacityChecks(c *Capacity) []Check {
 			checks = append(checks, Check{Target: TargetCapacityTokens, System: cs.Topology + "/" + cs.Workload,
 				Value: fmt.Sprintf("%.2fx goodput vs permits %d, TTFT p99 %.0f vs %.0f ms, %.1f%% preempted", ratio,
 					cs.BestPermits, kv.TTFTP99MS, best.TTFTP99MS, 100*kv.PreemptedShare()), Result: verdict(ok)})
+		}
+		if ad, best := cs.adaptive(), cs.fairQueue(cs.BestPermits); ad != nil && best != nil && best.GoodputTPS > 0 {
+			ratio := ad.GoodputTPS / best.GoodputTPS
+			checks = append(checks, Check{Target: TargetCapacityAdaptive, System: cs.Topology + "/" + cs.Workload,
+				Value: fmt.Sprintf("%.2fx goodput vs permits %d, TTFT p99 %.0f vs %.0f ms, %.1f%% preempted", ratio,
+					cs.BestPermits, ad.TTFTP99MS, best.TTFTP99MS, 100*ad.PreemptedShare()), Result: verdict(ratio >= 0.85)})
 		}
 	}
 	return checks
@@ -357,6 +367,16 @@ func (cs *CapacityCase) fairQueue(permits int) *CapacityRun {
 func (cs *CapacityCase) kvTokens() *CapacityRun {
 	for _, r := range cs.Runs {
 		if r.Row.KVTokens && r.Error == "" {
+			return r
+		}
+	}
+	return nil
+}
+
+// adaptive returns the fair_queue run with adaptive, or nil.
+func (cs *CapacityCase) adaptive() *CapacityRun {
+	for _, r := range cs.Runs {
+		if r.Row.Adaptive && r.Error == "" {
 			return r
 		}
 	}

@@ -21,8 +21,9 @@ import (
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/report"
 )
 
-// onlyCases keeps the topologies and workloads named in names, from every one
-// of a full run; a kind none of whose names is named stays as it was.
+// onlyCases keeps the topologies, workloads and rows named in names, from
+// every one of a full run (rows: of the mode's); a kind none of whose
+// names is named stays as it was.
 func onlyCases(s report.CapacitySettings, names []string) report.CapacitySettings {
 	all := report.DefaultCapacitySettings(false)
 	var tops []report.CapacityTopology
@@ -43,6 +44,14 @@ func onlyCases(s report.CapacitySettings, names []string) report.CapacitySetting
 	if len(works) > 0 {
 		s.Workloads = works
 	}
+	keep := func(rows []report.CapacityRow) []report.CapacityRow {
+		named := slices.DeleteFunc(slices.Clone(rows), func(r report.CapacityRow) bool { return !slices.Contains(names, r.Name) })
+		if len(named) == 0 {
+			return rows
+		}
+		return named
+	}
+	s.Rows, s.PoolRows = keep(s.Rows), keep(s.PoolRows)
 	return s
 }
 

@@ -132,4 +132,8 @@ func TestCapacitySettingsOnlyPicksNamedCasesFromAFullRun(t *testing.T) {
 	assert.Equal(t, quick.Rows, s.Rows, "the mode's rows")
 	assert.Equal(t, quick, onlyCases(quick, nil))
 	assert.Len(t, onlyCases(quick, []string{"pool"}).Workloads, 1, "the quick run's workloads")
+	rows := onlyCases(quick, []string{"fq-kv", "fq-adaptive"})
+	assert.Equal(t, []string{"fq-kv", "fq-adaptive"}, []string{rows.Rows[0].Name, rows.Rows[1].Name})
+	assert.Len(t, rows.Rows, 2)
+	assert.Equal(t, "fq-kv", rows.PoolRows[0].Name, "the pool's rows named; fq-adaptive is not one of a quick run's")
 }
