@@ -95,15 +95,55 @@ func (k *kneeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // metrics (caddy_fair_queue_capacity_share).
 func share(t *testing.T, c *harness.Caddy, name string) float64 {
 	t.Helper()
+	return gaugeOr(t, c, `caddy_fair_queue_capacity_share{queue="`+name+`"} `, 1)
+}
+
+// upstreamShare reads the learned share of one upstream of queue name
+// (caddy_fair_queue_upstream_capacity_share).
+func upstreamShare(t *testing.T, c *harness.Caddy, name, upstream string) float64 {
+	t.Helper()
+	return gaugeOr(t, c, `caddy_fair_queue_upstream_capacity_share{queue="`+name+`",upstream="`+upstream+`"} `, 1)
+}
+
+// gaugeOr reads the sample of the instance's metrics that starts with
+// prefix (its name and labels), or def when there is none.
+func gaugeOr(t *testing.T, c *harness.Caddy, prefix string, def float64) float64 {
+	t.Helper()
 	for _, line := range strings.Split(scrape(t, c), "\n") {
-		rest, ok := strings.CutPrefix(line, `caddy_fair_queue_capacity_share{queue="`+name+`"} `)
-		if ok {
+		if rest, ok := strings.CutPrefix(line, prefix); ok {
 			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
 			require.NoError(t, err)
 			return v
 		}
 	}
-	return 1
+	return def
+}
+
+// load sends streaming chats from clients loops to the instances in
+// turn until ctx ends; failed counts the answers that were not 200.
+func load(ctx context.Context, wg *sync.WaitGroup, clients int, caddies []*harness.Caddy, failed *atomic.Int64) {
+	for i := range clients {
+		c := caddies[i%len(caddies)]
+		wg.Go(func() {
+			client := &http.Client{}
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.URL()+"/v1/chat/completions",
+					strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+				resp, err := client.Do(req)
+				if err != nil {
+					if ctx.Err() == nil {
+						failed.Add(1)
+					}
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					failed.Add(1)
+				}
+			}
+		})
+	}
 }
 
 // Two instances on one Redis, permits 32, in front of an upstream whose
@@ -136,28 +176,7 @@ func TestAdaptiveCapacitySettlesAtTheKneeAndFollowsIt(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	var failed atomic.Int64
-	for i := range 40 {
-		c := caddies[i%2]
-		wg.Go(func() {
-			client := &http.Client{}
-			for ctx.Err() == nil {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.URL()+"/v1/chat/completions",
-					strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
-				resp, err := client.Do(req)
-				if err != nil {
-					if ctx.Err() == nil {
-						failed.Add(1)
-					}
-					continue
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					failed.Add(1)
-				}
-			}
-		})
-	}
+	load(ctx, &wg, 40, caddies, &failed)
 	settle := func(what string, ok func(s float64, peak int64) bool) (float64, int64) {
 		var s float64
 		var peak int64
@@ -180,6 +199,53 @@ func TestAdaptiveCapacitySettlesAtTheKneeAndFollowsIt(t *testing.T) {
 	assert.InDelta(t, s, share(t, caddies[1], "learn"), 0.25, "the other instance grants under the same share")
 	knee.setSlots(16)
 	settle("knee at 16", func(s float64, _ int64) bool { return int(32*s) >= 12 })
+	cancel()
+	wg.Wait()
+	assert.Zero(t, failed.Load(), "no client saw an error")
+}
+
+// A pool of two such upstreams, knees at 8 each, permits 16 each: when
+// one replica slows down (its knee halves to 4), its own capacity comes
+// down and the other's stays: each replica learns from its own answers.
+func TestAdaptiveCapacityOfAPoolFollowsTheReplicaThatSlowsDown(t *testing.T) {
+	rds := redistest.Start(t)
+	knees := []*kneeUpstream{{slots: 8, hold: 150 * time.Millisecond}, {slots: 8, hold: 150 * time.Millisecond}}
+	var b strings.Builder
+	b.WriteString("\tfair_queue {\n\t\tname learnpool\n\t\tmax_wait 1m\n")
+	var dials []string
+	for _, k := range knees {
+		srv := httptest.NewServer(k)
+		t.Cleanup(srv.Close)
+		dial := strings.TrimPrefix(srv.URL, "http://")
+		dials = append(dials, dial)
+		fmt.Fprintf(&b, "\t\tupstream %s 16\n", dial)
+	}
+	fmt.Fprintf(&b, "\t\tadaptive {\n\t\t\ttarget_ttft 75ms\n\t\t\tinterval 200ms\n\t\t\tdecrease 0.8\n\t\t\tstep 0.05\n\t\t\tmin_samples 20\n\t\t}\n")
+	fmt.Fprintf(&b, "\t\tredis redis://%s/0\n\t}\n", rds.Addr())
+	b.WriteString("\treverse_proxy {\n\t\tdynamic fair_queue\n\t\tflush_interval -1\n\t}")
+	caddies := []*harness.Caddy{harness.StartCaddy(t, "caddy-0", b.String(), harness.CaddyOptions{}), harness.StartCaddy(t, "caddy-1", b.String(), harness.CaddyOptions{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	load(ctx, &wg, 48, caddies, &failed)
+	wait := func(what string, ok func(a, b float64) bool) {
+		deadline := time.Now().Add(40 * time.Second)
+		for {
+			time.Sleep(2 * time.Second)
+			a, b := upstreamShare(t, caddies[0], "learnpool", dials[0]), upstreamShare(t, caddies[0], "learnpool", dials[1])
+			t.Logf("%s: a %.3f (%d permits), b %.3f (%d permits)", what, a, int(16*a), b, int(16*b))
+			if ok(a, b) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not reached", what)
+			}
+		}
+	}
+	wait("both at their knee of 8", func(a, b float64) bool { return int(16*a) <= 10 && int(16*b) <= 10 })
+	knees[0].setSlots(3) // replica a slows down
+	wait("a slowed down", func(a, b float64) bool { return int(16*a) <= 4 && int(16*b) >= 6 })
 	cancel()
 	wg.Wait()
 	assert.Zero(t, failed.Load(), "no client saw an error")
