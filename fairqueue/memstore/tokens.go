@@ -133,8 +133,9 @@ func (s *Store) giveTokens(id, dial string) {
 
 // candidate is the waiter dispatch serves next and its upstream, or nil:
 // the FIFO head or the first ready flow's head, whichever arrived first;
-// with tokens, one that fits (see the rules above). passed reports that
-// it is served past the first flow.
+// with tokens, one that fits (see the rules above), or a dead node's,
+// which dispatch drops. passed reports that it is served past the first
+// flow.
 func (s *Store) candidate(l fairqueue.Limits, now time.Time) (w *waiter, up string, passed bool) {
 	first := s.next(l.MaxInFlightPerTenant)
 	var fifo *waiter
@@ -150,8 +151,8 @@ func (s *Store) candidate(l fairqueue.Limits, now time.Time) (w *waiter, up stri
 		return nil, "", false
 	}
 	up, ok := s.pickFor(l, now, w.tokens)
-	if ok {
-		return w, up, false
+	if ok || !s.alive(fairqueue.TicketNode(w.id), now) {
+		return w, up, false // a dead node's waiter is dropped, whatever it weighs
 	}
 	if l.Tokens == 0 || w.flow == nil || s.passes >= fairqueue.TokenPasses {
 		return nil, "", false // strict FIFO; or the first flow's turn
