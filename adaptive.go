@@ -42,6 +42,14 @@ type AdaptiveConfig struct {
 	// judged (a 429/503 moves the capacity at once); default
 	// 1/breach_share within 10..100.
 	MinSamples int `json:"min_samples,omitempty"`
+	// BackendMetrics, when set, is where the backend's own gauges are read
+	// every interval (Prometheus text, vLLM's names): a path such as
+	// "/metrics" on each pool upstream (http://<dial><path>), or the URL
+	// of the one backend of a queue without a pool. A backend that
+	// preempted requests since the last read (vllm:num_preemptions_total)
+	// or queues requests itself (vllm:num_requests_waiting > 0) counts as
+	// a breach. Default: not read.
+	BackendMetrics string `json:"backend_metrics,omitempty"`
 }
 
 // engine is the engine's form of a (nil: not adaptive).
@@ -50,7 +58,7 @@ func (a *AdaptiveConfig) engine() *fairqueue.Adaptive {
 		return nil
 	}
 	return &fairqueue.Adaptive{TargetTTFT: time.Duration(a.TargetTTFT), Floor: a.Floor, Interval: time.Duration(a.Interval),
-		Decrease: a.Decrease, Step: a.Step, BreachShare: a.BreachShare, MinSamples: a.MinSamples}
+		Decrease: a.Decrease, Step: a.Step, BreachShare: a.BreachShare, MinSamples: a.MinSamples, BackendMetrics: a.BackendMetrics}
 }
 
 // parseAdaptive parses the adaptive block; see UnmarshalCaddyfile.
@@ -60,13 +68,14 @@ func parseAdaptive(d *caddyfile.Dispenser) (*AdaptiveConfig, error) {
 	}
 	a := new(AdaptiveConfig)
 	err := parseBlock(d, map[string]optionParser{
-		"target_ttft":  opt(&a.TargetTTFT, durationArg(time.Millisecond)),
-		"floor":        opt(&a.Floor, floatArg(1e-9, 1)),
-		"interval":     opt(&a.Interval, durationArg(fairqueue.MinAdaptiveInterval)),
-		"decrease":     opt(&a.Decrease, floatArg(1e-9, 1-1e-9)),
-		"step":         opt(&a.Step, floatArg(1e-9, 1)),
-		"breach_share": opt(&a.BreachShare, floatArg(0, 1-1e-9)),
-		"min_samples":  opt(&a.MinSamples, intArg(1)),
+		"target_ttft":     opt(&a.TargetTTFT, durationArg(time.Millisecond)),
+		"floor":           opt(&a.Floor, floatArg(1e-9, 1)),
+		"interval":        opt(&a.Interval, durationArg(fairqueue.MinAdaptiveInterval)),
+		"decrease":        opt(&a.Decrease, floatArg(1e-9, 1-1e-9)),
+		"step":            opt(&a.Step, floatArg(1e-9, 1)),
+		"breach_share":    opt(&a.BreachShare, floatArg(0, 1-1e-9)),
+		"min_samples":     opt(&a.MinSamples, intArg(1)),
+		"backend_metrics": opt(&a.BackendMetrics, stringArg),
 	})
 	if err != nil {
 		return nil, err

@@ -72,6 +72,7 @@ type engine struct {
 	log      *zap.Logger
 	fallback *memstore.Store // this node's queue while the store is down (on_store_error local)
 	data     string          // the backend's dataID: engines of one name and data are one queue
+	gauges   *gaugeWatch     // reads the backend's gauges (adaptive backend_metrics); nil: none
 	running  atomic.Int64    // requests granted and not yet finished (see reserved)
 	tokens   atomic.Int64    // their KV-cache tokens (fairqueue.Request.Tokens; see reservedTokens)
 	kv       promptEstimator // the prompt's bytes per token, learned from answers
@@ -110,6 +111,9 @@ func newEngine(b backend, name string, h *Handler) (*engine, error) {
 	if e.q, err = fairqueue.New(st, cfg); err != nil {
 		release()
 		return nil, err
+	}
+	if a := cfg.Adaptive; a != nil && a.BackendMetrics != "" {
+		e.gauges = watchGauges(e)
 	}
 	namesakes.add(e)
 	return e, nil
@@ -217,6 +221,7 @@ func (e *engine) close() error {
 		return nil
 	}
 	e.closed = true
+	gauges := e.gauges
 	e.mu.Unlock()
 	if namesakes.remove(e) {
 		// Its metric series go with the last engine of the name.
@@ -225,6 +230,7 @@ func (e *engine) close() error {
 	// Let background releases finish (each is bounded by the store
 	// timeout) rather than fail on a closed client.
 	e.releases.Wait()
+	gauges.stop()
 	err := e.q.Close()
 	e.release()
 	return err
@@ -243,6 +249,9 @@ func (e *engine) reconfigure(gen uint64, cfg fairqueue.Config) (old fairqueue.Co
 		return old, false, err
 	}
 	e.gen = gen
+	if a := cfg.Adaptive; a != nil && a.BackendMetrics != "" && e.gauges == nil && !e.closed {
+		e.gauges = watchGauges(e) // a reload asked for the backend's gauges
+	}
 	return old, true, nil
 }
 

@@ -22,8 +22,9 @@ import (
 //
 //   - every node reports, per Interval and per upstream, how many TTFTs
 //     it measured, how many were above TargetTTFT, how many requests the
-//     upstream refused (429/503), and whether its requests had to wait
-//     (the capacity was the limit);
+//     upstream refused (429/503) or signs of overload its own gauges
+//     showed (ObserveOverload), and whether its requests had to wait (the
+//     capacity was the limit);
 //   - the store folds every node's reports and moves each share at most
 //     once per Interval, by its own clock, and only once the window holds
 //     enough samples to judge the target (MinSamples) or a refusal: down to Decrease times it when
@@ -59,6 +60,10 @@ type Adaptive struct {
 	// judged (a refusal moves the share at once): a p99 judged on ten
 	// samples is noise. Default 1/BreachShare, within 10..100.
 	MinSamples int `json:"min_samples,omitempty"`
+	// BackendMetrics is where the caller reads the backend's own gauges
+	// (the Caddy handler: vLLM's /metrics; see ObserveOverload). The
+	// engine does not read it.
+	BackendMetrics string `json:"backend_metrics,omitempty"`
 }
 
 // Adaptive defaults.
@@ -144,7 +149,8 @@ type AdaptReport struct {
 	Key string
 	// Samples is the TTFTs measured, Over those above the target.
 	Samples, Over int
-	// Refused counts the requests the upstream refused (429/503).
+	// Refused counts the requests the upstream refused (429/503) and the
+	// signs of overload its gauges showed (ObserveOverload).
 	Refused int
 }
 
@@ -262,6 +268,12 @@ func (q *Queue) ObserveRefused(upstream string) {
 	q.learn.add(upstream, func(r *AdaptReport) { r.Refused++ })
 	q.maybeAdapt(cfg)
 }
+
+// ObserveOverload records that upstream ("" without a pool) showed, in
+// its own gauges, that it runs more than it should (it preempted
+// requests, or queues requests itself), for Config.Adaptive: it counts
+// as a refusal (the share goes down); a no-op without Adaptive.
+func (q *Queue) ObserveOverload(upstream string) { q.ObserveRefused(upstream) }
 
 func (l *learner) add(key string, f func(*AdaptReport)) {
 	l.mu.Lock()

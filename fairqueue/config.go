@@ -3,6 +3,7 @@ package fairqueue
 import (
 	"fmt"
 	"math"
+	"strings"
 	"slices"
 	"time"
 
@@ -201,6 +202,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("priority_factor must be at least 2, got %v", c.PriorityFactor)
 	case c.Adaptive != nil && c.Adaptive.validate() != nil:
 		return c.Adaptive.validate()
+	case c.Adaptive != nil && strings.HasPrefix(c.Adaptive.BackendMetrics, "/") && len(c.Upstreams) == 0:
+		return fmt.Errorf("adaptive: backend_metrics %q is a path, read on each pool upstream: without upstream lines, give the backend's URL", c.Adaptive.BackendMetrics)
+	case c.Adaptive != nil && c.Adaptive.BackendMetrics != "" && !strings.HasPrefix(c.Adaptive.BackendMetrics, "/") && len(c.Upstreams) > 0:
+		return fmt.Errorf("adaptive: backend_metrics %q: with upstream lines, give a path read on each (e.g. /metrics)", c.Adaptive.BackendMetrics)
 	case c.KVTokens < 0:
 		return fmt.Errorf("kv_tokens must be >= 0, got %d", c.KVTokens)
 	case c.Permits > MaxPermits:

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/internal/harness"
+	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
@@ -246,6 +247,77 @@ func TestAdaptiveCapacityOfAPoolFollowsTheReplicaThatSlowsDown(t *testing.T) {
 	wait("both at their knee of 8", func(a, b float64) bool { return int(16*a) <= 10 && int(16*b) <= 10 })
 	knees[0].setSlots(3) // replica a slows down
 	wait("a slowed down", func(a, b float64) bool { return int(16*a) <= 4 && int(16*b) >= 6 })
+	cancel()
+	wg.Wait()
+	assert.Zero(t, failed.Load(), "no client saw an error")
+}
+
+// In front of the GPU-shaped mock, a target no answer breaches and the
+// backend's own gauges read (backend_metrics): the mock preempts while
+// fair_queue lets 32 requests of 300 tokens into a cache of 2,000, so
+// the learned capacity comes down until it stops preempting, and settles
+// above the floor.
+func TestAdaptiveCapacityFollowsTheBackendsPreemptions(t *testing.T) {
+	mock, upstream := harness.StartMockLLM(t, mockllm.Config{GPU: mockllm.GPUConfig{KVTokens: 2000, MaxNumSeqs: 64,
+		StepBase: 5 * time.Millisecond, StepPerSeq: 100 * time.Microsecond}})
+	site := proxySite(upstream, fmt.Sprintf(`
+	fair_queue {
+		name gauges
+		permits 32
+		max_wait 1m
+		adaptive {
+			target_ttft 1m
+			interval 250ms
+			step 0.05
+			min_samples 20
+			floor 0.05
+			backend_metrics http://%s/metrics
+		}
+	}`, upstream))
+	c := harness.StartCaddy(t, "caddy-0", site, harness.CaddyOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	body := `{"model":"m","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"` + strings.Repeat("a", 800) + `"}]}`
+	for range 32 {
+		wg.Go(func() {
+			client := &http.Client{}
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.URL()+"/v1/chat/completions", strings.NewReader(body))
+				resp, err := client.Do(req)
+				if err != nil {
+					if ctx.Err() == nil {
+						failed.Add(1)
+					}
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	var before int64
+	quiet := 0
+	deadline := time.Now().Add(60 * time.Second)
+	for quiet < 2 {
+		time.Sleep(2 * time.Second)
+		s, st := share(t, c, "gauges"), mock.Stats().GPU
+		t.Logf("share %.3f (%d permits), %d preemptions so far, running %d", s, int(32*s), st.Preemptions, st.Running)
+		if st.Preemptions == before && s < 1 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		before = st.Preemptions
+		require.True(t, time.Now().Before(deadline), "the backend still preempts")
+	}
+	s := share(t, c, "gauges")
+	assert.Less(t, s, 0.5, "the capacity came down from 32 (300 x 32 tokens do not fit 2,000)")
+	assert.Greater(t, s, 0.05, "and is not stuck at the floor: no preemption, requests waiting, it climbs back")
 	cancel()
 	wg.Wait()
 	assert.Zero(t, failed.Load(), "no client saw an error")

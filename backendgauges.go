@@ -1,0 +1,155 @@
+package caddyfairqueue
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+// Reading an adaptive queue's backend gauges (adaptive backend_metrics):
+// every interval, each backend's Prometheus text (vLLM's /metrics) is
+// read, and a backend that preempted requests since the last read
+// (vllm:num_preemptions_total grew) or queues requests itself
+// (vllm:num_requests_waiting > 0) counts as overloaded: its share of the
+// capacity goes down (fairqueue.Queue.ObserveOverload). A value starting
+// with "/" is a path on each pool upstream (http://<dial><path>); else it
+// is the URL of the one backend of a queue without a pool.
+
+// gaugeWatch reads an engine's backend gauges until stopped.
+type gaugeWatch struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// watchGauges starts reading e's backend gauges while its settings ask
+// for it (they may change with reloads); nil when the queue is not
+// adaptive at its start.
+func watchGauges(e *engine) *gaugeWatch {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &gaugeWatch{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		client := &http.Client{}
+		defer client.CloseIdleConnections()
+		last := map[string]float64{} // preemptions per upstream at the last read
+		for {
+			every := fairqueue.DefaultAdaptiveInterval
+			cfg := e.q.Config()
+			if a := cfg.Adaptive; a != nil && a.Interval > 0 {
+				every = a.Interval
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(every):
+			}
+			if cfg.Adaptive == nil || cfg.Adaptive.BackendMetrics == "" {
+				continue
+			}
+			for key, url := range gaugeURLs(cfg) {
+				g, err := readGauges(ctx, client, url, every)
+				if err != nil {
+					e.log.Debug("backend gauges unread", zap.String("url", url), zap.Error(err))
+					continue
+				}
+				prev, seen := last[key]
+				last[key] = g.preemptions
+				if (seen && g.preemptions > prev) || g.waiting > 0 {
+					e.q.ObserveOverload(key)
+				}
+			}
+		}
+	}()
+	return w
+}
+
+// stop ends the watch and waits for it.
+func (w *gaugeWatch) stop() {
+	if w == nil {
+		return
+	}
+	w.cancel()
+	<-w.done
+}
+
+// gaugeURLs maps each share key ("" or an upstream's dial) to the URL of
+// its backend's gauges.
+func gaugeURLs(cfg fairqueue.Config) map[string]string {
+	src := cfg.Adaptive.BackendMetrics
+	out := map[string]string{}
+	if !strings.HasPrefix(src, "/") {
+		if len(cfg.Upstreams) == 0 {
+			out[""] = src
+		}
+		return out
+	}
+	for _, u := range cfg.Upstreams {
+		out[u.Dial] = "http://" + u.Dial + src
+	}
+	return out
+}
+
+// backendGauges are the gauges read from one backend.
+type backendGauges struct {
+	preemptions, waiting float64
+}
+
+// readGauges reads vLLM's preemptions and waiting requests from url's
+// Prometheus text (every series of each name summed).
+func readGauges(ctx context.Context, client *http.Client, url string, timeout time.Duration) (backendGauges, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return backendGauges{}, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return backendGauges{}, err
+	}
+	defer resp.Body.Close()
+	var g backendGauges
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, rest := sampleName(sc.Text())
+		var dst *float64
+		switch name {
+		case "vllm:num_preemptions_total":
+			dst = &g.preemptions
+		case "vllm:num_requests_waiting":
+			dst = &g.waiting
+		default:
+			continue
+		}
+		if fields := strings.Fields(rest); len(fields) > 0 {
+			if v, err := strconv.ParseFloat(fields[0], 64); err == nil {
+				*dst += v
+			}
+		}
+	}
+	return g, sc.Err()
+}
+
+// sampleName splits a Prometheus text line into its metric name and what
+// follows its labels: the value (and perhaps a timestamp).
+func sampleName(line string) (name, rest string) {
+	i := strings.IndexAny(line, "{ ")
+	if i < 0 {
+		return line, ""
+	}
+	name, rest = line[:i], line[i:]
+	if rest[0] == '{' {
+		if j := strings.LastIndexByte(rest, '}'); j >= 0 {
+			rest = rest[j+1:]
+		}
+	}
+	return name, rest
+}
