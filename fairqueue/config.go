@@ -3,8 +3,8 @@ package fairqueue
 import (
 	"fmt"
 	"math"
-	"strings"
 	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
