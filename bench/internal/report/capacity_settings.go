@@ -72,5 +72,5 @@ func kvRow() CapacityRow {
 // adaptiveRow is fair_queue learning its capacity (adaptive) under a
 // ceiling of max_num_seqs, its target the SLO's time to first token.
 func adaptiveRow() CapacityRow {
-	return CapacityRow{Name: "fq-adaptive", Label: "fair_queue adaptive (ceiling 64)", Kind: systems.KindFairQueue, Permits: 64, Adaptive: true}
+	return CapacityRow{Name: "fq-adaptive", Label: "fair_queue adaptive (ceiling 64, backend gauges)", Kind: systems.KindFairQueue, Permits: 64, Adaptive: true}
 }

@@ -94,7 +94,8 @@ type Env struct {
 	// upstream's with several.
 	KVTokens []int
 	// AdaptiveTTFT, when set, makes fair_queue learn its capacity under
-	// Permits (its `adaptive` block) with this target_ttft.
+	// Permits (its `adaptive` block) with this target_ttft, reading the
+	// upstreams' gauges (backend_metrics).
 	AdaptiveTTFT time.Duration
 }
 
@@ -273,7 +274,11 @@ func (e *Env) caddyConfig(listen string, spec Spec, queue string) ([]byte, error
 			fq["kv_tokens"] = e.KVTokens[0]
 		}
 		if e.AdaptiveTTFT > 0 {
-			fq["adaptive"] = map[string]any{"target_ttft": e.AdaptiveTTFT.String(), "interval": "250ms"}
+			gauges := "http://" + e.MockAddr + "/metrics" // the backend's own gauges (vLLM's names)
+			if len(e.Pool) > 0 {
+				gauges = "/metrics" // on each upstream
+			}
+			fq["adaptive"] = map[string]any{"target_ttft": e.AdaptiveTTFT.String(), "interval": "250ms", "backend_metrics": gauges}
 		}
 		handlers = append(handlers, fq)
 	}
