@@ -45,10 +45,11 @@ type AdaptiveConfig struct {
 	// BackendMetrics, when set, is where the backend's own gauges are read
 	// every interval (Prometheus text, vLLM's names): a path such as
 	// "/metrics" on each pool upstream (http://<dial><path>), or the URL
-	// of the one backend of a queue without a pool. A backend that
-	// preempted requests since the last read (vllm:num_preemptions_total)
-	// or queues requests itself (vllm:num_requests_waiting > 0) counts as
-	// a breach. Default: not read.
+	// of the one backend of a queue without a pool. Each request the
+	// backend preempted since the last read (vllm:num_preemptions_total),
+	// and each reading of requests queued in it
+	// (vllm:num_requests_waiting > 0), counts as a time to first token
+	// above the target. Default: not read.
 	BackendMetrics string `json:"backend_metrics,omitempty"`
 }
 

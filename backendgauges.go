@@ -15,10 +15,11 @@ import (
 
 // Reading an adaptive queue's backend gauges (adaptive backend_metrics):
 // every interval, each backend's Prometheus text (vLLM's /metrics) is
-// read, and a backend that preempted requests since the last read
-// (vllm:num_preemptions_total grew) or queues requests itself
-// (vllm:num_requests_waiting > 0) counts as overloaded: its share of the
-// capacity goes down (fairqueue.Queue.ObserveOverload). A value starting
+// read; each request it preempted since the last read
+// (vllm:num_preemptions_total) and each reading of requests queued in it
+// (vllm:num_requests_waiting > 0) counts as a time to first token above
+// the target (fairqueue.Queue.ObserveOverload): more of them than
+// breach_share of the window's samples moves its share down. A value starting
 // with "/" is a path on each pool upstream (http://<dial><path>); else it
 // is the URL of the one backend of a queue without a pool.
 
@@ -61,9 +62,14 @@ func watchGauges(e *engine) *gaugeWatch {
 				}
 				prev, seen := last[key]
 				last[key] = g.preemptions
-				if (seen && g.preemptions > prev) || g.waiting > 0 {
-					e.q.ObserveOverload(key)
+				n := 0
+				if seen && g.preemptions > prev {
+					n = int(g.preemptions - prev) // each preempted request
 				}
+				if g.waiting > 0 {
+					n++ // a reading of requests queued in the backend
+				}
+				e.q.ObserveOverload(key, n)
 			}
 		}
 	}()

@@ -21,10 +21,10 @@ import (
 // time to first token (TTFT):
 //
 //   - every node reports, per Interval and per upstream, how many TTFTs
-//     it measured, how many were above TargetTTFT, how many requests the
-//     upstream refused (429/503) or signs of overload its own gauges
-//     showed (ObserveOverload), and whether its requests had to wait (the
-//     capacity was the limit);
+//     it measured, how many were above TargetTTFT (with the signs of
+//     overload the upstream's own gauges showed: ObserveOverload), how
+//     many requests the upstream refused (429/503), and whether its
+//     requests had to wait (the capacity was the limit);
 //   - the store folds every node's reports and moves each share at most
 //     once per Interval, by its own clock, and only once the window holds
 //     enough samples to judge the target (MinSamples) or a refusal: down to Decrease times it when
@@ -149,8 +149,7 @@ type AdaptReport struct {
 	Key string
 	// Samples is the TTFTs measured, Over those above the target.
 	Samples, Over int
-	// Refused counts the requests the upstream refused (429/503) and the
-	// signs of overload its gauges showed (ObserveOverload).
+	// Refused counts the requests the upstream refused (429/503).
 	Refused int
 }
 
@@ -270,10 +269,18 @@ func (q *Queue) ObserveRefused(upstream string) {
 }
 
 // ObserveOverload records that upstream ("" without a pool) showed, in
-// its own gauges, that it runs more than it should (it preempted
-// requests, or queues requests itself), for Config.Adaptive: it counts
-// as a refusal (the share goes down); a no-op without Adaptive.
-func (q *Queue) ObserveOverload(upstream string) { q.ObserveRefused(upstream) }
+// its own gauges, n signs that it runs more than it should (requests it
+// preempted, a reading of requests queued in it), for Config.Adaptive:
+// they count as TTFTs above the target, judged with the window's samples
+// (BreachShare, MinSamples); a no-op without Adaptive.
+func (q *Queue) ObserveOverload(upstream string, n int) {
+	cfg := q.cfg.Load()
+	if cfg.Adaptive == nil || n <= 0 {
+		return
+	}
+	q.learn.add(upstream, func(r *AdaptReport) { r.Over += n })
+	q.maybeAdapt(cfg)
+}
 
 func (l *learner) add(key string, f func(*AdaptReport)) {
 	l.mu.Lock()

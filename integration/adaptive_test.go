@@ -268,8 +268,9 @@ func TestAdaptiveCapacityFollowsTheBackendsPreemptions(t *testing.T) {
 		adaptive {
 			target_ttft 1m
 			interval 250ms
+			decrease 0.7
 			step 0.05
-			min_samples 20
+			min_samples 10
 			floor 0.05
 			backend_metrics http://%s/metrics
 		}
