@@ -120,16 +120,18 @@ func gaugeOr(t *testing.T, c *harness.Caddy, prefix string, def float64) float64
 	return def
 }
 
-// load sends streaming chats from clients loops to the instances in
-// turn until ctx ends; failed counts the answers that were not 200.
-func load(ctx context.Context, wg *sync.WaitGroup, clients int, caddies []*harness.Caddy, failed *atomic.Int64) {
+// shortChat is a streaming chat of one short message.
+const shortChat = `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+
+// load sends body from clients loops to the instances in turn until ctx
+// ends; failed counts the answers that were not 200.
+func load(ctx context.Context, wg *sync.WaitGroup, clients int, caddies []*harness.Caddy, body string, failed *atomic.Int64) {
 	for i := range clients {
 		c := caddies[i%len(caddies)]
 		wg.Go(func() {
 			client := &http.Client{}
 			for ctx.Err() == nil {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.URL()+"/v1/chat/completions",
-					strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.URL()+"/v1/chat/completions", strings.NewReader(body))
 				resp, err := client.Do(req)
 				if err != nil {
 					if ctx.Err() == nil {
@@ -177,7 +179,7 @@ func TestAdaptiveCapacitySettlesAtTheKneeAndFollowsIt(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	var failed atomic.Int64
-	load(ctx, &wg, 40, caddies, &failed)
+	load(ctx, &wg, 40, caddies, shortChat, &failed)
 	settle := func(what string, ok func(s float64, peak int64) bool) (float64, int64) {
 		var s float64
 		var peak int64
@@ -229,7 +231,7 @@ func TestAdaptiveCapacityOfAPoolFollowsTheReplicaThatSlowsDown(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	var failed atomic.Int64
-	load(ctx, &wg, 48, caddies, &failed)
+	load(ctx, &wg, 48, caddies, shortChat, &failed)
 	wait := func(what string, ok func(a, b float64) bool) {
 		deadline := time.Now().Add(40 * time.Second)
 		for {
@@ -281,26 +283,7 @@ func TestAdaptiveCapacityFollowsTheBackendsPreemptions(t *testing.T) {
 	var wg sync.WaitGroup
 	var failed atomic.Int64
 	body := `{"model":"m","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"` + strings.Repeat("a", 800) + `"}]}`
-	for range 32 {
-		wg.Go(func() {
-			client := &http.Client{}
-			for ctx.Err() == nil {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.URL()+"/v1/chat/completions", strings.NewReader(body))
-				resp, err := client.Do(req)
-				if err != nil {
-					if ctx.Err() == nil {
-						failed.Add(1)
-					}
-					continue
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					failed.Add(1)
-				}
-			}
-		})
-	}
+	load(ctx, &wg, 32, []*harness.Caddy{c}, body, &failed)
 	var before int64
 	quiet := 0
 	deadline := time.Now().Add(60 * time.Second)

@@ -32,13 +32,4 @@ for i = 15, #ARGV - 3, 4 do
     redis.call('HSET', K.adapt, 's:' .. k, num(share), 'm:' .. k, now, 'n:' .. k, 0, 'o:' .. k, 0, 'r:' .. k, 0, 'l:' .. k, 0)
   end
 end
-local out = {}
-local h = redis.call('HGETALL', K.adapt)
-for i = 1, #h, 2 do
-  local k = string.match(h[i], '^s:(.*)$')
-  if k then
-    out[#out + 1] = k
-    out[#out + 1] = h[i + 1]
-  end
-end
-return out
+return learned_shares()

@@ -74,16 +74,27 @@ do
   local p, t, b, a = string.match(ARGV[2], '^(%-?%d+) ?(%-?%d*) ?(%-?%d*) ?(a?)$')
   permits, tokens, token_bound, learned = tonumber(p), tonumber(t) or 0, tonumber(b) or 0, a == 'a'
 end
+-- learned_shares lists K.adapt's shares: {key, share, ...} (the share
+-- of key k is its field 's:k').
+local function learned_shares()
+  local out = {}
+  local h = redis.call('HGETALL', K.adapt)
+  for i = 1, #h, 2 do
+    local k = string.match(h[i], '^s:(.*)$')
+    if k then
+      out[#out + 1] = k
+      out[#out + 1] = h[i + 1]
+    end
+  end
+  return out
+end
 local shares = {}
 if learned then
-  local h = redis.call('HGETALL', K.adapt)
+  local l = learned_shares()
   local most
-  for i = 1, #h, 2 do
-    local key = string.match(h[i], '^s:(.*)$')
-    if key then
-      shares[key] = tonumber(h[i + 1])
-      most = math.max(most or 0, shares[key])
-    end
+  for i = 1, #l, 2 do
+    shares[l[i]] = tonumber(l[i + 1])
+    most = math.max(most or 0, shares[l[i]])
   end
   if most and most < 1 and token_bound > 0 then token_bound = math.max(math.floor(token_bound * most), 1) end
 end

@@ -10,19 +10,6 @@
 --   The head lists the ready flows' first tickets, least usage first,
 --   then the FIFO tickets in order.
 -- Idempotent: it writes nothing.
--- learned_shares lists K.adapt's shares: {key, share, ...}.
-local function learned_shares()
-  local out = {}
-  local h = redis.call('HGETALL', K.adapt)
-  for i = 1, #h, 2 do
-    local k = string.match(h[i], '^s:(.*)$')
-    if k then
-      out[#out + 1] = k
-      out[#out + 1] = h[i + 1]
-    end
-  end
-  return out
-end
 clock()
 local want = tonumber(ARGV[8])
 local head = {}
