@@ -319,8 +319,8 @@ func (q *Queue) maybeAdapt(cfg *Config) {
 	a := cfg.Adaptive.withDefaults()
 	now := time.Now().UnixNano()
 	last := q.learn.sent.Load()
-	if now-last < int64(a.Interval) || !q.learn.sent.CompareAndSwap(last, now) {
-		return
+	if now-last < int64(a.Interval) || !q.s.isOpen() || !q.learn.sent.CompareAndSwap(last, now) {
+		return // a node that never joined reports nothing: its leave would not clean up
 	}
 	args := AdaptArgs{Node: q.node, Reports: q.learn.take(), Limited: q.learn.limited.Swap(false),
 		Floor: a.Floor, Decrease: a.Decrease, Step: a.Step, BreachShare: a.BreachShare, Interval: a.Interval,

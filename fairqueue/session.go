@@ -141,6 +141,14 @@ func (s *session) alive() bool {
 	return time.Now().UnixNano() < s.aliveUntil.Load()
 }
 
+// isOpen reports whether the node has joined the queue (and so leaves it,
+// cleaning up, when it closes).
+func (s *session) isOpen() bool {
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	return s.opened
+}
+
 // sawEpoch records the data-set ID a store call saw: a change (a restart
 // without persistence, a failover) makes the next heartbeat, at once,
 // re-assert the node's holders.
