@@ -38,6 +38,16 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    permits       <n>                  # required (unless upstream lines or kv_tokens), > 0, cluster-wide
 //	    kv_tokens     <n>                  # KV-cache tokens the running requests may hold, cluster-wide; default 0: not counted
 //	    default_max_tokens <n>             # completion budget of a body without max_tokens; default 1024
+//	    adaptive {                         # learn the capacity from the backend's time to first token (docs/adaptive.md)
+//	        target_ttft  <duration>        # required: keep the TTFT p99 at or below this
+//	        floor        <share>           # least share of permits / kv_tokens in force, (0, 1]; default 0.0625
+//	        interval     <duration>        # how often the capacity may move, cluster-wide; default 1s, at least 100ms
+//	        decrease     <factor>          # share x this on a breach (or a 429/503), (0, 1); default 0.9
+//	        step         <share>           # share + this after an interval under target while requests waited; default 0.015625
+//	        breach_share <share>           # share of TTFTs above target that is a breach, [0, 1); default 0.01
+//	        min_samples  <n>               # TTFTs a window needs before the target is judged; default 1/breach_share within 10..100
+//	        backend_metrics <path>|<url>   # read the backend's vLLM gauges every interval: a path on each pool upstream, or the URL of the one backend
+//	    }
 //	    max_wait      <duration>           # default 20s; at least 50ms
 //	    poll_interval <duration>           # default 200ms (max_wait if shorter); at least 50ms, at most max_wait
 //	    max_body      <size>               # default 8MiB (e.g. 1MiB, 512KB); larger bodies get 413
