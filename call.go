@@ -221,12 +221,12 @@ func (c *call) servePool() (served bool, err error) {
 		if rf == nil {
 			return true, c.answered(a)
 		}
-		if c.h.Adaptive != nil && c.mayRequeue(requeues, rf, a) {
-			c.e.q.ObserveRefused(c.permit.Upstream()) // held back: the client never sees it
-		}
 		if !c.mayRequeue(requeues, rf, a) {
 			c.cool(rf)
-			return true, c.answered(a)
+			return true, c.answered(a) // an adaptive queue learns of it at finish
+		}
+		if c.h.Adaptive != nil {
+			c.e.q.ObserveRefused(c.permit.Upstream()) // held back: the client never sees it
 		}
 		if err := c.requeue(rf); err != nil {
 			return true, c.notGranted(err)
