@@ -87,11 +87,13 @@ func (q *Queue) handOn(args TicketArgs) bool {
 		return false
 	}
 	t := h.t
+	// Moving before granted: a heartbeat's snapshot that sees the grant
+	// sees the move too, and leaves the waiter to the transfer.
+	t.moving.Store(true)
+	defer t.moving.Store(false)
 	if t.reinstated.Load() || q.isDraining() || !t.state.CompareAndSwap(statePending, stateGranted) {
 		return false // it left meanwhile
 	}
-	t.moving.Store(true)
-	defer t.moving.Store(false)
 	t.woken.Store(time.Now().UnixNano())
 	t.registered.Store(true)
 	close(t.granted)

@@ -18,6 +18,10 @@ func (q *Queue) snapshot() (pending, held, adopt []*ticket) {
 				pending = append(pending, t)
 			}
 		case t.state.Load() != stateGranted:
+		case t.moving.Load():
+			// Granted by a local handoff whose transfer is on its way:
+			// the transfer counts it; named here, a heartbeat reaching the
+			// store first would count it besides the holder it replaces.
 		case t.registered.Load():
 			held = append(held, t)
 		default:
@@ -37,6 +41,12 @@ const pendingPerCall = 1000
 // whether the store answered. Loop only.
 func (s *session) heartbeat(cfg *Config) (ok bool) {
 	q := s.q
+	// From the snapshot on, a permit given back is marked so that this
+	// heartbeat, if it reaches the store after the release, does not
+	// count it again (Permit.Release forgets the ticket, under the lock
+	// the snapshot takes, before it reads this).
+	s.beating.Add(1)
+	defer s.beating.Add(-1)
 	pending, held, adopt := q.snapshot()
 	s.take()
 	verify := s.verify
@@ -77,6 +87,9 @@ func (s *session) heartbeat(cfg *Config) (ok bool) {
 	q.releaseEnded(held)
 	q.releaseEnded(adopt)
 	if err != nil {
+		// The call may still run (a frozen store, a late retry): mark
+		// the permits given back for a lease more.
+		s.beatDoubt.Store(time.Now().Add(cfg.Lease).UnixNano())
 		s.verify = true
 		return false
 	}

@@ -165,7 +165,7 @@ func (p *Permit) Requeue(ctx context.Context, cool time.Duration) (*Permit, erro
 	}
 	t.seq, t.cost, t.scale, t.tokens = p.t.seq, p.t.cost, p.t.scale, p.t.tokens
 	args := RequeueArgs{Old: p.t.id, Seq: p.t.seq, TicketArgs: TicketArgs{ID: t.id, Node: q.node,
-		Limits: cfg.limits(), Cost: t.cost, Tokens: t.tokens, Correction: -p.t.cost}}
+		Limits: cfg.limits(), Cost: t.cost, Tokens: t.tokens, Correction: -p.t.cost, Tombstone: q.s.beatOnItsWay()}}
 	if up := p.Upstream(); up != "" && cool >= 0 {
 		args.Cool, args.CoolFor = up, coolFor(cool)
 	}

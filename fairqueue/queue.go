@@ -414,7 +414,7 @@ func (q *Queue) releaseID(id string, correction float64) {
 
 // releaseArgs are the arguments of a release of ticket id.
 func (q *Queue) releaseArgs(id string) TicketArgs {
-	return TicketArgs{ID: id, Node: q.node, Limits: q.cfg.Load().limits()}
+	return TicketArgs{ID: id, Node: q.node, Limits: q.cfg.Load().limits(), Tombstone: q.s.beatOnItsWay()}
 }
 
 // release gives a permit back in the store (bounded by StoreTimeout).

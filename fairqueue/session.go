@@ -62,6 +62,23 @@ type session struct {
 	aliveUntil atomic.Int64
 	// woken counts grants that woke a waiter of this node (Queue.Woken).
 	woken atomic.Uint64
+	// beating counts the heartbeats on their way (from the snapshot of
+	// the permits they name to their reply), and beatDoubt is until when
+	// (unix ns) one whose call failed may still reach the store: a permit
+	// given back meanwhile is marked (TicketArgs.Tombstone), so that such
+	// a heartbeat does not count it again.
+	beating   atomic.Int32
+	beatDoubt atomic.Int64
+}
+
+// beatOnItsWay reports whether a heartbeat that names the node's held
+// permits may be on its way to the store.
+func (s *session) beatOnItsWay() bool {
+	if s.beating.Load() > 0 {
+		return true
+	}
+	d := s.beatDoubt.Load()
+	return d != 0 && time.Now().UnixNano() < d
 }
 
 // An event is something that happened outside the loop that the loop

@@ -152,7 +152,12 @@ type TicketArgs struct {
 	Limits
 	// Tombstone asks Cancel to leave a short-lived mark so that an
 	// Acquire of the same ticket reaching the store later does nothing.
-	// Needed only when the ticket's Acquire got no answer.
+	// Needed only when the ticket's Acquire got no answer. On Release,
+	// Transfer (the holder) and Requeue (RequeueArgs.Old), it marks the
+	// ticket given back for a lease, so that a Heartbeat of the node sent
+	// before it, naming the ticket held, does not count it again when it
+	// reaches the store later: set it while such a heartbeat may be on
+	// its way.
 	Tombstone bool
 	// Cost is the ticket's estimated cost divided by its tenant's weight
 	// (and PriorityFactor to the power of its band): what its grant adds

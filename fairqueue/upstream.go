@@ -96,8 +96,9 @@ type UpstreamInfo struct {
 // takes Old's place in the queue.
 type RequeueArgs struct {
 	// TicketArgs is the new ticket. Its Correction applies to Old's
-	// release (usually minus Old's cost: the grant is undone), and its
-	// Cool and CoolFor to the upstream Old held.
+	// release (usually minus Old's cost: the grant is undone), its Cool
+	// and CoolFor to the upstream Old held, and its Tombstone marks Old
+	// given back (see TicketArgs.Tombstone).
 	TicketArgs
 	// Old is the ticket that holds the permit given back.
 	Old string

@@ -262,9 +262,25 @@ func (s *Store) Release(_ context.Context, t fairqueue.TicketArgs) error {
 	defer s.mu.Unlock()
 	t.Limits = s.scaled(t.Limits)
 	now := s.now()
+	s.markFreed(t.ID, t.Tombstone, t.Lease, now)
 	s.release(t.ID, t.Correction, t.Cool, t.CoolFor, now)
 	s.reapAndDispatch(t.Limits, now, out)
 	return nil
+}
+
+// markFreed marks ticket id given back for lease when mark is set
+// (fairqueue.TicketArgs.Tombstone): a heartbeat of its node sent before
+// the release does not count it again.
+func (s *Store) markFreed(id string, mark bool, lease time.Duration, now time.Time) {
+	if mark {
+		s.gone[id] = now.Add(lease)
+	}
+}
+
+// freed reports whether ticket id was given back with a mark that lives.
+func (s *Store) freed(id string, now time.Time) bool {
+	exp, ok := s.gone[id]
+	return ok && exp.After(now)
 }
 
 // Cancel implements fairqueue.Store.
@@ -291,8 +307,10 @@ func (s *Store) Cancel(_ context.Context, t fairqueue.TicketArgs) error {
 
 // Heartbeat implements fairqueue.Store. An in-process store never loses
 // its data: a held ticket it does not have was released while the
-// heartbeat was on its way; it is re-added and reported, as by every
-// store, and the node releases it again. A node that was forgotten (not
+// heartbeat was on its way. Such a release is marked (TicketArgs.Tombstone)
+// and the ticket not counted again; one that is not (the node thought
+// no heartbeat on its way) is re-added and reported, as by every store,
+// and the node releases it again. A node that was forgotten (not
 // alive, or brought back by an acquire since its last heartbeat)
 // re-adds nothing in that heartbeat (it may have left); from its next
 // one on it counts again the permits it still holds. Its pending
@@ -315,7 +333,7 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 	for _, id := range hb.Held {
 		if _, ok := s.holders[id]; ok {
 			s.holders[id] = now.Add(hb.Lease)
-		} else if !rejoined {
+		} else if !rejoined && !s.freed(id, now) {
 			s.holders[id] = now.Add(hb.Lease)
 			s.heldAgain(id)
 			s.holdOn(id, hb.Upstreams[id])
@@ -330,6 +348,9 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 		}
 	}
 	for _, id := range hb.Adopt {
+		if s.freed(id, now) {
+			continue
+		}
 		if _, ok := s.holders[id]; !ok {
 			s.heldAgain(id)
 			s.holdOn(id, hb.Upstreams[id])

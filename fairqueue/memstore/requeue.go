@@ -52,6 +52,7 @@ func (s *Store) Requeue(_ context.Context, t fairqueue.RequeueArgs) (fairqueue.A
 			s.index[t.ID] = w
 		}
 	}
+	s.markFreed(t.Old, t.Tombstone, t.Lease, now)
 	s.release(t.Old, t.Correction, t.Cool, t.CoolFor, now)
 	s.reapAndDispatch(t.Limits, now, out)
 	res.Grants = s.grants

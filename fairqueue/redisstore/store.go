@@ -64,7 +64,7 @@ var scripts = struct {
 // version is still deleted with the rest (leave, purge).
 var keyNames = []string{"seq", "waiting", "holders", "nodes", "epoch", "grants", "gone", "vtime", "twait", "expired", "members",
 	"fwait", "fticket", "fready", "fcount", "fidle", "finf", "tlast", "uheld", "ucool", "ulast",
-	"tok", "thold", "tsum", "tup", "tpass", "adapt"}
+	"tok", "thold", "tsum", "tup", "tpass", "adapt", "freed"}
 
 // keyTable is the Lua table K that names KEYS by keyNames.
 func keyTable() string {
@@ -223,7 +223,7 @@ func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.
 // Release implements fairqueue.Store.
 func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
 	v, err := scripts.release.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits,
-		strconv.FormatFloat(t.Correction, 'g', -1, 64), t.Cool, t.CoolFor.Milliseconds())...).Result()
+		strconv.FormatFloat(t.Correction, 'g', -1, 64), t.Cool, t.CoolFor.Milliseconds(), mark(t.Tombstone))...).Result()
 	if err != nil {
 		return fmt.Errorf("release %s: %w", s.tag, busy(err))
 	}
@@ -238,7 +238,7 @@ func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
 
 // Transfer implements fairqueue.Transferrer.
 func (s *Store) Transfer(ctx context.Context, t fairqueue.TicketArgs, to string) error {
-	v, err := scripts.transfer.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, to)...).Result()
+	v, err := scripts.transfer.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, to, mark(t.Tombstone))...).Result()
 	if err != nil {
 		return fmt.Errorf("transfer %s: %w", s.tag, busy(err))
 	}
@@ -249,6 +249,14 @@ func (s *Store) Transfer(ctx context.Context, t fairqueue.TicketArgs, to string)
 	s.deliver(r.own)
 	s.head(r.head, t.Permits)
 	return nil
+}
+
+// mark is a script's flag argument: "1" or "0".
+func mark(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // head tells the Listener, if it takes local handoffs, which of its
@@ -403,7 +411,7 @@ var (
 func (s *Store) Requeue(ctx context.Context, t fairqueue.RequeueArgs) (fairqueue.AcquireResult, error) {
 	v, err := scripts.requeue.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch(),
 		costArg(t.TicketArgs), t.Old, t.Seq,
-		strconv.FormatFloat(t.Correction, 'g', -1, 64), t.Cool, t.CoolFor.Milliseconds())...).Slice()
+		strconv.FormatFloat(t.Correction, 'g', -1, 64), t.Cool, t.CoolFor.Milliseconds(), mark(t.Tombstone))...).Slice()
 	if err != nil {
 		return fairqueue.AcquireResult{}, fmt.Errorf("requeue %s: %w", s.tag, busy(err))
 	}

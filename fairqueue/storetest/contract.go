@@ -18,6 +18,7 @@ func init() {
 		testCase{"HeartbeatNamesThePendingTicketsTheStoreLost", missingPending},
 		testCase{"GrantToAnotherNodesWaiterLastsTheOwnersLease", ownersLease},
 		testCase{"LeaveReleasesPermitsOfAnEarlierLongerLease", leaveLongerLease},
+		testCase{"HeartbeatOnItsWayCountsNoPermitReleasedMeanwhile", releasedMeanwhile},
 	)
 }
 
@@ -120,4 +121,52 @@ func leaveLongerLease(t *testing.T, h Harness) {
 	waiting, holders := h.State(t, "longer")
 	assert.Empty(t, waiting)
 	assert.Empty(t, holders, "the leave missed a permit of the node")
+}
+
+// A heartbeat names the permits its node held when it was sent. A release
+// the node sent after that (marked: TicketArgs.Tombstone) may reach the
+// store first and hand the permit on; the heartbeat then must not count
+// the released ticket again, or the store counts more holders than
+// permits until the node releases it once more. The same for the holder
+// of a local handoff (Transfer).
+func releasedMeanwhile(t *testing.T, h Harness) {
+	s := store(t, h, "meanwhile", "n1")
+	l := fairqueue.Limits{Permits: 1, Lease: time.Minute}
+	res, err := s.Acquire(bg, ticket("n1:1", "n1", l))
+	require.NoError(t, err)
+	require.True(t, res.Granted)
+	_, err = s.Heartbeat(bg, fairqueue.HeartbeatArgs{Node: "n1", Limits: l, Held: []string{"n1:1"}, Beat: 1})
+	require.NoError(t, err)
+	res, err = s.Acquire(bg, ticket("n1:2", "n1", l))
+	require.NoError(t, err)
+	require.False(t, res.Granted)
+
+	rel := ticket("n1:1", "n1", l)
+	rel.Tombstone = true
+	require.NoError(t, s.Release(bg, rel)) // grants n1:2
+	hb, err := s.Heartbeat(bg, fairqueue.HeartbeatArgs{Node: "n1", Limits: l, Held: []string{"n1:1"}, Beat: 2})
+	require.NoError(t, err)
+	assert.Empty(t, hb.Readded, "a permit released after the heartbeat was sent")
+	assert.Equal(t, 1, hb.Cluster.Holders)
+	_, holders := h.State(t, "meanwhile")
+	assert.Equal(t, []string{"n1:2"}, holders)
+
+	if tr, ok := s.(fairqueue.Transferrer); ok {
+		res, err = s.Acquire(bg, ticket("n1:3", "n1", l))
+		require.NoError(t, err)
+		require.False(t, res.Granted)
+		mv := ticket("n1:2", "n1", l)
+		mv.Tombstone = true
+		require.NoError(t, tr.Transfer(bg, mv, "n1:3"))
+		hb, err = s.Heartbeat(bg, fairqueue.HeartbeatArgs{Node: "n1", Limits: l, Held: []string{"n1:2"}, Beat: 3})
+		require.NoError(t, err)
+		assert.Empty(t, hb.Readded, "the holder of a local handoff made after the heartbeat was sent")
+		assert.Equal(t, 1, hb.Cluster.Holders)
+		_, holders = h.State(t, "meanwhile")
+		assert.Equal(t, []string{"n1:3"}, holders)
+	}
+	require.NoError(t, s.Leave(bg, "n1", l))
+	waiting, holders := h.State(t, "meanwhile")
+	assert.Empty(t, waiting)
+	assert.Empty(t, holders)
 }

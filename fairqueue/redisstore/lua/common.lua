@@ -41,6 +41,10 @@
 --   K.tlast    written by earlier versions only; deleted with the rest
 --   K.tok, K.thold, K.tsum, K.tup, K.tpass: capacity in tokens (tokens.lua)
 --   K.adapt    HASH the learned capacity's share and window (adapt.lua)
+--   K.freed    ZSET ticket -> mark expiry: permits given back (released,
+--              or handed on by a transfer) while a heartbeat of their node
+--              that names them may be on its way: that heartbeat must not
+--              count them again (heartbeat.lua)
 -- (a flow is one tenant's requests in one priority band)
 -- ARGV, the same first seven for every script:
 --   1 ticket ID (or node ID)   2 permits [and tokens, tokens.lua]   3 lease ms
@@ -118,6 +122,15 @@ end
 
 local function owner_of(id)
   return (ticket(id))
+end
+
+-- freed marks ticket id given back for a lease when mark is '1' (see
+-- K.freed): a heartbeat of its node sent before the release must not
+-- count it again.
+local function freed(id, mark)
+  if mark == '1' then
+    redis.call('ZADD', K.freed, clock() + lease, id)
+  end
 end
 
 local function flow_of(id)

@@ -27,8 +27,11 @@
 -- the truth. A forgotten node re-adds nothing in this heartbeat: it may
 -- have left (a heartbeat delayed past its leave, while other nodes keep
 -- the queue); its next heartbeat counts its running requests again. A
--- ticket released while this heartbeat was on its way is re-added too:
--- the node releases again every ticket it released meanwhile.
+-- ticket released while this heartbeat was on its way is not counted
+-- again: the node marks such a release (K.freed, release.lua). Where the
+-- mark is missing (a heartbeat that ran later than the node knew, after
+-- its call failed), the node releases again every ticket it released
+-- meanwhile.
 -- Idempotent: expiries are set to now + lease, and a re-sent heartbeat
 -- (same number) reports rejoined as its first run did (the mark).
 clock()
@@ -47,12 +50,17 @@ if mark == beat then rejoined = 1 end
 redis.call('HSET', K.members, node, lease .. ' ' .. mark)
 redis.call('ZADD', K.nodes, now + lease, node)
 local readd = lost or rejoined == 0
+-- marked: some permit was given back while a heartbeat was on its way
+-- (K.freed); the expired marks go.
+local marked = redis.call('EXISTS', K.freed) == 1
+if marked then redis.call('ZREMRANGEBYSCORE', K.freed, '-inf', now) end
 local n, m = tonumber(ARGV[11]), tonumber(ARGV[12])
 -- add counts a holder entry added again (re-added or adopted) on its
 -- upstream and with its weight, if it names them.
 local function add(arg)
   local id = string.match(arg, '^%S+')
   local up, w = string.match(arg, ' u=(%S+)'), tonumber(string.match(arg, ' w=(%d+)'))
+  if marked and redis.call('ZSCORE', K.freed, id) then return nil end
   if redis.call('ZADD', K.holders, now + lease, id) == 0 then return nil end
   held(id)
   if up then redis.call('HSET', K.uheld, id, up) end

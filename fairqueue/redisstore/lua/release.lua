@@ -3,7 +3,9 @@
 -- KEYS: the common layout (K, see common.lua).
 -- ARGV: 1 ticket, 2-7 common, 8 correction: what the request really
 --   used minus its charged cost, added to its flow's counter (fair.lua),
---   9 an upstream to cool ('' : none), 10 for how many ms (pool.lua).
+--   9 an upstream to cool ('' : none), 10 for how many ms (pool.lua),
+--   11 '1' when a heartbeat of the node that names the ticket may be on
+--   its way: the ticket is marked freed (K.freed) for a lease.
 -- Returns {own grants, head}: the grants dispatch made to the releasing
 -- node's own waiters ({ticket, grant no, upstream, Redis ms, ...}; see
 -- dispatch in dispatch.lua), and the node's ticket now heading the queue, if one
@@ -20,6 +22,7 @@
 -- it tells. Nobody waiting: ZREM, EXISTS, and the holder's bookkeeping;
 -- with waiters, a ZCARD and a ZRANGE more read the new head (my_head).
 local id = ARGV[1]
+freed(id, ARGV[11])
 cool(ARGV[9], ARGV[10])
 local ex = present('waiting', 'fready', 'fwait', #pool > 0 and 'ucool' or nil, 'uheld',
   tokens == 0 and 'thold' or nil)

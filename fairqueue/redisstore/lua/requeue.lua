@@ -7,7 +7,8 @@
 --   ticket's cost [and " <tokens>", as acquire's], 11 the old ticket, 12 its arrival order (the new
 --   ticket's place: before every ticket that arrived later), 13 the old
 --   ticket's correction (usually minus its cost: its grant is undone),
---   14 an upstream to cool ('' : none), 15 for how many ms.
+--   14 an upstream to cool ('' : none), 15 for how many ms, 16 '1' to
+--   mark the old ticket freed (as release.lua's 11).
 -- Returns acquire's reply (see acquire.lua): 'queued' with the new
 --   ticket's position (a grant dispatch made it at once is among the own
 --   grants), or for a call sent again 'granted' or 'queued' as the new
@@ -40,6 +41,7 @@ if not known then
     redis.call('ZADD', K.waiting, seq, id)
   end
 end
+freed(old, ARGV[16])
 if redis.call('ZREM', K.holders, old) == 1 then unheld(old, tonumber(ARGV[13])) end
 cool(ARGV[14], ARGV[15])
 local own = (dispatch(node))

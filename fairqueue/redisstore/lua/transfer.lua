@@ -5,7 +5,7 @@
 -- never drop below the permits in use while the call is on its way.
 -- KEYS: the common layout (K, see common.lua).
 -- ARGV: 1 the holder, 2-7 common, 8 the waiter (a FIFO ticket of the
---   same node).
+--   same node), 9 '1' to mark the holder freed (as release.lua's 11).
 -- The waiter is counted as a holder whatever Redis holds: it runs. Where
 -- it was no longer waiting but held already (another node's release
 -- granted it meanwhile, its message still on its way), the holder's
@@ -20,6 +20,7 @@
 -- and changes nothing.
 clock()
 local id, to = ARGV[1], ARGV[8]
+freed(id, ARGV[9])
 local node = owner_of(id)
 local ex = present('waiting', 'fready', 'fwait', 'uheld', tokens == 0 and 'thold' or nil)
 weighted = ex.thold
