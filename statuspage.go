@@ -50,8 +50,9 @@ func inlineHash(page []byte, tag string) string {
 // StatusPage is the http.handlers.fair_queue_status module: a page for
 // an operator's browser that shows every queue this Caddy instance
 // serves (store, permits, waiting here and across the cluster, in
-// flight, each upstream of a pool, the busiest tenant flows), refreshed
-// every second. With ?format=json it answers what the admin API's GET
+// flight, with kv_tokens the tokens held against it, the prompt
+// estimate, each upstream of a pool with its own tokens held, the
+// busiest tenant flows), refreshed every second. With ?format=json it answers what the admin API's GET
 // /fair_queue/ answers. It is read-only: other methods than GET and
 // HEAD get 405.
 //

@@ -1,6 +1,8 @@
 package caddyfairqueue
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +15,8 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 )
 
 // getPage calls the status page's handler with method and target.
@@ -63,6 +67,44 @@ func TestStatusPageJSONIsTheAdminAPIs(t *testing.T) {
 	require.NoError(t, err)
 	assert.JSONEq(t, admin.Body.String(), rec.Body.String())
 	assert.Contains(t, rec.Body.String(), `"name":"status-json"`)
+}
+
+// The page shows a queue's tokens from the JSON it reads: kv's capacity,
+// tokens_held and node_tokens_held, bytes_per_token and samples, and
+// each pool upstream's kv_tokens and tokens_held (e2e/status shows them
+// rendered).
+func TestStatusPageJSONCarriesTheTokensThePageShows(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	h := &Handler{Name: "status-kv", Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 2, KVTokens: 500}},
+		PollInterval: caddy.Duration(50 * time.Millisecond)}
+	require.NoError(t, h.Provision(newContext(t)))
+	t.Cleanup(func() { _ = h.Cleanup() })
+	next := newHolder()
+	body := `{"max_tokens":100,"messages":[{"role":"user","content":"` + strings.Repeat("a", 400) + `"}]}`
+	req := newRequest(context.Background(), body).start(h, next) // 400/4 + 100 tokens
+	next.waitEntered(t)
+
+	rec, err := getPage(t, http.MethodGet, "/fair_queue/status?format=json")
+	require.NoError(t, err)
+	var page struct {
+		Queues []struct {
+			KV       json.RawMessage `json:"kv"`
+			Snapshot struct {
+				Upstreams []json.RawMessage `json:"upstreams"`
+			} `json:"snapshot"`
+		} `json:"queues"`
+	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &page))
+	require.Len(t, page.Queues, 1)
+	q := page.Queues[0]
+	assert.JSONEq(t, `{"bytes_per_token":4,"samples":0,"capacity":500,"tokens_held":200,"node_tokens_held":200}`, string(q.KV))
+	require.Len(t, q.Snapshot.Upstreams, 1)
+	assert.JSONEq(t, `{"dial":"a:1","permits":2,"in_flight":1,"cool_left_ms":0,"kv_tokens":500,"tokens_held":200}`,
+		string(q.Snapshot.Upstreams[0]))
+
+	next.release <- struct{}{}
+	req.wait(t)
+	settled(t, h)
 }
 
 func TestStatusPageIsReadOnly(t *testing.T) {

@@ -75,12 +75,10 @@ func (h *Handler) checkPool() error {
 	if h.Permits > sum {
 		return fmt.Errorf("permits (%d) is more than the upstreams' permits together (%d): it caps the pool, leave it out to use their sum", h.Permits, sum)
 	}
-	switch {
-	case withTokens > 0 && withTokens < len(h.Upstreams) && h.KVTokens == 0:
-		// The pool's tokens default to the sum of the upstreams' only
-		// when every one has some: else nothing would count them.
-		return fmt.Errorf("kv_tokens is set on %d of the %d upstreams: set it on every upstream, or kv_tokens on the queue too", withTokens, len(h.Upstreams))
-	case withTokens == len(h.Upstreams) && h.KVTokens > tokens:
+	// kv_tokens on only some upstreams is fairqueue.Config.Validate's
+	// rule. This one is the glue's: the engine's local fallback scales
+	// the queue's and each upstream's tokens apart, and may round into it.
+	if withTokens == len(h.Upstreams) && h.KVTokens > tokens {
 		return fmt.Errorf("kv_tokens (%d) is more than the upstreams' kv_tokens together (%d): it caps the pool, leave it out to use their sum", h.KVTokens, tokens)
 	}
 	return nil

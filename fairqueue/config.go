@@ -62,7 +62,7 @@ type Config struct {
 	// Request.Tokens besides a free permit. 0: tokens are not counted.
 	// With Upstreams, each upstream's own Upstream.KVTokens also applies
 	// (KVTokens caps them all together; 0 here: their sum, if every one
-	// sets it).
+	// sets it; Validate refuses 0 here with only some setting it).
 	KVTokens int
 	// Adaptive, when set, makes the queue learn its capacity from the
 	// backend's time to first token (see Adaptive): the capacity in force
@@ -185,6 +185,9 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	if err := validUpstreams(c.Upstreams); err != nil {
+		return err
+	}
+	if err := validPoolTokens(c.KVTokens, c.Upstreams); err != nil {
 		return err
 	}
 	switch {

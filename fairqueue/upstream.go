@@ -20,7 +20,8 @@ type Upstream struct {
 	Permits int `json:"permits"`
 	// KVTokens is the KV-cache tokens the upstream's requests may hold
 	// at once, across the cluster (see Config.KVTokens); 0: only the
-	// queue's KVTokens applies to it.
+	// queue's KVTokens applies to it. Set on some upstreams of a pool
+	// and not others, the queue's KVTokens is required.
 	KVTokens int `json:"kv_tokens,omitempty"`
 }
 
@@ -51,6 +52,29 @@ func validUpstreams(us []Upstream) error {
 		seen[u.Dial] = true
 	}
 	return nil
+}
+
+// validPoolTokens reports a pool whose upstreams set KVTokens only in
+// part while the queue's kvTokens (after defaults) is 0: the queue's
+// capacity defaults to the upstreams' sum only when every one sets it,
+// so nothing would count the tokens of those that do.
+func validPoolTokens(kvTokens int, us []Upstream) error {
+	if kvTokens != 0 {
+		return nil
+	}
+	with, without := 0, -1
+	for i, u := range us {
+		if u.KVTokens > 0 {
+			with++
+		} else if without < 0 {
+			without = i
+		}
+	}
+	if with == 0 || without < 0 {
+		return nil
+	}
+	return fmt.Errorf("kv_tokens is set on %d of the %d upstreams, not on upstreams[%d] (%s): set it on every upstream, or kv_tokens on the queue too",
+		with, len(us), without, us[without].Dial)
 }
 
 // poolPermits is the sum of the upstreams' permits.

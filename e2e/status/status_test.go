@@ -69,6 +69,42 @@ func site(t *testing.T) (c *harness.Caddy, upstream string) {
 	return c, upstream
 }
 
+// The queue of kvSite: one upstream of kvPermits permits and kvCapacity
+// KV-cache tokens; a request without a completion budget is given
+// kvBudget. harness.StartStream's request, its prompt 4 bytes of text
+// (1 token at the seed of 4 bytes per token), weighs 1 + kvBudget = 100:
+// two fit, a third waits.
+const (
+	kvQueue    = "kv"
+	kvPermits  = 4
+	kvCapacity = 250
+	kvBudget   = 99
+)
+
+// kvSite runs Caddy with the page at pagePath and the queue kvQueue under
+// /v1/, in front of the mock LLM, with a max_wait that outlasts the test.
+func kvSite(t *testing.T) (c *harness.Caddy, upstream string) {
+	t.Helper()
+	_, upstream = harness.StartMockLLM(t, mockllm.Config{})
+	c = harness.StartCaddy(t, "caddy", fmt.Sprintf(`
+	handle %s {
+		fair_queue_status
+	}
+	handle /v1/* {
+		fair_queue {
+			name %s
+			upstream %s %d kv_tokens %d
+			default_max_tokens %d
+			max_wait 2m
+		}
+		reverse_proxy {
+			dynamic fair_queue
+			flush_interval -1
+		}
+	}`, pagePath, kvQueue, upstream, kvPermits, kvCapacity, kvBudget), harness.CaddyOptions{})
+	return c, upstream
+}
+
 // shown is one queue as the page renders it: the text of its cells.
 type shown struct {
 	Name            string // the heading's text
@@ -81,21 +117,31 @@ type shown struct {
 	ClusterInFlight string
 	ClusterAge      string
 	Nodes           string
-	Upstreams       []struct{ Dial, InFlight, Permits, State string }
+	// KVTokens, ClusterKVTokens and PromptEstimate are the queue's
+	// tokens rows ("" when not shown); Other whether it lists fields the
+	// page does not know.
+	KVTokens        string
+	ClusterKVTokens string
+	PromptEstimate  string
+	Other           bool
+	Upstreams       []struct{ Dial, InFlight, Permits, KVTokens, State string }
 }
 
 // readPage is the page's queues, read from its DOM as text.
 const readPage = `[...document.querySelectorAll("section.queue")].map(s => {
-	const f = n => { const e = s.querySelector('[data-field="' + n + '"]'); return e ? e.textContent : ""; };
+	const text = (root, n) => { const e = root.querySelector('[data-field="' + n + '"]'); return e ? e.textContent : ""; };
+	const f = n => text(s, n), counts = n => text(s.querySelector("table.counts"), n);
 	return {
 		name: s.querySelector("h2.name").textContent, attr: s.dataset.queue,
 		store: s.querySelector(".store").textContent, storeUp: f("store-up"),
 		waiting: f("waiting"), clusterWaiting: f("cluster-waiting"),
 		inFlight: f("in-flight"), clusterInFlight: f("cluster-in-flight"),
 		clusterAge: f("cluster-age"), nodes: f("nodes"),
+		kvTokens: counts("kv-tokens"), clusterKVTokens: counts("cluster-kv-tokens"),
+		promptEstimate: counts("prompt-estimate"), other: s.querySelector("dl.more") !== null,
 		upstreams: [...s.querySelectorAll("tr.upstream")].map(r => {
-			const g = n => r.querySelector('[data-field="' + n + '"]').textContent;
-			return { dial: g("dial"), inFlight: g("in-flight"), permits: g("permits"), state: g("state") };
+			const g = n => text(r, n);
+			return { dial: g("dial"), inFlight: g("in-flight"), permits: g("permits"), kvTokens: g("kv-tokens"), state: g("state") };
 		}),
 	};
 })`
@@ -159,6 +205,9 @@ func TestStatusPageShowsWaitingAndInFlightPerQueueAndUpstream(t *testing.T) {
 	assert.Equal(t, "2", q.Upstreams[0].InFlight)
 	assert.Equal(t, "2", q.Upstreams[0].Permits)
 	assert.Equal(t, "in dispatch", q.Upstreams[0].State)
+	// Without kv_tokens the page shows no tokens: no row, no column.
+	assert.Empty(t, q.KVTokens+q.ClusterKVTokens+q.PromptEstimate+q.Upstreams[0].KVTokens)
+	assert.False(t, q.Other, "every field is one the page shows")
 
 	h, ok := got[hostile]
 	require.True(t, ok, "the hostile name is shown as its text: %+v", got)
@@ -187,4 +236,34 @@ func TestStatusPageShowsWaitingAndInFlightPerQueueAndUpstream(t *testing.T) {
 	assert.Contains(t, browser.Text(t, tab, "#status"), "cannot read ?format=json")
 	got = waitShown(t, tab, 0, func(m map[string]shown) bool { return len(m) == 2 })
 	assert.Equal(t, "1", got[pool].Waiting)
+}
+
+func TestStatusPageShowsTokensHeldAgainstKVTokens(t *testing.T) {
+	c, upstream := kvSite(t)
+	tab := browser.Start(t)
+	url := c.URL() + "/v1/chat/completions"
+	holders := []*harness.Stream{harness.StartStream(t, url), harness.StartStream(t, url)}
+	c.WaitQueue(kvQueue, 0, 2, 10*time.Second)
+	harness.StartStream(t, url) // no room for its 100 tokens: it waits
+	c.WaitQueue(kvQueue, 1, 2, 10*time.Second)
+
+	browser.Do(t, tab, 30*time.Second, chromedp.Navigate(c.URL()+pagePath))
+	browser.Do(t, tab, 10*time.Second, chromedp.WaitVisible(chromedp.CSS(`#status[data-state="ok"]`)))
+	q := waitShown(t, tab, 5*time.Second, func(m map[string]shown) bool { return len(m) == 1 })[kvQueue]
+	assert.Equal(t, fmt.Sprintf("2 / %d", kvPermits), q.ClusterInFlight, "permits are free: tokens hold the third back")
+	assert.Equal(t, "200", q.KVTokens, "the tokens this instance's requests hold")
+	assert.Equal(t, fmt.Sprintf("200 / %d", kvCapacity), q.ClusterKVTokens, "the queue's, against the upstream's kv_tokens")
+	assert.Equal(t, "4.00 bytes per token, from 0 answers", q.PromptEstimate, "the seed: no answer ended yet")
+	require.Len(t, q.Upstreams, 1)
+	assert.Equal(t, upstream, q.Upstreams[0].Dial)
+	assert.Equal(t, fmt.Sprintf("200 / %d", kvCapacity), q.Upstreams[0].KVTokens)
+	assert.False(t, q.Other, "the tokens are shown, not listed as fields the page does not know")
+
+	// The holders leave: the waiter's 100 tokens are all that is held.
+	for _, h := range holders {
+		h.Release()
+	}
+	q = waitShown(t, tab, 10*time.Second, func(m map[string]shown) bool { return m[kvQueue].KVTokens == "100" })[kvQueue]
+	assert.Equal(t, fmt.Sprintf("100 / %d", kvCapacity), q.ClusterKVTokens)
+	assert.Equal(t, fmt.Sprintf("100 / %d", kvCapacity), q.Upstreams[0].KVTokens)
 }
