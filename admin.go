@@ -112,6 +112,12 @@ type kvReport struct {
 	TokensHeld int `json:"tokens_held"`
 	// NodeTokensHeld is what this instance's running requests hold.
 	NodeTokensHeld int64 `json:"node_tokens_held"`
+	// CompletionBudget is the completion budget this instance learned
+	// for the queue's requests that set none (0 until 20 such answers
+	// are seen; default_max_tokens, where set, applies instead);
+	// CompletionSamples the answers it learned that from.
+	CompletionBudget  int64 `json:"completion_budget"`
+	CompletionSamples int64 `json:"completion_samples"`
 }
 
 // nodeReport is fairqueue.Stats in the API.
@@ -274,11 +280,12 @@ func (e *engine) report(ctx context.Context) queueReport {
 // learned nothing.
 func (e *engine) kvReport(cfg fairqueue.Config, held int) *kvReport {
 	ratio, samples := e.kv.state()
-	if cfg.KVTokens <= 0 && samples == 0 {
+	budget, answers := e.budget.state()
+	if cfg.KVTokens <= 0 && samples == 0 && answers == 0 {
 		return nil
 	}
 	return &kvReport{BytesPerToken: ratio, Samples: samples, Capacity: max(cfg.KVTokens, 0), TokensHeld: held,
-		NodeTokensHeld: e.tokens.Load()}
+		NodeTokensHeld: e.tokens.Load(), CompletionBudget: budget, CompletionSamples: answers}
 }
 
 // Interface guards

@@ -83,11 +83,12 @@ func (c *call) read() (answered bool, err error) {
 	repl.Set(phModel, info.Model)
 	repl.Set(phStreaming, c.streaming)
 	c.bodyLen = len(body)
-	budget := h.defaultMaxTokens()
-	if embeds(c.r, c.api) {
+	budget, embed := h.defaultMaxTokens(), embeds(c.r, c.api)
+	if embed {
 		budget = 0
 	}
 	c.weight = newWeight(info, len(body), budget)
+	c.weight.open = c.weight.open && !embed && h.learnsBudget()
 	c.req = h.fairRequest(repl, info)
 
 	c.name = h.Name
@@ -121,6 +122,9 @@ func (c *call) enter() (err error) {
 // (counted when it is).
 func (c *call) weigh() {
 	c.weight.estimate(c.e.kv.bytesPerToken())
+	if c.weight.open {
+		c.weight.budget = c.e.budget.get(c.weight.budget)
+	}
 	if c.h.Cost == CostTokens && c.h.fair() {
 		c.req.Cost = tokensEstimate(c.weight, c.h.MaxCost)
 	}
@@ -274,9 +278,18 @@ func (c *call) readsUsage() bool {
 
 // learn teaches the queue's prompt estimator the prompt tokens the
 // answer's usage counted for the request's prompt text, when both are
-// known.
+// known, and its budget estimator the tokens the answer generated, when
+// the request set no budget.
 func (c *call) learn() {
-	if c.usage == nil || c.weight.noPrompt {
+	if c.usage == nil {
+		return
+	}
+	if c.weight.open {
+		if tokens, ok := c.usage.completionTokens(); ok {
+			c.e.budget.observe(tokens)
+		}
+	}
+	if c.weight.noPrompt {
 		return
 	}
 	if tokens, ok := c.usage.promptTokens(); ok {

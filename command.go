@@ -306,6 +306,9 @@ func printQueueDetail(w io.Writer, q queueReport) error {
 			fmt.Fprintf(w, "  kv tokens: %d held of %d\n", kv.TokensHeld, kv.Capacity)
 		}
 		fmt.Fprintf(w, "  prompt estimate: %.2f bytes per token, from %d answers\n", kv.BytesPerToken, kv.Samples)
+		if kv.CompletionBudget > 0 {
+			fmt.Fprintf(w, "  completion budget: %d tokens, from %d answers\n", kv.CompletionBudget, kv.CompletionSamples)
+		}
 	}
 	if len(s.Head) > 0 {
 		head := make([]string, len(s.Head))

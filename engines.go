@@ -73,6 +73,7 @@ type engine struct {
 	running  atomic.Int64    // requests granted and not yet finished (see reserved)
 	tokens   atomic.Int64    // their KV-cache tokens (fairqueue.Request.Tokens; see reservedTokens)
 	kv       promptEstimator // the prompt's bytes per token, learned from answers
+	budget   budgetEstimator // the completion budget of a request that sets none, learned from answers
 	routes   engineRoutes    // the live handlers' routes, by the shape of their grants
 
 	// remote: releasing a permit is a store round trip (Redis), so

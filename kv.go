@@ -15,7 +15,9 @@ import (
 // (jsonscan.Fields.PromptBytes) and the bytes per token that its queue
 // learned from the answers' usage (promptEstimator); the tokens it may
 // generate are its body's budget (max_completion_tokens and the like,
-// jsonscan.Fields.Budget), else DefaultMaxTokens.
+// jsonscan.Fields.Budget), else Handler.DefaultMaxTokens where set, else
+// the budget its queue learned (budgetEstimator, kv_budget.go), else
+// DefaultMaxTokens.
 
 // Bounds of the estimator's ratio, in bytes of prompt text per token.
 const (
@@ -42,6 +44,9 @@ type weight struct {
 	noPrompt bool
 	budget   int64 // the completion budget
 	prompt   int64 // the prompt's estimated tokens: ceil(text / bytes per token)
+	// open: the body sets no budget, and the queue's learned one applies
+	// (learnBudget); budget is the default until weigh.
+	open bool
 }
 
 // embeds reports whether r, of API a, asks for embeddings (OpenAI's
@@ -62,6 +67,7 @@ func newWeight(info jsonscan.Fields, bodyLen int, defaultBudget int) weight {
 	}
 	if w.budget <= 0 {
 		w.budget = int64(defaultBudget)
+		w.open = true
 	}
 	return w
 }

@@ -230,7 +230,7 @@ func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPermits, descNodeWaiting, descNodeInFlight, descStoreUp,
 		descClusterWaiting, descClusterInFlight, descClusterNodes, descClusterLeaseExpirations,
 		descUpstreamPermits, descUpstreamInFlight, descUpstreamCooling,
-		descKVCapacity, descKVHeld, descKVBytesPerToken, descUpstreamKVCapacity, descUpstreamKVHeld, descCapacityShare, descUpstreamCapacityShare} {
+		descKVCapacity, descKVHeld, descKVBytesPerToken, descKVBudget, descUpstreamKVCapacity, descUpstreamKVHeld, descCapacityShare, descUpstreamCapacityShare} {
 		ch <- d
 	}
 }

@@ -14,6 +14,8 @@ var (
 		"KV-cache tokens the queue's running requests may hold at once, across the cluster (kv_tokens, or the sum of its upstreams'), as configured on this instance; absent when the queue does not count tokens.")
 	descKVHeld = newStateDesc("kv_tokens_held",
 		"KV-cache tokens held by the running requests of the whole queue (their weights: estimated prompt tokens plus completion budget), all instances, as the store reported at this instance's last heartbeat; absent when the queue does not count tokens. Reported like cluster_waiting.")
+	descKVBudget = newStateDesc("kv_completion_budget",
+		"The completion budget this instance learned for a queue's requests that set none (the 95th percentile of the tokens their last 256 answers generated); absent until 20 such answers are seen. default_max_tokens, where set, applies instead.")
 	descKVBytesPerToken = newStateDesc("kv_bytes_per_token",
 		"The bytes of prompt text per prompt token that this instance estimates a queue's prompts with, learned from the answers' usage (4 before the first). Present once the queue counts tokens or has learned.")
 	descUpstreamKVCapacity = newUpstreamDesc("upstream_kv_tokens_capacity",
@@ -38,6 +40,8 @@ func collectKV(ch chan<- prometheus.Metric, engines []*engine) {
 		ratio          float64
 		samples        int64
 		heldKnown      bool
+		budget         int64
+		answers        int64
 	}
 	out := make(map[string]*kv)
 	for _, e := range engines {
@@ -59,6 +63,9 @@ func collectKV(ch chan<- prometheus.Metric, engines []*engine) {
 		if ratio, n := e.kv.state(); n > g.samples {
 			g.ratio, g.samples = ratio, n
 		}
+		if budget, n := e.budget.state(); budget > 0 && n > g.answers {
+			g.budget, g.answers = budget, n
+		}
 	}
 	for label, g := range out {
 		gauge := func(d *prometheus.Desc, v float64) {
@@ -66,6 +73,9 @@ func collectKV(ch chan<- prometheus.Metric, engines []*engine) {
 		}
 		if g.counts || g.samples > 0 {
 			gauge(descKVBytesPerToken, g.ratio)
+		}
+		if g.budget > 0 {
+			gauge(descKVBudget, float64(g.budget))
 		}
 		if !g.counts {
 			continue

@@ -42,7 +42,8 @@ const (
 	// or tokens.
 	DefaultMaxCost = 32768
 	// DefaultMaxTokens is the completion budget of a request whose body
-	// sets none, unless Handler.DefaultMaxTokens says otherwise.
+	// sets none, unless Handler.DefaultMaxTokens says otherwise, until
+	// its queue has learned one from the answers.
 	DefaultMaxTokens = 1024
 	// DefaultAbortGrace is how long the permit of a request whose client
 	// left while the upstream ran it stays held once reverse_proxy returns,
@@ -155,8 +156,12 @@ type Handler struct {
 	// generate at most, part of its weight with KVTokens and of its
 	// charge with Cost "tokens". An embeddings request (/v1/embeddings,
 	// Ollama's /api/embed and /api/embeddings) generates none: its budget
-	// is 0. Default 1024; at least 1. Requires KVTokens (on the queue or
-	// an upstream) or Cost "tokens".
+	// is 0. Unset, the budget is learned per queue from the answers to
+	// the requests that set none (their usage: total less prompt tokens):
+	// the 95th percentile of the tokens the last 256 generated, once 20
+	// are seen, and 1024 (the package's DefaultMaxTokens) before. Set, it
+	// is fixed. At least 1. Requires KVTokens (on the queue or an
+	// upstream) or Cost "tokens".
 	DefaultMaxTokens int `json:"default_max_tokens,omitempty"`
 
 	// MaxWait is the longest a request waits for a permit before it is

@@ -254,3 +254,7 @@ func (h *Handler) queueConfig(name string, fallback fairqueue.Store) fairqueue.C
 // defaultMaxTokens is the completion budget of a request whose body sets
 // none (DefaultMaxTokens).
 func (h *Handler) defaultMaxTokens() int { return cmp.Or(h.DefaultMaxTokens, DefaultMaxTokens) }
+
+// learnsBudget reports whether a request that sets no completion budget
+// is weighed with its queue's learned one: DefaultMaxTokens is not set.
+func (h *Handler) learnsBudget() bool { return h.DefaultMaxTokens == 0 }

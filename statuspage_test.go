@@ -97,7 +97,8 @@ func TestStatusPageJSONCarriesTheTokensThePageShows(t *testing.T) {
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &page))
 	require.Len(t, page.Queues, 1)
 	q := page.Queues[0]
-	assert.JSONEq(t, `{"bytes_per_token":4,"samples":0,"capacity":500,"tokens_held":200,"node_tokens_held":200}`, string(q.KV))
+	assert.JSONEq(t, `{"bytes_per_token":4,"samples":0,"capacity":500,"tokens_held":200,"node_tokens_held":200,
+		"completion_budget":0,"completion_samples":0}`, string(q.KV))
 	require.Len(t, q.Snapshot.Upstreams, 1)
 	assert.JSONEq(t, `{"dial":"a:1","permits":2,"in_flight":1,"cool_left_ms":0,"kv_tokens":500,"tokens_held":200}`,
 		string(q.Snapshot.Upstreams[0]))

@@ -435,6 +435,16 @@ func (u *usageWriter) promptTokens() (float64, bool) {
 	return u.promptUsed, u.promptFound
 }
 
+// completionTokens returns the tokens the answer generated: its usage's
+// total less its prompt tokens, when it has both.
+func (u *usageWriter) completionTokens() (float64, bool) {
+	total, ok := u.totalTokens()
+	if !ok || !u.promptFound || total < u.promptUsed {
+		return 0, false
+	}
+	return total - u.promptUsed, true
+}
+
 // firstByteWriter passes an answer on unchanged and notes how long after
 // the request was forwarded (forwarded, set at each forward) the first
 // byte of its body came: the upstream's time to first byte, a stream's
