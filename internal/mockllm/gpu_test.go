@@ -333,6 +333,36 @@ func TestGPUServerStreamsEveryTokenThenItsUsage(t *testing.T) {
 	assert.Positive(t, whole.Usage["completion_tokens"])
 }
 
+// TestGPUServerAnswersTheHeadersLengthWithItsUsageAsOpenAI is what the
+// capacity bench's clients that send no max_tokens rely on: the length
+// comes from X-Mock-Tokens, and with include_usage every token chunk has
+// "usage":null, then one chunk without choices carries the usage.
+func TestGPUServerAnswersTheHeadersLengthWithItsUsageAsOpenAI(t *testing.T) {
+	_, url := startGPUServer(t, GPUConfig{KVTokens: 10_000})
+	body := fmt.Sprintf(`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":%q}]}`,
+		strings.Repeat("x", 400))
+	resp := post(t, context.Background(), url+"/v1/chat/completions", body, HeaderTokens, "9")
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	ev := events(t, resp.Body)
+	require.Len(t, ev, 9+2, "9 tokens, the usage chunk, [DONE]")
+	for _, d := range ev[:9] {
+		var c map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal([]byte(d), &c))
+		assert.Equal(t, "null", string(c["usage"]), d)
+	}
+	var last struct {
+		Choices []any          `json:"choices"`
+		Usage   map[string]int `json:"usage"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(ev[9]), &last))
+	assert.Empty(t, last.Choices)
+	assert.Equal(t, 9, last.Usage["completion_tokens"])
+	assert.Equal(t, 100, last.Usage["prompt_tokens"], "the prompt text's 400 bytes")
+	assert.Equal(t, 109, last.Usage["total_tokens"])
+	assert.Equal(t, "[DONE]", ev[10])
+}
+
 func TestGPUServerRefusesAPromptLargerThanTheCache(t *testing.T) {
 	_, url := startGPUServer(t, GPUConfig{KVTokens: 100})
 	resp := post(t, context.Background(), url+"/v1/chat/completions", chatBody(400, 5))
