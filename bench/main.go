@@ -42,7 +42,7 @@ func main() {
 	render := flag.Bool("render", false, "run nothing: rewrite the report and plots from <out>/results.json")
 	flag.IntVar(&opts.ScaleWaiters, "scale-waiters", 0, "waiters of the scale scenario (default 50000)")
 	flag.Float64Var(&opts.ScaleRPS, "scale-rps", 0, "arrival rate of the scale scenario's waiters, per second (default 700)")
-	capacity := flag.String("capacity", "", "the capacity scenario's topologies (one, pool), workloads (mixed, chat) and rows (alone, haproxy-16, fq-<permits>, fq-kv, fq-adaptive) to run, comma-separated (default: the mode's; a quick run: one and pool, mixed)")
+	capacity := flag.String("capacity", "", "the capacity scenario's topologies (one, pool), workloads (mixed, chat) and rows (alone, haproxy-16, fq-<permits>, fq-kv, fq-adaptive, fq-kv-learned, fq-kv-1024) to run, comma-separated (default: the mode's; a quick run: one and pool, mixed)")
 	scaleClient := flag.String("scale-client", "", "internal: run one client process of the scale scenario from this loadgen config (JSON)")
 	flag.Parse()
 	// 50,000 waiters need every descriptor the hard limit allows, in the

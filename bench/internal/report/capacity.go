@@ -1,19 +1,15 @@
 package report
 
-// The capacity scenario's figures: each run's summary, the targets, the
-// report's section and the plots over time.
+// The capacity scenario's figures: each run's summary, the targets and
+// the report's section (the plots over time: capacity_plot.go).
 
 import (
 	"fmt"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/systems"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
 )
 
 // CapacitySettings shape the capacity scenario: every knob in one place.
@@ -99,6 +95,15 @@ type CapacityRow struct {
 	// Adaptive makes fair_queue learn its capacity under Permits (the
 	// ceiling), with the SLO's TTFT as its target.
 	Adaptive bool `json:"adaptive,omitempty"`
+	// NoMaxTokens makes the clients send no completion budget: each
+	// answer's length goes in mockllm's X-Mock-Tokens header instead of
+	// max_tokens, and the body asks for the usage (stream_options
+	// include_usage), so that fair_queue weighs the budget it learned from
+	// the answers' usage, or DefaultMaxTokens where set.
+	NoMaxTokens bool `json:"no_max_tokens,omitempty"`
+	// DefaultMaxTokens, when set, is fair_queue's default_max_tokens: the
+	// budget of a request that sets none, fixed instead of learned.
+	DefaultMaxTokens int `json:"default_max_tokens,omitempty"`
 }
 
 // KindAlone is the backend with no limiter: the client sends every
@@ -180,6 +185,12 @@ type CapacityRun struct {
 	MaxKVUsed   []int `json:"max_kv_used"`
 	MaxRunning  []int `json:"max_running"`
 	MaxWaiting  []int `json:"max_waiting"`
+	// CompletionBudget is the completion budget fair_queue learned for
+	// the requests that set none, read from its status page at the run's
+	// end (0: none learned, or the row fixes it); BudgetAnswers is the
+	// answers it learned it from. Rows with NoMaxTokens only.
+	CompletionBudget int64 `json:"completion_budget,omitempty"`
+	BudgetAnswers    int64 `json:"budget_answers,omitempty"`
 	// Samples are the replicas summed over time.
 	Samples []CapacitySample `json:"samples,omitempty"`
 }
@@ -263,11 +274,6 @@ func (c *Capacity) workload(name string) *CapacityWorkload {
 	return nil
 }
 
-// capacityPlotFile is the plot of one case's samples.
-func capacityPlotFile(cs *CapacityCase) string {
-	return "capacity-" + cs.Topology + "-" + cs.Workload + ".png"
-}
-
 // capacityMarkdown writes the capacity section of BENCHMARKS.md; plots
 // maps a case's plot file to its link, those drawn.
 func capacityMarkdown(b *strings.Builder, c *Capacity, plots map[string]string) {
@@ -306,6 +312,12 @@ func capacityMarkdown(b *strings.Builder, c *Capacity, plots map[string]string) 
 	w("<= %.0f ms per later token on average; its share is of the requests sent. The ideal: each replica runs as many\n", set.SLOTPOTMS)
 	w("sequences as its cache holds of the mix's average one, never preempts and never idles; its TTFT is a prompt's\n")
 	w("own prefill in a full batch, no wait (a bound no real run reaches under overload).\n")
+	if slices.ContainsFunc(slices.Concat(set.Rows, set.PoolRows), func(r CapacityRow) bool { return r.NoMaxTokens }) {
+		w("\nRows labelled *no max_tokens*: the same requests, but the clients send no `max_tokens` (the mock reads each answer's\n")
+		w("length from its `X-Mock-Tokens` header) and ask for the usage (`stream_options.include_usage`); fair_queue weighs\n")
+		w("each request's completion with the budget it learned from the answers' usage (the 95th percentile of the last 256\n")
+		w("answers, 1024 before 20 are seen), or with a fixed `default_max_tokens` where the row sets one.\n")
+	}
 	for _, cs := range c.Cases {
 		t, wl := c.topology(cs.Topology), c.workload(cs.Workload)
 		if t == nil || wl == nil {
@@ -347,11 +359,36 @@ func capacityMarkdown(b *strings.Builder, c *Capacity, plots map[string]string) 
 				label, r.GoodputTPS, r.VsIdeal, r.TTFTP50MS, r.TTFTP99MS, ttftVs, 100*r.SLOShare, r.Preemptions, r.Finished, r.Sent,
 				r.Cut, r.Rejected, r.Failed, ints(r.MaxKVUsed), ints(r.MaxRunning), ints(r.MaxWaiting), r.ElapsedS)
 		}
+		budgetNotes(w, cs)
 		if link, ok := plots[capacityPlotFile(cs)]; ok {
 			w("\n![KV tokens, running and waiting over time, %s, %s](%s)\n", t.Label, wl.Label, link)
 		}
 	}
 }
+
+// budgetNotes writes, under a case's table, the completion budget each
+// run whose clients sent no max_tokens was weighed with.
+func budgetNotes(w func(string, ...any), cs *CapacityCase) {
+	var notes []string
+	for _, r := range cs.Runs {
+		switch {
+		case !r.Row.NoMaxTokens || r.Error != "":
+		case r.Row.DefaultMaxTokens > 0:
+			notes = append(notes, fmt.Sprintf("%s: fixed at %d tokens", r.Row.Label, r.Row.DefaultMaxTokens))
+		case r.CompletionBudget > 0:
+			notes = append(notes, fmt.Sprintf("%s: learned **%d** tokens from %d answers", r.Row.Label, r.CompletionBudget, r.BudgetAnswers))
+		default:
+			notes = append(notes, fmt.Sprintf("%s: none learned (%d answers seen), %d tokens", r.Row.Label, r.BudgetAnswers, DefaultMaxTokens))
+		}
+	}
+	if len(notes) > 0 {
+		w("\nCompletion budget of the requests without max_tokens: %s.\n", strings.Join(notes, "; "))
+	}
+}
+
+// DefaultMaxTokens is fair_queue's completion budget of a request that
+// sets none before its queue learned one (caddyfairqueue.DefaultMaxTokens).
+const DefaultMaxTokens = 1024
 
 // fairQueue returns the fair_queue run with permits, or nil.
 func (cs *CapacityCase) fairQueue(permits int) *CapacityRun {
@@ -363,10 +400,11 @@ func (cs *CapacityCase) fairQueue(permits int) *CapacityRun {
 	return nil
 }
 
-// kvTokens returns the fair_queue run with kv_tokens, or nil.
+// kvTokens returns the fair_queue run with kv_tokens and the exact
+// budgets, or nil.
 func (cs *CapacityCase) kvTokens() *CapacityRun {
 	for _, r := range cs.Runs {
-		if r.Row.KVTokens && r.Error == "" {
+		if r.Row.KVTokens && !r.Row.NoMaxTokens && r.Error == "" {
 			return r
 		}
 	}
@@ -397,87 +435,4 @@ func ints(vs []int) string {
 		s[i] = strconv.Itoa(v)
 	}
 	return strings.Join(s, " + ")
-}
-
-// writeCapacityPlots draws, per case, the replicas' KV tokens, running
-// and waiting requests over time (summed over the replicas), one line per
-// system: the backend alone, HAProxy, and the best and the worst fixed
-// permits. It returns the files written.
-func writeCapacityPlots(c *Capacity, dir string) ([]string, error) {
-	if c == nil {
-		return nil, nil
-	}
-	var written []string
-	for _, cs := range c.Cases {
-		var runs []*CapacityRun
-		for _, r := range cs.Runs {
-			if r.Error != "" || len(r.Samples) == 0 {
-				continue
-			}
-			if r.Row.Kind != systems.KindFairQueue || r.Row.Permits == cs.BestPermits || r.Row.Permits == cs.WorstPermits {
-				runs = append(runs, r)
-			}
-		}
-		if len(runs) == 0 {
-			continue
-		}
-		panels := []struct {
-			ylabel string
-			value  func(CapacitySample) float64
-		}{
-			{"KV tokens held", func(s CapacitySample) float64 { return float64(s.KVUsed) }},
-			{"requests running", func(s CapacitySample) float64 { return float64(s.Running) }},
-			{"waiting in the server", func(s CapacitySample) float64 { return float64(s.Waiting) }},
-		}
-		kv := 0.0
-		if t := c.topology(cs.Topology); t != nil {
-			for _, r := range t.Replicas {
-				kv += float64(r.KVTokens)
-			}
-		}
-		var plots []*plot.Plot
-		for pi, panel := range panels {
-			p := plot.New()
-			if pi == 0 {
-				p.Title.Text = fmt.Sprintf("Capacity: %s, %s", cs.Topology, cs.Workload)
-			}
-			p.X.Label.Text = "time since the first arrival (s)"
-			p.Y.Label.Text = panel.ylabel
-			p.Y.Min = 0
-			p.Add(plotter.NewGrid())
-			p.Legend.Top = true
-			for i, r := range runs {
-				xys := make(plotter.XYs, len(r.Samples))
-				for j, s := range r.Samples {
-					xys[j] = plotter.XY{X: s.AtS, Y: panel.value(s)}
-				}
-				if err := addLine(p, i, r.Row.Label, xys); err != nil {
-					return written, err
-				}
-			}
-			if pi == 0 && kv > 0 && len(runs[0].Samples) > 1 {
-				end := runs[0].Samples[len(runs[0].Samples)-1].AtS
-				for _, r := range runs {
-					end = max(end, r.Samples[len(r.Samples)-1].AtS)
-				}
-				l, err := plotter.NewLine(plotter.XYs{{X: 0, Y: kv}, {X: end, Y: kv}})
-				if err != nil {
-					return written, err
-				}
-				l.Dashes = plotutil.Dashes(2)
-				p.Add(l)
-				p.Legend.Add("KV cache size", l)
-			}
-			if pi > 0 {
-				p.Legend = plot.NewLegend() // one legend, on the first panel
-			}
-			plots = append(plots, p)
-		}
-		file := capacityPlotFile(cs)
-		if err := savePanels(plots, 18*vg.Centimeter, 24*vg.Centimeter, filepath.Join(dir, file)); err != nil {
-			return written, err
-		}
-		written = append(written, file)
-	}
-	return written, nil
 }

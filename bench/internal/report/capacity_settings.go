@@ -32,7 +32,7 @@ func DefaultCapacitySettings(quick bool) CapacitySettings {
 			{Name: "pool", Label: "pool of two replicas (48k and 32k KV tokens)", Replicas: []GPUReplica{replica(48_000), replica(32_000)}},
 		},
 		Workloads: []CapacityWorkload{mixed, chat},
-		Rows:      append([]CapacityRow{alone(), haproxyRow(16)}, append(fqRows(4, 8, 16, 32, 64), kvRow(), adaptiveRow())...),
+		Rows:      append([]CapacityRow{alone(), haproxyRow(16)}, append(fqRows(4, 8, 16, 32, 64), kvRow(), adaptiveRow(), kvLearnedRow(), kvFixedRow(DefaultMaxTokens))...),
 		PoolRows:  append([]CapacityRow{alone(), haproxyRow(16)}, append(fqRows(8, 16, 32), kvRow(), adaptiveRow())...),
 		ArrivalsS: 20, DrainMaxS: 40, MaxWaitS: 300,
 		SLOTTFTMS: 2000, SLOTPOTMS: 60, SampleMS: 200, Seed: 30_000,
@@ -73,4 +73,22 @@ func kvRow() CapacityRow {
 // ceiling of max_num_seqs, its target the SLO's time to first token.
 func adaptiveRow() CapacityRow {
 	return CapacityRow{Name: "fq-adaptive", Label: "fair_queue adaptive (ceiling 64, backend gauges)", Kind: systems.KindFairQueue, Permits: 64, Adaptive: true}
+}
+
+// kvLearnedRow is kvRow with clients that send no max_tokens: fair_queue
+// weighs the completion budget it learned from the answers' usage.
+func kvLearnedRow() CapacityRow {
+	r := kvRow()
+	r.Name, r.Label, r.NoMaxTokens = "fq-kv-learned", "fair_queue kv_tokens, no max_tokens, budget learned", true
+	return r
+}
+
+// kvFixedRow is kvLearnedRow with the budget fixed at tokens
+// (default_max_tokens): the behaviour before the budget was learned.
+func kvFixedRow(tokens int) CapacityRow {
+	r := kvLearnedRow()
+	r.Name = "fq-kv-" + strconv.Itoa(tokens)
+	r.Label = "fair_queue kv_tokens, no max_tokens, default_max_tokens " + strconv.Itoa(tokens)
+	r.DefaultMaxTokens = tokens
+	return r
 }

@@ -41,3 +41,32 @@ func TestCapacityReportAndPlots(t *testing.T) {
 	assert.Equal(t, verdict(false), checks[1].Result, "1.03x the best fixed permits' goodput is short of 1.2x")
 	assert.Contains(t, md, "| fair_queue kv_tokens (KV size) |", "the kv_tokens row is not marked best")
 }
+
+func TestCapacityReportSaysTheBudgetOfTheRowsWithoutMaxTokens(t *testing.T) {
+	set := DefaultCapacitySettings(false)
+	set.Topologies, set.Workloads = set.Topologies[:1], set.Workloads[:1]
+	cs := &CapacityCase{Topology: "one", Workload: "mixed", Ideal: Ideal{GoodputTPS: 1000, TTFTP99MS: 100}, BestPermits: 32, WorstPermits: 32}
+	for _, row := range set.Rows {
+		r := &CapacityRun{Row: row, GoodputTPS: 500, Sent: 100}
+		if row.NoMaxTokens {
+			r.GoodputTPS = 999 // neither is the kv_tokens row of the check
+		}
+		if row.Name == "fq-kv-learned" {
+			r.CompletionBudget, r.BudgetAnswers = 187, 950
+		}
+		cs.Runs = append(cs.Runs, r)
+	}
+	c := &Capacity{Settings: set, Cases: []*CapacityCase{cs}}
+	var b strings.Builder
+	capacityMarkdown(&b, c, nil)
+	md := b.String()
+	assert.Contains(t, md, "Rows labelled *no max_tokens*")
+	assert.Contains(t, md, "fair_queue kv_tokens, no max_tokens, budget learned: learned **187** tokens from 950 answers")
+	assert.Contains(t, md, "fair_queue kv_tokens, no max_tokens, default_max_tokens 1024: fixed at 1024 tokens")
+	assert.Equal(t, "fq-kv", cs.kvTokens().Row.Name)
+	for _, ch := range capacityChecks(c) {
+		if ch.Target == TargetCapacityTokens {
+			assert.Contains(t, ch.Value, "1.00x goodput", "fq-kv's, not a row without max_tokens")
+		}
+	}
+}

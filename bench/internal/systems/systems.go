@@ -97,7 +97,19 @@ type Env struct {
 	// Permits (its `adaptive` block) with this target_ttft, reading the
 	// upstreams' gauges (backend_metrics).
 	AdaptiveTTFT time.Duration
+	// DefaultMaxTokens, when set, is fair_queue's default_max_tokens: the
+	// completion budget of a request that sets none, fixed (unset, the
+	// queue learns it from the answers' usage).
+	DefaultMaxTokens int
+	// Status, when set, serves fair_queue_status at StatusPath on each
+	// fair_queue node, so that the bench can read the queue's state (its
+	// learned completion budget) as an operator would.
+	Status bool
 }
+
+// StatusPath is where a node started with Env.Status serves
+// fair_queue_status; ?format=json answers the queues' state.
+const StatusPath = "/fair_queue/status"
 
 // upstreams are the addresses of the upstream replicas.
 func (e *Env) upstreams() []string {
@@ -273,6 +285,9 @@ func (e *Env) caddyConfig(listen string, spec Spec, queue string) ([]byte, error
 		} else if len(e.KVTokens) > 0 {
 			fq["kv_tokens"] = e.KVTokens[0]
 		}
+		if e.DefaultMaxTokens > 0 {
+			fq["default_max_tokens"] = e.DefaultMaxTokens
+		}
 		if e.AdaptiveTTFT > 0 {
 			gauges := "http://" + e.MockAddr + "/metrics" // the backend's own gauges (vLLM's names)
 			if len(e.Pool) > 0 {
@@ -293,6 +308,12 @@ func (e *Env) caddyConfig(listen string, spec Spec, queue string) ([]byte, error
 		proxy["upstreams"] = ups
 	}
 	handlers = append(handlers, proxy)
+	routes := []any{map[string]any{"handle": handlers}}
+	if e.Status && spec.Kind == KindFairQueue {
+		status := map[string]any{"match": []any{map[string]any{"path": []string{StatusPath}}},
+			"handle": []any{map[string]any{"handler": "fair_queue_status"}}, "terminal": true}
+		routes = append([]any{status}, routes...)
+	}
 	cfg := map[string]any{
 		"admin": map[string]any{"disabled": true, "config": map[string]any{"persist": false}},
 		"logging": map[string]any{"logs": map[string]any{
@@ -303,7 +324,7 @@ func (e *Env) caddyConfig(listen string, spec Spec, queue string) ([]byte, error
 			"servers": map[string]any{"bench": map[string]any{
 				"listen":          []string{listen},
 				"automatic_https": map[string]any{"disable": true},
-				"routes":          []any{map[string]any{"handle": handlers}},
+				"routes":          routes,
 			}},
 		}},
 	}

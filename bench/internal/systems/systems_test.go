@@ -98,6 +98,39 @@ func TestKVTokensGoToTheQueueOrEachPoolUpstream(t *testing.T) {
 	assert.Equal(t, 2, strings.Count(string(data), `"kv_tokens"`), "each upstream's, not the queue's")
 }
 
+func TestDefaultMaxTokensAndTheStatusPageAreSetOnlyWhenAsked(t *testing.T) {
+	env := &Env{MockAddr: "127.0.0.1:1", Permits: 64, MaxWait: time.Minute, KVTokens: []int{48000}}
+	data, err := env.caddyConfig("127.0.0.1:9", Spec{Kind: KindFairQueue, Nodes: 1}, "q")
+	require.NoError(t, err)
+	assert.NotContains(t, string(data), "default_max_tokens", "unset: the queue learns the budget")
+	assert.NotContains(t, string(data), "fair_queue_status")
+	env.DefaultMaxTokens, env.Status = 1024, true
+	data, err = env.caddyConfig("127.0.0.1:9", Spec{Kind: KindFairQueue, Nodes: 1}, "q")
+	require.NoError(t, err)
+	assert.Contains(t, string(data), `"default_max_tokens": 1024`)
+	var cfg struct {
+		Apps struct {
+			HTTP struct {
+				Servers map[string]struct {
+					Routes []struct {
+						Match  []map[string][]string `json:"match"`
+						Handle []map[string]any      `json:"handle"`
+					} `json:"routes"`
+				} `json:"servers"`
+			} `json:"http"`
+		} `json:"apps"`
+	}
+	require.NoError(t, json.Unmarshal(data, &cfg))
+	routes := cfg.Apps.HTTP.Servers["bench"].Routes
+	require.Len(t, routes, 2)
+	assert.Equal(t, []string{StatusPath}, routes[0].Match[0]["path"], "the status page first, on its path only")
+	assert.Equal(t, "fair_queue_status", routes[0].Handle[0]["handler"])
+	assert.Equal(t, "fair_queue", routes[1].Handle[0]["handler"])
+	data, err = env.caddyConfig("127.0.0.1:9", Spec{Kind: KindPlain, Nodes: 1}, "q")
+	require.NoError(t, err)
+	assert.NotContains(t, string(data), "fair_queue", "a plain node has no queue to show")
+}
+
 func TestCaddyfileIsAnOperatorsDefaultConfig(t *testing.T) {
 	t.Parallel()
 	e := &Env{MockAddr: "127.0.0.1:9", RedisAddr: "127.0.0.1:7", Permits: 4, MaxWait: time.Minute}

@@ -2,7 +2,11 @@ package capacity
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
@@ -109,7 +113,7 @@ func TestCapacityRunAgainstTheGPUModel(t *testing.T) {
 	for i := range 8 {
 		seq = append(seq, capRequest{Prompt: 700, Answer: 300 + i})
 	}
-	results := sendCapacity(context.Background(), []string{hs.URL}, seq, time.Now())
+	results := sendCapacity(context.Background(), []string{hs.URL}, seq, time.Now(), false)
 	run := &report.CapacityRun{}
 	summarizeCapacity(run, results, report.CapacitySettings{SLOTTFTMS: 60_000, SLOTPOTMS: 60_000})
 	assert.Equal(t, 8, run.Finished)
@@ -120,6 +124,54 @@ func TestCapacityRunAgainstTheGPUModel(t *testing.T) {
 	assert.LessOrEqual(t, st.MaxKVUsed, 1500)
 	assert.Positive(t, st.Preemptions)
 	assert.Equal(t, 1.0, run.SLOShare)
+
+	// Without max_tokens, the header says each answer's length.
+	results = sendCapacity(context.Background(), []string{hs.URL}, seq[:3], time.Now(), true)
+	for i, r := range results {
+		assert.True(t, r.Done, "request %d", i)
+		assert.Equal(t, seq[i].Answer, r.Tokens, "request %d: the usage chunk is not a token", i)
+	}
+}
+
+func TestRowsWithoutMaxTokensSendTheLengthInTheHeaderAndAskForTheUsage(t *testing.T) {
+	q := capRequest{Prompt: 3, Answer: 42}
+	var exact, open map[string]any
+	require.NoError(t, json.Unmarshal(capBody(q, "abcdefghijkl", false), &exact))
+	assert.Equal(t, 42.0, exact["max_tokens"])
+	assert.NotContains(t, exact, "stream_options")
+	require.NoError(t, json.Unmarshal(capBody(q, "abcdefghijkl", true), &open))
+	assert.NotContains(t, open, "max_tokens")
+	assert.Equal(t, map[string]any{"include_usage": true}, open["stream_options"])
+	assert.Equal(t, exact["messages"], open["messages"], "the same prompt")
+
+	got := make(chan http.Header, 1)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(hs.Close)
+	sendCapacity(context.Background(), []string{hs.URL}, []capRequest{q}, time.Now(), true)
+	assert.Equal(t, "42", (<-got).Get(mockllm.HeaderTokens))
+	sendCapacity(context.Background(), []string{hs.URL}, []capRequest{q}, time.Now(), false)
+	assert.Empty(t, (<-got).Get(mockllm.HeaderTokens), "max_tokens says it")
+}
+
+func TestLearnedBudgetRowsAreSelectableAndLikeTheKVRow(t *testing.T) {
+	full := report.DefaultCapacitySettings(false)
+	s := onlyCases(full, []string{"one", "fq-kv", "fq-kv-learned", "fq-kv-1024"})
+	require.Len(t, s.Rows, 3)
+	kv, learned, fixed := s.Rows[0], s.Rows[1], s.Rows[2]
+	assert.Equal(t, []string{"fq-kv", "fq-kv-learned", "fq-kv-1024"}, []string{kv.Name, learned.Name, fixed.Name})
+	assert.False(t, kv.NoMaxTokens, "fq-kv sends the exact budget")
+	for _, r := range []report.CapacityRow{learned, fixed} {
+		assert.True(t, r.NoMaxTokens, r.Name)
+		assert.True(t, r.KVTokens, r.Name)
+		assert.Equal(t, kv.Permits, r.Permits, r.Name)
+	}
+	assert.Zero(t, learned.DefaultMaxTokens, "learned: default_max_tokens unset")
+	assert.Equal(t, 1024, fixed.DefaultMaxTokens)
+	quick := report.DefaultCapacitySettings(true)
+	assert.False(t, slices.ContainsFunc(quick.Rows, func(r report.CapacityRow) bool { return r.NoMaxTokens }), "not in a quick run")
 }
 
 func TestCapacitySettingsOnlyPicksNamedCasesFromAFullRun(t *testing.T) {

@@ -4,16 +4,11 @@ package capacity
 // them, the drawn sequence sent to each.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/fair-queue/caddy-fair-queue/bench/internal/procs"
@@ -173,6 +168,7 @@ func (cr *caseRunner) run(ctx context.Context, row report.CapacityRow) *report.C
 				env.KVTokens = append(env.KVTokens, r.KVTokens)
 			}
 		}
+		env.DefaultMaxTokens, env.Status = row.DefaultMaxTokens, row.NoMaxTokens
 		spec := systems.Spec{Name: "capacity-" + cr.top.Name + "-" + cr.work.Name + "-" + row.Name, Label: row.Label, Kind: row.Kind, Nodes: 1}
 		r, err := env.Start(ctx, spec)
 		if err != nil {
@@ -192,11 +188,18 @@ func (cr *caseRunner) run(ctx context.Context, row report.CapacityRow) *report.C
 	sctx, stopSampling := context.WithCancel(ctx)
 	start := time.Now()
 	go func() { sampled <- sampleReplicas(sctx, b, addrs, start, report.MS(set.SampleMS)) }()
-	results := sendCapacity(rctx, targets, cr.seq, start)
+	results := sendCapacity(rctx, targets, cr.seq, start, row.NoMaxTokens)
 	stopSampling()
 	run.Samples = <-sampled
 	if ctx.Err() != nil {
 		return fail(ctx.Err())
+	}
+	if row.NoMaxTokens && row.Kind == systems.KindFairQueue {
+		budget, answers, err := learnedBudget(ctx, b, targets[0])
+		if err != nil {
+			return fail(err)
+		}
+		run.CompletionBudget, run.BudgetAnswers = budget, answers
 	}
 	summarizeCapacity(run, results, set)
 	for _, a := range addrs {
@@ -235,6 +238,38 @@ func replicasIdle(ctx context.Context, b *scenario.Runner, addrs []string, limit
 			return err
 		}
 	}
+}
+
+// learnedBudget reads the completion budget the queue of the fair_queue
+// node at target learned (0 while none is) and the answers it learned it
+// from, from its status page (systems.StatusPath).
+func learnedBudget(ctx context.Context, b *scenario.Runner, target string) (budget, answers int64, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target+systems.StatusPath+"?format=json", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := b.HC.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Queues []struct {
+			KV *struct {
+				CompletionBudget  int64 `json:"completion_budget"`
+				CompletionSamples int64 `json:"completion_samples"`
+			} `json:"kv"`
+		} `json:"queues"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return 0, 0, fmt.Errorf("%s%s: %w", target, systems.StatusPath, err)
+	}
+	for _, q := range st.Queues {
+		if q.KV != nil {
+			return q.KV.CompletionBudget, q.KV.CompletionSamples, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("%s%s: no queue counts tokens", target, systems.StatusPath)
 }
 
 // replicaStats reads the GPU model's figures of the replica at addr.
@@ -280,108 +315,6 @@ func sampleReplicas(ctx context.Context, b *scenario.Runner, addrs []string, sta
 		case <-ctx.Done():
 			return out
 		case <-tick.C:
-		}
-	}
-}
-
-// capResult is what one request of the sequence saw, times since the
-// run's start.
-type capResult struct {
-	Start, FirstToken, End time.Duration
-	Tokens                 int
-	Status                 int
-	Done, Rejected, Cut    bool
-	Err                    string
-}
-
-// capTransport carries the scenario's requests: one connection each.
-var capTransport = &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, DisableCompression: true}
-
-// sendCapacity sends each request of seq at its time (to the targets in
-// turn) and reads its stream until ctx ends.
-func sendCapacity(ctx context.Context, targets []string, seq []capRequest, start time.Time) []capResult {
-	hc := &http.Client{Transport: capTransport}
-	defer capTransport.CloseIdleConnections() // the next run's system listens elsewhere
-	text := strings.Repeat("xxxx", maxPrompt(seq))
-	results := make([]capResult, len(seq))
-	var wg sync.WaitGroup
-	for i, q := range seq {
-		wg.Go(func() {
-			if scenario.SleepCtx(ctx, time.Until(start.Add(q.At))) != nil {
-				results[i] = capResult{Start: q.At, End: q.At, Cut: true}
-				return
-			}
-			results[i] = sendOne(ctx, hc, targets[i%len(targets)], q, text[:4*q.Prompt], start)
-		})
-	}
-	wg.Wait()
-	return results
-}
-
-func maxPrompt(seq []capRequest) int {
-	n := 0
-	for _, q := range seq {
-		n = max(n, q.Prompt)
-	}
-	return n
-}
-
-// sendOne sends one streamed chat request and reads its answer.
-func sendOne(ctx context.Context, hc *http.Client, target string, q capRequest, text string, start time.Time) (r capResult) {
-	r.Start = time.Since(start)
-	defer func() { r.End = time.Since(start) }()
-	body, err := json.Marshal(map[string]any{
-		"model": "mock", "stream": true, "max_tokens": q.Answer,
-		"messages": []any{map[string]string{"role": "user", "content": text}},
-	})
-	if err != nil {
-		panic(err) // cannot happen: the types are fixed
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target+"/v1/chat/completions", bytes.NewReader(body))
-	if err != nil {
-		r.Err = err.Error()
-		return r
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		r.Cut, r.Err = ctx.Err() != nil, err.Error()
-		return r
-	}
-	defer resp.Body.Close()
-	r.Status = resp.StatusCode
-	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-		r.Rejected = true
-		return r
-	}
-	if resp.StatusCode != http.StatusOK {
-		r.Err = "status " + resp.Status
-		return r
-	}
-	br := bufio.NewReaderSize(resp.Body, 64<<10)
-	for {
-		line, err := br.ReadSlice('\n')
-		switch {
-		case bytes.HasPrefix(line, []byte("event: error")):
-			r.Rejected = true
-		case bytes.Equal(bytes.TrimSpace(line), []byte("data: [DONE]")):
-			r.Done = true
-			// Read to the end: a connection closed before it cuts the
-			// proxy's copy of the answer's last bytes (its log says so).
-			_, _ = io.Copy(io.Discard, br)
-			return r
-		case bytes.HasPrefix(line, []byte("data: ")) && bytes.Contains(line, []byte(`"content"`)):
-			if r.Tokens == 0 {
-				r.FirstToken = time.Since(start)
-			}
-			r.Tokens++
-		}
-		if err != nil {
-			r.Cut = ctx.Err() != nil
-			if !r.Cut && !r.Rejected {
-				r.Err = err.Error()
-			}
-			return r
 		}
 	}
 }
