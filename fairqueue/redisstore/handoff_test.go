@@ -125,10 +125,10 @@ func (h *heads) Granted(gs ...fairqueue.Grant) {
 
 func (h *heads) Resynced() {}
 
-func (h *heads) Head(id string, _ int) {
+func (h *heads) Heads(ids []string, _ int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.head = append(h.head, id)
+	h.head = append(h.head, strings.Join(ids, " "))
 }
 
 func (h *heads) last() (head string, grants []string) {
