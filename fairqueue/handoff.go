@@ -14,13 +14,16 @@ import (
 // (the release, and a message to the waiter's node): on a busy machine
 // most of the time between two requests on one permit. When the waiter
 // that heads the queue is one of this node's own, and the store said so
-// (Head, from the reply of an earlier release or transfer), the node
+// (Heads, from the reply of an earlier release or transfer), the node
 // starts it at once on the permit of the request that just ended and
 // tells the store afterwards (Transferrer). The permit stays counted in
 // the store under the old holder until the transfer counts the waiter
 // instead. Nobody is passed over: a ticket at the head of the queue
 // stays there until it is granted or cancelled, since every later
-// arrival queues behind it. Where that could fail, the node hands on
+// arrival queues behind it; the store names the node's first waiters
+// in a row, and each is the head once those before it have gone, so
+// requests that end before the next reply hand on to them in turn,
+// their transfers sent in that order. Where that could fail, the node hands on
 // through the store: fair queueing, tokens or an upstream pool (here, or in use
 // by another node: its requeue puts a ticket back at its arrival), more
 // permits held than the permits (a lowered setting), and any doubt that
