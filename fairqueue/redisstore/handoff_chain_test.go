@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
@@ -129,4 +131,42 @@ func TestPermitsEndingBackToBackEachHandOnLocally(t *testing.T) {
 	w2.p.Release()
 	w3.p.Release()
 	eventually(t, 5*time.Second, func() bool { return len(readState(t, n.rdb, name).Holders) == 0 }, "every permit released")
+}
+
+// A release names the node's waiters at the head of the queue, as many
+// in a row as the permits, while the node is alone in the queue; with
+// another node there it names the first only (the other's releases
+// grant from the head as well).
+func TestReleaseNamesTheNodesWaitersInARowWhileItIsAlone(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	open := func(node string) (*redisstore.Store, *heads) {
+		s := redisstore.New(rdb, "inarow", redisstore.Options{})
+		h := &heads{}
+		require.NoError(t, s.Open(ctx, node, h))
+		t.Cleanup(func() { _ = s.Close() })
+		return s, h
+	}
+	s1, h1 := open("n1")
+	s2, _ := open("n2")
+	l := fairqueue.Limits{Permits: 2, Lease: 10 * time.Second}
+	tk := func(id string) fairqueue.TicketArgs {
+		node, _, _ := strings.Cut(id, ":")
+		return fairqueue.TicketArgs{ID: id, Node: node, Limits: l}
+	}
+	for _, id := range []string{"n1:1", "n1:2", "n1:3", "n1:4", "n1:5", "n1:6"} {
+		_, err := s1.Acquire(ctx, tk(id))
+		require.NoError(t, err)
+	}
+	require.NoError(t, s1.Release(ctx, tk("n1:1")))
+	head, grants := h1.last()
+	assert.Equal(t, []string{"n1:3"}, grants)
+	assert.Equal(t, "n1:4 n1:5", head, "alone: the first two, as many as the permits")
+
+	_, err := s2.Acquire(ctx, tk("n2:7"))
+	require.NoError(t, err)
+	require.NoError(t, s1.Release(ctx, tk("n1:2")))
+	head, _ = h1.last()
+	assert.Equal(t, "n1:5", head, "with another node: the first only")
 }

@@ -220,6 +220,11 @@ end
 -- node queues again is at the tail: the node no longer hands on to it,
 -- see fairqueue/handoff.go). More than the permits would rarely serve:
 -- each is for a permit of the node's that ends before the next reply.
+-- More than one only while the node is the only one in the queue: the
+-- others' releases grant from the head too, and the further down the
+-- list a waiter is, the likelier one of them has granted it before the
+-- node starts it on a permit of its own; the permit Redis gave it would
+-- then stay idle until the node's transfer lands.
 local HEADS = 16
 local function my_heads(self, ex)
   if ex.fwait or ex.fready or ex.uheld or #pool > 0 or tokens ~= 0 then return {} end
@@ -230,5 +235,6 @@ local function my_heads(self, ex)
     if owner_of(h) ~= self then break end
     out[#out + 1] = h
   end
+  if #out > 1 and redis.call('ZCARD', K.nodes) > 1 then return {out[1]} end
   return out
 end
