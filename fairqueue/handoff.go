@@ -205,6 +205,21 @@ func (q *Queue) handOn(args TicketArgs) bool {
 	}
 }
 
+// handingOn reports whether a transfer of holder id's permit waits in
+// the queue: the store counts id as a holder once the transfers before
+// it land (id's waiter ended before its own transfer was sent), and
+// that transfer takes the entry out, or releases it if it fails.
+func (q *Queue) handingOn(id string) bool {
+	q.ho.mu.Lock()
+	defer q.ho.mu.Unlock()
+	for _, x := range q.ho.pending {
+		if x.args.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
 // transfer tells the store of local handoff x; it reports whether the
 // store answered.
 func (q *Queue) transfer(tr Transferrer, x transfer) bool {

@@ -170,3 +170,47 @@ func TestReleaseNamesTheNodesWaitersInARowWhileItIsAlone(t *testing.T) {
 	head, _ = h1.last()
 	assert.Equal(t, "n1:5", head, "with another node: the first only")
 }
+
+// A waiter started by a local handoff whose request ends before its
+// transfer is sent hands its permit on locally too; the transfer that
+// then counts it as a holder in the store is followed by the one that
+// takes its entry out, and no release goes through the store for it.
+func TestAWaiterEndingBeforeItsTransferIsSentCostsNoRelease(t *testing.T) {
+	srv := redistest.Start(t)
+	cr := &countedReleases{heldTransfers: heldTransfers{calls: make(chan string, 8), go_: make(chan struct{})}}
+	const name = "endsfirst"
+	n := wrappedNode(t, srv, name, fairqueue.Config{Permits: 1, MaxWait: 10 * time.Second, Lease: 3 * time.Second},
+		func(s fairqueue.Store) fairqueue.Store { cr.Store = s; return cr })
+	ctx := context.Background()
+	h, err := n.q.Acquire(ctx, fairqueue.Request{})
+	require.NoError(t, err)
+	var waiters []chan got
+	var ids []string
+	for range 3 {
+		ch, id := queueWaiter(t, n, name)
+		waiters, ids = append(waiters, ch), append(ids, id)
+	}
+	alive(t, n)
+	h.Release() // through the store: its reply names waiters 1 and 2
+	w0 := <-waiters[0]
+	require.NoError(t, w0.err)
+	go w0.p.Release()
+	require.Equal(t, ids[1], <-cr.calls)
+	w1 := <-waiters[1]
+	require.NoError(t, w1.err)
+	w1.p.Release() // before its transfer is sent: queued behind w0's
+	w2 := <-waiters[2]
+	require.NoError(t, w2.err)
+	cr.go_ <- struct{}{}
+	require.Equal(t, ids[2], <-cr.calls)
+	cr.go_ <- struct{}{}
+	eventually(t, 5*time.Second, func() bool {
+		st := readState(t, n.rdb, name)
+		return len(st.Holders) == 1 && st.Holders[0] == w2.p.Ticket() && len(st.Waiting) == 0
+	}, "the last waiter holds the permit")
+	time.Sleep(100 * time.Millisecond) // a release of w1 would be on its way
+	assert.Equal(t, int32(1), cr.releases.Load(), "releases through the store")
+	assert.Equal(t, []string{w2.p.Ticket()}, readState(t, n.rdb, name).Holders)
+	w2.p.Release()
+	eventually(t, 5*time.Second, func() bool { return len(readState(t, n.rdb, name).Holders) == 0 }, "released")
+}
