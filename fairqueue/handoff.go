@@ -169,20 +169,22 @@ func (q *Queue) handOn(args TicketArgs) bool {
 	t.woken.Store(time.Now().UnixNano())
 	t.registered.Store(true)
 	close(t.granted)
+	x := transfer{args: args, t: t}
+	queued := q.ho.sending
+	if queued {
+		// The transfer on its way goes first; its sender sends this one
+		// after it (and Close waits for that sender).
+		q.ho.pending = append(q.ho.pending, x)
+	}
+	q.ho.sending = true
+	q.ho.mu.Unlock()
 	if o := cfg.Observer; o != nil && t.handoff.CompareAndSwap(false, true) {
 		o.Handoff(0)
 	}
 	q.s.woken.Add(1)
-	x := transfer{args: args, t: t}
-	if q.ho.sending {
-		// The transfer on its way goes first; its sender sends this one
-		// after it (and Close waits for that sender).
-		q.ho.pending = append(q.ho.pending, x)
-		q.ho.mu.Unlock()
+	if queued {
 		return true
 	}
-	q.ho.sending = true
-	q.ho.mu.Unlock()
 	// Let the waiter run before the transfer's round trip: otherwise it
 	// waits for this goroutine to park in the store call.
 	runtime.Gosched()
