@@ -3,6 +3,9 @@ package fairqueue
 import (
 	"context"
 	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -11,13 +14,16 @@ import (
 // (the release, and a message to the waiter's node): on a busy machine
 // most of the time between two requests on one permit. When the waiter
 // that heads the queue is one of this node's own, and the store said so
-// (Head, from the reply of an earlier release or transfer), the node
+// (Heads, from the reply of an earlier release or transfer), the node
 // starts it at once on the permit of the request that just ended and
 // tells the store afterwards (Transferrer). The permit stays counted in
 // the store under the old holder until the transfer counts the waiter
 // instead. Nobody is passed over: a ticket at the head of the queue
 // stays there until it is granted or cancelled, since every later
-// arrival queues behind it. Where that could fail, the node hands on
+// arrival queues behind it; the store names the node's first waiters
+// in a row, and each is the head once those before it have gone, so
+// requests that end before the next reply hand on to them in turn,
+// their transfers sent in that order. Where that could fail, the node hands on
 // through the store: fair queueing, tokens or an upstream pool (here, or in use
 // by another node: its requeue puts a ticket back at its arrival), more
 // permits held than the permits (a lowered setting), and any doubt that
@@ -26,25 +32,57 @@ import (
 // set, waiters found missing: a waiter reinstated is at the tail, and
 // never handed on to locally).
 
-// headTicket is the node's waiter that heads the queue, and the permits
-// setting under which the store chose it.
-type headTicket struct {
-	t       *ticket
+// headTickets are the node's waiters that head the queue, in order, and
+// the permits setting under which the store chose them. The local
+// handoffs take them one after the other (next): once the first has
+// gone (granted, by the node or by the store, or cancelled) the second
+// heads the queue, and so on, so permits that end back to back, before
+// the store's next reply, each hand on locally.
+type headTickets struct {
+	ts      []*ticket
 	permits int
+	next    atomic.Int32 // the index of the first not yet taken
 }
 
-// Head implements HeadListener: the store says which of this node's
-// tickets heads the queue ("" none), chosen under permits.
-func (q *Queue) Head(id string, permits int) {
-	var t *ticket
-	if id != "" {
-		t = q.lookup(id)
+// handoffs orders the local handoffs: the node takes the heads and
+// sends their transfers one after the other, in the order it started
+// the waiters, so the store sees the waiters granted in queue order
+// (each is at the head, or follows only waiters started before it,
+// when its transfer arrives) and numbers their grants in that order.
+// One handOn at a time sends (sending); the others queue their
+// transfers behind it (pending) and return.
+type handoffs struct {
+	mu      sync.Mutex
+	pending []transfer
+	sending bool
+}
+
+// transfer is a local handoff the store has not heard of yet: holder
+// args.ID's permit now runs waiter t.
+type transfer struct {
+	args TicketArgs
+	t    *ticket
+}
+
+// Heads implements HeadListener: the store says which of this node's
+// tickets head the queue, in order (none: another node's does), chosen
+// under permits.
+func (q *Queue) Heads(ids []string, permits int) {
+	ts := make([]*ticket, 0, len(ids))
+	for _, id := range ids {
+		// One the node has forgotten ended (cancelled): its cancel is
+		// on its way, and the next one heads the queue once it lands.
+		if t := q.lookup(id); t != nil {
+			ts = append(ts, t)
+		}
 	}
-	if t == nil || t.state.Load() != statePending {
+	q.ho.mu.Lock()
+	defer q.ho.mu.Unlock()
+	if len(ts) == 0 {
 		q.s.head.Store(nil)
 		return
 	}
-	q.s.head.Store(&headTicket{t: t, permits: permits})
+	q.s.head.Store(&headTickets{ts: ts, permits: permits})
 }
 
 // Woken counts the grants that have woken a waiter of this node so far:
@@ -55,9 +93,56 @@ func (q *Queue) Head(id string, permits int) {
 func (q *Queue) Woken() uint64 { return q.s.woken.Load() }
 
 // HeadIsOwn reports whether the store last said that one of this node's
-// waiters heads the queue: a release now would likely start it at once
-// (a local handoff) instead of making a store round trip first.
-func (q *Queue) HeadIsOwn() bool { return q.s.head.Load() != nil }
+// waiters heads the queue (and no local handoff has taken it yet): a
+// release now would likely start it at once (a local handoff) instead
+// of making a store round trip first.
+func (q *Queue) HeadIsOwn() bool {
+	h := q.s.head.Load()
+	return h != nil && int(h.next.Load()) < len(h.ts)
+}
+
+// takeHead grants the node's waiter that heads the queue, if the store
+// named one under no more than permits, and returns it (nil if none).
+// Waiters named before it that have left since (granted or cancelled)
+// are passed: the next one heads the queue in their place. With ho.mu
+// held: the takes are in queue order, and so are the transfers queued
+// in the same hold.
+func (q *Queue) takeHead(permits int) *ticket {
+	h := q.s.head.Load()
+	if h == nil {
+		return nil
+	}
+	if h.permits > permits {
+		// The store chose them under more permits than the settings now
+		// allow (a reply that crossed a lowering reload): a transfer
+		// would keep the old concurrency, where the store's dispatch
+		// applies the new permits.
+		q.s.head.CompareAndSwap(h, nil)
+		return nil
+	}
+	for {
+		i := int(h.next.Load())
+		if i >= len(h.ts) {
+			return nil
+		}
+		h.next.Store(int32(i + 1))
+		t := h.ts[i]
+		if t.reinstated.Load() {
+			// Queued again at the tail: the store lost it, and may have
+			// lost the order: no more local handoffs on this word.
+			q.s.head.CompareAndSwap(h, nil)
+			return nil
+		}
+		// Moving before granted: a heartbeat's snapshot that sees the
+		// grant sees the move too, and leaves the waiter to its
+		// transfer (the transfer, or its failure, ends the move).
+		t.moving.Store(true)
+		if t.state.CompareAndSwap(statePending, stateGranted) {
+			return t
+		}
+		t.moving.Store(false)
+	}
+}
 
 // handOn hands the permit released by args straight to the node's
 // waiter at the head of the queue, if the local handoff applies (see
@@ -66,7 +151,8 @@ func (q *Queue) HeadIsOwn() bool { return q.s.head.Load() != nil }
 func (q *Queue) handOn(args TicketArgs) bool {
 	tr, ok := q.store.(Transferrer)
 	cfg := q.cfg.Load()
-	if !ok || cfg.Fair || len(cfg.Upstreams) > 0 || cfg.KVTokens > 0 || !q.health.up() || !q.s.alive() {
+	if !ok || cfg.Fair || len(cfg.Upstreams) > 0 || cfg.KVTokens > 0 || !q.health.up() || !q.s.alive() ||
+		q.isDraining() {
 		return false
 	}
 	// A background call: Close waits for it before the node leaves.
@@ -78,45 +164,94 @@ func (q *Queue) handOn(args TicketArgs) bool {
 	q.bg.Add(1)
 	q.bgMu.Unlock()
 	defer q.bg.Done()
-	h := q.s.head.Swap(nil)
-	if h == nil || h.permits > cfg.limits().Permits {
-		// No own waiter heads the queue, or the store chose it under more
-		// permits than the settings now allow (a reply that crossed a
-		// lowering reload): a transfer would keep the old concurrency,
-		// where the store's dispatch applies the new permits.
+	q.ho.mu.Lock()
+	t := q.takeHead(cfg.limits().Permits)
+	if t == nil {
+		q.ho.mu.Unlock()
 		return false
-	}
-	t := h.t
-	// Moving before granted: a heartbeat's snapshot that sees the grant
-	// sees the move too, and leaves the waiter to the transfer.
-	t.moving.Store(true)
-	defer t.moving.Store(false)
-	if t.reinstated.Load() || q.isDraining() || !t.state.CompareAndSwap(statePending, stateGranted) {
-		return false // it left meanwhile
 	}
 	t.woken.Store(time.Now().UnixNano())
 	t.registered.Store(true)
 	close(t.granted)
+	x := transfer{args: args, t: t}
+	queued := q.ho.sending
+	if queued {
+		// The transfer on its way goes first; its sender sends this one
+		// after it (and Close waits for that sender).
+		q.ho.pending = append(q.ho.pending, x)
+	}
+	q.ho.sending = true
+	q.ho.mu.Unlock()
 	if o := cfg.Observer; o != nil && t.handoff.CompareAndSwap(false, true) {
 		o.Handoff(0)
 	}
 	q.s.woken.Add(1)
+	if queued {
+		return true
+	}
 	// Let the waiter run before the transfer's round trip: otherwise it
 	// waits for this goroutine to park in the store call.
 	runtime.Gosched()
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
+	failed := false
+	for {
+		if failed {
+			q.transferFailed(x)
+		} else {
+			failed = !q.transfer(tr, x)
+		}
+		q.ho.mu.Lock()
+		if len(q.ho.pending) == 0 {
+			q.ho.sending = false
+			q.ho.mu.Unlock()
+			return true
+		}
+		x = q.ho.pending[0]
+		q.ho.pending = slices.Delete(q.ho.pending, 0, 1)
+		q.ho.mu.Unlock()
+	}
+}
+
+// handingOn reports whether a transfer of holder id's permit waits in
+// the queue: the store counts id as a holder once the transfers before
+// it land (id's waiter ended before its own transfer was sent), and
+// that transfer takes the entry out, or releases it if it fails.
+func (q *Queue) handingOn(id string) bool {
+	q.ho.mu.Lock()
+	defer q.ho.mu.Unlock()
+	for _, x := range q.ho.pending {
+		if x.args.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// transfer tells the store of local handoff x; it reports whether the
+// store answered.
+func (q *Queue) transfer(tr Transferrer, x transfer) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Load().StoreTimeout)
 	defer cancel()
-	err := tr.Transfer(ctx, args, t.id)
+	err := tr.Transfer(ctx, x.args, x.t.id)
 	q.health.record(q.log, err)
 	if err != nil {
-		// The move may not have reached the store: release the old
-		// holder as a release would have (its dispatch then grants the
-		// waiter, who holds its permit already). The waiter, held here,
-		// is counted again by the next heartbeat if the store does not
-		// have it. The transfer may still run late, after the waiter
-		// ended: reconcile for a while finds such a ghost holder.
-		q.s.note(evVerify|evSweep, true)
-		q.releaseAsync(args.ID)
+		q.transferFailed(x)
+		return false
 	}
+	x.t.moving.Store(false)
 	return true
+}
+
+// transferFailed gives up telling the store of local handoff x: a
+// transfer failed (this one, or one before it, which the ones queued
+// behind it do not wait on: each would wait as long).
+func (q *Queue) transferFailed(x transfer) {
+	defer x.t.moving.Store(false)
+	// The move may not have reached the store: release the old holder
+	// as a release would have (its dispatch then grants the waiter, who
+	// holds its permit already). The waiter, held here, is counted again
+	// by the next heartbeat if the store does not have it. The transfer
+	// may still run late, after the waiter ended: reconcile for a while
+	// finds such a ghost holder.
+	q.s.note(evVerify|evSweep, true)
+	q.releaseAsync(x.args.ID)
 }

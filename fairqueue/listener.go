@@ -9,8 +9,12 @@ func (q *Queue) Granted(grants ...Grant) {
 		t := q.lookup(g.Ticket)
 		if t == nil {
 			// Already cleaned up (its cancel raced the grant) or a ghost
-			// of a call whose answer was lost: hand the permit on.
-			q.releaseAsync(g.Ticket)
+			// of a call whose answer was lost: hand the permit on. Not
+			// one whose permit the node handed on locally, its transfer
+			// queued: that transfer takes the entry out (or releases it).
+			if !q.handingOn(g.Ticket) {
+				q.releaseAsync(g.Ticket)
+			}
 			continue
 		}
 		q.grant(t, g.No, g.Upstream)

@@ -20,7 +20,8 @@ type Queue struct {
 	log   *zap.Logger
 	cfg   atomic.Pointer[Config]
 
-	s *session // the node's life in the cluster: join, loop, leave
+	s  *session // the node's life in the cluster: join, loop, leave
+	ho handoffs // the local handoffs' order and their transfers on the way
 
 	mu       sync.Mutex
 	tickets  map[string]*ticket // pending and granted, until cleaned up

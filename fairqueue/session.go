@@ -51,14 +51,14 @@ type session struct {
 	seen    atomic.Pointer[string]      // the last data-set ID any store call saw
 	cluster atomic.Pointer[ClusterView] // from the last heartbeat
 
-	// head is the node's waiter the store last said heads the queue
-	// (Queue.Head); aliveUntil until when the store surely holds the node
+	// head is the node's waiters the store last said head the queue
+	// (Queue.Heads); aliveUntil until when the store surely holds the node
 	// alive with its waiters (unix ns: half a lease after the last
 	// heartbeat that confirmed both; 0 once anything casts doubt). The
 	// release path reads both (Queue.handOn): they are atomics, written
 	// by the loop (a confirming heartbeat), by doubt and by the store's
 	// replies (the head).
-	head       atomic.Pointer[headTicket]
+	head       atomic.Pointer[headTickets]
 	aliveUntil atomic.Int64
 	// woken counts grants that woke a waiter of this node (Queue.Woken).
 	woken atomic.Uint64

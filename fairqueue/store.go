@@ -63,7 +63,8 @@ type Listener interface {
 // Transferrer is a Store that takes local handoffs: a node whose own
 // waiter heads the queue, as the store told it (HeadListener), starts that
 // waiter on the permit of a request that just ended, before any store
-// call, and then records the move with Transfer. The move keeps the
+// call, and then records the move with Transfer. A node sends its
+// transfers one after the other, in the order it started the waiters. The move keeps the
 // permits counted in the store at least those in use: the holder's entry
 // goes only as the waiter's is added. Queues with fair queueing, an
 // upstream pool or tokens (Limits.Tokens) do not hand on locally (another
@@ -77,13 +78,14 @@ type Transferrer interface {
 }
 
 // HeadListener is a Listener that a Transferrer tells, after its releases
-// and transfers, which of the node's tickets heads the queue: head
-// ("" if none of the node's does) is the next to be served, in every
-// node's order, until it is granted or cancelled. permits is the
-// Limits.Permits of the call whose reply named it: the head was chosen
+// and transfers, which of the node's tickets head the queue: heads, in
+// order (none if another node's ticket heads it), are the first to be
+// served, in every node's order, each until it is granted or cancelled,
+// and each the head once those before it have gone. permits is the
+// Limits.Permits of the call whose reply named them: they were chosen
 // under that setting.
 type HeadListener interface {
-	Head(ticket string, permits int)
+	Heads(tickets []string, permits int)
 }
 
 // TokenPasses bounds how many grants in a row, in fair order, may pass

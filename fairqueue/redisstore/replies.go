@@ -51,24 +51,23 @@ func decodeAcquire(v []any) (fairqueue.AcquireResult, []fairqueue.Grant, error) 
 
 // handOnReply is what release.lua and transfer.lua answer: the grants
 // their dispatch made to the caller's own waiters, and the caller's
-// ticket now heading the queue ("" if none does; see
-// fairqueue.HeadListener).
+// tickets now heading the queue, in order (none if another node's
+// heads it; see fairqueue.HeadListener).
 type handOnReply struct {
-	own  []fairqueue.Grant
-	head string
+	own   []fairqueue.Grant
+	heads []string
 }
 
-// decodeRelease reads release.lua's answer: {own grants, head}.
+// decodeRelease reads release.lua's answer: {own grants, heads}.
 func decodeRelease(v any) (handOnReply, error) {
 	l := asList(v)
 	if len(l) != 2 {
 		return handOnReply{}, fmt.Errorf("unexpected reply %v", v)
 	}
-	head, _ := l[1].(string)
-	return handOnReply{own: decodeGrants(l[0]), head: head}, nil
+	return handOnReply{own: decodeGrants(l[0]), heads: stringList(l[1])}, nil
 }
 
-// decodeTransfer reads transfer.lua's answer: {own grants, head, added,
+// decodeTransfer reads transfer.lua's answer: {own grants, heads, added,
 // grant no}. When the script added waiter to's holder entry (added 1),
 // that grant, with its number, counts among the own grants: a node whose
 // request on it ended meanwhile releases it again. It has no time: the
@@ -78,8 +77,7 @@ func decodeTransfer(v any, to string) (handOnReply, error) {
 	if len(l) != 4 {
 		return handOnReply{}, fmt.Errorf("unexpected reply %v", v)
 	}
-	head, _ := l[1].(string)
-	r := handOnReply{own: decodeGrants(l[0]), head: head}
+	r := handOnReply{own: decodeGrants(l[0]), heads: stringList(l[1])}
 	if toInt(l[2]) == 1 {
 		r.own = append(r.own, fairqueue.Grant{Ticket: to, No: toInt(l[3])})
 	}

@@ -232,7 +232,7 @@ func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
 		return fmt.Errorf("release %s: %w", s.tag, err)
 	}
 	s.deliver(r.own)
-	s.head(r.head, t.Permits)
+	s.heads(r.heads, t.Permits)
 	return nil
 }
 
@@ -247,7 +247,7 @@ func (s *Store) Transfer(ctx context.Context, t fairqueue.TicketArgs, to string)
 		return fmt.Errorf("transfer %s: %w", s.tag, err)
 	}
 	s.deliver(r.own)
-	s.head(r.head, t.Permits)
+	s.heads(r.heads, t.Permits)
 	return nil
 }
 
@@ -259,14 +259,15 @@ func mark(b bool) string {
 	return "0"
 }
 
-// head tells the Listener, if it takes local handoffs, which of its
-// tickets heads the queue (id, or "" for none), chosen under permits.
-func (s *Store) head(id string, permits int) {
+// heads tells the Listener, if it takes local handoffs, which of its
+// tickets head the queue (ids, in order; none: another node's does),
+// chosen under permits.
+func (s *Store) heads(ids []string, permits int) {
 	s.mu.Lock()
 	h := s.h
 	s.mu.Unlock()
 	if hh, ok := h.(fairqueue.HeadListener); ok {
-		hh.Head(id, permits)
+		hh.Heads(ids, permits)
 	}
 }
 

@@ -157,7 +157,7 @@ func (l *faultyLink) Requeue(ctx context.Context, t fairqueue.RequeueArgs) (fair
 }
 
 // Transfer implements fairqueue.Transferrer when the store does (the
-// local handoff; a store without it never names a head, see Head).
+// local handoff; a store without it never names a head, see Heads).
 func (l *faultyLink) Transfer(ctx context.Context, t fairqueue.TicketArgs, to string) error {
 	tr, ok := l.inner.(fairqueue.Transferrer)
 	if !ok {
@@ -217,19 +217,19 @@ func (l *faultyLink) Granted(grants ...fairqueue.Grant) {
 	}
 }
 
-// Head implements fairqueue.HeadListener: a lossy link loses it when it
-// loses the next grant notification, a dead one always.
-func (l *faultyLink) Head(ticket string, permits int) {
+// Heads implements fairqueue.HeadListener: a lossy link loses them when
+// it loses the next grant notification, a dead one always.
+func (l *faultyLink) Heads(tickets []string, permits int) {
 	l.mu.Lock()
 	hh, _ := l.h.(fairqueue.HeadListener)
 	lose := l.state == linkDead || (l.state == linkLossy && len(l.lose) > 0 && l.lose[l.grants%len(l.lose)])
 	l.mu.Unlock()
 	if lose {
-		l.logf("link of node %d: head %q lost", l.node, ticket)
+		l.logf("link of node %d: heads %q lost", l.node, tickets)
 		return
 	}
 	if hh != nil {
-		hh.Head(ticket, permits)
+		hh.Heads(tickets, permits)
 	}
 }
 

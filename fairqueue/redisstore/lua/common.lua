@@ -124,10 +124,10 @@ local function owner_of(id)
   return (ticket(id))
 end
 
--- freed marks ticket id given back for a lease when mark is '1' (see
+-- mark_freed marks ticket id given back for a lease when mark is '1' (see
 -- K.freed): a heartbeat of its node sent before the release must not
 -- count it again.
-local function freed(id, mark)
+local function mark_freed(id, mark)
   if mark == '1' then
     redis.call('ZADD', K.freed, clock() + lease, id)
   end

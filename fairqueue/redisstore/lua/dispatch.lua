@@ -203,23 +203,41 @@ local function dispatch(self, ex)
   return own, false
 end
 
--- my_head is the FIFO queue's head when it is a ticket of node self and
--- it is the next to be served: tokens are not counted (its weight may
--- not fit), no fair ticket waits and no pool is in
--- use by any node (ex: present's answer for fwait, fready and uheld, read
--- in this script; a pool's requeue puts a ticket back at its arrival,
--- perhaps ahead), and the permits held are not above the permits (a
--- lowered permits setting, a count above it after a failover: those
--- hand on through Redis until the count is down). '' otherwise. The node
--- may hand the head a permit of its own without asking (transfer.lua):
--- a ticket at the head stays there until it is granted or cancelled,
--- since every later arrival queues behind it (a waiter Redis loses and
--- the node queues again is at the tail: the node no longer hands on to
--- it, see fairqueue/handoff.go).
-local function my_head(self, ex)
-  if ex.fwait or ex.fready or ex.uheld or #pool > 0 or tokens ~= 0 then return '' end
-  if redis.call('ZCARD', K.holders) > permits then return '' end
-  local h = redis.call('ZRANGE', K.waiting, 0, 0)[1]
-  if h and owner_of(h) == self then return h end
-  return ''
+-- my_heads lists the node's tickets at the head of the FIFO queue, in
+-- order: the first waiters, up to the first of another node, at most
+-- HEADS and at most twice the permits. They are the next to be served when
+-- tokens are not counted (a weight may not fit), no fair ticket waits
+-- and no pool is in use by any node (ex: present's answer for fwait,
+-- fready and uheld, read in this script; a pool's requeue puts a ticket
+-- back at its arrival, perhaps ahead), and the permits held are not
+-- above the permits (a lowered permits setting, a count above it after
+-- a failover: those hand on through Redis until the count is down); {}
+-- otherwise. The node may hand the first a permit of its own without
+-- asking (transfer.lua), and the second the next permit that ends, and
+-- so on: a ticket at the head stays there until it is granted or
+-- cancelled, since every later arrival queues behind it, and the one
+-- after it is the head once it has gone (a waiter Redis loses and the
+-- node queues again is at the tail: the node no longer hands on to it,
+-- see fairqueue/handoff.go). More than twice the permits would not
+-- serve: the first may be waiters the node has started already, whose
+-- transfers are queued behind the one this reply answers (as many as
+-- run, at most the permits), and each of the rest is for a permit of
+-- the node's that ends before the next reply.
+-- More than one only while the node is the only one in the queue: the
+-- others' releases grant from the head too, and the further down the
+-- list a waiter is, the likelier one of them has granted it before the
+-- node starts it on a permit of its own; the permit Redis gave it would
+-- then stay idle until the node's transfer lands.
+local HEADS = 16
+local function my_heads(self, ex)
+  if ex.fwait or ex.fready or ex.uheld or #pool > 0 or tokens ~= 0 then return {} end
+  local n = math.min(2 * permits, HEADS)
+  if n < 1 or redis.call('ZCARD', K.holders) > permits then return {} end
+  local out = {}
+  for _, h in ipairs(redis.call('ZRANGE', K.waiting, 0, n - 1)) do
+    if owner_of(h) ~= self then break end
+    out[#out + 1] = h
+  end
+  if #out > 0 and n > 1 and redis.call('ZCARD', K.nodes) > 1 then return {out[1]} end
+  return out
 end

@@ -6,11 +6,11 @@
 --   9 an upstream to cool ('' : none), 10 for how many ms (pool.lua),
 --   11 '1' when a heartbeat of the node that names the ticket may be on
 --   its way: the ticket is marked freed (K.freed) for a lease.
--- Returns {own grants, head}: the grants dispatch made to the releasing
+-- Returns {own grants, heads}: the grants dispatch made to the releasing
 -- node's own waiters ({ticket, grant no, upstream, Redis ms, ...}; see
--- dispatch in dispatch.lua), and the node's ticket now heading the queue, if one
--- does (my_head; '' if not): its next release may hand it the permit at
--- once (transfer.lua).
+-- dispatch in dispatch.lua), and the node's tickets now heading the
+-- queue, in order (my_heads; {} if none): its next releases may hand
+-- them their permits at once (transfer.lua).
 -- Expired leases are reaped by dispatch when they keep a waiter out.
 -- Idempotent: releasing a ticket that holds nothing only dispatches (a
 -- cooldown sent again ends no later than the first one's).
@@ -20,9 +20,9 @@
 -- flow's head is looked for) and dispatch whether anybody waits and any
 -- upstream may be cooling; a flow unheld makes ready is added to what
 -- it tells. Nobody waiting: ZREM, EXISTS, and the holder's bookkeeping;
--- with waiters, a ZCARD and a ZRANGE more read the new head (my_head).
+-- with waiters, a ZCARD and a ZRANGE more read the new heads (my_heads).
 local id = ARGV[1]
-freed(id, ARGV[11])
+mark_freed(id, ARGV[11])
 cool(ARGV[9], ARGV[10])
 local ex = present('waiting', 'fready', 'fwait', #pool > 0 and 'ucool' or nil, 'uheld',
   tokens == 0 and 'thold' or nil)
@@ -32,4 +32,4 @@ if redis.call('ZREM', K.holders, id) == 1 and unheld(id, tonumber(ARGV[8]), not 
 end
 local node = owner_of(id)
 local own = dispatch(node, ex)
-return {own, ex.waiting and my_head(node, ex) or ''}
+return {own, ex.waiting and my_heads(node, ex) or {}}

@@ -41,7 +41,7 @@ if not known then
     redis.call('ZADD', K.waiting, seq, id)
   end
 end
-freed(old, ARGV[16])
+mark_freed(old, ARGV[16])
 if redis.call('ZREM', K.holders, old) == 1 then unheld(old, tonumber(ARGV[13])) end
 cool(ARGV[14], ARGV[15])
 local own = (dispatch(node))

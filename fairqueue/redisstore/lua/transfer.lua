@@ -1,6 +1,9 @@
 -- transfer: the local handoff. A node releasing a permit (ticket ARGV[1])
--- while its own ticket ARGV[8] heads the queue (my_head told it so) has
--- already started that waiter on the permit; this records it: the holder
+-- while its own ticket ARGV[8] heads the queue (my_heads told it so; or
+-- follows only tickets the node has started already, whose transfers
+-- reach Redis before this one: the node sends them in the order it
+-- started the waiters) has already started that waiter on the permit;
+-- this records it: the holder
 -- gives its entry to the waiter, in one step, so the permits counted
 -- never drop below the permits in use while the call is on its way.
 -- KEYS: the common layout (K, see common.lua).
@@ -12,7 +15,7 @@
 -- permit is free and dispatch hands it on; where Redis had lost it (and
 -- the holder with it: a restart), it is counted again, as a heartbeat
 -- counts a held permit it finds missing.
--- Returns {own grants, head, added, grant no}: as release.lua; added 1
+-- Returns {own grants, heads, added, grant no}: as release.lua; added 1
 -- when the waiter's holder entry was written here (the node releases it
 -- again if its request ended meanwhile: its release may have reached
 -- Redis first), and the number of its grant (0: none made here).
@@ -20,7 +23,7 @@
 -- and changes nothing.
 clock()
 local id, to = ARGV[1], ARGV[8]
-freed(id, ARGV[9])
+mark_freed(id, ARGV[9])
 local node = owner_of(id)
 local ex = present('waiting', 'fready', 'fwait', 'uheld', tokens == 0 and 'thold' or nil)
 weighted = ex.thold
@@ -36,4 +39,4 @@ if waited or not redis.call('ZSCORE', K.holders, to) then
 end
 local own = {}
 if freed then own = dispatch(node) end
-return {own, ex.waiting and my_head(node, ex) or '', added, no}
+return {own, ex.waiting and my_heads(node, ex) or {}, added, no}
