@@ -93,9 +93,9 @@ func (q *Queue) Heads(ids []string, permits int) {
 func (q *Queue) Woken() uint64 { return q.s.woken.Load() }
 
 // HeadIsOwn reports whether the store last said that one of this node's
-// waiters heads the queue (and no local handoff has taken it yet): a
-// release now would likely start it at once (a local handoff) instead
-// of making a store round trip first.
+// waiters heads the queue (and no local handoff has taken the list it
+// said so in to its end): a release now would likely start one at once
+// (a local handoff) instead of making a store round trip first.
 func (q *Queue) HeadIsOwn() bool {
 	h := q.s.head.Load()
 	return h != nil && int(h.next.Load()) < len(h.ts)
@@ -103,10 +103,13 @@ func (q *Queue) HeadIsOwn() bool {
 
 // takeHead grants the node's waiter that heads the queue, if the store
 // named one under no more than permits, and returns it (nil if none).
-// Waiters named before it that have left since (granted or cancelled)
-// are passed: the next one heads the queue in their place. With ho.mu
-// held: the takes are in queue order, and so are the transfers queued
-// in the same hold.
+// Waiters named before it that have left since (granted, or cancelled)
+// are passed: the next one heads the queue in their place once their
+// grants or cancels reach the store, and its transfer is sent after
+// theirs. Not a waiter whose transfer failed: the store may still have
+// it waiting, and would number a grant behind it first; the list is
+// dropped instead. With ho.mu held: the takes are in queue order, and
+// so are the transfers queued in the same hold.
 func (q *Queue) takeHead(permits int) *ticket {
 	h := q.s.head.Load()
 	if h == nil {
@@ -127,11 +130,19 @@ func (q *Queue) takeHead(permits int) *ticket {
 		}
 		h.next.Store(int32(i + 1))
 		t := h.ts[i]
-		if t.reinstated.Load() {
+		if t.reinstated.Load() || t.unsent.Load() {
 			// Queued again at the tail: the store lost it, and may have
-			// lost the order: no more local handoffs on this word.
+			// lost the order; or started here by a transfer that failed:
+			// the store may still have it waiting. No more local
+			// handoffs on this word.
 			q.s.head.CompareAndSwap(h, nil)
 			return nil
+		}
+		if t.state.Load() != statePending {
+			// Granted or cancelled already (a reply may name again a
+			// waiter a transfer on its way has started): its move, if
+			// any, is not this call's to end.
+			continue
 		}
 		// Moving before granted: a heartbeat's snapshot that sees the
 		// grant sees the move too, and leaves the waiter to its
@@ -245,6 +256,12 @@ func (q *Queue) transfer(tr Transferrer, x transfer) bool {
 // transfer failed (this one, or one before it, which the ones queued
 // behind it do not wait on: each would wait as long).
 func (q *Queue) transferFailed(x transfer) {
+	// No local handoff passes its waiter: not on the list that named it
+	// (dropped), nor on one a later reply makes (takeHead).
+	x.t.unsent.Store(true)
+	q.ho.mu.Lock()
+	q.s.head.Store(nil)
+	q.ho.mu.Unlock()
 	defer x.t.moving.Store(false)
 	// The move may not have reached the store: release the old holder
 	// as a release would have (its dispatch then grants the waiter, who

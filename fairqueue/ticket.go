@@ -25,11 +25,12 @@ type ticket struct {
 	queued atomic.Bool
 	// reinstated: the store lost it and the node queued it again (at the
 	// tail); moving: granted by a local handoff whose transfer is on its
-	// way (see handOn).
-	reinstated, moving atomic.Bool
-	cost               float64 // TicketArgs.Cost, to queue it again with the same cost
-	scale              float64 // what one unit of Request.Cost adds to its flow's counter
-	tokens             int     // TicketArgs.Tokens: Request.Tokens, clamped
+	// way (see handOn); unsent: granted by a local handoff whose transfer
+	// failed (the store may still have it waiting).
+	reinstated, moving, unsent atomic.Bool
+	cost                       float64 // TicketArgs.Cost, to queue it again with the same cost
+	scale                      float64 // what one unit of Request.Cost adds to its flow's counter
+	tokens                     int     // TicketArgs.Tokens: Request.Tokens, clamped
 
 	// upstream is the pool upstream of its grant (Config.Upstreams).
 	upstream atomic.Pointer[string]

@@ -59,7 +59,8 @@
 
 -- now is Redis' clock in ms, read once by clock(). Every script calls
 -- clock() first, except release: its fast path (nobody waiting) needs no
--- time, and what it calls that does (cool, dispatch) calls clock().
+-- time, and what it calls that does (mark_freed, cool, dispatch) calls
+-- clock().
 local now
 local function clock()
   if not now then
@@ -130,6 +131,8 @@ end
 local function mark_freed(id, mark)
   if mark == '1' then
     redis.call('ZADD', K.freed, clock() + lease, id)
+    -- A release that ran late, after the last node left, leaves nothing.
+    redis.call('PEXPIRE', K.freed, lease)
   end
 end
 

@@ -28,7 +28,8 @@
 -- have left (a heartbeat delayed past its leave, while other nodes keep
 -- the queue); its next heartbeat counts its running requests again. A
 -- ticket released while this heartbeat was on its way is not counted
--- again: the node marks such a release (K.freed, release.lua). Where the
+-- again: the node marks such a release, transfer or requeue (K.freed,
+-- mark_freed in common.lua). Where the
 -- mark is missing (a heartbeat that ran later than the node knew, after
 -- its call failed), the node releases again every ticket it released
 -- meanwhile.

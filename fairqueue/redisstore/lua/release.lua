@@ -21,6 +21,7 @@
 -- upstream may be cooling; a flow unheld makes ready is added to what
 -- it tells. Nobody waiting: ZREM, EXISTS, and the holder's bookkeeping;
 -- with waiters, a ZCARD and a ZRANGE more read the new heads (my_heads).
+-- A marked release (ARGV 11) adds a TIME, a ZADD and a PEXPIRE.
 local id = ARGV[1]
 mark_freed(id, ARGV[11])
 cool(ARGV[9], ARGV[10])

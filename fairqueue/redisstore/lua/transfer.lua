@@ -1,11 +1,13 @@
 -- transfer: the local handoff. A node releasing a permit (ticket ARGV[1])
 -- while its own ticket ARGV[8] heads the queue (my_heads told it so; or
--- follows only tickets the node has started already, whose transfers
--- reach Redis before this one: the node sends them in the order it
--- started the waiters) has already started that waiter on the permit;
--- this records it: the holder
--- gives its entry to the waiter, in one step, so the permits counted
--- never drop below the permits in use while the call is on its way.
+-- follows only tickets that will not be granted after it: those the
+-- node started already, whose transfers reach Redis before this one,
+-- since the node sends them in the order it started the waiters, and
+-- those cancelled; after a failed transfer the node hands on to none
+-- behind its waiter) has already started that waiter on the permit; this records
+-- it: the holder gives its entry to the waiter, in one step, so the
+-- permits counted never drop below the permits in use while the call
+-- is on its way.
 -- KEYS: the common layout (K, see common.lua).
 -- ARGV: 1 the holder, 2-7 common, 8 the waiter (a FIFO ticket of the
 --   same node), 9 '1' to mark the holder freed (as release.lua's 11).
