@@ -203,22 +203,44 @@ func (q *Queue) handOn(args TicketArgs) bool {
 	// Let the waiter run before the transfer's round trip: otherwise it
 	// waits for this goroutine to park in the store call.
 	runtime.Gosched()
-	failed := false
-	for {
+	failed := !q.transfer(tr, x)
+	if x, ok := q.nextTransfer(); ok {
+		// Others queued theirs meanwhile: a goroutine of its own sends
+		// them, so that this caller's Release does not wait for them.
+		// Close waits for it (this call's count holds bg above zero).
+		q.bg.Add(1)
+		go func() {
+			defer q.bg.Done()
+			q.sendTransfers(tr, x, failed)
+		}()
+	}
+	return true
+}
+
+// nextTransfer takes the first transfer queued, or ends the sending
+// (ok false) when none is.
+func (q *Queue) nextTransfer() (x transfer, ok bool) {
+	q.ho.mu.Lock()
+	defer q.ho.mu.Unlock()
+	if len(q.ho.pending) == 0 {
+		q.ho.sending = false
+		return x, false
+	}
+	x = q.ho.pending[0]
+	q.ho.pending = slices.Delete(q.ho.pending, 0, 1)
+	return x, true
+}
+
+// sendTransfers sends x and then the transfers queued behind it, in
+// order, until none is left; after a failure (failed: one before x) the
+// rest go as plain releases.
+func (q *Queue) sendTransfers(tr Transferrer, x transfer, failed bool) {
+	for ok := true; ok; x, ok = q.nextTransfer() {
 		if failed {
 			q.transferFailed(x)
 		} else {
 			failed = !q.transfer(tr, x)
 		}
-		q.ho.mu.Lock()
-		if len(q.ho.pending) == 0 {
-			q.ho.sending = false
-			q.ho.mu.Unlock()
-			return true
-		}
-		x = q.ho.pending[0]
-		q.ho.pending = slices.Delete(q.ho.pending, 0, 1)
-		q.ho.mu.Unlock()
 	}
 }
 

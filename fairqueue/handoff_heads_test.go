@@ -18,13 +18,15 @@ import (
 
 // heldTransfers is an in-process store that takes local handoffs: each
 // transfer reports its waiter on moved and then waits until the test
-// lets it go (let closed) or, with fail set, fails at once. Its releases
+// lets it go (let closed, or with gate set, one value on gate) or, with
+// fail set, fails at once. Its releases
 // wait for holdReleases to close. It records every acquire's ticket and
 // every heartbeat's held permits.
 type heldTransfers struct {
 	*memstore.Store
 	moved        chan string
 	let          chan struct{}
+	gate         chan struct{}
 	fail         atomic.Bool
 	holdReleases chan struct{}
 
@@ -66,8 +68,12 @@ func (s *heldTransfers) Transfer(ctx context.Context, t fairqueue.TicketArgs, to
 	if s.fail.Load() {
 		return errors.New("transfer lost")
 	}
+	let := s.let
+	if s.gate != nil {
+		let = s.gate
+	}
 	select {
-	case <-s.let:
+	case <-let:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -158,4 +164,33 @@ func TestNoLocalHandoffPassesAWaiterWhoseTransferFailed(t *testing.T) {
 		t.Fatalf("handed on to %s while %s, whose transfer failed, may still wait in the store", to, w[0])
 	case <-time.After(300 * time.Millisecond):
 	}
+}
+
+// The release whose transfer is on its way when other permits end and
+// queue theirs behind it returns once its own transfer is done: it does
+// not send theirs (a library caller's Release would wait a round trip
+// for each).
+func TestAReleaseDoesNotWaitForTheTransfersQueuedBehindItsOwn(t *testing.T) {
+	st := newHeldTransfers()
+	st.gate = make(chan struct{})
+	close(st.holdReleases)
+	q, ps, w := queueWithWaiters(t, st)
+	t.Cleanup(func() { close(st.gate); close(st.let); _ = q.Close() })
+
+	q.Heads(w[:], 2)
+	first := make(chan struct{})
+	go func() {
+		ps[0].Release()
+		close(first)
+	}()
+	require.Equal(t, w[0], <-st.moved, "a local handoff to the first waiter, its transfer on its way")
+	ps[1].Release() // hands on to the second waiter; its transfer queues
+	st.gate <- struct{}{}
+	require.Equal(t, w[1], <-st.moved, "the queued transfer is sent after the first")
+	select {
+	case <-first:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first Release waits for the transfer queued behind its own")
+	}
+	st.gate <- struct{}{}
 }
