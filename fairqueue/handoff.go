@@ -49,8 +49,9 @@ type headTickets struct {
 // the waiters, so the store sees the waiters granted in queue order
 // (each is at the head, or follows only waiters started before it,
 // when its transfer arrives) and numbers their grants in that order.
-// One handOn at a time sends (sending); the others queue their
-// transfers behind it (pending) and return.
+// One sender at a time (sending): the handOn whose transfer finds none
+// on its way sends it, and a goroutine of its own then sends those the
+// others queued behind it meanwhile (pending); they return at once.
 type handoffs struct {
 	mu      sync.Mutex
 	pending []transfer
