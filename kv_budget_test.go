@@ -5,7 +5,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -75,13 +74,7 @@ func TestUsageWriterReadsTheCompletionTokens(t *testing.T) {
 		{"no usage", "application/json", `{"choices":[]}`, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rec := httptest.NewRecorder()
-			u := newUsageWriter(rec)
-			u.Header().Set("Content-Type", tc.contentType)
-			u.WriteHeader(http.StatusOK)
-			_, err := u.Write([]byte(tc.body))
-			require.NoError(t, err)
-			got, found := u.completionTokens()
+			got, found := answered(t, tc.contentType, tc.body).completionTokens()
 			assert.Equal(t, tc.found, found)
 			assert.Equal(t, tc.want, got)
 		})

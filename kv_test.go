@@ -170,14 +170,7 @@ func TestUsageWriterReadsThePromptTokens(t *testing.T) {
 		{"no prompt count", "application/json", []string{`{"usage":{"total_tokens":42}}`}, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			u := newUsageWriter(httptest.NewRecorder())
-			u.Header().Set("Content-Type", tc.contentType)
-			u.WriteHeader(http.StatusOK)
-			for _, c := range tc.chunks {
-				_, err := u.Write([]byte(c))
-				require.NoError(t, err)
-			}
-			got, found := u.promptTokens()
+			got, found := answered(t, tc.contentType, tc.chunks...).promptTokens()
 			assert.Equal(t, tc.found, found)
 			assert.Equal(t, tc.want, got)
 		})
@@ -300,4 +293,18 @@ func TestARetiredQueuesRunningTokensHoldBackItsSuccessor(t *testing.T) {
 		r.wait(t)
 	}
 	assert.Zero(t, retired.tokens.Load())
+}
+
+// answered is a usageWriter that has passed on an answer of contentType
+// written in chunks.
+func answered(t *testing.T, contentType string, chunks ...string) *usageWriter {
+	t.Helper()
+	u := newUsageWriter(httptest.NewRecorder())
+	u.Header().Set("Content-Type", contentType)
+	u.WriteHeader(http.StatusOK)
+	for _, c := range chunks {
+		_, err := u.Write([]byte(c))
+		require.NoError(t, err)
+	}
+	return u
 }

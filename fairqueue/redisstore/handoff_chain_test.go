@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
-	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
@@ -139,22 +137,11 @@ func TestPermitsEndingBackToBackEachHandOnLocally(t *testing.T) {
 // grant from the head as well).
 func TestReleaseNamesTheNodesWaitersInARowWhileItIsAlone(t *testing.T) {
 	ctx := context.Background()
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	open := func(node string) (*redisstore.Store, *heads) {
-		s := redisstore.New(rdb, "inarow", redisstore.Options{})
-		h := &heads{}
-		require.NoError(t, s.Open(ctx, node, h))
-		t.Cleanup(func() { _ = s.Close() })
-		return s, h
-	}
-	s1, h1 := open("n1")
-	s2, _ := open("n2")
+	rdb := redistest.Start(t).Client(t)
+	s1, h1 := openHeads(t, rdb, "inarow", "n1")
+	s2, _ := openHeads(t, rdb, "inarow", "n2")
 	l := fairqueue.Limits{Permits: 2, Lease: 10 * time.Second}
-	tk := func(id string) fairqueue.TicketArgs {
-		node, _, _ := strings.Cut(id, ":")
-		return fairqueue.TicketArgs{ID: id, Node: node, Limits: l}
-	}
+	tk := func(id string) fairqueue.TicketArgs { return ticketOf(id, l) }
 	for _, id := range []string{"n1:1", "n1:2", "n1:3", "n1:4", "n1:5", "n1:6", "n1:7", "n1:8"} {
 		_, err := s1.Acquire(ctx, tk(id))
 		require.NoError(t, err)

@@ -140,28 +140,33 @@ func (h *heads) last() (head string, grants []string) {
 	return head, slices.Clone(h.grants)
 }
 
+// openHeads opens queue name in rdb as node, its Listener a heads.
+func openHeads(t *testing.T, rdb redis.UniversalClient, name, node string) (*redisstore.Store, *heads) {
+	t.Helper()
+	s := redisstore.New(rdb, name, redisstore.Options{})
+	h := &heads{}
+	require.NoError(t, s.Open(context.Background(), node, h))
+	t.Cleanup(func() { _ = s.Close() })
+	return s, h
+}
+
+// ticketOf is ticket id ("<node>:<n>") under l.
+func ticketOf(id string, l fairqueue.Limits) fairqueue.TicketArgs {
+	node, _, _ := strings.Cut(id, ":")
+	return fairqueue.TicketArgs{ID: id, Node: node, Limits: l}
+}
+
 // The transfer script: the permit moves from holder to waiter in one
 // step, whatever happened meanwhile; it is never counted twice for the
 // two, nor lost; and a release or transfer names the node's head only
 // where it is the next to be served.
 func TestTransferMovesThePermitWhateverHappenedMeanwhile(t *testing.T) {
 	ctx := context.Background()
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	open := func(node string) (*redisstore.Store, *heads) {
-		s := redisstore.New(rdb, "xfer", redisstore.Options{})
-		h := &heads{}
-		require.NoError(t, s.Open(ctx, node, h))
-		t.Cleanup(func() { _ = s.Close() })
-		return s, h
-	}
-	s1, h1 := open("n1")
-	s2, _ := open("n2")
+	rdb := redistest.Start(t).Client(t)
+	s1, h1 := openHeads(t, rdb, "xfer", "n1")
+	s2, _ := openHeads(t, rdb, "xfer", "n2")
 	l := fairqueue.Limits{Permits: 1, Lease: 10 * time.Second}
-	tk := func(id string) fairqueue.TicketArgs {
-		node, _, _ := strings.Cut(id, ":")
-		return fairqueue.TicketArgs{ID: id, Node: node, Limits: l}
-	}
+	tk := func(id string) fairqueue.TicketArgs { return ticketOf(id, l) }
 	acquire := func(s *redisstore.Store, id string) fairqueue.AcquireResult {
 		r, err := s.Acquire(ctx, tk(id))
 		require.NoError(t, err)

@@ -93,8 +93,7 @@ func Markdown(res *Results, opts Files, plots []string) string {
 	var queues []string
 	for _, s := range res.Systems {
 		if r := s.UpstreamQueues; r != nil {
-			queues = append(queues, fmt.Sprintf("%s %.1f req/s, p50 %.2f ms, upstream max %d, handoff p50 / p99 %.3f / %.3f ms (inside the upstream), proxy CPU %.4f ms / req",
-				s.Spec.Label, r.Throughput, r.P50, r.UpstreamMax, r.HandoffP50, r.HandoffP99, r.ProxyCPUPerRequest))
+			queues = append(queues, upstreamQueuing(s.Spec.Label, r))
 		}
 	}
 	if len(queues) > 0 {
@@ -108,8 +107,7 @@ func Markdown(res *Results, opts Files, plots []string) string {
 		var short []string
 		for _, s := range res.Systems {
 			if r := s.UpstreamQueuesShort; r != nil {
-				short = append(short, fmt.Sprintf("%s %.1f req/s, p50 %.2f ms, upstream max %d, handoff p50 / p99 %.3f / %.3f ms (inside the upstream), proxy CPU %.4f ms / req",
-					s.Spec.Label, r.Throughput, r.P50, r.UpstreamMax, r.HandoffP50, r.HandoffP99, r.ProxyCPUPerRequest))
+				short = append(short, upstreamQueuing(s.Spec.Label, r))
 			}
 		}
 		if len(short) > 0 {
@@ -394,4 +392,11 @@ func plotLink(opts Files, file string) string {
 		}
 	}
 	return filepath.ToSlash(p)
+}
+
+// upstreamQueuing is one line of reverse_proxy's run in front of an
+// upstream that queues itself.
+func upstreamQueuing(label string, r *LoadRun) string {
+	return fmt.Sprintf("%s %.1f req/s, p50 %.2f ms, upstream max %d, handoff p50 / p99 %.3f / %.3f ms (inside the upstream), proxy CPU %.4f ms / req",
+		label, r.Throughput, r.P50, r.UpstreamMax, r.HandoffP50, r.HandoffP99, r.ProxyCPUPerRequest)
 }
