@@ -434,22 +434,8 @@ func TestKVEstimatorLearnsFromUsageAndShowsInTheAdminAPI(t *testing.T) {
 		TokensHeld    int     `json:"tokens_held"`
 	}
 	require.True(t, eventually(5*time.Second, func() bool {
-		resp, err := http.Get(c.AdminURL() + "/fair_queue/")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var list struct {
-			Queues []struct {
-				Name string          `json:"name"`
-				KV   json.RawMessage `json:"kv"`
-			} `json:"queues"`
-		}
-		if json.NewDecoder(resp.Body).Decode(&list) != nil || len(list.Queues) != 1 {
-			return false
-		}
 		// The last request's tokens are given back just after it is learned.
-		return json.Unmarshal(list.Queues[0].KV, &kv) == nil && kv.Samples == n && kv.TokensHeld == 0
+		return adminKV(c, &kv) && kv.Samples == n && kv.TokensHeld == 0
 	}), "the admin API shows %d samples and no tokens held (last: %+v)", n, kv)
 	assert.InDelta(t, want, kv.BytesPerToken, 1e-9)
 	assert.Less(t, kv.BytesPerToken, 4.0, "the body's JSON is counted by the mock, not by the estimate")
