@@ -52,9 +52,11 @@ func TestReloadKeepsWaitersAndLimit(t *testing.T) {
 	require.True(t, queued, "clients of the old config not queued")
 
 	require.NoError(t, c.Load(config("61s")))
-	// Clients of the new config join the same queue, behind the old ones.
+	// Clients of the new config join the same queue, behind the old ones
+	// (a connection the listener swap resets before any answer is sent
+	// again, as a client would: Caddy's, not the queue's).
 	for i := range after {
-		all.send(ctx, client, c.URL(), "new-"+strconv.Itoa(i), Chat{Stream: true, Seq: "new-" + strconv.Itoa(i)})
+		all.sendAcrossSwap(ctx, client, c.URL(), "new-"+strconv.Itoa(i), Chat{Stream: true, Seq: "new-" + strconv.Itoa(i)})
 	}
 
 	results := all.wait(t, 3*time.Minute)
