@@ -87,6 +87,7 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 		}
 		ref = &engineRef{e: e}
 		h.engines[key] = ref
+		namesakes.use(e, h.load)
 	}
 	ref.active++
 	ref.e.enter()
@@ -145,6 +146,7 @@ func (h *Handler) dropIdle(key engineKey, ref *engineRef) {
 		return
 	}
 	delete(h.engines, key)
+	namesakes.unuse(ref.e, h.load)
 	h.mu.Unlock()
 	idleDropping(key)
 	h.dropEngine(key)
@@ -162,10 +164,12 @@ func (h *Handler) evictIdle() *engineKey {
 		}
 	}
 	if oldest != nil {
-		if ref := h.engines[*oldest]; ref.idle != nil {
+		ref := h.engines[*oldest]
+		if ref.idle != nil {
 			ref.idle.Stop()
 		}
 		delete(h.engines, *oldest)
+		namesakes.unuse(ref.e, h.load)
 	}
 	return oldest
 }
@@ -230,6 +234,7 @@ func (h *Handler) releaseEngines() error {
 		if ref.idle != nil {
 			ref.idle.Stop()
 		}
+		namesakes.unuse(ref.e, h.load)
 	}
 	h.engines = nil
 	h.mu.Unlock()

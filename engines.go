@@ -75,6 +75,9 @@ type engine struct {
 	kv       promptEstimator // the prompt's bytes per token, learned from answers
 	budget   budgetEstimator // the completion budget of a request that sets none, learned from answers
 	routes   engineRoutes    // the live handlers' routes, by the shape of their grants
+	// loads counts, by config load, the live handlers that hold a
+	// reference to the engine (namesakes.use); under namesakes.mu.
+	loads map[<-chan struct{}]int
 
 	// remote: releasing a permit is a store round trip (Redis), so
 	// finish runs it in the background.
@@ -197,9 +200,7 @@ func (e *engine) exit() {
 func (e *engine) Destruct() error {
 	e.mu.Lock()
 	e.retired = true
-	if !e.retiredFlag.Swap(true) {
-		namesakes.retired.Add(1)
-	}
+	e.retiredFlag.Store(true)
 	now := e.active == 0 || exiting()
 	e.mu.Unlock()
 	if s := namesakes.successor(e); s != nil && s.routes.known() {

@@ -435,9 +435,10 @@ type Handler struct {
 	logger   *zap.Logger
 	backend  backend
 	policies map[fairqueue.Reason]*rejectPolicy
-	rejects  *rejectStream // with RejectStream
-	dynamic  bool          // Name has placeholders
-	gen      uint64        // provisioning number
+	rejects  *rejectStream   // with RejectStream
+	dynamic  bool            // Name has placeholders
+	gen      uint64          // provisioning number
+	load     <-chan struct{} // its config load (ctx.Done, see claims): namesakes.use
 	claim    *claimKey
 	names    map[string]bool
 

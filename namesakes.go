@@ -12,21 +12,24 @@ import (
 
 // A reload that moves a queue to another store (the local store to
 // Redis, another Redis, another key prefix or db) leaves two queues of
-// one name on this node for a while: the old config's, retired, with the
-// old config's requests still running (and waiting) in the old store,
-// and the new config's in the new one. Neither store sees the other's
-// requests; together they would run up to twice the permits. So the old
-// queue grants nothing more once a handler of the new config has used
-// the new one (and so recorded the route its grants take): its waiters
-// move into the new queue (at its tail, their max_wait still counted
-// from their arrival), and so does a request of the old config that
-// reaches it after the reload; the new queue counts the old one's
-// running requests against its permits, and against each upstream's,
-// until they end. Apart from a grant made as the waiters move, that
-// count only falls. Two live queues of one name in different stores
-// (two sites of one config) are apart by the operator's choice and do
-// not count each other. The count is this instance's: in a cluster that
-// changes store, each instance counts its own old requests.
+// one name on this node for a while: the old config's, with the old
+// config's requests still running (and waiting) in the old store, and
+// the new config's in the new one. Neither store sees the other's
+// requests; together they would run up to twice the permits. So each
+// counts the other's running requests against its permits, and against
+// each upstream's, until they end: Caddy starts the new config before it
+// stops the old one, and for that moment both serve. Once the old config
+// is cleaned up its queue is retired and grants nothing more once a
+// handler of the new config has used the new one (and so recorded the
+// route its grants take): its waiters move into the new queue (at its
+// tail, their max_wait still counted from their arrival), and so does a
+// request of the old config that reaches it after the reload. Apart from
+// a grant made as the waiters move, the count then only falls. Two live
+// queues of one name in different stores used by one config (two sites)
+// are apart by the operator's choice and do not count each other: a
+// queue records the config loads whose live handlers use it. The count
+// is this instance's: in a cluster that changes store, each instance
+// counts its own old requests.
 
 // errMoved: the queue a request waited in moved to another store, and
 // the new one is gone too (another reload).
@@ -38,15 +41,69 @@ var namesakes = engineRegistry{byName: make(map[string][]*engine)}
 type engineRegistry struct {
 	mu     sync.Mutex
 	byName map[string][]*engine
-	// retired counts the retired engines listed, so that reserved costs
-	// nothing while there are none (the common case).
-	retired atomic.Int64
+	// split counts the names listed with engines in more than one store,
+	// so that reserved costs nothing while there are none (the common
+	// case).
+	split atomic.Int64
 }
 
 func (r *engineRegistry) add(e *engine) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.byName[e.name] = append(r.byName[e.name], e)
+	r.relist(e.name, append(r.byName[e.name], e))
+}
+
+// relist sets the engines of name (none: deletes it) and keeps split.
+// Under r.mu.
+func (r *engineRegistry) relist(name string, all []*engine) {
+	r.split.Add(int64(b2i(inStores(all)) - b2i(inStores(r.byName[name]))))
+	if len(all) == 0 {
+		delete(r.byName, name)
+		return
+	}
+	r.byName[name] = all
+}
+
+// inStores reports whether the engines are in more than one store.
+func inStores(all []*engine) bool {
+	for _, o := range all {
+		if o.data != all[0].data {
+			return true
+		}
+	}
+	return false
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// use records that a live handler of the config load (its context's Done
+// channel, see claims) holds a reference to e; unuse, that it dropped it.
+func (r *engineRegistry) use(e *engine, load <-chan struct{}) {
+	if load == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.loads == nil {
+		e.loads = make(map[<-chan struct{}]int)
+	}
+	e.loads[load]++
+}
+
+func (r *engineRegistry) unuse(e *engine, load <-chan struct{}) {
+	if load == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.loads[load]--; e.loads[load] <= 0 {
+		delete(e.loads, load)
+	}
 }
 
 // remove takes e out; last reports whether no engine of its name is
@@ -57,20 +114,14 @@ func (r *engineRegistry) remove(e *engine) (last bool) {
 	if !slices.Contains(r.byName[e.name], e) {
 		return false
 	}
-	if e.retiredFlag.Load() {
-		r.retired.Add(-1)
-	}
-	rest := slices.DeleteFunc(r.byName[e.name], func(o *engine) bool { return o == e })
-	if len(rest) == 0 {
-		delete(r.byName, e.name)
-		return true
-	}
-	r.byName[e.name] = rest
-	return false
+	rest := slices.DeleteFunc(slices.Clone(r.byName[e.name]), func(o *engine) bool { return o == e })
+	r.relist(e.name, rest)
+	return len(rest) == 0
 }
 
 // reserved is fairqueue.Config.Reserved of e's queue: the requests
-// still running in the retired namesakes of a live queue (see above).
+// still running in the namesakes of a live queue in other stores that
+// its config does not use (see above).
 func (e *engine) reserved() int {
 	return e.retiredSum(func(o *engine) int64 { return o.running.Load() })
 }
@@ -81,21 +132,33 @@ func (e *engine) reservedTokens() int {
 	return e.retiredSum(func(o *engine) int64 { return o.tokens.Load() })
 }
 
-// retiredSum adds what count reads of each retired namesake of e in
-// another store; 0 for a retired e.
+// retiredSum adds what count reads of each namesake of e in another
+// store that is retired or that no config using e uses; 0 for a retired
+// e.
 func (e *engine) retiredSum(count func(*engine) int64) int {
-	if e.retiredFlag.Load() || namesakes.retired.Load() == 0 {
+	if e.retiredFlag.Load() || namesakes.split.Load() == 0 {
 		return 0 // retired, it grants nothing more: its waiters moved
 	}
 	namesakes.mu.Lock()
 	defer namesakes.mu.Unlock()
 	var n int64
 	for _, o := range namesakes.byName[e.name] {
-		if o.data != e.data && o.retiredFlag.Load() {
+		if o.data != e.data && (o.retiredFlag.Load() || !sharesLoad(e, o)) {
 			n += count(o)
 		}
 	}
 	return int(n)
+}
+
+// sharesLoad reports whether a config load uses both a and b. Under
+// namesakes.mu.
+func sharesLoad(a, b *engine) bool {
+	for l := range a.loads {
+		if b.loads[l] > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // successor is the live queue of e's name in another store, the newest,

@@ -2,50 +2,72 @@ package caddyfairqueue
 
 import (
 	"context"
+	"net/http"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 	"github.com/fair-queue/caddy-fair-queue/fairqueue/memstore"
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
-// A live queue counts the running requests of its retired namesakes in
-// other stores; not those of another live one (two sites of one config),
-// nor those of its own store (the store counts them); a retired one,
-// whose waiters moved, counts nothing.
+// A live queue counts the running requests of its namesakes in other
+// stores that are retired or that no config using it uses (the config a
+// reload replaces, for the moment both serve); not those of another one
+// its config uses (two sites of one config), nor those of its own store
+// (the store counts them); a retired one, whose waiters moved, counts
+// nothing.
 func TestNamesakesCountAcrossAStoreSwitchOnly(t *testing.T) {
-	engine := func(data string, running int64, retired bool) *engine {
+	load, oldLoad := make(chan struct{}), make(chan struct{})
+	engine := func(data string, running int64, retired bool, loads ...chan struct{}) *engine {
 		e := &engine{name: "ns-test", data: data}
 		e.running.Store(running)
 		e.tokens.Store(running * 100) // their KV-cache tokens
 		namesakes.add(e)
-		if retired {
-			e.retiredFlag.Store(true)
-			namesakes.retired.Add(1)
+		for _, l := range loads {
+			namesakes.use(e, l)
 		}
+		e.retiredFlag.Store(retired)
 		t.Cleanup(func() { namesakes.remove(e) })
 		return e
 	}
+	split := namesakes.split.Load()
 	old := engine("local", 3, true)
-	cur := engine("redis-a", 1, false)
-	other := engine("redis-b", 5, false)
+	assert.Equal(t, split, namesakes.split.Load(), "one store: the fast path holds")
+	cur := engine("redis-a", 1, false, load)
+	assert.Equal(t, split+1, namesakes.split.Load())
+	other := engine("redis-b", 5, false, load)
 	sameData := engine("redis-a", 7, true)
-	assert.Equal(t, 3, cur.reserved())
-	assert.Equal(t, 3+7, other.reserved())
+	replaced := engine("redis-c", 11, false, oldLoad)
+	assert.Equal(t, 3+11, cur.reserved())
+	assert.Equal(t, 3+7+11, other.reserved())
+	assert.Equal(t, 3+1+5+7, replaced.reserved(), "the old config's queue counts the new one's too")
 	assert.Zero(t, old.reserved())
 	assert.Zero(t, sameData.reserved())
-	assert.Equal(t, 300, cur.reservedTokens(), "their tokens, alike")
-	assert.Equal(t, 300+700, other.reservedTokens())
+	assert.Equal(t, 1400, cur.reservedTokens(), "their tokens, alike")
+	assert.Equal(t, 2100, other.reservedTokens())
 	assert.Zero(t, old.reservedTokens())
-	assert.Same(t, other, namesakes.successor(old), "the newest live one of other data")
-	assert.Same(t, other, namesakes.successor(sameData))
+	assert.Same(t, replaced, namesakes.successor(old), "the newest live one of other data")
+	assert.Same(t, replaced, namesakes.successor(sameData))
 	assert.Nil(t, namesakes.successor(cur), "a live queue has none")
+
+	namesakes.use(replaced, load) // the new config uses it too
+	assert.Equal(t, 3, cur.reserved(), "one config's queues count each other no more")
+	namesakes.unuse(replaced, load)
+	namesakes.unuse(replaced, oldLoad)
+	assert.Equal(t, 3+11, cur.reserved(), "nor a queue no config uses")
 	namesakes.remove(old)
+	namesakes.remove(replaced)
 	assert.Zero(t, cur.reserved(), "a closed engine counts no more")
 	assert.Zero(t, cur.reservedTokens())
+	namesakes.remove(other)
+	namesakes.remove(sameData)
+	assert.Equal(t, split, namesakes.split.Load(), "one store left")
 }
 
 // A queue whose waiters move answers them, and later ones, at once, and
@@ -69,4 +91,34 @@ func TestMovedQueueAnswersItsWaiters(t *testing.T) {
 	assert.True(t, e.moved.Load())
 	_, err = q.Acquire(context.Background(), fairqueue.Request{})
 	assert.ErrorIs(t, err, fairqueue.ErrShuttingDown, "a later waiter too")
+}
+
+// A reload starts the new config before it cleans up the old one: for a
+// moment both serve, and the old queue is not retired yet. A queue the
+// new config moved to another store counts the old queue's running
+// requests from the start, not only once the old config is cleaned up.
+func TestANewConfigCountsTheOldStoresRunningRequestsBeforeTheOldIsCleanedUp(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	old := provision(t, newContext(t), rds.Addr(), &Handler{Name: "ns-window", Permits: 1, MaxWait: caddy.Duration(time.Minute)})
+	next, later := newHolder(), newHolder()
+	var released sync.Once
+	release := func() { released.Do(func() { close(next.release) }) }
+	t.Cleanup(release) // before poolEmpty: a failed test lets its requests end
+	t.Cleanup(func() { close(later.release) })
+	running := newRequest(context.Background(), `{}`).start(old, next)
+	next.waitEntered(t)
+
+	// The new config, in force beside the old one (not cleaned up yet).
+	cur := provisionLocal(t, newContext(t), &Handler{Name: "ns-window", Permits: 1, MaxWait: caddy.Duration(time.Minute)})
+	waiting := newRequest(context.Background(), `{}`).start(cur, later)
+	waitingIn(t, cur, 1)
+	assert.Zero(t, later.count.Load(), "the new queue ran a request beside the old one's, above its 1 permit")
+
+	release()
+	running.wait(t)
+	later.waitEntered(t)
+	later.release <- struct{}{}
+	waiting.wait(t)
+	assert.Equal(t, http.StatusOK, waiting.w.Code)
 }

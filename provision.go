@@ -19,6 +19,7 @@ import (
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	h.gen = provisions.Add(1)
+	h.load = ctx.Done()
 	h.engines = make(map[engineKey]*engineRef)
 	h.setDefaults()
 	if err := h.validate(); err != nil {
@@ -65,6 +66,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.engines[key] = &engineRef{e: e}
+	namesakes.use(e, h.load)
 	return nil
 }
 
