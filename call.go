@@ -165,12 +165,6 @@ func (c *call) wait() error {
 	releaseWaiting(n)
 	c.permit, c.granted = p, time.Now()
 	c.committed = ka.halt()
-	if err == nil {
-		c.running = true
-		c.e.running.Add(1)
-		c.tokens = int64(p.Tokens())
-		c.e.tokens.Add(c.tokens)
-	}
 	return err
 }
 

@@ -2,6 +2,7 @@ package caddyfairqueue
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,7 +19,10 @@ import (
 // requests; together they would run up to twice the permits. So each
 // counts the other's running requests against its permits, and against
 // each upstream's, until they end: Caddy starts the new config before it
-// stops the old one, and for that moment both serve. Once the old config
+// stops the old one, and for that moment both serve. While the other has
+// requests waiting in it, a queue grants nothing: the other's store may
+// have granted one of them already, and the grant reaches this node (and
+// the running count) a moment later. Once the old config
 // is cleaned up its queue is retired and grants nothing more once a
 // handler of the new config has used the new one (and so recorded the
 // route its grants take): its waiters move into the new queue (at its
@@ -134,7 +138,10 @@ func (e *engine) reservedTokens() int {
 
 // retiredSum adds what count reads of each namesake of e in another
 // store that is retired or that no config using e uses; 0 for a retired
-// e.
+// e. While such a namesake has requests waiting in it, it may grant one
+// at any moment (the grant reaches this node a moment after its store
+// made it), so e counts everything reserved (allReserved) until they are
+// served or have moved to e.
 func (e *engine) retiredSum(count func(*engine) int64) int {
 	if e.retiredFlag.Load() || namesakes.split.Load() == 0 {
 		return 0 // retired, it grants nothing more: its waiters moved
@@ -144,11 +151,18 @@ func (e *engine) retiredSum(count func(*engine) int64) int {
 	var n int64
 	for _, o := range namesakes.byName[e.name] {
 		if o.data != e.data && (o.retiredFlag.Load() || !sharesLoad(e, o)) {
+			if o.acquiring.Load() > 0 { // first: a grant leaves it once counted
+				return allReserved
+			}
 			n += count(o)
 		}
 	}
-	return int(n)
+	return int(min(n, allReserved))
 }
+
+// allReserved is what reserved returns while a namesake may still grant:
+// more than any capacity, so the queue grants nothing.
+const allReserved = math.MaxInt32
 
 // sharesLoad reports whether a config load uses both a and b. Under
 // namesakes.mu.
@@ -231,6 +245,29 @@ func (e *engine) move() {
 	}
 }
 
+// grantArrived runs between a request's grant and its count in its
+// engine's running requests; tests use it to hold a grant there.
+var grantArrived = func(*engine) {}
+
+// waitIn waits for a permit of e's queue for the request, counted in
+// e.acquiring meanwhile; a granted request is counted in e.running (and
+// its tokens in e.tokens) before it leaves e.acquiring, so that a
+// namesake in another store that reads acquiring, then running, never
+// misses it (see retiredSum).
+func (c *call) waitIn(e *engine, req fairqueue.Request) (*fairqueue.Permit, error) {
+	e.acquiring.Add(1)
+	defer e.acquiring.Add(-1)
+	p, err := e.q.Acquire(c.r.Context(), req)
+	if err == nil {
+		grantArrived(e)
+		c.running = true
+		e.running.Add(1)
+		c.tokens = int64(p.Tokens())
+		e.tokens.Add(c.tokens)
+	}
+	return p, err
+}
+
 // acquire waits for a permit of the queue of c.e for the request. If a
 // reload moves the queue to another store meanwhile, the request waits
 // on in the new queue: c.e and c.done then name that queue's engine and
@@ -242,7 +279,7 @@ func (c *call) acquire() (*fairqueue.Permit, error) {
 		maxWait = req.MaxWait
 	}
 	for {
-		p, err := c.e.q.Acquire(c.r.Context(), req)
+		p, err := c.waitIn(c.e, req)
 		if err == nil || !c.e.moved.Load() || !errors.Is(err, fairqueue.ErrShuttingDown) {
 			return p, err
 		}

@@ -56,6 +56,10 @@ func TestNamesakesCountAcrossAStoreSwitchOnly(t *testing.T) {
 	assert.Same(t, replaced, namesakes.successor(sameData))
 	assert.Nil(t, namesakes.successor(cur), "a live queue has none")
 
+	replaced.acquiring.Store(1) // it may grant at any moment
+	assert.Equal(t, allReserved, cur.reserved(), "everything, while the other may grant")
+	assert.Equal(t, allReserved, cur.reservedTokens())
+	replaced.acquiring.Store(0)
 	namesakes.use(replaced, load) // the new config uses it too
 	assert.Equal(t, 3, cur.reserved(), "one config's queues count each other no more")
 	namesakes.unuse(replaced, load)
@@ -121,4 +125,70 @@ func TestANewConfigCountsTheOldStoresRunningRequestsBeforeTheOldIsCleanedUp(t *t
 	later.release <- struct{}{}
 	waiting.wait(t)
 	assert.Equal(t, http.StatusOK, waiting.w.Code)
+}
+
+// The old store's queue grants a waiter a moment before the grant reaches
+// its request (a store's grant travels back to the node): a queue in
+// another store for the config in force must not count the old queue's
+// running requests as one fewer meanwhile. It grants nothing while the
+// old queue has requests waiting, whether the old config is still in
+// force (a reload's first moment) or cleaned up.
+func TestANewConfigGrantsNothingWhileTheOldStoresQueueMayStillGrant(t *testing.T) {
+	for _, cleaned := range []bool{false, true} {
+		t.Run(map[bool]string{false: "both configs serve", true: "old config cleaned up"}[cleaned], func(t *testing.T) {
+			t.Cleanup(func() { poolEmpty(t) })
+			rds := redistest.Start(t)
+			settings := func() *Handler {
+				return &Handler{Name: "ns-grant-race", Permits: 1, MaxWait: caddy.Duration(time.Minute)}
+			}
+			old := provision(t, newContext(t), rds.Addr(), settings())
+			first, second, third := newHolder(), newHolder(), newHolder()
+			for _, h := range []*holder{first, second, third} {
+				t.Cleanup(func() { close(h.release) })
+			}
+			a := newRequest(context.Background(), `{}`).start(old, first)
+			first.waitEntered(t)
+			b := newRequest(context.Background(), `{}`).start(old, second)
+			waitingIn(t, old, 1)
+			oldEngine := engineOf(t, old)
+
+			cur := provisionLocal(t, newContext(t), settings())
+			arrived, hold := make(chan struct{}), make(chan struct{})
+			var held sync.Once
+			unhold := func() { held.Do(func() { close(hold) }) }
+			t.Cleanup(unhold)
+			grantArrived = func(e *engine) {
+				if e == oldEngine {
+					close(arrived)
+					<-hold
+				}
+			}
+			t.Cleanup(func() { grantArrived = func(*engine) {} })
+
+			first.release <- struct{}{} // the old queue grants b
+			a.wait(t)
+			select {
+			case <-arrived:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the old queue's waiter was not granted")
+			}
+			if cleaned {
+				require.NoError(t, old.Cleanup())
+			}
+			c := newRequest(context.Background(), `{}`).start(cur, third)
+			waitingIn(t, cur, 1)
+			time.Sleep(300 * time.Millisecond) // the new queue reconciles meanwhile
+			assert.Zero(t, third.count.Load(), "the new queue granted beside the old one's grant")
+
+			unhold()
+			second.waitEntered(t)
+			assert.Zero(t, third.count.Load(), "the new queue granted beside the old one's request")
+			second.release <- struct{}{}
+			b.wait(t)
+			third.waitEntered(t)
+			third.release <- struct{}{}
+			c.wait(t)
+			assert.Equal(t, http.StatusOK, c.w.Code)
+		})
+	}
 }
