@@ -195,6 +195,13 @@ func (h *Handler) dropEngine(key engineKey) {
 // time the handler uses it (not at provision: that also runs for
 // `caddy validate` and for reloads that fail later).
 func (h *Handler) applySettings(e *engine) {
+	// A retired queue of the same store, still open, hands permits on in
+	// the same queue: under these settings too.
+	for _, o := range namesakes.sameStore(e) {
+		if _, _, err := o.reconfigure(h.gen, h.queueConfig(o.name, o.fallback)); err != nil {
+			h.logger.Warn("applying queue settings to the retired queue", zap.String("queue", o.name), zap.Error(err))
+		}
+	}
 	old, changed, err := e.reconfigure(h.gen, h.queueConfig(e.name, e.fallback))
 	switch {
 	case err != nil:

@@ -28,7 +28,10 @@ import (
 // route its grants take): its waiters move into the new queue (at its
 // tail, their max_wait still counted from their arrival), and so does a
 // request of the old config that reaches it after the reload. Apart from
-// a grant made as the waiters move, the count then only falls. Two live
+// a grant made as the waiters move, the count then only falls. A retired
+// queue still open shares its store with a newer queue of that store (a
+// reload back to it): it takes that queue's settings (sameStore), so
+// that its releases hand permits on under the settings in force. Two live
 // queues of one name in different stores used by one config (two sites)
 // are apart by the operator's choice and do not count each other: a
 // queue records the config loads whose live handlers use it. The count
@@ -137,14 +140,15 @@ func (e *engine) reservedTokens() int {
 }
 
 // retiredSum adds what count reads of each namesake of e in another
-// store that is retired or that no config using e uses; 0 for a retired
-// e. While such a namesake has requests waiting in it, it may grant one
-// at any moment (the grant reaches this node a moment after its store
-// made it), so e counts everything reserved (allReserved) until they are
-// served or have moved to e.
+// store that is retired or that no config using e uses. While such a
+// namesake has requests waiting in it, it may grant one at any moment
+// (the grant reaches this node a moment after its store made it), so e
+// counts everything reserved (allReserved) until they are served or
+// have moved to e. A retired e counts them too: its releases still hand
+// permits on in its store, where a newer queue of its store may wait.
 func (e *engine) retiredSum(count func(*engine) int64) int {
-	if e.retiredFlag.Load() || namesakes.split.Load() == 0 {
-		return 0 // retired, it grants nothing more: its waiters moved
+	if namesakes.split.Load() == 0 {
+		return 0
 	}
 	namesakes.mu.Lock()
 	defer namesakes.mu.Unlock()
@@ -173,6 +177,22 @@ func sharesLoad(a, b *engine) bool {
 		}
 	}
 	return false
+}
+
+// sameStore lists the retired engines of e's name and store still open:
+// the queue of an old config that used the store, then a config that did
+// not, while its last requests run; a reload back to the store opened e
+// beside it.
+func (r *engineRegistry) sameStore(e *engine) []*engine {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*engine
+	for _, o := range r.byName[e.name] {
+		if o != e && o.data == e.data && o.retiredFlag.Load() {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // successor is the live queue of e's name in another store, the newest,

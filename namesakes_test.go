@@ -20,8 +20,8 @@ import (
 // stores that are retired or that no config using it uses (the config a
 // reload replaces, for the moment both serve); not those of another one
 // its config uses (two sites of one config), nor those of its own store
-// (the store counts them); a retired one, whose waiters moved, counts
-// nothing.
+// (the store counts them). A retired one counts them alike: its
+// releases still hand permits on in its store.
 func TestNamesakesCountAcrossAStoreSwitchOnly(t *testing.T) {
 	load, oldLoad := make(chan struct{}), make(chan struct{})
 	engine := func(data string, running int64, retired bool, loads ...chan struct{}) *engine {
@@ -47,11 +47,11 @@ func TestNamesakesCountAcrossAStoreSwitchOnly(t *testing.T) {
 	assert.Equal(t, 3+11, cur.reserved())
 	assert.Equal(t, 3+7+11, other.reserved())
 	assert.Equal(t, 3+1+5+7, replaced.reserved(), "the old config's queue counts the new one's too")
-	assert.Zero(t, old.reserved())
-	assert.Zero(t, sameData.reserved())
+	assert.Equal(t, 1+5+7+11, old.reserved(), "a retired one counts the others too: its releases hand permits on")
+	assert.Equal(t, 3+5+11, sameData.reserved())
 	assert.Equal(t, 1400, cur.reservedTokens(), "their tokens, alike")
 	assert.Equal(t, 2100, other.reservedTokens())
-	assert.Zero(t, old.reservedTokens())
+	assert.Equal(t, 2400, old.reservedTokens())
 	assert.Same(t, replaced, namesakes.successor(old), "the newest live one of other data")
 	assert.Same(t, replaced, namesakes.successor(sameData))
 	assert.Nil(t, namesakes.successor(cur), "a live queue has none")
@@ -191,4 +191,62 @@ func TestANewConfigGrantsNothingWhileTheOldStoresQueueMayStillGrant(t *testing.T
 			assert.Equal(t, http.StatusOK, c.w.Code)
 		})
 	}
+}
+
+// A queue retired by a reload and still open (its last request runs)
+// shares its store with a newer queue of the same name and store (a
+// reload back to that store): its release hands the freed permit on in
+// that store, and must do it under the settings in force and counting
+// the requests still running in another store, not under its old
+// permits alone.
+func TestARetiredQueueHandsOnUnderTheSettingsInForce(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	in := func(prefix string, permits int) *Handler {
+		return &Handler{Name: "ns-stale", Permits: permits, MaxWait: caddy.Duration(time.Minute),
+			Redis: &RedisConfig{Addresses: []string{rds.Addr()}, KeyPrefix: prefix}}
+	}
+	first, up := newHolder(), newHolder() // r0's upstream; the others'
+	for _, h := range []*holder{first, up} {
+		t.Cleanup(func() { close(h.release) })
+	}
+	// Config 1: store "two", 2 permits; r0 runs.
+	hA := provision(t, newContext(t), "", in("two", 2))
+	r0 := newRequest(context.Background(), `{}`).start(hA, first)
+	first.waitEntered(t)
+	// Config 2: store "one", 2 permits; config 1 cleaned up. r1 runs
+	// beside r0; r2 waits.
+	hB := provision(t, newContext(t), "", in("one", 2))
+	require.NoError(t, hA.Cleanup())
+	r1 := newRequest(context.Background(), `{}`).start(hB, up)
+	up.waitEntered(t)
+	r2 := newRequest(context.Background(), `{}`).start(hB, up)
+	waitingIn(t, hB, 1)
+	// Config 3: back to store "two", 1 permit; config 2 cleaned up. r3
+	// comes; r2 moves to store "two". Config 1's queue there, retired, is
+	// still open: r0 runs.
+	hC := provision(t, newContext(t), "", in("two", 1))
+	require.NoError(t, hB.Cleanup())
+	r3 := newRequest(context.Background(), `{}`).start(hC, up)
+	waitingIn(t, hC, 2)
+
+	// r0 ends: config 1's queue releases its permit in store "two". r1
+	// still runs, and config 3 allows 1: nobody starts.
+	first.release <- struct{}{}
+	r0.wait(t)
+	time.Sleep(300 * time.Millisecond) // the queues reconcile meanwhile
+	assert.Equal(t, int32(1), up.count.Load(), "a request started beside r1, above config 3's 1 permit")
+
+	up.release <- struct{}{} // r1 ends: r2 and r3 run, one after the other
+	r1.wait(t)
+	up.waitEntered(t)
+	time.Sleep(100 * time.Millisecond)
+	assert.Equal(t, int32(2), up.count.Load(), "two at once, above config 3's 1 permit")
+	up.release <- struct{}{}
+	up.waitEntered(t)
+	up.release <- struct{}{}
+	r2.wait(t)
+	r3.wait(t)
+	assert.Equal(t, http.StatusOK, r2.w.Code)
+	assert.Equal(t, http.StatusOK, r3.w.Code)
 }

@@ -115,7 +115,9 @@ type Store struct {
 	keys     []string // the common KEYS layout (lua/common.lua)
 	chPrefix string
 	sharded  *bool
-	pub      string
+	// pub is the command that publishes a grant, set by Open; Inspect,
+	// which publishes nothing, may run meanwhile (the admin API).
+	pub atomic.Pointer[string]
 
 	mu  sync.Mutex
 	sub *notifier.Subscription
@@ -144,7 +146,15 @@ func (s *Store) args(first string, l fairqueue.Limits, more ...any) []any {
 	if l.Learned {
 		permits += " a"
 	}
-	return append([]any{first, permits, l.Lease.Milliseconds(), s.chPrefix, s.pub, l.MaxInFlightPerTenant, poolArg(l.Upstreams)}, more...)
+	return append([]any{first, permits, l.Lease.Milliseconds(), s.chPrefix, s.publish(), l.MaxInFlightPerTenant, poolArg(l.Upstreams)}, more...)
+}
+
+// publish is the command that publishes a grant; "" before Open.
+func (s *Store) publish() string {
+	if p := s.pub.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // Open implements fairqueue.Store: it subscribes node to its grant
@@ -154,10 +164,11 @@ func (s *Store) Open(ctx context.Context, node string, h fairqueue.Listener) err
 	if err != nil {
 		return fmt.Errorf("open %s: %w", s.tag, err)
 	}
-	s.pub = "publish"
+	pub := "publish"
 	if sharded {
-		s.pub = "spublish"
+		pub = "spublish"
 	}
+	s.pub.Store(&pub)
 	sub, err := notifier.Subscribe(ctx, s.rdb, s.chPrefix+node, sharded, notifier.Listener{
 		Message: func(payload string) {
 			if g, ok := parseGrant(payload); ok {
