@@ -3,7 +3,7 @@ package caddyfairqueue
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -16,8 +16,11 @@ import (
 
 // engineRef is a handler's reference to an engine.
 type engineRef struct {
-	e          *engine
-	configured atomic.Bool // this handler's settings were applied
+	e *engine
+	// configure applies this handler's settings to the engine once, at
+	// its first request; the handler's other requests wait for it, so
+	// that none is granted under the settings of the config it replaces.
+	configure sync.Once
 
 	// Under the handler's mu: the handler's requests in the engine,
 	// since when it has had none, and the timer that drops the reference
@@ -26,6 +29,10 @@ type engineRef struct {
 	idleSince time.Time
 	idle      *time.Timer
 }
+
+// configuring runs as a handler starts applying its settings to an
+// engine; tests use it to hold that moment.
+var configuring = func(*engine) {}
 
 // errTooManyQueues: a request named a new queue beyond the handler's cap.
 var errTooManyQueues = fmt.Errorf("more than %d queues from one fair_queue handler", maxQueuesPerHandler)
@@ -95,7 +102,8 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 	if evicted != nil {
 		h.dropEngine(*evicted)
 	}
-	if ref.configured.CompareAndSwap(false, true) {
+	ref.configure.Do(func() {
+		configuring(ref.e)
 		// The route first: a waiter granted under the new settings finds
 		// the route that fits its grant (see route.go).
 		ref.e.routes.record(h, next)
@@ -103,7 +111,7 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 		// Waiters of a queue of this name that a reload moved to this
 		// store move in now that a route serves their grants.
 		namesakes.moveRetired(ref.e)
-	}
+	})
 	return ref.e, func() {
 		ref.e.exit()
 		h.left(key, ref)

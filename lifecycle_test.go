@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -288,4 +289,48 @@ func TestHandlerReturnsWithoutWaitingForThePermitsRelease(t *testing.T) {
 	assert.Eventually(t, func() bool { return len(rds.Keys(t, "*holders*")) == 0 }, 10*time.Second, 10*time.Millisecond,
 		"the release completes once Redis answers")
 	settled(t, h)
+}
+
+// A new config's first request applies its settings to the shared queue;
+// the config's other requests that come meanwhile wait for that, rather
+// than being granted under the settings of the config it replaces.
+func TestRequestsOfANewConfigWaitForItsSettings(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	old := provisionLocal(t, newContext(t), &Handler{Name: "settings-first", Permits: 2, MaxWait: caddy.Duration(time.Minute)})
+	up := newHolder()
+	t.Cleanup(func() { close(up.release) })
+	r0 := newRequest(context.Background(), `{}`).start(old, up)
+	up.waitEntered(t)
+
+	cur := provisionLocal(t, newContext(t), &Handler{Name: "settings-first", Permits: 1, MaxWait: caddy.Duration(time.Minute)})
+	applying, hold := make(chan struct{}), make(chan struct{})
+	var held sync.Once
+	unhold := func() { held.Do(func() { close(hold) }) }
+	t.Cleanup(unhold)
+	configuring = func(e *engine) {
+		if e.name == "settings-first" {
+			close(applying)
+			<-hold
+		}
+	}
+	t.Cleanup(func() { configuring = func(*engine) {} })
+	first := newRequest(context.Background(), `{}`).start(cur, up)
+	<-applying
+	second := newRequest(context.Background(), `{}`).start(cur, up)
+	time.Sleep(300 * time.Millisecond)
+	assert.Equal(t, int32(1), up.count.Load(), "granted under the old config's 2 permits beside r0")
+
+	unhold()
+	waitingIn(t, cur, 2)
+	assert.Equal(t, int32(1), up.count.Load())
+	up.release <- struct{}{} // r0 ends: one runs, then the other
+	r0.wait(t)
+	up.waitEntered(t)
+	time.Sleep(100 * time.Millisecond)
+	assert.Equal(t, int32(2), up.count.Load(), "two at once, above the new config's 1 permit")
+	up.release <- struct{}{}
+	up.waitEntered(t)
+	up.release <- struct{}{}
+	first.wait(t)
+	second.wait(t)
 }
