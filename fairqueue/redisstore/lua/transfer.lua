@@ -21,6 +21,9 @@
 -- when the waiter's holder entry was written here (the node releases it
 -- again if its request ended meanwhile: its release may have reached
 -- Redis first), and the number of its grant (0: none made here).
+-- Where the waiter was granted meanwhile by a call with a pool, its
+-- upstream entry goes: it runs where the node sent it, on no upstream
+-- the store chose.
 -- Idempotent: sent again, it finds the holder gone and the waiter held,
 -- and changes nothing.
 clock()
@@ -38,6 +41,17 @@ if waited or not redis.call('ZSCORE', K.holders, to) then
   if waited then no = redis.call('INCR', K.grants) end
   added = 1
   freed = false -- the permit went to the waiter
+elseif ex.uheld then
+  -- Granted meanwhile by a call with a pool (a reload gave the queue
+  -- one): the waiter runs where the node's plain grant sent it, so it
+  -- counts on every upstream, as a holder granted without the pool does
+  -- (pool_view), not on the one that call placed it on.
+  local dial = redis.call('HGET', K.uheld, to)
+  if dial then
+    redis.call('HDEL', K.uheld, to)
+    local w = tonumber(redis.call('HGET', K.thold, to) or '0')
+    if w > 0 then redis.call('HINCRBY', K.tup, dial, -w) end
+  end
 end
 local own = {}
 if freed then own = dispatch(node) end
