@@ -201,7 +201,13 @@ func (r *engineRegistry) successor(e *engine) *engine {
 	if !e.retiredFlag.Load() {
 		return nil
 	}
-	return r.newestLive(e.name, func(o *engine) bool { return o.data != e.data })
+	other := func(o *engine) bool { return o.data != e.data }
+	// One whose route is known first: a newer one may belong to a config
+	// still being loaded (or one that fails to), which serves nothing.
+	if s := r.newestLive(e.name, func(o *engine) bool { return other(o) && o.routes.known() }); s != nil {
+		return s
+	}
+	return r.newestLive(e.name, other)
 }
 
 // live is the newest live engine of the name, nil if none.

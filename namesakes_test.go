@@ -250,3 +250,22 @@ func TestARetiredQueueHandsOnUnderTheSettingsInForce(t *testing.T) {
 	assert.Equal(t, http.StatusOK, r2.w.Code)
 	assert.Equal(t, http.StatusOK, r3.w.Code)
 }
+
+// A retired queue's waiters move to the live namesake that serves (its
+// route is known), not to a newer one of a config still being loaded.
+func TestSuccessorIsTheLiveNamesakeThatServes(t *testing.T) {
+	engine := func(data string, retired bool) *engine {
+		e := &engine{name: "ns-successor", data: data}
+		namesakes.add(e)
+		e.retiredFlag.Store(retired)
+		t.Cleanup(func() { namesakes.remove(e) })
+		return e
+	}
+	old := engine("a", true)
+	serving := engine("b", false)
+	serving.routes.plain.Store(&route{})
+	loading := engine("c", false)
+	assert.Same(t, serving, namesakes.successor(old))
+	namesakes.remove(serving)
+	assert.Same(t, loading, namesakes.successor(old), "none serves yet: the newest")
+}
