@@ -50,7 +50,7 @@ elseif ex.uheld then
   if dial then
     redis.call('HDEL', K.uheld, to)
     local w = tonumber(redis.call('HGET', K.thold, to) or '0')
-    if w > 0 then redis.call('HINCRBY', K.tup, dial, -w) end
+    if w > 0 and redis.call('HINCRBY', K.tup, dial, -w) <= 0 then redis.call('HDEL', K.tup, dial) end
   end
 end
 local own = {}
