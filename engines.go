@@ -207,10 +207,28 @@ func (e *engine) Destruct() error {
 	if s := namesakes.successor(e); s != nil && s.routes.known() {
 		e.move()
 	}
+	if s := namesakes.liveSameStore(e); s != nil {
+		e.adopt(s) // its releases hand permits on in s's queue
+	}
 	if now {
 		return e.close()
 	}
 	return nil
+}
+
+// adopt gives e, retired, the settings of s, a live queue of its data
+// (see sameStore); e keeps its own fallback queue.
+func (e *engine) adopt(s *engine) {
+	s.mu.Lock()
+	gen := s.gen
+	s.mu.Unlock()
+	cfg := s.q.Config()
+	if cfg.Fallback != nil {
+		cfg.Fallback = e.fallback
+	}
+	if _, _, err := e.reconfigure(gen, cfg); err != nil {
+		e.log.Warn("applying queue settings to the retired queue", zap.String("queue", e.name), zap.Error(err))
+	}
 }
 
 // close leaves the queue; it is bounded by the engine's store timeout.

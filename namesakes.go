@@ -30,8 +30,9 @@ import (
 // request of the old config that reaches it after the reload. Apart from
 // a grant made as the waiters move, the count then only falls. A retired
 // queue still open shares its store with a newer queue of that store (a
-// reload back to it): it takes that queue's settings (sameStore), so
-// that its releases hand permits on under the settings in force. Two live
+// reload back to it, or one that changed only a Redis client option): it
+// takes that queue's settings (sameStore, liveSameStore), so that its
+// releases hand permits on under the settings in force. Two live
 // queues of one name in different stores used by one config (two sites)
 // are apart by the operator's choice and do not count each other: a
 // queue records the config loads whose live handlers use it. The count
@@ -193,6 +194,12 @@ func (r *engineRegistry) sameStore(e *engine) []*engine {
 		}
 	}
 	return out
+}
+
+// liveSameStore is the newest live engine of e's name and data whose
+// handler has applied its settings (its route is known), nil if none.
+func (r *engineRegistry) liveSameStore(e *engine) *engine {
+	return r.newestLive(e.name, func(o *engine) bool { return o != e && o.data == e.data && o.routes.known() })
 }
 
 // successor is the live queue of e's name in another store, the newest,

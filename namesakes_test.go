@@ -269,3 +269,42 @@ func TestSuccessorIsTheLiveNamesakeThatServes(t *testing.T) {
 	namesakes.remove(serving)
 	assert.Same(t, loading, namesakes.successor(old), "none serves yet: the newest")
 }
+
+// A reload that changes only a Redis client option (a timeout) opens a
+// new queue on the same data beside the old one; the old one, retired
+// once the new one serves, takes the new settings: its releases hand
+// permits on in the same queue.
+func TestARetiredQueueOfTheSameDataTakesTheSettingsInForce(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	in := func(permits int, read time.Duration) *Handler {
+		return &Handler{Name: "ns-same-data", Permits: permits, MaxWait: caddy.Duration(time.Minute),
+			Redis: &RedisConfig{Addresses: []string{rds.Addr()}, ReadTimeout: caddy.Duration(read)}}
+	}
+	a, b, c := newHolder(), newHolder(), newHolder()
+	for _, h := range []*holder{a, b, c} {
+		t.Cleanup(func() { close(h.release) })
+	}
+	old := provision(t, newContext(t), "", in(2, 0))
+	r0 := newRequest(context.Background(), `{}`).start(old, a)
+	a.waitEntered(t)
+	r1 := newRequest(context.Background(), `{}`).start(old, b)
+	b.waitEntered(t)
+
+	cur := provision(t, newContext(t), "", in(1, 700*time.Millisecond))
+	require.NotSame(t, engineOf(t, old), engineOf(t, cur), "another client: another queue on the same data")
+	r2 := newRequest(context.Background(), `{}`).start(cur, c)
+	waitingIn(t, cur, 1)
+	require.NoError(t, old.Cleanup())
+
+	a.release <- struct{}{} // r0 ends; r1 still runs, and 1 permit is in force
+	r0.wait(t)
+	time.Sleep(300 * time.Millisecond)
+	assert.Zero(t, c.count.Load(), "r2 started beside r1, above the 1 permit in force")
+	b.release <- struct{}{}
+	r1.wait(t)
+	c.waitEntered(t)
+	c.release <- struct{}{}
+	r2.wait(t)
+	assert.Equal(t, http.StatusOK, r2.w.Code)
+}
