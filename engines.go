@@ -62,20 +62,20 @@ var provisions atomic.Uint64
 // in-flight request is done (a reload cleans up old handlers while their
 // requests still run), except when the process exits.
 type engine struct {
-	name      string
-	store     storeDesc // where the queue lives, for the admin API
-	q         *fairqueue.Queue
-	release   func() // frees what the backend opened (a Redis client, a local store)
-	log       *zap.Logger
-	fallback  *memstore.Store // this node's queue while the store is down (on_store_error local)
-	data      string          // the backend's dataID: engines of one name and data are one queue
-	gauges    *gaugeWatch     // reads the backend's gauges (adaptive backend_metrics); nil: none
-	running   atomic.Int64    // requests granted and not yet finished (see reserved)
-	acquiring atomic.Int64    // requests waiting in its queue (see retiredSum)
-	tokens    atomic.Int64    // their KV-cache tokens (fairqueue.Request.Tokens; see reservedTokens)
-	kv        promptEstimator // the prompt's bytes per token, learned from answers
-	budget    budgetEstimator // the completion budget of a request that sets none, learned from answers
-	routes    engineRoutes    // the live handlers' routes, by the shape of their grants
+	name     string
+	store    storeDesc // where the queue lives, for the admin API
+	q        *fairqueue.Queue
+	release  func() // frees what the backend opened (a Redis client, a local store)
+	log      *zap.Logger
+	fallback *memstore.Store // this node's queue while the store is down (on_store_error local)
+	data     string          // the backend's dataID: engines of one name and data are one queue
+	gauges   *gaugeWatch     // reads the backend's gauges (adaptive backend_metrics); nil: none
+	running  atomic.Int64    // requests granted and not yet finished (see reserved)
+	waits    waitList        // requests waiting in its queue (see retiredSum)
+	tokens   atomic.Int64    // their KV-cache tokens (fairqueue.Request.Tokens; see reservedTokens)
+	kv       promptEstimator // the prompt's bytes per token, learned from answers
+	budget   budgetEstimator // the completion budget of a request that sets none, learned from answers
+	routes   engineRoutes    // the live handlers' routes, by the shape of their grants
 	// loads counts, by config load, the live handlers that hold a
 	// reference to the engine (namesakes.use); under namesakes.mu.
 	loads map[<-chan struct{}]int

@@ -20,9 +20,10 @@ import (
 // counts the other's running requests against its permits, and against
 // each upstream's, until they end: Caddy starts the new config before it
 // stops the old one, and for that moment both serve. While the other has
-// requests waiting in it, a queue grants nothing: the other's store may
-// have granted one of them already, and the grant reaches this node (and
-// the running count) a moment later. Once the old config
+// requests waiting in it, a queue grants nothing, unless its own request
+// waiting longest came first: the other's store may have granted one of
+// them already, and the grant reaches this node (and the running count)
+// a moment later. Once the old config
 // is cleaned up its queue is retired and grants nothing more once a
 // handler of the new config has used the new one (and so recorded the
 // route its grants take): its waiters move into the new queue (at its
@@ -144,19 +145,24 @@ func (e *engine) reservedTokens() int {
 // store that is retired or that no config using e uses. While such a
 // namesake has requests waiting in it, it may grant one at any moment
 // (the grant reaches this node a moment after its store made it), so e
-// counts everything reserved (allReserved) until they are served or
-// have moved to e. A retired e counts them too: its releases still hand
-// permits on in its store, where a newer queue of its store may wait.
+// counts everything reserved (allReserved), unless e's own request
+// waiting longest came before all of the namesake's: that one grants
+// nothing meanwhile (it reads e's the same way), so of two queues that
+// both have waiters exactly one grants. A retired e counts them too: its
+// releases still hand permits on in its store, where a newer queue of
+// its store may wait.
 func (e *engine) retiredSum(count func(*engine) int64) int {
 	if namesakes.split.Load() == 0 {
 		return 0
 	}
+	mine, waits := e.waits.oldest()
 	namesakes.mu.Lock()
 	defer namesakes.mu.Unlock()
 	var n int64
 	for _, o := range namesakes.byName[e.name] {
 		if o.data != e.data && (o.retiredFlag.Load() || !sharesLoad(e, o)) {
-			if o.acquiring.Load() > 0 { // first: a grant leaves it once counted
+			// First: a grant leaves the list once counted.
+			if theirs, ok := o.waits.oldest(); ok && (!waits || theirs < mine) {
 				return allReserved
 			}
 			n += count(o)
@@ -282,14 +288,16 @@ func (e *engine) move() {
 // engine's running requests; tests use it to hold a grant there.
 var grantArrived = func(*engine) {}
 
-// waitIn waits for a permit of e's queue for the request, counted in
-// e.acquiring meanwhile; a granted request is counted in e.running (and
-// its tokens in e.tokens) before it leaves e.acquiring, so that a
-// namesake in another store that reads acquiring, then running, never
-// misses it (see retiredSum).
+// waitIn waits for a permit of e's queue for the request, listed in
+// e.waits meanwhile; a granted request is counted in e.running (and its
+// tokens in e.tokens) before it leaves e.waits, so that a namesake in
+// another store that reads waits, then running, never misses it (see
+// retiredSum).
 func (c *call) waitIn(e *engine, req fairqueue.Request) (*fairqueue.Permit, error) {
-	e.acquiring.Add(1)
-	defer e.acquiring.Add(-1)
+	if c.seq == 0 {
+		c.seq = waitSeq.Add(1)
+	}
+	defer e.waits.remove(e.waits.add(c.seq))
 	p, err := e.q.Acquire(c.r.Context(), req)
 	if err == nil {
 		grantArrived(e)

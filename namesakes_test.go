@@ -56,10 +56,14 @@ func TestNamesakesCountAcrossAStoreSwitchOnly(t *testing.T) {
 	assert.Same(t, replaced, namesakes.successor(sameData))
 	assert.Nil(t, namesakes.successor(cur), "a live queue has none")
 
-	replaced.acquiring.Store(1) // it may grant at any moment
+	later := replaced.waits.add(20) // it may grant at any moment
 	assert.Equal(t, allReserved, cur.reserved(), "everything, while the other may grant")
 	assert.Equal(t, allReserved, cur.reservedTokens())
-	replaced.acquiring.Store(0)
+	earlier := cur.waits.add(10) // both wait: the one waiting longest grants
+	assert.Equal(t, 3+11, cur.reserved(), "its waiter came first: it grants")
+	assert.Equal(t, allReserved, replaced.reserved(), "the other waits for it")
+	replaced.waits.remove(later)
+	cur.waits.remove(earlier)
 	namesakes.use(replaced, load) // the new config uses it too
 	assert.Equal(t, 3, cur.reserved(), "one config's queues count each other no more")
 	namesakes.unuse(replaced, load)
@@ -307,4 +311,38 @@ func TestARetiredQueueOfTheSameDataTakesTheSettingsInForce(t *testing.T) {
 	c.release <- struct{}{}
 	r2.wait(t)
 	assert.Equal(t, http.StatusOK, r2.w.Code)
+}
+
+// Both queues of a store switch have waiters (the old config still in
+// force): the one whose waiter came first grants, the other waits for
+// it; neither waits for the other forever.
+func TestOfTwoQueuesWithWaitersTheOneWaitingLongestGrants(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	settings := func() *Handler {
+		return &Handler{Name: "ns-both-wait", Permits: 1, MaxWait: caddy.Duration(time.Minute)}
+	}
+	up := newHolder()
+	t.Cleanup(func() { close(up.release) })
+	old := provision(t, newContext(t), rds.Addr(), settings())
+	a := newRequest(context.Background(), `{}`).start(old, up)
+	up.waitEntered(t)
+	b := newRequest(context.Background(), `{}`).start(old, up)
+	waitingIn(t, old, 1)
+	cur := provisionLocal(t, newContext(t), settings())
+	c := newRequest(context.Background(), `{}`).start(cur, up)
+	waitingIn(t, cur, 1)
+
+	up.release <- struct{}{} // a ends: b, which came first, runs
+	a.wait(t)
+	up.waitEntered(t)
+	time.Sleep(200 * time.Millisecond)
+	assert.Equal(t, int32(2), up.count.Load(), "c ran beside b, above the 1 permit")
+	up.release <- struct{}{} // b ends: c runs
+	b.wait(t)
+	up.waitEntered(t)
+	up.release <- struct{}{}
+	c.wait(t)
+	assert.Equal(t, http.StatusOK, b.w.Code)
+	assert.Equal(t, http.StatusOK, c.w.Code)
 }
