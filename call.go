@@ -42,7 +42,6 @@ type call struct {
 	done func()  // exits every engine entered
 
 	start     time.Time // when the request joined the queue
-	seq       uint64    // its number among the requests that waited (waitSeq)
 	feed      *keepaliveFeed
 	committed bool // the keepalive sent the header of an event stream
 

@@ -20,8 +20,8 @@ import (
 // counts the other's running requests against its permits, and against
 // each upstream's, until they end: Caddy starts the new config before it
 // stops the old one, and for that moment both serve. While the other has
-// requests waiting in it, a queue grants nothing, unless its own request
-// waiting longest came first: the other's store may have granted one of
+// requests waiting in it, a queue grants nothing, unless its own waiters
+// began to wait first: the other's store may have granted one of
 // them already, and the grant reaches this node (and the running count)
 // a moment later. Once the old config
 // is cleaned up its queue is retired and grants nothing more once a
@@ -145,24 +145,26 @@ func (e *engine) reservedTokens() int {
 // store that is retired or that no config using e uses. While such a
 // namesake has requests waiting in it, it may grant one at any moment
 // (the grant reaches this node a moment after its store made it), so e
-// counts everything reserved (allReserved), unless e's own request
-// waiting longest came before all of the namesake's: that one grants
-// nothing meanwhile (it reads e's the same way), so of two queues that
-// both have waiters exactly one grants. A retired e counts them too: its
+// counts everything reserved (allReserved), unless e's own waiters
+// began to wait first (waitList: the stretch without a break during
+// which some have waited): that one grants nothing meanwhile (it reads
+// e's the same way), so of two queues that both have waiters exactly one
+// grants, and the turn passes only once the one granting has no waiter
+// left, whose grant could still be on its way. A retired e counts them too: its
 // releases still hand permits on in its store, where a newer queue of
 // its store may wait.
 func (e *engine) retiredSum(count func(*engine) int64) int {
 	if namesakes.split.Load() == 0 {
 		return 0
 	}
-	mine, waits := e.waits.oldest()
+	mine, waits := e.waits.busy()
 	namesakes.mu.Lock()
 	defer namesakes.mu.Unlock()
 	var n int64
 	for _, o := range namesakes.byName[e.name] {
 		if o.data != e.data && (o.retiredFlag.Load() || !sharesLoad(e, o)) {
 			// First: a grant leaves the list once counted.
-			if theirs, ok := o.waits.oldest(); ok && (!waits || theirs < mine) {
+			if theirs, ok := o.waits.busy(); ok && (!waits || theirs < mine) {
 				return allReserved
 			}
 			n += count(o)
@@ -294,10 +296,7 @@ var grantArrived = func(*engine) {}
 // another store that reads waits, then running, never misses it (see
 // retiredSum).
 func (c *call) waitIn(e *engine, req fairqueue.Request) (*fairqueue.Permit, error) {
-	if c.seq == 0 {
-		c.seq = waitSeq.Add(1)
-	}
-	defer e.waits.remove(e.waits.add(c.seq))
+	defer e.waits.add()()
 	p, err := e.q.Acquire(c.r.Context(), req)
 	if err == nil {
 		grantArrived(e)

@@ -56,14 +56,22 @@ func TestNamesakesCountAcrossAStoreSwitchOnly(t *testing.T) {
 	assert.Same(t, replaced, namesakes.successor(sameData))
 	assert.Nil(t, namesakes.successor(cur), "a live queue has none")
 
-	later := replaced.waits.add(20) // it may grant at any moment
+	doneR := replaced.waits.add() // it may grant at any moment
 	assert.Equal(t, allReserved, cur.reserved(), "everything, while the other may grant")
 	assert.Equal(t, allReserved, cur.reservedTokens())
-	earlier := cur.waits.add(10) // both wait: the one waiting longest grants
-	assert.Equal(t, 3+11, cur.reserved(), "its waiter came first: it grants")
+	doneR()
+	doneC := cur.waits.add() // both wait: the one whose waiters came first grants
+	doneR = replaced.waits.add()
+	assert.Equal(t, 3+11, cur.reserved(), "its waiters came first: it grants")
 	assert.Equal(t, allReserved, replaced.reserved(), "the other waits for it")
-	replaced.waits.remove(later)
-	cur.waits.remove(earlier)
+	doneC2 := cur.waits.add()
+	doneC() // its first waiter leaves; the second's grant may be on its way
+	assert.Equal(t, 3+11, cur.reserved(), "still its turn")
+	assert.Equal(t, allReserved, replaced.reserved(), "not the other's while it has a waiter")
+	doneC2()
+	assert.Equal(t, 3+1+5+7, replaced.reserved(), "none waits there: the other's turn")
+	assert.Equal(t, allReserved, cur.reserved())
+	doneR()
 	namesakes.use(replaced, load) // the new config uses it too
 	assert.Equal(t, 3, cur.reserved(), "one config's queues count each other no more")
 	namesakes.unuse(replaced, load)

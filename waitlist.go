@@ -1,77 +1,49 @@
 package caddyfairqueue
 
 import (
-	"container/heap"
 	"sync"
 	"sync/atomic"
 )
 
-// waitSeq numbers the requests of this process in the order they first
-// wait for a permit; a request that moves to another queue keeps its
-// number.
-var waitSeq atomic.Uint64
+// busySeq numbers, in this process, the moments a queue's waiting
+// requests go from none to some.
+var busySeq atomic.Uint64
 
-// waitList is the requests waiting in an engine's queue, each by its
-// number: which one waits longest (see retiredSum). A request leaves it
-// only once its grant is counted in the engine's running requests.
+// waitList counts the requests waiting in an engine's queue, and numbers
+// the stretch of time during which some have waited without a break
+// (since): of two namesakes in other stores with waiters, the one whose
+// stretch began first grants (see retiredSum). A request leaves the list
+// only once its grant is counted in the engine's running requests, so
+// that a grant on its way keeps its queue's stretch, and so its turn.
 type waitList struct {
-	mu sync.Mutex
-	h  seqHeap
+	mu    sync.Mutex
+	n     int
+	since uint64 // with n > 0: the stretch's number
 }
 
-// waitEntry is one request in a waitList.
-type waitEntry struct {
-	seq uint64
-	i   int // its index in the heap
-}
-
-// add puts a request numbered seq in the list.
-func (w *waitList) add(seq uint64) *waitEntry {
-	x := &waitEntry{seq: seq}
+// add lists a waiting request; done unlists it.
+func (w *waitList) add() (done func()) {
 	w.mu.Lock()
-	heap.Push(&w.h, x)
+	if w.n == 0 {
+		// Numbered under the lock: a namesake that reads this list sees
+		// either no waiter or this number.
+		w.since = busySeq.Add(1)
+	}
+	w.n++
 	w.mu.Unlock()
-	return x
+	return w.done
 }
 
-// remove takes x out of the list.
-func (w *waitList) remove(x *waitEntry) {
+func (w *waitList) done() {
 	w.mu.Lock()
-	heap.Remove(&w.h, x.i)
+	w.n--
 	w.mu.Unlock()
 }
 
-// oldest is the number of the request waiting longest; ok is false when
-// none waits.
-func (w *waitList) oldest() (seq uint64, ok bool) {
+// busy reports whether requests wait, and since when (the stretch's
+// number).
+func (w *waitList) busy() (since uint64, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.h) == 0 {
-		return 0, false
-	}
-	return w.h[0].seq, true
-}
-
-// seqHeap is a min-heap of waitEntries by seq (container/heap).
-type seqHeap []*waitEntry
-
-func (h seqHeap) Len() int           { return len(h) }
-func (h seqHeap) Less(i, j int) bool { return h[i].seq < h[j].seq }
-func (h seqHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].i, h[j].i = i, j
-}
-
-func (h *seqHeap) Push(x any) {
-	e := x.(*waitEntry)
-	e.i = len(*h)
-	*h = append(*h, e)
-}
-
-func (h *seqHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return e
+	return w.since, w.n > 0
 }
