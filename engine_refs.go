@@ -203,14 +203,12 @@ func (h *Handler) dropEngine(key engineKey) {
 // time the handler uses it (not at provision: that also runs for
 // `caddy validate` and for reloads that fail later).
 func (h *Handler) applySettings(e *engine) {
+	old, changed, err := e.reconfigure(h.gen, h.queueConfig(e.name, e.fallback))
 	// A retired queue of the same store, still open, hands permits on in
 	// the same queue: under these settings too.
 	for _, o := range namesakes.sameStore(e) {
-		if _, _, err := o.reconfigure(h.gen, h.queueConfig(o.name, o.fallback)); err != nil {
-			h.logger.Warn("applying queue settings to the retired queue", zap.String("queue", o.name), zap.Error(err))
-		}
+		o.adopt(e)
 	}
-	old, changed, err := e.reconfigure(h.gen, h.queueConfig(e.name, e.fallback))
 	switch {
 	case err != nil:
 		h.logger.Error("applying queue settings", zap.String("queue", e.name), zap.Error(err))

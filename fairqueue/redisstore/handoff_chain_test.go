@@ -25,17 +25,24 @@ func (c *countedReleases) Release(ctx context.Context, t fairqueue.TicketArgs) e
 	return c.heldTransfers.Store.Release(ctx, t)
 }
 
+// countedNode is a node of queue name with permits whose store holds
+// its transfers and counts its releases.
+func countedNode(t *testing.T, name string, permits int) (*node, *countedReleases) {
+	t.Helper()
+	cr := &countedReleases{heldTransfers: heldTransfers{calls: make(chan string, 8), go_: make(chan struct{})}}
+	n := wrappedNode(t, redistest.Start(t), name, fairqueue.Config{Permits: permits, MaxWait: 10 * time.Second, Lease: 3 * time.Second},
+		func(s fairqueue.Store) fairqueue.Store { cr.Store = s; return cr })
+	return n, cr
+}
+
 // Permits of one node that end back to back, before the store answers
 // the first one's transfer, each hand on locally, to the node's waiters
 // in queue order: none of them waits for a release's round trip. The
 // store then counts the waiters as the holders, and numbers their
 // grants in queue order.
 func TestPermitsEndingBackToBackEachHandOnLocally(t *testing.T) {
-	srv := redistest.Start(t)
-	cr := &countedReleases{heldTransfers: heldTransfers{calls: make(chan string, 8), go_: make(chan struct{})}}
 	const name = "backtoback"
-	n := wrappedNode(t, srv, name, fairqueue.Config{Permits: 2, MaxWait: 10 * time.Second, Lease: 3 * time.Second},
-		func(s fairqueue.Store) fairqueue.Store { cr.Store = s; return cr })
+	n, cr := countedNode(t, name, 2)
 	ctx := context.Background()
 	var holders []*fairqueue.Permit
 	for range 2 {
@@ -163,11 +170,8 @@ func TestReleaseNamesTheNodesWaitersInARowWhileItIsAlone(t *testing.T) {
 // then counts it as a holder in the store is followed by the one that
 // takes its entry out, and no release goes through the store for it.
 func TestAWaiterEndingBeforeItsTransferIsSentCostsNoRelease(t *testing.T) {
-	srv := redistest.Start(t)
-	cr := &countedReleases{heldTransfers: heldTransfers{calls: make(chan string, 8), go_: make(chan struct{})}}
 	const name = "endsfirst"
-	n := wrappedNode(t, srv, name, fairqueue.Config{Permits: 1, MaxWait: 10 * time.Second, Lease: 3 * time.Second},
-		func(s fairqueue.Store) fairqueue.Store { cr.Store = s; return cr })
+	n, cr := countedNode(t, name, 1)
 	ctx := context.Background()
 	h, err := n.q.Acquire(ctx, fairqueue.Request{})
 	require.NoError(t, err)

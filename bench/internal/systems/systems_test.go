@@ -24,20 +24,7 @@ func TestCaddyConfigPutsFairQueueBeforeReverseProxy(t *testing.T) {
 	} {
 		data, err := e.caddyConfig("127.0.0.1:8", tc.spec, "q")
 		require.NoError(t, err)
-		var cfg struct {
-			Apps struct {
-				HTTP struct {
-					Servers map[string]struct {
-						Listen []string `json:"listen"`
-						Routes []struct {
-							Handle []map[string]any `json:"handle"`
-						} `json:"routes"`
-					} `json:"servers"`
-				} `json:"http"`
-			} `json:"apps"`
-		}
-		require.NoError(t, json.Unmarshal(data, &cfg), tc.spec.Name)
-		srv := cfg.Apps.HTTP.Servers["bench"]
+		srv := benchServer(t, data)
 		assert.Equal(t, []string{"127.0.0.1:8"}, srv.Listen)
 		require.Len(t, srv.Routes, 1)
 		var names []string
@@ -108,20 +95,7 @@ func TestDefaultMaxTokensAndTheStatusPageAreSetOnlyWhenAsked(t *testing.T) {
 	data, err = env.caddyConfig("127.0.0.1:9", Spec{Kind: KindFairQueue, Nodes: 1}, "q")
 	require.NoError(t, err)
 	assert.Contains(t, string(data), `"default_max_tokens": 1024`)
-	var cfg struct {
-		Apps struct {
-			HTTP struct {
-				Servers map[string]struct {
-					Routes []struct {
-						Match  []map[string][]string `json:"match"`
-						Handle []map[string]any      `json:"handle"`
-					} `json:"routes"`
-				} `json:"servers"`
-			} `json:"http"`
-		} `json:"apps"`
-	}
-	require.NoError(t, json.Unmarshal(data, &cfg))
-	routes := cfg.Apps.HTTP.Servers["bench"].Routes
+	routes := benchServer(t, data).Routes
 	require.Len(t, routes, 2)
 	assert.Equal(t, []string{StatusPath}, routes[0].Match[0]["path"], "the status page first, on its path only")
 	assert.Equal(t, "fair_queue_status", routes[0].Handle[0]["handler"])
@@ -169,19 +143,7 @@ func TestCaddyConfigSetsTenantAndCost(t *testing.T) {
 	} {
 		data, err := e.caddyConfig("127.0.0.1:8", tc.spec, "q")
 		require.NoError(t, err)
-		var cfg struct {
-			Apps struct {
-				HTTP struct {
-					Servers map[string]struct {
-						Routes []struct {
-							Handle []map[string]any `json:"handle"`
-						} `json:"routes"`
-					} `json:"servers"`
-				} `json:"http"`
-			} `json:"apps"`
-		}
-		require.NoError(t, json.Unmarshal(data, &cfg))
-		fq := cfg.Apps.HTTP.Servers["bench"].Routes[0].Handle[0]
+		fq := benchServer(t, data).Routes[0].Handle[0]
 		assert.Equal(t, tc.tenant, fq["tenant"], tc.spec.Name)
 		assert.Equal(t, tc.cost, fq["cost"], tc.spec.Name)
 	}
@@ -189,3 +151,26 @@ func TestCaddyConfigSetsTenantAndCost(t *testing.T) {
 
 // tenantPlaceholder is the fairness scenario's tenant (scenario.TenantPlaceholder).
 const tenantPlaceholder = "{http.request.header.X-Tenant}"
+
+// server is the part of a Caddy JSON config's HTTP server the tests read.
+type server struct {
+	Listen []string `json:"listen"`
+	Routes []struct {
+		Match  []map[string][]string `json:"match"`
+		Handle []map[string]any      `json:"handle"`
+	} `json:"routes"`
+}
+
+// benchServer is the server "bench" of the Caddy JSON config data.
+func benchServer(t *testing.T, data []byte) server {
+	t.Helper()
+	var cfg struct {
+		Apps struct {
+			HTTP struct {
+				Servers map[string]server `json:"servers"`
+			} `json:"http"`
+		} `json:"apps"`
+	}
+	require.NoError(t, json.Unmarshal(data, &cfg))
+	return cfg.Apps.HTTP.Servers["bench"]
+}
