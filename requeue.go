@@ -128,6 +128,17 @@ func (c *call) requeue(rf *refusal) error {
 	ka := c.startKeepalive()
 	c.feed.use(ka)
 	p, err := c.permit.Requeue(c.r.Context(), rf.cool)
+	if err != nil && c.e.moved.Load() && errors.Is(err, fairqueue.ErrShuttingDown) {
+		// A reload moved the queue to another store (its permit is given
+		// back): the request waits on in the queue in force, as the
+		// queue's other waiters do, counted there once granted.
+		if c.running {
+			c.running = false
+			c.e.running.Add(-1)
+			c.e.tokens.Add(-c.tokens)
+		}
+		p, err = c.acquire()
+	}
 	c.permit, c.granted = p, time.Now()
 	c.committed = ka.halt() || c.committed
 	return err
