@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -51,4 +54,36 @@ func TestTimeToFirstByteCountsFromTheForwardToTheFirstEvent(t *testing.T) {
 	ttfb := sum - sum0
 	assert.GreaterOrEqual(t, ttfb, 0.3, "from the forward to the first event")
 	assert.Less(t, ttfb, 2.0, "at the first event, not at the answer's end (2.3 s)")
+}
+
+// The time to first byte of a requeued stream is its upstream's, from
+// the forward that the upstream answered: not the moment the keepalive
+// fed the client while the request waited again. (Adaptive learns the
+// upstream's capacity from it.)
+func TestRequeuedStreamTimesItsFirstByteFromTheUpstream(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	const name = "fb-requeue"
+	h := provisionLocal(t, newContext(t), &Handler{Name: name,
+		Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 1}}, RequeueOn: []int{503},
+		SSEKeepalive: caddy.Duration(100 * time.Millisecond)})
+	next := &pooled{answer: func(call int, _ string, w http.ResponseWriter) error {
+		if call == 1 {
+			return refuse(w, http.StatusServiceUnavailable, "1") // the upstream cools 1 s: the request waits again
+		}
+		time.Sleep(300 * time.Millisecond) // the upstream thinks
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("data: [DONE]\n\n"))
+		return nil
+	}}
+	n0, sum0 := firstByteSamples(t, name, "a:1")
+	req := newRequest(context.Background(), `{"model":"m","stream":true,"messages":[]}`)
+	req.r = req.r.WithContext(context.WithValue(req.r.Context(), caddyhttp.VarsCtxKey, map[string]any{}))
+	req.start(h, next).wait(t)
+	require.NoError(t, req.err)
+	require.Len(t, next.calls, 2)
+	require.Contains(t, req.w.Body.String(), ": queued", "the keepalive fed the client while it waited again")
+	n, sum := firstByteSamples(t, name, "a:1")
+	require.Equal(t, n0+1, n)
+	assert.GreaterOrEqual(t, sum-sum0, 0.3, "the upstream's first byte came 300 ms after the forward")
 }
