@@ -63,3 +63,16 @@ func (h *Handler) dropClaim() {
 	}
 	h.claim = nil
 }
+
+// soleClaimant reports whether the handler is the only one of its config
+// that names its queue (statically; one that names it from the request
+// claims none).
+func (h *Handler) soleClaimant() bool {
+	claims.Lock()
+	defer claims.Unlock()
+	if h.claim == nil {
+		return false
+	}
+	c := claims.m[*h.claim]
+	return c != nil && c.refs == 1
+}
