@@ -272,6 +272,14 @@ func (q *Queue) transfer(tr Transferrer, x transfer) bool {
 		return false
 	}
 	x.t.moving.Store(false)
+	if q.cfg.Load().Lease != x.args.Lease {
+		// The transfer wrote the waiter's entry with the lease of the
+		// release that started it, and a reload changed the lease since:
+		// the heartbeat that change sent at once left the waiter to its
+		// transfer (it was moving). Renew it now, under the lease in force,
+		// not a third of the new lease from then (past the old one).
+		q.s.note(evResync, true)
+	}
 	return true
 }
 

@@ -246,8 +246,22 @@ func (s *session) loop() {
 	q := s.q
 	defer close(s.done)
 	// A tick at least every Lease/3 too: a heartbeat is due then, and a
-	// node is alive only while its heartbeats are on time.
-	period := func(c *Config) time.Duration { return min(c.PollInterval, c.Lease/3) }
+	// node is alive only while its heartbeats are on time. Precisely, one is due a third of the shortest lease among the one in
+	// force and those the last two heartbeats carried: after a reload
+	// that lengthens the lease, grants written with the old one while the
+	// first heartbeat under the new one was on its way (to waiters it
+	// could not name yet) are renewed before the old lease ends.
+	var beatLeases [2]time.Duration
+	due := func(c *Config) time.Duration {
+		d := c.Lease
+		for _, l := range beatLeases {
+			if l > 0 {
+				d = min(d, l)
+			}
+		}
+		return d / 3
+	}
+	period := func(c *Config) time.Duration { return min(c.PollInterval, due(c)) }
 	tick := period(q.cfg.Load())
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
@@ -268,7 +282,7 @@ func (s *session) loop() {
 		waiting, _ := q.census()
 		up := q.health.up()
 		s.take()
-		beat := time.Since(lastBeat) >= cfg.Lease/3 || s.takeResync() || (up && !wasUp) ||
+		beat := time.Since(lastBeat) >= due(cfg) || s.takeResync() || (up && !wasUp) ||
 			(up && s.verify && waiting > 0)
 		if beat {
 			if !s.heartbeat(cfg) {
@@ -277,6 +291,11 @@ func (s *session) loop() {
 				sweepUntil = time.Now().Add(cfg.Lease / 3)
 			}
 			lastBeat = time.Now()
+			beatLeases = [2]time.Duration{beatLeases[1], cfg.Lease}
+			if p := period(cfg); p != tick {
+				tick = p
+				ticker.Reset(tick)
+			}
 		}
 		if s.take(); s.sweep {
 			s.sweep = false
