@@ -246,7 +246,8 @@ func (s *session) loop() {
 	q := s.q
 	defer close(s.done)
 	// A tick at least every Lease/3 too: a heartbeat is due then, and a
-	// node is alive only while its heartbeats are on time. Precisely, one is due a third of the shortest lease among the one in
+	// node is alive only while its heartbeats are on time. Precisely, a
+	// heartbeat is due a third of the shortest lease among the one in
 	// force and those the last two heartbeats carried: after a reload
 	// that lengthens the lease, grants written with the old one while the
 	// first heartbeat under the new one was on its way (to waiters it
