@@ -18,7 +18,11 @@ import (
 // pool grant), or nowhere (dynamic fair_queue without an upstream). Such
 // a waiter is served by the route of the config in force that fits its
 // grant: the engine keeps, for each shape, the next handler of the
-// live handler that last applied its settings to it.
+// live handler that last applied its settings to it. A waiter of a
+// replaced config whose grant fits its own route takes that route of
+// the config in force too, where only one handler of that config names
+// the queue: a reload that points a static reverse_proxy at another
+// upstream counts the new one under the queue's permits, not the old.
 
 // route is a handler's place in a config: what follows it.
 type route struct {
