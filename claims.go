@@ -65,14 +65,19 @@ func (h *Handler) dropClaim() {
 }
 
 // soleClaimant reports whether the handler is the only one of its config
-// that names its queue (statically; one that names it from the request
-// claims none).
+// that names its queue (statically, in any store; one that names it
+// from the request claims none).
 func (h *Handler) soleClaimant() bool {
 	claims.Lock()
 	defer claims.Unlock()
 	if h.claim == nil {
 		return false
 	}
-	c := claims.m[*h.claim]
-	return c != nil && c.refs == 1
+	n := 0
+	for k, c := range claims.m {
+		if k.load == h.claim.load && k.queue == h.claim.queue {
+			n += c.refs
+		}
+	}
+	return n == 1
 }
