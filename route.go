@@ -18,11 +18,7 @@ import (
 // pool grant), or nowhere (dynamic fair_queue without an upstream). Such
 // a waiter is served by the route of the config in force that fits its
 // grant: the engine keeps, for each shape, the next handler of the
-// live handler that last applied its settings to it. A waiter of a
-// replaced config whose grant fits its own route takes that route of
-// the config in force too, where only one handler of that config names
-// the queue: a reload that points a static reverse_proxy at another
-// upstream counts the new one under the queue's permits, not the old.
+// live handler that last applied its settings to it.
 
 // route is a handler's place in a config: what follows it.
 type route struct {
@@ -83,21 +79,10 @@ func (rs *engineRoutes) get(pooled bool) (r *route, live bool) {
 // the route of that shape of a live handler of the queue, here or in a
 // namesake (another engine of the name: a retired engine's waiters are
 // granted by the store on the shape of the config in force), else the
-// one of a handler replaced since. A request of a replaced config (h's
-// Cleanup ran) granted on h's own shape goes through the route of the
-// config in force too, where one handler of that config names the queue
-// (routeInForce): a reload may have pointed the route at another upstream,
-// and the grant counts under the permits of the config in force, not
-// those of the old upstream.
+// one of a handler replaced since.
 func (e *engine) forGrant(h *Handler, p *fairqueue.Permit, next caddyhttp.Handler) caddyhttp.Handler {
 	pooled := p.Upstream() != ""
-	if p.FailOpen() {
-		return next
-	}
-	if pooled == h.pooled() {
-		if r := e.routeInForce(h, pooled); r != nil {
-			return r.next
-		}
+	if pooled == h.pooled() || p.FailOpen() {
 		return next
 	}
 	r, live := e.routes.get(pooled)
@@ -114,27 +99,4 @@ func (e *engine) forGrant(h *Handler, p *fairqueue.Permit, next caddyhttp.Handle
 		return r.next
 	}
 	return next
-}
-
-// routeInForce is the route of the config in force that replaces h's,
-// replaced since, for a grant of the shape (pooled); nil while h's
-// config is in force, and where it cannot be told: no live handler of
-// the queue has served yet (the queue's settings are still the old
-// config's), or two handlers of the config in force name the queue (two
-// routes share it: which replaced h's is unknown), or the one that does
-// names it from the request.
-func (e *engine) routeInForce(h *Handler, pooled bool) *route {
-	if h.live() {
-		return nil
-	}
-	r, live := e.routes.get(pooled)
-	if !live {
-		if r = namesakes.route(e.name, pooled); r == nil {
-			return nil
-		}
-	}
-	if !r.h.soleClaimant() {
-		return nil
-	}
-	return r
 }
