@@ -1,0 +1,51 @@
+package storetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+func init() {
+	cases = append(cases,
+		testCase{"LearnedPoolBoundsAHeavyTicketByTheLargestUpstream", learnedPoolHeavy},
+	)
+}
+
+// With a pool, an upstream that has no learned share of its own runs at
+// its whole capacity: a ticket as heavy as that capacity still weighs all
+// of it (the bound follows the largest learned capacity, here b's 100,
+// not a's share alone), so it runs alone on b, and never on a, whose
+// learned capacity (50) is below its weight.
+func learnedPoolHeavy(t *testing.T, h Harness) {
+	const name = "learnedpoolheavy"
+	cfg := fairqueue.Config{Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 4, KVTokens: 100}, {Dial: "b:1", Permits: 4, KVTokens: 100}},
+		MaxWait: time.Minute, PollInterval: 50 * time.Millisecond,
+		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	q := h.NewNode(t, name, cfg)
+	p, err := q.Acquire(bg, fairqueue.Request{Tokens: 1}) // joins the queue
+	require.NoError(t, err)
+	p.Release()
+	q.ObserveTTFT("a:1", time.Second)
+	eventually(t, 10*time.Second, func() bool { return q.Share() < 1 }, "the share did not move")
+	require.Equal(t, map[string]float64{"a:1": 0.5}, q.Shares(), "b has no share of its own: all of it")
+
+	big, err := q.Acquire(bg, fairqueue.Request{Tokens: 100})
+	require.NoError(t, err)
+	assert.Equal(t, "b:1", big.Upstream(), "100 tokens fit b's 100 only (a's learned capacity is 50)")
+	snap, err := q.Inspect(bg, 0, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 100, snap.TokensHeld, "the ticket weighs its 100 tokens")
+	ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+	defer cancel()
+	if p2, err := q.Acquire(ctx, fairqueue.Request{Tokens: 100}); err == nil {
+		t.Errorf("a second 100-token ticket granted on %q beside the first on %q: 200 tokens run at once (a's learned capacity is 50, b's 100)", p2.Upstream(), big.Upstream())
+		p2.Release()
+	}
+	big.Release()
+}
