@@ -96,12 +96,19 @@ end
 local shares = {}
 if learned then
   local l = learned_shares()
-  local most
   for i = 1, #l, 2 do
     shares[l[i]] = tonumber(l[i + 1])
-    most = math.max(most or 0, shares[l[i]])
   end
-  if most and most < 1 and token_bound > 0 then token_bound = math.max(math.floor(token_bound * most), 1) end
+  -- The token bound follows the largest share in force: the queue's
+  -- without a pool, each upstream's (ARGV[7]) with one; a key without a
+  -- share is at 1.
+  local most, any = 0, false
+  for dial in string.gmatch(ARGV[7] or '', '(%S+) %d+/?%-?%d*') do
+    any = true
+    most = math.max(most, shares[dial] or 1)
+  end
+  if not any then most = shares[''] or 1 end
+  if most < 1 and token_bound > 0 then token_bound = math.max(math.floor(token_bound * most), 1) end
 end
 -- scale is capacity n under the share of key ('' : the queue's).
 local function scale(n, key)
