@@ -14,6 +14,7 @@ import (
 func init() {
 	cases = append(cases,
 		testCase{"LearnedPoolBoundsAHeavyTicketByTheLargestUpstream", learnedPoolHeavy},
+		testCase{"LearnedQueueShareDoesNotCapAPoolAddedByAReload", learnedQueueThenPool},
 	)
 }
 
@@ -48,4 +49,40 @@ func learnedPoolHeavy(t *testing.T, h Harness) {
 		p2.Release()
 	}
 	big.Release()
+}
+
+// The queue's share, learned without a pool, is the capacity of the
+// queue as one backend. A reload that gives the queue a pool makes each
+// upstream learn its own share ("with a pool, each upstream has a share
+// of its own"): nobody reports the queue's share any more, so it can
+// never move again, and it must not keep capping the pool's permits.
+func learnedQueueThenPool(t *testing.T, h Harness) {
+	const name = "learnedqueuethenpool"
+	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 50 * time.Millisecond,
+		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	q := h.NewNode(t, name, cfg)
+	p, err := q.Acquire(bg, fairqueue.Request{}) // joins the queue
+	require.NoError(t, err)
+	p.Release()
+	q.ObserveTTFT("", time.Second)
+	eventually(t, 10*time.Second, func() bool { return q.Share() < 1 }, "the share did not move")
+	require.Equal(t, map[string]float64{"": 0.5}, q.Shares())
+
+	cfg.Permits = 0 // the pool's sum
+	cfg.Upstreams = []fairqueue.Upstream{{Dial: "a:1", Permits: 2}, {Dial: "b:1", Permits: 2}}
+	require.NoError(t, q.Reconfigure(cfg))
+	var held []*fairqueue.Permit
+	for range 4 {
+		ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+		p, err := q.Acquire(ctx, fairqueue.Request{})
+		cancel()
+		if err != nil {
+			break
+		}
+		held = append(held, p)
+	}
+	assert.Len(t, held, 4, "a and b have no share of their own: each runs all of its 2 permits; the queue's old share (0.5) capped the pool at %d", len(held))
+	for _, p := range held {
+		p.Release()
+	}
 }
