@@ -167,7 +167,12 @@ func (l Limits) Scale(shares map[string]float64) Limits {
 		}
 		return max(int(math.Floor(float64(n)*share)), 1)
 	}
-	l.Permits, l.Tokens = sc(l.Permits, ""), sc(l.Tokens, "")
+	if len(l.Upstreams) == 0 {
+		// The queue's share is learned without a pool only: with one,
+		// each upstream's applies (a queue share left from before a
+		// reload added the pool is reported by nobody and never moves).
+		l.Permits, l.Tokens = sc(l.Permits, ""), sc(l.Tokens, "")
+	}
 	// The bound on one ticket follows the largest share in force: a heavy
 	// ticket still fits, alone, where the capacity is largest. The shares
 	// in force are the queue's without a pool, each upstream's with one;

@@ -116,7 +116,9 @@ local function scale(n, key)
   if not share or share >= 1 or n <= 0 then return n end
   return math.max(math.floor(n * share), 1)
 end
-permits, tokens = scale(permits), scale(tokens)
+-- The queue's share applies without a pool only (ARGV[7] empty): with
+-- one, each upstream's does (pool.lua).
+if not string.find(ARGV[7] or '', '%S') then permits, tokens = scale(permits), scale(tokens) end
 local lease = tonumber(ARGV[3])
 local tenant_cap = tonumber(ARGV[6])
 
