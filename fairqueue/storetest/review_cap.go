@@ -15,6 +15,7 @@ func init() {
 	cases = append(cases,
 		testCase{"LearnedPoolBoundsAHeavyTicketByTheLargestUpstream", learnedPoolHeavy},
 		testCase{"LearnedQueueShareDoesNotCapAPoolAddedByAReload", learnedQueueThenPool},
+		testCase{"ReleaseSentAgainDoesNotExtendTheCooldown", coolSentAgain},
 	)
 }
 
@@ -85,4 +86,27 @@ func learnedQueueThenPool(t *testing.T, h Harness) {
 	for _, p := range held {
 		p.Release()
 	}
+}
+
+// A release sent again (the client's retry after a read timeout, its
+// first run done) finds no holder: it must not cool the upstream again
+// ("Only a ticket that still held a permit cools it: a release sent
+// again does not extend the cooldown", memstore/pool.go).
+func coolSentAgain(t *testing.T, h Harness) {
+	s := store(t, h, "coolagain", "n1")
+	l := fairqueue.Limits{Permits: 2, Lease: time.Minute, Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 2}}}
+	res, err := s.Acquire(bg, ticket("n1:1", "n1", l))
+	require.NoError(t, err)
+	require.True(t, res.Granted)
+	rel := ticket("n1:1", "n1", l)
+	rel.Cool, rel.CoolFor = "a:1", 400*time.Millisecond
+	require.NoError(t, s.Release(bg, rel))
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, s.Release(bg, rel)) // sent again: n1:1 holds nothing
+	time.Sleep(250 * time.Millisecond)     // 550 ms after the first: its cooldown ended
+	res, err = s.Acquire(bg, ticket("n1:2", "n1", l))
+	require.NoError(t, err)
+	assert.True(t, res.Granted, "a cools 400 ms from the release that freed the permit; the one sent again extended it")
+	require.NoError(t, s.Cancel(bg, ticket("n1:2", "n1", l)))
+	require.NoError(t, s.Leave(bg, "n1", l))
 }
