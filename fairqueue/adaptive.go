@@ -167,11 +167,29 @@ func (l Limits) Scale(shares map[string]float64) Limits {
 		}
 		return max(int(math.Floor(float64(n)*share)), 1)
 	}
-	l.Permits, l.Tokens = sc(l.Permits, ""), sc(l.Tokens, "")
-	// The bound on one ticket follows the largest share: a heavy ticket
-	// still fits, alone, where the capacity is largest.
+	if len(l.Upstreams) == 0 {
+		// The queue's share is learned without a pool only: with one,
+		// each upstream's applies (a queue share left from before a
+		// reload added the pool is reported by nobody and never moves).
+		l.Permits, l.Tokens = sc(l.Permits, ""), sc(l.Tokens, "")
+	}
+	// The bound on one ticket follows the largest share in force: a heavy
+	// ticket still fits, alone, where the capacity is largest. The shares
+	// in force are the queue's without a pool, each upstream's with one;
+	// a key without a share is at 1 (all of it).
 	most := 0.0
-	for _, s := range shares {
+	keys := []string{""}
+	if len(l.Upstreams) > 0 {
+		keys = keys[:0]
+		for _, u := range l.Upstreams {
+			keys = append(keys, u.Dial)
+		}
+	}
+	for _, k := range keys {
+		s, ok := shares[k]
+		if !ok || !(s > 0) {
+			s = 1
+		}
 		most = max(most, s)
 	}
 	if l.TokenBound > 0 && most > 0 && most < 1 {

@@ -33,10 +33,15 @@ func TestScaleAppliesTheShareToEveryCapacityAtLeastOne(t *testing.T) {
 	l := Limits{Permits: 10, Tokens: 1000, Learned: true, Upstreams: []Upstream{{Dial: "a", Permits: 3, KVTokens: 500}, {Dial: "b", Permits: 1}}}
 	l.TokenBound = 1000
 	s := l.Scale(map[string]float64{"": 0.25, "a": 0.5})
-	assert.Equal(t, 2, s.Permits)
-	assert.Equal(t, 250, s.Tokens)
+	assert.Equal(t, 10, s.Permits, "with a pool the queue's share does not apply")
+	assert.Equal(t, 1000, s.Tokens, "with a pool the queue's share does not apply")
+	np := Limits{Permits: 10, Tokens: 1000, Learned: true}.Scale(map[string]float64{"": 0.25})
+	assert.Equal(t, 2, np.Permits)
+	assert.Equal(t, 250, np.Tokens)
 	assert.Equal(t, []Upstream{{Dial: "a", Permits: 1, KVTokens: 250}, {Dial: "b", Permits: 1}}, s.Upstreams, "each upstream its own share; none: all of it")
-	assert.Equal(t, 500, s.TokenBound, "the bound follows the largest share")
+	assert.Equal(t, 1000, s.TokenBound, "the bound follows the largest share in force: b has none, all of it")
+	assert.Equal(t, 500, l.Scale(map[string]float64{"": 0.25, "a": 0.5, "b": 0.25}).TokenBound, "the bound follows the largest upstream share")
+	assert.Equal(t, 250, Limits{Tokens: 1000, TokenBound: 1000, Learned: true}.Scale(map[string]float64{"": 0.25, "x": 0.5}).TokenBound, "without a pool, the queue's share; not another key's")
 	assert.Equal(t, 3, l.Upstreams[0].Permits, "the caller's limits are not changed")
 	l.Learned = false
 	assert.Equal(t, l, l.Scale(map[string]float64{"": 0.25}), "without Learned the limits stand")

@@ -83,7 +83,18 @@ func (q *Queue) Heads(ids []string, permits int) {
 		q.s.head.Store(nil)
 		return
 	}
-	q.s.head.Store(&headTickets{ts: ts, permits: permits})
+	q.s.head.Store(&headTickets{ts: ts, permits: q.inForce(permits)})
+}
+
+// inForce is permits under the learned share in force as the store last
+// said (Config.Adaptive): a share lowered since a reply named the heads
+// stops the local handoffs, as a lowering reload does.
+func (q *Queue) inForce(permits int) int {
+	m := q.learn.shares.Load()
+	if cfg := q.cfg.Load(); cfg.Adaptive == nil || m == nil {
+		return permits
+	}
+	return Limits{Permits: permits, Learned: true}.Scale(*m).Permits
 }
 
 // Woken counts the grants that have woken a waiter of this node so far:
@@ -177,7 +188,7 @@ func (q *Queue) handOn(args TicketArgs) bool {
 	q.bgMu.Unlock()
 	defer q.bg.Done()
 	q.ho.mu.Lock()
-	t := q.takeHead(cfg.limits().Permits)
+	t := q.takeHead(q.inForce(cfg.limits().Permits))
 	if t == nil {
 		q.ho.mu.Unlock()
 		return false

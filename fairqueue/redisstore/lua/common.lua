@@ -96,12 +96,19 @@ end
 local shares = {}
 if learned then
   local l = learned_shares()
-  local most
   for i = 1, #l, 2 do
     shares[l[i]] = tonumber(l[i + 1])
-    most = math.max(most or 0, shares[l[i]])
   end
-  if most and most < 1 and token_bound > 0 then token_bound = math.max(math.floor(token_bound * most), 1) end
+  -- The token bound follows the largest share in force: the queue's
+  -- without a pool, each upstream's (ARGV[7]) with one; a key without a
+  -- share is at 1.
+  local most, any = 0, false
+  for dial in string.gmatch(ARGV[7] or '', '(%S+) %d+/?%-?%d*') do
+    any = true
+    most = math.max(most, shares[dial] or 1)
+  end
+  if not any then most = shares[''] or 1 end
+  if most < 1 and token_bound > 0 then token_bound = math.max(math.floor(token_bound * most), 1) end
 end
 -- scale is capacity n under the share of key ('' : the queue's).
 local function scale(n, key)
@@ -109,7 +116,9 @@ local function scale(n, key)
   if not share or share >= 1 or n <= 0 then return n end
   return math.max(math.floor(n * share), 1)
 end
-permits, tokens = scale(permits), scale(tokens)
+-- The queue's share applies without a pool only (ARGV[7] empty): with
+-- one, each upstream's does (pool.lua).
+if not string.find(ARGV[7] or '', '%S') then permits, tokens = scale(permits), scale(tokens) end
 local lease = tonumber(ARGV[3])
 local tenant_cap = tonumber(ARGV[6])
 

@@ -13,7 +13,7 @@
 -- them their permits at once (transfer.lua).
 -- Expired leases are reaped by dispatch when they keep a waiter out.
 -- Idempotent: releasing a ticket that holds nothing only dispatches (a
--- cooldown sent again ends no later than the first one's).
+-- cooldown sent again is not applied again).
 -- Cost: one EXISTS, read after the cooldown is written (the only write
 -- to K.ucool), tells unheld whether any holder weighs tokens (where
 -- this call's limits count none) and whether any fair ticket waits (none: no
@@ -24,11 +24,14 @@
 -- A marked release (ARGV 11) adds a TIME, a ZADD and a PEXPIRE.
 local id = ARGV[1]
 mark_freed(id, ARGV[11])
-cool(ARGV[9], ARGV[10])
+-- Only the release that frees the permit cools its upstream: one sent
+-- again does not extend the cooldown.
+local was = redis.call('ZREM', K.holders, id) == 1
+if was then cool(ARGV[9], ARGV[10]) end
 local ex = present('waiting', 'fready', 'fwait', #pool > 0 and 'ucool' or nil, 'uheld',
   tokens == 0 and 'thold' or nil)
 weighted = ex.thold
-if redis.call('ZREM', K.holders, id) == 1 and unheld(id, tonumber(ARGV[8]), not ex.fwait) then
+if was and unheld(id, tonumber(ARGV[8]), not ex.fwait) then
   ex.fready = true
 end
 local node = owner_of(id)

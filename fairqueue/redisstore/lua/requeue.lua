@@ -42,8 +42,10 @@ if not known then
   end
 end
 mark_freed(old, ARGV[16])
-if redis.call('ZREM', K.holders, old) == 1 then unheld(old, tonumber(ARGV[13])) end
-cool(ARGV[14], ARGV[15])
+if redis.call('ZREM', K.holders, old) == 1 then
+  unheld(old, tonumber(ARGV[13]))
+  cool(ARGV[14], ARGV[15]) -- sent again, it does not extend the cooldown
+end
 local own = (dispatch(node))
 if gone then return answer('gone', 0, 0, own) end
 if redis.call('ZSCORE', K.holders, id) then

@@ -1,0 +1,59 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
+)
+
+// A learned capacity that comes down applies to the next grants ("Lowering
+// revokes nothing ... only the next grants wait", docs/adaptive.md),
+// also to a local handoff: a node that learnt its waiter heads the
+// queue before the share went down must not start it on a permit that
+// ends while more than the learned permits run. The store's own
+// dispatch would not grant it (3 held, 2 allowed).
+func TestLocalHandoffKeepsToTheLearnedCapacity(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 10 * time.Second, Lease: 3 * time.Second,
+		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	n := newNode(t, srv, "learnedhandoff", cfg)
+	q := n.q
+	ctx := context.Background()
+	var held []*fairqueue.Permit
+	for range 4 {
+		p, err := q.Acquire(ctx, fairqueue.Request{})
+		require.NoError(t, err)
+		held = append(held, p)
+	}
+	got := make(chan *fairqueue.Permit, 2)
+	for range 2 {
+		go func() {
+			p, err := q.Acquire(ctx, fairqueue.Request{})
+			if err == nil {
+				got <- p
+			}
+		}()
+		time.Sleep(50 * time.Millisecond) // in this order
+	}
+	alive(t, n)       // a heartbeat confirmed the node: it may hand on locally
+	held[0].Release() // w1 takes it; the reply names w2 the head
+	w1 := <-got
+	q.ObserveTTFT("", time.Second) // a breach: the share halves, 2 permits
+	eventually(t, 5*time.Second, func() bool { return q.Share() < 1 }, "the share did not move")
+	require.Equal(t, 0.5, q.Share())
+	held[1].Release() // 3 still run (held[2], held[3], w1): nothing more may start
+	select {
+	case w2 := <-got:
+		t.Errorf("w2 started with 3 running under a learned capacity of 2 (4 x 0.5)")
+		w2.Release()
+	case <-time.After(300 * time.Millisecond):
+	}
+	w1.Release()
+	held[2].Release()
+	held[3].Release()
+}
