@@ -17,6 +17,7 @@ import (
 // a reload that changes the pool.
 func init() {
 	cases = append(cases,
+		testCase{"ReleaseSentAgainDoesNotExtendTheCooldown", coolSentAgain},
 		testCase{"PoolBurstReachesEachUpstreamsPermitsAndNoMore", poolBurst},
 		testCase{"PoolPicksTheMostFreeShareThenTheOldestGrant", poolChoice},
 		testCase{"CooledUpstreamGetsNoGrantsUntilItsCooldownEnds", poolCooldown},
@@ -324,4 +325,27 @@ func poolAdded(t *testing.T, h Harness) {
 	assert.ElementsMatch(t, []string{"a:1", "b:1"}, []string{p1.Upstream(), p2.Upstream()})
 	p1.Release()
 	p2.Release()
+}
+
+// A release sent again (the client's retry after a read timeout, its
+// first run done) finds no holder: it must not cool the upstream again
+// ("Only a ticket that still held a permit cools it: a release sent
+// again does not extend the cooldown", memstore/pool.go).
+func coolSentAgain(t *testing.T, h Harness) {
+	s := store(t, h, "coolagain", "n1")
+	l := fairqueue.Limits{Permits: 2, Lease: time.Minute, Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 2}}}
+	res, err := s.Acquire(bg, ticket("n1:1", "n1", l))
+	require.NoError(t, err)
+	require.True(t, res.Granted)
+	rel := ticket("n1:1", "n1", l)
+	rel.Cool, rel.CoolFor = "a:1", 400*time.Millisecond
+	require.NoError(t, s.Release(bg, rel))
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, s.Release(bg, rel)) // sent again: n1:1 holds nothing
+	time.Sleep(250 * time.Millisecond)     // 550 ms after the first: its cooldown ended
+	res, err = s.Acquire(bg, ticket("n1:2", "n1", l))
+	require.NoError(t, err)
+	assert.True(t, res.Granted, "a cools 400 ms from the release that freed the permit; the one sent again extended it")
+	require.NoError(t, s.Cancel(bg, ticket("n1:2", "n1", l)))
+	require.NoError(t, s.Leave(bg, "n1", l))
 }
