@@ -181,3 +181,23 @@ func itoa(n int) string {
 	b, _ := json.Marshal(n)
 	return string(b)
 }
+
+// A waiting body counts its length against max_waiting_bytes (call.wait):
+// the memory it holds while it waits must be that length, not the buffer
+// readGrowing doubled to while the body of unknown length arrived. A
+// chunked body of 4 MiB + 1 byte was held in an 8 MiB buffer: a client
+// sending such bodies made the waiting bodies hold twice
+// max_waiting_bytes.
+func TestAChunkedBodyHoldsNoMoreThanTheBytesCounted(t *testing.T) {
+	for _, size := range []int{bodyChunk + 1, 1<<20 + 1, 4<<20 + 1} {
+		payload := bytes.Repeat([]byte("a"), size)
+		r := httptest.NewRequest(http.MethodPost, "/", io.MultiReader(bytes.NewReader(payload)))
+		r.ContentLength = -1
+		r.TransferEncoding = []string{"chunked"}
+		got, err := readBody(httptest.NewRecorder(), r, DefaultMaxBody, time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, payload, got)
+		assert.LessOrEqual(t, cap(got), size+size/8,
+			"a chunked body of %d bytes (counted as %d waiting bytes) holds a buffer of %d", size, len(got), cap(got))
+	}
+}
