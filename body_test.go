@@ -187,9 +187,10 @@ func itoa(n int) string {
 // readGrowing doubled to while the body of unknown length arrived. A
 // chunked body of 4 MiB + 1 byte was held in an 8 MiB buffer: a client
 // sending such bodies made the waiting bodies hold twice
-// max_waiting_bytes.
+// max_waiting_bytes; and a small chunked body held the whole first
+// chunk, 64 KiB: 16 times max_waiting_bytes for chat requests of 4 KiB.
 func TestAChunkedBodyHoldsNoMoreThanTheBytesCounted(t *testing.T) {
-	for _, size := range []int{bodyChunk + 1, 1<<20 + 1, 4<<20 + 1} {
+	for _, size := range []int{0, 100, 4 << 10, bodyChunk + 1, 1<<20 + 1, 4<<20 + 1} {
 		payload := bytes.Repeat([]byte("a"), size)
 		r := httptest.NewRequest(http.MethodPost, "/", io.MultiReader(bytes.NewReader(payload)))
 		r.ContentLength = -1
