@@ -54,6 +54,13 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, timeout time.
 		return nil, err
 	}
 	d.lift()
+	if cap(b)-len(b) > len(b)/8 {
+		// The buffer of a body of unknown length starts at bodyChunk
+		// and doubles: it may be far larger than the body, which waits
+		// counted at its length against max_waiting_bytes. Keep only
+		// the body.
+		b = append(make([]byte, 0, len(b)), b...)
+	}
 	r.Body = io.NopCloser(bytes.NewReader(b))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
 	r.ContentLength = int64(len(b))
