@@ -81,3 +81,26 @@ func TestCaddyfileSuggestsTheNearestOptionForATypo(t *testing.T) {
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "did you mean", "no suggestion when no option is near")
 }
+
+// A bad JSON value is refused naming its field, never a panic and never
+// put silently in place of the default: `reject: [null]` panicked in
+// Provision (a nil *RejectConfig), and a negative poll_interval or lease,
+// which the Caddyfile refuses ("at least 50ms", "at least 1s"), loaded
+// and ran with the default.
+func TestJSONConfigRefusesANullRejectAndNegativeDurations(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	for _, tc := range []struct {
+		name, fields, want string
+	}{
+		{"null reject", `"permits":1,"reject":[null]`, `reject`},
+		{"negative poll_interval", `"permits":1,"poll_interval":"-1s"`, `poll_interval`},
+		{"negative lease", `"permits":1,"lease":"-1s"`, `lease`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			require.NotPanics(t, func() { err = loadHandlerJSON(t, tc.fields) })
+			require.Error(t, err, "the config loads")
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
