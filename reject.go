@@ -156,7 +156,10 @@ func parseRetryAfter(s string) (time.Duration, error) {
 // the reason, each overriding only the fields it sets. A field set twice
 // at one level for one reason is refused.
 func compileRejects(entries []*RejectConfig) (map[fairqueue.Reason]*rejectPolicy, error) {
-	for _, rc := range entries {
+	for i, rc := range entries {
+		if rc == nil {
+			return nil, fmt.Errorf("reject[%d]: an entry is null", i)
+		}
 		if err := rc.check(); err != nil {
 			return nil, err
 		}

@@ -63,6 +63,10 @@ func (h *Handler) validate() error {
 	switch {
 	case h.MaxWait < 0:
 		return fmt.Errorf("max_wait must be positive, got %s", time.Duration(h.MaxWait))
+	case h.PollInterval < 0: // 0 is the default; the engine's rule applies to what is set
+		return fmt.Errorf("poll_interval must be at least %s, got %s", fairqueue.MinPollInterval, time.Duration(h.PollInterval))
+	case h.Lease < 0:
+		return fmt.Errorf("lease must be at least %s, got %s", fairqueue.MinLease, time.Duration(h.Lease))
 	case time.Duration(h.AbortGrace) > maxAbortGrace:
 		return fmt.Errorf("abort_grace must be at most %s, got %s", maxAbortGrace, time.Duration(h.AbortGrace))
 	case h.MaxBody < 0:
