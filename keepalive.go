@@ -232,12 +232,20 @@ func (k *keepalive) bound(eta, waited time.Duration) time.Duration {
 
 // halt stops the keepalive and waits for its goroutine to end, so that
 // the caller is the response's only writer again. It reports whether the
-// response's header was sent: then only SSE events may follow.
+// response's header was sent: then only SSE events may follow. A comment
+// that the client has not taken within frameTimeout is given up (see
+// stuckclient.go): the response is lost, and the request goes on to its
+// end at once.
 func (k *keepalive) halt() (committed bool) {
 	if k == nil {
 		return false
 	}
 	close(k.stop)
-	<-k.done
+	select {
+	case <-k.done:
+	case <-time.After(frameTimeout):
+		abortWrites(k.w)
+		<-k.done
+	}
 	return k.committed
 }
