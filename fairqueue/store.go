@@ -95,6 +95,15 @@ type HeadListener interface {
 // and the end of requests already running.
 const TokenPasses = 8
 
+// IdleFlows bounds the idle usage counters a store keeps per queue (fair
+// queueing): a flow that leaves above the virtual time is remembered, so
+// that coming back is no fresh start, until the virtual time passes it.
+// Where the tenants are many and each comes once (a tenant taken from a
+// value the client can vary), the virtual time may never pass them;
+// beyond IdleFlows the counters nearest the virtual time, which carry
+// the least usage above the others, are forgotten first.
+const IdleFlows = 4096
+
 // Grant is one permit handed to a waiting ticket.
 type Grant struct {
 	Ticket string

@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"cmp"
 	"container/heap"
 	"math"
 	"slices"
@@ -145,8 +146,35 @@ func (s *Store) settle(f *flow) {
 	}
 	if f.counter > s.vtime {
 		s.idle[f.name] = f.counter
+		if len(s.idle) > fairqueue.IdleFlows {
+			s.forgetIdle()
+		}
 	}
 	delete(s.flows, f.name)
+}
+
+// forgetIdle keeps the fairqueue.IdleFlows idle counters furthest above
+// V, less an eighth (so that it runs once per that many settles); of
+// equal counters, those of the names first in order go first, as in
+// Redis' sorted set.
+func (s *Store) forgetIdle() {
+	type entry struct {
+		name    string
+		counter float64
+	}
+	es := make([]entry, 0, len(s.idle))
+	for n, c := range s.idle {
+		es = append(es, entry{n, c})
+	}
+	slices.SortFunc(es, func(a, b entry) int {
+		if a.counter != b.counter {
+			return cmp.Compare(a.counter, b.counter)
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	for _, e := range es[:len(es)-(fairqueue.IdleFlows-fairqueue.IdleFlows/8)] {
+		delete(s.idle, e.name)
+	}
 }
 
 // charge accounts a grant to f: V catches up with its counter, the
