@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -187,4 +188,38 @@ func openStore(t *testing.T, name string) (*redis.Client, *redisstore.Store) {
 	require.NoError(t, s.Open(context.Background(), "n1", nopListener{}))
 	t.Cleanup(func() { _ = s.Close() })
 	return rdb, s
+}
+
+// Tenants served once each (a tenant from a value the client can vary)
+// never let the virtual time move: the queue keeps at most
+// fairqueue.IdleFlows of their idle counters, the furthest above it, as
+// the local store does.
+func TestNewTenantsServedOnceLeaveBoundedState(t *testing.T) {
+	rdb, s := openStore(t, "idle")
+	ctx := context.Background()
+	l := fairqueue.Limits{Permits: 1, Lease: 10 * time.Second}
+	heavy := fairqueue.TicketArgs{ID: "n1:0:heavy.0", Node: "n1", Limits: l, Cost: 5}
+	_, err := s.Acquire(ctx, heavy)
+	require.NoError(t, err)
+	require.NoError(t, s.Release(ctx, heavy))
+	tenants := fairqueue.IdleFlows + 500
+	for i := range tenants {
+		id := fmt.Sprintf("n1:%d:%016x.0", i+1, i)
+		r, err := s.Acquire(ctx, fairqueue.TicketArgs{ID: id, Node: "n1", Limits: l, Cost: 1})
+		require.NoError(t, err)
+		require.True(t, r.Granted)
+		require.NoError(t, s.Release(ctx, fairqueue.TicketArgs{ID: id, Node: "n1", Limits: l}))
+	}
+	n, err := rdb.ZCard(ctx, s.Tag()+":fidle").Result()
+	require.NoError(t, err)
+	assert.LessOrEqual(t, n, int64(fairqueue.IdleFlows), "idle counters kept after %d tenants served once each", tenants)
+	_, err = rdb.ZScore(ctx, s.Tag()+":fidle", "heavy.0").Result()
+	assert.NoError(t, err, "the counter furthest above the virtual time is kept")
+}
+
+// The scripts' bound on idle counters is fairqueue.IdleFlows.
+func TestIdleFlowsInTheScriptsIsTheGoConstant(t *testing.T) {
+	src, err := os.ReadFile("lua/fair.lua")
+	require.NoError(t, err)
+	assert.Contains(t, string(src), fmt.Sprintf("local IDLE_FLOWS = %d\n", fairqueue.IdleFlows))
 }

@@ -147,13 +147,22 @@ local function ready(flow, m, c)
   redis.call('ZADD', K.fready, num(c or vtime()), ready_key(flow, m))
 end
 
+-- IDLE_FLOWS is fairqueue.IdleFlows: at most that many idle counters
+-- are kept; beyond it those nearest the virtual time go (down to 7/8 of
+-- it, as the local store does), ties by name.
+local IDLE_FLOWS = 4096
+
 -- rest: flow has no waiters and holds no permit, so it goes idle: its
 -- counter c (nil: it has none) is kept (K.fidle) only while above the
 -- virtual time.
 local function rest(flow, c)
   if c then
     redis.call('HDEL', K.fcount, flow)
-    if c > vtime() then redis.call('ZADD', K.fidle, num(c), flow) end
+    if c > vtime() then
+      redis.call('ZADD', K.fidle, num(c), flow)
+      local n = redis.call('ZCARD', K.fidle)
+      if n > IDLE_FLOWS then redis.call('ZPOPMIN', K.fidle, n - (IDLE_FLOWS - math.floor(IDLE_FLOWS / 8))) end
+    end
   end
 end
 
