@@ -15,6 +15,7 @@ import (
 func init() {
 	cases = append(cases,
 		testCase{"NewFlowStartsAtTheLeastReadyCounterNotACappedTenants", floorSkipsCapped},
+		testCase{"CappedTenantsPositionCountsItsOwnTurnInEachRound", cappedPosition},
 	)
 }
 
@@ -61,6 +62,54 @@ func floorSkipsCapped(t *testing.T, h Harness) {
 	_, holders = h.State(t, "floorcap")
 	assert.ElementsMatch(t, []string{t0.ID, u2.ID}, holders, "U (counter 2, arrived first) before the newcomer Z, which starts at the least ready counter")
 	for _, a := range []fairqueue.TicketArgs{t0, t1, u2, z1} {
+		require.NoError(t, s.Cancel(bg, a))
+	}
+	require.NoError(t, s.Leave(bg, "n1", l))
+}
+
+// A waiter's position counts each request ahead in its own flow as one
+// round of all the flows waiting (design.md, "What a client sees"),
+// its own flow included, also while its tenant is at its cap. T holds
+// the one permit (cap 1) and queues t2 and t3; A and B queue three each
+// at a lower counter. t3's estimate: one ahead in its flow x 3 flows +
+// the 2 flows ahead of T + 1 = 6 (the in-process store says 6; the
+// grants before t3 are in fact seven: a1, b1, t2, a2, b2, a3, b3).
+func cappedPosition(t *testing.T, h Harness) {
+	s := store(t, h, "cappos", "n1")
+	l := fairqueue.Limits{Permits: 1, Lease: time.Minute, MaxInFlightPerTenant: 1}
+	c := 0
+	next := func(flow string, granted bool) (fairqueue.TicketArgs, fairqueue.AcquireResult) {
+		c++
+		a := fairT(c, flow, l)
+		return a, mustAcquire(t, s, a, granted)
+	}
+	var all []fairqueue.TicketArgs
+	t1, _ := next("tttt.0", true)
+	t2, _ := next("tttt.0", false)
+	all = append(all, t1, t2)
+	for range 3 {
+		a, _ := next("aaaa.0", false)
+		b, _ := next("bbbb.0", false)
+		all = append(all, a, b)
+	}
+	t3, res := next("tttt.0", false)
+	all = append(all, t3)
+	assert.Equal(t, 6, res.Position, "t3's position: a1, b1, t2, a2, b2 go first")
+	byID := map[string]fairqueue.TicketArgs{}
+	for _, a := range all {
+		byID[a.ID] = a
+	}
+	var order []string
+	holder := t1
+	for range 8 {
+		require.NoError(t, s.Release(bg, holder))
+		_, holders := h.State(t, "cappos")
+		require.Len(t, holders, 1)
+		holder = byID[holders[0]]
+		order = append(order, holder.ID[len("n1:"):])
+	}
+	require.Equal(t, []string{"3:aaaa.0", "4:bbbb.0", "2:tttt.0", "5:aaaa.0", "6:bbbb.0", "7:aaaa.0", "8:bbbb.0", "9:tttt.0"}, order, "grant order")
+	for _, a := range all {
 		require.NoError(t, s.Cancel(bg, a))
 	}
 	require.NoError(t, s.Leave(bg, "n1", l))
