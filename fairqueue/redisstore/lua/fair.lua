@@ -340,8 +340,17 @@ end
 local function fposition(flow, m)
   local ahead = redis.call('ZLEXCOUNT', K.fwait, '[' .. flow .. '|', '(' .. m)
   local nready = redis.call('ZCARD', K.fready)
-  local rank = redis.call('ZRANK', K.fready, ready_key(flow, head_of(flow))) or nready
-  return math.min(waiting(), ahead * math.max(nready, 1) + rank + 1)
+  local rank = redis.call('ZRANK', K.fready, ready_key(flow, head_of(flow)))
+  local rounds = nready
+  if not rank then
+    -- Its tenant is at its cap: not in the ready set, it still takes its
+    -- turn in each round once under the cap again, after the ready flows
+    -- of less usage (ties: counted ahead of it).
+    rounds = nready + 1
+    local c = counter(flow)
+    rank = c and redis.call('ZCOUNT', K.fready, '-inf', num(c)) or nready
+  end
+  return math.min(waiting(), ahead * math.max(rounds, 1) + rank + 1)
 end
 
 -- recount rebuilds the permits held per flow and tenant from the holders,
