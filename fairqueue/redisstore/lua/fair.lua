@@ -197,6 +197,16 @@ local function rebase(v)
   set_vtime(0, '0')
 end
 
+-- cap_out takes every flow of flow's tenant out of the ready set when
+-- the tenant holds its cap (tn: the permits it holds now): a capped
+-- tenant's flows are not ready, and an entry left behind would count
+-- as ready in floor, fposition and inspect until best_fair meets it.
+local function cap_out(flow, tn)
+  local tenant = tenant_of(flow)
+  if not capped(tenant, tn) then return end
+  for b = 0, MAXBAND do unready(tenant .. '.' .. b) end
+end
+
 -- charge does a fair grant's bookkeeping: the flow's counter before the
 -- charge (c, when the caller has it: see start; else read) advances the
 -- virtual time, the cost is added, and the flow and its tenant hold one
@@ -213,6 +223,7 @@ local function charge(flow, cost, c, n, tn)
   c = c + cost
   redis.call('HSET', K.fcount, flow, num(c))
   n, tn = add_held(flow, 1, n, tn)
+  cap_out(flow, tn)
   if v > 1e9 then
     rebase(v)
     c = c - v -- as rebase wrote it
@@ -226,7 +237,8 @@ local function held(id)
   local flow = flow_of(id)
   if not flow then return end
   activate(flow, true)
-  add_held(flow, 1)
+  local _, tn = add_held(flow, 1)
+  cap_out(flow, tn)
 end
 
 -- unheld does the bookkeeping of a holder entry removed (release,
@@ -328,8 +340,17 @@ end
 local function fposition(flow, m)
   local ahead = redis.call('ZLEXCOUNT', K.fwait, '[' .. flow .. '|', '(' .. m)
   local nready = redis.call('ZCARD', K.fready)
-  local rank = redis.call('ZRANK', K.fready, ready_key(flow, head_of(flow))) or nready
-  return math.min(waiting(), ahead * math.max(nready, 1) + rank + 1)
+  local rank = redis.call('ZRANK', K.fready, ready_key(flow, head_of(flow)))
+  local rounds = nready
+  if not rank then
+    -- Its tenant is at its cap: not in the ready set, it still takes its
+    -- turn in each round once under the cap again, after the ready flows
+    -- of less usage (ties: counted ahead of it).
+    rounds = nready + 1
+    local c = counter(flow)
+    rank = c and redis.call('ZCOUNT', K.fready, '-inf', num(c)) or nready
+  end
+  return math.min(waiting(), ahead * math.max(rounds, 1) + rank + 1)
 end
 
 -- recount rebuilds the permits held per flow and tenant from the holders,
