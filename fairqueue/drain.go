@@ -89,6 +89,9 @@ func (q *Queue) leave() error {
 	if q.local != nil {
 		_ = q.local.Close()
 	}
+	for _, r := range q.retired {
+		_ = r.Close()
+	}
 	q.localMu.Unlock()
 	if cerr := q.store.Close(); err == nil {
 		err = cerr

@@ -2,6 +2,8 @@ package fairqueue
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -26,6 +28,11 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 			return nil, q.reject(ReasonTimeout, start, 0, cause)
 		}
 		lp, err := q.localQueue(cfg).Acquire(ctx, req)
+		if errors.Is(err, ErrShuttingDown) && !q.isDraining() {
+			// The store is back (retireLocal): the request waits in its
+			// queue, at the tail, its max wait still counted from start.
+			return q.acquire(ctx, req, start, deadline)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -113,4 +120,36 @@ func sameUpstreams(a, b []Upstream) bool {
 		}
 	}
 	return true
+}
+
+// retireLocal ends the fallback queue of an outage when the store is
+// back and this node's permits are counted there again (the heartbeat
+// that adopted them has run): its waiters wait on in the store's queue
+// (unavailable), where a permit the fallback queue gave them would run
+// beside the store's grants, uncounted there until the next heartbeat.
+// Its permits still running stay valid, and it leaves once they end; a
+// later outage opens a new one on the same fallback store, which counts
+// them.
+func (q *Queue) retireLocal() {
+	q.localMu.Lock()
+	old := q.local
+	if old == nil {
+		q.localMu.Unlock()
+		return
+	}
+	q.local = nil
+	q.retired = append(q.retired, old)
+	q.localMu.Unlock()
+	old.RejectWaiters()
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for old.count(false) > 0 && !q.closed.Load() {
+			<-tick.C
+		}
+		q.localMu.Lock()
+		q.retired = slices.DeleteFunc(q.retired, func(r *Queue) bool { return r == old })
+		q.localMu.Unlock()
+		_ = old.Close()
+	}()
 }

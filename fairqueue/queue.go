@@ -39,7 +39,8 @@ type Queue struct {
 	learn  learner       // Config.Adaptive
 
 	localMu sync.Mutex
-	local   *Queue // fallback queue while the store is down (LocalFallback)
+	local   *Queue   // fallback queue while the store is down (LocalFallback)
+	retired []*Queue // fallback queues of outages past, until their permits end
 }
 
 // New returns a Queue for cfg on store. It makes no store call: the node
@@ -109,6 +110,13 @@ func (q *Queue) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	if q.isDraining() {
 		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
 	}
+	return q.acquire(ctx, req, start, deadline)
+}
+
+// acquire is Acquire through the store, for a request that came at
+// start and waits until deadline.
+func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.Time) (*Permit, error) {
+	cfg := q.cfg.Load()
 	if err := q.s.join(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -290,6 +290,10 @@ func (s *session) loop() {
 				// Its reply may be lost with tickets it re-added that
 				// this node had released: reconcile finds such ghosts.
 				sweepUntil = time.Now().Add(cfg.Lease / 3)
+			} else if up {
+				// Back, and this node's local permits are counted by the
+				// store (adopted): the fallback queue's waiters move.
+				q.retireLocal()
 			}
 			lastBeat = time.Now()
 			beatLeases = [2]time.Duration{beatLeases[1], cfg.Lease}
