@@ -90,3 +90,29 @@ func BenchmarkSniffPrompt(b *testing.B) {
 		}
 	}
 }
+
+// TestSniffCountsTheResponsesAPIsWholePrompt: a Responses API request's
+// prompt is its "instructions" (the system message, as Ollama's "system"
+// is) and its input items, the tool results among them: a
+// function_call_output's "output" is the same text a chat request's
+// {"role":"tool","content":...} message holds, which is counted. The
+// backend counts both in usage.input_tokens, from which the queue learns
+// its bytes per token.
+func TestSniffCountsTheResponsesAPIsWholePrompt(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		bytes      int64
+	}{
+		{"instructions", `{"model":"m","instructions":"be terse","input":"hi"}`, 8 + 2},
+		{"a tool's output", `{"model":"m","input":[{"role":"user","content":"read it"},` +
+			`{"type":"function_call","call_id":"c1","name":"read","arguments":"{}"},` +
+			`{"type":"function_call_output","call_id":"c1","output":"file contents"}]}`, 7 + 13},
+		{"the same turn as a chat request", `{"model":"m","messages":[{"role":"user","content":"read it"},` +
+			`{"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"read","arguments":"{}"}}]},` +
+			`{"role":"tool","tool_call_id":"c1","content":"file contents"}]}`, 7 + 13},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.bytes, Sniff([]byte(tc.body)).PromptBytes)
+		})
+	}
+}
