@@ -276,7 +276,7 @@ type Handler struct {
 	//   - "tokens": tokens. At the grant, the request's weight as
 	//     KVTokens counts it: its prompt text's bytes divided by the
 	//     bytes per token the queue learned from answers (4 before the
-	//     first), rounded up (a body with no messages, prompt, system or
+	//     first), rounded up (a body with no messages, prompt, system, instructions or
 	//     input counts all its bytes), plus its completion budget
 	//     (max_completion_tokens, max_output_tokens, max_tokens or
 	//     options.num_predict, else DefaultMaxTokens), bounded to 1 to

@@ -91,7 +91,8 @@ func promptText(val []byte) prompt {
 
 // inputText is the text of "input" (the Responses API, embeddings): a
 // string, or an array of strings and of items whose "content" is text
-// as a message's is.
+// as a message's is, or whose "output" is (a tool's result, such as a
+// function_call_output: what a chat request's tool message holds).
 func inputText(val []byte) prompt {
 	switch val[0] {
 	case '"':
@@ -103,13 +104,16 @@ func inputText(val []byte) prompt {
 			case '"':
 				n += textLen(el)
 			case '{':
-				var content int64
+				var content, output int64
 				eachMember(el, func(key, v []byte) {
-					if keyIs(key, "content") {
+					switch {
+					case keyIs(key, "content"):
 						content = contentText(v)
+					case keyIs(key, "output"):
+						output = contentText(v)
 					}
 				})
-				n += content
+				n += content + output
 			}
 		})
 		return prompt{n: n, found: true}
@@ -117,7 +121,8 @@ func inputText(val []byte) prompt {
 	return prompt{}
 }
 
-// stringText is the text of a key whose value is a string ("system").
+// stringText is the text of a key whose value is a string ("system",
+// "instructions").
 func stringText(val []byte) prompt {
 	if val[0] != '"' {
 		return prompt{}

@@ -31,9 +31,11 @@ type Fields struct {
 	// byte or a broken surrogate escape is U+FFFD, 3 bytes): the
 	// "content" of each of "messages" (a string, or the string parts
 	// and the "text" of the object parts of an array), "prompt" (a
-	// string, or the strings of an array), "system" (a string) and
-	// "input" (the Responses API's and embeddings': a string, or an array
-	// of strings and of items whose "content" is as a message's).
+	// string, or the strings of an array), "system" and "instructions"
+	// (the Responses API's; a string) and "input" (the Responses API's
+	// and embeddings': a string, or an array of strings and of items
+	// whose "content", or a tool result's "output", is as a message's
+	// content).
 	PromptBytes int64
 	// Prompt reports that the body has one of those keys with a value of
 	// such a type (its text may be empty); without one, PromptBytes is 0
@@ -56,7 +58,7 @@ func Sniff(b []byte) Fields {
 	// each top-level member starts and ends.
 	var info Fields
 	var tokens [4]int64   // by key, so that a repeated key replaces its own value
-	var prompts [4]prompt // messages, prompt, system, input
+	var prompts [5]prompt // messages, prompt, system, input, instructions
 	eachMember(b, func(key, val []byte) {
 		switch unquote(key) {
 		case "stream":
@@ -83,6 +85,8 @@ func Sniff(b []byte) Fields {
 			prompts[2] = stringText(val)
 		case "input":
 			prompts[3] = inputText(val)
+		case "instructions":
+			prompts[4] = stringText(val)
 		}
 	})
 	info.MaxTokens = max(tokens[0], tokens[1], tokens[2])
