@@ -380,3 +380,26 @@ func TestCommittedWriterDropsInformationalStatusAndBoundsErrorBody(t *testing.T)
 	assert.Zero(t, rec.Body.Len(), "an error body is held back")
 	assert.Contains(t, string(upstreamError(cw.status, cw.errBody.Bytes())), `"code":"upstream_error"`)
 }
+
+// TestUpstreamErrorEventIsOneTheOpenAIPythonClientRaises: OpenAI's
+// Python client raises an SSE error event only when its data has an
+// "error" member (Stream.__stream__, _raise_streaming_error); any other
+// data it yields to the caller as a completion chunk, and the stream
+// then ends as if answered. An upstream's JSON error without one (SGLang
+// and vLLM before 0.10 answer {"object":"error","message":...}; a JSON
+// string or null) must still reach it as an error.
+func TestUpstreamErrorEventIsOneTheOpenAIPythonClientRaises(t *testing.T) {
+	for _, body := range []string{
+		`{"object":"error","message":"This model's maximum context length is 4096 tokens.","type":"BadRequestError","param":null,"code":400}`,
+		`"Internal Server Error"`,
+		`null`,
+		`{"detail":"Not Found"}`,
+	} {
+		var data map[string]any
+		require.NoError(t, json.Unmarshal(upstreamError(http.StatusBadRequest, []byte(body)), &data), body)
+		assert.NotEmpty(t, data["error"], "%s: the event's data has an error member", body)
+	}
+	// An OpenAI-shaped error is passed on as it is.
+	assert.Equal(t, `{"error":{"message":"m","type":"t","code":"c"}}`,
+		string(upstreamError(http.StatusBadRequest, []byte(`{"error": {"message":"m","type":"t","code":"c"}}`))))
+}
