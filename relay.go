@@ -52,14 +52,21 @@ func (c *call) relayEnd(cw *committedWriter, err error) error {
 }
 
 // upstreamError is the data of the SSE error event for an upstream's
-// error answer: its body when that is JSON (on one line), else the
-// default error object.
+// error answer: its body when that is a JSON object with an "error"
+// member (on one line); another JSON object (SGLang's and older vLLM's
+// {"object":"error","message":...}) as that member, since OpenAI's
+// Python client raises an error event only when its data has one, and
+// yields any other as a chunk; else the default error object.
 func upstreamError(status int, body []byte) []byte {
 	body = bytes.TrimSpace(body)
-	if len(body) > 0 && len(body) <= maxUpstreamErrorBody && json.Valid(body) {
+	var obj map[string]json.RawMessage
+	if len(body) > 0 && len(body) <= maxUpstreamErrorBody && json.Unmarshal(body, &obj) == nil && obj != nil {
 		var b bytes.Buffer
 		if json.Compact(&b, body) == nil {
-			return b.Bytes()
+			if truthy(obj["error"]) {
+				return b.Bytes()
+			}
+			return append(append([]byte(`{"error":`), b.Bytes()...), '}')
 		}
 	}
 	typ := "invalid_request_error"
@@ -70,6 +77,31 @@ func upstreamError(status int, body []byte) []byte {
 		typ = "server_error"
 	}
 	return marshalError(upstreamStatusMessage(status), typ, "upstream_error")
+}
+
+// truthy reports whether a JSON value is one Python reads as true: not
+// absent, null, false, 0, "", [] or {}.
+func truthy(v json.RawMessage) bool {
+	switch s := string(bytes.TrimSpace(v)); s {
+	case "", "null", "false", `""`:
+		return false
+	default:
+		var f float64
+		if json.Unmarshal(v, &f) == nil {
+			return f != 0
+		}
+		var x any
+		if json.Unmarshal(v, &x) != nil {
+			return false
+		}
+		switch x := x.(type) {
+		case []any:
+			return len(x) > 0
+		case map[string]any:
+			return len(x) > 0
+		}
+		return true
+	}
 }
 
 // upstreamStatusMessage is the default message of an upstream's error
