@@ -154,6 +154,9 @@ func wantPrompt(m map[string]json.RawMessage) (n int64, found bool) {
 	if s, ok := wantString(m["system"]); ok {
 		n, found = n+int64(len(s)), true
 	}
+	if s, ok := wantString(m["instructions"]); ok {
+		n, found = n+int64(len(s)), true
+	}
 	if s, ok := wantString(m["input"]); ok {
 		n, found = n+int64(len(s)), true
 	}
@@ -164,7 +167,7 @@ func wantPrompt(m map[string]json.RawMessage) (n int64, found bool) {
 				n += int64(len(s))
 			}
 			if o, ok := wantObject(item); ok {
-				n += wantContent(o["content"])
+				n += wantContent(o["content"]) + wantContent(o["output"])
 			}
 		}
 	}
