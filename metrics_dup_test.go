@@ -58,3 +58,30 @@ func TestOneQueueOnTwoRedisClientsIsReportedOnce(t *testing.T) {
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &rep))
 	assert.Len(t, rep.Queues, 1, "one queue, one row: %s", rec.Body.String())
 }
+
+// Two spellings of one Redis URL are the same settings: one client, one
+// engine per queue. The identity hashed the URL's whole text, so
+// redis://h:1 and redis://h:1/0 (db 0 either way) made two clients, two
+// nodes of each queue, and (above) each queue reported twice.
+func TestEquivalentRedisURLsShareOneClient(t *testing.T) {
+	id := func(cfg *RedisConfig) string {
+		t.Helper()
+		b, err := newRedisBackend(cfg, caddy.NewReplacer())
+		require.NoError(t, err)
+		return b.storeID()
+	}
+	base := id(&RedisConfig{URL: "redis://h:1/0"})
+	for _, cfg := range []*RedisConfig{
+		{URL: "redis://h:1"},
+		{URL: "redis://h:1/"},
+		{URL: "redis://h:1/0", Password: "p"}, // the URL's password overridden
+	} {
+		if cfg.Password != "" {
+			assert.Equal(t, id(&RedisConfig{URL: "redis://:other@h:1/0", Password: "p"}), id(cfg), "%+v", cfg)
+			continue
+		}
+		assert.Equal(t, base, id(cfg), "%+v", cfg)
+	}
+	assert.NotEqual(t, base, id(&RedisConfig{URL: "redis://h:1/0?pool_size=3"}), "an option of the query is another client")
+	assert.NotEqual(t, base, id(&RedisConfig{URL: "redis://h:1/1"}), "another db")
+}
