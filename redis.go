@@ -195,7 +195,7 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 			return nil, err
 		}
 		*o = *parsed
-		b.urlHash = shortHash(u)
+		b.urlHash = urlOptionsHash(u)
 	case b.mode != ModeStandalone:
 		for _, a := range cfg.Addresses {
 			b.addrs = append(b.addrs, expand(a))
@@ -268,6 +268,18 @@ func parseRedisURL(s string) (*redis.Options, error) {
 		return nil, fmt.Errorf("redis: invalid url: %v", err)
 	}
 	return o, nil
+}
+
+// urlOptionsHash identifies the client options of a URL's query (the
+// rest of the URL, once parsed, is in clientIdentity already), so that
+// two spellings of one URL (redis://h:1 and redis://h:1/0) are one
+// client. "" without a query.
+func urlOptionsHash(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.RawQuery == "" {
+		return ""
+	}
+	return shortHash(u.Query().Encode()) // sorted by key
 }
 
 // servers names the servers the client dials first: the standalone
