@@ -2,13 +2,16 @@ package caddyfairqueue
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
@@ -49,4 +52,24 @@ func TestARetiredQueuesRunningRequestsStayInNodeInFlight(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1, inFlight, "the admin API shows it too")
+}
+
+// A request the handler refuses because it cannot open its queue (a name
+// over 200 bytes, or beyond the cap of 100 queues) is answered 429
+// queue_full and counted in requests_total{queue="(overflow)",
+// outcome="queue_full"}, but rejects_total ("Requests refused ... by
+// reason", the dashboard's "Rejects per second by reason") never sees it:
+// only the engine's observer counts rejects, and there is no engine.
+// max_waiting_bytes, the other reject without an engine's say, is
+// counted in both.
+func TestAnOverflowRejectIsCountedInRejectsTotal(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	h := provisionLocal(t, newContext(t), &Handler{Name: "ovf-{http.request.header.X-Queue}", Permits: 1})
+	rejects := metrics.rejects.WithLabelValues(overflowQueue, string(fairqueue.ReasonQueueFull))
+	requests := metrics.requests.WithLabelValues(overflowQueue, string(fairqueue.ReasonQueueFull))
+	r0, q0 := testutil.ToFloat64(rejects), testutil.ToFloat64(requests)
+	req := newRequest(context.Background(), `{}`, "X-Queue", strings.Repeat("n", maxQueueNameLen+1)).start(h, okHandler).wait(t)
+	require.Equal(t, "queue_full", req.placeholder(phOutcome))
+	assert.Equal(t, q0+1, testutil.ToFloat64(requests), "requests_total counts it")
+	assert.Equal(t, r0+1, testutil.ToFloat64(rejects), "rejects_total counts it too")
 }
