@@ -180,6 +180,14 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 	}
 	expand := func(s string) string { return repl.ReplaceKnown(s, "") }
 	b := &redisBackend{mode: cfg.Mode, prefix: cfg.KeyPrefix, master: expand(cfg.MasterName)}
+	if cfg.MasterName != "" && b.master == "" {
+		return nil, errors.New("redis: master_name is empty once its placeholders are replaced")
+	}
+	for _, a := range cfg.Addresses {
+		if expand(a) == "" {
+			return nil, errors.New("redis: an address is empty once its placeholders are replaced")
+		}
+	}
 	if b.mode == "" {
 		b.mode = ModeStandalone
 	}
