@@ -144,6 +144,8 @@ func (c *call) overflow(err error) error {
 		})
 	}
 	c.name = overflowQueue
+	// No engine, so no observer, counts this reject.
+	metrics.rejects.WithLabelValues(overflowQueue, string(fairqueue.ReasonQueueFull)).Inc()
 	return c.reject(&fairqueue.RejectError{
 		Reason: fairqueue.ReasonQueueFull, RetryAfter: time.Duration(c.h.MaxWait), Err: err,
 	})

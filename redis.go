@@ -180,6 +180,14 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 	}
 	expand := func(s string) string { return repl.ReplaceKnown(s, "") }
 	b := &redisBackend{mode: cfg.Mode, prefix: cfg.KeyPrefix, master: expand(cfg.MasterName)}
+	if cfg.MasterName != "" && b.master == "" {
+		return nil, errors.New("redis: master_name is empty once its placeholders are replaced")
+	}
+	for _, a := range cfg.Addresses {
+		if expand(a) == "" {
+			return nil, errors.New("redis: an address is empty once its placeholders are replaced")
+		}
+	}
 	if b.mode == "" {
 		b.mode = ModeStandalone
 	}
@@ -195,7 +203,7 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 			return nil, err
 		}
 		*o = *parsed
-		b.urlHash = shortHash(u)
+		b.urlHash = urlOptionsHash(u)
 	case b.mode != ModeStandalone:
 		for _, a := range cfg.Addresses {
 			b.addrs = append(b.addrs, expand(a))
@@ -268,6 +276,18 @@ func parseRedisURL(s string) (*redis.Options, error) {
 		return nil, fmt.Errorf("redis: invalid url: %v", err)
 	}
 	return o, nil
+}
+
+// urlOptionsHash identifies the client options of a URL's query (the
+// rest of the URL, once parsed, is in clientIdentity already), so that
+// two spellings of one URL (redis://h:1 and redis://h:1/0) are one
+// client. "" without a query.
+func urlOptionsHash(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.RawQuery == "" {
+		return ""
+	}
+	return shortHash(u.Query().Encode()) // sorted by key
 }
 
 // servers names the servers the client dials first: the standalone
