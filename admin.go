@@ -218,15 +218,15 @@ func snapshotReport(s fairqueue.Snapshot, pool []fairqueue.Upstream) *snapshotJS
 // queueStatus reports every live engine of the process, sorted by queue
 // name and store, reading the stores in parallel.
 func queueStatus(ctx context.Context) statusReport {
-	live := liveEngines()
-	out := statusReport{Queues: make([]queueReport, len(live))}
+	groups := byQueue(openEngines(), func(e *engine) string { return e.name })
+	out := statusReport{Queues: make([]queueReport, len(groups))}
 	sem := make(chan struct{}, adminParallel)
 	var wg sync.WaitGroup
-	for i, e := range live {
+	for i, group := range groups {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			out.Queues[i] = e.report(ctx)
+			out.Queues[i] = reportQueue(ctx, group)
 		})
 	}
 	wg.Wait()
@@ -235,6 +235,20 @@ func queueStatus(ctx context.Context) statusReport {
 			cmp.Compare(a.DB, b.DB), cmp.Compare(a.KeyPrefix, b.KeyPrefix))
 	})
 	return out
+}
+
+// reportQueue is one queue as this instance sees it: the newest of its
+// engines reports it, with the requests of all of them (engines of one
+// queue on the same data: two Redis clients of one Redis, or a retired
+// engine whose requests still run beside the live one).
+func reportQueue(ctx context.Context, group []*engine) queueReport {
+	rep := group[len(group)-1].report(ctx)
+	for _, e := range group[:len(group)-1] {
+		st := e.q.Stats()
+		rep.Stats.Waiting += st.Waiting
+		rep.Stats.InFlight += st.InFlight
+	}
+	return rep
 }
 
 // report is the engine's queue as this instance sees it, its snapshot

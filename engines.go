@@ -273,16 +273,30 @@ func (e *engine) reconfigure(gen uint64, cfg fairqueue.Config) (old fairqueue.Co
 	return old, true, nil
 }
 
-// liveEngines lists the engines in the registry, for the admin API and the
-// gauges; Range holds the registry's lock, so nothing else is done inside it.
-func liveEngines() []*engine {
-	var out []*engine
-	engines.Range(func(_, v any) bool {
-		if e, ok := v.(*engine); ok && e != nil {
-			out = append(out, e)
+// openEngines lists the engines open in this process, oldest first, for
+// the admin API and the gauges: those the configs in force use, and
+// those a reload retired whose requests still run (namesakes lists both
+// until they close).
+func openEngines() []*engine { return namesakes.all() }
+
+// byQueue groups engines by key and data set: engines of one queue on
+// the same data (two Redis clients of one Redis, a retired engine and
+// the live one) are one queue, reported once. Groups and the engines in
+// each keep the order of es.
+func byQueue(es []*engine, key func(*engine) string) [][]*engine {
+	type k struct{ key, data string }
+	at := make(map[k]int)
+	var out [][]*engine
+	for _, e := range es {
+		kk := k{key(e), e.data}
+		i, ok := at[kk]
+		if !ok {
+			i = len(out)
+			at[kk] = i
+			out = append(out, nil)
 		}
-		return true
-	})
+		out[i] = append(out[i], e)
+	}
 	return out
 }
 

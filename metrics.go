@@ -213,7 +213,7 @@ func newStateDesc(name, help string) *prometheus.Desc {
 // scrape time: engines outlive configs, and a gauge set by events would
 // go stale when a queue closes.
 type stateCollector struct {
-	// engines lists the engines to report; nil: liveEngines (tests
+	// engines lists the engines to report; nil: openEngines (tests
 	// report queues of their own).
 	engines func() []*engine
 }
@@ -222,7 +222,7 @@ func (c stateCollector) live() []*engine {
 	if c.engines != nil {
 		return c.engines()
 	}
-	return liveEngines()
+	return openEngines()
 }
 
 // Describe implements prometheus.Collector.
@@ -266,32 +266,48 @@ type gauges struct {
 }
 
 // queueGauges reads the gauges of engines, by queue label. Engines of
-// one label (one name in different stores, or the queues of one handler
-// labelled alike) add up, and store_up is 0 if any of them is down.
+// one label on one data set are one queue (byQueue): its permits and the
+// store's view count once. Queues of one label (one name in different
+// stores, or the queues of one handler labelled alike) add up, and
+// store_up is 0 if any of them is down.
 func queueGauges(engines []*engine) map[string]*gauges {
 	out := make(map[string]*gauges)
-	for _, e := range engines {
-		cfg, st := e.q.Config(), e.q.Stats()
-		label := e.label(cfg)
-		g := out[label]
+	label := func(e *engine) string { return e.label(e.q.Config()) }
+	for _, group := range byQueue(engines, label) {
+		g := out[label(group[0])]
 		if g == nil {
 			g = &gauges{storeUp: 1}
-			out[label] = g
+			out[label(group[0])] = g
 		}
-		g.permits += cfg.Permits
-		g.waiting += st.Waiting
-		g.inFlight += st.InFlight
-		if !st.StoreUp {
-			g.storeUp = 0
+		// One queue: its permits and the store's view once (the largest,
+		// the freshest where they differ), each engine's own requests.
+		var q gauges
+		q.storeUp = 1
+		for _, e := range group {
+			cfg, st := e.q.Config(), e.q.Stats()
+			q.permits = max(q.permits, cfg.Permits)
+			q.waiting += st.Waiting
+			q.inFlight += st.InFlight
+			if !st.StoreUp {
+				q.storeUp = 0
+			}
+			// Every node heartbeats, idle or not: its view is at most
+			// lease/3 old.
+			if st.StoreUp && st.Cluster.Nodes > 0 {
+				q.clusterWaiting = max(q.clusterWaiting, st.Cluster.Waiting)
+				q.clusterInFlight = max(q.clusterInFlight, st.Cluster.Holders)
+				q.clusterNodes = max(q.clusterNodes, st.Cluster.Nodes)
+				q.leaseExpirations = max(q.leaseExpirations, st.Cluster.LeaseExpirations)
+			}
 		}
-		// Every node heartbeats, idle or not: its view is at most
-		// lease/3 old.
-		if st.StoreUp && st.Cluster.Nodes > 0 {
-			g.clusterWaiting += st.Cluster.Waiting
-			g.clusterInFlight += st.Cluster.Holders
-			g.clusterNodes += st.Cluster.Nodes
-			g.leaseExpirations = max(g.leaseExpirations, st.Cluster.LeaseExpirations)
-		}
+		g.permits += q.permits
+		g.waiting += q.waiting
+		g.inFlight += q.inFlight
+		g.storeUp = min(g.storeUp, q.storeUp)
+		g.clusterWaiting += q.clusterWaiting
+		g.clusterInFlight += q.clusterInFlight
+		g.clusterNodes += q.clusterNodes
+		g.leaseExpirations = max(g.leaseExpirations, q.leaseExpirations)
 	}
 	return out
 }

@@ -128,6 +128,17 @@ func (r *engineRegistry) remove(e *engine) (last bool) {
 	return len(rest) == 0
 }
 
+// all lists every engine of every name, oldest first within a name.
+func (r *engineRegistry) all() []*engine {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*engine
+	for _, es := range r.byName {
+		out = append(out, es...)
+	}
+	return out
+}
+
 // reserved is fairqueue.Config.Reserved of e's queue: the requests
 // still running in the namesakes of a live queue in other stores that
 // its config does not use (see above).
