@@ -63,3 +63,21 @@ func (h *Handler) dropClaim() {
 	}
 	h.claim = nil
 }
+
+// soleClaimant reports whether the handler is the only one of its config
+// that names its queue (statically, in any store; one that names it
+// from the request claims none).
+func (h *Handler) soleClaimant() bool {
+	claims.Lock()
+	defer claims.Unlock()
+	if h.claim == nil {
+		return false
+	}
+	n := 0
+	for k, c := range claims.m {
+		if k.load == h.claim.load && k.queue == h.claim.queue {
+			n += c.refs
+		}
+	}
+	return n == 1
+}

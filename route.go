@@ -19,6 +19,17 @@ import (
 // a waiter is served by the route of the config in force that fits its
 // grant: the engine keeps, for each shape, the next handler of the
 // live handler that last applied its settings to it.
+//
+// A reload that points a static reverse_proxy at another upstream (A to
+// B) changes nothing of the grant's shape, but a waiter of the old config
+// granted under the new config's permits would run on A beyond A's own.
+// It goes through the new config's route instead, to B, where the grant
+// was made under no more permits than B's (Permit.GrantedUnder): no more
+// holders than B's permits ran when it was made. A grant made under more
+// (the old config's higher permits, by another instance not yet reloaded
+// or a call on its way) stays on the old route, whose permits it fits;
+// and where it cannot be told (a grant of unknown permits, two handlers
+// of the new config naming the queue, tokens or a learned capacity) too.
 
 // route is a handler's place in a config: what follows it.
 type route struct {
@@ -79,10 +90,20 @@ func (rs *engineRoutes) get(pooled bool) (r *route, live bool) {
 // the route of that shape of a live handler of the queue, here or in a
 // namesake (another engine of the name: a retired engine's waiters are
 // granted by the store on the shape of the config in force), else the
-// one of a handler replaced since.
+// one of a handler replaced since. A plain grant of a request of a
+// replaced config may take the route of the config in force (see
+// staticInForce).
 func (e *engine) forGrant(h *Handler, p *fairqueue.Permit, next caddyhttp.Handler) caddyhttp.Handler {
 	pooled := p.Upstream() != ""
-	if pooled == h.pooled() || p.FailOpen() {
+	if p.FailOpen() {
+		return next
+	}
+	if pooled == h.pooled() {
+		if !pooled {
+			if r := e.staticInForce(h, p); r != nil {
+				return r.next
+			}
+		}
 		return next
 	}
 	r, live := e.routes.get(pooled)
@@ -99,4 +120,33 @@ func (e *engine) forGrant(h *Handler, p *fairqueue.Permit, next caddyhttp.Handle
 		return r.next
 	}
 	return next
+}
+
+// staticInForce is the route of the config in force for plain grant p of
+// a request of h, whose config was replaced since (see above); nil where
+// h's own route serves it: h's config is in force, or no handler of the
+// config in force has served yet (the queue's settings are still the
+// old config's), or two of its handlers name the queue (two routes share
+// it: which replaced h's is unknown), or one names it from the request,
+// or either config counts tokens or learns its capacity, or the grant
+// was made under more permits than that route's (or unknown ones).
+func (e *engine) staticInForce(h *Handler, p *fairqueue.Permit) *route {
+	if h.live() {
+		return nil
+	}
+	r, live := e.routes.get(false)
+	if !live {
+		if r = namesakes.route(e.name, false); r == nil {
+			return nil
+		}
+	}
+	for _, x := range []*Handler{h, r.h} {
+		if x.KVTokens > 0 || x.Adaptive != nil || x.pooled() {
+			return nil
+		}
+	}
+	if g := p.GrantedUnder(); g <= 0 || g > r.h.Permits || !r.h.soleClaimant() {
+		return nil
+	}
+	return r
 }

@@ -195,6 +195,7 @@ func (q *Queue) handOn(args TicketArgs) bool {
 	}
 	t.woken.Store(time.Now().UnixNano())
 	t.registered.Store(true)
+	t.grantPermits.Store(int64(cfg.limits().Permits))
 	close(t.granted)
 	x := transfer{args: args, t: t}
 	queued := q.ho.sending

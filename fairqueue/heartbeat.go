@@ -177,7 +177,7 @@ func (s *session) reinstate(cfg *Config, lost []string) {
 		case cur != t:
 			q.background(func() { q.cancelInStore(t, false) })
 		case r.Granted:
-			q.grant(t, r.GrantNo, r.Upstream)
+			q.grant(t, r.GrantNo, r.Upstream, l.Permits)
 		}
 	}
 }

@@ -17,7 +17,7 @@ func (q *Queue) Granted(grants ...Grant) {
 			}
 			continue
 		}
-		q.grant(t, g.No, g.Upstream)
+		q.grant(t, g.No, g.Upstream, g.Permits)
 		q.s.woken.Add(1)
 		q.observe(g.No, "")
 		q.observeHandoff(t, g.At)

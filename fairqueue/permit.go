@@ -83,6 +83,17 @@ func (p *Permit) Seq() int64 { return p.t.seq }
 // found by reconcile before its message arrived).
 func (p *Permit) GrantNo() int64 { return p.t.grantNo.Load() }
 
+// GrantedUnder returns the permits setting of the store call that made
+// the grant (Grant.Permits): no more holders than that ran when it was
+// made. 0 when unknown (found by reconcile, a fail-open or local permit,
+// or a grant of a node of an earlier version).
+func (p *Permit) GrantedUnder() int {
+	if p.t.failOpen {
+		return 0
+	}
+	return int(p.t.grantPermits.Load())
+}
+
 // FailOpen reports whether the permit was admitted without the store
 // (Config.FailOpen while the store was unreachable).
 func (p *Permit) FailOpen() bool { return p.t.failOpen && p.local == nil }
@@ -191,5 +202,5 @@ func (p *Permit) Requeue(ctx context.Context, cool time.Duration) (*Permit, erro
 		}
 		return nil, q.reject(ReasonStoreUnavailable, p.start, 0, err)
 	}
-	return q.enqueue(ctx, t, res, p.req, p.start, p.deadline)
+	return q.enqueue(ctx, t, res, args.Permits, p.req, p.start, p.deadline)
 }

@@ -156,14 +156,14 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 		return q.unavailable(ctx, req, start, deadline, err)
 	}
 	q.health.ok(q.log)
-	return q.enqueue(ctx, t, res, req, start, deadline)
+	return q.enqueue(ctx, t, res, cfg.limits().Permits, req, start, deadline)
 }
 
 // enqueue is the one path of a ticket the store answered, from Acquire
 // and from Permit.Requeue: the ticket is refused (a queue cap), was
 // cancelled before the call ran, is granted at once or joins the queue;
 // then it waits for its grant until deadline.
-func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, req Request, start, deadline time.Time) (*Permit, error) {
+func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, permits int, req Request, start, deadline time.Time) (*Permit, error) {
 	q.observe(res.Grants, res.Epoch)
 	if res.Full {
 		t.state.CompareAndSwap(statePending, stateRejected)
@@ -180,7 +180,7 @@ func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, req R
 	}
 	t.position, t.grants0 = res.Position, res.Grants
 	if res.Granted {
-		q.grant(t, res.GrantNo, res.Upstream)
+		q.grant(t, res.GrantNo, res.Upstream, permits)
 	} else {
 		t.queued.Store(true)
 		if q.cfg.Load().Adaptive != nil {
@@ -293,7 +293,7 @@ func (q *Queue) wait(ctx context.Context, t *ticket, start, deadline time.Time) 
 // grant moves t to granted if it is still pending. A grant for a ticket
 // that already left pending is given back by that ticket's own cleanup
 // (its cancel releases what it holds).
-func (q *Queue) grant(t *ticket, no int64, upstream string) {
+func (q *Queue) grant(t *ticket, no int64, upstream string, permits int) {
 	if no != 0 {
 		t.grantNo.CompareAndSwap(0, no)
 	}
@@ -301,6 +301,7 @@ func (q *Queue) grant(t *ticket, no int64, upstream string) {
 		t.upstream.CompareAndSwap(nil, &upstream)
 	}
 	if t.state.CompareAndSwap(statePending, stateGranted) {
+		t.grantPermits.Store(int64(permits))
 		t.woken.Store(time.Now().UnixNano())
 		t.registered.Store(true)
 		close(t.granted)

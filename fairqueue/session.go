@@ -341,7 +341,7 @@ func (s *session) reconcile(cfg *Config) {
 			if c := q.log.Check(zapcore.DebugLevel, "grant found by reconcile"); c != nil {
 				c.Write(zap.String("ticket", id))
 			}
-			q.grant(t, 0, res.Upstreams[id])
+			q.grant(t, 0, res.Upstreams[id], 0)
 		}
 	}
 }

@@ -117,6 +117,11 @@ type Grant struct {
 	// Upstream is the pool upstream the grant is for (Limits.Upstreams);
 	// "" when the queue has no pool.
 	Upstream string
+	// Permits is the permits setting of the call that made the grant
+	// (Limits.Permits, before a learned share): the grant counted the
+	// holders against it. 0 when unknown (a grant found by Reconcile,
+	// or one from a node of an earlier version).
+	Permits int
 }
 
 // Limits are the settings every store call carries; the config of the

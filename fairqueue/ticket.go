@@ -35,6 +35,9 @@ type ticket struct {
 	// upstream is the pool upstream of its grant (Config.Upstreams).
 	upstream atomic.Pointer[string]
 	grantNo  atomic.Int64 // 0 until known: a grant found by reconcile learns it from its late message
+	// grantPermits: Grant.Permits of the grant that moved it out of
+	// pending; 0: unknown.
+	grantPermits atomic.Int64
 	// woken: when a grant moved it out of pending (Unix ns; 0: not
 	// woken by a grant); handoff: its handoff was observed (once).
 	woken   atomic.Int64

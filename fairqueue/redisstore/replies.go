@@ -184,8 +184,9 @@ func decodePool(snap *fairqueue.Snapshot, held, cooling []any) {
 	slices.SortFunc(snap.Upstreams, func(a, b fairqueue.UpstreamInfo) int { return strings.Compare(a.Dial, b.Dial) })
 }
 
-// parseGrant reads a grant message: "<ticket> <grant no> <Redis ms>
-// [<upstream>]".
+// parseGrant reads a grant message: "<ticket> <grant no> <Redis
+// ms>[/<permits>] [<upstream>]" (the permits of the call that made it;
+// absent from a node of an earlier version).
 func parseGrant(payload string) (fairqueue.Grant, bool) {
 	f := strings.Fields(payload)
 	if len(f) == 0 {
@@ -196,8 +197,12 @@ func parseGrant(payload string) (fairqueue.Grant, bool) {
 		g.No, _ = strconv.ParseInt(f[1], 10, 64)
 	}
 	if len(f) > 2 {
-		if ms, err := strconv.ParseInt(f[2], 10, 64); err == nil {
+		at, permits, _ := strings.Cut(f[2], "/")
+		if ms, err := strconv.ParseInt(at, 10, 64); err == nil {
 			g.At = time.UnixMilli(ms)
+		}
+		if n, err := strconv.Atoi(permits); err == nil && n > 0 {
+			g.Permits = n
 		}
 	}
 	if len(f) > 3 {

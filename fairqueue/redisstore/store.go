@@ -186,10 +186,14 @@ func (s *Store) Open(ctx context.Context, node string, h fairqueue.Listener) err
 	return nil
 }
 
-// deliver hands the caller's own grants (decodeGrants) to its Listener.
-func (s *Store) deliver(gs []fairqueue.Grant) {
+// deliver hands the caller's own grants (decodeGrants), made under the
+// call's limits l, to its Listener.
+func (s *Store) deliver(l fairqueue.Limits, gs []fairqueue.Grant) {
 	if len(gs) == 0 {
 		return
+	}
+	for i := range gs {
+		gs[i].Permits = l.Permits
 	}
 	s.mu.Lock()
 	h := s.h
@@ -227,7 +231,7 @@ func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.
 	if err != nil {
 		return res, fmt.Errorf("acquire %s: %w", s.tag, err)
 	}
-	s.deliver(own)
+	s.deliver(t.Limits, own)
 	return res, nil
 }
 
@@ -242,7 +246,7 @@ func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
 	if err != nil {
 		return fmt.Errorf("release %s: %w", s.tag, err)
 	}
-	s.deliver(r.own)
+	s.deliver(t.Limits, r.own)
 	s.heads(r.heads, t.Permits)
 	return nil
 }
@@ -257,7 +261,7 @@ func (s *Store) Transfer(ctx context.Context, t fairqueue.TicketArgs, to string)
 	if err != nil {
 		return fmt.Errorf("transfer %s: %w", s.tag, err)
 	}
-	s.deliver(r.own)
+	s.deliver(t.Limits, r.own)
 	s.heads(r.heads, t.Permits)
 	return nil
 }
@@ -292,7 +296,7 @@ func (s *Store) Cancel(ctx context.Context, t fairqueue.TicketArgs) error {
 	if err != nil {
 		return fmt.Errorf("cancel %s: %w", s.tag, busy(err))
 	}
-	s.deliver(decodeGrants(v))
+	s.deliver(t.Limits, decodeGrants(v))
 	return nil
 }
 
@@ -335,7 +339,7 @@ func (s *Store) Reconcile(ctx context.Context, node string, l fairqueue.Limits) 
 	if err != nil {
 		return res, fmt.Errorf("reconcile %s: %w", s.tag, err)
 	}
-	s.deliver(own)
+	s.deliver(l, own)
 	return res, nil
 }
 
@@ -431,7 +435,7 @@ func (s *Store) Requeue(ctx context.Context, t fairqueue.RequeueArgs) (fairqueue
 	if err != nil {
 		return res, fmt.Errorf("requeue %s: %w", s.tag, err)
 	}
-	s.deliver(own)
+	s.deliver(t.Limits, own)
 	return res, nil
 }
 

@@ -142,7 +142,8 @@ end
 
 -- dispatch hands free permits to the head of the queue, in order, and
 -- tells each grantee's node on its own channel ("<ticket> <grant no>
--- <Redis time ms> [<upstream>]"), except the calling node (self): its
+-- <Redis time ms>/<permits> [<upstream>]", the permits the calling
+-- node's limits carry), except the calling node (self): its
 -- grants are returned instead ({ticket, grant no, upstream or '', Redis
 -- time ms, ...}), so the caller wakes its own waiters without a Pub/Sub
 -- round trip (and, as from a message, knows when each grant was made:
@@ -189,7 +190,10 @@ local function dispatch(self, ex)
         own[#own + 1] = now
       else
         redis.call('ZADD', K.holders, now + lease_of(owner), id)
-        local msg = id .. ' ' .. no .. ' ' .. now
+        -- The Redis time carries the call's permits setting after a '/'
+        -- (a node of an earlier version reads no time then, and no
+        -- permits): the grant was made under it (Grant.Permits).
+        local msg = id .. ' ' .. no .. ' ' .. now .. '/' .. string.match(ARGV[2], '^%-?%d+')
         if up then msg = msg .. ' ' .. up end
         redis.call(ARGV[5], ARGV[4] .. owner, msg)
       end
