@@ -28,29 +28,14 @@ type reloadChaosConfig struct {
 // would rightly grant it again).
 var reloadChaosLeases = []time.Duration{2 * time.Second, 10 * time.Second, 30 * time.Second}
 
-// reloadChaosShape is which routes a group's configs may have.
-type reloadChaosShape int
-
-const (
-	// shapePool: always a pool (resized, upstreams added and removed).
-	shapePool reloadChaosShape = iota
-	// shapeStatic: always a static reverse_proxy to replica 0.
-	shapeStatic
-	// shapeStaticOrPool: a pool, or a static reverse_proxy to replica 0.
-	shapeStaticOrPool
-	// shapeAny: either, the static one to any replica (strict).
-	shapeAny
-)
-
-// randomReloadChaosConfig draws a config of shape over replicas
-// replicas, its store among prefixes ("" the local store).
-func randomReloadChaosConfig(rng *rand.Rand, replicas int, prefixes []string, shape reloadChaosShape) reloadChaosConfig {
+// randomReloadChaosConfig draws a config over replicas replicas (a pool,
+// or a static reverse_proxy to any of them), its store among prefixes
+// ("" the local store).
+func randomReloadChaosConfig(rng *rand.Rand, replicas int, prefixes []string) reloadChaosConfig {
 	c := reloadChaosConfig{static: -1, lease: reloadChaosLeases[rng.Intn(len(reloadChaosLeases))],
 		prefix: prefixes[rng.Intn(len(prefixes))]}
 	switch {
-	case shape == shapeStatic, shape == shapeStaticOrPool && rng.Intn(2) == 0:
-		c.static, c.permits = 0, 1+rng.Intn(3)
-	case shape == shapeAny && rng.Intn(2) == 0:
+	case rng.Intn(2) == 0:
 		c.static, c.permits = rng.Intn(replicas), 1+rng.Intn(3)
 	default:
 		c.pool = make([]int, replicas)
