@@ -61,6 +61,36 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 // first use), sized to the configured local permits, or else to this
 // node's share of the permits among the live nodes last seen.
 func (q *Queue) localQueue(cfg *Config) *Queue {
+	lc, permits := q.localConfig(cfg)
+	q.localMu.Lock()
+	defer q.localMu.Unlock()
+	if q.local == nil {
+		q.local, _ = New(cfg.Fallback, lc)
+		q.log.Warn("store unreachable: queueing in this node only", zap.Int("local_permits", permits))
+		if q.isDraining() {
+			q.local.RejectWaiters()
+		}
+	} else {
+		q.reconfigureLocal(lc)
+	}
+	return q.local
+}
+
+// reconfigureLocal gives the fallback queue in use, if any, the
+// settings lc (with q.localMu held): a reload applies to the waiters
+// already queued there too (a removed upstream gets no new grant).
+func (q *Queue) reconfigureLocal(lc Config) {
+	if q.local == nil {
+		return
+	}
+	if lcur := q.local.Config(); lcur.Permits != lc.Permits || lcur.KVTokens != lc.KVTokens || !sameUpstreams(lcur.Upstreams, lc.Upstreams) {
+		_ = q.local.Reconfigure(lc)
+	}
+}
+
+// localConfig is the fallback queue's config for the node's config cfg,
+// and its permits.
+func (q *Queue) localConfig(cfg *Config) (Config, int) {
 	permits := cfg.LocalPermits
 	if permits <= 0 {
 		nodes := 1
@@ -80,18 +110,7 @@ func (q *Queue) localQueue(cfg *Config) *Queue {
 	}
 	lc.FailOpen, lc.Fallback, lc.LocalPermits, lc.Adaptive = false, nil, 0, nil
 	lc.Upstreams = localUpstreams(cfg.Upstreams, permits, cfg.Permits)
-	q.localMu.Lock()
-	defer q.localMu.Unlock()
-	if q.local == nil {
-		q.local, _ = New(cfg.Fallback, lc)
-		q.log.Warn("store unreachable: queueing in this node only", zap.Int("local_permits", permits))
-		if q.isDraining() {
-			q.local.RejectWaiters()
-		}
-	} else if lcur := q.local.Config(); lcur.Permits != permits || lcur.KVTokens != lc.KVTokens || !sameUpstreams(lcur.Upstreams, lc.Upstreams) {
-		_ = q.local.Reconfigure(lc)
-	}
-	return q.local
+	return lc, permits
 }
 
 // localUpstreams scales each upstream's permits (and tokens) to the

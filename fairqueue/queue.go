@@ -83,6 +83,12 @@ func (q *Queue) Reconfigure(cfg Config) error {
 	}
 	cfg = cfg.withDefaults()
 	old := q.cfg.Swap(&cfg)
+	if cfg.Fallback != nil {
+		lc, _ := q.localConfig(&cfg)
+		q.localMu.Lock()
+		q.reconfigureLocal(lc)
+		q.localMu.Unlock()
+	}
 	q.health.downAfter.Store(int32(cfg.DownAfter))
 	q.s.head.Store(nil) // read under the old settings (permits, pool, fair)
 	if old.Lease != cfg.Lease {
