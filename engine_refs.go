@@ -43,6 +43,17 @@ var errTooManyQueues = fmt.Errorf("more than %d queues from one fair_queue handl
 func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func(), err error) {
 	key := newEngineKey(h.backend, name)
 	h.mu.Lock()
+	if h.exiting {
+		// A request that comes as the server shuts down for the exit
+		// (its body still arriving then, an HTTP/2 stream open): a queue
+		// opened for it now, or since given back, has not had its
+		// waiters answered (onShutdown).
+		defer func() {
+			if e != nil {
+				e.q.RejectWaiters()
+			}
+		}()
+	}
 	if h.cleaned {
 		// A request that reached an old handler after its cleanup (a
 		// reload): borrow a reference for this request only, and leave

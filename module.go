@@ -442,9 +442,13 @@ type Handler struct {
 	claim    *claimKey
 	names    map[string]bool
 
-	mu       sync.Mutex
-	engines  map[engineKey]*engineRef // the pool references this handler holds
-	cleaned  bool
+	mu      sync.Mutex
+	engines map[engineKey]*engineRef // the pool references this handler holds
+	cleaned bool
+	// exiting: the server began shutting down for the process's exit
+	// (onShutdown): a queue the handler opens from then on answers its
+	// waiters at once, as the queues it held then did.
+	exiting  bool
 	borrowed map[engineKey]bool // after cleanup: the queues it held or requests borrowed
 	capOnce  sync.Once          // logs the queue cap once
 	// logs once that max_waiting_bytes was reached

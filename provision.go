@@ -78,6 +78,9 @@ func (h *Handler) onShutdown(exiting bool) {
 	if !exiting {
 		return
 	}
+	h.mu.Lock()
+	h.exiting = true
+	h.mu.Unlock()
 	for _, e := range h.engineList() {
 		e.q.RejectWaiters()
 	}

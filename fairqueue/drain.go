@@ -63,6 +63,7 @@ func (q *Queue) Close() error {
 
 func (q *Queue) count(pendingOnly bool) int {
 	w, h := q.census()
+	w += int(q.ending.Load()) // rejected, their cancels still on their way
 	if pendingOnly {
 		return w
 	}

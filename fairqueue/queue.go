@@ -27,10 +27,14 @@ type Queue struct {
 	tickets  map[string]*ticket // pending and granted, until cleaned up
 	counter  uint64
 	draining bool
-	drainCh  chan struct{}  // closed by Drain: every waiter is rejected
-	bg       sync.WaitGroup // background store calls (stray grants, lost acquires)
-	bgMu     sync.Mutex     // orders bg.Add before the bg.Wait of leave
-	closed   atomic.Bool
+	drainCh  chan struct{} // closed by Drain: every waiter is rejected
+	// ending counts the waits ending without a permit whose cancel has
+	// not returned yet: Close and Drain wait for them (count) before the
+	// node leaves, so that no cancel lands after the leave.
+	ending atomic.Int32
+	bg     sync.WaitGroup // background store calls (stray grants, lost acquires)
+	bgMu   sync.Mutex     // orders bg.Add before the bg.Wait of leave
+	closed atomic.Bool
 
 	health health
 	rate   grantRate
@@ -274,7 +278,9 @@ func (q *Queue) wait(ctx context.Context, t *ticket, start, deadline time.Time) 
 	case <-q.drainCh:
 		end = stateRejected
 	}
+	q.ending.Add(1) // before the ticket leaves pending: count sees it throughout
 	if !t.state.CompareAndSwap(statePending, end) {
+		q.ending.Add(-1)
 		// Granted at the same moment. A client that is gone gives the
 		// permit back; a timeout or drain that lost the race is served.
 		<-t.granted
@@ -286,6 +292,7 @@ func (q *Queue) wait(ctx context.Context, t *ticket, start, deadline time.Time) 
 	}
 	pos := q.position(t)
 	q.cleanup(t, false)
+	q.ending.Add(-1)
 	switch end {
 	case stateCancelled:
 		return nil, ctx.Err()
