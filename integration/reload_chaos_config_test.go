@@ -29,13 +29,13 @@ type reloadChaosConfig struct {
 var reloadChaosLeases = []time.Duration{2 * time.Second, 10 * time.Second, 30 * time.Second}
 
 // randomReloadChaosConfig draws a config over replicas replicas (a pool,
-// or a static reverse_proxy to any of them), its store among prefixes
-// ("" the local store).
-func randomReloadChaosConfig(rng *rand.Rand, replicas int, prefixes []string) reloadChaosConfig {
+// or where static allows, a static reverse_proxy to any of them), its
+// store among prefixes ("" the local store).
+func randomReloadChaosConfig(rng *rand.Rand, replicas int, prefixes []string, static bool) reloadChaosConfig {
 	c := reloadChaosConfig{static: -1, lease: reloadChaosLeases[rng.Intn(len(reloadChaosLeases))],
 		prefix: prefixes[rng.Intn(len(prefixes))]}
 	switch {
-	case rng.Intn(2) == 0:
+	case static && rng.Intn(2) == 0:
 		c.static, c.permits = rng.Intn(replicas), 1+rng.Intn(3)
 	default:
 		c.pool = make([]int, replicas)
