@@ -449,6 +449,12 @@ func (q *Queue) release(args TicketArgs) {
 	defer cancel()
 	err := q.store.Release(ctx, args)
 	q.health.record(q.log, err)
+	if err != nil {
+		// The permit may still be held in the store, for nobody (the node
+		// forgot the ticket), and a node without waiters does not
+		// reconcile: reconcile for a while, as after a failed transfer.
+		q.s.note(evSweep, false)
+	}
 }
 
 func (q *Queue) isDraining() bool {

@@ -91,8 +91,8 @@ const (
 	evVerify event = 1 << iota
 	// evResync: the data-set ID or the lease changed: heartbeat at once.
 	evResync
-	// evSweep: a transfer failed and may run late, leaving a ghost
-	// holder: reconcile for a while.
+	// evSweep: a transfer or release failed (it may run late, or never),
+	// leaving a ghost holder: reconcile for a while.
 	evSweep
 )
 

@@ -117,9 +117,10 @@ func (s *Subscription) run(ps *redis.PubSub) {
 func (s *Subscription) deliver(ps *redis.PubSub) (unsubscribed bool) {
 	var heard atomic.Int64 // unix ns of the last message
 	heard.Store(time.Now().UnixNano())
+	var stale atomic.Bool // set by ping, which closed ps: its pong never came
 	stop := make(chan struct{})
 	pinged := make(chan struct{})
-	go s.ping(ps, &heard, stop, pinged)
+	go s.ping(ps, &heard, &stale, stop, pinged)
 	defer func() {
 		close(stop)
 		<-pinged
@@ -128,7 +129,13 @@ func (s *Subscription) deliver(ps *redis.PubSub) (unsubscribed bool) {
 	for {
 		m, err := ps.Receive(s.ctx)
 		if err != nil {
-			if s.isClosed() || errors.Is(err, redis.ErrClosed) {
+			if s.isClosed() {
+				return false
+			}
+			if stale.Load() {
+				return true // a half-open connection: subscribe on a new one
+			}
+			if errors.Is(err, redis.ErrClosed) {
 				return false
 			}
 			if failed && !s.sleep(retryReceiveAfter) {
@@ -162,24 +169,42 @@ func (s *Subscription) deliver(ps *redis.PubSub) (unsubscribed bool) {
 
 // ping pings ps whenever it has heard nothing for pingAfter, until stop
 // is closed; then it closes done. A ping that cannot be sent makes
-// go-redis reconnect, which ends the read in progress with an error.
-func (s *Subscription) ping(ps *redis.PubSub, heard *atomic.Int64, stop <-chan struct{}, done chan<- struct{}) {
+// go-redis reconnect, which ends the read in progress with an error. A
+// ping sent whose pong (or anything else) does not come within
+// confirmTimeout went out on a half-open connection, which the read,
+// without a deadline, would wait on for as long as the kernel keeps it:
+// ping marks it stale and closes ps, and deliver subscribes again.
+func (s *Subscription) ping(ps *redis.PubSub, heard *atomic.Int64, stale *atomic.Bool, stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(pingAfter / 2)
 	defer t.Stop()
+	var sent int64 // unix ns of the ping not answered yet; 0: none
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
 		}
-		if time.Since(time.Unix(0, heard.Load())) < pingAfter {
+		last := heard.Load()
+		if sent != 0 {
+			if last >= sent {
+				sent = 0 // answered (or the reconnect's confirmation came)
+			} else {
+				if time.Since(time.Unix(0, sent)) >= confirmTimeout {
+					stale.Store(true)
+					_ = ps.Close()
+					return
+				}
+				continue
+			}
+		}
+		if time.Since(time.Unix(0, last)) < pingAfter {
 			continue
 		}
+		sent = time.Now().UnixNano()
 		ctx, cancel := context.WithTimeout(s.ctx, confirmTimeout)
 		_ = ps.Ping(ctx)
 		cancel()
-		heard.Store(time.Now().UnixNano()) // the pong, or the reconnect, comes next
 	}
 }
 
