@@ -1,6 +1,9 @@
 package caddyfairqueue
 
 import (
+	"context"
+	"io"
+	"net/http"
 	"testing"
 	"time"
 
@@ -59,4 +62,45 @@ func TestJSONConfigErrorsOfTheAdaptiveBlockNameTheField(t *testing.T) {
 		})
 	}
 	require.NoError(t, loadHandlerJSON(t, `"permits":8,"adaptive":{"target_ttft":"1500ms"}`))
+}
+
+// A 429/503 from the upstream is a refusal (docs/adaptive.md: "counts
+// answers 429 and 503"), whether or not sse_keepalive had committed the
+// stream while the request waited: the share comes down.
+func TestAdaptiveCountsARefusalOnACommittedStream(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	for _, tc := range []struct {
+		name string
+		wait bool
+	}{
+		{"granted at once", false},
+		{"committed by the keepalive while waiting", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := keepaliveHandler(t, "adapt-refused-"+map[bool]string{false: "plain", true: "committed"}[tc.wait], &Handler{
+				Adaptive: &AdaptiveConfig{TargetTTFT: caddy.Duration(time.Second), MinSamples: 1, Interval: caddy.Duration(100 * time.Millisecond)}})
+			srv := serve(t, h, proxyTo(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusTooManyRequests)
+				_, _ = io.WriteString(w, `{"error":{"message":"busy"}}`)
+			})))
+			if tc.wait {
+				release := holdPermit(t, h)
+				resp := srv.post(t, context.Background(), `{"stream":true}`)
+				ch := events(resp.Body)
+				assert.Regexp(t, `^: queued`, nextEvent(t, ch))
+				release()
+				rest(t, ch)
+			} else {
+				resp := srv.post(t, context.Background(), `{"stream":true}`)
+				assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			assert.Equal(t, "granted", srv.outcome(t))
+			q := engineOf(t, h).q
+			assert.Eventually(t, func() bool { s, ok := q.Shares()[""]; return ok && s < 1 }, 2*time.Second, 10*time.Millisecond,
+				"the upstream's 429 did not bring the share down: %v", q.Shares())
+		})
+	}
 }

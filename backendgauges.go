@@ -3,6 +3,7 @@ package caddyfairqueue
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -121,6 +122,11 @@ func readGauges(ctx context.Context, client *http.Client, url string, timeout ti
 		return backendGauges{}, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		// A read that fails is skipped: read as no preemption at all, it
+		// would count every one since the backend started at the next.
+		return backendGauges{}, fmt.Errorf("backend gauges: %s", resp.Status)
+	}
 	var g backendGauges
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)

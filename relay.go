@@ -28,6 +28,14 @@ func (c *call) relay() error {
 // relayEnd ends a relayed answer that cw holds, next's error err.
 func (c *call) relayEnd(cw *committedWriter, err error) error {
 	status := cw.status
+	defer func() {
+		if c.fb != nil && c.fb.status == 0 {
+			// The header went out with the keepalive: the upstream's
+			// status is noted here, so that an adaptive queue counts a
+			// 429/503 as a refusal, not its error event as a first byte.
+			c.fb.status = status
+		}
+	}()
 	if err != nil {
 		status = http.StatusBadGateway
 		if he, ok := errors.AsType[caddyhttp.HandlerError](err); ok && he.StatusCode != 0 {

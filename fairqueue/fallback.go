@@ -91,13 +91,23 @@ func (q *Queue) reconfigureLocal(lc Config) {
 // localConfig is the fallback queue's config for the node's config cfg,
 // and its permits.
 func (q *Queue) localConfig(cfg *Config) (Config, int) {
+	// The capacity in force: the configured one under the learned shares
+	// (Adaptive), the queue's without a pool, each upstream's with one.
+	base := Limits{Permits: cfg.Permits, Tokens: cfg.KVTokens, Upstreams: cfg.Upstreams}
 	permits := cfg.LocalPermits
 	if permits <= 0 {
+		if m := q.learn.shares.Load(); cfg.Adaptive != nil && m != nil {
+			base.Learned = true
+			base = base.Scale(*m)
+			if len(base.Upstreams) > 0 {
+				base.Permits = max(min(base.Permits, poolPermits(base.Upstreams)), 1)
+			}
+		}
 		nodes := 1
 		if c := q.s.cluster.Load(); c != nil && c.Nodes > 0 {
 			nodes = c.Nodes
 		}
-		permits = max(int(float64(cfg.Permits)*q.Share())/nodes, 1) // the last learned share (Adaptive)
+		permits = max(base.Permits/nodes, 1) // the last learned capacity (Adaptive)
 	}
 	// The node's settings, but its own permits and no policy of its own:
 	// a new Config field applies to the fallback unless cleared here.
@@ -106,10 +116,10 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 	lc.Permits = permits
 	if cfg.KVTokens > 0 {
 		// The node's share of the tokens, as of the permits.
-		lc.KVTokens = max(int(int64(cfg.KVTokens)*int64(permits)/int64(max(cfg.Permits, 1))), 1)
+		lc.KVTokens = max(int(int64(max(base.Tokens, 1))*int64(permits)/int64(max(base.Permits, 1))), 1)
 	}
 	lc.FailOpen, lc.Fallback, lc.LocalPermits, lc.Adaptive = false, nil, 0, nil
-	lc.Upstreams = localUpstreams(cfg.Upstreams, permits, cfg.Permits)
+	lc.Upstreams = localUpstreams(base.Upstreams, permits, base.Permits)
 	return lc, permits
 }
 
