@@ -27,9 +27,10 @@ import (
 // was made under no more permits than B's (Permit.GrantedUnder): no more
 // holders than B's permits ran when it was made. A grant made under more
 // (the old config's higher permits, by another instance not yet reloaded
-// or a call on its way) stays on the old route, whose permits it fits;
-// and where it cannot be told (a grant of unknown permits, two handlers
-// of the new config naming the queue, tokens or a learned capacity) too.
+// or a call on its way) stays on the old route, the one those permits
+// were set for; and where it cannot be told (a grant of unknown permits,
+// two handlers of the new config naming the queue, tokens or a learned
+// capacity) too.
 
 // route is a handler's place in a config: what follows it.
 type route struct {
