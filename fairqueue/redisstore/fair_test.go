@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -215,11 +214,4 @@ func TestNewTenantsServedOnceLeaveBoundedState(t *testing.T) {
 	assert.LessOrEqual(t, n, int64(fairqueue.IdleFlows), "idle counters kept after %d tenants served once each", tenants)
 	_, err = rdb.ZScore(ctx, s.Tag()+":fidle", "heavy.0").Result()
 	assert.NoError(t, err, "the counter furthest above the virtual time is kept")
-}
-
-// The scripts' bound on idle counters is fairqueue.IdleFlows.
-func TestIdleFlowsInTheScriptsIsTheGoConstant(t *testing.T) {
-	src, err := os.ReadFile("lua/fair.lua")
-	require.NoError(t, err)
-	assert.Contains(t, string(src), fmt.Sprintf("local IDLE_FLOWS = %d\n", fairqueue.IdleFlows))
 }

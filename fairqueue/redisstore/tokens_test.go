@@ -8,15 +8,21 @@ import (
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 )
 
-// The scripts' bound on passes in fair order is fairqueue.TokenPasses.
-func TestTokenPassesInTheScriptsIsTheGoConstant(t *testing.T) {
-	src, err := luaFS.ReadFile("lua/tokens.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := fmt.Sprintf("local TOKEN_PASSES, TOKEN_SCAN = %d,", fairqueue.TokenPasses)
-	if !strings.Contains(string(src), want) {
-		t.Fatalf("tokens.lua does not say %q", want)
+// The scripts' constants are the Go ones: the bound on passes in fair
+// order (fairqueue.TokenPasses) and on idle counters kept
+// (fairqueue.IdleFlows).
+func TestScriptConstantsAreTheGoConstants(t *testing.T) {
+	for file, want := range map[string]string{
+		"tokens.lua": fmt.Sprintf("local TOKEN_PASSES, TOKEN_SCAN = %d,", fairqueue.TokenPasses),
+		"fair.lua":   fmt.Sprintf("local IDLE_FLOWS = %d\n", fairqueue.IdleFlows),
+	} {
+		src, err := luaFS.ReadFile("lua/" + file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(src), want) {
+			t.Fatalf("%s does not say %q", file, want)
+		}
 	}
 }
 
