@@ -1,7 +1,12 @@
 -- leave: a node stops. Its permits are released and handed on, its
 -- liveness entry removed (its waiters, if any remain, are dropped when
--- they reach the head). When the queue is then empty everywhere, its
--- counters, epoch, tombstones and fairness state are deleted too: nothing is left.
+-- they reach the head). When no live node is then left, its counters,
+-- epoch, tombstones and fairness state are deleted too: nothing is left.
+-- What remains then belongs to dead nodes (waiters the last dispatch
+-- could not drop: every upstream cooling, or more than it drops in one
+-- call), and nobody would be left to drop it; a node only partitioned
+-- comes back as after a Redis restart (a new epoch: it puts back its
+-- permits and waiters).
 -- KEYS: the common layout (K, see common.lua).
 -- ARGV: 1 node, 2-6 common.
 -- Returns the number of permits released.
@@ -18,7 +23,7 @@ reap()
 dispatch('')
 forget_dead()
 redis.call('ZREMRANGEBYSCORE', K.fidle, '-inf', num(vtime()))
-if waiting() + redis.call('ZCARD', K.holders) + redis.call('ZCARD', K.nodes) == 0 then
+if redis.call('ZCOUNT', K.nodes, now, '+inf') == 0 then
   redis.call('DEL', unpack(KEYS))
 end
 return #held
