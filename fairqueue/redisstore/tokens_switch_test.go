@@ -18,7 +18,8 @@ import (
 func TestAWaiterGrantedWithoutTokensLeavesNoWeightBehind(t *testing.T) {
 	rdb, s := openStore(t, "tokoff")
 	ctx := context.Background()
-	for _, fair := range []bool{false, true} {
+	for _, c := range []struct{ fair, transfer bool }{{false, false}, {true, false}, {false, true}} {
+		fair := c.fair
 		counted := fairqueue.Limits{Permits: 1, Tokens: 1000, Lease: 10 * time.Second}
 		plain := fairqueue.Limits{Permits: 1, Lease: 10 * time.Second}
 		id := func(n string) string {
@@ -37,14 +38,19 @@ func TestAWaiterGrantedWithoutTokensLeavesNoWeightBehind(t *testing.T) {
 		require.False(t, r.Granted)
 		require.NotEmpty(t, rdb.HGetAll(ctx, s.Tag()+":tok").Val(), "the waiter's weight is recorded")
 
-		// The release under a config without tokens grants the waiter.
+		// The release under a config without tokens grants the waiter,
+		// or the node hands its permit on to it (a local handoff).
 		holder.Limits = plain
-		require.NoError(t, s.Release(ctx, holder))
+		if c.transfer {
+			require.NoError(t, s.Transfer(ctx, holder, waiter.ID))
+		} else {
+			require.NoError(t, s.Release(ctx, holder))
+		}
 		waiter.Limits = plain
 		require.NoError(t, s.Release(ctx, waiter))
 		_, err = s.Reconcile(ctx, "n1", plain)
 		require.NoError(t, err)
-		assert.Empty(t, rdb.HGetAll(ctx, s.Tag()+":tok").Val(), "fair %v: weights left for tickets no longer waiting", fair)
+		assert.Empty(t, rdb.HGetAll(ctx, s.Tag()+":tok").Val(), "%+v: weights left for tickets no longer waiting", c)
 		assert.Empty(t, rdb.ZRange(ctx, s.Tag()+":holders", 0, -1).Val())
 	}
 }
