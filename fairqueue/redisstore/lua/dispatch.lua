@@ -160,7 +160,8 @@ end
 -- true); with one, O(1) per grant whatever the number waiting.
 local function dispatch(self, ex)
   local own = {}
-  ex = ex or present('waiting', 'fready', #pool > 0 and 'ucool' or nil)
+  ex = ex or present('waiting', 'fready', #pool > 0 and 'ucool' or nil, tokens == 0 and 'tok' or nil)
+  if ex.tok ~= nil then tok_kept = ex.tok end
   if not (ex.waiting or ex.fready) then return own, true end
   local free, v = room(nil, ex.ucool)
   local skipped = 0
@@ -174,6 +175,7 @@ local function dispatch(self, ex)
       if v and not up then return own, false end
       id, flow, cost, n, tn = next_waiter(ex.fready, ex.waiting)
       if not id then return own, true end
+      drop_weight(id)
     end
     local owner = owner_of(id)
     local c -- the flow's counter, once charged

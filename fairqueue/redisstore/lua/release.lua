@@ -17,8 +17,8 @@
 -- Cost: one EXISTS, read after the cooldown is written (the only write
 -- to K.ucool), tells unheld whether any holder weighs tokens (where
 -- this call's limits count none) and whether any fair ticket waits (none: no
--- flow's head is looked for) and dispatch whether anybody waits and any
--- upstream may be cooling; a flow unheld makes ready is added to what
+-- flow's head is looked for) and dispatch whether anybody waits, any
+-- upstream may be cooling and any waiter's weight is recorded; a flow unheld makes ready is added to what
 -- it tells. Nobody waiting: ZREM, EXISTS, and the holder's bookkeeping;
 -- with waiters, a ZCARD and a ZRANGE more read the new heads (my_heads).
 -- A marked release (ARGV 11) adds a TIME, a ZADD and a PEXPIRE.
@@ -29,7 +29,7 @@ mark_freed(id, ARGV[11])
 local was = redis.call('ZREM', K.holders, id) == 1
 if was then cool(ARGV[9], ARGV[10]) end
 local ex = present('waiting', 'fready', 'fwait', #pool > 0 and 'ucool' or nil, 'uheld',
-  tokens == 0 and 'thold' or nil)
+  tokens == 0 and 'thold' or nil, tokens == 0 and 'tok' or nil)
 weighted = ex.thold
 if was and unheld(id, tonumber(ARGV[8]), not ex.fwait) then
   ex.fready = true

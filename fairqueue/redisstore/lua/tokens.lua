@@ -75,6 +75,17 @@ local function take_weight(id)
   return w
 end
 
+-- drop_weight forgets waiting ticket id's weight where this call counts
+-- no tokens: a config that counts them (another node's in a rolling
+-- change, this one's before a reload turned kv_tokens off) may have
+-- recorded it. tok_kept: whether K.tok exists, read with the caller's
+-- EXISTS (present in common.lua; nil: not read, drop_weight reads it).
+local tok_kept
+local function drop_weight(id)
+  if tok_kept == nil then tok_kept = redis.call('EXISTS', K.tok) == 1 end
+  if tok_kept then redis.call('HDEL', K.tok, id) end
+end
+
 -- take_tokens counts holder id's weight w (weigh) on upstream up (nil:
 -- none); v, a pool view (pool.lua), learns it too. A holder counted
 -- already is left as it is.

@@ -30,15 +30,18 @@ clock()
 local id, to = ARGV[1], ARGV[8]
 mark_freed(id, ARGV[9])
 local node = owner_of(id)
-local ex = present('waiting', 'fready', 'fwait', 'uheld', tokens == 0 and 'thold' or nil)
-weighted = ex.thold
+local ex = present('waiting', 'fready', 'fwait', 'uheld', tokens == 0 and 'thold' or nil, tokens == 0 and 'tok' or nil)
+weighted, tok_kept = ex.thold, ex.tok
 local freed = redis.call('ZREM', K.holders, id) == 1
 if freed then unheld(id, 0, true) end
 local no, added = 0, 0
 local waited = ex.waiting and redis.call('ZREM', K.waiting, to) == 1
 if waited or not redis.call('ZSCORE', K.holders, to) then
   redis.call('ZADD', K.holders, now + lease, to)
-  if waited then no = redis.call('INCR', K.grants) end
+  if waited then
+    no = redis.call('INCR', K.grants)
+    drop_weight(to) -- queued under limits that counted tokens (my_heads: these count none)
+  end
   added = 1
   freed = false -- the permit went to the waiter
 elseif ex.uheld then
