@@ -18,8 +18,8 @@
 -- to K.ucool), tells unheld whether any holder weighs tokens (where
 -- this call's limits count none) and whether any fair ticket waits (none: no
 -- flow's head is looked for) and dispatch whether anybody waits, any
--- upstream may be cooling and any waiter's weight is recorded; a flow unheld makes ready is added to what
--- it tells. Nobody waiting: ZREM, EXISTS, and the holder's bookkeeping;
+-- upstream may be cooling and any waiter's weight is recorded; a flow
+-- unheld makes ready is added to what it tells. Nobody waiting: ZREM, EXISTS, and the holder's bookkeeping;
 -- with waiters, a ZCARD and a ZRANGE more read the new heads (my_heads).
 -- A marked release (ARGV 11) adds a TIME, a ZADD and a PEXPIRE.
 local id = ARGV[1]
