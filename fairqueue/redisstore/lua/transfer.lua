@@ -30,7 +30,8 @@ clock()
 local id, to = ARGV[1], ARGV[8]
 mark_freed(id, ARGV[9])
 local node = owner_of(id)
-local ex = present('waiting', 'fready', 'fwait', 'uheld', tokens == 0 and 'thold' or nil, tokens == 0 and 'tok' or nil)
+local ex = present('waiting', 'fready', 'fwait', 'uheld', tokens == 0 and 'thold' or nil,
+  tokens == 0 and 'tok' or nil)
 weighted, tok_kept = ex.thold, ex.tok
 local freed = redis.call('ZREM', K.holders, id) == 1
 if freed then unheld(id, 0, true) end
