@@ -85,13 +85,18 @@ func TestOneQueueOnTwoRedisClientsHasItsTokenAndPoolGaugesOnce(t *testing.T) {
 		return got["kv_tokens_held"] >= float64(snap.TokensHeld)
 	}, 10*time.Second, 20*time.Millisecond)
 	assert.Equal(t, map[string]float64{
-		"kv_tokens_capacity": 1000, "kv_tokens_held": float64(snap.TokensHeld),
-		"upstream_permits a:1": 2, "upstream_permits b:1": 2,
-		"upstream_kv_tokens_capacity a:1": 500, "upstream_kv_tokens_capacity b:1": 500,
-		"upstream_in_flight a:1": got["upstream_in_flight a:1"], "upstream_in_flight b:1": got["upstream_in_flight b:1"],
-		"upstream_kv_tokens_held a:1": got["upstream_kv_tokens_held a:1"],
-		"upstream_kv_tokens_held b:1": got["upstream_kv_tokens_held b:1"],
-		"upstream_cooling a:1": 0, "upstream_cooling b:1": 0,
+		"kv_tokens_capacity":              1000,
+		"kv_tokens_held":                  float64(snap.TokensHeld),
+		"upstream_permits a:1":            2,
+		"upstream_permits b:1":            2,
+		"upstream_kv_tokens_capacity a:1": 500,
+		"upstream_kv_tokens_capacity b:1": 500,
+		"upstream_in_flight a:1":          got["upstream_in_flight a:1"],
+		"upstream_in_flight b:1":          got["upstream_in_flight b:1"],
+		"upstream_kv_tokens_held a:1":     got["upstream_kv_tokens_held a:1"],
+		"upstream_kv_tokens_held b:1":     got["upstream_kv_tokens_held b:1"],
+		"upstream_cooling a:1":            0,
+		"upstream_cooling b:1":            0,
 	}, got, "one queue, as configured here, and the store's view once")
 	assert.Equal(t, 2.0, got["upstream_in_flight a:1"]+got["upstream_in_flight b:1"], "two permits are held on the pool")
 	assert.Equal(t, float64(snap.TokensHeld), got["upstream_kv_tokens_held a:1"]+got["upstream_kv_tokens_held b:1"],
