@@ -83,7 +83,7 @@ func TestOneQueueOnTwoRedisClientsHasItsTokenAndPoolGaugesOnce(t *testing.T) {
 	require.Eventually(t, func() bool { // the tokens held come with both engines' heartbeats
 		got = queueGaugeValues(t, reg, name)
 		return got["kv_tokens_held"] >= float64(snap.TokensHeld)
-	}, 10*time.Second, 20*time.Millisecond)
+	}, 30*time.Second, 20*time.Millisecond)
 	assert.Equal(t, map[string]float64{
 		"kv_tokens_capacity":              1000,
 		"kv_tokens_held":                  float64(snap.TokensHeld),
