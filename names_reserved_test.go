@@ -64,3 +64,14 @@ func TestAClientCannotNameItsQueueAsAReservedLabel(t *testing.T) {
 	assert.True(t, ok, "the count of refusals was deleted with a client's queue")
 	assert.GreaterOrEqual(t, after, before)
 }
+
+// A name the handler refuses from a request cannot be listed in names
+// either: the config saying so is refused at load.
+func TestNamesCannotListAReservedLabel(t *testing.T) {
+	for _, name := range []string{overflowQueue, unknownQueue} {
+		err := checkNames([]string{"chat", name})
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), name)
+	}
+	assert.NoError(t, checkNames([]string{"chat", "(other)"}))
+}
