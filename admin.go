@@ -247,6 +247,9 @@ func reportQueue(ctx context.Context, group []*engine) queueReport {
 		st := e.q.Stats()
 		rep.Stats.Waiting += st.Waiting
 		rep.Stats.InFlight += st.InFlight
+		if rep.KV != nil {
+			rep.KV.NodeTokensHeld += e.tokens.Load()
+		}
 	}
 	return rep
 }

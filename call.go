@@ -109,6 +109,11 @@ func (c *call) enter() (err error) {
 	if len(c.name) > maxQueueNameLen {
 		return fmt.Errorf("queue name longer than %d bytes", maxQueueNameLen)
 	}
+	if c.h.dynamic && (c.name == overflowQueue || c.name == unknownQueue) {
+		// The labels of requests refused without a queue: a queue of
+		// that name would count as them, and its end delete their series.
+		return fmt.Errorf("queue name %s is reserved", c.name)
+	}
 	if c.e, c.done, err = c.h.use(c.name, c.own); err != nil {
 		return err
 	}

@@ -30,9 +30,12 @@ func observeClamped(queue string) {
 	metrics.kvClamped.WithLabelValues(queue).Inc()
 }
 
-// collectKV reports the token gauges of engines, by queue label: engines
-// of one label add up, as in queueGauges; the estimate is that of the
-// label's engine that learned from the most answers.
+// collectKV reports the token gauges of engines, by queue label:
+// engines of one label on one data set are one queue (byQueue), whose
+// capacity and the store's view count once (the largest, the freshest
+// where they differ), and queues of one label add up, as in
+// queueGauges; the estimate is that of the label's engine that learned
+// from the most answers.
 func collectKV(ch chan<- prometheus.Metric, engines []*engine) {
 	type kv struct {
 		counts         bool
@@ -44,28 +47,35 @@ func collectKV(ch chan<- prometheus.Metric, engines []*engine) {
 		answers        int64
 	}
 	out := make(map[string]*kv)
-	for _, e := range engines {
-		cfg, st := e.q.Config(), e.q.Stats()
-		label := e.label(cfg)
-		g := out[label]
+	label := func(e *engine) string { return e.label(e.q.Config()) }
+	for _, group := range byQueue(engines, label) {
+		g := out[label(group[0])]
 		if g == nil {
 			g = &kv{ratio: seedBytesPerToken}
-			out[label] = g
+			out[label(group[0])] = g
 		}
-		if cfg.KVTokens > 0 {
-			g.counts = true
-			g.capacity += cfg.KVTokens
-			if st.StoreUp && st.Cluster.Nodes > 0 {
-				g.held += st.Cluster.TokensHeld
-				g.heldKnown = true
+		var capacity, held int
+		var heldKnown bool
+		for _, e := range group {
+			cfg, st := e.q.Config(), e.q.Stats()
+			if cfg.KVTokens > 0 {
+				g.counts = true
+				capacity = max(capacity, cfg.KVTokens)
+				if st.StoreUp && st.Cluster.Nodes > 0 {
+					held = max(held, st.Cluster.TokensHeld)
+					heldKnown = true
+				}
+			}
+			if ratio, n := e.kv.state(); n > g.samples {
+				g.ratio, g.samples = ratio, n
+			}
+			if budget, n := e.budget.state(); budget > 0 && n > g.answers {
+				g.budget, g.answers = budget, n
 			}
 		}
-		if ratio, n := e.kv.state(); n > g.samples {
-			g.ratio, g.samples = ratio, n
-		}
-		if budget, n := e.budget.state(); budget > 0 && n > g.answers {
-			g.budget, g.answers = budget, n
-		}
+		g.capacity += capacity
+		g.held += held
+		g.heldKnown = g.heldKnown || heldKnown
 	}
 	for label, g := range out {
 		gauge := func(d *prometheus.Desc, v float64) {

@@ -2,6 +2,7 @@ package caddyfairqueue
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -61,9 +62,12 @@ type upstreamGauges struct {
 }
 
 // collectUpstreams reports the gauges of the configured upstreams of
-// engines. Engines of one label add up, as in queueGauges; an upstream
-// the store knows but this instance's config does not list (another
-// instance's, during a rolling change) is not reported.
+// engines. Engines of one label on one data set are one queue
+// (byQueue): each upstream's settings count once (the largest where
+// they differ) and its store is read once, by its newest engine that
+// reaches it. Queues of one label add up, as in queueGauges; an
+// upstream the store knows but this instance's config does not list
+// (another instance's, during a rolling change) is not reported.
 func collectUpstreams(ch chan<- prometheus.Metric, engines []*engine) {
 	type pool struct {
 		label string
@@ -75,20 +79,31 @@ func collectUpstreams(ch chan<- prometheus.Metric, engines []*engine) {
 	ctx, cancel := context.WithTimeout(context.Background(), upstreamScrapeTimeout)
 	defer cancel()
 	sem := make(chan struct{}, upstreamScrapeParallel)
-	for _, e := range engines {
-		cfg := e.q.Config()
-		if len(cfg.Upstreams) == 0 {
+	label := func(e *engine) string { return e.label(e.q.Config()) }
+	for _, group := range byQueue(engines, label) {
+		p := &pool{label: label(group[0])}
+		var reader *engine
+		for _, e := range group {
+			cfg := e.q.Config()
+			if len(cfg.Upstreams) == 0 {
+				continue
+			}
+			p.ups = mergeUpstreams(p.ups, cfg.Upstreams)
+			if e.q.Stats().StoreUp { // no point waiting for a store known down
+				reader = e
+			}
+		}
+		if len(p.ups) == 0 {
 			continue
 		}
-		p := &pool{label: e.label(cfg), ups: cfg.Upstreams}
 		pools = append(pools, p)
-		if !e.q.Stats().StoreUp { // no point waiting for a store known down
+		if reader == nil {
 			continue
 		}
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			if snap, err := e.q.Inspect(ctx, 0, 0); err == nil {
+			if snap, err := reader.q.Inspect(ctx, 0, 0); err == nil {
 				p.snap = &snap
 			}
 		})
@@ -143,4 +158,19 @@ func collectUpstreams(ch chan<- prometheus.Metric, engines []*engine) {
 		}
 		gauge(descUpstreamCooling, cooling)
 	}
+}
+
+// mergeUpstreams adds the upstreams of ups that pool lacks to it, and
+// gives one it has the larger permits and kv_tokens of the two.
+func mergeUpstreams(pool, ups []fairqueue.Upstream) []fairqueue.Upstream {
+	for _, u := range ups {
+		i := slices.IndexFunc(pool, func(p fairqueue.Upstream) bool { return p.Dial == u.Dial })
+		if i < 0 {
+			pool = append(pool, u)
+			continue
+		}
+		pool[i].Permits = max(pool[i].Permits, u.Permits)
+		pool[i].KVTokens = max(pool[i].KVTokens, u.KVTokens)
+	}
+	return pool
 }

@@ -28,7 +28,8 @@ var errNamesNeedPlaceholders = errors.New("names requires a name with placeholde
 
 // checkNames is the rule of Names: each name once, 1 to maxQueueNameLen
 // bytes of valid UTF-8 (a name resolved from a request is made valid
-// UTF-8, so another could never match).
+// UTF-8, so another could never match), neither (overflow) nor (unknown)
+// (refused from a request, see call.enter).
 func checkNames(names []string) error {
 	seen := make(map[string]bool, len(names))
 	for _, n := range names {
@@ -39,6 +40,8 @@ func checkNames(names []string) error {
 			return fmt.Errorf("names: a name is longer than %d bytes", maxQueueNameLen)
 		case !utf8.ValidString(n):
 			return fmt.Errorf("names: %q is not valid UTF-8", n)
+		case n == overflowQueue || n == unknownQueue:
+			return fmt.Errorf("names: %q is reserved (the label of requests refused without a queue)", n)
 		case seen[n]:
 			return fmt.Errorf("names: %q is listed twice", n)
 		}
