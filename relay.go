@@ -21,8 +21,18 @@ import (
 // relayed as it comes, and an error (an error status, or the next
 // handler failing before it wrote anything) becomes an SSE error event.
 func (c *call) relay() error {
-	cw := &committedWriter{w: c.w, header: make(http.Header)}
+	cw := c.committedWriter()
 	return c.relayEnd(cw, c.next.ServeHTTP(cw, c.r))
+}
+
+// committedWriter is next's writer on the committed stream. The header
+// went out without the upstream's Content-Encoding, so the request no
+// longer says which codings the client accepts: the upstream's body must
+// come unencoded (reverse_proxy's transport then asks for gzip itself
+// and decodes it), or the client would read compressed bytes as text.
+func (c *call) committedWriter() *committedWriter {
+	c.r.Header.Del("Accept-Encoding")
+	return &committedWriter{w: c.w, header: make(http.Header)}
 }
 
 // relayEnd ends a relayed answer that cw holds, next's error err.

@@ -98,7 +98,7 @@ func retryAfter(v string, now time.Time) time.Duration {
 // committedWriter (see relay).
 func (c *call) forward(hold bool) attempt {
 	if c.committed {
-		cw := &committedWriter{w: c.w, header: make(http.Header)}
+		cw := c.committedWriter()
 		err := c.next.ServeHTTP(cw, c.r)
 		return attempt{status: cw.status, header: cw.header, wrote: cw.wrote, err: err, relay: cw,
 			held: hold && slices.Contains(c.h.RequeueOn, cw.status)}
