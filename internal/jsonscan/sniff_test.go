@@ -157,6 +157,9 @@ func wantPrompt(m map[string]json.RawMessage) (n int64, found bool) {
 	if s, ok := wantString(m["instructions"]); ok {
 		n, found = n+int64(len(s)), true
 	}
+	if s, ok := wantString(m["suffix"]); ok {
+		n, found = n+int64(len(s)), true
+	}
 	if s, ok := wantString(m["input"]); ok {
 		n, found = n+int64(len(s)), true
 	}
