@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 )
@@ -64,6 +65,7 @@ func TestWaitedStreamGetsACompressingUpstreamsAnswerDecoded(t *testing.T) {
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Empty(t, resp.Header.Get("Content-Encoding"), "the header went out before the upstream answered")
 	lines := ndjson(t, resp.Body)
+	require.GreaterOrEqual(t, len(lines), 4, "waiting chunks, two tokens and the last line")
 	text := ""
 	for _, l := range lines {
 		text += l["response"].(string)
