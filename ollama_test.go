@@ -171,3 +171,21 @@ func TestOllamaConfiguredRejectBodyIsTheErrorLineOfACommittedStream(t *testing.T
 	}
 	assert.Equal(t, "timeout", srv.outcome(t))
 }
+
+// TestOllamaNumPredictIsItsMaxTokensCost: Ollama's native API sets its
+// completion limit in options.num_predict (its OpenAI-compatible API maps
+// max_tokens there), so cost max_tokens charges a native request that,
+// as it charges an OpenAI request its max_tokens; -1 and -2 (no limit)
+// set none.
+func TestOllamaNumPredictIsItsMaxTokensCost(t *testing.T) {
+	h := fairHandler(t, &Handler{Tenant: "{http.request.header.X-Tenant}", Cost: CostMaxTokens, MaxCost: 1000})
+	for body, want := range map[string]float64{
+		`{"model":"llama3","messages":[],"options":{"num_predict":256}}`:  256,
+		`{"model":"llama3","prompt":"hi","options":{"num_predict":5000}}`: 1000,
+		`{"model":"llama3","prompt":"hi","options":{"num_predict":-1}}`:   1,
+		`{"model":"llama3","prompt":"hi","options":{"temperature":0}}`:    1,
+	} {
+		got, _ := resolve(h, body)
+		assert.Equal(t, want, got.Cost, body)
+	}
+}
