@@ -261,8 +261,9 @@ type Handler struct {
 	//   - "requests" (or "", the default): every request costs 1; tenants
 	//     get equal numbers of grants.
 	//   - "max_tokens": the top-level max_tokens (or
-	//     max_completion_tokens, or max_output_tokens; the largest if
-	//     several) of the JSON request body, bounded to 1 to MaxCost; a
+	//     max_completion_tokens, max_output_tokens, or Ollama's
+	//     options.num_predict; the largest if several) of the JSON
+	//     request body, bounded to 1 to MaxCost; a
 	//     request that sets none costs 1. Charged at the grant, never
 	//     corrected.
 	//   - "time": the seconds the request holds its permit, from the

@@ -18,8 +18,9 @@ type Fields struct {
 	NoStream bool
 	Model    string // "model": "<string>"
 	// MaxTokens is the largest of "max_tokens", "max_completion_tokens"
-	// (OpenAI chat) and "max_output_tokens" (Responses API) that is a
-	// positive number, rounded up, saturated at 1<<53; 0 if none.
+	// (OpenAI chat), "max_output_tokens" (Responses API) and Ollama's
+	// "options": {"num_predict"} that is a positive number, rounded up,
+	// saturated at 1<<53; 0 if none.
 	MaxTokens int64
 	// Budget is the completion budget the body sets: the first of
 	// "max_completion_tokens", "max_output_tokens", "max_tokens" and
@@ -93,7 +94,7 @@ func Sniff(b []byte) Fields {
 			prompts[5] = stringText(val)
 		}
 	})
-	info.MaxTokens = max(tokens[0], tokens[1], tokens[2])
+	info.MaxTokens = max(tokens[0], tokens[1], tokens[2], tokens[3])
 	info.Budget = cmp.Or(tokens[1], tokens[2], tokens[0], tokens[3])
 	for _, p := range prompts {
 		info.PromptBytes += p.n
