@@ -98,8 +98,8 @@ func retryAfter(v string, now time.Time) time.Duration {
 // committedWriter (see relay).
 func (c *call) forward(hold bool) attempt {
 	if c.committed {
-		cw := c.committedWriter()
-		err := c.next.ServeHTTP(cw, c.r)
+		cw := &committedWriter{w: c.w, header: make(http.Header)}
+		err := c.next.ServeHTTP(cw, unencoded(c.r))
 		return attempt{status: cw.status, header: cw.header, wrote: cw.wrote, err: err, relay: cw,
 			held: hold && slices.Contains(c.h.RequeueOn, cw.status)}
 	}
