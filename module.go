@@ -89,7 +89,7 @@ func checkOnStoreError(policy string) error {
 //
 //	{http.fair_queue.queue}        the queue name (Name, placeholders replaced)
 //	{http.fair_queue.model}        the "model" of the JSON request body, or empty
-//	{http.fair_queue.streaming}    true for a streaming request (Accept: text/event-stream or "stream": true)
+//	{http.fair_queue.streaming}    true for a streaming request (Accept: text/event-stream or "stream": true; Ollama's /api/chat and /api/generate unless "stream": false)
 //	{http.fair_queue.tenant}       with Tenant: the tenant's key, a hash of its value (never the value itself, which may be an API key)
 //	{http.fair_queue.outcome}      granted, fail_open, cancelled, model_not_found (see Names), or the reject reason
 //	{http.fair_queue.reason}       the reject reason; store_unavailable for fail_open
@@ -261,8 +261,9 @@ type Handler struct {
 	//   - "requests" (or "", the default): every request costs 1; tenants
 	//     get equal numbers of grants.
 	//   - "max_tokens": the top-level max_tokens (or
-	//     max_completion_tokens, or max_output_tokens; the largest if
-	//     several) of the JSON request body, bounded to 1 to MaxCost; a
+	//     max_completion_tokens, max_output_tokens, or Ollama's
+	//     options.num_predict; the largest if several) of the JSON
+	//     request body, bounded to 1 to MaxCost; a
 	//     request that sets none costs 1. Charged at the grant, never
 	//     corrected.
 	//   - "time": the seconds the request holds its permit, from the
@@ -405,7 +406,8 @@ type Handler struct {
 	Reject []*RejectConfig `json:"reject,omitempty"`
 
 	// SSEKeepalive, when set, keeps a streaming request (Accept:
-	// text/event-stream, or "stream": true in the JSON body) that has
+	// text/event-stream, or "stream": true in the JSON body; on Ollama's
+	// native API, one without "stream": false, fed NDJSON) that has
 	// waited this long in the queue from being cut by an idle timeout
 	// of a proxy or CDN on the way: the handler sends the response's
 	// header (200, Content-Type text/event-stream, Cache-Control

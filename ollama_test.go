@@ -150,3 +150,42 @@ func TestUsageWriterReadsOllamasCounts(t *testing.T) {
 		assert.Equal(t, tc.body, rec.Body.String(), "%s: passed on unchanged", tc.name)
 	}
 }
+
+// TestOllamaConfiguredRejectBodyIsTheErrorLineOfACommittedStream: a
+// reject body the operator wrote is what Ollama's clients get, whichever
+// way the request waited: on a stream the keepalive committed, as one
+// NDJSON line (a template over several lines is put on one).
+func TestOllamaConfiguredRejectBodyIsTheErrorLineOfACommittedStream(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	h := keepaliveHandler(t, "ollama-own-reject", &Handler{MaxWait: caddy.Duration(450 * time.Millisecond),
+		Reject: []*RejectConfig{{RetryAfter: "3s", Body: "{\n\t\"error\": \"GPUs busy ({http.fair_queue.reason}), retry in {http.fair_queue.retry_after}s\"\n}"}}})
+	srv := serve(t, h, proxyTo(t, ollamaUpstream(t).Config.Handler))
+	holdPermit(t, h)
+	resp := srv.postPath(t, "/api/chat", `{"model":"m","messages":[]}`)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	lines := ndjson(t, resp.Body)
+	require.NotEmpty(t, lines)
+	assert.Equal(t, map[string]any{"error": "GPUs busy (timeout), retry in 3s"}, lines[len(lines)-1])
+	for _, l := range lines[:len(lines)-1] {
+		assert.Equal(t, false, l["done"], "the waiting chunks before it")
+	}
+	assert.Equal(t, "timeout", srv.outcome(t))
+}
+
+// TestOllamaNumPredictIsItsMaxTokensCost: Ollama's native API sets its
+// completion limit in options.num_predict (its OpenAI-compatible API maps
+// max_tokens there), so cost max_tokens charges a native request that,
+// as it charges an OpenAI request its max_tokens; -1 and -2 (no limit)
+// set none.
+func TestOllamaNumPredictIsItsMaxTokensCost(t *testing.T) {
+	h := fairHandler(t, &Handler{Tenant: "{http.request.header.X-Tenant}", Cost: CostMaxTokens, MaxCost: 1000})
+	for body, want := range map[string]float64{
+		`{"model":"llama3","messages":[],"options":{"num_predict":256}}`:  256,
+		`{"model":"llama3","prompt":"hi","options":{"num_predict":5000}}`: 1000,
+		`{"model":"llama3","prompt":"hi","options":{"num_predict":-1}}`:   1,
+		`{"model":"llama3","prompt":"hi","options":{"temperature":0}}`:    1,
+	} {
+		got, _ := resolve(h, body)
+		assert.Equal(t, want, got.Cost, body)
+	}
+}

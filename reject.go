@@ -1,7 +1,9 @@
 package caddyfairqueue
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -298,13 +300,28 @@ func (p *rejectPolicy) write(w http.ResponseWriter, repl *caddy.Replacer, rej *f
 // request whose response header sse_keepalive has already sent: the
 // status, Fair-Queue-Reason and Retry-After can no longer be, so the
 // event's data must say why (the default error object has the reason as
-// its code).
+// its code). An Ollama stream gets one error line: the configured body,
+// or Ollama's error object.
 func (p *rejectPolicy) writeCommitted(w http.ResponseWriter, repl *caddy.Replacer, rej *fairqueue.RejectError, a api) error {
 	_, msg := p.setPlaceholders(repl, rej)
 	if a.ollama() {
-		return writeFrame(w, a.errorFrame(a.errorBody(msg, "", "")))
+		body := a.errorBody(msg, "", "")
+		if p.body != "" {
+			body = oneLine(replaceJSON(repl, p.body))
+		}
+		return writeFrame(w, a.errorFrame(body))
 	}
 	return p.writeEvent(w, repl, rej, msg)
+}
+
+// oneLine puts a reject body on one line, an NDJSON stream's frame: JSON
+// compacted, anything else with its line breaks made spaces.
+func oneLine(body string) []byte {
+	var b bytes.Buffer
+	if json.Compact(&b, []byte(body)) == nil {
+		return b.Bytes()
+	}
+	return []byte(strings.NewReplacer("\r\n", " ", "\r", " ", "\n", " ").Replace(body))
 }
 
 // setPlaceholders sets the reject's placeholders and returns the

@@ -22,7 +22,24 @@ import (
 // handler failing before it wrote anything) becomes an SSE error event.
 func (c *call) relay() error {
 	cw := &committedWriter{w: c.w, header: make(http.Header)}
-	return c.relayEnd(cw, c.next.ServeHTTP(cw, c.r))
+	return c.relayEnd(cw, c.next.ServeHTTP(cw, unencoded(c.r)))
+}
+
+// unencoded is r as next gets it on a committed stream: without the
+// codings the client accepts. The header went out without the
+// upstream's Content-Encoding, so the upstream's body must come
+// unencoded (reverse_proxy's transport then asks for gzip itself and
+// decodes it), or the client would read compressed bytes as text. r
+// itself, which the access log shows, is left as the client sent it.
+func unencoded(r *http.Request) *http.Request {
+	if _, ok := r.Header["Accept-Encoding"]; !ok {
+		return r
+	}
+	r2 := new(http.Request)
+	*r2 = *r
+	r2.Header = r.Header.Clone()
+	r2.Header.Del("Accept-Encoding")
+	return r2
 }
 
 // relayEnd ends a relayed answer that cw holds, next's error err.

@@ -116,3 +116,13 @@ func TestSniffCountsTheResponsesAPIsWholePrompt(t *testing.T) {
 		})
 	}
 }
+
+// TestSniffCountsAFillInTheMiddleSuffix: a code completion request to
+// Ollama's /api/generate (as editors' autocomplete sends) has the text
+// after the cursor in "suffix", often as long as its "prompt": the model
+// reads both, and Ollama counts both in prompt_eval_count, from which the
+// queue learns its bytes per token.
+func TestSniffCountsAFillInTheMiddleSuffix(t *testing.T) {
+	body := `{"model":"qwen2.5-coder","prompt":"def add(a, b):\n","suffix":"\n\nprint(add(1, 2))\n","stream":false}`
+	assert.Equal(t, int64(15+19), Sniff([]byte(body)).PromptBytes)
+}

@@ -18,8 +18,9 @@ type Fields struct {
 	NoStream bool
 	Model    string // "model": "<string>"
 	// MaxTokens is the largest of "max_tokens", "max_completion_tokens"
-	// (OpenAI chat) and "max_output_tokens" (Responses API) that is a
-	// positive number, rounded up, saturated at 1<<53; 0 if none.
+	// (OpenAI chat), "max_output_tokens" (Responses API) and Ollama's
+	// "options": {"num_predict"} that is a positive number, rounded up,
+	// saturated at 1<<53; 0 if none.
 	MaxTokens int64
 	// Budget is the completion budget the body sets: the first of
 	// "max_completion_tokens", "max_output_tokens", "max_tokens" and
@@ -31,8 +32,10 @@ type Fields struct {
 	// byte or a broken surrogate escape is U+FFFD, 3 bytes): the
 	// "content" of each of "messages" (a string, or the string parts
 	// and the "text" of the object parts of an array), "prompt" (a
-	// string, or the strings of an array), "system" and "instructions"
-	// (the Responses API's; a string) and "input" (the Responses API's
+	// string, or the strings of an array), "system", "instructions"
+	// (the Responses API's) and "suffix" (the text after the cursor of
+	// a fill-in-the-middle completion: Ollama's /api/generate, OpenAI's
+	// completions), each a string, and "input" (the Responses API's
 	// and embeddings': a string, or an array of strings and of items
 	// whose "content", or a tool result's "output", is as a message's
 	// content).
@@ -58,7 +61,7 @@ func Sniff(b []byte) Fields {
 	// each top-level member starts and ends.
 	var info Fields
 	var tokens [4]int64   // by key, so that a repeated key replaces its own value
-	var prompts [5]prompt // messages, prompt, system, input, instructions
+	var prompts [6]prompt // messages, prompt, system, input, instructions, suffix
 	eachMember(b, func(key, val []byte) {
 		switch unquote(key) {
 		case "stream":
@@ -87,9 +90,11 @@ func Sniff(b []byte) Fields {
 			prompts[3] = inputText(val)
 		case "instructions":
 			prompts[4] = stringText(val)
+		case "suffix":
+			prompts[5] = stringText(val)
 		}
 	})
-	info.MaxTokens = max(tokens[0], tokens[1], tokens[2])
+	info.MaxTokens = max(tokens[0], tokens[1], tokens[2], tokens[3])
 	info.Budget = cmp.Or(tokens[1], tokens[2], tokens[0], tokens[3])
 	for _, p := range prompts {
 		info.PromptBytes += p.n

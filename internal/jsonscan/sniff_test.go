@@ -122,8 +122,11 @@ func FuzzSniff(f *testing.F) {
 			want.MaxTokens = max(want.MaxTokens, wantTokens(m[k]))
 		}
 		want.Budget = cmp.Or(wantTokens(m["max_completion_tokens"]), wantTokens(m["max_output_tokens"]), wantTokens(m["max_tokens"]))
-		if opts, ok := wantObject(m["options"]); ok && want.Budget == 0 {
-			want.Budget = wantTokens(opts["num_predict"])
+		if opts, ok := wantObject(m["options"]); ok {
+			want.MaxTokens = max(want.MaxTokens, wantTokens(opts["num_predict"]))
+			if want.Budget == 0 {
+				want.Budget = wantTokens(opts["num_predict"])
+			}
 		}
 		want.PromptBytes, want.Prompt = wantPrompt(m)
 		assert.Equal(t, want, got, "body %q", b)
@@ -155,6 +158,9 @@ func wantPrompt(m map[string]json.RawMessage) (n int64, found bool) {
 		n, found = n+int64(len(s)), true
 	}
 	if s, ok := wantString(m["instructions"]); ok {
+		n, found = n+int64(len(s)), true
+	}
+	if s, ok := wantString(m["suffix"]); ok {
 		n, found = n+int64(len(s)), true
 	}
 	if s, ok := wantString(m["input"]); ok {
