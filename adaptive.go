@@ -22,7 +22,8 @@ import (
 type AdaptiveConfig struct {
 	// TargetTTFT is the time to first token to keep at or below: from
 	// forwarding a granted request to its first response byte (a
-	// stream's first chunk). Required.
+	// stream's first chunk); requests for a plain answer are not timed.
+	// Required.
 	TargetTTFT caddy.Duration `json:"target_ttft"`
 	// Floor is the least share of the configured capacity, in (0, 1];
 	// default 0.0625 (1/16), and at least one permit.
@@ -88,7 +89,10 @@ func parseAdaptive(d *caddyfile.Dispenser) (*AdaptiveConfig, error) {
 }
 
 // observeAnswer tells an adaptive queue what a forwarded request saw:
-// its time to first byte, or that the upstream refused it.
+// its time to first byte, or that the upstream refused it. Only a
+// streamed answer is timed: a plain answer's first byte comes after
+// the whole generation, which says nothing of the backend's time to
+// first token (a slow answer would pull the capacity to its floor).
 func (c *call) observeAnswer() {
 	if c.fb == nil || c.h.Adaptive == nil {
 		return
@@ -96,7 +100,7 @@ func (c *call) observeAnswer() {
 	switch {
 	case c.fb.status == 429 || c.fb.status == 503:
 		c.e.q.ObserveRefused(c.fb.upstream)
-	case c.fb.first > 0:
+	case c.fb.first > 0 && c.streaming:
 		c.e.q.ObserveTTFT(c.fb.upstream, c.fb.first)
 	}
 }

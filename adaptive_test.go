@@ -104,3 +104,46 @@ func TestAdaptiveCountsARefusalOnACommittedStream(t *testing.T) {
 		})
 	}
 }
+
+// A plain (not streamed) answer's first byte comes after the whole
+// generation, so it says nothing of the backend's time to first token:
+// a learned capacity times streamed answers only. Plain answers slower
+// than target_ttft leave the share alone; the same delay before a
+// stream's first chunk brings it down.
+func TestAdaptiveTimesStreamedAnswersOnly(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	for _, tc := range []struct {
+		name, body string
+		down       bool
+	}{
+		{"plain answers", `{"model":"m"}`, false},
+		{"streamed answers", `{"model":"m","stream":true}`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := keepaliveHandler(t, "adapt-plain-"+map[bool]string{false: "plain", true: "stream"}[tc.down], &Handler{
+				Adaptive: &AdaptiveConfig{TargetTTFT: caddy.Duration(50 * time.Millisecond), MinSamples: 1,
+					Interval: caddy.Duration(fairqueue.MinAdaptiveInterval)}})
+			srv := serve(t, h, proxyTo(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				time.Sleep(200 * time.Millisecond) // the generation, or the prefill before a stream's first chunk
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, `{"choices":[{"message":{"content":"hi"}}]}`)
+			})))
+			q := engineOf(t, h).q
+			for range 4 {
+				resp := srv.post(t, context.Background(), tc.body)
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				require.Equal(t, http.StatusOK, resp.StatusCode)
+				time.Sleep(time.Duration(fairqueue.MinAdaptiveInterval))
+			}
+			if tc.down {
+				assert.Eventually(t, func() bool { s, ok := q.Shares()[""]; return ok && s < 1 }, 2*time.Second, 10*time.Millisecond,
+					"streams whose first chunk came 200 ms after forwarding (target 50 ms) did not bring the share down: %v", q.Shares())
+				return
+			}
+			time.Sleep(500 * time.Millisecond)
+			s, ok := q.Shares()[""]
+			assert.True(t, !ok || s == 1, "plain answers, whose first byte comes after the whole generation, brought the share down: %v", q.Shares())
+		})
+	}
+}
