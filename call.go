@@ -46,8 +46,9 @@ type call struct {
 	committed bool // the keepalive sent the header of an event stream
 
 	permit    *fairqueue.Permit
-	granted   time.Time    // when the permit came
-	usage     *usageWriter // cost tokens: reads the answer's usage
+	granted   time.Time     // when the permit came
+	sent      *http.Request // a pool's request as first passed on: a requeue sends it again
+	usage     *usageWriter  // cost tokens: reads the answer's usage
 	fb        *firstByteWriter
 	forwarded bool  // next was called
 	running   bool  // counted in e.running
@@ -218,6 +219,7 @@ func (c *call) serve() error {
 // served is false when a reload took the pool away while the request
 // waited again: serve goes on with the route of its new grant.
 func (c *call) servePool() (served bool, err error) {
+	c.sent = c.r.Clone(c.r.Context())
 	for requeues := c.h.maxRequeues(); ; requeues-- {
 		grantUpstream(c.r, c.repl, c.permit.Upstream())
 		c.fb.forwarded, c.fb.upstream = time.Now(), c.permit.Upstream()

@@ -122,6 +122,10 @@ func (c *call) requeue(rf *refusal) error {
 	if l := c.h.logger.Check(zapcore.DebugLevel, "upstream refused the request; requeued"); l != nil {
 		l.Write(zap.String("queue", c.name), zap.String("upstream", up), zap.String("reason", rf.reason), zap.Duration("cooldown", rf.cool))
 	}
+	// The handlers after this one changed the request in place (a
+	// rewrite, a header added): it goes to them again as first passed
+	// on, and in place, as Caddy's placeholders read it there.
+	*c.r = *c.sent.Clone(c.r.Context())
 	if c.r.GetBody != nil { // the buffered body, sent again unchanged
 		c.r.Body, _ = c.r.GetBody()
 	}

@@ -66,6 +66,9 @@ func (h *Handler) checkPool() error {
 	}
 	sum, tokens, withTokens := 0, 0, 0
 	for _, u := range h.Upstreams {
+		if err := checkDial(u.Dial); err != nil {
+			return fmt.Errorf("upstream %s: %w", u.Dial, err)
+		}
 		sum += u.Permits
 		if u.KVTokens > 0 {
 			tokens += u.KVTokens
@@ -80,6 +83,31 @@ func (h *Handler) checkPool() error {
 	// the queue's and each upstream's tokens apart, and may round into it.
 	if withTokens == len(h.Upstreams) && h.KVTokens > tokens {
 		return fmt.Errorf("kv_tokens (%d) is more than the upstreams' kv_tokens together (%d): it caps the pool, leave it out to use their sum", h.KVTokens, tokens)
+	}
+	return nil
+}
+
+// checkDial reports an upstream address that reverse_proxy could not
+// dial (every request granted on it would answer 502): a URL, a host
+// without a port, a port that is not a number, a port range. One with a
+// placeholder is known only when reverse_proxy replaces it.
+func checkDial(dial string) error {
+	if strings.Contains(dial, "{") {
+		return nil
+	}
+	if strings.Contains(dial, "://") {
+		return errors.New("the address is dialed, not a URL: give host:port")
+	}
+	addr, err := caddy.ParseNetworkAddress(dial)
+	switch {
+	case err != nil:
+		return fmt.Errorf("not a dial address: %w", err)
+	case addr.IsUnixNetwork() || addr.IsFdNetwork():
+		return nil
+	case addr.StartPort == 0:
+		return errors.New("the address needs a port: give host:port")
+	case addr.PortRangeSize() != 1:
+		return errors.New("the address must have one port, not a range")
 	}
 	return nil
 }
