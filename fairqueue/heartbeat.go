@@ -59,6 +59,14 @@ func (s *session) heartbeat(cfg *Config) (ok bool) {
 		all := ids(pending)
 		n := min(len(all), pendingPerCall)
 		args.Pending, more = all[:n], all[n:]
+	} else if t := oldest(pending); t != nil {
+		// One waiter named every time: Redis may lose the queue's list
+		// of waiters with nothing else to tell (an eviction under
+		// maxmemory deletes the key: no error, no disconnect, the epoch
+		// kept). The one waiting longest was queued before any such
+		// loss, whatever came after. Found missing, it is queued again
+		// and the next heartbeat names every waiter.
+		args.Pending = []string{t.id}
 	}
 	if args.Epoch == "" {
 		if e := s.seen.Load(); e != nil {
@@ -129,6 +137,11 @@ func (s *session) heartbeat(cfg *Config) (ok bool) {
 		s.verify = true // the waiters not yet named are named next time
 	}
 	if len(res.Missing) > 0 {
+		if !verify {
+			// The one named was lost: the others may be too.
+			s.verify = true
+			s.wake()
+		}
 		q.log.Warn("store had lost waiters of this node; queueing them again", zap.Int("waiting", len(res.Missing)))
 		s.reinstate(cfg, res.Missing)
 	}
@@ -198,6 +211,17 @@ func (s *session) readded(ids []string, sameEpoch bool) {
 		q.log.Warn("store had dropped permits this node holds (a failover, or a partition longer than the lease); counted them again",
 			zap.Int("permits", lost))
 	}
+}
+
+// oldest is the waiter of ts the node made first (nil if none).
+func oldest(ts []*ticket) *ticket {
+	var out *ticket
+	for _, t := range ts {
+		if out == nil || t.no < out.no {
+			out = t
+		}
+	}
+	return out
 }
 
 func ids(ts []*ticket) []string {

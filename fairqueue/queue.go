@@ -356,7 +356,7 @@ func (q *Queue) newTicket(failOpen bool, flow string) *ticket {
 	}
 	q.counter++
 	id := TicketID{Node: q.node, Counter: q.counter, Flow: flow}.String()
-	t := &ticket{id: id, granted: make(chan struct{}), failOpen: failOpen}
+	t := &ticket{id: id, no: q.counter, granted: make(chan struct{}), failOpen: failOpen}
 	if failOpen {
 		t.state.Store(stateGranted)
 		close(t.granted)

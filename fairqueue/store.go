@@ -237,8 +237,9 @@ type HeartbeatArgs struct {
 	Tokens map[string]int
 	// Pending are tickets of this node waiting for a grant, named when the
 	// node has reason to doubt the store still has them (it was forgotten,
-	// a call failed, the subscription was re-established): the store
-	// reports those it lost in HeartbeatResult.Missing.
+	// a call failed, the subscription was re-established), else the
+	// oldest one alone (a key evicted under maxmemory gives no other
+	// sign): the store reports those it lost in HeartbeatResult.Missing.
 	Pending []string
 	// Epoch is the data-set ID this node last saw ("" if none).
 	Epoch string

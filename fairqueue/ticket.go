@@ -14,6 +14,7 @@ const (
 // ticket is one request's place in the queue, as this node knows it.
 type ticket struct {
 	id      string
+	no      uint64 // its counter in id: the node's tickets in the order made
 	state   atomic.Int32
 	granted chan struct{} // closed on the move to granted
 	// failOpen: admitted while the store was unreachable; registered in

@@ -80,8 +80,15 @@ end
 local missing = {}
 for i = 13 + n, 12 + n + m do
   local id = ARGV[i]
-  if not redis.call('ZSCORE', K.waiting, id) and redis.call('HEXISTS', K.fticket, id) == 0 and
-     not redis.call('ZSCORE', K.holders, id) then
+  -- A fair ticket waits where its order entry is (K.fwait): one Redis
+  -- lost (an eviction of that key) with its index entry left waits
+  -- nowhere, and that entry goes, so the node can queue it again.
+  local fm = redis.call('HGET', K.fticket, id)
+  if fm and not redis.call('ZSCORE', K.fwait, fm) then
+    unqueue(id)
+    fm = false
+  end
+  if not redis.call('ZSCORE', K.waiting, id) and not fm and not redis.call('ZSCORE', K.holders, id) then
     missing[#missing + 1] = id
   end
 end
