@@ -7,6 +7,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -19,12 +20,13 @@ type Fields struct {
 	Model    string // "model": "<string>"
 	// MaxTokens is the largest of "max_tokens", "max_completion_tokens"
 	// (OpenAI chat) and "max_output_tokens" (Responses API) that is a
-	// positive number, rounded up, saturated at 1<<53; 0 if none.
+	// positive number (or a string of one, as vLLM and SGLang take it),
+	// rounded up, saturated at 1<<53; 0 if none.
 	MaxTokens int64
 	// Budget is the completion budget the body sets: the first of
 	// "max_completion_tokens", "max_output_tokens", "max_tokens" and
-	// Ollama's "options": {"num_predict"} that is a positive number,
-	// rounded up, saturated at 1<<53; 0 if none.
+	// Ollama's "options": {"num_predict"} that is a positive number (or
+	// a string of one), rounded up, saturated at 1<<53; 0 if none.
 	Budget int64
 	// PromptBytes is the length in bytes of the prompt's text, decoded
 	// as encoding/json decodes it (escapes resolved; an invalid UTF-8
@@ -103,13 +105,41 @@ func Sniff(b []byte) Fields {
 // below it.
 const MaxTokenCount = 1 << 53
 
-// tokenCount reads a JSON number token as a positive token count, 0 for
-// anything else (a string, null, zero, a negative number).
+// tokenCount reads a JSON number token, or a string of decimal digits,
+// as a positive token count, 0 for anything else (another string, null,
+// zero, a negative number).
 func tokenCount(val []byte) int64 {
+	if len(val) > 0 && val[0] == '"' {
+		return tokenCountText(unquote(val))
+	}
 	if len(val) == 0 || (val[0] != '-' && (val[0] < '0' || val[0] > '9')) {
 		return 0
 	}
-	f, err := strconv.ParseFloat(string(val), 64)
+	return positiveCount(string(val))
+}
+
+// tokenCountText reads a token count sent as a string as vLLM and
+// SGLang read it (pydantic takes " 100000 ", "+1_000" or "100.0" for an
+// integer, and the backend generates that many): spaces around, a plus
+// sign, then digits, underscores and a decimal point; 0 for anything
+// else.
+func tokenCountText(s string) int64 {
+	s = strings.TrimPrefix(strings.TrimSpace(s), "+")
+	if s == "" || s[0] < '0' || s[0] > '9' {
+		return 0
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && c != '_' && c != '.' {
+			return 0
+		}
+	}
+	return positiveCount(strings.ReplaceAll(s, "_", ""))
+}
+
+// positiveCount parses a decimal number as a positive token count:
+// rounded up, saturated at MaxTokenCount; 0 when it is not one.
+func positiveCount(num string) int64 {
+	f, err := strconv.ParseFloat(num, 64)
 	if err != nil && !errors.Is(err, strconv.ErrRange) { // 1e999 saturates
 		return 0
 	}

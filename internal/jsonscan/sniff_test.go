@@ -66,7 +66,8 @@ func TestSniffReadsTheLargestTopLevelMaxTokens(t *testing.T) {
 		{"nested is ignored", `{"options":{"max_tokens":99},"messages":[{"max_tokens":5}]}`, 0},
 		{"zero", `{"max_tokens":0}`, 0},
 		{"negative", `{"max_tokens":-5}`, 0},
-		{"string", `{"max_tokens":"512"}`, 0},
+		{"string of digits", `{"max_tokens":"512"}`, 512},
+		{"other string", `{"max_tokens":"many"}`, 0},
 		{"null", `{"max_tokens":null}`, 0},
 		{"fraction rounds up", `{"max_tokens":10.2}`, 11},
 		{"exponent", `{"max_tokens":1e3}`, 1000},
@@ -94,6 +95,7 @@ func FuzzSniff(f *testing.F) {
 		`{"model":"m","stream":true}`, `{"stream":false}`, `{"a":{"stream":true}}`,
 		`{"str\u0065am":true}`, `{"model":"\"}"}`, `[1]`, `{"stream":true`, `{}`, ` {"a":[{}],"stream" : true } `,
 		`{"max_tokens":12,"max_completion_tokens":1.5e2}`, `{"max_output_tokens":-1}`, `{"max_tokens":"9"}`,
+		`{"max_tokens":" +1_0.0 "}`, `{"max_completion_tokens":"x1","max_tokens":"1e3"}`,
 		`{"x":"a\\","model":"m"}`, `{"x":"a\\\"","model":"m"}`,
 		`{"messages":[{"role":"user","content":"h\u00e9\ud83d\ude00\n"},{"content":[{"type":"text","text":"x"},"y",{"text":1}]}]}`,
 		`{"prompt":["ab","\ud800x"],"system":"s\xff","options":{"num_predict":64},"max_tokens":0}`,
@@ -222,10 +224,19 @@ func wantObject(raw json.RawMessage) (map[string]json.RawMessage, bool) {
 }
 
 // wantTokens is the fuzz oracle's reading of a max tokens value: a
-// positive JSON number, rounded up and saturated.
+// positive JSON number, or a string of one in decimal digits (spaces
+// around, a plus sign, underscores and a point allowed), rounded up and
+// saturated.
 func wantTokens(raw json.RawMessage) int64 {
 	var n json.Number
-	if len(raw) == 0 || raw[0] == '"' || json.Unmarshal(raw, &n) != nil {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		s = strings.TrimPrefix(strings.TrimSpace(s), "+")
+		if s == "" || strings.Trim(s, "0123456789_.") != "" || s[0] == '_' || s[0] == '.' {
+			return 0
+		}
+		n = json.Number(strings.ReplaceAll(s, "_", ""))
+	} else if len(raw) == 0 || json.Unmarshal(raw, &n) != nil {
 		return 0
 	}
 	f, err := strconv.ParseFloat(string(n), 64)
