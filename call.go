@@ -282,7 +282,7 @@ func (c *call) learn() {
 	}
 	if c.weight.open {
 		if tokens, ok := c.usage.completionTokens(); ok {
-			c.e.budget.observe(tokens)
+			c.e.budget.observe(tokens / float64(c.weight.completions)) // one completion's
 		}
 	}
 	if c.weight.noPrompt {

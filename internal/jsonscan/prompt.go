@@ -14,6 +14,7 @@ import (
 type prompt struct {
 	n     int64
 	found bool
+	batch int64 // the prompts of a batch ("prompt": an array of strings or of token arrays)
 }
 
 // messagesText is the text of "messages": the "content" of each message
@@ -72,19 +73,24 @@ func contentText(v []byte) int64 {
 }
 
 // promptText is the text of "prompt" (completions, Ollama's generate): a
-// string, or the strings of an array (a batch).
+// string, or the strings of an array (a batch, whose strings and token
+// arrays are each a prompt; an array of numbers is one prompt's tokens).
 func promptText(val []byte) prompt {
 	switch val[0] {
 	case '"':
 		return prompt{n: textLen(val), found: true}
 	case '[':
-		var n int64
+		var n, batch int64
 		eachElement(val, func(el []byte) {
-			if el[0] == '"' {
+			switch el[0] {
+			case '"':
 				n += textLen(el)
+				batch++
+			case '[':
+				batch++
 			}
 		})
-		return prompt{n: n, found: true}
+		return prompt{n: n, found: true, batch: batch}
 	}
 	return prompt{}
 }

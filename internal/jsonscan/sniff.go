@@ -28,6 +28,14 @@ type Fields struct {
 	// Ollama's "options": {"num_predict"} that is a positive number (or
 	// a string of one), rounded up, saturated at 1<<53; 0 if none.
 	Budget int64
+	// Completions is how many completions an OpenAI-compatible backend
+	// (vLLM, SGLang) generates for the body, each up to the budget and
+	// holding its own tokens in the KV cache: the larger of "n" and
+	// "best_of" that is a positive number (or a string of one), else 1,
+	// times the prompts of a "prompt" batch (an array of strings or of
+	// token arrays), saturated at 1<<53; 0 (one) if the body has none of
+	// these.
+	Completions int64
 	// PromptBytes is the length in bytes of the prompt's text, decoded
 	// as encoding/json decodes it (escapes resolved; an invalid UTF-8
 	// byte or a broken surrogate escape is U+FFFD, 3 bytes): the
@@ -61,6 +69,7 @@ func Sniff(b []byte) Fields {
 	var info Fields
 	var tokens [4]int64   // by key, so that a repeated key replaces its own value
 	var prompts [5]prompt // messages, prompt, system, input, instructions
+	var choices [2]int64  // n, best_of
 	eachMember(b, func(key, val []byte) {
 		switch unquote(key) {
 		case "stream":
@@ -77,6 +86,10 @@ func Sniff(b []byte) Fields {
 			tokens[1] = tokenCount(val)
 		case "max_output_tokens":
 			tokens[2] = tokenCount(val)
+		case "n":
+			choices[0] = tokenCount(val)
+		case "best_of":
+			choices[1] = tokenCount(val)
 		case "options":
 			tokens[3] = numPredict(val)
 		case "messages":
@@ -93,6 +106,9 @@ func Sniff(b []byte) Fields {
 	})
 	info.MaxTokens = max(tokens[0], tokens[1], tokens[2])
 	info.Budget = cmp.Or(tokens[1], tokens[2], tokens[0], tokens[3])
+	if each, batch := max(choices[0], choices[1]), prompts[1].batch; each > 0 || batch > 0 {
+		info.Completions = saturatedProduct(max(each, 1), max(batch, 1))
+	}
 	for _, p := range prompts {
 		info.PromptBytes += p.n
 		info.Prompt = info.Prompt || p.found
@@ -147,6 +163,15 @@ func positiveCount(num string) int64 {
 		return 0
 	}
 	return int64(math.Ceil(min(f, MaxTokenCount)))
+}
+
+// saturatedProduct is a*b, both in 1..MaxTokenCount, saturated at
+// MaxTokenCount.
+func saturatedProduct(a, b int64) int64 {
+	if a > MaxTokenCount/b {
+		return MaxTokenCount
+	}
+	return min(a*b, MaxTokenCount)
 }
 
 // scanner walks a valid JSON document.

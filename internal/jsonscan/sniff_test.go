@@ -103,6 +103,7 @@ func FuzzSniff(f *testing.F) {
 		"{\"prompt\":\"\xed\xa0\x80\\udc00\\u0041\"}",
 		`{"input":["a\u00e9",{"role":"user","content":[{"type":"input_text","text":"xyz"}]},{"content":"q"},3]}`,
 		`{"input":"embed me","model":"e"}`,
+		`{"prompt":["a",[1,2],3],"n":"4","best_of":2}`, `{"n":2,"prompt":[1,2]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -128,6 +129,7 @@ func FuzzSniff(f *testing.F) {
 			want.Budget = wantTokens(opts["num_predict"])
 		}
 		want.PromptBytes, want.Prompt = wantPrompt(m)
+		want.Completions = wantCompletions(m)
 		assert.Equal(t, want, got, "body %q", b)
 	})
 }
