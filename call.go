@@ -274,8 +274,8 @@ func (c *call) readsUsage() bool {
 
 // learn teaches the queue's prompt estimator the prompt tokens the
 // answer's usage counted for the request's prompt text, when both are
-// known, and its budget estimator the tokens the answer generated, when
-// the request set no budget.
+// known and the prompt is text alone, and its budget estimator the
+// tokens the answer generated, when the request set no budget.
 func (c *call) learn() {
 	if c.usage == nil {
 		return
@@ -285,7 +285,8 @@ func (c *call) learn() {
 			c.e.budget.observe(tokens / float64(c.weight.completions)) // one completion's
 		}
 	}
-	if c.weight.noPrompt {
+	if c.weight.noPrompt || c.weight.ids > 0 {
+		// The usage counts more than the prompt's text (the body, token ids).
 		return
 	}
 	if tokens, ok := c.usage.promptTokens(); ok {

@@ -44,11 +44,14 @@ type weight struct {
 	// it names no prompt (noPrompt).
 	text     int64
 	noPrompt bool
-	budget   int64 // the completion budget, of each completion
+	// ids is the prompt's tokens sent as token ids
+	// (jsonscan.Fields.PromptTokens), counted as they are.
+	ids    int64
+	budget int64 // the completion budget, of each completion
 	// completions is how many completions the backend generates, each
 	// up to the budget (jsonscan.Fields.Completions): at least 1.
 	completions int64
-	prompt      int64 // the prompt's estimated tokens: ceil(text / bytes per token)
+	prompt      int64 // the prompt's estimated tokens: ceil(text / bytes per token) + ids
 	// open: the body sets no budget, and the queue's learned one applies
 	// (learnBudget); budget is the default until weigh.
 	open bool
@@ -66,8 +69,11 @@ func embeds(r *http.Request, a api) bool {
 // prompt tokens are estimated once its queue is known (estimate).
 func newWeight(info jsonscan.Fields, bodyLen int, defaultBudget int) weight {
 	w := weight{text: info.PromptBytes, budget: info.Budget, completions: max(info.Completions, 1)}
-	if !info.Prompt {
-		// Not a body whose prompt we can read: count all of it.
+	if info.Prompt {
+		w.ids = info.PromptTokens
+	} else {
+		// Not a body whose prompt we can read: count all of it (an
+		// Ollama "context" included).
 		w.text, w.noPrompt = int64(bodyLen), true
 	}
 	if w.budget <= 0 {
@@ -77,9 +83,10 @@ func newWeight(info jsonscan.Fields, bodyLen int, defaultBudget int) weight {
 	return w
 }
 
-// estimate fills in the prompt's tokens at bytesPerToken.
+// estimate fills in the prompt's tokens: its text at bytesPerToken, and
+// its token ids.
 func (w *weight) estimate(bytesPerToken float64) {
-	w.prompt = int64(math.Ceil(float64(w.text) / bytesPerToken))
+	w.prompt = int64(math.Ceil(float64(w.text)/bytesPerToken)) + w.ids
 }
 
 // tokens is the weight: prompt plus budget for each completion,

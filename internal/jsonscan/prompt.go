@@ -15,6 +15,7 @@ type prompt struct {
 	n     int64
 	found bool
 	batch int64 // the prompts of a batch ("prompt": an array of strings or of token arrays)
+	ids   int64 // the tokens sent as ids (numbers) rather than text
 }
 
 // messagesText is the text of "messages": the "content" of each message
@@ -80,17 +81,20 @@ func promptText(val []byte) prompt {
 	case '"':
 		return prompt{n: textLen(val), found: true}
 	case '[':
-		var n, batch int64
+		var n, batch, ids int64
 		eachElement(val, func(el []byte) {
 			switch el[0] {
 			case '"':
 				n += textLen(el)
 				batch++
 			case '[':
+				ids += tokenIDs(el)
 				batch++
+			default:
+				ids += isNumber(el)
 			}
 		})
-		return prompt{n: n, found: true, batch: batch}
+		return prompt{n: n, found: true, batch: batch, ids: ids}
 	}
 	return prompt{}
 }
@@ -98,17 +102,20 @@ func promptText(val []byte) prompt {
 // inputText is the text of "input" (the Responses API, embeddings): a
 // string, or an array of strings and of items whose "content" is text
 // as a message's is, or whose "output" is (a tool's result, such as a
-// function_call_output: what a chat request's tool message holds).
+// function_call_output: what a chat request's tool message holds); and
+// its token ids (embeddings': an array of numbers, or of such arrays).
 func inputText(val []byte) prompt {
 	switch val[0] {
 	case '"':
 		return prompt{n: textLen(val), found: true}
 	case '[':
-		var n int64
+		var n, ids int64
 		eachElement(val, func(el []byte) {
 			switch el[0] {
 			case '"':
 				n += textLen(el)
+			case '[':
+				ids += tokenIDs(el)
 			case '{':
 				var content, output int64
 				eachMember(el, func(key, v []byte) {
@@ -120,11 +127,33 @@ func inputText(val []byte) prompt {
 					}
 				})
 				n += content + output
+			default:
+				ids += isNumber(el)
 			}
 		})
-		return prompt{n: n, found: true}
+		return prompt{n: n, found: true, ids: ids}
 	}
 	return prompt{}
+}
+
+// tokenIDs is the number of token ids (numbers) in an array: a prompt
+// sent as tokens (completions' "prompt", embeddings' "input", Ollama's
+// "context").
+func tokenIDs(arr []byte) int64 {
+	if arr[0] != '[' {
+		return 0
+	}
+	var ids int64
+	eachElement(arr, func(el []byte) { ids += isNumber(el) })
+	return ids
+}
+
+// isNumber is 1 for a JSON number, 0 for another value.
+func isNumber(v []byte) int64 {
+	if v[0] == '-' || (v[0] >= '0' && v[0] <= '9') {
+		return 1
+	}
+	return 0
 }
 
 // stringText is the text of a key whose value is a string ("system",

@@ -47,6 +47,11 @@ type Fields struct {
 	// whose "content", or a tool result's "output", is as a message's
 	// content).
 	PromptBytes int64
+	// PromptTokens is the prompt's tokens sent as ids rather than text:
+	// the numbers of "prompt" and of "input" (an array of token ids, or
+	// a batch of such arrays: completions' and embeddings') and of
+	// Ollama's "context" (the tokens of the conversation so far).
+	PromptTokens int64
 	// Prompt reports that the body has one of those keys with a value of
 	// such a type (its text may be empty); without one, PromptBytes is 0
 	// and says nothing of the prompt.
@@ -70,6 +75,7 @@ func Sniff(b []byte) Fields {
 	var tokens [4]int64   // by key, so that a repeated key replaces its own value
 	var prompts [5]prompt // messages, prompt, system, input, instructions
 	var choices [2]int64  // n, best_of
+	var context int64     // Ollama's "context": token ids
 	eachMember(b, func(key, val []byte) {
 		switch unquote(key) {
 		case "stream":
@@ -102,6 +108,8 @@ func Sniff(b []byte) Fields {
 			prompts[3] = inputText(val)
 		case "instructions":
 			prompts[4] = stringText(val)
+		case "context":
+			context = tokenIDs(val)
 		}
 	})
 	info.MaxTokens = max(tokens[0], tokens[1], tokens[2])
@@ -109,8 +117,10 @@ func Sniff(b []byte) Fields {
 	if each, batch := max(choices[0], choices[1]), prompts[1].batch; each > 0 || batch > 0 {
 		info.Completions = saturatedProduct(max(each, 1), max(batch, 1))
 	}
+	info.PromptTokens = context
 	for _, p := range prompts {
 		info.PromptBytes += p.n
+		info.PromptTokens += p.ids
 		info.Prompt = info.Prompt || p.found
 	}
 	return info

@@ -104,6 +104,7 @@ func FuzzSniff(f *testing.F) {
 		`{"input":["a\u00e9",{"role":"user","content":[{"type":"input_text","text":"xyz"}]},{"content":"q"},3]}`,
 		`{"input":"embed me","model":"e"}`,
 		`{"prompt":["a",[1,2],3],"n":"4","best_of":2}`, `{"n":2,"prompt":[1,2]}`,
+		`{"prompt":[[1,-2],3,"x",[[4]]],"input":[[5],6,{"content":"c"}],"context":[7,8.5,null]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -130,6 +131,7 @@ func FuzzSniff(f *testing.F) {
 		}
 		want.PromptBytes, want.Prompt = wantPrompt(m)
 		want.Completions = wantCompletions(m)
+		want.PromptTokens = wantPromptTokens(m)
 		assert.Equal(t, want, got, "body %q", b)
 	})
 }
