@@ -20,8 +20,10 @@ type prompt struct {
 
 // messagesText is the text of "messages": the "content" of each message
 // object, a string or an array of parts (a string part, or an object
-// part's "text" string). Roles, names, images and tool calls are not
-// text the model reads as prose, or are small: they are not counted.
+// part's "text" string), and the JSON of an assistant message's
+// "tool_calls", which the chat template renders into the prompt. Roles,
+// names and images are not text the model reads as prose, or are
+// small: they are not counted.
 func messagesText(val []byte) prompt {
 	if val[0] != '[' {
 		return prompt{}
@@ -32,15 +34,28 @@ func messagesText(val []byte) prompt {
 		if msg[0] != '{' {
 			return
 		}
-		var content int64 // the last "content" of the message counts
+		var content, calls int64 // the last of each key counts
 		eachMember(msg, func(key, v []byte) {
-			if keyIs(key, "content") {
+			switch {
+			case keyIs(key, "content"):
 				content = contentText(v)
+			case keyIs(key, "tool_calls"):
+				calls = toolsText(v)
 			}
 		})
-		p.n += content
+		p.n += content + calls
 	})
 	return p
+}
+
+// toolsText is the length of the JSON of "tools" or "functions" (the
+// definitions a chat template renders into the prompt) or of a
+// message's "tool_calls": an array, counted as it is sent.
+func toolsText(val []byte) int64 {
+	if val[0] != '[' {
+		return 0
+	}
+	return int64(len(val))
 }
 
 // contentText is the text of a message's content: a string, or the
@@ -102,8 +117,10 @@ func promptText(val []byte) prompt {
 // inputText is the text of "input" (the Responses API, embeddings): a
 // string, or an array of strings and of items whose "content" is text
 // as a message's is, or whose "output" is (a tool's result, such as a
-// function_call_output: what a chat request's tool message holds); and
-// its token ids (embeddings': an array of numbers, or of such arrays).
+// function_call_output: what a chat request's tool message holds), and
+// the JSON of an item whose "arguments" is a string (a function_call:
+// what a chat request's tool_calls hold); and its token ids
+// (embeddings': an array of numbers, or of such arrays).
 func inputText(val []byte) prompt {
 	switch val[0] {
 	case '"':
@@ -117,16 +134,21 @@ func inputText(val []byte) prompt {
 			case '[':
 				ids += tokenIDs(el)
 			case '{':
-				var content, output int64
+				var content, output, call int64
 				eachMember(el, func(key, v []byte) {
 					switch {
 					case keyIs(key, "content"):
 						content = contentText(v)
 					case keyIs(key, "output"):
 						output = contentText(v)
+					case keyIs(key, "arguments"):
+						call = 0
+						if v[0] == '"' {
+							call = int64(len(el))
+						}
 					}
 				})
-				n += content + output
+				n += content + output + call
 			default:
 				ids += isNumber(el)
 			}

@@ -23,7 +23,9 @@ func TestSniffCountsThePromptText(t *testing.T) {
 		{"Ollama generate: prompt and system", `{"model":"m","prompt":"why","system":"you are terse"}`, 3 + 13, true},
 		{"Ollama chat", `{"model":"m","messages":[{"role":"user","content":"hi there"}],"options":{"num_predict":8}}`, 8, true},
 		{"empty messages", `{"messages":[]}`, 0, true},
-		{"roles and tool calls are not text", `{"messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}}]}]}`, 0, true},
+		{"roles are not text; tool calls count as their JSON", `{"messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}}]}]}`, 33, true},
+		{"tools and functions count as their JSON", `{"messages":[],"tools":[{"a":1}],"functions":[2]}`, 9 + 3, true},
+		{"tools not an array", `{"messages":[],"tools":"xyz"}`, 0, true},
 		{"nested prompt keys are not top-level", `{"input":{"prompt":"xx","messages":[{"content":"yy"}]}}`, 0, false},
 		{"embeddings input", `{"model":"e","input":"some text"}`, 9, true},
 		{"a batch of inputs", `{"model":"e","input":["ab","cd"]}`, 4, true},
@@ -93,23 +95,24 @@ func BenchmarkSniffPrompt(b *testing.B) {
 
 // TestSniffCountsTheResponsesAPIsWholePrompt: a Responses API request's
 // prompt is its "instructions" (the system message, as Ollama's "system"
-// is) and its input items, the tool results among them: a
+// is) and its input items, the tool calls and results among them: a
 // function_call_output's "output" is the same text a chat request's
-// {"role":"tool","content":...} message holds, which is counted. The
-// backend counts both in usage.input_tokens, from which the queue learns
-// its bytes per token.
+// {"role":"tool","content":...} message holds, and a function_call item
+// what a chat request's "tool_calls" hold (each counted as its JSON).
+// The backend counts both in usage.input_tokens, from which the queue
+// learns its bytes per token.
 func TestSniffCountsTheResponsesAPIsWholePrompt(t *testing.T) {
 	for _, tc := range []struct {
 		name, body string
 		bytes      int64
 	}{
 		{"instructions", `{"model":"m","instructions":"be terse","input":"hi"}`, 8 + 2},
-		{"a tool's output", `{"model":"m","input":[{"role":"user","content":"read it"},` +
+		{"a tool's call and output", `{"model":"m","input":[{"role":"user","content":"read it"},` +
 			`{"type":"function_call","call_id":"c1","name":"read","arguments":"{}"},` +
-			`{"type":"function_call_output","call_id":"c1","output":"file contents"}]}`, 7 + 13},
+			`{"type":"function_call_output","call_id":"c1","output":"file contents"}]}`, 7 + 70 + 13},
 		{"the same turn as a chat request", `{"model":"m","messages":[{"role":"user","content":"read it"},` +
 			`{"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"read","arguments":"{}"}}]},` +
-			`{"role":"tool","tool_call_id":"c1","content":"file contents"}]}`, 7 + 13},
+			`{"role":"tool","tool_call_id":"c1","content":"file contents"}]}`, 7 + 75 + 13},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.bytes, Sniff([]byte(tc.body)).PromptBytes)

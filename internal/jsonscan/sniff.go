@@ -45,7 +45,9 @@ type Fields struct {
 	// (the Responses API's; a string) and "input" (the Responses API's
 	// and embeddings': a string, or an array of strings and of items
 	// whose "content", or a tool result's "output", is as a message's
-	// content).
+	// content); and the length of the JSON of "tools" and "functions"
+	// (arrays of definitions) and of each message's "tool_calls" (an
+	// array), which a chat template renders into the prompt.
 	PromptBytes int64
 	// PromptTokens is the prompt's tokens sent as ids rather than text:
 	// the numbers of "prompt" and of "input" (an array of token ids, or
@@ -76,6 +78,7 @@ func Sniff(b []byte) Fields {
 	var prompts [5]prompt // messages, prompt, system, input, instructions
 	var choices [2]int64  // n, best_of
 	var context int64     // Ollama's "context": token ids
+	var tools [2]int64    // tools, functions: bytes of JSON
 	eachMember(b, func(key, val []byte) {
 		switch unquote(key) {
 		case "stream":
@@ -110,6 +113,10 @@ func Sniff(b []byte) Fields {
 			prompts[4] = stringText(val)
 		case "context":
 			context = tokenIDs(val)
+		case "tools":
+			tools[0] = toolsText(val)
+		case "functions":
+			tools[1] = toolsText(val)
 		}
 	})
 	info.MaxTokens = max(tokens[0], tokens[1], tokens[2])
@@ -122,6 +129,9 @@ func Sniff(b []byte) Fields {
 		info.PromptBytes += p.n
 		info.PromptTokens += p.ids
 		info.Prompt = info.Prompt || p.found
+	}
+	if info.Prompt {
+		info.PromptBytes += tools[0] + tools[1]
 	}
 	return info
 }

@@ -104,6 +104,8 @@ func FuzzSniff(f *testing.F) {
 		`{"input":["a\u00e9",{"role":"user","content":[{"type":"input_text","text":"xyz"}]},{"content":"q"},3]}`,
 		`{"input":"embed me","model":"e"}`,
 		`{"prompt":["a",[1,2],3],"n":"4","best_of":2}`, `{"n":2,"prompt":[1,2]}`,
+		`{"messages":[{"tool_calls":[ {"a":"b"} ],"content":"x"}],"tools":[1, 2],"functions":{}}`,
+		`{"input":[{"type":"function_call","arguments":"{}"},{"arguments":3}],"tools":[]}`,
 		`{"prompt":[[1,-2],3,"x",[[4]]],"input":[[5],6,{"content":"c"}],"context":[7,8.5,null]}`,
 	} {
 		f.Add([]byte(s))
@@ -143,7 +145,7 @@ func wantPrompt(m map[string]json.RawMessage) (n int64, found bool) {
 		found = true
 		for _, msg := range msgs {
 			if o, ok := wantObject(msg); ok {
-				n += wantContent(o["content"])
+				n += wantContent(o["content"]) + wantJSONArray(o["tool_calls"])
 			}
 		}
 	}
@@ -174,10 +176,25 @@ func wantPrompt(m map[string]json.RawMessage) (n int64, found bool) {
 			}
 			if o, ok := wantObject(item); ok {
 				n += wantContent(o["content"]) + wantContent(o["output"])
+				if _, ok := wantString(o["arguments"]); ok {
+					n += int64(len(item))
+				}
 			}
 		}
 	}
+	if found {
+		n += wantJSONArray(m["tools"]) + wantJSONArray(m["functions"])
+	}
 	return n, found
+}
+
+// wantJSONArray is the fuzz oracle's length of an array's JSON (tools,
+// tool calls), 0 for another value.
+func wantJSONArray(raw json.RawMessage) int64 {
+	if _, ok := wantArray(raw); !ok {
+		return 0
+	}
+	return int64(len(bytes.TrimSpace(raw)))
 }
 
 // wantContent is the oracle's text of a message's content: a string, or
