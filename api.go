@@ -49,6 +49,18 @@ func apiOf(r *http.Request) api {
 // ollama reports whether a is one of Ollama's native endpoints.
 func (a api) ollama() bool { return a != apiOpenAI }
 
+// budget is the completion budget that a request of a with body fields
+// f sets, and the completions it asks for (0: one), as its API reads
+// them: Ollama's native API reads "options": {"num_predict"} alone and
+// generates one completion; an OpenAI-compatible one reads
+// "max_tokens" and the like, and "n", and ignores "options".
+func (a api) budget(f jsonscan.Fields) (budget, completions int64) {
+	if a.ollama() {
+		return f.NumPredict, 0
+	}
+	return f.Budget, f.Completions
+}
+
 // streams reports whether a request of a with body fields f (and header
 // of r) wants its answer streamed.
 func (a api) streams(f jsonscan.Fields, r *http.Request) bool {

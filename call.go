@@ -87,7 +87,7 @@ func (c *call) read() (answered bool, err error) {
 	if embed {
 		budget = 0
 	}
-	c.weight = newWeight(info, len(body), budget)
+	c.weight = newWeight(info, c.api, len(body), budget)
 	c.weight.open = c.weight.open && !embed && h.learnsBudget()
 	c.req = h.fairRequest(repl, info)
 

@@ -17,7 +17,7 @@ import (
 // per token that its queue learned from the answers' usage
 // (promptEstimator); the tokens each completion may generate are its
 // body's budget (max_completion_tokens and the like,
-// jsonscan.Fields.Budget), else Handler.DefaultMaxTokens where set, else
+// jsonscan.Fields.Budget, or Ollama's num_predict on its native API), else Handler.DefaultMaxTokens where set, else
 // the budget its queue learned (budgetEstimator, kv_budget.go), else
 // DefaultMaxTokens.
 
@@ -65,10 +65,12 @@ func embeds(r *http.Request, a api) bool {
 }
 
 // newWeight reads a request's text and budget from its body (bodyLen
-// bytes, info sniffed), defaultBudget when the body sets none; its
+// bytes, info sniffed), as its API a reads it, defaultBudget when the
+// body sets none; its
 // prompt tokens are estimated once its queue is known (estimate).
-func newWeight(info jsonscan.Fields, bodyLen int, defaultBudget int) weight {
-	w := weight{text: info.PromptBytes, budget: info.Budget, completions: max(info.Completions, 1)}
+func newWeight(info jsonscan.Fields, a api, bodyLen int, defaultBudget int) weight {
+	budget, completions := a.budget(info)
+	w := weight{text: info.PromptBytes, budget: budget, completions: max(completions, 1)}
 	if info.Prompt {
 		w.ids = info.PromptTokens
 	} else {

@@ -28,15 +28,20 @@ func TestWeightCountsAPromptSentAsTokenIDs(t *testing.T) {
 	for _, tc := range []struct {
 		name, body string
 		want       int64
+		path       string // default /v1/chat/completions
 	}{
-		{"completions prompt of ids", `{"model":"m","max_tokens":10,"prompt":` + ids(400) + `}`, 400 + 10},
-		{"a batch of id prompts", `{"model":"m","max_tokens":10,"prompt":[` + ids(300) + `,` + ids(100) + `]}`, 400 + 2*10},
-		{"Ollama generate with a context", `{"model":"m","prompt":"abcd","context":` + ids(500) + `,"options":{"num_predict":10}}`, 1 + 500 + 10},
-		{"embeddings input of ids", `{"model":"e","max_tokens":10,"input":[` + ids(200) + `,` + ids(50) + `]}`, 250 + 10},
+		{"completions prompt of ids", `{"model":"m","max_tokens":10,"prompt":` + ids(400) + `}`, 400 + 10, ""},
+		{"a batch of id prompts", `{"model":"m","max_tokens":10,"prompt":[` + ids(300) + `,` + ids(100) + `]}`, 400 + 2*10, ""},
+		{"Ollama generate with a context", `{"model":"m","prompt":"abcd","context":` + ids(500) + `,"options":{"num_predict":10}}`, 1 + 500 + 10, "/api/generate"},
+		{"embeddings input of ids", `{"model":"e","max_tokens":10,"input":[` + ids(200) + `,` + ids(50) + `]}`, 250 + 10, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			next := newHolder()
-			req := newRequest(context.Background(), tc.body).start(h, next)
+			req := newRequest(context.Background(), tc.body)
+			if tc.path != "" {
+				req.r.URL.Path = tc.path
+			}
+			req.start(h, next)
 			next.waitEntered(t)
 			assert.Equal(t, tc.want, h.engineList()[0].tokens.Load())
 			next.release <- struct{}{}

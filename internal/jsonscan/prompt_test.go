@@ -46,20 +46,22 @@ func TestSniffCountsThePromptText(t *testing.T) {
 
 func TestSniffReadsTheCompletionBudget(t *testing.T) {
 	for _, tc := range []struct {
-		name, body string
-		want       int64
+		name, body         string
+		budget, numPredict int64
 	}{
-		{"max_completion_tokens first", `{"max_tokens":10,"max_completion_tokens":2000}`, 2000},
-		{"max_output_tokens (Responses API)", `{"max_output_tokens":300,"max_tokens":10}`, 300},
-		{"max_tokens", `{"max_tokens":77}`, 77},
-		{"Ollama's num_predict", `{"options":{"temperature":0,"num_predict":128}}`, 128},
-		{"max_tokens before num_predict", `{"max_tokens":5,"options":{"num_predict":128}}`, 5},
-		{"num_predict -1 (no limit) is none", `{"options":{"num_predict":-1}}`, 0},
-		{"a zero max_completion_tokens is none", `{"max_completion_tokens":0,"max_tokens":9}`, 9},
-		{"none", `{"model":"m"}`, 0},
+		{"max_completion_tokens first", `{"max_tokens":10,"max_completion_tokens":2000}`, 2000, 0},
+		{"max_output_tokens (Responses API)", `{"max_output_tokens":300,"max_tokens":10}`, 300, 0},
+		{"max_tokens", `{"max_tokens":77}`, 77, 0},
+		{"Ollama's num_predict", `{"options":{"temperature":0,"num_predict":128}}`, 0, 128},
+		{"each API's own", `{"max_tokens":5,"options":{"num_predict":128}}`, 5, 128},
+		{"num_predict -1 (no limit) is none", `{"options":{"num_predict":-1}}`, 0, 0},
+		{"a zero max_completion_tokens is none", `{"max_completion_tokens":0,"max_tokens":9}`, 9, 0},
+		{"none", `{"model":"m"}`, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, Sniff([]byte(tc.body)).Budget)
+			got := Sniff([]byte(tc.body))
+			assert.Equal(t, tc.budget, got.Budget)
+			assert.Equal(t, tc.numPredict, got.NumPredict)
 		})
 	}
 }

@@ -23,11 +23,16 @@ type Fields struct {
 	// positive number (or a string of one, as vLLM and SGLang take it),
 	// rounded up, saturated at 1<<53; 0 if none.
 	MaxTokens int64
-	// Budget is the completion budget the body sets: the first of
-	// "max_completion_tokens", "max_output_tokens", "max_tokens" and
-	// Ollama's "options": {"num_predict"} that is a positive number (or
-	// a string of one), rounded up, saturated at 1<<53; 0 if none.
+	// Budget is the completion budget the body sets for an
+	// OpenAI-compatible API (vLLM, SGLang, Ollama's /v1): the first of
+	// "max_completion_tokens", "max_output_tokens" and "max_tokens" that
+	// is a positive number (or a string of one), rounded up, saturated
+	// at 1<<53; 0 if none.
 	Budget int64
+	// NumPredict is the completion budget the body sets for Ollama's
+	// native API, which reads no other: "options": {"num_predict"} when
+	// a positive number, as Budget's; 0 if none (its -1 and -2 too).
+	NumPredict int64
 	// Completions is how many completions an OpenAI-compatible backend
 	// (vLLM, SGLang) generates for the body, each up to the budget and
 	// holding its own tokens in the KV cache: the larger of "n" and
@@ -120,7 +125,8 @@ func Sniff(b []byte) Fields {
 		}
 	})
 	info.MaxTokens = max(tokens[0], tokens[1], tokens[2])
-	info.Budget = cmp.Or(tokens[1], tokens[2], tokens[0], tokens[3])
+	info.Budget = cmp.Or(tokens[1], tokens[2], tokens[0])
+	info.NumPredict = tokens[3]
 	if each, batch := max(choices[0], choices[1]), prompts[1].batch; each > 0 || batch > 0 {
 		info.Completions = saturatedProduct(max(each, 1), max(batch, 1))
 	}

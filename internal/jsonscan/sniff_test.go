@@ -128,8 +128,8 @@ func FuzzSniff(f *testing.F) {
 			want.MaxTokens = max(want.MaxTokens, wantTokens(m[k]))
 		}
 		want.Budget = cmp.Or(wantTokens(m["max_completion_tokens"]), wantTokens(m["max_output_tokens"]), wantTokens(m["max_tokens"]))
-		if opts, ok := wantObject(m["options"]); ok && want.Budget == 0 {
-			want.Budget = wantTokens(opts["num_predict"])
+		if opts, ok := wantObject(m["options"]); ok {
+			want.NumPredict = wantTokens(opts["num_predict"])
 		}
 		want.PromptBytes, want.Prompt = wantPrompt(m)
 		want.Completions = wantCompletions(m)
