@@ -22,7 +22,7 @@ func TestWeightCountsASuffixAndATemplate(t *testing.T) {
 		want             int64
 	}{
 		{"Ollama generate suffix", "/api/generate", `{"model":"m","prompt":"abcd","suffix":"` + after + `","options":{"num_predict":10}}`, 1 + 1000 + 10},
-		{"Ollama generate template", "/api/generate", `{"model":"m","prompt":"abcd","template":"` + after + `{{ .Prompt }}","options":{"num_predict":10}}`, 1 + (4000+12+3)/4 + 10},
+		{"Ollama generate template", "/api/generate", `{"model":"m","prompt":"abcd","template":"` + after + `{{ .Prompt }}","options":{"num_predict":10}}`, (4+4000+13+3)/4 + 10},
 		{"completions suffix", "/v1/completions", `{"model":"m","prompt":"abcd","suffix":"` + after + `","max_tokens":10}`, 1 + 1000 + 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,6 +21,7 @@ func TestSniffCountsThePromptText(t *testing.T) {
 		{"completions prompt", `{"model":"m","prompt":"once upon"}`, 9, true},
 		{"a batch of prompts", `{"prompt":["ab","cde",7]}`, 5, true},
 		{"Ollama generate: prompt and system", `{"model":"m","prompt":"why","system":"you are terse"}`, 3 + 13, true},
+		{"fill in the middle: suffix, and Ollama's template", `{"prompt":"ab","suffix":"cde","template":"{{.Prompt}}"}`, 2 + 3 + 11, true},
 		{"Ollama chat", `{"model":"m","messages":[{"role":"user","content":"hi there"}],"options":{"num_predict":8}}`, 8, true},
 		{"empty messages", `{"messages":[]}`, 0, true},
 		{"roles are not text; tool calls count as their JSON", `{"messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}}]}]}`, 33, true},

@@ -50,7 +50,9 @@ type Fields struct {
 	// (the Responses API's; a string) and "input" (the Responses API's
 	// and embeddings': a string, or an array of strings and of items
 	// whose "content", or a tool result's "output", is as a message's
-	// content); and the length of the JSON of "tools" and "functions"
+	// content), "suffix" (a fill-in-the-middle request's text after the
+	// cursor; a string) and Ollama's "template" (a string); and the
+	// length of the JSON of "tools" and "functions"
 	// (arrays of definitions) and of each message's "tool_calls" (an
 	// array), which a chat template renders into the prompt.
 	PromptBytes int64
@@ -80,7 +82,7 @@ func Sniff(b []byte) Fields {
 	// each top-level member starts and ends.
 	var info Fields
 	var tokens [4]int64   // by key, so that a repeated key replaces its own value
-	var prompts [5]prompt // messages, prompt, system, input, instructions
+	var prompts [7]prompt // messages, prompt, system, input, instructions, suffix, template
 	var choices [2]int64  // n, best_of
 	var context int64     // Ollama's "context": token ids
 	var tools [2]int64    // tools, functions: bytes of JSON
@@ -116,6 +118,10 @@ func Sniff(b []byte) Fields {
 			prompts[3] = inputText(val)
 		case "instructions":
 			prompts[4] = stringText(val)
+		case "suffix":
+			prompts[5] = stringText(val)
+		case "template":
+			prompts[6] = stringText(val)
 		case "context":
 			context = tokenIDs(val)
 		case "tools":

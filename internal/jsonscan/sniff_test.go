@@ -103,7 +103,7 @@ func FuzzSniff(f *testing.F) {
 		"{\"prompt\":\"\xed\xa0\x80\\udc00\\u0041\"}",
 		`{"input":["a\u00e9",{"role":"user","content":[{"type":"input_text","text":"xyz"}]},{"content":"q"},3]}`,
 		`{"input":"embed me","model":"e"}`,
-		`{"prompt":["a",[1,2],3],"n":"4","best_of":2}`, `{"n":2,"prompt":[1,2]}`,
+		`{"prompt":["a",[1,2],3],"n":"4","best_of":2}`, `{"n":2,"prompt":[1,2]}`, `{"suffix":"ab","template":"{{ .Prompt }}","prompt":""}`,
 		`{"messages":[{"tool_calls":[ {"a":"b"} ],"content":"x"}],"tools":[1, 2],"functions":{}}`,
 		`{"input":[{"type":"function_call","arguments":"{}"},{"arguments":3}],"tools":[]}`,
 		`{"prompt":[[1,-2],3,"x",[[4]]],"input":[[5],6,{"content":"c"}],"context":[7,8.5,null]}`,
@@ -162,8 +162,10 @@ func wantPrompt(m map[string]json.RawMessage) (n int64, found bool) {
 	if s, ok := wantString(m["system"]); ok {
 		n, found = n+int64(len(s)), true
 	}
-	if s, ok := wantString(m["instructions"]); ok {
-		n, found = n+int64(len(s)), true
+	for _, key := range []string{"instructions", "suffix", "template"} {
+		if s, ok := wantString(m[key]); ok {
+			n, found = n+int64(len(s)), true
+		}
 	}
 	if s, ok := wantString(m["input"]); ok {
 		n, found = n+int64(len(s)), true
