@@ -49,6 +49,17 @@ func apiOf(r *http.Request) api {
 // ollama reports whether a is one of Ollama's native endpoints.
 func (a api) ollama() bool { return a != apiOpenAI }
 
+// sniff reads the fields of a request body of a as its backend reads
+// them: Ollama's native API with Go's encoding/json, whose keys match
+// case-insensitively; an OpenAI-compatible one (vLLM, SGLang: pydantic)
+// with exact keys.
+func (a api) sniff(body []byte) jsonscan.Fields {
+	if a.ollama() {
+		return jsonscan.SniffFolded(body)
+	}
+	return jsonscan.Sniff(body)
+}
+
 // budget is the completion budget that a request of a with body fields
 // f sets, and the completions it asks for (0: one), as its API reads
 // them: Ollama's native API reads "options": {"num_predict"} alone and

@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
-	"github.com/fair-queue/caddy-fair-queue/internal/jsonscan"
 )
 
 // call is one request's life in the handler, in the order ServeHTTP
@@ -77,7 +76,7 @@ func (c *call) read() (answered bool, err error) {
 		}
 		return true, caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("reading request body: %w", err))
 	}
-	info := jsonscan.Sniff(body)
+	info := c.api.sniff(body)
 	c.streaming = c.api.streams(info, c.r)
 	c.model = info.Model
 	repl.Set(phModel, info.Model)

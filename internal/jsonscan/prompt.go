@@ -24,7 +24,7 @@ type prompt struct {
 // "tool_calls", which the chat template renders into the prompt. Roles,
 // names and images are not text the model reads as prose, or are
 // small: they are not counted.
-func messagesText(val []byte) prompt {
+func messagesText(val []byte, k keys) prompt {
 	if val[0] != '[' {
 		return prompt{}
 	}
@@ -37,9 +37,9 @@ func messagesText(val []byte) prompt {
 		var content, calls int64 // the last of each key counts
 		eachMember(msg, func(key, v []byte) {
 			switch {
-			case keyIs(key, "content"):
-				content = contentText(v)
-			case keyIs(key, "tool_calls"):
+			case k.is(key, "content"):
+				content = contentText(v, k)
+			case k.is(key, "tool_calls"):
 				calls = toolsText(v)
 			}
 		})
@@ -60,7 +60,7 @@ func toolsText(val []byte) int64 {
 
 // contentText is the text of a message's content: a string, or the
 // strings and the "text" of the object parts of an array.
-func contentText(v []byte) int64 {
+func contentText(v []byte, k keys) int64 {
 	switch v[0] {
 	case '"':
 		return textLen(v)
@@ -73,7 +73,7 @@ func contentText(v []byte) int64 {
 			case '{':
 				var text int64
 				eachMember(part, func(key, v []byte) {
-					if keyIs(key, "text") {
+					if k.is(key, "text") {
 						text = 0
 						if v[0] == '"' {
 							text = textLen(v)
@@ -121,7 +121,7 @@ func promptText(val []byte) prompt {
 // the JSON of an item whose "arguments" is a string (a function_call:
 // what a chat request's tool_calls hold); and its token ids
 // (embeddings': an array of numbers, or of such arrays).
-func inputText(val []byte) prompt {
+func inputText(val []byte, k keys) prompt {
 	switch val[0] {
 	case '"':
 		return prompt{n: textLen(val), found: true}
@@ -137,11 +137,11 @@ func inputText(val []byte) prompt {
 				var content, output, call int64
 				eachMember(el, func(key, v []byte) {
 					switch {
-					case keyIs(key, "content"):
-						content = contentText(v)
-					case keyIs(key, "output"):
-						output = contentText(v)
-					case keyIs(key, "arguments"):
+					case k.is(key, "content"):
+						content = contentText(v, k)
+					case k.is(key, "output"):
+						output = contentText(v, k)
+					case k.is(key, "arguments"):
 						call = 0
 						if v[0] == '"' {
 							call = int64(len(el))
@@ -188,18 +188,18 @@ func stringText(val []byte) prompt {
 }
 
 // numPredict is Ollama's "options": {"num_predict": n} as a token count
-// (its -1, no limit, and -2, fill the context, are none).
-func numPredict(val []byte) int64 {
+// (its -1, no limit, and -2, fill the context, are none), and whether
+// the options name it.
+func numPredict(val []byte) (n int64, found bool) {
 	if val[0] != '{' {
-		return 0
+		return 0, false
 	}
-	var n int64
 	eachMember(val, func(key, v []byte) {
 		if keyIs(key, "num_predict") {
-			n = tokenCount(v)
+			n, found = tokenCount(v), true
 		}
 	})
-	return n
+	return n, found
 }
 
 // eachMember calls f with the key (quoted) and the value of each member

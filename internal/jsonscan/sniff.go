@@ -73,7 +73,16 @@ type Fields struct {
 // Fields: the request is then not streaming, has no model, no max tokens
 // and no prompt, and is still served. Keys may come in any order; for a
 // repeated key the last one counts, as in most JSON parsers.
-func Sniff(b []byte) Fields {
+func Sniff(b []byte) Fields { return sniff(b, exactKeys) }
+
+// SniffFolded is Sniff for a backend that reads keys as Go's
+// encoding/json does (Ollama's native API): a key is the field it
+// equals case-insensitively ("OPTIONS" is "options"), and of a field's
+// spellings the last counts. The keys of "options" are matched exactly,
+// as Ollama matches them.
+func SniffFolded(b []byte) Fields { return sniff(b, foldedKeys) }
+
+func sniff(b []byte, k keys) Fields {
 	b = bytes.TrimLeft(b, " \t\r\n")
 	if len(b) == 0 || b[0] != '{' || !Valid(b) {
 		return Fields{}
@@ -87,7 +96,7 @@ func Sniff(b []byte) Fields {
 	var context int64     // Ollama's "context": token ids
 	var tools [2]int64    // tools, functions: bytes of JSON
 	eachMember(b, func(key, val []byte) {
-		switch unquote(key) {
+		switch k.name(key) {
 		case "stream":
 			info.Stream = string(val) == "true"
 			info.NoStream = string(val) == "false"
@@ -107,15 +116,19 @@ func Sniff(b []byte) Fields {
 		case "best_of":
 			choices[1] = tokenCount(val)
 		case "options":
-			tokens[3] = numPredict(val)
+			// Go's encoding/json adds a repeated map's keys to the map
+			// it holds; pydantic and Python's json replace it.
+			if n, found := numPredict(val); found || k == exactKeys {
+				tokens[3] = n
+			}
 		case "messages":
-			prompts[0] = messagesText(val)
+			prompts[0] = messagesText(val, k)
 		case "prompt":
 			prompts[1] = promptText(val)
 		case "system":
 			prompts[2] = stringText(val)
 		case "input":
-			prompts[3] = inputText(val)
+			prompts[3] = inputText(val, k)
 		case "instructions":
 			prompts[4] = stringText(val)
 		case "suffix":

@@ -112,9 +112,11 @@ func FuzzSniff(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got := Sniff(b)
+		folded := SniffFolded(b) // never panics; not JSON: the zero Fields too
 		var m map[string]json.RawMessage
 		if json.Unmarshal(b, &m) != nil || m == nil {
 			assert.Equal(t, Fields{}, got)
+			assert.Equal(t, Fields{}, folded)
 			return
 		}
 		var want Fields
