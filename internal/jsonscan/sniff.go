@@ -72,17 +72,25 @@ type Fields struct {
 // (not JSON, malformed JSON, another top-level type) gives the zero
 // Fields: the request is then not streaming, has no model, no max tokens
 // and no prompt, and is still served. Keys may come in any order; for a
-// repeated key the last one counts, as in most JSON parsers.
+// repeated key the last one counts, as in most JSON parsers. It reads
+// keys exactly, as pydantic (vLLM, SGLang) does, and past a UTF-8 byte
+// order mark, as Python's json.loads does.
 func Sniff(b []byte) Fields { return sniff(b, exactKeys) }
 
 // SniffFolded is Sniff for a backend that reads keys as Go's
 // encoding/json does (Ollama's native API): a key is the field it
 // equals case-insensitively ("OPTIONS" is "options"), and of a field's
 // spellings the last counts. The keys of "options" are matched exactly,
-// as Ollama matches them.
+// as Ollama matches them. A byte order mark makes the body unreadable,
+// as it does to Go.
 func SniffFolded(b []byte) Fields { return sniff(b, foldedKeys) }
 
 func sniff(b []byte, k keys) Fields {
+	if k == exactKeys {
+		// Python's json.loads takes a UTF-8 byte order mark before the
+		// JSON (Go's encoding/json does not).
+		b = bytes.TrimPrefix(b, utf8BOM)
+	}
 	b = bytes.TrimLeft(b, " \t\r\n")
 	if len(b) == 0 || b[0] != '{' || !Valid(b) {
 		return Fields{}
@@ -160,6 +168,9 @@ func sniff(b []byte, k keys) Fields {
 	}
 	return info
 }
+
+// utf8BOM is the UTF-8 byte order mark.
+var utf8BOM = []byte("\xef\xbb\xbf")
 
 // MaxTokenCount saturates a token count read from a body: beyond it a
 // float64 no longer holds every integer, and every cost bound is far

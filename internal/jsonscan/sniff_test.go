@@ -115,8 +115,11 @@ func FuzzSniff(f *testing.F) {
 		folded := SniffFolded(b) // never panics; not JSON: the zero Fields too
 		var m map[string]json.RawMessage
 		if json.Unmarshal(b, &m) != nil || m == nil {
-			assert.Equal(t, Fields{}, got)
 			assert.Equal(t, Fields{}, folded)
+		}
+		m = nil // Sniff reads past a UTF-8 byte order mark, as Python does
+		if json.Unmarshal(bytes.TrimPrefix(b, []byte("\ufeff")), &m) != nil || m == nil {
+			assert.Equal(t, Fields{}, got)
 			return
 		}
 		var want Fields
