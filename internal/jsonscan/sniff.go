@@ -74,15 +74,16 @@ type Fields struct {
 // and no prompt, and is still served. Keys may come in any order; for a
 // repeated key the last one counts, as in most JSON parsers. It reads
 // keys exactly, as pydantic (vLLM, SGLang) does, and past a UTF-8 byte
-// order mark, as Python's json.loads does.
+// order mark and through NaN, Infinity and -Infinity, as Python's
+// json.loads does.
 func Sniff(b []byte) Fields { return sniff(b, exactKeys) }
 
 // SniffFolded is Sniff for a backend that reads keys as Go's
 // encoding/json does (Ollama's native API): a key is the field it
 // equals case-insensitively ("OPTIONS" is "options"), and of a field's
 // spellings the last counts. The keys of "options" are matched exactly,
-// as Ollama matches them. A byte order mark makes the body unreadable,
-// as it does to Go.
+// as Ollama matches them. A byte order mark or a NaN makes the body
+// unreadable, as it does to Go.
 func SniffFolded(b []byte) Fields { return sniff(b, foldedKeys) }
 
 func sniff(b []byte, k keys) Fields {
@@ -92,7 +93,7 @@ func sniff(b []byte, k keys) Fields {
 		b = bytes.TrimPrefix(b, utf8BOM)
 	}
 	b = bytes.TrimLeft(b, " \t\r\n")
-	if len(b) == 0 || b[0] != '{' || !Valid(b) {
+	if len(b) == 0 || b[0] != '{' || !valid(b, k == exactKeys) {
 		return Fields{}
 	}
 	// b is valid JSON from here on: the scanner only needs to find where

@@ -119,7 +119,9 @@ func FuzzSniff(f *testing.F) {
 		}
 		m = nil // Sniff reads past a UTF-8 byte order mark, as Python does
 		if json.Unmarshal(bytes.TrimPrefix(b, []byte("\ufeff")), &m) != nil || m == nil {
-			assert.Equal(t, Fields{}, got)
+			if !ValidPython(bytes.TrimPrefix(b, []byte("\ufeff"))) { // NaN and the like: TestValidPythonAndSniffReadNaNAndInfinity
+				assert.Equal(t, Fields{}, got)
+			}
 			return
 		}
 		var want Fields
