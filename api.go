@@ -49,6 +49,31 @@ func apiOf(r *http.Request) api {
 // ollama reports whether a is one of Ollama's native endpoints.
 func (a api) ollama() bool { return a != apiOpenAI }
 
+// sniff reads the fields of a request body of a as its backend reads
+// them: Ollama's native API with Go's encoding/json, whose keys match
+// case-insensitively; an OpenAI-compatible one (vLLM, SGLang: pydantic)
+// with exact keys.
+func (a api) sniff(body []byte) jsonscan.Fields {
+	if a.ollama() {
+		f := jsonscan.SniffFolded(body)
+		f.MaxTokens = f.NumPredict // cost max_tokens: the only budget Ollama reads
+		return f
+	}
+	return jsonscan.Sniff(body)
+}
+
+// budget is the completion budget that a request of a with body fields
+// f sets, and the completions it asks for (0: one), as its API reads
+// them: Ollama's native API reads "options": {"num_predict"} alone and
+// generates one completion; an OpenAI-compatible one reads
+// "max_tokens" and the like, and "n", and ignores "options".
+func (a api) budget(f jsonscan.Fields) (budget, completions int64) {
+	if a.ollama() {
+		return f.NumPredict, 0
+	}
+	return f.Budget, f.Completions
+}
+
 // streams reports whether a request of a with body fields f (and header
 // of r) wants its answer streamed.
 func (a api) streams(f jsonscan.Fields, r *http.Request) bool {

@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
-	"github.com/fair-queue/caddy-fair-queue/internal/jsonscan"
 )
 
 // call is one request's life in the handler, in the order ServeHTTP
@@ -78,7 +77,7 @@ func (c *call) read() (answered bool, err error) {
 		}
 		return true, caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("reading request body: %w", err))
 	}
-	info := jsonscan.Sniff(body)
+	info := c.api.sniff(body)
 	c.streaming = c.api.streams(info, c.r)
 	c.model = info.Model
 	repl.Set(phModel, info.Model)
@@ -88,7 +87,7 @@ func (c *call) read() (answered bool, err error) {
 	if embed {
 		budget = 0
 	}
-	c.weight = newWeight(info, len(body), budget)
+	c.weight = newWeight(info, c.api, len(body), budget)
 	c.weight.open = c.weight.open && !embed && h.learnsBudget()
 	c.req = h.fairRequest(repl, info)
 
@@ -281,18 +280,19 @@ func (c *call) readsUsage() bool {
 
 // learn teaches the queue's prompt estimator the prompt tokens the
 // answer's usage counted for the request's prompt text, when both are
-// known, and its budget estimator the tokens the answer generated, when
-// the request set no budget.
+// known and the prompt is text alone, and its budget estimator the
+// tokens the answer generated, when the request set no budget.
 func (c *call) learn() {
 	if c.usage == nil {
 		return
 	}
 	if c.weight.open {
 		if tokens, ok := c.usage.completionTokens(); ok {
-			c.e.budget.observe(tokens)
+			c.e.budget.observe(tokens / float64(c.weight.completions)) // one completion's
 		}
 	}
-	if c.weight.noPrompt {
+	if c.weight.noPrompt || c.weight.ids > 0 {
+		// The usage counts more than the prompt's text (the body, token ids).
 		return
 	}
 	if tokens, ok := c.usage.promptTokens(); ok {

@@ -11,11 +11,13 @@ import (
 
 // A request's weight in KV-cache tokens (Handler.KVTokens) is what it
 // holds in the backend's cache at most: its prompt's tokens plus the
-// tokens it may generate. The prompt's are estimated from its text
-// (jsonscan.Fields.PromptBytes) and the bytes per token that its queue
-// learned from the answers' usage (promptEstimator); the tokens it may
-// generate are its body's budget (max_completion_tokens and the like,
-// jsonscan.Fields.Budget), else Handler.DefaultMaxTokens where set, else
+// tokens it may generate, in each of its completions (n, best_of, a
+// batch of prompts: jsonscan.Fields.Completions). The prompt's are
+// estimated from its text (jsonscan.Fields.PromptBytes) and the bytes
+// per token that its queue learned from the answers' usage
+// (promptEstimator); the tokens each completion may generate are its
+// body's budget (max_completion_tokens and the like,
+// jsonscan.Fields.Budget, or Ollama's num_predict on its native API), else Handler.DefaultMaxTokens where set, else
 // the budget its queue learned (budgetEstimator, kv_budget.go), else
 // DefaultMaxTokens.
 
@@ -42,8 +44,14 @@ type weight struct {
 	// it names no prompt (noPrompt).
 	text     int64
 	noPrompt bool
-	budget   int64 // the completion budget
-	prompt   int64 // the prompt's estimated tokens: ceil(text / bytes per token)
+	// ids is the prompt's tokens sent as token ids
+	// (jsonscan.Fields.PromptTokens), counted as they are.
+	ids    int64
+	budget int64 // the completion budget, of each completion
+	// completions is how many completions the backend generates, each
+	// up to the budget (jsonscan.Fields.Completions): at least 1.
+	completions int64
+	prompt      int64 // the prompt's estimated tokens: ceil(text / bytes per token) + ids
 	// open: the body sets no budget, and the queue's learned one applies
 	// (learnBudget); budget is the default until weigh.
 	open bool
@@ -57,12 +65,17 @@ func embeds(r *http.Request, a api) bool {
 }
 
 // newWeight reads a request's text and budget from its body (bodyLen
-// bytes, info sniffed), defaultBudget when the body sets none; its
+// bytes, info sniffed), as its API a reads it, defaultBudget when the
+// body sets none; its
 // prompt tokens are estimated once its queue is known (estimate).
-func newWeight(info jsonscan.Fields, bodyLen int, defaultBudget int) weight {
-	w := weight{text: info.PromptBytes, budget: info.Budget}
-	if !info.Prompt {
-		// Not a body whose prompt we can read: count all of it.
+func newWeight(info jsonscan.Fields, a api, bodyLen int, defaultBudget int) weight {
+	budget, completions := a.budget(info)
+	w := weight{text: info.PromptBytes, budget: budget, completions: max(completions, 1)}
+	if info.Prompt {
+		w.ids = info.PromptTokens
+	} else {
+		// Not a body whose prompt we can read: count all of it (an
+		// Ollama "context" included).
 		w.text, w.noPrompt = int64(bodyLen), true
 	}
 	if w.budget <= 0 {
@@ -72,14 +85,20 @@ func newWeight(info jsonscan.Fields, bodyLen int, defaultBudget int) weight {
 	return w
 }
 
-// estimate fills in the prompt's tokens at bytesPerToken.
+// estimate fills in the prompt's tokens: its text at bytesPerToken, and
+// its token ids.
 func (w *weight) estimate(bytesPerToken float64) {
-	w.prompt = int64(math.Ceil(float64(w.text) / bytesPerToken))
+	w.prompt = int64(math.Ceil(float64(w.text)/bytesPerToken)) + w.ids
 }
 
-// tokens is the weight: prompt plus budget, saturated.
+// tokens is the weight: prompt plus budget for each completion,
+// saturated.
 func (w weight) tokens() int {
-	return int(min(w.prompt+w.budget, jsonscan.MaxTokenCount))
+	generated := int64(jsonscan.MaxTokenCount)
+	if n := max(w.completions, 1); w.budget <= generated/n {
+		generated = w.budget * n
+	}
+	return int(min(w.prompt+min(generated, jsonscan.MaxTokenCount), jsonscan.MaxTokenCount))
 }
 
 // promptEstimator learns the bytes of prompt text per prompt token of a

@@ -99,27 +99,28 @@ func TestWeightIsThePromptEstimatePlusTheBudget(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		body   string
+		api    api
 		ratio  float64
 		prompt int64
 		budget int64
 	}{
-		{"prompt text / 4, rounded up, plus max_tokens", chat(strings.Repeat("a", 401), `"max_tokens":50,`), 4, 101, 50},
-		{"max_completion_tokens before max_tokens", chat("abcd", `"max_tokens":50,"max_completion_tokens":70,`), 4, 1, 70},
-		{"no budget: default_max_tokens", chat(strings.Repeat("a", 400), ""), 4, 100, 300},
-		{"a learned ratio", chat(strings.Repeat("a", 400), `"max_tokens":1,`), 3, 134, 1},
-		{"Ollama generate: prompt, system and num_predict", `{"prompt":"` + strings.Repeat("p", 40) + `","system":"` + strings.Repeat("s", 40) + `","options":{"num_predict":9}}`, 4, 20, 9},
-		{"no prompt key: the whole body", `{"tools":"` + strings.Repeat("x", 96) + `"}`, 4, 27, 300},
-		{"Responses API input", `{"input":"` + strings.Repeat("x", 96) + `","max_output_tokens":5}`, 4, 24, 5},
+		{"prompt text / 4, rounded up, plus max_tokens", chat(strings.Repeat("a", 401), `"max_tokens":50,`), apiOpenAI, 4, 101, 50},
+		{"max_completion_tokens before max_tokens", chat("abcd", `"max_tokens":50,"max_completion_tokens":70,`), apiOpenAI, 4, 1, 70},
+		{"no budget: default_max_tokens", chat(strings.Repeat("a", 400), ""), apiOpenAI, 4, 100, 300},
+		{"a learned ratio", chat(strings.Repeat("a", 400), `"max_tokens":1,`), apiOpenAI, 3, 134, 1},
+		{"Ollama generate: prompt, system and num_predict", `{"prompt":"` + strings.Repeat("p", 40) + `","system":"` + strings.Repeat("s", 40) + `","options":{"num_predict":9}}`, apiOllamaGenerate, 4, 20, 9},
+		{"no prompt key: the whole body", `{"tools":"` + strings.Repeat("x", 96) + `"}`, apiOpenAI, 4, 27, 300},
+		{"Responses API input", `{"input":"` + strings.Repeat("x", 96) + `","max_output_tokens":5}`, apiOpenAI, 4, 24, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newWeight(jsonscan.Sniff([]byte(tc.body)), len(tc.body), 300)
+			w := newWeight(jsonscan.Sniff([]byte(tc.body)), tc.api, len(tc.body), 300)
 			w.estimate(tc.ratio)
 			assert.Equal(t, tc.prompt, w.prompt)
 			assert.Equal(t, tc.budget, w.budget)
 			assert.Equal(t, int(tc.prompt+tc.budget), w.tokens())
 		})
 	}
-	huge := newWeight(jsonscan.Fields{Prompt: true, PromptBytes: 4, Budget: jsonscan.MaxTokenCount}, 0, 1)
+	huge := newWeight(jsonscan.Fields{Prompt: true, PromptBytes: 4, Budget: jsonscan.MaxTokenCount}, apiOpenAI, 0, 1)
 	huge.estimate(4)
 	assert.Equal(t, int(jsonscan.MaxTokenCount), huge.tokens(), "saturated")
 }
@@ -252,7 +253,7 @@ func TestEmbeddingsHaveNoCompletionBudget(t *testing.T) {
 		assert.Equal(t, want, embeds(r, apiOf(r)), path)
 	}
 	body := `{"model":"e","input":"` + strings.Repeat("x", 40) + `"}`
-	w := newWeight(jsonscan.Sniff([]byte(body)), len(body), 0)
+	w := newWeight(jsonscan.Sniff([]byte(body)), apiOpenAI, len(body), 0)
 	w.estimate(4)
 	assert.Equal(t, 10, w.tokens(), "the input's tokens alone")
 }

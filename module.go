@@ -151,8 +151,8 @@ type Handler struct {
 	Adaptive *AdaptiveConfig `json:"adaptive,omitempty"`
 
 	// DefaultMaxTokens is the completion budget of a request whose body
-	// sets none (max_completion_tokens, max_output_tokens, max_tokens, or
-	// Ollama's options.num_predict): the tokens it is expected to
+	// sets none (max_completion_tokens, max_output_tokens, max_tokens; on
+	// Ollama's native API, options.num_predict): the tokens it is expected to
 	// generate at most, part of its weight with KVTokens and of its
 	// charge with Cost "tokens". An embeddings request (/v1/embeddings,
 	// Ollama's /api/embed and /api/embeddings) generates none: its budget
@@ -279,8 +279,8 @@ type Handler struct {
 	//     bytes per token the queue learned from answers (4 before the
 	//     first), rounded up (a body with no messages, prompt, system, instructions or
 	//     input counts all its bytes), plus its completion budget
-	//     (max_completion_tokens, max_output_tokens, max_tokens or
-	//     options.num_predict, else DefaultMaxTokens), bounded to 1 to
+	//     (max_completion_tokens, max_output_tokens, max_tokens, or on
+	//     Ollama's native API options.num_predict, else DefaultMaxTokens), bounded to 1 to
 	//     MaxCost. At the release the charge is corrected to the
 	//     response's usage.total_tokens (bounded to MaxCost): from a
 	//     JSON body (Content-Type application/json, up to 1 MiB), or

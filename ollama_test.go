@@ -176,7 +176,7 @@ func TestOllamaConfiguredRejectBodyIsTheErrorLineOfACommittedStream(t *testing.T
 // completion limit in options.num_predict (its OpenAI-compatible API maps
 // max_tokens there), so cost max_tokens charges a native request that,
 // as it charges an OpenAI request its max_tokens; -1 and -2 (no limit)
-// set none.
+// set none, and a max_tokens, which the native API ignores, is none.
 func TestOllamaNumPredictIsItsMaxTokensCost(t *testing.T) {
 	h := fairHandler(t, &Handler{Tenant: "{http.request.header.X-Tenant}", Cost: CostMaxTokens, MaxCost: 1000})
 	for body, want := range map[string]float64{
@@ -184,8 +184,10 @@ func TestOllamaNumPredictIsItsMaxTokensCost(t *testing.T) {
 		`{"model":"llama3","prompt":"hi","options":{"num_predict":5000}}`: 1000,
 		`{"model":"llama3","prompt":"hi","options":{"num_predict":-1}}`:   1,
 		`{"model":"llama3","prompt":"hi","options":{"temperature":0}}`:    1,
+		`{"model":"llama3","prompt":"hi","max_tokens":300}`:               1, // Ollama reads no max_tokens
 	} {
-		got, _ := resolve(h, body)
+		req := newRequest(context.Background(), body)
+		got := h.fairRequest(req.repl, apiOllamaGenerate.sniff([]byte(body)))
 		assert.Equal(t, want, got.Cost, body)
 	}
 }

@@ -14,13 +14,17 @@ import (
 type prompt struct {
 	n     int64
 	found bool
+	batch int64 // the prompts of a batch ("prompt": an array of strings or of token arrays)
+	ids   int64 // the tokens sent as ids (numbers) rather than text
 }
 
 // messagesText is the text of "messages": the "content" of each message
 // object, a string or an array of parts (a string part, or an object
-// part's "text" string). Roles, names, images and tool calls are not
-// text the model reads as prose, or are small: they are not counted.
-func messagesText(val []byte) prompt {
+// part's "text" string), and the JSON of an assistant message's
+// "tool_calls", which the chat template renders into the prompt. Roles,
+// names and images are not text the model reads as prose, or are
+// small: they are not counted.
+func messagesText(val []byte, k keys) prompt {
 	if val[0] != '[' {
 		return prompt{}
 	}
@@ -30,20 +34,33 @@ func messagesText(val []byte) prompt {
 		if msg[0] != '{' {
 			return
 		}
-		var content int64 // the last "content" of the message counts
+		var content, calls int64 // the last of each key counts
 		eachMember(msg, func(key, v []byte) {
-			if keyIs(key, "content") {
-				content = contentText(v)
+			switch {
+			case k.is(key, "content"):
+				content = contentText(v, k)
+			case k.is(key, "tool_calls"):
+				calls = toolsText(v)
 			}
 		})
-		p.n += content
+		p.n += content + calls
 	})
 	return p
 }
 
+// toolsText is the length of the JSON of "tools" or "functions" (the
+// definitions a chat template renders into the prompt) or of a
+// message's "tool_calls": an array, counted as it is sent.
+func toolsText(val []byte) int64 {
+	if val[0] != '[' {
+		return 0
+	}
+	return int64(len(val))
+}
+
 // contentText is the text of a message's content: a string, or the
 // strings and the "text" of the object parts of an array.
-func contentText(v []byte) int64 {
+func contentText(v []byte, k keys) int64 {
 	switch v[0] {
 	case '"':
 		return textLen(v)
@@ -56,7 +73,7 @@ func contentText(v []byte) int64 {
 			case '{':
 				var text int64
 				eachMember(part, func(key, v []byte) {
-					if keyIs(key, "text") {
+					if k.is(key, "text") {
 						text = 0
 						if v[0] == '"' {
 							text = textLen(v)
@@ -72,19 +89,27 @@ func contentText(v []byte) int64 {
 }
 
 // promptText is the text of "prompt" (completions, Ollama's generate): a
-// string, or the strings of an array (a batch).
+// string, or the strings of an array (a batch, whose strings and token
+// arrays are each a prompt; an array of numbers is one prompt's tokens).
 func promptText(val []byte) prompt {
 	switch val[0] {
 	case '"':
 		return prompt{n: textLen(val), found: true}
 	case '[':
-		var n int64
+		var n, batch, ids int64
 		eachElement(val, func(el []byte) {
-			if el[0] == '"' {
+			switch el[0] {
+			case '"':
 				n += textLen(el)
+				batch++
+			case '[':
+				ids += tokenIDs(el)
+				batch++
+			default:
+				ids += isNumber(el)
 			}
 		})
-		return prompt{n: n, found: true}
+		return prompt{n: n, found: true, batch: batch, ids: ids}
 	}
 	return prompt{}
 }
@@ -92,33 +117,65 @@ func promptText(val []byte) prompt {
 // inputText is the text of "input" (the Responses API, embeddings): a
 // string, or an array of strings and of items whose "content" is text
 // as a message's is, or whose "output" is (a tool's result, such as a
-// function_call_output: what a chat request's tool message holds).
-func inputText(val []byte) prompt {
+// function_call_output: what a chat request's tool message holds), and
+// the JSON of an item whose "arguments" is a string (a function_call:
+// what a chat request's tool_calls hold); and its token ids
+// (embeddings': an array of numbers, or of such arrays).
+func inputText(val []byte, k keys) prompt {
 	switch val[0] {
 	case '"':
 		return prompt{n: textLen(val), found: true}
 	case '[':
-		var n int64
+		var n, ids int64
 		eachElement(val, func(el []byte) {
 			switch el[0] {
 			case '"':
 				n += textLen(el)
+			case '[':
+				ids += tokenIDs(el)
 			case '{':
-				var content, output int64
+				var content, output, call int64
 				eachMember(el, func(key, v []byte) {
 					switch {
-					case keyIs(key, "content"):
-						content = contentText(v)
-					case keyIs(key, "output"):
-						output = contentText(v)
+					case k.is(key, "content"):
+						content = contentText(v, k)
+					case k.is(key, "output"):
+						output = contentText(v, k)
+					case k.is(key, "arguments"):
+						call = 0
+						if v[0] == '"' {
+							call = int64(len(el))
+						}
 					}
 				})
-				n += content + output
+				n += content + output + call
+			default:
+				ids += isNumber(el)
 			}
 		})
-		return prompt{n: n, found: true}
+		return prompt{n: n, found: true, ids: ids}
 	}
 	return prompt{}
+}
+
+// tokenIDs is the number of token ids (numbers) in an array: a prompt
+// sent as tokens (completions' "prompt", embeddings' "input", Ollama's
+// "context").
+func tokenIDs(arr []byte) int64 {
+	if arr[0] != '[' {
+		return 0
+	}
+	var ids int64
+	eachElement(arr, func(el []byte) { ids += isNumber(el) })
+	return ids
+}
+
+// isNumber is 1 for a JSON number, 0 for another value.
+func isNumber(v []byte) int64 {
+	if v[0] == '-' || (v[0] >= '0' && v[0] <= '9') {
+		return 1
+	}
+	return 0
 }
 
 // stringText is the text of a key whose value is a string ("system",
@@ -131,18 +188,18 @@ func stringText(val []byte) prompt {
 }
 
 // numPredict is Ollama's "options": {"num_predict": n} as a token count
-// (its -1, no limit, and -2, fill the context, are none).
-func numPredict(val []byte) int64 {
+// (its -1, no limit, and -2, fill the context, are none), and whether
+// the options name it.
+func numPredict(val []byte) (n int64, found bool) {
 	if val[0] != '{' {
-		return 0
+		return 0, false
 	}
-	var n int64
 	eachMember(val, func(key, v []byte) {
 		if keyIs(key, "num_predict") {
-			n = tokenCount(v)
+			n, found = tokenCount(v), true
 		}
 	})
-	return n
+	return n, found
 }
 
 // eachMember calls f with the key (quoted) and the value of each member

@@ -21,9 +21,12 @@ func TestSniffCountsThePromptText(t *testing.T) {
 		{"completions prompt", `{"model":"m","prompt":"once upon"}`, 9, true},
 		{"a batch of prompts", `{"prompt":["ab","cde",7]}`, 5, true},
 		{"Ollama generate: prompt and system", `{"model":"m","prompt":"why","system":"you are terse"}`, 3 + 13, true},
+		{"fill in the middle: suffix, and Ollama's template", `{"prompt":"ab","suffix":"cde","template":"{{.Prompt}}"}`, 2 + 3 + 11, true},
 		{"Ollama chat", `{"model":"m","messages":[{"role":"user","content":"hi there"}],"options":{"num_predict":8}}`, 8, true},
 		{"empty messages", `{"messages":[]}`, 0, true},
-		{"roles and tool calls are not text", `{"messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}}]}]}`, 0, true},
+		{"roles are not text; tool calls count as their JSON", `{"messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}}]}]}`, 33, true},
+		{"tools and functions count as their JSON", `{"messages":[],"tools":[{"a":1}],"functions":[2]}`, 9 + 3, true},
+		{"tools not an array", `{"messages":[],"tools":"xyz"}`, 0, true},
 		{"nested prompt keys are not top-level", `{"input":{"prompt":"xx","messages":[{"content":"yy"}]}}`, 0, false},
 		{"embeddings input", `{"model":"e","input":"some text"}`, 9, true},
 		{"a batch of inputs", `{"model":"e","input":["ab","cd"]}`, 4, true},
@@ -44,20 +47,22 @@ func TestSniffCountsThePromptText(t *testing.T) {
 
 func TestSniffReadsTheCompletionBudget(t *testing.T) {
 	for _, tc := range []struct {
-		name, body string
-		want       int64
+		name, body         string
+		budget, numPredict int64
 	}{
-		{"max_completion_tokens first", `{"max_tokens":10,"max_completion_tokens":2000}`, 2000},
-		{"max_output_tokens (Responses API)", `{"max_output_tokens":300,"max_tokens":10}`, 300},
-		{"max_tokens", `{"max_tokens":77}`, 77},
-		{"Ollama's num_predict", `{"options":{"temperature":0,"num_predict":128}}`, 128},
-		{"max_tokens before num_predict", `{"max_tokens":5,"options":{"num_predict":128}}`, 5},
-		{"num_predict -1 (no limit) is none", `{"options":{"num_predict":-1}}`, 0},
-		{"a zero max_completion_tokens is none", `{"max_completion_tokens":0,"max_tokens":9}`, 9},
-		{"none", `{"model":"m"}`, 0},
+		{"max_completion_tokens first", `{"max_tokens":10,"max_completion_tokens":2000}`, 2000, 0},
+		{"max_output_tokens (Responses API)", `{"max_output_tokens":300,"max_tokens":10}`, 300, 0},
+		{"max_tokens", `{"max_tokens":77}`, 77, 0},
+		{"Ollama's num_predict", `{"options":{"temperature":0,"num_predict":128}}`, 0, 128},
+		{"each API's own", `{"max_tokens":5,"options":{"num_predict":128}}`, 5, 128},
+		{"num_predict -1 (no limit) is none", `{"options":{"num_predict":-1}}`, 0, 0},
+		{"a zero max_completion_tokens is none", `{"max_completion_tokens":0,"max_tokens":9}`, 9, 0},
+		{"none", `{"model":"m"}`, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, Sniff([]byte(tc.body)).Budget)
+			got := Sniff([]byte(tc.body))
+			assert.Equal(t, tc.budget, got.Budget)
+			assert.Equal(t, tc.numPredict, got.NumPredict)
 		})
 	}
 }
@@ -93,23 +98,24 @@ func BenchmarkSniffPrompt(b *testing.B) {
 
 // TestSniffCountsTheResponsesAPIsWholePrompt: a Responses API request's
 // prompt is its "instructions" (the system message, as Ollama's "system"
-// is) and its input items, the tool results among them: a
+// is) and its input items, the tool calls and results among them: a
 // function_call_output's "output" is the same text a chat request's
-// {"role":"tool","content":...} message holds, which is counted. The
-// backend counts both in usage.input_tokens, from which the queue learns
-// its bytes per token.
+// {"role":"tool","content":...} message holds, and a function_call item
+// what a chat request's "tool_calls" hold (each counted as its JSON).
+// The backend counts both in usage.input_tokens, from which the queue
+// learns its bytes per token.
 func TestSniffCountsTheResponsesAPIsWholePrompt(t *testing.T) {
 	for _, tc := range []struct {
 		name, body string
 		bytes      int64
 	}{
 		{"instructions", `{"model":"m","instructions":"be terse","input":"hi"}`, 8 + 2},
-		{"a tool's output", `{"model":"m","input":[{"role":"user","content":"read it"},` +
+		{"a tool's call and output", `{"model":"m","input":[{"role":"user","content":"read it"},` +
 			`{"type":"function_call","call_id":"c1","name":"read","arguments":"{}"},` +
-			`{"type":"function_call_output","call_id":"c1","output":"file contents"}]}`, 7 + 13},
+			`{"type":"function_call_output","call_id":"c1","output":"file contents"}]}`, 7 + 70 + 13},
 		{"the same turn as a chat request", `{"model":"m","messages":[{"role":"user","content":"read it"},` +
 			`{"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"read","arguments":"{}"}}]},` +
-			`{"role":"tool","tool_call_id":"c1","content":"file contents"}]}`, 7 + 13},
+			`{"role":"tool","tool_call_id":"c1","content":"file contents"}]}`, 7 + 75 + 13},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.bytes, Sniff([]byte(tc.body)).PromptBytes)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -18,28 +19,48 @@ type Fields struct {
 	NoStream bool
 	Model    string // "model": "<string>"
 	// MaxTokens is the largest of "max_tokens", "max_completion_tokens"
-	// (OpenAI chat), "max_output_tokens" (Responses API) and Ollama's
-	// "options": {"num_predict"} that is a positive number, rounded up,
-	// saturated at 1<<53; 0 if none.
-	MaxTokens int64
-	// Budget is the completion budget the body sets: the first of
-	// "max_completion_tokens", "max_output_tokens", "max_tokens" and
-	// Ollama's "options": {"num_predict"} that is a positive number,
+	// (OpenAI chat) and "max_output_tokens" (Responses API) that is a
+	// positive number (or a string of one, as vLLM and SGLang take it),
 	// rounded up, saturated at 1<<53; 0 if none.
+	MaxTokens int64
+	// Budget is the completion budget the body sets for an
+	// OpenAI-compatible API (vLLM, SGLang, Ollama's /v1): the first of
+	// "max_completion_tokens", "max_output_tokens" and "max_tokens" that
+	// is a positive number (or a string of one), rounded up, saturated
+	// at 1<<53; 0 if none.
 	Budget int64
+	// NumPredict is the completion budget the body sets for Ollama's
+	// native API, which reads no other: "options": {"num_predict"} when
+	// a positive number, as Budget's; 0 if none (its -1 and -2 too).
+	NumPredict int64
+	// Completions is how many completions an OpenAI-compatible backend
+	// (vLLM, SGLang) generates for the body, each up to the budget and
+	// holding its own tokens in the KV cache: the larger of "n" and
+	// "best_of" that is a positive number (or a string of one), else 1,
+	// times the prompts of a "prompt" batch (an array of strings or of
+	// token arrays), saturated at 1<<53; 0 (one) if the body has none of
+	// these.
+	Completions int64
 	// PromptBytes is the length in bytes of the prompt's text, decoded
 	// as encoding/json decodes it (escapes resolved; an invalid UTF-8
 	// byte or a broken surrogate escape is U+FFFD, 3 bytes): the
 	// "content" of each of "messages" (a string, or the string parts
 	// and the "text" of the object parts of an array), "prompt" (a
-	// string, or the strings of an array), "system", "instructions"
-	// (the Responses API's) and "suffix" (the text after the cursor of
-	// a fill-in-the-middle completion: Ollama's /api/generate, OpenAI's
-	// completions), each a string, and "input" (the Responses API's
+	// string, or the strings of an array), "system" and "instructions"
+	// (the Responses API's; a string) and "input" (the Responses API's
 	// and embeddings': a string, or an array of strings and of items
 	// whose "content", or a tool result's "output", is as a message's
-	// content).
+	// content), "suffix" (a fill-in-the-middle request's text after the
+	// cursor; a string) and Ollama's "template" (a string); and the
+	// length of the JSON of "tools" and "functions"
+	// (arrays of definitions) and of each message's "tool_calls" (an
+	// array), which a chat template renders into the prompt.
 	PromptBytes int64
+	// PromptTokens is the prompt's tokens sent as ids rather than text:
+	// the numbers of "prompt" and of "input" (an array of token ids, or
+	// a batch of such arrays: completions' and embeddings') and of
+	// Ollama's "context" (the tokens of the conversation so far).
+	PromptTokens int64
 	// Prompt reports that the body has one of those keys with a value of
 	// such a type (its text may be empty); without one, PromptBytes is 0
 	// and says nothing of the prompt.
@@ -51,19 +72,40 @@ type Fields struct {
 // (not JSON, malformed JSON, another top-level type) gives the zero
 // Fields: the request is then not streaming, has no model, no max tokens
 // and no prompt, and is still served. Keys may come in any order; for a
-// repeated key the last one counts, as in most JSON parsers.
-func Sniff(b []byte) Fields {
+// repeated key the last one counts, as in most JSON parsers. It reads
+// keys exactly, as pydantic (vLLM, SGLang) does, and past a UTF-8 byte
+// order mark and through NaN, Infinity and -Infinity, as Python's
+// json.loads does.
+func Sniff(b []byte) Fields { return sniff(b, exactKeys) }
+
+// SniffFolded is Sniff for a backend that reads keys as Go's
+// encoding/json does (Ollama's native API): a key is the field it
+// equals case-insensitively ("OPTIONS" is "options"), and of a field's
+// spellings the last counts. The keys of "options" are matched exactly,
+// as Ollama matches them. A byte order mark or a NaN makes the body
+// unreadable, as it does to Go.
+func SniffFolded(b []byte) Fields { return sniff(b, foldedKeys) }
+
+func sniff(b []byte, k keys) Fields {
+	if k == exactKeys {
+		// Python's json.loads takes a UTF-8 byte order mark before the
+		// JSON (Go's encoding/json does not).
+		b = bytes.TrimPrefix(b, utf8BOM)
+	}
 	b = bytes.TrimLeft(b, " \t\r\n")
-	if len(b) == 0 || b[0] != '{' || !Valid(b) {
+	if len(b) == 0 || b[0] != '{' || !valid(b, k == exactKeys) {
 		return Fields{}
 	}
 	// b is valid JSON from here on: the scanner only needs to find where
 	// each top-level member starts and ends.
 	var info Fields
 	var tokens [4]int64   // by key, so that a repeated key replaces its own value
-	var prompts [6]prompt // messages, prompt, system, input, instructions, suffix
+	var prompts [7]prompt // messages, prompt, system, input, instructions, suffix, template
+	var choices [2]int64  // n, best_of
+	var context int64     // Ollama's "context": token ids
+	var tools [2]int64    // tools, functions: bytes of JSON
 	eachMember(b, func(key, val []byte) {
-		switch unquote(key) {
+		switch k.name(key) {
 		case "stream":
 			info.Stream = string(val) == "true"
 			info.NoStream = string(val) == "false"
@@ -78,43 +120,99 @@ func Sniff(b []byte) Fields {
 			tokens[1] = tokenCount(val)
 		case "max_output_tokens":
 			tokens[2] = tokenCount(val)
+		case "n":
+			choices[0] = tokenCount(val)
+		case "best_of":
+			choices[1] = tokenCount(val)
 		case "options":
-			tokens[3] = numPredict(val)
+			// Go's encoding/json adds a repeated map's keys to the map
+			// it holds; pydantic and Python's json replace it.
+			if n, found := numPredict(val); found || k == exactKeys {
+				tokens[3] = n
+			}
 		case "messages":
-			prompts[0] = messagesText(val)
+			prompts[0] = messagesText(val, k)
 		case "prompt":
 			prompts[1] = promptText(val)
 		case "system":
 			prompts[2] = stringText(val)
 		case "input":
-			prompts[3] = inputText(val)
+			prompts[3] = inputText(val, k)
 		case "instructions":
 			prompts[4] = stringText(val)
 		case "suffix":
 			prompts[5] = stringText(val)
+		case "template":
+			prompts[6] = stringText(val)
+		case "context":
+			context = tokenIDs(val)
+		case "tools":
+			tools[0] = toolsText(val)
+		case "functions":
+			tools[1] = toolsText(val)
 		}
 	})
-	info.MaxTokens = max(tokens[0], tokens[1], tokens[2], tokens[3])
-	info.Budget = cmp.Or(tokens[1], tokens[2], tokens[0], tokens[3])
+	info.MaxTokens = max(tokens[0], tokens[1], tokens[2])
+	info.Budget = cmp.Or(tokens[1], tokens[2], tokens[0])
+	info.NumPredict = tokens[3]
+	if each, batch := max(choices[0], choices[1]), prompts[1].batch; each > 0 || batch > 0 {
+		info.Completions = saturatedProduct(max(each, 1), max(batch, 1))
+	}
+	info.PromptTokens = context
 	for _, p := range prompts {
 		info.PromptBytes += p.n
+		info.PromptTokens += p.ids
 		info.Prompt = info.Prompt || p.found
+	}
+	if info.Prompt {
+		info.PromptBytes += tools[0] + tools[1]
 	}
 	return info
 }
+
+// utf8BOM is the UTF-8 byte order mark.
+var utf8BOM = []byte("\xef\xbb\xbf")
 
 // MaxTokenCount saturates a token count read from a body: beyond it a
 // float64 no longer holds every integer, and every cost bound is far
 // below it.
 const MaxTokenCount = 1 << 53
 
-// tokenCount reads a JSON number token as a positive token count, 0 for
-// anything else (a string, null, zero, a negative number).
+// tokenCount reads a JSON number token, or a string of decimal digits,
+// as a positive token count, 0 for anything else (another string, null,
+// zero, a negative number).
 func tokenCount(val []byte) int64 {
+	if len(val) > 0 && val[0] == '"' {
+		return tokenCountText(unquote(val))
+	}
 	if len(val) == 0 || (val[0] != '-' && (val[0] < '0' || val[0] > '9')) {
 		return 0
 	}
-	f, err := strconv.ParseFloat(string(val), 64)
+	return positiveCount(string(val))
+}
+
+// tokenCountText reads a token count sent as a string as vLLM and
+// SGLang read it (pydantic takes " 100000 ", "+1_000" or "100.0" for an
+// integer, and the backend generates that many): spaces around, a plus
+// sign, then digits, underscores and a decimal point; 0 for anything
+// else.
+func tokenCountText(s string) int64 {
+	s = strings.TrimPrefix(strings.TrimSpace(s), "+")
+	if s == "" || s[0] < '0' || s[0] > '9' {
+		return 0
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && c != '_' && c != '.' {
+			return 0
+		}
+	}
+	return positiveCount(strings.ReplaceAll(s, "_", ""))
+}
+
+// positiveCount parses a decimal number as a positive token count:
+// rounded up, saturated at MaxTokenCount; 0 when it is not one.
+func positiveCount(num string) int64 {
+	f, err := strconv.ParseFloat(num, 64)
 	if err != nil && !errors.Is(err, strconv.ErrRange) { // 1e999 saturates
 		return 0
 	}
@@ -122,6 +220,15 @@ func tokenCount(val []byte) int64 {
 		return 0
 	}
 	return int64(math.Ceil(min(f, MaxTokenCount)))
+}
+
+// saturatedProduct is a*b, both in 1..MaxTokenCount, saturated at
+// MaxTokenCount.
+func saturatedProduct(a, b int64) int64 {
+	if a > MaxTokenCount/b {
+		return MaxTokenCount
+	}
+	return min(a*b, MaxTokenCount)
 }
 
 // scanner walks a valid JSON document.

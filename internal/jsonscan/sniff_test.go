@@ -66,7 +66,8 @@ func TestSniffReadsTheLargestTopLevelMaxTokens(t *testing.T) {
 		{"nested is ignored", `{"options":{"max_tokens":99},"messages":[{"max_tokens":5}]}`, 0},
 		{"zero", `{"max_tokens":0}`, 0},
 		{"negative", `{"max_tokens":-5}`, 0},
-		{"string", `{"max_tokens":"512"}`, 0},
+		{"string of digits", `{"max_tokens":"512"}`, 512},
+		{"other string", `{"max_tokens":"many"}`, 0},
 		{"null", `{"max_tokens":null}`, 0},
 		{"fraction rounds up", `{"max_tokens":10.2}`, 11},
 		{"exponent", `{"max_tokens":1e3}`, 1000},
@@ -94,6 +95,7 @@ func FuzzSniff(f *testing.F) {
 		`{"model":"m","stream":true}`, `{"stream":false}`, `{"a":{"stream":true}}`,
 		`{"str\u0065am":true}`, `{"model":"\"}"}`, `[1]`, `{"stream":true`, `{}`, ` {"a":[{}],"stream" : true } `,
 		`{"max_tokens":12,"max_completion_tokens":1.5e2}`, `{"max_output_tokens":-1}`, `{"max_tokens":"9"}`,
+		`{"max_tokens":" +1_0.0 "}`, `{"max_completion_tokens":"x1","max_tokens":"1e3"}`,
 		`{"x":"a\\","model":"m"}`, `{"x":"a\\\"","model":"m"}`,
 		`{"messages":[{"role":"user","content":"h\u00e9\ud83d\ude00\n"},{"content":[{"type":"text","text":"x"},"y",{"text":1}]}]}`,
 		`{"prompt":["ab","\ud800x"],"system":"s\xff","options":{"num_predict":64},"max_tokens":0}`,
@@ -101,14 +103,25 @@ func FuzzSniff(f *testing.F) {
 		"{\"prompt\":\"\xed\xa0\x80\\udc00\\u0041\"}",
 		`{"input":["a\u00e9",{"role":"user","content":[{"type":"input_text","text":"xyz"}]},{"content":"q"},3]}`,
 		`{"input":"embed me","model":"e"}`,
+		`{"prompt":["a",[1,2],3],"n":"4","best_of":2}`, `{"n":2,"prompt":[1,2]}`, `{"suffix":"ab","template":"{{ .Prompt }}","prompt":""}`,
+		`{"messages":[{"tool_calls":[ {"a":"b"} ],"content":"x"}],"tools":[1, 2],"functions":{}}`,
+		`{"input":[{"type":"function_call","arguments":"{}"},{"arguments":3}],"tools":[]}`,
+		`{"prompt":[[1,-2],3,"x",[[4]]],"input":[[5],6,{"content":"c"}],"context":[7,8.5,null]}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got := Sniff(b)
+		folded := SniffFolded(b) // never panics; not JSON: the zero Fields too
 		var m map[string]json.RawMessage
 		if json.Unmarshal(b, &m) != nil || m == nil {
-			assert.Equal(t, Fields{}, got)
+			assert.Equal(t, Fields{}, folded)
+		}
+		m = nil // Sniff reads past a UTF-8 byte order mark, as Python does
+		if json.Unmarshal(bytes.TrimPrefix(b, []byte("\ufeff")), &m) != nil || m == nil {
+			if !ValidPython(bytes.TrimPrefix(b, []byte("\ufeff"))) { // NaN and the like: TestValidPythonAndSniffReadNaNAndInfinity
+				assert.Equal(t, Fields{}, got)
+			}
 			return
 		}
 		var want Fields
@@ -123,12 +136,11 @@ func FuzzSniff(f *testing.F) {
 		}
 		want.Budget = cmp.Or(wantTokens(m["max_completion_tokens"]), wantTokens(m["max_output_tokens"]), wantTokens(m["max_tokens"]))
 		if opts, ok := wantObject(m["options"]); ok {
-			want.MaxTokens = max(want.MaxTokens, wantTokens(opts["num_predict"]))
-			if want.Budget == 0 {
-				want.Budget = wantTokens(opts["num_predict"])
-			}
+			want.NumPredict = wantTokens(opts["num_predict"])
 		}
 		want.PromptBytes, want.Prompt = wantPrompt(m)
+		want.Completions = wantCompletions(m)
+		want.PromptTokens = wantPromptTokens(m)
 		assert.Equal(t, want, got, "body %q", b)
 	})
 }
@@ -140,7 +152,7 @@ func wantPrompt(m map[string]json.RawMessage) (n int64, found bool) {
 		found = true
 		for _, msg := range msgs {
 			if o, ok := wantObject(msg); ok {
-				n += wantContent(o["content"])
+				n += wantContent(o["content"]) + wantJSONArray(o["tool_calls"])
 			}
 		}
 	}
@@ -157,11 +169,10 @@ func wantPrompt(m map[string]json.RawMessage) (n int64, found bool) {
 	if s, ok := wantString(m["system"]); ok {
 		n, found = n+int64(len(s)), true
 	}
-	if s, ok := wantString(m["instructions"]); ok {
-		n, found = n+int64(len(s)), true
-	}
-	if s, ok := wantString(m["suffix"]); ok {
-		n, found = n+int64(len(s)), true
+	for _, key := range []string{"instructions", "suffix", "template"} {
+		if s, ok := wantString(m[key]); ok {
+			n, found = n+int64(len(s)), true
+		}
 	}
 	if s, ok := wantString(m["input"]); ok {
 		n, found = n+int64(len(s)), true
@@ -174,10 +185,25 @@ func wantPrompt(m map[string]json.RawMessage) (n int64, found bool) {
 			}
 			if o, ok := wantObject(item); ok {
 				n += wantContent(o["content"]) + wantContent(o["output"])
+				if _, ok := wantString(o["arguments"]); ok {
+					n += int64(len(item))
+				}
 			}
 		}
 	}
+	if found {
+		n += wantJSONArray(m["tools"]) + wantJSONArray(m["functions"])
+	}
 	return n, found
+}
+
+// wantJSONArray is the fuzz oracle's length of an array's JSON (tools,
+// tool calls), 0 for another value.
+func wantJSONArray(raw json.RawMessage) int64 {
+	if _, ok := wantArray(raw); !ok {
+		return 0
+	}
+	return int64(len(bytes.TrimSpace(raw)))
 }
 
 // wantContent is the oracle's text of a message's content: a string, or
@@ -228,10 +254,19 @@ func wantObject(raw json.RawMessage) (map[string]json.RawMessage, bool) {
 }
 
 // wantTokens is the fuzz oracle's reading of a max tokens value: a
-// positive JSON number, rounded up and saturated.
+// positive JSON number, or a string of one in decimal digits (spaces
+// around, a plus sign, underscores and a point allowed), rounded up and
+// saturated.
 func wantTokens(raw json.RawMessage) int64 {
 	var n json.Number
-	if len(raw) == 0 || raw[0] == '"' || json.Unmarshal(raw, &n) != nil {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		s = strings.TrimPrefix(strings.TrimSpace(s), "+")
+		if s == "" || strings.Trim(s, "0123456789_.") != "" || s[0] == '_' || s[0] == '.' {
+			return 0
+		}
+		n = json.Number(strings.ReplaceAll(s, "_", ""))
+	} else if len(raw) == 0 || json.Unmarshal(raw, &n) != nil {
 		return 0
 	}
 	f, err := strconv.ParseFloat(string(n), 64)

@@ -15,7 +15,14 @@ import (
 // objects. It runs several times faster than json.Valid on chat requests,
 // whose bytes are mostly long strings (the messages): those are skipped
 // sixteen bytes at a time. FuzzValidJSON holds it to json.Valid.
-func Valid(b []byte) bool {
+func Valid(b []byte) bool { return valid(b, false) }
+
+// ValidPython reports whether b is one JSON value as Python's json.loads
+// reads it (vLLM, SGLang): Valid's, with NaN, Infinity and -Infinity as
+// numbers too.
+func ValidPython(b []byte) bool { return valid(b, true) }
+
+func valid(b []byte, python bool) bool {
 	var nest [32]byte
 	open := nest[:0] // the arrays and objects around i: '[' or '{'
 	i := skipSpace(b, 0)
@@ -50,6 +57,14 @@ func Valid(b []byte) bool {
 			i, ok = literal(b, i, "false")
 		case 'n':
 			i, ok = literal(b, i, "null")
+		case 'N', 'I':
+			i, ok = pythonNumber(b, i, python)
+		case '-':
+			if i+1 < len(b) && b[i+1] == 'I' {
+				i, ok = pythonNumber(b, i, python)
+				break
+			}
+			i, ok = number(b, i)
 		default:
 			i, ok = number(b, i)
 		}
@@ -193,6 +208,20 @@ func literal(b []byte, i int, word string) (int, bool) {
 		return i, false
 	}
 	return i + len(word), true
+}
+
+// pythonNumber reads Python's NaN, Infinity or -Infinity at i, when
+// python.
+func pythonNumber(b []byte, i int, python bool) (int, bool) {
+	if !python {
+		return i, false
+	}
+	for _, word := range []string{"NaN", "Infinity", "-Infinity"} {
+		if j, ok := literal(b, i, word); ok {
+			return j, true
+		}
+	}
+	return i, false
 }
 
 // IsNumber reports whether b is exactly one JSON number, with no space

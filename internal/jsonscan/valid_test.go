@@ -1,6 +1,7 @@
 package jsonscan
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -57,5 +58,30 @@ func FuzzValidJSON(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		assert.Equal(t, json.Valid(b), Valid(b), "%q", b)
+		if Valid(b) {
+			assert.True(t, ValidPython(b), "Python reads all JSON: %q", b)
+		} else if ValidPython(b) {
+			assert.True(t, bytes.Contains(b, []byte("NaN")) || bytes.Contains(b, []byte("Infinity")), "%q", b)
+		}
 	})
+}
+
+func TestValidPythonAndSniffReadNaNAndInfinity(t *testing.T) {
+	for _, tc := range []struct {
+		body   string
+		python bool
+	}{
+		{`{"x":NaN}`, true},
+		{`[Infinity,-Infinity,{"a":NaN}]`, true},
+		{`{"x":-NaN}`, false},
+		{`{"x":infinity}`, false},
+		{`{"x":Inf}`, false},
+		{`{NaN:1}`, false},
+	} {
+		assert.False(t, Valid([]byte(tc.body)), tc.body)
+		assert.Equal(t, tc.python, ValidPython([]byte(tc.body)), tc.body)
+	}
+	body := []byte(`{"model":"m","max_tokens":5,"temperature":NaN,"top_p":-Infinity,"prompt":"ab"}`)
+	assert.Equal(t, Fields{Model: "m", MaxTokens: 5, Budget: 5, PromptBytes: 2, Prompt: true}, Sniff(body))
+	assert.Equal(t, Fields{}, SniffFolded(body), "Go, and Ollama, read no NaN")
 }
