@@ -43,7 +43,10 @@ Shows the live state of fair_queue queues, or clears a broken one.
           clearing a broken queue; it refuses to run without --yes. As
           after a Redis restart, live instances put back the permits they
           hold and the requests they have waiting at their next heartbeat
-          (within a third of the lease); everything else is gone.
+          (within a third of the lease); everything else is gone. With
+          --dead, every queue that no instance has kept alive for a
+          minute (--dead-for): the keys of queues whose instances all
+          crashed, which nothing else deletes.
 
   tenant-key  reads a tenant value (an API key) on stdin and prints
           its key, sha256:<16 hex digits>, for a weight line that keeps
@@ -76,16 +79,19 @@ func setupFairQueueCommand(cmd *cobra.Command) {
 	status.Flags().Bool("json", false, "Print the JSON of the admin API instead of a table")
 
 	purge := &cobra.Command{
-		Use:     "purge",
-		Short:   "Deletes every key of a queue in Redis",
-		Example: "  caddy fair-queue purge --queue chat --redis redis://10.0.0.5:6379/0 --yes",
-		Args:    cobra.NoArgs,
-		RunE:    runPurge,
+		Use:   "purge",
+		Short: "Deletes every key of a queue in Redis",
+		Example: `  caddy fair-queue purge --queue chat --redis redis://10.0.0.5:6379/0 --yes
+  caddy fair-queue purge --dead --redis redis://10.0.0.5:6379/0 --yes`,
+		Args: cobra.NoArgs,
+		RunE: runPurge,
 	}
-	purge.Flags().String("queue", "", "Name of the queue to purge (required)")
+	purge.Flags().String("queue", "", "Name of the queue to purge (required without --dead; with it, only this queue)")
 	purge.Flags().String("redis", "", "Redis of the queue: redis://[user@]host:port/db, rediss://... or unix:///path (required)")
 	purge.Flags().String("key-prefix", redisstore.DefaultKeyPrefix, "Key prefix of the queue")
 	purge.Flags().Bool("yes", false, "Confirm: delete the queue's whole state in Redis")
+	purge.Flags().Bool("dead", false, "Purge every queue under --key-prefix that no instance has kept alive for --dead-for (left by crashed instances)")
+	purge.Flags().Duration("dead-for", time.Minute, "With --dead: how long a queue must have had no live instance")
 
 	tenantKey := &cobra.Command{
 		Use:   "tenant-key",
@@ -206,41 +212,6 @@ func cliRedis(rawURL string) (*redis.Client, error) {
 	}
 	o.MaxRetries = 1
 	return redis.NewClient(o), nil
-}
-
-func runPurge(cmd *cobra.Command, _ []string) error {
-	fl := cmd.Flags()
-	name, _ := fl.GetString("queue")
-	rawURL, _ := fl.GetString("redis")
-	prefix, _ := fl.GetString("key-prefix")
-	yes, _ := fl.GetBool("yes")
-	switch {
-	case name == "":
-		return errors.New("--queue is required")
-	case rawURL == "":
-		return errors.New("--redis is required")
-	case !yes:
-		return fmt.Errorf("refusing to purge queue %q without --yes: it deletes the queue's whole state in Redis "+
-			"(live instances put back their own permits and waiters at their next heartbeat; everything else is lost)", name)
-	}
-	rdb, err := cliRedis(rawURL)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-	ctx, cancel := context.WithTimeout(cmd.Context(), cliTimeout)
-	defer cancel()
-	st := redisstore.New(rdb, name, redisstore.Options{KeyPrefix: prefix})
-	before, err := st.Inspect(ctx, 0, 0)
-	if err != nil {
-		return err
-	}
-	if err := st.Purge(ctx); err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(cmd.OutOrStdout(), "purged queue %q (keys %s*): %d waiting, %d holders; "+
-		"live instances put back their own at their next heartbeat\n", name, termText(st.Tag()), before.Waiting, len(before.Holders))
-	return err
 }
 
 func runTenantKey(cmd *cobra.Command, _ []string) error {

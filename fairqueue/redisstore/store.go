@@ -408,15 +408,6 @@ func (s *Store) Inspect(ctx context.Context, head, flows int) (fairqueue.Snapsho
 	return snap, nil
 }
 
-// Purge implements fairqueue.Inspector: it deletes every key of the
-// queue. Nodes still running re-create what they need on their next call.
-func (s *Store) Purge(ctx context.Context) error {
-	if err := s.rdb.Del(ctx, s.keys...).Err(); err != nil {
-		return fmt.Errorf("purge %s: %w", s.tag, err)
-	}
-	return nil
-}
-
 var (
 	_ fairqueue.Store       = (*Store)(nil)
 	_ fairqueue.Inspector   = (*Store)(nil)

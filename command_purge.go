@@ -1,0 +1,87 @@
+package caddyfairqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
+)
+
+func runPurge(cmd *cobra.Command, _ []string) error {
+	fl := cmd.Flags()
+	name, _ := fl.GetString("queue")
+	rawURL, _ := fl.GetString("redis")
+	prefix, _ := fl.GetString("key-prefix")
+	yes, _ := fl.GetBool("yes")
+	dead, _ := fl.GetBool("dead")
+	deadFor, _ := fl.GetDuration("dead-for")
+	switch {
+	case name == "" && !dead:
+		return errors.New("--queue is required (or --dead)")
+	case rawURL == "":
+		return errors.New("--redis is required")
+	case dead && deadFor <= 0:
+		return fmt.Errorf("--dead-for must be positive, got %s", deadFor)
+	case !yes && dead:
+		return errors.New("refusing to purge dead queues without --yes: it deletes the whole state in Redis " +
+			"of every queue no instance has kept alive for " + deadFor.String())
+	case !yes:
+		return fmt.Errorf("refusing to purge queue %q without --yes: it deletes the queue's whole state in Redis "+
+			"(live instances put back their own permits and waiters at their next heartbeat; everything else is lost)", name)
+	}
+	rdb, err := cliRedis(rawURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), cliTimeout)
+	defer cancel()
+	if dead {
+		return purgeDeadQueues(ctx, cmd, rdb, prefix, name, deadFor)
+	}
+	st := redisstore.New(rdb, name, redisstore.Options{KeyPrefix: prefix})
+	before, err := st.Inspect(ctx, 0, 0)
+	if err != nil {
+		return err
+	}
+	if err := st.Purge(ctx); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "purged queue %q (keys %s*): %d waiting, %d holders; "+
+		"live instances put back their own at their next heartbeat\n", name, termText(st.Tag()), before.Waiting, len(before.Holders))
+	return err
+}
+
+// purgeDeadQueues purges each queue under prefix (only name, when set)
+// that no instance has kept alive for deadFor, and prints one line per
+// queue purged.
+func purgeDeadQueues(ctx context.Context, cmd *cobra.Command, rdb *redis.Client, prefix, name string, deadFor time.Duration) error {
+	names := []string{name}
+	if name == "" {
+		var err error
+		if names, err = redisstore.ListQueues(ctx, rdb, prefix); err != nil {
+			return err
+		}
+	}
+	purged := 0
+	for _, n := range names {
+		st := redisstore.New(rdb, n, redisstore.Options{KeyPrefix: prefix})
+		was, err := st.PurgeDead(ctx, deadFor)
+		if err != nil {
+			return err
+		}
+		if was {
+			purged++
+			if _, err := fmt.Fprintf(cmd.OutOrStdout(), "purged dead queue %s (keys %s*)\n", termText(n), termText(st.Tag())); err != nil {
+				return err
+			}
+		}
+	}
+	_, err := fmt.Fprintf(cmd.OutOrStdout(), "%d of %d queues dead for %s purged\n", purged, len(names), deadFor)
+	return err
+}
