@@ -14,6 +14,7 @@ import (
 func init() {
 	cases = append(cases,
 		testCase{"RaisedTenantCapServesTheTenantsWaitersAtOnce", raisedTenantCap},
+		testCase{"NewFlowAfterALoweredCapStartsAtTheLeastReadyCounter", loweredCapFloor},
 	)
 }
 
@@ -40,6 +41,45 @@ func raisedTenantCap(t *testing.T, h Harness) {
 	assert.ElementsMatch(t, []string{t1.ID, t2.ID, t3.ID}, holders, "two permits free, T under its new cap")
 
 	for _, a := range []fairqueue.TicketArgs{t1, t2, t3} {
+		a.Limits = l
+		require.NoError(t, s.Cancel(bg, a))
+	}
+	require.NoError(t, s.Leave(bg, "n1", l))
+}
+
+// A reload that lowers max_in_flight_per_tenant makes a tenant that
+// waits and holds the new cap not ready at once: a flow that becomes
+// active then starts at the least counter of the flows still ready, not
+// at the capped tenant's. U used 5 and waits (ready, counter 5); T holds
+// 1 and waits at counter 1; the cap goes from 3 to 1. Z, new, starts at
+// U's 5 and is served after U, which arrived first.
+func loweredCapFloor(t *testing.T, h Harness) {
+	s := store(t, h, "caplower", "n1")
+	l := fairqueue.Limits{Permits: 3, Lease: time.Minute, MaxInFlightPerTenant: 3}
+	u1 := fairT(1, "uuuu.0", l)
+	u1.Cost = 5
+	mustAcquire(t, s, u1, true)
+	require.NoError(t, s.Release(bg, u1)) // U idle at 5
+	t1 := fairT(2, "tttt.0", l)
+	mustAcquire(t, s, t1, true)
+	x1 := fairT(3, "xxxx.0", l)
+	mustAcquire(t, s, x1, true)
+	y1 := fairT(4, "yyyy.0", l)
+	mustAcquire(t, s, y1, true) // full
+	u2 := fairT(5, "uuuu.0", l)
+	mustAcquire(t, s, u2, false) // U at 5
+	t2 := fairT(6, "tttt.0", l)
+	mustAcquire(t, s, t2, false) // T at 1
+
+	l.MaxInFlightPerTenant = 1 // the reload: T, holding t1, is at its cap
+	z1 := fairT(7, "zzzz.0", l)
+	mustAcquire(t, s, z1, false)
+	x1.Limits = l
+	require.NoError(t, s.Release(bg, x1))
+	_, holders := h.State(t, "caplower")
+	assert.ElementsMatch(t, []string{t1.ID, y1.ID, u2.ID}, holders, "U (counter 5, arrived first) before the newcomer Z")
+
+	for _, a := range []fairqueue.TicketArgs{t1, y1, u2, t2, z1} {
 		a.Limits = l
 		require.NoError(t, s.Cancel(bg, a))
 	}
