@@ -109,11 +109,16 @@ local function add_held(flow, d, n, tn)
 end
 
 -- floor is where a flow becoming active starts: the least counter of
--- the ready flows, else the virtual time.
+-- the ready flows, else the virtual time. Flows of tenants at the cap
+-- found on the way leave the ready set (a reload may have lowered the
+-- cap), as in best_fair.
 local function floor()
-  local r = redis.call('ZRANGE', K.fready, 0, 0, 'WITHSCORES')
-  if #r > 0 then return tonumber(r[2]) end
-  return vtime()
+  while true do
+    local r = redis.call('ZRANGE', K.fready, 0, 0, 'WITHSCORES')
+    if #r == 0 then return vtime() end
+    if not capped(tenant_of(string.match(r[1], '^[^|]*|(.*)$'))) then return tonumber(r[2]) end
+    redis.call('ZREM', K.fready, r[1])
+  end
 end
 
 -- start is the counter an idle flow becomes active with: max(its counter
