@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
@@ -167,4 +168,42 @@ func TestMaxWaitingBytesDefaultsToAtLeastMaxBody(t *testing.T) {
 		require.NoError(t, h.validate())
 		assert.Equal(t, tc.want, h.MaxWaitingBytes, "max_body %d", tc.maxBody)
 	}
+}
+
+// A request that its upstream refused and that waits again in the queue
+// (requeue_on) holds its body as any waiter does: it counts against
+// max_waiting_bytes, and a body that would take the waiting bodies
+// beyond it gets 429 queue_full at once.
+func TestRequeuedRequestsBodyCountsAgainstMaxWaitingBytes(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	h := provisionLocal(t, newContext(t), &Handler{Name: "bytes-requeue", MaxBody: 1000, MaxWaitingBytes: 1500,
+		Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 1}}, RequeueOn: []int{503},
+		UpstreamCooldown: caddy.Duration(time.Minute), MaxWait: caddy.Duration(5 * time.Second)})
+	next := &pooled{answer: func(_ int, _ string, w http.ResponseWriter) error {
+		return refuse(w, http.StatusServiceUnavailable, "") // the only upstream cools a minute
+	}}
+	ctx := context.Background()
+	base := waitingBytes.Load()
+	pool := func(body string) *request {
+		req := newRequest(ctx, body)
+		req.r = req.r.WithContext(context.WithValue(req.r.Context(), caddyhttp.VarsCtxKey, map[string]any{}))
+		return req
+	}
+
+	a := pool(chatBody(1000, false)).start(h, next)
+	require.Eventually(t, func() bool {
+		next.mu.Lock()
+		defer next.mu.Unlock()
+		return len(next.calls) == 1 && engineOf(t, h).q.Stats().Waiting == 1
+	}, 10*time.Second, time.Millisecond, "a is not refused and requeued")
+	assert.Equal(t, base+1000, waitingBytes.Load(), "a's body waits again")
+
+	b := pool(chatBody(1000, false)).start(h, next).wait(t)
+	require.NoError(t, b.err)
+	assert.Equal(t, http.StatusTooManyRequests, b.w.Code)
+	assert.Equal(t, "queue_full", b.w.Header().Get("Fair-Queue-Reason"), "b's body would take the waiting bodies to 2000 bytes")
+	a.wait(t)
+	assert.Equal(t, "timeout", a.w.Header().Get("Fair-Queue-Reason"), "a waited for the cooling upstream")
+	assert.Equal(t, base, waitingBytes.Load(), "bytes left counted")
+	settled(t, h)
 }

@@ -131,6 +131,12 @@ func (c *call) requeue(rf *refusal) error {
 	}
 	ka := c.startKeepalive()
 	c.feed.use(ka)
+	// Its body waits again: counted against max_waiting_bytes, whatever
+	// the count (the request is in, and its client must not see the
+	// refusal), so that new bodies are refused while it waits.
+	n := int64(c.bodyLen)
+	holdWaitingAnyway(n)
+	defer releaseWaiting(n)
 	p, err := c.permit.Requeue(c.r.Context(), rf.cool)
 	if err != nil && c.e.moved.Load() && errors.Is(err, fairqueue.ErrShuttingDown) {
 		// A reload moved the queue to another store (its permit is given

@@ -34,6 +34,11 @@ func holdWaiting(n, limit int64) bool {
 	}
 }
 
+// holdWaitingAnyway counts a waiting request's body of n bytes even
+// beyond the limit: a request already admitted that waits again (a
+// requeue). Give it back with releaseWaiting.
+func holdWaitingAnyway(n int64) { waitingBytes.Add(n) }
+
 // releaseWaiting gives back what holdWaiting counted, once the request
 // is granted or leaves the queue.
 func releaseWaiting(n int64) { waitingBytes.Add(-n) }

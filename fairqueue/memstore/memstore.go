@@ -415,12 +415,32 @@ func (s *Store) Leave(_ context.Context, node string, l fairqueue.Limits) error 
 	return nil
 }
 
-// forgetDead forgets the nodes whose liveness ended.
+// forgetDead forgets the nodes whose liveness ended, and takes their
+// waiters out of the queue: nothing cancels a crashed node's waiters,
+// and they would count against MaxQueue and in every position until
+// dispatch reached them. A node only partitioned names them in the
+// heartbeat that reports it rejoined, and queues them again.
 func (s *Store) forgetDead(now time.Time) {
+	var dead map[string]bool
 	for n, exp := range s.nodes {
 		if exp.Before(now) {
 			delete(s.nodes, n)
 			delete(s.members, n)
+			if dead == nil {
+				dead = make(map[string]bool)
+			}
+			dead[n] = true
+		}
+	}
+	if dead == nil {
+		return
+	}
+	for _, w := range s.index {
+		if dead[fairqueue.TicketNode(w.id)] {
+			s.unqueue(w)
+			if w.flow != nil {
+				s.settle(w.flow)
+			}
 		}
 	}
 }

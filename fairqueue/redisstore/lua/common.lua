@@ -205,11 +205,13 @@ local function mine(node, fresh)
 end
 
 -- forget_dead removes nodes whose liveness ended, with their member
--- entries (at most 100 a call).
+-- entries (at most 100 a call), and returns them (drop_waiters_of in
+-- dispatch.lua takes their waiters out).
 local function forget_dead()
   local dead = redis.call('ZRANGEBYSCORE', K.nodes, '-inf', '(' .. now, 'LIMIT', 0, 100)
   if #dead > 0 then
     redis.call('ZREM', K.nodes, unpack(dead))
     redis.call('HDEL', K.members, unpack(dead))
   end
+  return dead
 end

@@ -247,3 +247,27 @@ local function my_heads(self, ex)
   if #out > 0 and n > 1 and redis.call('ZCARD', K.nodes) > 1 then return {out[1]} end
   return out
 end
+
+-- drop_waiters_of takes the waiters of the nodes forget_dead has just
+-- forgotten (dead) out of the queue: nothing cancels a crashed node's
+-- waiters, and they would count against max_queue and in every position
+-- until dispatch reached them. A node only partitioned names them in
+-- the heartbeat that reports it rejoined, and queues them again.
+-- O(waiting), once per node forgotten.
+local function drop_waiters_of(dead)
+  if #dead == 0 then return end
+  local set = {}
+  for _, n in ipairs(dead) do set[n] = true end
+  for _, id in ipairs(redis.call('ZRANGE', K.waiting, 0, -1)) do
+    if set[owner_of(id)] then
+      redis.call('ZREM', K.waiting, id)
+      take_weight(id)
+    end
+  end
+  for _, id in ipairs(redis.call('HKEYS', K.fticket)) do
+    if set[owner_of(id)] then
+      unqueue(id)
+      take_weight(id)
+    end
+  end
+end

@@ -109,11 +109,16 @@ local function add_held(flow, d, n, tn)
 end
 
 -- floor is where a flow becoming active starts: the least counter of
--- the ready flows, else the virtual time.
+-- the ready flows, else the virtual time. Flows of tenants at the cap
+-- found on the way leave the ready set (a reload may have lowered the
+-- cap), as in best_fair.
 local function floor()
-  local r = redis.call('ZRANGE', K.fready, 0, 0, 'WITHSCORES')
-  if #r > 0 then return tonumber(r[2]) end
-  return vtime()
+  while true do
+    local r = redis.call('ZRANGE', K.fready, 0, 0, 'WITHSCORES')
+    if #r == 0 then return vtime() end
+    if not capped(tenant_of(string.match(r[1], '^[^|]*|(.*)$'))) then return tonumber(r[2]) end
+    redis.call('ZREM', K.fready, r[1])
+  end
 end
 
 -- start is the counter an idle flow becomes active with: max(its counter
@@ -356,15 +361,20 @@ end
 -- recount rebuilds the permits held per flow and tenant from the holders,
 -- the truth, should the two ever disagree (bookkeeping lost with a
 -- failover or an operator's edit): a tenant counted above its real use
--- would wait for releases that never come. O(holders), about the permits.
+-- would wait for releases that never come. Then, when some flow with
+-- waiters is not ready, the flows of the tenants under the cap in force
+-- are made ready: cap_out left them out while their tenant held its
+-- cap, and a reload that raised or lifted it readies nothing else.
+-- O(holders), about the permits.
 local function recount()
-  local want = {}
+  local want, tenants = {}, {}
   for _, id in ipairs(redis.call('ZRANGE', K.holders, 0, -1)) do
     local flow = flow_of(id)
     if flow then
       local tenant = tenant_of(flow)
       want[flow] = (want[flow] or 0) + 1
       want[tenant] = (want[tenant] or 0) + 1
+      tenants[tenant] = true
     end
   end
   local have = redis.call('HGETALL', K.finf)
@@ -387,5 +397,15 @@ local function recount()
   for _, k in ipairs(wrong) do
     local tenant = tenant_of(k)
     for b = 0, MAXBAND do refresh(tenant .. '.' .. b) end
+  end
+  if redis.call('HLEN', K.twait) <= redis.call('ZCARD', K.fready) then return end
+  for tenant in pairs(tenants) do
+    if not capped(tenant, want[tenant]) then
+      local flows = {}
+      for b = 0, MAXBAND do flows[#flows + 1] = tenant .. '.' .. b end
+      for i, w in ipairs(redis.call('HMGET', K.twait, unpack(flows))) do
+        if w then refresh(flows[i], nil, true, false, want[tenant]) end
+      end
+    end
   end
 end

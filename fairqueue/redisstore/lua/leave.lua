@@ -1,6 +1,6 @@
 -- leave: a node stops. Its permits are released and handed on, its
 -- liveness entry removed (its waiters, if any remain, are dropped when
--- they reach the head). When no live node is then left, its counters,
+-- they reach the head; those of nodes forgotten here are dropped now). When no live node is then left, its counters,
 -- epoch, tombstones and fairness state are deleted too: nothing is left.
 -- What remains then belongs to dead nodes (waiters the last dispatch
 -- could not drop: every upstream cooling, or more than it drops in one
@@ -21,7 +21,7 @@ redis.call('ZREM', K.nodes, ARGV[1])
 redis.call('HDEL', K.members, ARGV[1])
 reap()
 dispatch('')
-forget_dead()
+drop_waiters_of(forget_dead())
 redis.call('ZREMRANGEBYSCORE', K.fidle, '-inf', num(vtime()))
 if redis.call('ZCOUNT', K.nodes, now, '+inf') == 0 then
   redis.call('DEL', unpack(KEYS))
