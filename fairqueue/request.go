@@ -26,7 +26,9 @@ type Request struct {
 	// Tokens is the KV-cache tokens the request holds while it runs
 	// (its prompt tokens plus its completion budget), counted against
 	// Config.KVTokens; a request heavier than the capacity is clamped to
-	// it (Config.ClampTokens: it runs alone). Ignored without KVTokens.
+	// it (Config.ClampTokens: it runs alone). Ignored without KVTokens,
+	// unless a Reconfigure sets them while the request waits: granted
+	// then, it waits again at its place, weighing its tokens.
 	Tokens int
 	// MaxWait overrides Config.MaxWait for this request when > 0 and
 	// shorter (a client that says how long it will wait).
