@@ -150,13 +150,14 @@ func (p *Permit) Requeue(ctx context.Context, cool time.Duration) (*Permit, erro
 	return p.requeue(ctx, cool, p.t.tokens)
 }
 
-// reweigh waits again at its place, weighing its tokens, a request
-// granted weighing none while the config in force counts them: it was
-// queued under a config without KVTokens (a reload turned them on while
-// it waited), and run as granted it would hold its tokens uncounted,
-// beside grants that fill the capacity. Otherwise it returns p.
+// reweigh waits again at its place, weighing its tokens as the config
+// in force clamps them, a request granted weighing fewer: it was queued
+// under a config that counted none (a reload turned KVTokens on while it
+// waited) or clamped it to a smaller capacity (a reload raised it), and
+// run as granted it would hold the difference uncounted, beside grants
+// that fill the capacity. Otherwise it returns p.
 func (p *Permit) reweigh(ctx context.Context) (*Permit, error) {
-	if p.t.tokens > 0 || p.local != nil || p.t.failOpen {
+	if p.local != nil || p.t.failOpen {
 		return p, nil
 	}
 	cfg := p.q.cfg.Load() // with its defaults: KVTokens is the pool's where it sets none
@@ -164,7 +165,7 @@ func (p *Permit) reweigh(ctx context.Context) (*Permit, error) {
 		return p, nil
 	}
 	w, _ := cfg.ClampTokens(p.req.Tokens)
-	if w == 0 {
+	if w <= p.t.tokens {
 		return p, nil
 	}
 	return p.requeue(ctx, -1, w)

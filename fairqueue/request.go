@@ -26,9 +26,10 @@ type Request struct {
 	// Tokens is the KV-cache tokens the request holds while it runs
 	// (its prompt tokens plus its completion budget), counted against
 	// Config.KVTokens; a request heavier than the capacity is clamped to
-	// it (Config.ClampTokens: it runs alone). Ignored without KVTokens,
-	// unless a Reconfigure sets them while the request waits: granted
-	// then, it waits again at its place, weighing its tokens.
+	// it (Config.ClampTokens: it runs alone). Ignored without KVTokens.
+	// A request granted weighing fewer than the config in force clamps it
+	// to (a Reconfigure set or raised KVTokens while it waited) waits
+	// again at its place, weighing that.
 	Tokens int
 	// MaxWait overrides Config.MaxWait for this request when > 0 and
 	// shorter (a client that says how long it will wait).
