@@ -30,8 +30,9 @@ func TestAReloadThatTurnsKVTokensOnWeighsTheWaitersOfTheOldConfig(t *testing.T) 
 				return &Handler{Name: "kv-on", Permits: 2, KVTokens: kvTokens, MaxWait: caddy.Duration(time.Minute)}
 			}
 			provisioned := func(h *Handler) *Handler { return provisionLocal(t, newContext(t), h) }
+			var rds *redistest.Server
 			if redis {
-				rds := redistest.Start(t)
+				rds = redistest.Start(t)
 				provisioned = func(h *Handler) *Handler { return provision(t, newContext(t), rds.Addr(), h) }
 			}
 			up := newHolder()
@@ -73,6 +74,11 @@ func TestAReloadThatTurnsKVTokensOnWeighsTheWaitersOfTheOldConfig(t *testing.T) 
 				r.wait(t)
 				assert.Equal(t, http.StatusOK, r.w.Code)
 			}
+			if redis {
+				require.NoError(t, cur.Cleanup()) // the last config leaves
+				poolEmpty(t)
+				assert.Empty(t, rds.Keys(t, "*"), "keys left in Redis")
+			}
 		})
 	}
 }
@@ -94,8 +100,9 @@ func TestAReloadThatRaisesKVTokensWeighsAClampedWaiterInFull(t *testing.T) {
 				return &Handler{Name: "kv-raised", Permits: 4, KVTokens: kvTokens, MaxWait: caddy.Duration(time.Minute)}
 			}
 			provisioned := func(h *Handler) *Handler { return provisionLocal(t, newContext(t), h) }
+			var rds *redistest.Server
 			if redis {
-				rds := redistest.Start(t)
+				rds = redistest.Start(t)
 				provisioned = func(h *Handler) *Handler { return provision(t, newContext(t), rds.Addr(), h) }
 			}
 			up := newHolder()
@@ -130,6 +137,11 @@ func TestAReloadThatRaisesKVTokensWeighsAClampedWaiterInFull(t *testing.T) {
 			for _, r := range []*request{r0, heavy, n1} {
 				r.wait(t)
 				assert.Equal(t, http.StatusOK, r.w.Code)
+			}
+			if redis {
+				require.NoError(t, cur.Cleanup()) // the last config leaves
+				poolEmpty(t)
+				assert.Empty(t, rds.Keys(t, "*"), "keys left in Redis")
 			}
 		})
 	}
