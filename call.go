@@ -122,9 +122,8 @@ func (c *call) enter() (err error) {
 }
 
 // weigh estimates the request's prompt tokens with its queue's bytes per
-// token; with cost tokens, charges the weight; and when the queue counts
-// KV-cache tokens, gives the engine the weight, clamped to the capacity
-// (counted when it is).
+// token; with cost tokens, charges the weight; and gives the engine the
+// weight (the engine clamps it to the capacity; counted when it is).
 func (c *call) weigh() {
 	c.weight.estimate(c.e.kv.bytesPerToken())
 	if c.weight.open {
@@ -133,8 +132,11 @@ func (c *call) weigh() {
 	if c.h.Cost == CostTokens && c.h.fair() {
 		c.req.Cost = tokensEstimate(c.weight, c.h.MaxCost)
 	}
-	var clamped bool
-	if c.req.Tokens, clamped = c.e.q.Config().ClampTokens(c.weight.tokens()); clamped {
+	// Unclamped, and also where the queue counts no tokens: a reload
+	// that turns kv_tokens on while the request waits weighs it at its
+	// grant (fairqueue.Request.Tokens).
+	c.req.Tokens = c.weight.tokens()
+	if _, clamped := c.e.q.Config().ClampTokens(c.req.Tokens); clamped {
 		observeClamped(c.name)
 	}
 }

@@ -147,6 +147,32 @@ var errReleased = errors.New("fair queue: requeue of a released permit")
 // given back. The Permit must not be used afterwards; Release the
 // returned one.
 func (p *Permit) Requeue(ctx context.Context, cool time.Duration) (*Permit, error) {
+	return p.requeue(ctx, cool, p.t.tokens)
+}
+
+// reweigh waits again at its place, weighing its tokens as the config
+// in force clamps them, a request granted weighing fewer: it was queued
+// under a config that counted none (a reload turned KVTokens on while it
+// waited) or clamped it to a smaller capacity (a reload raised it), and
+// run as granted it would hold the difference uncounted, beside grants
+// that fill the capacity. Otherwise it returns p.
+func (p *Permit) reweigh(ctx context.Context) (*Permit, error) {
+	if p.local != nil || p.t.failOpen {
+		return p, nil
+	}
+	cfg := p.q.cfg.Load() // with its defaults: KVTokens is the pool's where it sets none
+	if cfg.KVTokens <= 0 {
+		return p, nil
+	}
+	w, _ := cfg.ClampTokens(p.req.Tokens)
+	if w <= p.t.tokens {
+		return p, nil
+	}
+	return p.requeue(ctx, -1, w)
+}
+
+// requeue is Requeue, the new ticket weighing tokens.
+func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*Permit, error) {
 	claimed := false
 	p.once.Do(func() { claimed = true })
 	if !claimed {
@@ -174,7 +200,7 @@ func (p *Permit) Requeue(ctx context.Context, cool time.Duration) (*Permit, erro
 		q.releaseID(p.t.id, -p.t.cost)
 		return nil, q.reject(ReasonShuttingDown, p.start, 0, nil)
 	}
-	t.seq, t.cost, t.scale, t.tokens = p.t.seq, p.t.cost, p.t.scale, p.t.tokens
+	t.seq, t.cost, t.scale, t.tokens = p.t.seq, p.t.cost, p.t.scale, tokens
 	args := RequeueArgs{Old: p.t.id, Seq: p.t.seq, TicketArgs: TicketArgs{ID: t.id, Node: q.node,
 		Limits: cfg.limits(), Cost: t.cost, Tokens: t.tokens, Correction: -p.t.cost, Tombstone: q.s.beatOnItsWay()}}
 	if up := p.Upstream(); up != "" && cool >= 0 {

@@ -203,6 +203,7 @@ func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, permi
 	p, err := q.wait(ctx, t, start, deadline)
 	if p != nil {
 		p.req, p.deadline = req, deadline
+		return p.reweigh(ctx)
 	}
 	return p, err
 }

@@ -27,6 +27,9 @@ type Request struct {
 	// (its prompt tokens plus its completion budget), counted against
 	// Config.KVTokens; a request heavier than the capacity is clamped to
 	// it (Config.ClampTokens: it runs alone). Ignored without KVTokens.
+	// A request granted weighing fewer than the config in force clamps it
+	// to (a Reconfigure set or raised KVTokens while it waited) waits
+	// again at its place, weighing that.
 	Tokens int
 	// MaxWait overrides Config.MaxWait for this request when > 0 and
 	// shorter (a client that says how long it will wait).
