@@ -21,13 +21,15 @@ type heldUpstream struct {
 	url              string
 	release          chan struct{}
 	total, run, most atomic.Int32
+	bodies           chan string // each request's body, as it arrives
 }
 
 func newHeldUpstream(t *testing.T) *heldUpstream {
 	t.Helper()
-	u := &heldUpstream{release: make(chan struct{}, 100)}
+	u := &heldUpstream{release: make(chan struct{}, 100), bodies: make(chan string, 1000)}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
+		b, _ := io.ReadAll(r.Body)
+		u.bodies <- string(b)
 		u.total.Add(1)
 		n := u.run.Add(1)
 		defer u.run.Add(-1)
