@@ -49,6 +49,18 @@ func newHeldUpstream(t *testing.T) *heldUpstream {
 	return u
 }
 
+// nextBody is the body of the next request to reach u.
+func (u *heldUpstream) nextBody(t *testing.T) string {
+	t.Helper()
+	select {
+	case b := <-u.bodies:
+		return b
+	case <-time.After(10 * time.Second):
+		t.Fatal("no request reached the upstream within 10s")
+		return ""
+	}
+}
+
 // proxy is the reverse_proxy handler to u.
 func (u *heldUpstream) proxy() string {
 	return fmt.Sprintf(`{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}`, strings.TrimPrefix(u.url, "http://"))
@@ -146,6 +158,62 @@ func TestWaiterThatCancelsLeavesTheQueueOverEachProtocol(t *testing.T) {
 			require.NoError(t, a.err)
 			assert.Equal(t, http.StatusOK, a.status)
 			assert.Equal(t, int32(2), up.total.Load(), "the request whose client left ran upstream")
+			assert.Equal(t, int32(1), up.most.Load())
+		})
+	}
+}
+
+// A client whose connection closes while its request waits (HTTP/1.1
+// and HTTP/2: the TCP connection; HTTP/3: the QUIC connection) leaves
+// the queue at once, and its request never runs upstream.
+func TestWaiterWhoseConnectionClosesLeavesTheQueueOverEachProtocol(t *testing.T) {
+	for _, proto := range []string{"h1", "h2", "h3"} {
+		t.Run(proto, func(t *testing.T) {
+			t.Cleanup(func() { poolEmpty(t) })
+			up := newHeldUpstream(t)
+			name := "conn-gone-" + proto
+			s := runTLSCaddy(t, fmt.Sprintf(`{"handler":"fair_queue","name":%q,"permits":1,"max_wait":"60s"}`, name), up.proxy())
+			first := chat(context.Background(), s.client(t, proto), s.url, `{"model":"m"}`)
+			require.Eventually(t, func() bool { return up.run.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
+
+			c, closeConns := s.closableClient(t, proto)
+			gone := chat(context.Background(), c, s.url, `{"model":"gone"}`)
+			waitQueueWaiting(t, name, 1)
+			closeConns()
+			got(t, gone)
+			waitQueueWaiting(t, name, 0)
+			up.release <- struct{}{}
+			assert.Equal(t, http.StatusOK, got(t, first).status)
+			last := chat(context.Background(), s.client(t, proto), s.url, `{"model":"last"}`)
+			up.nextBody(t) // first's
+			assert.Equal(t, `{"model":"last"}`, up.nextBody(t), "the request whose client left ran upstream")
+			up.release <- struct{}{}
+			assert.Equal(t, http.StatusOK, got(t, last).status)
+		})
+	}
+}
+
+// A client that leaves while its request runs upstream frees the permit
+// for the next waiter, over each protocol; the upstream never runs more
+// than the permits.
+func TestClientThatLeavesWhileRunningFreesThePermitOverEachProtocol(t *testing.T) {
+	for _, proto := range []string{"h1", "h2", "h3"} {
+		t.Run(proto, func(t *testing.T) {
+			t.Cleanup(func() { poolEmpty(t) })
+			up := newHeldUpstream(t)
+			name := "run-gone-" + proto
+			s := runTLSCaddy(t, fmt.Sprintf(`{"handler":"fair_queue","name":%q,"permits":1,"max_wait":"60s"}`, name), up.proxy())
+			c := s.client(t, proto)
+			ctx, cancel := context.WithCancel(context.Background())
+			running := chat(ctx, c, s.url, `{"model":"m"}`)
+			require.Eventually(t, func() bool { return up.run.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
+			next := chat(context.Background(), c, s.url, `{"model":"m"}`)
+			waitQueueWaiting(t, name, 1)
+			cancel()
+			got(t, running)
+			require.Eventually(t, func() bool { return up.total.Load() == 2 }, 10*time.Second, 5*time.Millisecond)
+			up.release <- struct{}{}
+			assert.Equal(t, http.StatusOK, got(t, next).status)
 			assert.Equal(t, int32(1), up.most.Load())
 		})
 	}

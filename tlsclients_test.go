@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,8 +105,15 @@ func runTLSCaddyWith(t *testing.T, server string, handlers ...string) *tlsCaddy 
 // trusts the server's certificate and dials 127.0.0.1.
 func (s *tlsCaddy) client(t *testing.T, proto string) *http.Client {
 	t.Helper()
+	c, _ := s.closableClient(t, proto)
+	return c
+}
+
+// closableClient is client, and what closes its connections at once,
+// requests in flight included (a client that goes away).
+func (s *tlsCaddy) closableClient(t *testing.T, proto string) (c *http.Client, closeConns func()) {
+	t.Helper()
 	tc := &tls.Config{RootCAs: s.roots, ServerName: "localhost"}
-	var rt http.RoundTripper
 	switch proto {
 	case "h3":
 		tr := &http3.Transport{TLSClientConfig: tc,
@@ -113,23 +121,34 @@ func (s *tlsCaddy) client(t *testing.T, proto string) *http.Client {
 				return quic.DialAddrEarly(ctx, s.addr, tc, qc)
 			}}
 		t.Cleanup(func() { _ = tr.Close() })
-		rt = tr
+		return &http.Client{Transport: tr}, func() { _ = tr.Close() }
 	case "h1", "h2":
-		tr := &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: proto == "h2"}
-		tr.Protocols = new(http.Protocols)
+		var mu sync.Mutex
+		var conns []net.Conn
+		tr := &http.Transport{TLSClientConfig: tc, Protocols: new(http.Protocols)}
 		if proto == "h2" {
 			tr.Protocols.SetHTTP2(true)
 		} else {
 			tr.Protocols.SetHTTP1(true)
 		}
-		dialer := &net.Dialer{}
 		tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
-			return dialer.DialContext(ctx, network, s.addr)
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, s.addr)
+			if err == nil {
+				mu.Lock()
+				conns = append(conns, conn)
+				mu.Unlock()
+			}
+			return conn, err
 		}
 		t.Cleanup(tr.CloseIdleConnections)
-		rt = tr
-	default:
-		t.Fatalf("unknown protocol %q", proto)
+		return &http.Client{Transport: tr}, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, conn := range conns {
+				_ = conn.Close()
+			}
+		}
 	}
-	return &http.Client{Transport: rt}
+	t.Fatalf("unknown protocol %q", proto)
+	return nil, nil
 }
