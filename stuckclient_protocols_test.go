@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -24,20 +25,44 @@ import (
 // grant was forwarded upstream for a response nobody could receive,
 // holding the permit while live requests waited.
 func TestAGrantedStreamWhoseClientReadsNothingOverHTTP3IsNotForwarded(t *testing.T) {
+	grantToAClientThatReadsNothing(t, "h3", func(s *tlsCaddy) http.RoundTripper {
+		tr := &http3.Transport{TLSClientConfig: &tls.Config{RootCAs: s.roots, ServerName: "localhost"},
+			QUICConfig: &quic.Config{InitialStreamReceiveWindow: 1, MaxStreamReceiveWindow: 1},
+			Dial: func(ctx context.Context, _ string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
+				return quic.DialAddrEarly(ctx, s.addr, tc, qc)
+			}}
+		t.Cleanup(func() { _ = tr.Close() })
+		return tr
+	})
+}
+
+// The same over HTTP/2, its stream's window left at 1 byte.
+func TestAGrantedStreamWhoseClientReadsNothingOverHTTP2IsNotForwarded(t *testing.T) {
+	grantToAClientThatReadsNothing(t, "h2", func(s *tlsCaddy) http.RoundTripper {
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: s.roots, ServerName: "localhost"},
+			Protocols: new(http.Protocols), HTTP2: &http.HTTP2Config{MaxReceiveBufferPerStream: 1},
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, network, s.addr)
+			}}
+		tr.Protocols.SetHTTP2(true)
+		t.Cleanup(tr.CloseIdleConnections)
+		return tr
+	})
+}
+
+// grantToAClientThatReadsNothing grants a permit to a waiting stream
+// whose client, on stuck, reads nothing of its answer, and checks that
+// the permit goes on to the next request.
+func grantToAClientThatReadsNothing(t *testing.T, proto string, stuck func(*tlsCaddy) http.RoundTripper) {
 	t.Cleanup(func() { poolEmpty(t) })
 	up := newHeldUpstream(t)
-	const name = "stuck-h3"
+	name := "stuck-" + proto
 	s := runTLSCaddy(t, fmt.Sprintf(`{"handler":"fair_queue","name":%q,"permits":1,"max_wait":"60s","sse_keepalive":"100ms","sse_queue_events":true}`, name), up.proxy())
-	c := s.client(t, "h3")
+	c := s.client(t, proto)
 	first := chat(context.Background(), c, s.url, `{"model":"m"}`)
 	require.Eventually(t, func() bool { return up.run.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
 
-	tr := &http3.Transport{TLSClientConfig: &tls.Config{RootCAs: s.roots, ServerName: "localhost"},
-		QUICConfig: &quic.Config{InitialStreamReceiveWindow: 1, MaxStreamReceiveWindow: 1},
-		Dial: func(ctx context.Context, _ string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
-			return quic.DialAddrEarly(ctx, s.addr, tc, qc)
-		}}
-	t.Cleanup(func() { _ = tr.Close() })
+	tr := stuck(s)
 	header := make(chan error, 1)
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, s.url+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))
