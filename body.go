@@ -53,7 +53,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, timeout time.
 		}
 		return nil, err
 	}
-	d.lift()
+	d.lift(r)
 	if cap(b)-len(b) > len(b)/8 {
 		// The buffer of a body of unknown length starts at bodyChunk
 		// and doubles: it may be far larger than the body, which waits
@@ -135,14 +135,22 @@ func (d *bodyDeadline) expired(err error) bool {
 }
 
 // lift removes the deadline once the body is read: the response, a
-// stream perhaps, may last much longer. (Go's HTTP/1 server clears the
-// connection's deadline itself at the body's end, before it watches the
-// connection for a client that leaves, and Caddy's read idle timeout
-// does too; a deadline left behind would be a trap for whatever reads
-// or sets it next.)
-func (d *bodyDeadline) lift() {
+// stream perhaps, may last much longer. Over HTTP/1 there is nothing to
+// lift, and nothing may be set: Go's server cleared the connection's
+// deadline itself at the body's end, and now watches the connection for
+// a client that leaves (a read in the background); a deadline set there
+// ends that read and cancels the request as if its client had gone.
+// Caddy's read idle timeout, asked to clear the deadline, sets the
+// server's read_timeout instead, so that with one configured every
+// request that waited or ran longer than that was cancelled. (Over
+// HTTP/2 and HTTP/3 the deadline is the stream's, and a deadline left
+// behind would be a trap for whatever reads or sets it next.)
+func (d *bodyDeadline) lift(r *http.Request) {
 	if d.timer != nil {
 		d.timer.Stop()
+		return
+	}
+	if r.ProtoMajor == 1 {
 		return
 	}
 	_ = d.rc.SetReadDeadline(time.Time{})

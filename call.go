@@ -43,6 +43,7 @@ type call struct {
 	start     time.Time // when the request joined the queue
 	feed      *keepaliveFeed
 	committed bool // the keepalive sent the header of an event stream
+	abandoned bool // the keepalive gave up on a client that took nothing: the response is lost
 
 	permit    *fairqueue.Permit
 	granted   time.Time     // when the permit came
@@ -173,7 +174,7 @@ func (c *call) wait() error {
 	p, err := c.acquire()
 	releaseWaiting(n)
 	c.permit, c.granted = p, time.Now()
-	c.committed = ka.halt()
+	c.committed, c.abandoned = ka.halt()
 	return err
 }
 
@@ -239,6 +240,9 @@ func (c *call) servePool() (served bool, err error) {
 		if err := c.requeue(rf); err != nil {
 			return true, c.notGranted(err)
 		}
+		if c.left() {
+			return true, nil // granted again for nobody: finish hands the permit on
+		}
 		if c.permit.Upstream() == "" {
 			c.next = c.e.forGrant(c.h, c.permit, c.own)
 			return false, nil
@@ -270,8 +274,9 @@ func (c *call) finish() {
 	c.e.finish(c.permit, c.done)
 }
 
-// left reports whether the client has gone: its request's context ended.
-func (c *call) left() bool { return c.r.Context().Err() != nil }
+// left reports whether the client has gone: its request's context
+// ended, or its response was given up (abandoned).
+func (c *call) left() bool { return c.abandoned || c.r.Context().Err() != nil }
 
 // readsUsage reports whether the answer's usage is read (cost tokens,
 // and the prompt estimate of a queue that counts KV-cache tokens): not

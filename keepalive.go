@@ -234,11 +234,13 @@ func (k *keepalive) bound(eta, waited time.Duration) time.Duration {
 // the caller is the response's only writer again. It reports whether the
 // response's header was sent: then only SSE events may follow. A comment
 // that the client has not taken within frameTimeout is given up (see
-// stuckclient.go): the response is lost, and the request goes on to its
-// end at once.
-func (k *keepalive) halt() (committed bool) {
+// stuckclient.go): the response is lost (abandoned), and the request
+// goes on to its end at once, as if its client had left: over HTTP/2
+// giving up resets the stream and so ends the request's context, over
+// HTTP/1 and HTTP/3 nothing tells the request.
+func (k *keepalive) halt() (committed, abandoned bool) {
 	if k == nil {
-		return false
+		return false, false
 	}
 	close(k.stop)
 	select {
@@ -246,6 +248,7 @@ func (k *keepalive) halt() (committed bool) {
 	case <-time.After(frameTimeout):
 		abortWrites(k.w)
 		<-k.done
+		abandoned = true
 	}
-	return k.committed
+	return k.committed, abandoned
 }

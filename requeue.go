@@ -150,7 +150,9 @@ func (c *call) requeue(rf *refusal) error {
 		p, err = c.acquire()
 	}
 	c.permit, c.granted = p, time.Now()
-	c.committed = ka.halt() || c.committed
+	committed, abandoned := ka.halt()
+	c.committed = committed || c.committed
+	c.abandoned = abandoned || c.abandoned
 	return err
 }
 
