@@ -83,11 +83,11 @@ func (c *call) read() (answered bool, err error) {
 	repl.Set(phModel, info.Model)
 	repl.Set(phStreaming, c.streaming)
 	c.bodyLen = len(body)
-	budget, embed := h.defaultMaxTokens(), embeds(c.r, c.api)
+	c.weight = newWeight(info, c.api, len(body), h.defaultMaxTokens())
+	embed := embeds(c.r, c.api)
 	if embed {
-		budget = 0
+		c.weight.budget = 0 // it generates none, whatever budget its body sets
 	}
-	c.weight = newWeight(info, c.api, len(body), budget)
 	c.weight.open = c.weight.open && !embed && h.learnsBudget()
 	c.req = h.fairRequest(repl, info)
 
