@@ -149,6 +149,9 @@ type snapshotJSON struct {
 	// TokensHeld is the KV-cache tokens the holders hold (0 when not
 	// counted).
 	TokensHeld int `json:"tokens_held,omitempty"`
+	// LearnedShare is the share of the configured capacity in force with
+	// adaptive (absent until one is learned; with a pool, each upstream's).
+	LearnedShare float64 `json:"learned_share,omitempty"`
 	// Upstreams: with a pool, each upstream's permits (this instance's
 	// config), permits held across the cluster, and cooldown left.
 	Upstreams []upstreamJSON `json:"upstreams,omitempty"`
@@ -161,6 +164,8 @@ type upstreamJSON struct {
 	CoolLeftMS int64  `json:"cool_left_ms"`        // 0: in dispatch
 	KVTokens   int    `json:"kv_tokens,omitempty"` // its capacity in tokens (this instance's config)
 	TokensHeld int    `json:"tokens_held,omitempty"`
+	// LearnedShare is its share of its capacity in force with adaptive.
+	LearnedShare float64 `json:"learned_share,omitempty"`
 }
 
 type holderJSON struct {
@@ -181,7 +186,7 @@ type nodeJSON struct {
 // directly: the store's upstreams are listed with permits 0).
 func snapshotReport(s fairqueue.Snapshot, pool []fairqueue.Upstream) *snapshotJSON {
 	out := &snapshotJSON{Waiting: s.Waiting, Head: s.Head, Flows: s.Flows, Grants: s.Grants, TokensHeld: s.TokensHeld,
-		Holders: []holderJSON{}, Nodes: []nodeJSON{}}
+		LearnedShare: s.LearnedShare, Holders: []holderJSON{}, Nodes: []nodeJSON{}}
 	if pool == nil {
 		for _, u := range s.Upstreams {
 			pool = append(pool, fairqueue.Upstream{Dial: u.Dial})
@@ -192,7 +197,7 @@ func snapshotReport(s fairqueue.Snapshot, pool []fairqueue.Upstream) *snapshotJS
 		j := upstreamJSON{Dial: u.Dial, Permits: u.Permits, KVTokens: u.KVTokens}
 		if i >= 0 {
 			j.InFlight, j.CoolLeftMS = s.Upstreams[i].InFlight, s.Upstreams[i].CoolLeft.Milliseconds()
-			j.TokensHeld = s.Upstreams[i].TokensHeld
+			j.TokensHeld, j.LearnedShare = s.Upstreams[i].TokensHeld, s.Upstreams[i].LearnedShare
 		}
 		out.Upstreams = append(out.Upstreams, j)
 	}

@@ -37,7 +37,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    names         <name>...            # repeatable; with placeholders in name: the names served, others get 404 model_not_found
 //	    permits       <n>                  # required (unless upstream lines or kv_tokens), > 0, cluster-wide
 //	    kv_tokens     <n>                  # KV-cache tokens the running requests may hold, cluster-wide; default 0: not counted
-//	    default_max_tokens <n>             # completion budget of a body without max_tokens; default 1024
+//	    default_max_tokens <n>             # completion budget of a body without max_tokens; default learned
 //	    adaptive {                         # learn the capacity from the backend's time to first token (docs/adaptive.md)
 //	        target_ttft  <duration>        # required: keep the TTFT p99 at or below this
 //	        floor        <share>           # least share of permits / kv_tokens in force, (0, 1]; default 0.0625
@@ -59,7 +59,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    # fairness across tenants; without tenant and priority: strict FIFO
 //	    tenant        <placeholders>       # e.g. {http.request.header.Authorization}; hashed, cut at 1KiB
 //	    weight        <tenant> <w>         # repeatable; 0.01-1000, default 1; requires tenant
-//	                                       # tenant: sha256:<key> (its 16-hex key, as logs show it; keeps the secret out) or the raw value
+//	                                       # tenant: sha256:<16 hex> (recommended: its key, as logs show it) or the raw value
 //	    weight_placeholder <placeholders>  # a number per request, for tenants without a weight line
 //	    cost          requests|max_tokens [<max>]|time|tokens [<max>]   # what a request is charged; default requests (1 each)
 //	                                       # max_tokens: the body's max_tokens, 1 to max (default 32768)
@@ -71,8 +71,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    max_queue_per_tenant <n>           # per tenant and band; requires tenant. default 0: no cap
 //	    max_in_flight_per_tenant <n>       # permits one tenant holds at once, cluster-wide; requires tenant or priority. default 0: no cap
 //
-//	    # a pool of backends, each with its own permits, cluster-wide; reverse_proxy
-//	    # takes the granted one with `dynamic fair_queue`; permits then caps the pool (default: the sum)
+//	    # a pool of backends, each with its own permits, cluster-wide (see "Upstream pools");
+//	    # reverse_proxy takes the granted one with `dynamic fair_queue`; permits then caps the pool (default: the sum)
 //	    upstream      <dial address> <n> [kv_tokens <n>]   # repeatable, e.g. upstream 10.0.0.5:8000 8 kv_tokens 200000
 //	    requeue_on    <status>...          # e.g. 429 503: answer not passed on, request requeued at its place; requires upstream
 //	    max_requeues  <n>                  # per request, 0 to 100; default 3
@@ -81,7 +81,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    # no redis block: the queue lives in this process only
 //	    redis [<url>] {
 //	        mode          standalone|sentinel|cluster   # default standalone
-//	        url           redis://[user:pass@]host:port/db   # or rediss://, unix://; standalone only
+//	        url           redis://[user:pass@]host:port/db   # or rediss://, unix://; standalone only; ?protocol=3 for RESP3 (default RESP2)
 //	        address       <host:port>...   # instead of url: the server, the Sentinels or the cluster seeds
 //	        master_name   <name>           # sentinel: the monitored master; required
 //	        username      <username>

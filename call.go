@@ -84,11 +84,11 @@ func (c *call) read() (answered bool, err error) {
 	repl.Set(phModel, info.Model)
 	repl.Set(phStreaming, c.streaming)
 	c.bodyLen = len(body)
-	budget, embed := h.defaultMaxTokens(), embeds(c.r, c.api)
+	c.weight = newWeight(info, c.api, len(body), h.defaultMaxTokens())
+	embed := embeds(c.r, c.api)
 	if embed {
-		budget = 0
+		c.weight.budget = 0 // it generates none, whatever budget its body sets
 	}
-	c.weight = newWeight(info, c.api, len(body), budget)
 	c.weight.open = c.weight.open && !embed && h.learnsBudget()
 	c.req = h.fairRequest(repl, info)
 
@@ -401,10 +401,30 @@ func (h *Handler) record(r *http.Request, repl *caddy.Replacer, name, outcome, r
 		fields = append(fields, zap.String("tenant", tenant))
 	}
 	if extra, ok := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); ok {
-		extra.Set(zap.Dict("fair_queue", fields...))
+		extra.Set(zap.Object("fair_queue", accessLogObject{fields: fields, repl: repl}))
 	}
 	observe(name, outcome, waited)
 	if c := h.logger.Check(zapcore.DebugLevel, "fair queue"); c != nil {
 		c.Write(fields...)
 	}
+}
+
+// accessLogObject is the access log's fair_queue object: the outcome's
+// fields, and with a pool the upstream the request last went to, read
+// when the access log is written, as a requeue may move it after the
+// outcome is recorded.
+type accessLogObject struct {
+	fields []zap.Field
+	repl   *caddy.Replacer
+}
+
+// MarshalLogObject implements zapcore.ObjectMarshaler.
+func (o accessLogObject) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	for _, f := range o.fields {
+		f.AddTo(enc)
+	}
+	if up, _ := o.repl.GetString(phUpstream); up != "" {
+		enc.AddString("upstream", up)
+	}
+	return nil
 }

@@ -97,7 +97,8 @@ func checkOnStoreError(policy string) error {
 //	{http.fair_queue.position}     tickets ahead at enqueue plus one; 0 when granted at once
 //	{http.fair_queue.upstream}     with Upstreams: the dial address of the granted upstream
 //
-// The same values appear in the access log, in a "fair_queue" object.
+// The access log has a "fair_queue" object: queue, outcome, reason,
+// wait_ms, position, tenant (with Tenant) and upstream (with Upstreams).
 type Handler struct {
 	// Name of the queue. Every handler, on every Caddy instance, that
 	// names the same queue in the same store (for Redis: address,
