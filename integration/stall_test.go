@@ -1,0 +1,93 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
+	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
+)
+
+// stallLease is the lease of the stall tests: an instance stopped for
+// longer than it is dead to Redis, its grants reaped.
+const stallLease = 3 * time.Second
+
+// TestStalledInstanceStartsNoGrantRedisTookBack stops an instance
+// (SIGSTOP: a long GC pause, a starved or frozen VM) while its waiter
+// heads a queue of one permit, and resumes it after its lease. While it
+// is stopped, the other instance's request ends and its release grants
+// the stopped instance's waiter: the grant's message waits, unread, in
+// the stopped instance's socket. The grant's lease ends unrenewed, Redis
+// takes the permit back and grants it to a request of the other
+// instance. Once resumed, the instance reads the old grant: it must not
+// start its waiter beside the request that now holds the permit (the
+// upstream would run 2 with 1 permit, after the stall, where nothing
+// excuses it); the waiter is served once the permit is free, within its
+// max_wait.
+func TestStalledInstanceStartsNoGrantRedisTookBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("about 15s: skipped with -short")
+	}
+	rds := redistest.Start(t)
+	mock, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 4, Delay: 50 * time.Millisecond})
+	site := proxySite(upstream, fmt.Sprintf(`
+	fair_queue {
+		name stall
+		permits 1
+		max_wait 60s
+		poll_interval 100ms
+		lease %s
+		redis {
+			address %s
+		}
+	}`, stallLease, rds.Addr()))
+	a := harness.StartCaddy(t, "a", site, harness.CaddyOptions{})
+	b := harness.StartCaddy(t, "b", site, harness.CaddyOptions{})
+	stopped := false
+	t.Cleanup(func() {
+		if stopped {
+			a.Signal(syscall.SIGCONT)
+		}
+	})
+	q := Queue{rdb: rds.Client(t), name: "stall"}
+	client := newClient(t)
+	ctx := context.Background()
+
+	first := holdPermit(t, client, b.URL(), nil)
+	waiter := sendAsync(ctx, client, a.URL(), Chat{Stream: true, Tokens: 4, Delay: 50 * time.Millisecond})
+	q.awaitWaiting(t, 1, 10*time.Second)
+
+	a.Signal(syscall.SIGSTOP)
+	stopped = true
+	// a heartbeat less than a third of its lease ago: alive in Redis
+	// for two thirds of a lease more, its waiter is granted.
+	first.Release()
+	q.awaitWaiting(t, 0, 5*time.Second)
+	require.Equal(t, 1, q.Holders(t), "a's waiter granted while a is stopped")
+
+	// Its grant's lease ends unrenewed: Redis grants the permit to b's
+	// next request.
+	second := holdPermit(t, client, b.URL(), nil)
+	require.Equal(t, 1, mock.InFlight(), "b's second request runs alone")
+
+	a.Signal(syscall.SIGCONT)
+	stopped = false
+	// Time for a to read the old grant and for its heartbeats to find
+	// it had lost its lease.
+	ran := eventually(2*stallLease, func() bool { return mock.InFlight() > 1 })
+	assert.False(t, ran, "a started its waiter on a grant Redis had taken back, beside b's request")
+	assert.Equal(t, 1, mock.MaxInFlight(), "requests at the upstream at once, with 1 permit")
+
+	second.Release()
+	r := await(t, waiter, 30*time.Second)
+	requireFullStream(t, r, 4, "a's waiter, once the permit is free")
+	assert.Equal(t, 1, mock.MaxInFlight(), "requests at the upstream at once, with 1 permit")
+	q.awaitHolders(t, 0, 10*time.Second)
+}
