@@ -17,6 +17,15 @@ func (q *Queue) Granted(grants ...Grant) {
 			}
 			continue
 		}
+		if !q.s.grantsTrusted(q.cfg.Load().Lease) {
+			// Maybe a grant the store took back while this node was
+			// stopped or cut off: leave the waiter waiting, and ask the
+			// store at once. The heartbeat names the node's waiters (it
+			// queues again those the store dropped), and the reconcile
+			// grants the waiter if the store still counts its grant.
+			q.s.note(evVerify, true)
+			continue
+		}
 		q.grant(t, g.No, g.Upstream, g.Permits)
 		q.s.woken.Add(1)
 		q.observe(g.No, "")

@@ -60,6 +60,13 @@ type session struct {
 	// replies (the head).
 	head       atomic.Pointer[headTickets]
 	aliveUntil atomic.Int64
+	// confirmed is when the last heartbeat that found the node alive
+	// with its waiters was sent (or the node joined), in ns since base on
+	// the monotonic clock, which a stopped process's wait counts too: a
+	// grant read long after it may be one the store has taken back
+	// (Queue.Granted, grantsTrusted).
+	base      time.Time
+	confirmed atomic.Int64
 	// woken counts grants that woke a waiter of this node (Queue.Woken).
 	woken atomic.Uint64
 	// beating counts the heartbeats on their way (from the snapshot of
@@ -97,7 +104,7 @@ const (
 )
 
 func newSession(q *Queue) *session {
-	return &session{q: q, stop: make(chan struct{}), done: make(chan struct{}), kick: make(chan struct{}, 1)}
+	return &session{q: q, stop: make(chan struct{}), done: make(chan struct{}), kick: make(chan struct{}, 1), base: time.Now()}
 }
 
 // note records e for the loop; with wake, the loop takes it at once
@@ -150,6 +157,18 @@ func (s *session) confirmAlive(ok bool, sent time.Time, lease time.Duration) {
 		return
 	}
 	s.aliveUntil.Store(sent.Add(lease / 2).UnixNano())
+	s.confirmed.Store(int64(sent.Sub(s.base)))
+}
+
+// grantsTrusted reports whether a heartbeat found the node alive with
+// its waiters (or it joined) less than half a lease ago, on the
+// monotonic clock. Otherwise the node may have been stopped or cut off
+// past its lease (a stop, a starved or frozen machine, a partition): the
+// store may have judged it dead, reaped a grant to one of its waiters
+// whose lease ran out unrenewed and given the permit to another, while
+// the grant's message waited unread.
+func (s *session) grantsTrusted(lease time.Duration) bool {
+	return time.Since(s.base)-time.Duration(s.confirmed.Load()) < lease/2
 }
 
 // alive reports whether the store surely holds the node alive with its
@@ -200,6 +219,7 @@ func (s *session) join(ctx context.Context) error {
 	cfg := q.cfg.Load()
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.StoreTimeout)
 	defer cancel()
+	s.confirmed.Store(int64(time.Since(s.base))) // before the first grant can come
 	if err := q.store.Open(octx, q.node, q); err != nil {
 		s.openFailedAt, s.openErr = time.Now(), err
 		q.health.failed(q.log, err)
