@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/internal/faultproxy"
 	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
@@ -31,13 +32,32 @@ const stallLease = 3 * time.Second
 // upstream would run 2 with 1 permit, after the stall, where nothing
 // excuses it); the waiter is served once the permit is free, within its
 // max_wait.
+//
+// The same with a's link to Redis frozen (a blackhole: TCP stays up,
+// nothing gets through) for as long, then healed: the bytes held go out,
+// the grant's message among them.
 func TestStalledInstanceStartsNoGrantRedisTookBack(t *testing.T) {
 	if testing.Short() {
-		t.Skip("about 15s: skipped with -short")
+		t.Skip("about 30s: skipped with -short")
 	}
+	t.Run("sigstop", func(t *testing.T) {
+		runStall(t, func(a *harness.Caddy, _ *faultproxy.Proxy) { a.Signal(syscall.SIGSTOP) },
+			func(a *harness.Caddy, _ *faultproxy.Proxy) { a.Signal(syscall.SIGCONT) })
+	})
+	t.Run("frozen-link", func(t *testing.T) {
+		runStall(t, func(_ *harness.Caddy, p *faultproxy.Proxy) { p.Blackhole(true) },
+			func(_ *harness.Caddy, p *faultproxy.Proxy) { p.Heal() })
+	})
+}
+
+// runStall runs the scenario above, stopping instance a (which reaches
+// Redis through a fault proxy) with stop and resuming it with resume.
+func runStall(t *testing.T, stop, resume func(*harness.Caddy, *faultproxy.Proxy)) {
 	rds := redistest.Start(t)
+	proxy := faultproxy.Start(t, rds.Addr())
 	mock, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 4, Delay: 50 * time.Millisecond})
-	site := proxySite(upstream, fmt.Sprintf(`
+	site := func(redisAddr string) string {
+		return proxySite(upstream, fmt.Sprintf(`
 	fair_queue {
 		name stall
 		permits 1
@@ -47,13 +67,14 @@ func TestStalledInstanceStartsNoGrantRedisTookBack(t *testing.T) {
 		redis {
 			address %s
 		}
-	}`, stallLease, rds.Addr()))
-	a := harness.StartCaddy(t, "a", site, harness.CaddyOptions{})
-	b := harness.StartCaddy(t, "b", site, harness.CaddyOptions{})
+	}`, stallLease, redisAddr))
+	}
+	a := harness.StartCaddy(t, "a", site(proxy.Addr()), harness.CaddyOptions{})
+	b := harness.StartCaddy(t, "b", site(rds.Addr()), harness.CaddyOptions{})
 	stopped := false
 	t.Cleanup(func() {
 		if stopped {
-			a.Signal(syscall.SIGCONT)
+			resume(a, proxy)
 		}
 	})
 	q := Queue{rdb: rds.Client(t), name: "stall"}
@@ -64,7 +85,7 @@ func TestStalledInstanceStartsNoGrantRedisTookBack(t *testing.T) {
 	waiter := sendAsync(ctx, client, a.URL(), Chat{Stream: true, Tokens: 4, Delay: 50 * time.Millisecond})
 	q.awaitWaiting(t, 1, 10*time.Second)
 
-	a.Signal(syscall.SIGSTOP)
+	stop(a, proxy)
 	stopped = true
 	// a heartbeat less than a third of its lease ago: alive in Redis
 	// for two thirds of a lease more, its waiter is granted.
@@ -77,7 +98,7 @@ func TestStalledInstanceStartsNoGrantRedisTookBack(t *testing.T) {
 	second := holdPermit(t, client, b.URL(), nil)
 	require.Equal(t, 1, mock.InFlight(), "b's second request runs alone")
 
-	a.Signal(syscall.SIGCONT)
+	resume(a, proxy)
 	stopped = false
 	// Time for a to read the old grant and for its heartbeats to find
 	// it had lost its lease.
