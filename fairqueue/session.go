@@ -163,7 +163,7 @@ func (s *session) confirmAlive(ok bool, sent time.Time, lease time.Duration) {
 // grantsTrusted reports whether a heartbeat found the node alive with
 // its waiters (or it joined) less than half a lease ago, on the
 // monotonic clock. Otherwise the node may have been stopped or cut off
-// past its lease (a stop, a starved or frozen machine, a partition): the
+// past its lease (a stop, a starved CPU, a partition): the
 // store may have judged it dead, reaped a grant to one of its waiters
 // whose lease ran out unrenewed and given the permit to another, while
 // the grant's message waited unread.

@@ -21,7 +21,7 @@ import (
 const stallLease = 3 * time.Second
 
 // TestStalledInstanceStartsNoGrantRedisTookBack stops an instance
-// (SIGSTOP: a long GC pause, a starved or frozen VM) while its waiter
+// (SIGSTOP: a long GC pause, a starved CPU) while its waiter
 // heads a queue of one permit, and resumes it after its lease. While it
 // is stopped, the other instance's request ends and its release grants
 // the stopped instance's waiter: the grant's message waits, unread, in
