@@ -161,14 +161,18 @@ func (s *session) confirmAlive(ok bool, sent time.Time, lease time.Duration) {
 }
 
 // grantsTrusted reports whether a heartbeat found the node alive with
-// its waiters (or it joined) less than half a lease ago, on the
-// monotonic clock. Otherwise the node may have been stopped or cut off
-// past its lease (a stop, a starved CPU, a partition): the
-// store may have judged it dead, reaped a grant to one of its waiters
-// whose lease ran out unrenewed and given the permit to another, while
-// the grant's message waited unread.
+// its waiters (or it joined) less than a lease ago, on the monotonic
+// clock. Otherwise the node may have been stopped or cut off past its
+// lease (a stop, a starved CPU, a partition): the store may have judged
+// it dead, reaped a grant to one of its waiters whose lease ran out
+// unrenewed and given the permit to another, while the grant's message
+// waited unread. A grant is reaped a lease after it was made, at the
+// earliest, so not one made after a confirming heartbeat less than a
+// lease ago; and heartbeats, every Lease/3 (2 x Lease/3 apart at most
+// when a tick falls just short), confirm a node in good health within a
+// lease.
 func (s *session) grantsTrusted(lease time.Duration) bool {
-	return time.Since(s.base)-time.Duration(s.confirmed.Load()) < lease/2
+	return time.Since(s.base)-time.Duration(s.confirmed.Load()) < lease
 }
 
 // alive reports whether the store surely holds the node alive with its
