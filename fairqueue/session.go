@@ -293,11 +293,13 @@ func (s *session) loop() {
 	var lastBeat, sweepUntil time.Time
 	wasUp := true
 	for {
+		ticked := false
 		select {
 		case <-s.stop:
 			return
 		case <-s.kick:
 		case <-ticker.C:
+			ticked = true
 		}
 		cfg := q.cfg.Load()
 		if p := period(cfg); p != tick {
@@ -307,9 +309,18 @@ func (s *session) loop() {
 		waiting, _ := q.census()
 		up := q.health.up()
 		s.take()
-		beat := time.Since(lastBeat) >= due(cfg) || s.takeResync() || (up && !wasUp) ||
+		// On a tick, a heartbeat due within half a tick goes now: the
+		// ticks are a tick apart, and the one after would be up to a tick
+		// late (every 2 x Lease/3 with a tick of Lease/3: leases renewed
+		// with a third of one to spare, not two thirds).
+		var early time.Duration
+		if ticked {
+			early = tick / 2
+		}
+		beat := time.Since(lastBeat) >= due(cfg)-early || s.takeResync() || (up && !wasUp) ||
 			(up && s.verify && waiting > 0)
 		if beat {
+			began := time.Now()
 			if !s.heartbeat(cfg) {
 				// Its reply may be lost with tickets it re-added that
 				// this node had released: reconcile finds such ghosts.
@@ -319,7 +330,7 @@ func (s *session) loop() {
 				// store (adopted): the fallback queue's waiters move.
 				q.retireLocal()
 			}
-			lastBeat = time.Now()
+			lastBeat = began
 			beatLeases = [2]time.Duration{beatLeases[1], cfg.Lease}
 			if p := period(cfg); p != tick {
 				tick = p
