@@ -168,9 +168,8 @@ func (s *session) confirmAlive(ok bool, sent time.Time, lease time.Duration) {
 // unrenewed and given the permit to another, while the grant's message
 // waited unread. A grant is reaped a lease after it was made, at the
 // earliest, so not one made after a confirming heartbeat less than a
-// lease ago; and heartbeats, every Lease/3 (2 x Lease/3 apart at most
-// when a tick falls just short), confirm a node in good health within a
-// lease.
+// lease ago; and heartbeats, every Lease/3, confirm a node in good
+// health well within a lease.
 func (s *session) grantsTrusted(lease time.Duration) bool {
 	return time.Since(s.base)-time.Duration(s.confirmed.Load()) < lease
 }

@@ -18,8 +18,8 @@ import (
 // it, and starts its waiter on the message (numbered), not a poll later
 // on the reconcile that would find the grant (GrantNo 0). A node reads a
 // grant as one Redis may have taken back only after a lease with no
-// heartbeat that confirmed it (a stop, a partition), and heartbeats run
-// up to 2 x lease/3 apart.
+// heartbeat that confirmed it (a stop, a partition); heartbeats run
+// every lease/3.
 func TestGrantMessagesWakeAHealthyNodesWaiters(t *testing.T) {
 	if testing.Short() {
 		t.Skip("about 8s: skipped with -short")
