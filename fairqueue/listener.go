@@ -17,6 +17,18 @@ func (q *Queue) Granted(grants ...Grant) {
 			}
 			continue
 		}
+		if !q.s.grantsTrusted(q.cfg.Load().Lease) {
+			// Maybe a grant the store took back while this node was
+			// stopped or cut off: leave the waiter waiting, and ask the
+			// store at once. The reconcile grants the waiter if the
+			// store still counts its grant; the heartbeat, due after
+			// such a gap, finds a rejoin, and the next one the waiters
+			// the store dropped (it queues them again). Not evVerify:
+			// grants arriving meanwhile would keep any heartbeat from
+			// confirming the node.
+			q.s.wake()
+			continue
+		}
 		q.grant(t, g.No, g.Upstream, g.Permits)
 		q.s.woken.Add(1)
 		q.observe(g.No, "")

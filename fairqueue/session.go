@@ -60,6 +60,13 @@ type session struct {
 	// replies (the head).
 	head       atomic.Pointer[headTickets]
 	aliveUntil atomic.Int64
+	// confirmed is when the last heartbeat that found the node alive
+	// with its waiters was sent (or the node joined), in ns since base on
+	// the monotonic clock, which a stopped process's wait counts too: a
+	// grant read long after it may be one the store has taken back
+	// (Queue.Granted, grantsTrusted).
+	base      time.Time
+	confirmed atomic.Int64
 	// woken counts grants that woke a waiter of this node (Queue.Woken).
 	woken atomic.Uint64
 	// beating counts the heartbeats on their way (from the snapshot of
@@ -97,7 +104,7 @@ const (
 )
 
 func newSession(q *Queue) *session {
-	return &session{q: q, stop: make(chan struct{}), done: make(chan struct{}), kick: make(chan struct{}, 1)}
+	return &session{q: q, stop: make(chan struct{}), done: make(chan struct{}), kick: make(chan struct{}, 1), base: time.Now()}
 }
 
 // note records e for the loop; with wake, the loop takes it at once
@@ -150,6 +157,21 @@ func (s *session) confirmAlive(ok bool, sent time.Time, lease time.Duration) {
 		return
 	}
 	s.aliveUntil.Store(sent.Add(lease / 2).UnixNano())
+	s.confirmed.Store(int64(sent.Sub(s.base)))
+}
+
+// grantsTrusted reports whether a heartbeat found the node alive with
+// its waiters (or it joined) less than a lease ago, on the monotonic
+// clock. Otherwise the node may have been stopped or cut off past its
+// lease (a stop, a starved CPU, a partition): the store may have judged
+// it dead, reaped a grant to one of its waiters whose lease ran out
+// unrenewed and given the permit to another, while the grant's message
+// waited unread. A grant is reaped a lease after it was made, at the
+// earliest, so not one made after a confirming heartbeat less than a
+// lease ago; and heartbeats, every Lease/3, confirm a node in good
+// health well within a lease.
+func (s *session) grantsTrusted(lease time.Duration) bool {
+	return time.Since(s.base)-time.Duration(s.confirmed.Load()) < lease
 }
 
 // alive reports whether the store surely holds the node alive with its
@@ -200,6 +222,7 @@ func (s *session) join(ctx context.Context) error {
 	cfg := q.cfg.Load()
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.StoreTimeout)
 	defer cancel()
+	s.confirmed.Store(int64(time.Since(s.base))) // before the first grant can come
 	if err := q.store.Open(octx, q.node, q); err != nil {
 		s.openFailedAt, s.openErr = time.Now(), err
 		q.health.failed(q.log, err)
@@ -269,11 +292,13 @@ func (s *session) loop() {
 	var lastBeat, sweepUntil time.Time
 	wasUp := true
 	for {
+		ticked := false
 		select {
 		case <-s.stop:
 			return
 		case <-s.kick:
 		case <-ticker.C:
+			ticked = true
 		}
 		cfg := q.cfg.Load()
 		if p := period(cfg); p != tick {
@@ -283,9 +308,18 @@ func (s *session) loop() {
 		waiting, _ := q.census()
 		up := q.health.up()
 		s.take()
-		beat := time.Since(lastBeat) >= due(cfg) || s.takeResync() || (up && !wasUp) ||
+		// On a tick, a heartbeat due within half a tick goes now: the
+		// ticks are a tick apart, and the one after would be up to a tick
+		// late (every 2 x Lease/3 with a tick of Lease/3: leases renewed
+		// with a third of one to spare, not two thirds).
+		var early time.Duration
+		if ticked {
+			early = tick / 2
+		}
+		beat := time.Since(lastBeat) >= due(cfg)-early || s.takeResync() || (up && !wasUp) ||
 			(up && s.verify && waiting > 0)
 		if beat {
+			began := time.Now()
 			if !s.heartbeat(cfg) {
 				// Its reply may be lost with tickets it re-added that
 				// this node had released: reconcile finds such ghosts.
@@ -295,7 +329,7 @@ func (s *session) loop() {
 				// store (adopted): the fallback queue's waiters move.
 				q.retireLocal()
 			}
-			lastBeat = time.Now()
+			lastBeat = began
 			beatLeases = [2]time.Duration{beatLeases[1], cfg.Lease}
 			if p := period(cfg); p != tick {
 				tick = p
