@@ -78,8 +78,8 @@ func TestBackendGaugesAnErrorStatusIsAReadSkipped(t *testing.T) {
 	})))
 	require.Eventually(t, func() bool { return reads.Load() >= 4 }, 5*time.Second, 10*time.Millisecond)
 	q := engineOf(t, h).q
-	for range 5 { // fast answers: the window ripens
-		resp := srv.post(t, context.Background(), `{"model":"m"}`)
+	for range 5 { // fast streamed answers: the window ripens
+		resp := srv.post(t, context.Background(), `{"model":"m","stream":true}`)
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		time.Sleep(150 * time.Millisecond)
