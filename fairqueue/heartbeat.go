@@ -97,7 +97,7 @@ func (s *session) heartbeat(cfg *Config) (ok bool) {
 	if err != nil {
 		// The call may still run (a frozen store, a late retry): mark
 		// the permits given back for a lease more.
-		s.beatDoubt.Store(time.Now().Add(cfg.Lease).UnixNano())
+		s.beatDoubt.Store(int64(time.Since(s.base) + cfg.Lease))
 		s.verify = true
 		return false
 	}

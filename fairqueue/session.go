@@ -53,7 +53,8 @@ type session struct {
 
 	// head is the node's waiters the store last said head the queue
 	// (Queue.Heads); aliveUntil until when the store surely holds the node
-	// alive with its waiters (unix ns: half a lease after the last
+	// alive with its waiters (ns since base on the monotonic clock, which
+	// a step of the wall clock does not move: half a lease after the last
 	// heartbeat that confirmed both; 0 once anything casts doubt). The
 	// release path reads both (Queue.handOn): they are atomics, written
 	// by the loop (a confirming heartbeat), by doubt and by the store's
@@ -71,7 +72,7 @@ type session struct {
 	woken atomic.Uint64
 	// beating counts the heartbeats on their way (from the snapshot of
 	// the permits they name to their reply), and beatDoubt is until when
-	// (unix ns) one whose call failed may still reach the store: a permit
+	// (ns since base) one whose call failed may still reach the store: a permit
 	// given back meanwhile is marked (TicketArgs.Tombstone), so that such
 	// a heartbeat does not count it again.
 	beating   atomic.Int32
@@ -85,7 +86,7 @@ func (s *session) beatOnItsWay() bool {
 		return true
 	}
 	d := s.beatDoubt.Load()
-	return d != 0 && time.Now().UnixNano() < d
+	return d != 0 && int64(time.Since(s.base)) < d
 }
 
 // An event is something that happened outside the loop that the loop
@@ -156,7 +157,7 @@ func (s *session) confirmAlive(ok bool, sent time.Time, lease time.Duration) {
 		s.doubt()
 		return
 	}
-	s.aliveUntil.Store(sent.Add(lease / 2).UnixNano())
+	s.aliveUntil.Store(int64(sent.Sub(s.base) + lease/2))
 	s.confirmed.Store(int64(sent.Sub(s.base)))
 }
 
@@ -177,7 +178,7 @@ func (s *session) grantsTrusted(lease time.Duration) bool {
 // alive reports whether the store surely holds the node alive with its
 // waiters now.
 func (s *session) alive() bool {
-	return time.Now().UnixNano() < s.aliveUntil.Load()
+	return int64(time.Since(s.base)) < s.aliveUntil.Load()
 }
 
 // isOpen reports whether the node has joined the queue (and so leaves it,
