@@ -43,7 +43,15 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, timeout time.
 	if r.ContentLength > limit {
 		return nil, &http.MaxBytesError{Limit: limit}
 	}
-	d := startBodyDeadline(w, r.Body, timeout)
+	// A body declared empty (Caddy's access log wraps even that one, to
+	// count its bytes) is read at once: it gets no deadline. Over HTTP/1
+	// Go's server already watches its connection for a client that
+	// leaves (a read in the background), and a deadline set there would
+	// end that read, and the request, when it passed.
+	var d *bodyDeadline
+	if r.ContentLength != 0 {
+		d = startBodyDeadline(w, r.Body, timeout)
+	}
 	// MaxBytesReader also tells the server to close the connection
 	// after the answer, rather than read the rest of a huge body.
 	b, err := readGrowing(http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
@@ -103,7 +111,8 @@ func readGrowing(src io.Reader, declared, limit int64) ([]byte, error) {
 // bodyDeadline bounds the read of a request body: a read deadline on the
 // connection (HTTP/1, HTTP/2 and HTTP/3 all take one; with Caddy's read
 // idle timeout it caps that one), or, for a ResponseWriter that cannot
-// set one, a timer that closes the body.
+// set one, a timer that closes the body. A nil one is none (a body
+// declared empty).
 type bodyDeadline struct {
 	rc    *http.ResponseController // nil: the timer
 	timer *time.Timer
@@ -128,6 +137,9 @@ func startBodyDeadline(w http.ResponseWriter, body io.Closer, timeout time.Durat
 // server close the connection at once rather than wait for the rest of
 // the body.
 func (d *bodyDeadline) expired(err error) bool {
+	if d == nil {
+		return false
+	}
 	if d.timer != nil {
 		d.timer.Stop()
 	}
@@ -146,6 +158,9 @@ func (d *bodyDeadline) expired(err error) bool {
 // HTTP/2 and HTTP/3 the deadline is the stream's, and a deadline left
 // behind would be a trap for whatever reads or sets it next.)
 func (d *bodyDeadline) lift(r *http.Request) {
+	if d == nil {
+		return
+	}
 	if d.timer != nil {
 		d.timer.Stop()
 		return

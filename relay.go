@@ -22,24 +22,23 @@ import (
 // handler failing before it wrote anything) becomes an SSE error event.
 func (c *call) relay() error {
 	cw := &committedWriter{w: c.w, header: make(http.Header)}
-	return c.relayEnd(cw, c.next.ServeHTTP(cw, unencoded(c.r)))
+	return c.relayEnd(cw, c.nextUnencoded(cw))
 }
 
-// unencoded is r as next gets it on a committed stream: without the
-// codings the client accepts. The header went out without the
-// upstream's Content-Encoding, so the upstream's body must come
+// nextUnencoded calls next with w on a committed stream, the request
+// without the codings the client accepts: the header went out without
+// the upstream's Content-Encoding, so the upstream's body must come
 // unencoded (reverse_proxy's transport then asks for gzip itself and
-// decodes it), or the client would read compressed bytes as text. r
-// itself, which the access log shows, is left as the client sent it.
-func unencoded(r *http.Request) *http.Request {
-	if _, ok := r.Header["Accept-Encoding"]; !ok {
-		return r
+// decodes it), or the client would read compressed bytes as text. The
+// request goes on in place, as Caddy's placeholders read it there (a
+// header a handler after this one sets, read by reverse_proxy's
+// header_up), and gets its Accept-Encoding back once next returns.
+func (c *call) nextUnencoded(w http.ResponseWriter) error {
+	if v, ok := c.r.Header["Accept-Encoding"]; ok {
+		delete(c.r.Header, "Accept-Encoding")
+		defer func() { c.r.Header["Accept-Encoding"] = v }()
 	}
-	r2 := new(http.Request)
-	*r2 = *r
-	r2.Header = r.Header.Clone()
-	r2.Header.Del("Accept-Encoding")
-	return r2
+	return c.next.ServeHTTP(w, c.r)
 }
 
 // relayEnd ends a relayed answer that cw holds, next's error err.

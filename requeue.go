@@ -99,7 +99,7 @@ func retryAfter(v string, now time.Time) time.Duration {
 func (c *call) forward(hold bool) attempt {
 	if c.committed {
 		cw := &committedWriter{w: c.w, header: make(http.Header)}
-		err := c.next.ServeHTTP(cw, unencoded(c.r))
+		err := c.nextUnencoded(cw)
 		return attempt{status: cw.status, header: cw.header, wrote: cw.wrote, err: err, relay: cw,
 			held: hold && slices.Contains(c.h.RequeueOn, cw.status)}
 	}
