@@ -19,10 +19,23 @@ import (
 // among themselves in the order they arrived: a node's earlier request
 // is not served after its later ones.
 func TestWaitersQueuedAgainKeepTheirOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fair bool
+		keys []string
+	}{
+		{"fifo", false, []string{"waiting"}},
+		{"fair", true, []string{"fwait", "fticket"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { queuedAgainInOrder(t, tc.fair, tc.keys) })
+	}
+}
+
+func queuedAgainInOrder(t *testing.T, fair bool, keys []string) {
 	const n = 8
 	srv := redistest.Start(t)
 	cfg := fairqueue.Config{Permits: 1, Lease: 1500 * time.Millisecond, PollInterval: 50 * time.Millisecond,
-		MaxWait: 60 * time.Second}
+		MaxWait: 60 * time.Second, Fair: fair}
 	a := newNode(t, srv, "reorder", cfg)
 	b := newNode(t, srv, "reorder", cfg)
 	p, err := a.q.Acquire(context.Background(), fairqueue.Request{})
@@ -46,7 +59,9 @@ func TestWaitersQueuedAgainKeepTheirOrder(t *testing.T) {
 	time.Sleep(cfg.Lease) // heartbeats pass with every waiter queued
 
 	tag := redisstore.New(a.rdb, "reorder", redisstore.Options{}).Tag()
-	require.NoError(t, a.rdb.Del(context.Background(), tag+":waiting").Err())
+	for _, k := range keys {
+		require.NoError(t, a.rdb.Del(context.Background(), tag+":"+k).Err())
+	}
 	eventually(t, 10*time.Second, func() bool { return len(readState(t, a.rdb, "reorder").Waiting) == n },
 		"the lost waiters were not queued again")
 	p.Release()
