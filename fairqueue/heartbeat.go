@@ -1,7 +1,9 @@
 package fairqueue
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -56,6 +58,9 @@ func (s *session) heartbeat(cfg *Config) (ok bool) {
 		Upstreams: upstreamsOf(held, adopt), Tokens: tokensOf(held, adopt), Epoch: s.epoch, Beat: s.beats}
 	var more []string // pending tickets for further calls of this heartbeat
 	if verify {
+		// In the order made: those the store lost are queued again in
+		// the order named, at the tail, and keep their order there.
+		slices.SortFunc(pending, func(a, b *ticket) int { return cmp.Compare(a.no, b.no) })
 		all := ids(pending)
 		n := min(len(all), pendingPerCall)
 		args.Pending, more = all[:n], all[n:]
