@@ -25,24 +25,11 @@ const kvChat = `{"model":"m","max_tokens":100,"messages":[{"role":"user","conten
 func TestAReloadThatTurnsKVTokensOnWeighsTheWaitersOfTheOldConfig(t *testing.T) {
 	for _, redis := range []bool{false, true} {
 		t.Run(map[bool]string{false: "local store", true: "redis store"}[redis], func(t *testing.T) {
-			t.Cleanup(func() { poolEmpty(t) })
-			in := func(kvTokens int) *Handler {
+			f := newKVReload(t, redis, func(kvTokens int) *Handler {
 				return &Handler{Name: "kv-on", Permits: 2, KVTokens: kvTokens, MaxWait: caddy.Duration(time.Minute)}
-			}
-			provisioned := func(h *Handler) *Handler { return provisionLocal(t, newContext(t), h) }
-			var rds *redistest.Server
-			if redis {
-				rds = redistest.Start(t)
-				provisioned = func(h *Handler) *Handler { return provision(t, newContext(t), rds.Addr(), h) }
-			}
-			up := newHolder()
-			released := false
-			t.Cleanup(func() {
-				if !released {
-					close(up.release)
-				}
 			})
-			old := provisioned(in(0))
+			up := f.up
+			old := f.provisioned(f.in(0))
 			var all []*request
 			for range 2 { // the old config's 2 permits run
 				all = append(all, newRequest(context.Background(), kvChat).start(old, up))
@@ -53,7 +40,7 @@ func TestAReloadThatTurnsKVTokensOnWeighsTheWaitersOfTheOldConfig(t *testing.T) 
 				waitingIn(t, old, i+1)
 			}
 
-			cur := provisioned(in(150))
+			cur := f.provisioned(f.in(150))
 			require.NoError(t, old.Cleanup())
 			all = append(all, newRequest(context.Background(), kvChat).start(cur, up))
 			waitingIn(t, cur, 3) // its first request applied the new settings
@@ -68,17 +55,12 @@ func TestAReloadThatTurnsKVTokensOnWeighsTheWaitersOfTheOldConfig(t *testing.T) 
 			assert.Equal(t, int32(3), up.count.Load(),
 				"requests granted beside the first waiter, above kv_tokens 150")
 
-			close(up.release)
-			released = true
+			f.releaseAll()
 			for _, r := range all {
 				r.wait(t)
 				assert.Equal(t, http.StatusOK, r.w.Code)
 			}
-			if redis {
-				require.NoError(t, cur.Cleanup()) // the last config leaves
-				poolEmpty(t)
-				assert.Empty(t, rds.Keys(t, "*"), "keys left in Redis")
-			}
+			f.leave(cur)
 		})
 	}
 }
@@ -95,30 +77,17 @@ const kvHeavyChat = `{"model":"m","max_tokens":300,"messages":[{"role":"user","c
 func TestAReloadThatRaisesKVTokensWeighsAClampedWaiterInFull(t *testing.T) {
 	for _, redis := range []bool{false, true} {
 		t.Run(map[bool]string{false: "local store", true: "redis store"}[redis], func(t *testing.T) {
-			t.Cleanup(func() { poolEmpty(t) })
-			in := func(kvTokens int) *Handler {
+			f := newKVReload(t, redis, func(kvTokens int) *Handler {
 				return &Handler{Name: "kv-raised", Permits: 4, KVTokens: kvTokens, MaxWait: caddy.Duration(time.Minute)}
-			}
-			provisioned := func(h *Handler) *Handler { return provisionLocal(t, newContext(t), h) }
-			var rds *redistest.Server
-			if redis {
-				rds = redistest.Start(t)
-				provisioned = func(h *Handler) *Handler { return provision(t, newContext(t), rds.Addr(), h) }
-			}
-			up := newHolder()
-			released := false
-			t.Cleanup(func() {
-				if !released {
-					close(up.release)
-				}
 			})
-			old := provisioned(in(150))
+			up := f.up
+			old := f.provisioned(f.in(150))
 			r0 := newRequest(context.Background(), kvChat).start(old, up)
 			up.waitEntered(t)
 			heavy := newRequest(context.Background(), kvHeavyChat).start(old, up)
 			waitingIn(t, old, 1)
 
-			cur := provisioned(in(350))
+			cur := f.provisioned(f.in(350))
 			require.NoError(t, old.Cleanup())
 			n1 := newRequest(context.Background(), kvChat).start(cur, up)
 			// Its ~301 tokens do not fit beside r0's ~101 under 350.
@@ -132,17 +101,61 @@ func TestAReloadThatRaisesKVTokensWeighsAClampedWaiterInFull(t *testing.T) {
 			assert.Equal(t, int32(2), up.count.Load(),
 				"a chat granted beside the heavy waiter, above kv_tokens 350")
 
-			close(up.release)
-			released = true
+			f.releaseAll()
 			for _, r := range []*request{r0, heavy, n1} {
 				r.wait(t)
 				assert.Equal(t, http.StatusOK, r.w.Code)
 			}
-			if redis {
-				require.NoError(t, cur.Cleanup()) // the last config leaves
-				poolEmpty(t)
-				assert.Empty(t, rds.Keys(t, "*"), "keys left in Redis")
-			}
+			f.leave(cur)
 		})
 	}
+}
+
+// kvReload is a reload test's fixture: handlers made by in, provisioned
+// on the local store or on a Redis of its own, and an upstream that holds
+// every request until released.
+type kvReload struct {
+	t        *testing.T
+	in       func(kvTokens int) *Handler
+	rds      *redistest.Server // nil: the local store
+	up       *holder
+	released bool
+}
+
+func newKVReload(t *testing.T, redis bool, in func(kvTokens int) *Handler) *kvReload {
+	t.Cleanup(func() { poolEmpty(t) })
+	f := &kvReload{t: t, in: in, up: newHolder()}
+	if redis {
+		f.rds = redistest.Start(t)
+	}
+	t.Cleanup(func() {
+		if !f.released {
+			close(f.up.release)
+		}
+	})
+	return f
+}
+
+func (f *kvReload) provisioned(h *Handler) *Handler {
+	if f.rds == nil {
+		return provisionLocal(f.t, newContext(f.t), h)
+	}
+	return provision(f.t, newContext(f.t), f.rds.Addr(), h)
+}
+
+// releaseAll lets every request held at the upstream, and every later
+// one, run to its end.
+func (f *kvReload) releaseAll() {
+	close(f.up.release)
+	f.released = true
+}
+
+// leave unloads cur, the last config, and checks Redis has no key left.
+func (f *kvReload) leave(cur *Handler) {
+	if f.rds == nil {
+		return
+	}
+	require.NoError(f.t, cur.Cleanup())
+	poolEmpty(f.t)
+	assert.Empty(f.t, f.rds.Keys(f.t, "*"), "keys left in Redis")
 }
