@@ -12,6 +12,7 @@ import (
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
+	"github.com/fair-queue/caddy-fair-queue/internal/faultproxy"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
@@ -52,6 +53,29 @@ func wrappedNode(t testing.TB, srv *redistest.Server, name string, cfg fairqueue
 		_ = rdb.Close()
 	})
 	return n
+}
+
+// proxiedNode is newNode reaching srv through a fault proxy, which it
+// returns: the test cuts and heals the node's link to Redis.
+func proxiedNode(t testing.TB, srv *redistest.Server, name string, cfg fairqueue.Config) (*node, *faultproxy.Proxy) {
+	t.Helper()
+	px := faultproxy.Start(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{
+		Addr:                  px.Addr(),
+		DialTimeout:           redisstore.DefaultDialTimeout,
+		ReadTimeout:           redisstore.DefaultReadTimeout,
+		WriteTimeout:          redisstore.DefaultWriteTimeout,
+		MaxRetries:            redisstore.DefaultMaxRetries,
+		ContextTimeoutEnabled: true,
+	})
+	cfg.Name = name
+	q, err := fairqueue.New(redisstore.New(rdb, name, redisstore.Options{}), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = q.Close()
+		_ = rdb.Close()
+	})
+	return &node{q: q, rdb: rdb}, px
 }
 
 // eventually polls cond until it holds or d passes.
