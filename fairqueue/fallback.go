@@ -47,6 +47,9 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 		}
 		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
 	}
+	// Adopted, it weighs its tokens in the store as an acquire would have
+	// counted them: uncounted, they would be granted again beside it.
+	t.tokens, _ = cfg.ClampTokens(req.Tokens)
 	up := q.localUpstream(cfg)
 	if inner != nil {
 		up = inner.Upstream()
