@@ -40,7 +40,13 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 	case !cfg.FailOpen:
 		return nil, q.reject(ReasonStoreUnavailable, start, 0, cause)
 	}
-	t := q.newTicket(true, "")
+	// Its flow in its ID: adopted, it counts for its tenant too
+	// (max_in_flight_per_tenant), as an acquire's grant would have.
+	flow := ""
+	if cfg.Fair {
+		flow = req.flow()
+	}
+	t := q.newTicket(true, flow)
 	if t == nil {
 		if inner != nil {
 			inner.Release()
