@@ -46,16 +46,16 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 	if cfg.Fair {
 		flow = req.flow()
 	}
-	t := q.newTicket(true, flow)
+	// Adopted, it weighs its tokens in the store as an acquire would have
+	// counted them: uncounted, they would be granted again beside it.
+	tokens, _ := cfg.ClampTokens(req.Tokens)
+	t := q.newTicket(true, flow, tokens)
 	if t == nil {
 		if inner != nil {
 			inner.Release()
 		}
 		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
 	}
-	// Adopted, it weighs its tokens in the store as an acquire would have
-	// counted them: uncounted, they would be granted again beside it.
-	t.tokens, _ = cfg.ClampTokens(req.Tokens)
 	up := q.localUpstream(cfg)
 	if inner != nil {
 		up = inner.Upstream()

@@ -195,7 +195,7 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 	}
 	q.forget(p.t)
 	cfg := q.cfg.Load()
-	t := q.newTicket(false, TicketFlow(p.t.id))
+	t := q.newTicket(false, TicketFlow(p.t.id), 0)
 	if t == nil {
 		q.releaseID(p.t.id, -p.t.cost)
 		return nil, q.reject(ReasonShuttingDown, p.start, 0, nil)

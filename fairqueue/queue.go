@@ -140,7 +140,7 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 	if cfg.Fair {
 		flow = req.flow()
 	}
-	t := q.newTicket(false, flow)
+	t := q.newTicket(false, flow, 0)
 	if t == nil {
 		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
 	}
@@ -348,8 +348,9 @@ func (q *Queue) permit(t *ticket, start time.Time) *Permit {
 
 // newTicket mints and registers a ticket before any store call names it,
 // so a grant can never arrive for a ticket the node does not know. A
-// fail-open ticket is born granted and unregistered in the store.
-func (q *Queue) newTicket(failOpen bool, flow string) *ticket {
+// fail-open ticket is born granted and unregistered in the store, with
+// its tokens: the next heartbeat may name it at once (adopt).
+func (q *Queue) newTicket(failOpen bool, flow string, tokens int) *ticket {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.draining {
@@ -357,7 +358,7 @@ func (q *Queue) newTicket(failOpen bool, flow string) *ticket {
 	}
 	q.counter++
 	id := TicketID{Node: q.node, Counter: q.counter, Flow: flow}.String()
-	t := &ticket{id: id, no: q.counter, granted: make(chan struct{}), failOpen: failOpen}
+	t := &ticket{id: id, no: q.counter, granted: make(chan struct{}), failOpen: failOpen, tokens: tokens}
 	if failOpen {
 		t.state.Store(stateGranted)
 		close(t.granted)
