@@ -31,15 +31,8 @@ func TestPermitsAdmittedDuringAnOutageWeighTheirTokensOnceAdopted(t *testing.T) 
 			cfg := tc.cfg
 			cfg.Permits, cfg.KVTokens = 10, 300
 			cfg.Lease, cfg.PollInterval, cfg.MaxWait = 1500*time.Millisecond, 50*time.Millisecond, 10*time.Second
-			a, px := proxiedNode(t, srv, name, cfg)
-			bcfg := cfg
-			bcfg.Name = name
-			b := newNode(t, srv, name, bcfg)
-			for _, n := range []*node{a, b} {
-				p, err := n.q.Acquire(context.Background(), fairqueue.Request{Tokens: 10})
-				require.NoError(t, err)
-				p.Release()
-			}
+			warm := fairqueue.Request{Tokens: 10}
+			a, b, px := cutOffPair(t, srv, name, cfg, warm, warm)
 
 			px.Cut()
 			p, err := a.q.Acquire(context.Background(), fairqueue.Request{Tokens: 200})

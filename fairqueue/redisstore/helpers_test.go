@@ -78,6 +78,21 @@ func proxiedNode(t testing.TB, srv *redistest.Server, name string, cfg fairqueue
 	return &node{q: q, rdb: rdb}, px
 }
 
+// cutOffPair starts two nodes of queue name under cfg: a reaches srv
+// through a fault proxy (px cuts and heals its link), b directly. Each
+// node in warm has served one request of its own: it has joined.
+func cutOffPair(t testing.TB, srv *redistest.Server, name string, cfg fairqueue.Config, warm ...fairqueue.Request) (a, b *node, px *faultproxy.Proxy) {
+	t.Helper()
+	a, px = proxiedNode(t, srv, name, cfg)
+	b = newNode(t, srv, name, cfg)
+	for i, n := range []*node{a, b}[:len(warm)] {
+		p, err := n.q.Acquire(context.Background(), warm[i])
+		require.NoError(t, err)
+		p.Release()
+	}
+	return a, b, px
+}
+
 // eventually polls cond until it holds or d passes.
 func eventually(t testing.TB, d time.Duration, cond func() bool, msg string, args ...any) {
 	t.Helper()

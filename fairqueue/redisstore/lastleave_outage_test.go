@@ -30,15 +30,7 @@ func TestRequestsAdmittedDuringAnOutageCountAfterTheLastConnectedInstanceLeft(t 
 			const name = "lastleave"
 			cfg := tc.cfg
 			cfg.Permits, cfg.Lease, cfg.PollInterval, cfg.MaxWait = 2, time.Second, 50*time.Millisecond, 10*time.Second
-			a, px := proxiedNode(t, srv, name, cfg)
-			bcfg := cfg
-			bcfg.Name = name
-			b := newNode(t, srv, name, bcfg)
-			for _, n := range []*node{a, b} {
-				p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
-				require.NoError(t, err)
-				p.Release()
-			}
+			a, b, px := cutOffPair(t, srv, name, cfg, fairqueue.Request{}, fairqueue.Request{})
 			px.Cut()
 			var held []*fairqueue.Permit
 			for range 2 {
@@ -64,7 +56,7 @@ func TestRequestsAdmittedDuringAnOutageCountAfterTheLastConnectedInstanceLeft(t 
 				return len(readState(t, srv.Client(t), name).Holders) == len(held)
 			}, "a's running requests never counted in the new data set: holders %v", readState(t, srv.Client(t), name).Holders)
 
-			cn := newNode(t, srv, name, bcfg)
+			cn := newNode(t, srv, name, cfg)
 			granted := 0
 			for range 2 {
 				ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
@@ -100,13 +92,7 @@ func TestWaitersOfACutOffInstanceServedAfterTheLastConnectedInstanceLeft(t *test
 			const name = "lastleavew"
 			cfg := tc.cfg
 			cfg.Permits, cfg.Lease, cfg.PollInterval, cfg.MaxWait = 2, time.Second, 50*time.Millisecond, 15*time.Second
-			a, px := proxiedNode(t, srv, name, cfg)
-			bcfg := cfg
-			bcfg.Name = name
-			b := newNode(t, srv, name, bcfg)
-			p, err := a.q.Acquire(context.Background(), fairqueue.Request{})
-			require.NoError(t, err)
-			p.Release()
+			a, b, px := cutOffPair(t, srv, name, cfg, fairqueue.Request{})
 			var bp []*fairqueue.Permit
 			for range 2 {
 				p, err := b.q.Acquire(context.Background(), fairqueue.Request{})
