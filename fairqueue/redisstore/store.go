@@ -104,6 +104,12 @@ type Options struct {
 	// channel on Cluster) over PUBLISH/SUBSCRIBE. nil: detected at Open
 	// from the server version.
 	Sharded *bool
+	// DeadQueueAfter is how long every instance of another queue under
+	// the prefix must have been gone (crashed: no leave, and no lease
+	// left) before this store's heartbeats delete that queue's keys
+	// (SweepDead). Default DefaultDeadQueueAfter; negative: never, and
+	// the queue is not named in the registry (RegistryKey).
+	DeadQueueAfter time.Duration
 }
 
 // Store is one named queue in Redis. Create one per Queue (it holds that
@@ -119,15 +125,27 @@ type Store struct {
 	// which publishes nothing, may run meanwhile (the admin API).
 	pub atomic.Pointer[string]
 
-	mu  sync.Mutex
-	sub *notifier.Subscription
-	h   fairqueue.Listener // set by Open: receives grants scripts return to their caller
+	// The registry of queues (registry.go).
+	name, prefix, registry string
+	deadAfter              time.Duration
+	registered             atomic.Int64 // when a heartbeat last named the queue, ms
+
+	mu          sync.Mutex
+	sub         *notifier.Subscription
+	h           fairqueue.Listener // set by Open: receives grants scripts return to their caller
+	sweepCancel context.CancelFunc // the running sweep's; nil when none runs
+	sweeping    sync.WaitGroup
+	closed      bool // no sweep starts
 }
 
 // New returns a Store for queue name on rdb. It makes no Redis call.
 func New(rdb redis.UniversalClient, name string, opts Options) *Store {
 	tag := TagOf(opts.KeyPrefix, name)
-	s := &Store{rdb: rdb, tag: tag, chPrefix: tag + ":node:", sharded: opts.Sharded}
+	s := &Store{rdb: rdb, tag: tag, chPrefix: tag + ":node:", sharded: opts.Sharded,
+		name: name, prefix: opts.KeyPrefix, registry: RegistryKey(opts.KeyPrefix), deadAfter: opts.DeadQueueAfter}
+	if s.deadAfter == 0 {
+		s.deadAfter = DefaultDeadQueueAfter
+	}
 	for _, k := range keyNames {
 		s.keys = append(s.keys, tag+":"+k)
 	}
@@ -183,6 +201,7 @@ func (s *Store) Open(ctx context.Context, node string, h fairqueue.Listener) err
 	s.mu.Lock()
 	s.sub, s.h = sub, h
 	s.mu.Unlock()
+	s.register(ctx, true)
 	return nil
 }
 
@@ -326,6 +345,10 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 	if err != nil {
 		return res, fmt.Errorf("heartbeat %s: %w", s.tag, err)
 	}
+	// A changed data set or a node forgotten meanwhile may have seen the
+	// queue's keys (and its name in the registry) deleted: named now.
+	s.register(ctx, res.Rejoined || res.Epoch != hb.Epoch)
+	s.maybeSweep()
 	return res, nil
 }
 
@@ -345,8 +368,13 @@ func (s *Store) Reconcile(ctx context.Context, node string, l fairqueue.Limits) 
 
 // Leave implements fairqueue.Store.
 func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) error {
-	if err := scripts.leave.Run(ctx, s.rdb, s.keys, s.args(node, l)...).Err(); err != nil {
+	since := time.Now()
+	v, err := scripts.leave.Run(ctx, s.rdb, s.keys, s.args(node, l)...).Slice()
+	if err != nil {
 		return fmt.Errorf("leave %s: %w", s.tag, busy(err))
+	}
+	if len(v) > 1 && toInt(v[1]) == 1 { // no live node left: every key deleted
+		return s.unregisterAfterLeave(ctx, since)
 	}
 	return nil
 }
@@ -354,6 +382,7 @@ func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) erro
 // Close implements fairqueue.Store: it ends the subscription. The Redis
 // client is the caller's.
 func (s *Store) Close() error {
+	s.stopSweep()
 	s.mu.Lock()
 	sub := s.sub
 	s.sub = nil

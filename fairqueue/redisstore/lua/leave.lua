@@ -9,7 +9,8 @@
 -- permits and waiters).
 -- KEYS: the common layout (K, see common.lua).
 -- ARGV: 1 node, 2-6 common.
--- Returns the number of permits released.
+-- Returns the number of permits released, and 1 when every key of the
+-- queue was deleted (no live node left), else 0.
 -- Idempotent: a second run finds nothing of the node.
 clock()
 local held = mine(ARGV[1])
@@ -25,5 +26,6 @@ drop_waiters_of(forget_dead())
 redis.call('ZREMRANGEBYSCORE', K.fidle, '-inf', num(vtime()))
 if redis.call('ZCOUNT', K.nodes, now, '+inf') == 0 then
   redis.call('DEL', unpack(KEYS))
+  return {#held, 1}
 end
-return #held
+return {#held, 0}

@@ -1,0 +1,186 @@
+package redisstore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The registry of queues: one sorted set per key prefix naming every
+// queue an instance has opened, scored by the last time (ms, the
+// registering instance's clock) an instance's heartbeat named it. A queue
+// whose instances all crashed (no leave) and that no instance opens again
+// keeps its keys, which no heartbeat or leave of its own would delete; the
+// heartbeats of the other queues under the prefix find it in the registry
+// and delete it once no instance has been live in it for DeadQueueAfter.
+
+// DefaultDeadQueueAfter is Options.DeadQueueAfter's default: far longer
+// than any lease, so that only a queue nobody serves any more goes.
+const DefaultDeadQueueAfter = 10 * time.Minute
+
+// sweepBatch bounds the queues one sweep deletes: a sweep runs beside
+// the instance's traffic, and the next one goes on.
+const sweepBatch = 64
+
+// RegistryKey is the key of the sorted set naming the queues under
+// prefix ("": DefaultKeyPrefix), e.g. "{fair_queue}:queues". No queue's
+// key has that name: a queue's hash tag holds a colon.
+func RegistryKey(prefix string) string {
+	return "{" + braces.Replace(cmp.Or(prefix, DefaultKeyPrefix)) + "}:queues"
+}
+
+// unregister removes ARGV[1] from the registry KEYS[1] if its score is
+// not later than ARGV[2]: an instance that registered the queue again
+// since (it opened the queue after its keys were deleted) keeps it.
+var unregister = redis.NewScript(`
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if s and tonumber(s) <= tonumber(ARGV[2]) then
+  return redis.call('ZREM', KEYS[1], ARGV[1])
+end
+return 0
+`)
+
+// registerEvery is how often an instance's heartbeats name a queue in
+// the registry again.
+func (s *Store) registerEvery() time.Duration {
+	return min(s.deadAfter/4, 10*time.Second)
+}
+
+// register names the queue in the registry, when the last time is
+// registerEvery ago (or force). A failure is left to the next heartbeat.
+func (s *Store) register(ctx context.Context, force bool) {
+	if s.deadAfter < 0 {
+		return
+	}
+	now := time.Now()
+	if last := s.registered.Load(); !force && last != 0 && now.Sub(time.UnixMilli(last)) < s.registerEvery() {
+		return
+	}
+	if s.rdb.ZAdd(ctx, s.registry, redis.Z{Score: float64(now.UnixMilli()), Member: s.name}).Err() == nil {
+		s.registered.Store(now.UnixMilli())
+	}
+}
+
+// unregisterAfterLeave takes the queue out of the registry once the leave
+// that started at since deleted its keys.
+func (s *Store) unregisterAfterLeave(ctx context.Context, since time.Time) error {
+	if err := unregister.Run(ctx, s.rdb, []string{s.registry}, s.name, since.UnixMilli()).Err(); err != nil {
+		return fmt.Errorf("leave %s: registry: %w", s.tag, err)
+	}
+	return nil
+}
+
+// sweeps spaces the sweeps of one process: one per client and prefix
+// every sweepEvery, whichever of their queues' heartbeats comes first.
+var sweeps struct {
+	sync.Mutex
+	next map[string]time.Time
+}
+
+// sweepEvery is how often one process looks for dead queues.
+func (s *Store) sweepEvery() time.Duration {
+	return min(s.deadAfter/4, time.Minute)
+}
+
+// sweepDue reports whether this process should look for dead queues
+// under the store's client and prefix now; the first look is a
+// sweepEvery after the first heartbeat.
+func (s *Store) sweepDue(now time.Time) bool {
+	if s.deadAfter < 0 {
+		return false
+	}
+	key := fmt.Sprintf("%p\x00%s", s.rdb, s.prefix)
+	sweeps.Lock()
+	defer sweeps.Unlock()
+	if sweeps.next == nil {
+		sweeps.next = map[string]time.Time{}
+	}
+	next, ok := sweeps.next[key]
+	if ok && now.Before(next) {
+		return false
+	}
+	sweeps.next[key] = now.Add(s.sweepEvery())
+	return ok
+}
+
+// maybeSweep starts a sweep in the background when one is due and none
+// of this store's is running; Close waits for it.
+func (s *Store) maybeSweep() {
+	if !s.sweepDue(time.Now()) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sweepCancel != nil || s.closed {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	s.sweepCancel = cancel
+	s.sweeping.Add(1)
+	go func() {
+		defer s.sweeping.Done()
+		_, _ = s.SweepDead(ctx)
+		s.mu.Lock()
+		s.sweepCancel = nil
+		s.mu.Unlock()
+		cancel()
+	}()
+}
+
+// SweepDead deletes the queues under the store's prefix (up to 64 a
+// call) that the registry says no instance has named for DeadQueueAfter
+// and whose keys no instance has kept alive for as long: their instances
+// all crashed and none opened them since. The check and the delete of
+// each queue are one script (PurgeDead), so an instance that joins
+// meanwhile keeps its queue. A queue the registry names late but that
+// has a live instance (one that does not register) is named again now.
+// It returns the number of queues deleted. The instances' heartbeats run
+// it on their own; it is exported for tests and tools.
+func (s *Store) SweepDead(ctx context.Context) (int, error) {
+	if s.deadAfter < 0 {
+		return 0, nil
+	}
+	now := time.Now()
+	cutoff := now.Add(-s.deadAfter).UnixMilli()
+	names, err := s.rdb.ZRangeByScore(ctx, s.registry, &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(cutoff, 10), Count: sweepBatch,
+	}).Result()
+	if err != nil {
+		return 0, fmt.Errorf("sweep %s: %w", s.registry, err)
+	}
+	deleted := 0
+	for _, name := range names {
+		other := New(s.rdb, name, Options{KeyPrefix: s.prefix})
+		dead, err := other.PurgeDead(ctx, s.deadAfter)
+		if err != nil {
+			return deleted, err
+		}
+		if !dead {
+			err = s.rdb.ZAddXX(ctx, s.registry, redis.Z{Score: float64(now.UnixMilli()), Member: name}).Err()
+		} else {
+			deleted++
+			err = unregister.Run(ctx, s.rdb, []string{s.registry}, name, cutoff).Err()
+		}
+		if err != nil {
+			return deleted, fmt.Errorf("sweep %s: %w", s.registry, err)
+		}
+	}
+	return deleted, nil
+}
+
+// stopSweep cancels a running sweep and waits for it; no sweep starts
+// after.
+func (s *Store) stopSweep() {
+	s.mu.Lock()
+	s.closed = true
+	if s.sweepCancel != nil {
+		s.sweepCancel()
+	}
+	s.mu.Unlock()
+	s.sweeping.Wait()
+}
