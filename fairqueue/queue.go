@@ -48,8 +48,11 @@ type Queue struct {
 }
 
 // New returns a Queue for cfg on store. It makes no store call: the node
-// joins the queue at its first Acquire.
+// joins the queue at its first Acquire. A nil store is an error.
 func New(store Store, cfg Config) (*Queue, error) {
+	if store == nil {
+		return nil, errors.New("fair queue: New needs a store (memstore.New() or redisstore.New(...))")
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
