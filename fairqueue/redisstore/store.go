@@ -107,8 +107,8 @@ type Options struct {
 }
 
 // Store is one named queue in Redis. Create one per Queue (it holds that
-// node's subscription); the Redis client may be shared and is not closed
-// by the Store.
+// node's subscription; Open refuses a second node until Close); the Redis
+// client may be shared and is not closed by the Store.
 type Store struct {
 	rdb      redis.UniversalClient
 	tag      string
@@ -119,9 +119,10 @@ type Store struct {
 	// which publishes nothing, may run meanwhile (the admin API).
 	pub atomic.Pointer[string]
 
-	mu  sync.Mutex
-	sub *notifier.Subscription
-	h   fairqueue.Listener // set by Open: receives grants scripts return to their caller
+	mu   sync.Mutex
+	node string // the node Open is for, until Close: another is refused
+	sub  *notifier.Subscription
+	h    fairqueue.Listener // set by Open: receives grants scripts return to their caller
 }
 
 // New returns a Store for queue name on rdb. It makes no Redis call.
@@ -157,35 +158,6 @@ func (s *Store) publish() string {
 	return ""
 }
 
-// Open implements fairqueue.Store: it subscribes node to its grant
-// channel and waits for Redis to confirm the subscription.
-func (s *Store) Open(ctx context.Context, node string, h fairqueue.Listener) error {
-	sharded, err := s.detectSharded(ctx)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", s.tag, err)
-	}
-	pub := "publish"
-	if sharded {
-		pub = "spublish"
-	}
-	s.pub.Store(&pub)
-	sub, err := notifier.Subscribe(ctx, s.rdb, s.chPrefix+node, sharded, notifier.Listener{
-		Message: func(payload string) {
-			if g, ok := parseGrant(payload); ok {
-				h.Granted(g)
-			}
-		},
-		Subscribed: h.Resynced,
-	})
-	if err != nil {
-		return fmt.Errorf("open %s: %w", s.tag, err)
-	}
-	s.mu.Lock()
-	s.sub, s.h = sub, h
-	s.mu.Unlock()
-	return nil
-}
-
 // deliver hands the caller's own grants (decodeGrants), made under the
 // call's limits l, to its Listener.
 func (s *Store) deliver(l fairqueue.Limits, gs []fairqueue.Grant) {
@@ -201,23 +173,6 @@ func (s *Store) deliver(l fairqueue.Limits, gs []fairqueue.Grant) {
 	if h != nil {
 		h.Granted(gs...)
 	}
-}
-
-func (s *Store) detectSharded(ctx context.Context) (bool, error) {
-	if s.sharded != nil {
-		return *s.sharded, nil
-	}
-	info, err := s.rdb.Info(ctx, "server").Result()
-	if err != nil {
-		return false, err
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
-			return major >= 7, nil
-		}
-	}
-	return false, nil
 }
 
 // Acquire implements fairqueue.Store.
@@ -347,19 +302,6 @@ func (s *Store) Reconcile(ctx context.Context, node string, l fairqueue.Limits) 
 func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) error {
 	if err := scripts.leave.Run(ctx, s.rdb, s.keys, s.args(node, l)...).Err(); err != nil {
 		return fmt.Errorf("leave %s: %w", s.tag, busy(err))
-	}
-	return nil
-}
-
-// Close implements fairqueue.Store: it ends the subscription. The Redis
-// client is the caller's.
-func (s *Store) Close() error {
-	s.mu.Lock()
-	sub := s.sub
-	s.sub = nil
-	s.mu.Unlock()
-	if sub != nil {
-		return sub.Close()
 	}
 	return nil
 }
