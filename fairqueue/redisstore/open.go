@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 	"github.com/fair-queue/caddy-fair-queue/notifier"
 )
@@ -62,7 +64,7 @@ func (s *Store) detectSharded(ctx context.Context) (bool, error) {
 	if s.sharded != nil {
 		return *s.sharded, nil
 	}
-	info, err := s.rdb.Info(ctx, "server").Result()
+	info, err := s.info(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -86,4 +88,16 @@ func (s *Store) Close() error {
 		return sub.Close()
 	}
 	return nil
+}
+
+// info reads Redis' server section, bounded by ctx (see bounded).
+func (s *Store) info(ctx context.Context) (string, error) {
+	if !s.bound {
+		return s.rdb.Info(ctx, "server").Result()
+	}
+	return within(ctx, func() *redis.StringCmd { return s.rdb.Info(ctx, "server") }, func(ctx context.Context) *redis.StringCmd {
+		cmd := redis.NewStringCmd(ctx)
+		cmd.SetErr(ctx.Err())
+		return cmd
+	}).Result()
 }

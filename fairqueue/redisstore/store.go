@@ -111,6 +111,8 @@ type Options struct {
 // client may be shared and is not closed by the Store.
 type Store struct {
 	rdb      redis.UniversalClient
+	sc       redis.Scripter // runs the scripts: rdb, bounded where rdb ignores contexts
+	bound    bool           // rdb ignores contexts: calls are bounded here
 	tag      string
 	keys     []string // the common KEYS layout (lua/common.lua)
 	chPrefix string
@@ -126,9 +128,15 @@ type Store struct {
 }
 
 // New returns a Store for queue name on rdb. It makes no Redis call.
+// Each call ends at its context's deadline: with a client that does not
+// honour contexts (go-redis without ContextTimeoutEnabled, its default),
+// by a goroutine per call that stops waiting for the answer.
 func New(rdb redis.UniversalClient, name string, opts Options) *Store {
 	tag := TagOf(opts.KeyPrefix, name)
-	s := &Store{rdb: rdb, tag: tag, chPrefix: tag + ":node:", sharded: opts.Sharded}
+	s := &Store{rdb: rdb, sc: rdb, tag: tag, chPrefix: tag + ":node:", sharded: opts.Sharded}
+	if !honoursContext(rdb) {
+		s.sc, s.bound = bounded{rdb}, true
+	}
 	for _, k := range keyNames {
 		s.keys = append(s.keys, tag+":"+k)
 	}
@@ -177,7 +185,7 @@ func (s *Store) deliver(l fairqueue.Limits, gs []fairqueue.Grant) {
 
 // Acquire implements fairqueue.Store.
 func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.AcquireResult, error) {
-	v, err := scripts.acquire.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch(),
+	v, err := scripts.acquire.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch(),
 		costArg(t), t.MaxQueue, t.MaxQueuePerTenant)...).Slice()
 	if err != nil {
 		return fairqueue.AcquireResult{}, fmt.Errorf("acquire %s: %w", s.tag, busy(err))
@@ -192,7 +200,7 @@ func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.
 
 // Release implements fairqueue.Store.
 func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
-	v, err := scripts.release.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits,
+	v, err := scripts.release.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits,
 		strconv.FormatFloat(t.Correction, 'g', -1, 64), t.Cool, t.CoolFor.Milliseconds(), mark(t.Tombstone))...).Result()
 	if err != nil {
 		return fmt.Errorf("release %s: %w", s.tag, busy(err))
@@ -208,7 +216,7 @@ func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
 
 // Transfer implements fairqueue.Transferrer.
 func (s *Store) Transfer(ctx context.Context, t fairqueue.TicketArgs, to string) error {
-	v, err := scripts.transfer.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, to, mark(t.Tombstone))...).Result()
+	v, err := scripts.transfer.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits, to, mark(t.Tombstone))...).Result()
 	if err != nil {
 		return fmt.Errorf("transfer %s: %w", s.tag, busy(err))
 	}
@@ -247,7 +255,7 @@ func (s *Store) Cancel(ctx context.Context, t fairqueue.TicketArgs) error {
 	if t.Tombstone {
 		ttl = TombstoneTTL.Milliseconds()
 	}
-	v, err := scripts.cancel.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, ttl)...).Result()
+	v, err := scripts.cancel.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits, ttl)...).Result()
 	if err != nil {
 		return fmt.Errorf("cancel %s: %w", s.tag, busy(err))
 	}
@@ -273,7 +281,7 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 			more = append(more, arg)
 		}
 	}
-	v, err := scripts.heartbeat.Run(ctx, s.rdb, s.keys, s.args(hb.Node, hb.Limits, more...)...).Slice()
+	v, err := scripts.heartbeat.Run(ctx, s.sc, s.keys, s.args(hb.Node, hb.Limits, more...)...).Slice()
 	if err != nil {
 		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: %w", s.tag, busy(err))
 	}
@@ -286,7 +294,7 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 
 // Reconcile implements fairqueue.Store.
 func (s *Store) Reconcile(ctx context.Context, node string, l fairqueue.Limits) (fairqueue.ReconcileResult, error) {
-	v, err := scripts.reconcile.Run(ctx, s.rdb, s.keys, s.args(node, l, inFlight.Milliseconds())...).Slice()
+	v, err := scripts.reconcile.Run(ctx, s.sc, s.keys, s.args(node, l, inFlight.Milliseconds())...).Slice()
 	if err != nil {
 		return fairqueue.ReconcileResult{}, fmt.Errorf("reconcile %s: %w", s.tag, busy(err))
 	}
@@ -300,7 +308,7 @@ func (s *Store) Reconcile(ctx context.Context, node string, l fairqueue.Limits) 
 
 // Leave implements fairqueue.Store.
 func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) error {
-	if err := scripts.leave.Run(ctx, s.rdb, s.keys, s.args(node, l)...).Err(); err != nil {
+	if err := scripts.leave.Run(ctx, s.sc, s.keys, s.args(node, l)...).Err(); err != nil {
 		return fmt.Errorf("leave %s: %w", s.tag, busy(err))
 	}
 	return nil
@@ -336,9 +344,9 @@ func newEpoch() string {
 // Inspect implements fairqueue.Inspector with one read-only script.
 func (s *Store) Inspect(ctx context.Context, head, flows int) (fairqueue.Snapshot, error) {
 	args := s.args("", fairqueue.Limits{}, max(head, 0), max(flows, 0))
-	v, err := scripts.inspect.RunRO(ctx, s.rdb, s.keys, args...).Slice()
+	v, err := scripts.inspect.RunRO(ctx, s.sc, s.keys, args...).Slice()
 	if err != nil && strings.Contains(err.Error(), "unknown command") { // before Redis 7: no EVAL_RO
-		v, err = scripts.inspect.Run(ctx, s.rdb, s.keys, args...).Slice()
+		v, err = scripts.inspect.Run(ctx, s.sc, s.keys, args...).Slice()
 	}
 	if err != nil {
 		return fairqueue.Snapshot{}, fmt.Errorf("inspect %s: %w", s.tag, err)
@@ -358,7 +366,7 @@ var (
 
 // Requeue implements fairqueue.Store.
 func (s *Store) Requeue(ctx context.Context, t fairqueue.RequeueArgs) (fairqueue.AcquireResult, error) {
-	v, err := scripts.requeue.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch(),
+	v, err := scripts.requeue.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch(),
 		costArg(t.TicketArgs), t.Old, t.Seq,
 		strconv.FormatFloat(t.Correction, 'g', -1, 64), t.Cool, t.CoolFor.Milliseconds(), mark(t.Tombstone))...).Slice()
 	if err != nil {
@@ -411,7 +419,7 @@ func (s *Store) Adapt(ctx context.Context, a fairqueue.AdaptArgs) (map[string]fl
 	for _, r := range a.Reports {
 		more = append(more, r.Key, r.Samples, r.Over, r.Refused)
 	}
-	v, err := scripts.adapt.Run(ctx, s.rdb, s.keys, s.args(a.Node, fairqueue.Limits{}, more...)...).StringSlice()
+	v, err := scripts.adapt.Run(ctx, s.sc, s.keys, s.args(a.Node, fairqueue.Limits{}, more...)...).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("adapt %s: %w", s.tag, busy(err))
 	}
