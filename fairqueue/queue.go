@@ -35,6 +35,10 @@ type Queue struct {
 	bg     sync.WaitGroup // background store calls (stray grants, lost acquires)
 	bgMu   sync.Mutex     // orders bg.Add before the bg.Wait of leave
 	closed atomic.Bool
+	// left is closed when the leave that set closed has ended, with
+	// leaveErr its error.
+	left     chan struct{}
+	leaveErr error
 
 	health health
 	rate   grantRate
@@ -62,6 +66,7 @@ func New(store Store, cfg Config) (*Queue, error) {
 		node:    newNodeID(),
 		tickets: make(map[string]*ticket),
 		drainCh: make(chan struct{}),
+		left:    make(chan struct{}),
 	}
 	q.s = newSession(q)
 	q.log = cfg.Logger.With(zap.String("queue", cfg.Name), zap.String("node", q.node))
