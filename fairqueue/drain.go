@@ -44,7 +44,9 @@ func (q *Queue) RejectWaiters() {
 }
 
 // Close is Drain without waiting for held permits: waiters are answered,
-// and permits still held are released in the store.
+// and permits still held are released in the store. Drain and Close run
+// once: a later or concurrent call returns when the first has left, with
+// its error.
 func (q *Queue) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Load().StoreTimeout)
 	defer cancel()
@@ -70,10 +72,19 @@ func (q *Queue) count(pendingOnly bool) int {
 	return w + h
 }
 
+// leave is the end of Drain and Close, once: a call that comes while
+// another leaves waits for it (its caller may close the store's client
+// when it returns) and returns its error.
 func (q *Queue) leave() error {
 	if !q.closed.CompareAndSwap(false, true) {
-		return nil
+		<-q.left
+		return q.leaveErr
 	}
+	var err error
+	defer func() {
+		q.leaveErr = err
+		close(q.left)
+	}()
 	joined := q.s.end()
 	// Background calls (each bounded by the store timeout) end before the
 	// leave: a cancel that ran after the last node's leave deleted the
@@ -82,7 +93,6 @@ func (q *Queue) leave() error {
 	q.bgMu.Lock()
 	q.bgMu.Unlock()
 	q.bg.Wait()
-	var err error
 	if joined {
 		err = q.s.leave()
 	}

@@ -35,6 +35,10 @@ type Queue struct {
 	bg     sync.WaitGroup // background store calls (stray grants, lost acquires)
 	bgMu   sync.Mutex     // orders bg.Add before the bg.Wait of leave
 	closed atomic.Bool
+	// left is closed when the leave that set closed has ended, with
+	// leaveErr its error.
+	left     chan struct{}
+	leaveErr error
 
 	health health
 	rate   grantRate
@@ -48,8 +52,11 @@ type Queue struct {
 }
 
 // New returns a Queue for cfg on store. It makes no store call: the node
-// joins the queue at its first Acquire.
+// joins the queue at its first Acquire. A nil store is an error.
 func New(store Store, cfg Config) (*Queue, error) {
+	if store == nil {
+		return nil, errors.New("fair queue: New needs a store (memstore.New() or redisstore.New(...))")
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -59,6 +66,7 @@ func New(store Store, cfg Config) (*Queue, error) {
 		node:    newNodeID(),
 		tickets: make(map[string]*ticket),
 		drainCh: make(chan struct{}),
+		left:    make(chan struct{}),
 	}
 	q.s = newSession(q)
 	q.log = cfg.Logger.With(zap.String("queue", cfg.Name), zap.String("node", q.node))

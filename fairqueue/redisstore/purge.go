@@ -40,7 +40,7 @@ return redis.call('DEL', unpack(KEYS))
 // queue was dead (false with nothing deleted when a node is live).
 func (s *Store) PurgeDead(ctx context.Context, dead time.Duration) (bool, error) {
 	nodes := slices.Index(keyNames, "nodes") + 1
-	n, err := purgeDead.Run(ctx, s.rdb, s.keys, nodes, strconv.FormatInt(dead.Milliseconds(), 10)).Int64()
+	n, err := purgeDead.Run(ctx, s.sc, s.keys, nodes, strconv.FormatInt(dead.Milliseconds(), 10)).Int64()
 	if err != nil {
 		return false, fmt.Errorf("purge %s: %w", s.tag, err)
 	}

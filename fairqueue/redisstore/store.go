@@ -113,10 +113,12 @@ type Options struct {
 }
 
 // Store is one named queue in Redis. Create one per Queue (it holds that
-// node's subscription); the Redis client may be shared and is not closed
-// by the Store.
+// node's subscription; Open refuses a second node until Close); the Redis
+// client may be shared and is not closed by the Store.
 type Store struct {
 	rdb      redis.UniversalClient
+	sc       redis.Scripter // runs the scripts: rdb, bounded where rdb ignores contexts
+	bound    bool           // rdb ignores contexts: calls are bounded here
 	tag      string
 	keys     []string // the common KEYS layout (lua/common.lua)
 	chPrefix string
@@ -131,20 +133,27 @@ type Store struct {
 	registered             atomic.Int64 // when a heartbeat last named the queue, ms
 
 	mu          sync.Mutex
+	node        string // the node Open is for, until Close: another is refused
 	sub         *notifier.Subscription
 	h           fairqueue.Listener // set by Open: receives grants scripts return to their caller
 	sweepCancel context.CancelFunc // the running sweep's; nil when none runs
 	sweeping    sync.WaitGroup
-	closed      bool // no sweep starts
+	closed      bool // set by Close: no sweep starts until the next Open
 }
 
 // New returns a Store for queue name on rdb. It makes no Redis call.
+// Each call ends at its context's deadline: with a client that does not
+// honour contexts (go-redis without ContextTimeoutEnabled, its default),
+// by a goroutine per call that stops waiting for the answer.
 func New(rdb redis.UniversalClient, name string, opts Options) *Store {
 	tag := TagOf(opts.KeyPrefix, name)
-	s := &Store{rdb: rdb, tag: tag, chPrefix: tag + ":node:", sharded: opts.Sharded,
+	s := &Store{rdb: rdb, sc: rdb, tag: tag, chPrefix: tag + ":node:", sharded: opts.Sharded,
 		name: name, prefix: opts.KeyPrefix, registry: RegistryKey(opts.KeyPrefix), deadAfter: opts.DeadQueueAfter}
 	if s.deadAfter == 0 {
 		s.deadAfter = DefaultDeadQueueAfter
+	}
+	if !honoursContext(rdb) {
+		s.sc, s.bound = bounded{rdb}, true
 	}
 	for _, k := range keyNames {
 		s.keys = append(s.keys, tag+":"+k)
@@ -175,36 +184,6 @@ func (s *Store) publish() string {
 	return ""
 }
 
-// Open implements fairqueue.Store: it subscribes node to its grant
-// channel and waits for Redis to confirm the subscription.
-func (s *Store) Open(ctx context.Context, node string, h fairqueue.Listener) error {
-	sharded, err := s.detectSharded(ctx)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", s.tag, err)
-	}
-	pub := "publish"
-	if sharded {
-		pub = "spublish"
-	}
-	s.pub.Store(&pub)
-	sub, err := notifier.Subscribe(ctx, s.rdb, s.chPrefix+node, sharded, notifier.Listener{
-		Message: func(payload string) {
-			if g, ok := parseGrant(payload); ok {
-				h.Granted(g)
-			}
-		},
-		Subscribed: h.Resynced,
-	})
-	if err != nil {
-		return fmt.Errorf("open %s: %w", s.tag, err)
-	}
-	s.mu.Lock()
-	s.sub, s.h = sub, h
-	s.mu.Unlock()
-	s.register(ctx, true)
-	return nil
-}
-
 // deliver hands the caller's own grants (decodeGrants), made under the
 // call's limits l, to its Listener.
 func (s *Store) deliver(l fairqueue.Limits, gs []fairqueue.Grant) {
@@ -222,26 +201,9 @@ func (s *Store) deliver(l fairqueue.Limits, gs []fairqueue.Grant) {
 	}
 }
 
-func (s *Store) detectSharded(ctx context.Context) (bool, error) {
-	if s.sharded != nil {
-		return *s.sharded, nil
-	}
-	info, err := s.rdb.Info(ctx, "server").Result()
-	if err != nil {
-		return false, err
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
-			return major >= 7, nil
-		}
-	}
-	return false, nil
-}
-
 // Acquire implements fairqueue.Store.
 func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.AcquireResult, error) {
-	v, err := scripts.acquire.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch(),
+	v, err := scripts.acquire.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch(),
 		costArg(t), t.MaxQueue, t.MaxQueuePerTenant)...).Slice()
 	if err != nil {
 		return fairqueue.AcquireResult{}, fmt.Errorf("acquire %s: %w", s.tag, busy(err))
@@ -256,7 +218,7 @@ func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.
 
 // Release implements fairqueue.Store.
 func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
-	v, err := scripts.release.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits,
+	v, err := scripts.release.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits,
 		strconv.FormatFloat(t.Correction, 'g', -1, 64), t.Cool, t.CoolFor.Milliseconds(), mark(t.Tombstone))...).Result()
 	if err != nil {
 		return fmt.Errorf("release %s: %w", s.tag, busy(err))
@@ -272,7 +234,7 @@ func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
 
 // Transfer implements fairqueue.Transferrer.
 func (s *Store) Transfer(ctx context.Context, t fairqueue.TicketArgs, to string) error {
-	v, err := scripts.transfer.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, to, mark(t.Tombstone))...).Result()
+	v, err := scripts.transfer.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits, to, mark(t.Tombstone))...).Result()
 	if err != nil {
 		return fmt.Errorf("transfer %s: %w", s.tag, busy(err))
 	}
@@ -311,7 +273,7 @@ func (s *Store) Cancel(ctx context.Context, t fairqueue.TicketArgs) error {
 	if t.Tombstone {
 		ttl = TombstoneTTL.Milliseconds()
 	}
-	v, err := scripts.cancel.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, ttl)...).Result()
+	v, err := scripts.cancel.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits, ttl)...).Result()
 	if err != nil {
 		return fmt.Errorf("cancel %s: %w", s.tag, busy(err))
 	}
@@ -337,7 +299,7 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 			more = append(more, arg)
 		}
 	}
-	v, err := scripts.heartbeat.Run(ctx, s.rdb, s.keys, s.args(hb.Node, hb.Limits, more...)...).Slice()
+	v, err := scripts.heartbeat.Run(ctx, s.sc, s.keys, s.args(hb.Node, hb.Limits, more...)...).Slice()
 	if err != nil {
 		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: %w", s.tag, busy(err))
 	}
@@ -354,7 +316,7 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 
 // Reconcile implements fairqueue.Store.
 func (s *Store) Reconcile(ctx context.Context, node string, l fairqueue.Limits) (fairqueue.ReconcileResult, error) {
-	v, err := scripts.reconcile.Run(ctx, s.rdb, s.keys, s.args(node, l, inFlight.Milliseconds())...).Slice()
+	v, err := scripts.reconcile.Run(ctx, s.sc, s.keys, s.args(node, l, inFlight.Milliseconds())...).Slice()
 	if err != nil {
 		return fairqueue.ReconcileResult{}, fmt.Errorf("reconcile %s: %w", s.tag, busy(err))
 	}
@@ -369,26 +331,12 @@ func (s *Store) Reconcile(ctx context.Context, node string, l fairqueue.Limits) 
 // Leave implements fairqueue.Store.
 func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) error {
 	since := time.Now()
-	v, err := scripts.leave.Run(ctx, s.rdb, s.keys, s.args(node, l)...).Slice()
+	v, err := scripts.leave.Run(ctx, s.sc, s.keys, s.args(node, l)...).Slice()
 	if err != nil {
 		return fmt.Errorf("leave %s: %w", s.tag, busy(err))
 	}
 	if len(v) > 1 && toInt(v[1]) == 1 { // no live node left: every key deleted
 		return s.unregisterAfterLeave(ctx, since)
-	}
-	return nil
-}
-
-// Close implements fairqueue.Store: it ends the subscription. The Redis
-// client is the caller's.
-func (s *Store) Close() error {
-	s.stopSweep()
-	s.mu.Lock()
-	sub := s.sub
-	s.sub = nil
-	s.mu.Unlock()
-	if sub != nil {
-		return sub.Close()
 	}
 	return nil
 }
@@ -423,9 +371,9 @@ func newEpoch() string {
 // Inspect implements fairqueue.Inspector with one read-only script.
 func (s *Store) Inspect(ctx context.Context, head, flows int) (fairqueue.Snapshot, error) {
 	args := s.args("", fairqueue.Limits{}, max(head, 0), max(flows, 0))
-	v, err := scripts.inspect.RunRO(ctx, s.rdb, s.keys, args...).Slice()
+	v, err := scripts.inspect.RunRO(ctx, s.sc, s.keys, args...).Slice()
 	if err != nil && strings.Contains(err.Error(), "unknown command") { // before Redis 7: no EVAL_RO
-		v, err = scripts.inspect.Run(ctx, s.rdb, s.keys, args...).Slice()
+		v, err = scripts.inspect.Run(ctx, s.sc, s.keys, args...).Slice()
 	}
 	if err != nil {
 		return fairqueue.Snapshot{}, fmt.Errorf("inspect %s: %w", s.tag, err)
@@ -445,7 +393,7 @@ var (
 
 // Requeue implements fairqueue.Store.
 func (s *Store) Requeue(ctx context.Context, t fairqueue.RequeueArgs) (fairqueue.AcquireResult, error) {
-	v, err := scripts.requeue.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch(),
+	v, err := scripts.requeue.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch(),
 		costArg(t.TicketArgs), t.Old, t.Seq,
 		strconv.FormatFloat(t.Correction, 'g', -1, 64), t.Cool, t.CoolFor.Milliseconds(), mark(t.Tombstone))...).Slice()
 	if err != nil {
@@ -498,7 +446,7 @@ func (s *Store) Adapt(ctx context.Context, a fairqueue.AdaptArgs) (map[string]fl
 	for _, r := range a.Reports {
 		more = append(more, r.Key, r.Samples, r.Over, r.Refused)
 	}
-	v, err := scripts.adapt.Run(ctx, s.rdb, s.keys, s.args(a.Node, fairqueue.Limits{}, more...)...).StringSlice()
+	v, err := scripts.adapt.Run(ctx, s.sc, s.keys, s.args(a.Node, fairqueue.Limits{}, more...)...).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("adapt %s: %w", s.tag, busy(err))
 	}
