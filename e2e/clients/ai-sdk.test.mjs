@@ -154,3 +154,41 @@ test('with sse_queue_events, each queue event is an error part before the whole 
   assert.equal(got.text, answerOf(3));
   assert.equal(got.finishReason, 'stop');
 });
+
+// The AI SDK honours a Retry-After only below 60 s: a longer one (a
+// configured retry_after, or auto with a max_wait of a minute or more)
+// gives way to its own backoff, 2 s then 4 s.
+test('a Retry-After of 60 s is not waited: the retries come after the SDK\'s own backoff', async () => {
+  const release = await hold(baseURL('ai', 'retry60'));
+  const rec = recorder();
+  try {
+    await assert.rejects(generateText({ model: model('retry60', rec), prompt }), (err) => {
+      assert.ok(RetryError.isInstance(err), `got ${err.constructor.name}: ${err.message}`);
+      assert.match(err.lastError.message, /Please retry after 60 seconds\.$/);
+      return true;
+    });
+    assert.equal(rec.attempts.length, 3, 'one try and 2 retries');
+    for (const a of rec.attempts) assert.equal(a.retryAfter, '60');
+    const pauses = rec.attempts.slice(1).map((a, i) => a.start - rec.attempts[i].answered);
+    assert.ok(pauses[0] >= 1900 && pauses[0] < 30000, `first retry after ${Math.round(pauses[0])} ms, want the SDK's 2000`);
+    assert.ok(pauses[1] >= 3900 && pauses[1] < 30000, `second retry after ${Math.round(pauses[1])} ms, want the SDK's 4000`);
+  } finally {
+    await release();
+  }
+});
+
+test('an upstream redirect on a stream that waited with keepalive comments is an error part (finish reason error)',
+  async () => {
+    const release = await hold(baseURL('ai', 'redirect-hold'));
+    const rec = recorder();
+    const pending = stream({ model: model('redirect', rec), prompt });
+    await new Promise((r) => setTimeout(r, 500)); // a few comments
+    await release();
+    const got = await pending;
+    assert.equal(got.text, '');
+    const errs = got.parts.filter((p) => p.type === 'error');
+    assert.equal(errs.length, 1, `parts: ${got.parts.map((p) => p.type)}`);
+    assert.equal(errs[0].error.code, 'upstream_error');
+    assert.equal(errs[0].error.message, 'The upstream server answered with status 308 Permanent Redirect.');
+    assert.equal(got.finishReason, 'error');
+  });

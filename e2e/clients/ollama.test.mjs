@@ -78,3 +78,14 @@ test('a reject on a stream that waited with chunks is thrown while iterating', a
     await release();
   }
 });
+
+test('an upstream redirect on a stream that waited with chunks is thrown while iterating', async () => {
+  const release = await hold(baseURL('ollama', 'redirect-hold'));
+  const stream = await client('redirect', recorder()).chat({ model: 'mock', messages, stream: true });
+  await new Promise((r) => setTimeout(r, 500)); // a few waiting chunks
+  await release();
+  await assert.rejects(async () => { for await (const part of stream) assert.equal(part.message.content, ''); }, (err) => {
+    assert.equal(err.message, 'The upstream server answered with status 308 Permanent Redirect.');
+    return true;
+  });
+});
