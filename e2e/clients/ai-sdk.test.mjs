@@ -192,3 +192,22 @@ test('an upstream redirect on a stream that waited with keepalive comments is an
     assert.equal(errs[0].error.message, 'The upstream server answered with status 308 Permanent Redirect.');
     assert.equal(got.finishReason, 'error');
   });
+
+test('a 503 reject (store_unavailable) is a RetryError whose last error is the 503 APICallError, after 2 retries that wait Retry-After',
+  async () => {
+    const rec = recorder();
+    await assert.rejects(generateText({ model: model('nostore', rec), prompt }), (err) => {
+      assert.ok(RetryError.isInstance(err), `got ${err.constructor.name}: ${err.message}`);
+      assert.equal(err.reason, 'maxRetriesExceeded');
+      assert.equal(err.lastError.statusCode, 503);
+      assert.equal(err.lastError.isRetryable, true);
+      assert.match(err.lastError.message, /^The request queue is temporarily unavailable\. Please retry after 1 second\.$/);
+      return true;
+    });
+    assert.equal(rec.attempts.length, 3, 'one try and 2 retries');
+    for (let i = 1; i < rec.attempts.length; i++) {
+      assert.equal(rec.attempts[i].retryAfter, '1');
+      const pause = rec.attempts[i].start - rec.attempts[i - 1].answered;
+      assert.ok(pause >= 950, `retry ${i} came ${Math.round(pause)} ms after the 503, want Retry-After's 1000 ms`);
+    }
+  });
