@@ -172,3 +172,20 @@ test('an upstream redirect on a stream that waited with keepalive comments is th
     });
     assert.deepEqual(chunks, []);
   });
+
+// The SDK's streaming helper (chat.completions.stream) reads every chunk
+// as a completion chunk: a queue event, which has no choices, fails the
+// whole request.
+test('with sse_queue_events, the chat.completions.stream() helper fails on the first queue event', async () => {
+  const release = await hold(baseURL('openai', 'events'));
+  try {
+    const stream = client('events', recorder()).chat.completions.stream({ model: 'mock', messages }, { headers: tokens(3) });
+    await assert.rejects(stream.finalChatCompletion(), (err) => {
+      assert.ok(err instanceof OpenAI.OpenAIError, `got ${err.constructor.name}: ${err.message}`);
+      assert.equal(err.message, 'chunk.choices is not iterable');
+      return true;
+    });
+  } finally {
+    await release();
+  }
+});
