@@ -182,7 +182,10 @@ test('an upstream redirect on a stream that waited with keepalive comments is an
     const release = await hold(baseURL('ai', 'redirect-hold'));
     const rec = recorder();
     const pending = stream({ model: model('redirect', rec), prompt });
-    await new Promise((r) => setTimeout(r, 500)); // a few comments
+    // The header comes with the first comment: from then on the request
+    // waits on a committed stream.
+    while (rec.attempts[0]?.status === undefined) await new Promise((r) => setTimeout(r, 20));
+    await new Promise((r) => setTimeout(r, 300)); // a few comments
     await release();
     const got = await pending;
     assert.equal(got.text, '');
