@@ -18,8 +18,9 @@ import (
 
 // relay serves a granted request whose response the keepalive already
 // committed: the upstream's status and header are gone, its body is
-// relayed as it comes, and an error (an error status, or the next
-// handler failing before it wrote anything) becomes an SSE error event.
+// relayed as it comes, and an error (a status other than 2xx, or the
+// next handler failing before it wrote anything) becomes an SSE error
+// event.
 func (c *call) relay() error {
 	cw := &committedWriter{w: c.w, header: make(http.Header)}
 	return c.relayEnd(cw, c.nextUnencoded(cw))
@@ -41,7 +42,9 @@ func (c *call) nextUnencoded(w http.ResponseWriter) error {
 	return c.next.ServeHTTP(w, c.r)
 }
 
-// relayEnd ends a relayed answer that cw holds, next's error err.
+// relayEnd ends a relayed answer that cw holds, next's error err. A
+// status that is not a success (an error, or a redirect the client can
+// no longer follow) ends the stream with an error event.
 func (c *call) relayEnd(cw *committedWriter, err error) error {
 	status := cw.status
 	defer func() {
@@ -68,12 +71,17 @@ func (c *call) relayEnd(cw *committedWriter, err error) error {
 			return nil // an event may be half written: end the stream
 		}
 	}
-	if status < http.StatusBadRequest {
+	if !failed(status) {
 		return flush(c.w)
 	}
 	_ = writeFrame(c.w, c.api.errorFrame(c.api.upstreamErrorBody(status, cw.errBody.Bytes()))) // fails only when the client is gone
 	return nil
 }
+
+// failed reports whether an upstream's final status is not a success:
+// on a committed stream, its answer becomes an error event (a redirect
+// cannot be followed once the 200 is out).
+func failed(status int) bool { return status >= http.StatusMultipleChoices }
 
 // upstreamError is the data of the SSE error event for an upstream's
 // error answer: its body when that is a JSON object with an "error"
@@ -97,8 +105,8 @@ func upstreamError(status int, body []byte) []byte {
 	switch {
 	case status == http.StatusTooManyRequests:
 		typ = "rate_limit_exceeded"
-	case status >= 500:
-		typ = "server_error"
+	case status >= 500, status < 400:
+		typ = "server_error" // a failing or misdirected upstream
 	}
 	return marshalError(upstreamStatusMessage(status), typ, "upstream_error")
 }

@@ -97,10 +97,10 @@ const maxUpstreamErrorBody = 64 << 10
 
 // committedWriter is the next handler's ResponseWriter once the header
 // of the response is sent: it keeps the upstream's header and status to
-// itself, relays a successful body with a flush after every write, and
-// holds an error body back for the SSE error event. It hides the
-// writer beneath (no Unwrap), so that nothing hijacks or re-heads a
-// stream that is already running.
+// itself, relays a 2xx body with a flush after every write, and holds
+// any other (an error, a redirect) back for the SSE error event. It
+// hides the writer beneath (no Unwrap), so that nothing hijacks or
+// re-heads a stream that is already running.
 type committedWriter struct {
 	w       http.ResponseWriter
 	header  http.Header // the upstream's, never sent
@@ -123,7 +123,7 @@ func (cw *committedWriter) Write(b []byte) (int, error) {
 	if cw.status == 0 {
 		cw.status = http.StatusOK
 	}
-	if cw.status >= http.StatusBadRequest {
+	if failed(cw.status) {
 		if room := maxUpstreamErrorBody + 1 - cw.errBody.Len(); room > 0 {
 			cw.errBody.Write(b[:min(len(b), room)])
 		}
@@ -141,7 +141,7 @@ func (cw *committedWriter) Write(b []byte) (int, error) {
 
 // FlushError implements the flusher of http.ResponseController.
 func (cw *committedWriter) FlushError() error {
-	if cw.status >= http.StatusBadRequest {
+	if failed(cw.status) {
 		return nil
 	}
 	return flush(cw.w)

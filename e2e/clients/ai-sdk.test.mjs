@@ -41,7 +41,7 @@ test('a timeout reject is a RetryError whose last error is the 429 APICallError,
       assert.equal(last.statusCode, 429);
       assert.equal(last.isRetryable, true);
       assert.equal(last.responseHeaders['fair-queue-reason'], 'timeout');
-      assert.match(last.message, /^The server is busy: the request waited 1s in the queue without being served\. Please retry after 3 seconds\.$/);
+      assert.match(last.message, /^The server is busy: the request waited 1(\.\d)?s in the queue without being served\. Please retry after 3 seconds\.$/);
       return true;
     });
     assertRetriesHonourRetryAfter(rec.attempts);
@@ -65,7 +65,7 @@ test('a streaming timeout reject is an error part with the reject (finish reason
     assert.deepEqual(got.errors, [errs[0].error]);
     assert.equal(errs[0].error.code, 'timeout');
     assert.equal(errs[0].error.type, 'rate_limit_exceeded');
-    assert.match(errs[0].error.message, /^The server is busy: the request waited 1s in the queue/);
+    assert.match(errs[0].error.message, /^The server is busy: the request waited 1(\.\d)?s in the queue/);
     assert.equal(got.finishReason, 'error');
     assert.equal(rec.attempts.length, 1, 'a 200 stream is not retried');
   } finally {
@@ -101,7 +101,7 @@ test('a streaming reject after keepalive comments is an error part with the reje
     const errs = got.parts.filter((p) => p.type === 'error');
     assert.equal(errs.length, 1, `parts: ${got.parts.map((p) => p.type)}`);
     assert.equal(errs[0].error.code, 'timeout');
-    assert.match(errs[0].error.message, /^The server is busy: the request waited 3s in the queue/);
+    assert.match(errs[0].error.message, /^The server is busy: the request waited 3(\.\d)?s in the queue/);
     assert.equal(got.finishReason, 'error');
     assert.equal(got.parts.filter((p) => p.type === 'text-delta').length, 0, 'no comment became text');
     await rec.attempts[0].done;
@@ -154,3 +154,63 @@ test('with sse_queue_events, each queue event is an error part before the whole 
   assert.equal(got.text, answerOf(3));
   assert.equal(got.finishReason, 'stop');
 });
+
+// The AI SDK honours a Retry-After only below 60 s: a longer one (a
+// configured retry_after, or auto with a max_wait of a minute or more)
+// gives way to its own backoff, 2 s then 4 s.
+test('a Retry-After of 60 s is not waited: the retries come after the SDK\'s own backoff', async () => {
+  const release = await hold(baseURL('ai', 'retry60'));
+  const rec = recorder();
+  try {
+    await assert.rejects(generateText({ model: model('retry60', rec), prompt }), (err) => {
+      assert.ok(RetryError.isInstance(err), `got ${err.constructor.name}: ${err.message}`);
+      assert.match(err.lastError.message, /Please retry after 60 seconds\.$/);
+      return true;
+    });
+    assert.equal(rec.attempts.length, 3, 'one try and 2 retries');
+    for (const a of rec.attempts) assert.equal(a.retryAfter, '60');
+    const pauses = rec.attempts.slice(1).map((a, i) => a.start - rec.attempts[i].answered);
+    assert.ok(pauses[0] >= 1900 && pauses[0] < 30000, `first retry after ${Math.round(pauses[0])} ms, want the SDK's 2000`);
+    assert.ok(pauses[1] >= 3900 && pauses[1] < 30000, `second retry after ${Math.round(pauses[1])} ms, want the SDK's 4000`);
+  } finally {
+    await release();
+  }
+});
+
+test('an upstream redirect on a stream that waited with keepalive comments is an error part (finish reason error)',
+  async () => {
+    const release = await hold(baseURL('ai', 'redirect-hold'));
+    const rec = recorder();
+    const pending = stream({ model: model('redirect', rec), prompt });
+    // The header comes with the first comment: from then on the request
+    // waits on a committed stream.
+    while (rec.attempts[0]?.status === undefined) await new Promise((r) => setTimeout(r, 20));
+    await new Promise((r) => setTimeout(r, 300)); // a few comments
+    await release();
+    const got = await pending;
+    assert.equal(got.text, '');
+    const errs = got.parts.filter((p) => p.type === 'error');
+    assert.equal(errs.length, 1, `parts: ${got.parts.map((p) => p.type)}`);
+    assert.equal(errs[0].error.code, 'upstream_error');
+    assert.equal(errs[0].error.message, 'The upstream server answered with status 308 Permanent Redirect.');
+    assert.equal(got.finishReason, 'error');
+  });
+
+test('a 503 reject (store_unavailable) is a RetryError whose last error is the 503 APICallError, after 2 retries that wait Retry-After',
+  async () => {
+    const rec = recorder();
+    await assert.rejects(generateText({ model: model('nostore', rec), prompt }), (err) => {
+      assert.ok(RetryError.isInstance(err), `got ${err.constructor.name}: ${err.message}`);
+      assert.equal(err.reason, 'maxRetriesExceeded');
+      assert.equal(err.lastError.statusCode, 503);
+      assert.equal(err.lastError.isRetryable, true);
+      assert.match(err.lastError.message, /^The request queue is temporarily unavailable\. Please retry after 1 second\.$/);
+      return true;
+    });
+    assert.equal(rec.attempts.length, 3, 'one try and 2 retries');
+    for (let i = 1; i < rec.attempts.length; i++) {
+      assert.equal(rec.attempts[i].retryAfter, '1');
+      const pause = rec.attempts[i].start - rec.attempts[i - 1].answered;
+      assert.ok(pause >= 950, `retry ${i} came ${Math.round(pause)} ms after the 503, want Retry-After's 1000 ms`);
+    }
+  });

@@ -11,6 +11,9 @@ package clients
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
@@ -44,11 +47,25 @@ var queues = map[string]string{
 				retry_after 1s
 				sse_status 429
 			}`,
+	"retry60": `max_wait 1s
+			reject timeout {
+				retry_after 60s
+			}`,
+	"nostore": `max_wait 1s
+			redis redis://127.0.0.1:1
+			on_store_error fail_closed`,
+	"redirect": `max_wait 3s
+			sse_keepalive 200ms`,
 }
 
+// redirected are the queues whose upstream answers every request with a
+// redirect (redirector); /<library>/<queue>-hold/* is the same queue in
+// front of the mock, for the request that holds its permit.
+var redirected = map[string]bool{"redirect": true}
+
 // caddyfile serves /<library>/<queue>/* from its own queue in front of
-// upstream.
-func caddyfile(httpPort, adminPort int, upstream string) string {
+// upstream (redirector for the redirected queues).
+func caddyfile(httpPort, adminPort int, upstream, redirector string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `{
 	admin 127.0.0.1:%d
@@ -59,19 +76,27 @@ func caddyfile(httpPort, adminPort int, upstream string) string {
 
 :%d {
 `, adminPort, httpPort)
-	for _, lib := range libraries {
-		for name, opts := range queues {
-			fmt.Fprintf(&b, `	handle_path /%[1]s/%[2]s/* {
+	route := func(lib, path, name, opts, upstream string) {
+		fmt.Fprintf(&b, `	handle_path /%[1]s/%[2]s/* {
 		fair_queue {
-			name %[1]s-%[2]s
+			name %[1]s-%[3]s
 			permits 1
-			%[3]s
+			%[4]s
 		}
-		reverse_proxy %[4]s {
+		reverse_proxy %[5]s {
 			flush_interval -1
 		}
 	}
-`, lib, name, opts, upstream)
+`, lib, path, name, opts, upstream)
+	}
+	for _, lib := range libraries {
+		for name, opts := range queues {
+			if redirected[name] {
+				route(lib, name, name, opts, redirector)
+				route(lib, name+"-hold", name, opts, upstream)
+				continue
+			}
+			route(lib, name, name, opts, upstream)
 		}
 	}
 	b.WriteString("}\n")
@@ -103,8 +128,16 @@ func TestClientLibrariesAgainstFairQueue(t *testing.T) {
 	command(t, 5*time.Minute, nil, "npm", "ci", "--no-audit", "--no-fund")
 
 	_, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 8, Delay: 10 * time.Millisecond})
+	// An http:// upstream that sends its clients to https://.
+	redirector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", "https://llm.invalid"+r.URL.Path)
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusPermanentRedirect)
+		_, _ = io.WriteString(w, "<html><body>308 Permanent Redirect</body></html>\n")
+	}))
+	t.Cleanup(redirector.Close)
 	c := harness.StartCaddyfile(t, "caddy", func(p harness.Ports) string {
-		return caddyfile(p.HTTP, p.Admin, upstream)
+		return caddyfile(p.HTTP, p.Admin, upstream, strings.TrimPrefix(redirector.URL, "http://"))
 	}, harness.CaddyOptions{})
 
 	out := command(t, 5*time.Minute, []string{"FAIR_QUEUE_URL=" + c.URL()},

@@ -12,6 +12,10 @@ assert.ok(base, 'FAIR_QUEUE_URL is set by clients_test.go (make e2e)');
 //   keepalive  max_wait 3s; sse_keepalive 200ms
 //   events     max_wait 3s; sse_keepalive 200ms with sse_queue_events
 //   sse429     max_wait 1s; a streaming timeout is answered 429 (reject sse_status 429)
+//   retry60    max_wait 1s; a timeout's Retry-After is 60s
+//   nostore    its Redis is unreachable, on_store_error fail_closed: 503 store_unavailable at once
+//   redirect   max_wait 3s; sse_keepalive 200ms; the upstream answers with a redirect
+//              (hold its permit through redirect-hold, the same queue in front of the mock)
 export const baseURL = (lib, queue) => `${base}/${lib}/${queue}/v1`;
 
 // The mock answers with "tok " tokens; this header sets how many.

@@ -18,7 +18,7 @@ test('a timeout reject is a ResponseError with status 429 and the message as the
     await assert.rejects(client('timeout', rec).chat({ model: 'mock', messages }), (err) => {
       assert.equal(err.name, 'ResponseError', `got ${err.name}: ${err.message}`);
       assert.equal(err.status_code, 429);
-      assert.match(err.error, /^The server is busy: the request waited 1s in the queue without being served\. Please retry after 3 seconds\.$/);
+      assert.match(err.error, /^The server is busy: the request waited 1(\.\d)?s in the queue without being served\. Please retry after 3 seconds\.$/);
       return true;
     });
     assert.equal(rec.attempts[0].retryAfter, '3');
@@ -71,10 +71,21 @@ test('a reject on a stream that waited with chunks is thrown while iterating', a
   try {
     const stream = await client('keepalive', rec).chat({ model: 'mock', messages, stream: true });
     await assert.rejects(async () => { for await (const part of stream) assert.equal(part.message.content, ''); }, (err) => {
-      assert.match(err.message, /^The server is busy: the request waited 3s in the queue/);
+      assert.match(err.message, /^The server is busy: the request waited 3(\.\d)?s in the queue/);
       return true;
     });
   } finally {
     await release();
   }
+});
+
+test('an upstream redirect on a stream that waited with chunks is thrown while iterating', async () => {
+  const release = await hold(baseURL('ollama', 'redirect-hold'));
+  const stream = await client('redirect', recorder()).chat({ model: 'mock', messages, stream: true });
+  await new Promise((r) => setTimeout(r, 500)); // a few waiting chunks
+  await release();
+  await assert.rejects(async () => { for await (const part of stream) assert.equal(part.message.content, ''); }, (err) => {
+    assert.equal(err.message, 'The upstream server answered with status 308 Permanent Redirect.');
+    return true;
+  });
 });

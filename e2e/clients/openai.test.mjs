@@ -18,7 +18,7 @@ test('a timeout reject is a RateLimitError (429) after 2 retries that wait Retry
       assert.equal(err.code, 'timeout');
       assert.equal(err.type, 'rate_limit_exceeded');
       assert.equal(err.headers.get('fair-queue-reason'), 'timeout');
-      assert.match(err.message, /^429 The server is busy: the request waited 1s in the queue without being served\. Please retry after 3 seconds\.$/);
+      assert.match(err.message, /^429 The server is busy: the request waited 1(\.\d)?s in the queue without being served\. Please retry after 3 seconds\.$/);
       return true;
     });
     assertRetriesHonourRetryAfter(rec.attempts);
@@ -40,7 +40,7 @@ test('a streaming timeout reject is thrown by the stream (an APIError), not an e
       assert.equal(err.constructor, OpenAI.APIError, `got ${err.constructor.name}: ${err.message}`);
       assert.equal(err.status, undefined);
       assert.equal(err.code, 'timeout');
-      assert.match(err.message, /^The server is busy: the request waited 1s in the queue/);
+      assert.match(err.message, /^The server is busy: the request waited 1(\.\d)?s in the queue/);
       return true;
     });
     assert.deepEqual(chunks, []);
@@ -80,7 +80,7 @@ test('a streaming reject after keepalive comments is thrown by the stream', asyn
     await assert.rejects(async () => { for await (const c of stream) chunks.push(c); }, (err) => {
       assert.equal(err.constructor, OpenAI.APIError, `got ${err.constructor.name}: ${err.message}`);
       assert.equal(err.code, 'timeout');
-      assert.match(err.message, /^The server is busy: the request waited 3s in the queue/);
+      assert.match(err.message, /^The server is busy: the request waited 3(\.\d)?s in the queue/);
       return true;
     });
     assert.deepEqual(chunks, [], 'no comment became a chunk');
@@ -134,4 +134,58 @@ test('with sse_queue_events, each queue event reaches the caller as a chunk befo
   assert.ok(queued.length >= 3, `queue events among the chunks: ${JSON.stringify(chunks.slice(0, 2))}`);
   for (const q of queued) assert.deepEqual(Object.keys(q).sort(), ['eta_s', 'position', 'waited_s']);
   assert.equal(chunks.filter((c) => c.choices).map((c) => c.choices[0].delta.content).join(''), answerOf(3));
+});
+
+test('a 503 reject (store_unavailable) is an InternalServerError after 2 retries that wait Retry-After', async () => {
+  const rec = recorder();
+  await assert.rejects(client('nostore', rec).chat.completions.create({ model: 'mock', messages }), (err) => {
+    assert.ok(err instanceof OpenAI.InternalServerError, `got ${err.constructor.name}: ${err.message}`);
+    assert.equal(err.status, 503);
+    assert.equal(err.code, 'store_unavailable');
+    assert.equal(err.type, 'server_error');
+    return true;
+  });
+  assert.equal(rec.attempts.length, 3, 'one try and 2 retries');
+  for (const a of rec.attempts) {
+    assert.equal(a.status, 503);
+    assert.equal(a.retryAfter, '1');
+  }
+  for (let i = 1; i < rec.attempts.length; i++) {
+    const pause = rec.attempts[i].start - rec.attempts[i - 1].answered;
+    assert.ok(pause >= 950, `retry ${i} came ${Math.round(pause)} ms after the 503, want Retry-After's 1000 ms`);
+  }
+});
+
+test('an upstream redirect on a stream that waited with keepalive comments is thrown by the stream, not an empty completion',
+  async () => {
+    const release = await hold(baseURL('openai', 'redirect-hold'));
+    const rec = recorder();
+    const stream = await client('redirect', rec).chat.completions.create({ model: 'mock', messages, stream: true });
+    await new Promise((r) => setTimeout(r, 500)); // a few comments
+    await release();
+    const chunks = [];
+    await assert.rejects(async () => { for await (const c of stream) chunks.push(c); }, (err) => {
+      assert.equal(err.constructor, OpenAI.APIError, `got ${err.constructor.name}: ${err.message}`);
+      assert.equal(err.code, 'upstream_error');
+      assert.equal(err.message, 'The upstream server answered with status 308 Permanent Redirect.');
+      return true;
+    });
+    assert.deepEqual(chunks, []);
+  });
+
+// The SDK's streaming helper (chat.completions.stream) reads every chunk
+// as a completion chunk: a queue event, which has no choices, fails the
+// whole request.
+test('with sse_queue_events, the chat.completions.stream() helper fails on the first queue event', async () => {
+  const release = await hold(baseURL('openai', 'events'));
+  try {
+    const stream = client('events', recorder()).chat.completions.stream({ model: 'mock', messages }, { headers: tokens(3) });
+    await assert.rejects(stream.finalChatCompletion(), (err) => {
+      assert.ok(err instanceof OpenAI.OpenAIError, `got ${err.constructor.name}: ${err.message}`);
+      assert.equal(err.message, 'chunk.choices is not iterable');
+      return true;
+    });
+  } finally {
+    await release();
+  }
 });
