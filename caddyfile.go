@@ -129,25 +129,20 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.ArgErr()
 	}
 	err := parseBlock(d, map[string]optionParser{
-		"name":               opt(&h.Name, stringArg),
-		"names":              h.parseNames,
-		"permits":            opt(&h.Permits, intArg(1)),
-		"kv_tokens":          opt(&h.KVTokens, intArg(1)),
-		"default_max_tokens": opt(&h.DefaultMaxTokens, intArg(1)),
-		"adaptive":           opt(&h.Adaptive, parseAdaptive),
-		"max_wait":           opt(&h.MaxWait, durationArg(fairqueue.MinPollInterval)),
-		"poll_interval":      opt(&h.PollInterval, durationArg(fairqueue.MinPollInterval)),
-		"lease":              opt(&h.Lease, durationArg(fairqueue.MinLease)),
-		"abort_grace":        opt(&h.AbortGrace, offDurationArg),
-		"max_body":           opt(&h.MaxBody, sizeArg),
-		"body_timeout":       opt(&h.BodyTimeout, durationArg(minBodyTimeout)),
-		"tenant":             opt(&h.Tenant, stringArg),
-		"weight": pairOpt(&h.Weights, "weight: tenant value", func(d *caddyfile.Dispenser, tenant, w string) (float64, error) {
-			if _, err := weightKey(tenant); err != nil {
-				return 0, d.Err(err.Error())
-			}
-			return parseFloatArg(d, "weight", w, minWeight, maxWeight)
-		}),
+		"name":                     opt(&h.Name, stringArg),
+		"names":                    h.parseNames,
+		"permits":                  opt(&h.Permits, intArg(1)),
+		"kv_tokens":                opt(&h.KVTokens, intArg(1)),
+		"default_max_tokens":       opt(&h.DefaultMaxTokens, intArg(1)),
+		"adaptive":                 opt(&h.Adaptive, parseAdaptive),
+		"max_wait":                 opt(&h.MaxWait, durationArg(fairqueue.MinPollInterval)),
+		"poll_interval":            opt(&h.PollInterval, durationArg(fairqueue.MinPollInterval)),
+		"lease":                    opt(&h.Lease, durationArg(fairqueue.MinLease)),
+		"abort_grace":              opt(&h.AbortGrace, offDurationArg),
+		"max_body":                 opt(&h.MaxBody, sizeArg),
+		"body_timeout":             opt(&h.BodyTimeout, durationArg(minBodyTimeout)),
+		"tenant":                   opt(&h.Tenant, stringArg),
+		"weight":                   h.parseWeight,
 		"weight_placeholder":       opt(&h.WeightPlaceholder, stringArg),
 		"cost":                     h.parseCost,
 		"priority":                 opt(&h.Priority, stringArg),
@@ -188,6 +183,36 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if err := h.validate(); err != nil {
 		return d.Err(err.Error())
 	}
+	return nil
+}
+
+// parseWeight parses `weight <tenant> <w>`. The tenant may be a raw
+// value, a secret such as an API key: no error echoes an argument (one
+// swapped with the weight would be that value); a tenant given twice is
+// named by its key.
+func (h *Handler) parseWeight(d *caddyfile.Dispenser) error {
+	args := d.RemainingArgs()
+	if len(args) != 2 {
+		return d.Errf("weight: wrong argument count: want a tenant (its value or %s<key>) and its weight, got %d arguments", weightHashPrefix, len(args))
+	}
+	key, err := weightKey(args[0])
+	if err != nil {
+		return d.Err(err.Error())
+	}
+	if _, dup := h.Weights[args[0]]; dup {
+		return d.Errf("weight: tenant %s%s is given twice", weightHashPrefix, key)
+	}
+	w, err := strconv.ParseFloat(args[1], 64)
+	if err != nil || math.IsNaN(w) || math.IsInf(w, 0) {
+		return d.Err("weight: the weight (the second argument) is not a number")
+	}
+	if w < minWeight || w > maxWeight {
+		return d.Errf("weight must be %v to %v, got %v", minWeight, maxWeight, w)
+	}
+	if h.Weights == nil {
+		h.Weights = make(map[string]float64)
+	}
+	h.Weights[args[0]] = w
 	return nil
 }
 
