@@ -1,0 +1,151 @@
+package caddyfairqueue
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
+)
+
+// stallProvision is a handler module for tests: its Provision waits
+// until the test releases it, then fails, so that a config load that
+// fails after the modules before it were provisioned is held at that
+// moment while the config in force serves.
+type stallProvision struct{}
+
+// stall holds stallProvision: entered gets a value when a Provision
+// starts, and a Provision returns (an error) once release is closed.
+var stall struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func init() { caddy.RegisterModule(stallProvision{}) }
+
+// CaddyModule returns the Caddy module information.
+func (stallProvision) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.fair_queue_test_stall",
+		New: func() caddy.Module { return new(stallProvision) },
+	}
+}
+
+// Provision waits for the test, then fails.
+func (stallProvision) Provision(caddy.Context) error {
+	stall.entered <- struct{}{}
+	<-stall.release
+	return errors.New("stalled, then failed (test)")
+}
+
+func (stallProvision) ServeHTTP(http.ResponseWriter, *http.Request, caddyhttp.Handler) error {
+	return nil
+}
+
+// A config load that fails still provisions the fair_queue handlers
+// before the module that fails: a queue one of them names statically is
+// opened then, with that config's settings. The config in force may
+// name the same queue from the request (placeholders) and send it a
+// request meanwhile: its settings are the ones in force, and must stay
+// so once the failed config is gone, not the failed config's.
+func TestAFailedReloadLeavesTheRunningConfigsSettingsOnAQueueItOpened(t *testing.T) {
+	for _, store := range []string{"local", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			t.Cleanup(func() { poolEmpty(t) })
+			redis := ""
+			if store == "redis" {
+				redis = fmt.Sprintf(`,"redis":{"addresses":[%q]}`, redistest.Start(t).Addr())
+			}
+			stall.entered, stall.release = make(chan struct{}, 1), make(chan struct{})
+
+			var arrivals atomic.Int32
+			held := make(chan struct{})
+			upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				if arrivals.Add(1) == 1 {
+					<-held // the first request holds its permit
+				}
+				w.WriteHeader(http.StatusOK)
+			}))
+			t.Cleanup(upstream.Close)
+			t.Cleanup(func() { closeOnce(held) })
+
+			port := freePort(t)
+			running := fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
+			"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[
+			{"handler":"fair_queue","name":"{http.request.header.X-Model}","permits":1,"max_wait":"300ms"%s},
+			{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}]}]}}}}}`,
+				port, redis, strings.TrimPrefix(upstream.URL, "http://"))
+			require.NoError(t, caddy.Load([]byte(running), false))
+			t.Cleanup(func() { _ = caddy.Stop() })
+
+			failing := fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
+			"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[
+			{"handler":"fair_queue","name":"llama","permits":5%s},
+			{"handler":"fair_queue_test_stall"}]}]}}}}}`, port, redis)
+			loaded := make(chan error, 1)
+			go func() { loaded <- caddy.Load([]byte(failing), false) }()
+			select {
+			case <-stall.entered:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the failing config's stalling module was not provisioned")
+			}
+
+			url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
+			send := func() (int, string) {
+				req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"messages":[]}`))
+				require.NoError(t, err)
+				req.Header.Set("X-Model", "llama")
+				resp, err := http.DefaultClient.Do(req)
+				require.NoError(t, err)
+				defer resp.Body.Close()
+				_, _ = io.Copy(io.Discard, resp.Body)
+				return resp.StatusCode, resp.Header.Get("Fair-Queue-Reason")
+			}
+			first := make(chan int, 1)
+			go func() { code, _ := send(); first <- code }()
+			require.Eventually(t, func() bool { return arrivals.Load() == 1 }, 10*time.Second, 5*time.Millisecond,
+				"the running config's first request reaches the upstream")
+
+			close(stall.release)
+			select {
+			case err := <-loaded:
+				require.Error(t, err, "the second config fails to load")
+			case <-time.After(10 * time.Second):
+				t.Fatal("the failing load did not return")
+			}
+
+			code, reason := send()
+			assert.Equal(t, "timeout", reason, "with the running config's 1 permit held, the second request waits and times out (status %d, %d upstream arrivals)", code, arrivals.Load())
+			assert.EqualValues(t, 1, arrivals.Load(), "the upstream never runs more than the running config's permits")
+
+			closeOnce(held)
+			select {
+			case code := <-first:
+				assert.Equal(t, http.StatusOK, code)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the first request was not answered")
+			}
+		})
+	}
+}
+
+// closeOnce closes ch unless it is closed.
+func closeOnce(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
