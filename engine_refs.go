@@ -74,7 +74,7 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 			live.enter()
 			return live, live.exit, nil
 		}
-		e, err := h.loadEngine(key)
+		e, err := h.loadEngine(key, h.gen)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -95,7 +95,7 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 				return nil, nil, errTooManyQueues
 			}
 		}
-		e, err := h.loadEngine(key)
+		e, err := h.loadEngine(key, h.gen)
 		if err != nil {
 			h.mu.Unlock()
 			if evicted != nil {
@@ -193,10 +193,11 @@ func (h *Handler) evictIdle() *engineKey {
 	return oldest
 }
 
-// loadEngine takes a registry reference to the engine of key.
-func (h *Handler) loadEngine(key engineKey) (*engine, error) {
+// loadEngine takes a registry reference to the engine of key; one it
+// opens has h's settings, in force as those of provisioning number gen.
+func (h *Handler) loadEngine(key engineKey, gen uint64) (*engine, error) {
 	v, _, err := engines.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return newEngine(h.backend, key.queue, h)
+		return newEngine(h.backend, key.queue, h, gen)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("queue %q: %w", key.queue, err)
