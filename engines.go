@@ -76,6 +76,7 @@ type engine struct {
 	kv       promptEstimator // the prompt's bytes per token, learned from answers
 	budget   budgetEstimator // the completion budget of a request that sets none, learned from answers
 	routes   engineRoutes    // the live handlers' routes, by the shape of their grants
+	appliers appliers        // the handlers that applied their settings, while they hold it (appliers.go)
 	// loads counts, by config load, the live handlers that hold a
 	// reference to the engine (namesakes.use); under namesakes.mu.
 	loads map[<-chan struct{}]int

@@ -48,7 +48,7 @@ func TestAFailedReloadLeavesTheRunningConfigsSettingsOnAQueueItOpened(t *testing
 			port := freePort(t)
 			running := fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
 			"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[
-			{"handler":"fair_queue","name":"{http.request.header.X-Model}","permits":1,"max_wait":"300ms"%s},
+			{"handler":"fair_queue","name":"{http.request.header.X-Model}","permits":1,"max_wait":"2s"%s},
 			{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}]}]}}}}}`,
 				port, redis, strings.TrimPrefix(upstream.URL, "http://"))
 			require.NoError(t, caddy.Load([]byte(running), false))
@@ -137,7 +137,7 @@ func TestAConfigThatFailsToStartLeavesTheRunningConfigsSettings(t *testing.T) {
 			config := func(port, permits int, app string) string {
 				return fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
 				"apps":{%s"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[
-				{"handler":"fair_queue","name":"failstart","permits":%d,"max_wait":"300ms"%s},
+				{"handler":"fair_queue","name":"failstart","permits":%d,"max_wait":"2s"%s},
 				{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}]}]}}}}}`, app, port, permits, redis, dial)
 			}
 			port := freePort(t)
@@ -150,8 +150,8 @@ func TestAConfigThatFailsToStartLeavesTheRunningConfigsSettings(t *testing.T) {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				return resp.StatusCode, resp.Header.Get("Fair-Queue-Reason")
 			}
-			code, _ := send(port)
-			require.Equal(t, http.StatusOK, code, "the running config serves (its settings applied)")
+			code, reason := send(port)
+			require.Equal(t, http.StatusOK, code, "the running config serves (its settings applied); reason %q", reason)
 			arrivals.Store(0)
 
 			// The failing config serves on a port of its own, so that a
@@ -189,7 +189,7 @@ func TestAConfigThatFailsToStartLeavesTheRunningConfigsSettings(t *testing.T) {
 				t.Fatal("the failing load did not return")
 			}
 
-			code, reason := send(port)
+			code, reason = send(port)
 			assert.Equal(t, "timeout", reason, "with the running config's 1 permit held, its next request waits and times out (status %d, %d upstream arrivals)", code, arrivals.Load())
 			assert.EqualValues(t, 1, arrivals.Load(), "the upstream never runs more than the running config's permits")
 
