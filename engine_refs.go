@@ -74,7 +74,7 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 			live.enter()
 			return live, live.exit, nil
 		}
-		e, err := h.loadEngine(key)
+		e, err := h.loadEngine(key, h.gen)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -95,7 +95,7 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 				return nil, nil, errTooManyQueues
 			}
 		}
-		e, err := h.loadEngine(key)
+		e, err := h.loadEngine(key, h.gen)
 		if err != nil {
 			h.mu.Unlock()
 			if evicted != nil {
@@ -118,6 +118,7 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 		// The route first: a waiter granted under the new settings finds
 		// the route that fits its grant (see route.go).
 		ref.e.routes.record(h, next)
+		ref.e.appliers.add(h, next)
 		h.applySettings(ref.e)
 		// Waiters of a queue of this name that a reload moved to this
 		// store move in now that a route serves their grants.
@@ -166,6 +167,7 @@ func (h *Handler) dropIdle(key engineKey, ref *engineRef) {
 	}
 	delete(h.engines, key)
 	namesakes.unuse(ref.e, h.load)
+	ref.e.appliers.remove(h)
 	h.mu.Unlock()
 	idleDropping(key)
 	h.dropEngine(key)
@@ -189,14 +191,16 @@ func (h *Handler) evictIdle() *engineKey {
 		}
 		delete(h.engines, *oldest)
 		namesakes.unuse(ref.e, h.load)
+		ref.e.appliers.remove(h)
 	}
 	return oldest
 }
 
-// loadEngine takes a registry reference to the engine of key.
-func (h *Handler) loadEngine(key engineKey) (*engine, error) {
+// loadEngine takes a registry reference to the engine of key; one it
+// opens has h's settings, in force as those of provisioning number gen.
+func (h *Handler) loadEngine(key engineKey, gen uint64) (*engine, error) {
 	v, _, err := engines.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return newEngine(h.backend, key.queue, h)
+		return newEngine(h.backend, key.queue, h, gen)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("queue %q: %w", key.queue, err)
@@ -249,11 +253,13 @@ func (h *Handler) releaseEngines() error {
 	h.mu.Lock()
 	h.cleaned = true
 	keys := make([]engineKey, 0, len(h.engines))
+	held := make([]*engine, 0, len(h.engines))
 	if h.borrowed == nil {
 		h.borrowed = make(map[engineKey]bool, len(h.engines))
 	}
 	for k, ref := range h.engines {
 		keys = append(keys, k)
+		held = append(held, ref.e)
 		h.borrowed[k] = true
 		if ref.idle != nil {
 			ref.idle.Stop()
@@ -262,6 +268,9 @@ func (h *Handler) releaseEngines() error {
 	}
 	h.engines = nil
 	h.mu.Unlock()
+	for _, e := range held {
+		e.handBack(h) // before the reference goes: the engine is open
+	}
 	var errs []error
 	for _, k := range keys {
 		if _, err := engines.Delete(k); err != nil {

@@ -76,6 +76,7 @@ type engine struct {
 	kv       promptEstimator // the prompt's bytes per token, learned from answers
 	budget   budgetEstimator // the completion budget of a request that sets none, learned from answers
 	routes   engineRoutes    // the live handlers' routes, by the shape of their grants
+	appliers appliers        // the handlers that applied their settings, while they hold it (appliers.go)
 	// loads counts, by config load, the live handlers that hold a
 	// reference to the engine (namesakes.use); under namesakes.mu.
 	loads map[<-chan struct{}]int
@@ -94,11 +95,12 @@ type engine struct {
 	// and its new ones go there (namesakes.go).
 	moved  atomic.Bool
 	closed bool   // q.Close was called
-	gen    uint64 // provisioning number of the settings in force
+	gen    uint64 // provisioning number of the settings in force (0: opened at a provision, none applied yet)
 }
 
-// newEngine opens queue name in b with h's settings.
-func newEngine(b backend, name string, h *Handler) (*engine, error) {
+// newEngine opens queue name in b with h's settings, in force as those
+// of provisioning number gen (see engine.gen).
+func newEngine(b backend, name string, h *Handler, gen uint64) (*engine, error) {
 	st, release, err := b.open(name)
 	if err != nil {
 		return nil, err
@@ -106,7 +108,7 @@ func newEngine(b backend, name string, h *Handler) (*engine, error) {
 	// Each engine (node) has its own fallback: the local queue of one
 	// instance is not shared.
 	fallback := memstore.New()
-	e := &engine{name: name, data: b.dataID(), store: b.describe(), release: release, log: h.logger, fallback: fallback, gen: h.gen,
+	e := &engine{name: name, data: b.dataID(), store: b.describe(), release: release, log: h.logger, fallback: fallback, gen: gen,
 		remote: b.dataID() != localID}
 	cfg := h.queueConfig(name, fallback)
 	cfg.Reserved, cfg.ReservedTokens = e.reserved, e.reservedTokens

@@ -59,9 +59,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	// Take the reference now, so that a reload hands the engine from the
-	// old handler to this one without closing it in between.
+	// old handler to this one without closing it in between. A queue
+	// opened here has this handler's settings, but none in force yet
+	// (provisioning number 0): the config in force may name it from the
+	// request and use it before this config serves, or fails to load,
+	// and its settings must then apply.
 	key := newEngineKey(h.backend, h.Name)
-	e, err := h.loadEngine(key)
+	e, err := h.loadEngine(key, 0)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,100 @@
+package caddyfairqueue
+
+import (
+	"sync"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// The settings in force on an engine are those of the newest handler, by
+// provisioning number, that applied its own (engine.gen). A config whose
+// load fails once its servers started (another app fails to start, and
+// Caddy stops the servers it had started) may have served requests
+// meanwhile: its handlers applied their settings, newer than those of the
+// config in force, whose handlers applied theirs already and would not
+// again. So an engine keeps the handlers that applied their settings and
+// still hold a reference to it; when the handler whose settings are in
+// force is cleaned up, the newest of them whose config is still loaded
+// (its context not done: the config in force) applies its settings and
+// records its route again. A reload that succeeds cleans up the old
+// config once the new one is in force, its context done: none of its
+// handlers applies again, and the new config's settings reach the
+// engine with its first request, as before.
+
+// appliers are the handlers that applied their settings to an engine,
+// with their next handler, while they hold a reference to it.
+type appliers struct {
+	mu sync.Mutex
+	m  map[*Handler]caddyhttp.Handler
+}
+
+func (a *appliers) add(h *Handler, next caddyhttp.Handler) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = make(map[*Handler]caddyhttp.Handler)
+	}
+	a.m[h] = next
+}
+
+func (a *appliers) remove(h *Handler) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.m, h)
+}
+
+// newestLoaded is the newest applier whose config is still loaded, and
+// its next handler; nil if none.
+func (a *appliers) newestLoaded() (*Handler, caddyhttp.Handler) {
+	a.mu.Lock()
+	all := make(map[*Handler]caddyhttp.Handler, len(a.m))
+	for h, next := range a.m {
+		all[h] = next
+	}
+	a.mu.Unlock()
+	var newest *Handler
+	for h := range all { // liveness takes h.mu: read with a.mu unlocked
+		if h.loaded() && (newest == nil || h.gen > newest.gen) {
+			newest = h
+		}
+	}
+	if newest == nil {
+		return nil, nil
+	}
+	return newest, all[newest]
+}
+
+// loaded reports whether the handler's config is loaded: not cleaned up,
+// its context not done.
+func (h *Handler) loaded() bool {
+	if !h.live() {
+		return false
+	}
+	select {
+	case <-h.load:
+		return false
+	default:
+		return true
+	}
+}
+
+// handBack runs as h, cleaned up, drops its reference to e: if h's
+// settings are in force, the newest applier whose config is still loaded
+// applies its own again; with none, the next handler to use e applies
+// its own.
+func (e *engine) handBack(h *Handler) {
+	e.appliers.remove(h)
+	e.mu.Lock()
+	mine := e.gen == h.gen
+	if mine {
+		e.gen = 0 // none in force: the next to apply does
+	}
+	e.mu.Unlock()
+	if !mine {
+		return
+	}
+	if y, next := e.appliers.newestLoaded(); y != nil {
+		e.routes.record(y, next)
+		y.applySettings(e)
+	}
+}
