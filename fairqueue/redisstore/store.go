@@ -203,23 +203,6 @@ func (s *Store) deliver(l fairqueue.Limits, gs []fairqueue.Grant) {
 	}
 }
 
-func (s *Store) detectSharded(ctx context.Context) (bool, error) {
-	if s.sharded != nil {
-		return *s.sharded, nil
-	}
-	info, err := s.rdb.Info(ctx, "server").Result()
-	if err != nil {
-		return false, err
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
-			return major >= 7, nil
-		}
-	}
-	return false, nil
-}
-
 // Acquire implements fairqueue.Store.
 func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.AcquireResult, error) {
 	v, err := scripts.acquire.Run(ctx, s.rdb, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch(),
