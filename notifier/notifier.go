@@ -10,7 +10,13 @@
 // migration, a failover). The connection then stays open, subscribed to
 // nothing, and re-subscribing on it only earns MOVED from the old owner.
 // So the Subscription drops that PubSub and opens a new one, which the
-// cluster client routes to the slot's new owner.
+// cluster client routes to the slot's new owner. A failover, on Redis
+// 7.0, unsubscribes nobody: the old master's subscribers stay there, on
+// a replica now, which passes the new master's messages on only while
+// it replicates that master (not once it replicates another). So a
+// sharded Subscription on a cluster also checks, at each ping tick, that
+// its client still routes the slot to the master it subscribed on, and
+// subscribes again when it does not.
 package notifier
 
 import (
@@ -69,7 +75,43 @@ type Subscription struct {
 
 	mu     sync.Mutex
 	ps     *redis.PubSub // the current one, closed by Close
+	owner  string        // the slot's master when ps subscribed; "": unknown
 	closed bool
+}
+
+// slotRouter is a cluster client: it names the master of a key's slot.
+type slotRouter interface {
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+}
+
+// slotOwner returns the address of the master the client routes the
+// channel's slot to: "" unless the subscription is sharded on a cluster,
+// or where the client cannot tell.
+func (s *Subscription) slotOwner(ctx context.Context) string {
+	r, ok := s.rdb.(slotRouter)
+	if !s.sharded || !ok {
+		return ""
+	}
+	c, err := r.MasterForKey(ctx, s.channel)
+	if err != nil {
+		return ""
+	}
+	return c.Options().Addr
+}
+
+// moved reports whether the client now routes the channel's slot to
+// another master than the one the subscription was made on.
+func (s *Subscription) moved() bool {
+	s.mu.Lock()
+	owner := s.owner
+	s.mu.Unlock()
+	if owner == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, confirmTimeout) // a first slot map may be loaded
+	defer cancel()
+	now := s.slotOwner(ctx)
+	return now != "" && now != owner
 }
 
 // Subscribe subscribes to channel (SSUBSCRIBE when sharded, SUBSCRIBE
@@ -168,7 +210,10 @@ func (s *Subscription) deliver(ps *redis.PubSub) (unsubscribed bool) {
 }
 
 // ping pings ps whenever it has heard nothing for pingAfter, until stop
-// is closed; then it closes done. A ping that cannot be sent makes
+// is closed; then it closes done. At each tick it first checks that the
+// client still routes the channel's slot to the master ps subscribed on:
+// if not (a failover, of which Redis 7.0 tells the subscribers nothing)
+// it marks ps stale and closes it, and deliver subscribes again. A ping that cannot be sent makes
 // go-redis reconnect, which ends the read in progress with an error. A
 // ping sent whose pong (or anything else) does not come within
 // confirmTimeout went out on a half-open connection, which the read,
@@ -184,6 +229,11 @@ func (s *Subscription) ping(ps *redis.PubSub, heard *atomic.Int64, stale *atomic
 		case <-stop:
 			return
 		case <-t.C:
+		}
+		if s.moved() {
+			stale.Store(true)
+			_ = ps.Close()
+			return
 		}
 		last := heard.Load()
 		if sent != 0 {
@@ -258,6 +308,7 @@ func (s *Subscription) subscribe(ctx context.Context) (*redis.PubSub, error) {
 func (s *Subscription) attempt(ctx context.Context) (*redis.PubSub, error) {
 	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
 	defer cancel()
+	owner := s.slotOwner(ctx) // the master the client sends it to
 	var ps *redis.PubSub
 	if s.sharded {
 		ps = s.rdb.SSubscribe(ctx, s.channel)
@@ -270,7 +321,7 @@ func (s *Subscription) attempt(ctx context.Context) (*redis.PubSub, error) {
 		_ = ps.Close()
 		return nil, errClosed
 	}
-	s.ps = ps // so that Close interrupts the wait
+	s.ps, s.owner = ps, owner // ps: so that Close interrupts the wait
 	s.mu.Unlock()
 	m, err := ps.Receive(ctx)
 	if err == nil {

@@ -33,7 +33,8 @@ const (
 // Cluster is a Redis Cluster of masters without replicas, each a Server
 // of its own, owned by a test. The slots are split evenly among them.
 type Cluster struct {
-	nodes []*Server
+	nodes    []*Server
+	nodeOpts []Option // every node's options, for replicas added later
 }
 
 // StartCluster starts masters (at least 3) redis-server processes with
@@ -58,7 +59,7 @@ func StartCluster(tb testing.TB, masters int, opts ...Option) *Cluster {
 		"--cluster-config-file", "nodes.conf",
 		"--cluster-node-timeout", strconv.FormatInt(clusterNodeTimeout.Milliseconds(), 10),
 	)}, opts...)
-	c := &Cluster{}
+	c := &Cluster{nodeOpts: nodeOpts}
 	for range masters {
 		c.nodes = append(c.nodes, Start(tb, nodeOpts...))
 	}

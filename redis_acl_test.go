@@ -1,0 +1,30 @@
+package caddyfairqueue
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
+)
+
+// A Redis user restricted the common way, every command but the
+// @dangerous ones (INFO among them), on every key and channel, has all
+// the queue needs: requests queue for the permits through Redis rather
+// than meeting on_store_error (here fail_open: unlimited) for good,
+// whichever protocol the client speaks.
+func TestRedisUserWithoutDangerousCommandsQueues(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	srv := redistest.Start(t)
+	require.NoError(t, srv.Client(t).Do(context.Background(),
+		"ACL", "SETUSER", "fq", "on", ">fq-secret", "~*", "&*", "+@all", "-@dangerous").Err())
+	for name, cfg := range map[string]*RedisConfig{
+		"acl":  {Addresses: []string{srv.Addr()}, Username: "fq", Password: "fq-secret"},
+		"acl3": {URL: "redis://fq:fq-secret@" + srv.Addr() + "/0?protocol=3"}, // RESP3 replies
+	} {
+		h := provision(t, newContext(t), "", &Handler{Name: name, Permits: 1, Redis: cfg})
+		handsOverThePermit(t, h)
+		require.NotEmpty(t, srv.Keys(t, "{fair_queue:"+name+"}:*"), "the queue lives in Redis")
+	}
+}
