@@ -3,8 +3,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -59,23 +57,6 @@ func (s *Store) Open(ctx context.Context, node string, h fairqueue.Listener) (er
 	s.mu.Unlock()
 	s.register(ctx, true)
 	return nil
-}
-
-func (s *Store) detectSharded(ctx context.Context) (bool, error) {
-	if s.sharded != nil {
-		return *s.sharded, nil
-	}
-	info, err := s.info(ctx)
-	if err != nil {
-		return false, err
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
-			return major >= 7, nil
-		}
-	}
-	return false, nil
 }
 
 // Close implements fairqueue.Store: it ends the subscription. The Redis

@@ -23,7 +23,7 @@ func (s *Store) detectSharded(ctx context.Context) (bool, error) {
 
 // serverVersion returns the server's version ("" where it says none).
 func (s *Store) serverVersion(ctx context.Context) (string, error) {
-	info, err := s.rdb.Info(ctx, "server").Result()
+	info, err := s.info(ctx) // bounded by ctx (see bounded)
 	if err != nil {
 		if !strings.HasPrefix(err.Error(), "NOPERM") {
 			return "", err
