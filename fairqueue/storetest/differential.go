@@ -157,8 +157,8 @@ func lessTokensThan(capacity, r int) int {
 }
 
 func fmtLimits(l fairqueue.Limits) string {
-	return fmt.Sprintf("permits %d, tenant cap %d, max queue %d/%d per tenant, tokens %d, upstreams %v",
-		l.Permits, l.MaxInFlightPerTenant, l.MaxQueue, l.MaxQueuePerTenant, l.Tokens, l.Upstreams)
+	return fmt.Sprintf("permits %d, tenant cap %d, max queue %d/%d per tenant, tokens %d (bound %d), learned %v, upstreams %v",
+		l.Permits, l.MaxInFlightPerTenant, l.MaxQueue, l.MaxQueuePerTenant, l.Tokens, l.TokenBound, l.Learned, l.Upstreams)
 }
 
 // diff is one check: the two stores, the tickets, the calls so far.
