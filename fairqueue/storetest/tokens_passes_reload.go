@@ -11,6 +11,10 @@ import (
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 )
 
+// In fair order with tokens, the lighter grants that pass a heavy head
+// (at most fairqueue.TokenPasses in a row) are counted again from zero at
+// every grant to the first flow, also one made while a reload turned
+// kv_tokens off: once they count again, as many passes are allowed.
 func init() {
 	cases = append(cases, testCase{"TokensPassesCountAgainAfterAGrantWithoutTokens", tokensPassesReload})
 }
