@@ -160,6 +160,7 @@ end
 -- true); with one, O(1) per grant whatever the number waiting.
 local function dispatch(self, ex)
   local own = {}
+  local passes_reset = false
   ex = ex or present('waiting', 'fready', #pool > 0 and 'ucool' or nil, tokens == 0 and 'tok' or nil)
   if ex.tok ~= nil then tok_kept = ex.tok end
   if not (ex.waiting or ex.fready) then return own, true end
@@ -176,6 +177,13 @@ local function dispatch(self, ex)
       id, flow, cost, n, tn = next_waiter(ex.fready, ex.waiting)
       if not id then return own, true end
       drop_weight(id)
+      if flow and not passes_reset then
+        -- A grant to the first flow, made where tokens do not count: the
+        -- passes of a head that does not fit (next_fitting) start again,
+        -- as at any grant to the first flow (a reload may count them again).
+        redis.call('DEL', K.tpass)
+        passes_reset = true
+      end
     end
     local owner = owner_of(id)
     local c -- the flow's counter, once charged

@@ -33,7 +33,7 @@ local known = gone or redis.call('ZSCORE', K.holders, id) or redis.call('ZSCORE'
 -- active and keeps its counter.
 if not known then
   local cost, weight = string.match(ARGV[10], '^(%S+) ?(%d*)$')
-  set_weight(id, tonumber(weight))
+  set_weight(id, tonumber(weight), true)
   if flow then
     unready(flow) -- its head may change
     enqueue(flow, seq, tonumber(cost), id)

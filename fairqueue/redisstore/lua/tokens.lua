@@ -63,9 +63,12 @@ local function fits_queue(w)
   return held_tokens() + weigh(w) <= tokens
 end
 
--- set_weight records waiting ticket id's weight (where tokens count).
-local function set_weight(id, w)
-  if tokens ~= 0 and w and w > 0 then redis.call('HSET', K.tok, id, w) end
+-- set_weight records waiting ticket id's weight (where tokens count, or
+-- with keep wherever it is known: a requeued ticket's weight, put back
+-- under settings that count none, counts when a later call that counts
+-- them grants it, as the local store's does).
+local function set_weight(id, w, keep)
+  if (tokens ~= 0 or keep) and w and w > 0 then redis.call('HSET', K.tok, id, w) end
 end
 
 -- take_weight removes waiting ticket id's weight and returns it (0: none).
