@@ -68,20 +68,36 @@ func purgeDeadQueues(ctx context.Context, cmd *cobra.Command, rdb *redis.Client,
 			return err
 		}
 	}
+	// The registry names a queue as its instances do (a brace kept),
+	// ListQueues as its keys' tag does.
+	registered, err := rdb.ZRange(ctx, redisstore.RegistryKey(prefix), 0, -1).Result()
+	if err != nil {
+		return err
+	}
+	byTag := map[string][]string{}
+	for _, r := range registered {
+		byTag[redisstore.TagOf(prefix, r)] = append(byTag[redisstore.TagOf(prefix, r)], r)
+	}
 	purged := 0
 	for _, n := range names {
 		st := redisstore.New(rdb, n, redisstore.Options{KeyPrefix: prefix})
+		since := time.Now()
 		was, err := st.PurgeDead(ctx, deadFor)
 		if err != nil {
 			return err
 		}
 		if was {
 			purged++
+			for _, r := range byTag[st.Tag()] {
+				if err := redisstore.Unregister(ctx, rdb, prefix, r, since); err != nil {
+					return err
+				}
+			}
 			if _, err := fmt.Fprintf(cmd.OutOrStdout(), "purged dead queue %s (keys %s*)\n", termText(n), termText(st.Tag())); err != nil {
 				return err
 			}
 		}
 	}
-	_, err := fmt.Fprintf(cmd.OutOrStdout(), "%d of %d queues dead for %s purged\n", purged, len(names), deadFor)
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "%d of %d queues dead for %s purged\n", purged, len(names), deadFor)
 	return err
 }

@@ -45,6 +45,18 @@ end
 return 0
 `)
 
+// Unregister takes name out of the registry under prefix ("":
+// DefaultKeyPrefix) unless an instance named it later than since (it
+// opened the queue again): for the tools that delete a queue's keys, such
+// as purge --dead, which would otherwise leave its name there.
+func Unregister(ctx context.Context, rdb redis.Scripter, prefix, name string, since time.Time) error {
+	key := RegistryKey(prefix)
+	if err := unregister.Run(ctx, rdb, []string{key}, name, since.UnixMilli()).Err(); err != nil {
+		return fmt.Errorf("unregister %s: %w", key, err)
+	}
+	return nil
+}
+
 // registerEvery is how often an instance's heartbeats name a queue in
 // the registry again.
 func (s *Store) registerEvery() time.Duration {
