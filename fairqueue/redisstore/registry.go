@@ -79,7 +79,8 @@ func (s *Store) register(ctx context.Context, force bool) {
 }
 
 // unregisterAfterLeave takes the queue out of the registry once the leave
-// that started at since deleted its keys.
+// that started at since deleted its keys (a store that registers: not
+// with DeadQueueAfter negative).
 func (s *Store) unregisterAfterLeave(ctx context.Context, since time.Time) error {
 	if err := unregister.Run(ctx, s.rdb, []string{s.registry}, s.name, since.UnixMilli()).Err(); err != nil {
 		return fmt.Errorf("leave %s: registry: %w", s.tag, err)
