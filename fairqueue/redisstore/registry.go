@@ -89,10 +89,12 @@ func (s *Store) unregisterAfterLeave(ctx context.Context, since time.Time) error
 }
 
 // sweeps spaces the sweeps of one process: one per client and prefix
-// every sweepEvery, whichever of their queues' heartbeats comes first.
+// every sweepEvery (that of the store whose heartbeat asks: a store with
+// a shorter DeadQueueAfter looks at its own pace), whichever of their
+// queues' heartbeats comes first. It holds when each last started.
 var sweeps struct {
 	sync.Mutex
-	next map[string]time.Time
+	last map[string]time.Time
 }
 
 // sweepEvery is how often one process looks for dead queues.
@@ -110,14 +112,14 @@ func (s *Store) sweepDue(now time.Time) bool {
 	key := fmt.Sprintf("%p\x00%s", s.rdb, s.prefix)
 	sweeps.Lock()
 	defer sweeps.Unlock()
-	if sweeps.next == nil {
-		sweeps.next = map[string]time.Time{}
+	if sweeps.last == nil {
+		sweeps.last = map[string]time.Time{}
 	}
-	next, ok := sweeps.next[key]
-	if ok && now.Before(next) {
+	last, ok := sweeps.last[key]
+	if ok && now.Sub(last) < s.sweepEvery() {
 		return false
 	}
-	sweeps.next[key] = now.Add(s.sweepEvery())
+	sweeps.last[key] = now
 	return ok
 }
 
