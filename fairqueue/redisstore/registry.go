@@ -73,16 +73,28 @@ func (s *Store) register(ctx context.Context, force bool) {
 	if last := s.registered.Load(); !force && last != 0 && now.Sub(time.UnixMilli(last)) < s.registerEvery() {
 		return
 	}
-	if s.rdb.ZAdd(ctx, s.registry, redis.Z{Score: float64(now.UnixMilli()), Member: s.name}).Err() == nil {
+	if s.registryCall(ctx, func() error {
+		return s.rdb.ZAdd(ctx, s.registry, redis.Z{Score: float64(now.UnixMilli()), Member: s.name}).Err()
+	}) == nil {
 		s.registered.Store(now.UnixMilli())
 	}
+}
+
+// registryCall runs call, a command on the registry, ending at ctx's
+// deadline where the client does not (see bounded): the answer of a call
+// cut off is dropped.
+func (s *Store) registryCall(ctx context.Context, call func() error) error {
+	if !s.bound {
+		return call()
+	}
+	return within(ctx, call, context.Context.Err)
 }
 
 // unregisterAfterLeave takes the queue out of the registry once the leave
 // that started at since deleted its keys (a store that registers: not
 // with DeadQueueAfter negative).
 func (s *Store) unregisterAfterLeave(ctx context.Context, since time.Time) error {
-	if err := unregister.Run(ctx, s.rdb, []string{s.registry}, s.name, since.UnixMilli()).Err(); err != nil {
+	if err := unregister.Run(ctx, s.sc, []string{s.registry}, s.name, since.UnixMilli()).Err(); err != nil {
 		return fmt.Errorf("leave %s: registry: %w", s.tag, err)
 	}
 	return nil
@@ -162,9 +174,13 @@ func (s *Store) SweepDead(ctx context.Context) (int, error) {
 	}
 	now := time.Now()
 	cutoff := now.Add(-s.deadAfter).UnixMilli()
-	names, err := s.rdb.ZRangeByScore(ctx, s.registry, &redis.ZRangeBy{
-		Min: "-inf", Max: strconv.FormatInt(cutoff, 10), Count: sweepBatch,
-	}).Result()
+	var names []string
+	err := s.registryCall(ctx, func() (err error) {
+		names, err = s.rdb.ZRangeByScore(ctx, s.registry, &redis.ZRangeBy{
+			Min: "-inf", Max: strconv.FormatInt(cutoff, 10), Count: sweepBatch,
+		}).Result()
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("sweep %s: %w", s.registry, err)
 	}
@@ -176,10 +192,12 @@ func (s *Store) SweepDead(ctx context.Context) (int, error) {
 			return deleted, err
 		}
 		if !dead {
-			err = s.rdb.ZAddXX(ctx, s.registry, redis.Z{Score: float64(now.UnixMilli()), Member: name}).Err()
+			err = s.registryCall(ctx, func() error {
+				return s.rdb.ZAddXX(ctx, s.registry, redis.Z{Score: float64(now.UnixMilli()), Member: name}).Err()
+			})
 		} else {
 			deleted++
-			err = unregister.Run(ctx, s.rdb, []string{s.registry}, name, cutoff).Err()
+			err = unregister.Run(ctx, s.sc, []string{s.registry}, name, cutoff).Err()
 		}
 		if err != nil {
 			return deleted, fmt.Errorf("sweep %s: %w", s.registry, err)
