@@ -43,3 +43,23 @@ func TestPurgeDeadTakesThePurgedQueuesOutOfTheRegistry(t *testing.T) {
 	assert.Contains(t, out, "2 of 2 queues dead for 100ms purged\n")
 	assert.Empty(t, rds.Keys(t, "*"), "keys left after purge --dead deleted every queue")
 }
+
+// On a Redis Cluster purge --dead reaches the node it connects to; the
+// registry may live on another: purging there still works, the
+// registry left alone.
+func TestPurgeDeadOnAClusterNodeThatDoesNotServeTheRegistry(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	st := redisstore.New(c.ClusterClient(t), "made-up-model", redisstore.Options{})
+	require.NoError(t, st.Open(ctx, "n1", nopListener{}))
+	_, err := st.Acquire(ctx, fairqueue.TicketArgs{ID: "n1:1", Node: "n1", Limits: fairqueue.Limits{Permits: 1, Lease: 100 * time.Millisecond}})
+	require.NoError(t, err)
+	require.NoError(t, st.Close()) // crashed: no leave
+	time.Sleep(300 * time.Millisecond)
+
+	for _, addr := range c.Addrs() {
+		_, err := runCLI(t, "purge", "--dead", "--dead-for", "100ms", "--redis", "redis://"+addr, "--yes")
+		require.NoError(t, err, "purge --dead on %s", addr)
+	}
+	assert.Empty(t, c.Keys(t, st.Tag()+"*"), "the dead queue's keys")
+}
