@@ -69,9 +69,10 @@ func purgeDeadQueues(ctx context.Context, cmd *cobra.Command, rdb *redis.Client,
 		}
 	}
 	// The registry names a queue as its instances do (a brace kept),
-	// ListQueues as its keys' tag does.
+	// ListQueues as its keys' tag does. On a Redis Cluster another node
+	// may serve it: left alone then.
 	registered, err := rdb.ZRange(ctx, redisstore.RegistryKey(prefix), 0, -1).Result()
-	if err != nil {
+	if err != nil && !redis.HasErrorPrefix(err, "MOVED") {
 		return err
 	}
 	byTag := map[string][]string{}
