@@ -44,6 +44,22 @@ func TestPurgeDeadTakesThePurgedQueuesOutOfTheRegistry(t *testing.T) {
 	assert.Empty(t, rds.Keys(t, "*"), "keys left after purge --dead deleted every queue")
 }
 
+// purge --queue, run after the queue's instances all crashed, leaves
+// nothing of it in Redis either: its name goes from the registry.
+func TestPurgeQueueTakesItOutOfTheRegistry(t *testing.T) {
+	rds := redistest.Start(t)
+	ctx := context.Background()
+	st := redisstore.New(rds.Client(t), "made-up-model", redisstore.Options{})
+	require.NoError(t, st.Open(ctx, "n1", nopListener{}))
+	_, err := st.Acquire(ctx, fairqueue.TicketArgs{ID: "n1:1", Node: "n1", Limits: fairqueue.Limits{Permits: 1, Lease: time.Minute}})
+	require.NoError(t, err)
+	require.NoError(t, st.Close()) // crashed: no leave
+
+	_, err = runCLI(t, "purge", "--queue", "made-up-model", "--redis", "redis://"+rds.Addr(), "--yes")
+	require.NoError(t, err)
+	assert.Empty(t, rds.Keys(t, "*"), "keys left after purge --queue")
+}
+
 // On a Redis Cluster purge --dead reaches the node it connects to; the
 // registry may live on another: purging there still works, the
 // registry left alone.
