@@ -49,7 +49,15 @@ func runPurge(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
+	reg, err := registered(ctx, rdb, prefix)
+	if err != nil {
+		return err
+	}
+	since := time.Now()
 	if err := st.Purge(ctx); err != nil {
+		return err
+	}
+	if err := reg.unregister(ctx, rdb, prefix, st.Tag(), since); err != nil {
 		return err
 	}
 	_, err = fmt.Fprintf(cmd.OutOrStdout(), "purged queue %q (keys %s*): %d waiting, %d holders; "+
@@ -68,20 +76,60 @@ func purgeDeadQueues(ctx context.Context, cmd *cobra.Command, rdb *redis.Client,
 			return err
 		}
 	}
+	reg, err := registered(ctx, rdb, prefix)
+	if err != nil {
+		return err
+	}
 	purged := 0
 	for _, n := range names {
 		st := redisstore.New(rdb, n, redisstore.Options{KeyPrefix: prefix})
+		since := time.Now()
 		was, err := st.PurgeDead(ctx, deadFor)
 		if err != nil {
 			return err
 		}
 		if was {
 			purged++
+			if err := reg.unregister(ctx, rdb, prefix, st.Tag(), since); err != nil {
+				return err
+			}
 			if _, err := fmt.Fprintf(cmd.OutOrStdout(), "purged dead queue %s (keys %s*)\n", termText(n), termText(st.Tag())); err != nil {
 				return err
 			}
 		}
 	}
-	_, err := fmt.Fprintf(cmd.OutOrStdout(), "%d of %d queues dead for %s purged\n", purged, len(names), deadFor)
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "%d of %d queues dead for %s purged\n", purged, len(names), deadFor)
 	return err
+}
+
+// registry maps the tag of each queue the registry names to its names
+// there: the registry names a queue as its instances do (a brace kept),
+// ListQueues as its keys' tag does.
+type registry map[string][]string
+
+// registered reads the registry under prefix. On a Redis Cluster another
+// node may serve it: it is left alone then (an empty map).
+func registered(ctx context.Context, rdb *redis.Client, prefix string) (registry, error) {
+	names, err := rdb.ZRange(ctx, redisstore.RegistryKey(prefix), 0, -1).Result()
+	if err != nil && !redis.HasErrorPrefix(err, "MOVED") {
+		return nil, err
+	}
+	reg := registry{}
+	for _, n := range names {
+		tag := redisstore.TagOf(prefix, n)
+		reg[tag] = append(reg[tag], n)
+	}
+	return reg, nil
+}
+
+// unregister takes the names of the queue whose keys start with tag out
+// of the registry, unless an instance named it after since (it opened
+// the queue again).
+func (reg registry) unregister(ctx context.Context, rdb *redis.Client, prefix, tag string, since time.Time) error {
+	for _, n := range reg[tag] {
+		if err := redisstore.Unregister(ctx, rdb, prefix, n, since); err != nil {
+			return err
+		}
+	}
+	return nil
 }

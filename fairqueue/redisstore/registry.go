@@ -45,6 +45,18 @@ end
 return 0
 `)
 
+// Unregister takes name out of the registry under prefix ("":
+// DefaultKeyPrefix) unless an instance named it later than since (it
+// opened the queue again): for the tools that delete a queue's keys, such
+// as purge --dead, which would otherwise leave its name there.
+func Unregister(ctx context.Context, rdb redis.Scripter, prefix, name string, since time.Time) error {
+	key := RegistryKey(prefix)
+	if err := unregister.Run(ctx, rdb, []string{key}, name, since.UnixMilli()).Err(); err != nil {
+		return fmt.Errorf("unregister %s: %w", key, err)
+	}
+	return nil
+}
+
 // registerEvery is how often an instance's heartbeats name a queue in
 // the registry again.
 func (s *Store) registerEvery() time.Duration {
@@ -61,25 +73,40 @@ func (s *Store) register(ctx context.Context, force bool) {
 	if last := s.registered.Load(); !force && last != 0 && now.Sub(time.UnixMilli(last)) < s.registerEvery() {
 		return
 	}
-	if s.rdb.ZAdd(ctx, s.registry, redis.Z{Score: float64(now.UnixMilli()), Member: s.name}).Err() == nil {
+	if s.registryCall(ctx, func() error {
+		return s.rdb.ZAdd(ctx, s.registry, redis.Z{Score: float64(now.UnixMilli()), Member: s.name}).Err()
+	}) == nil {
 		s.registered.Store(now.UnixMilli())
 	}
 }
 
+// registryCall runs call, a command on the registry, ending at ctx's
+// deadline where the client does not (see bounded): the answer of a call
+// cut off is dropped.
+func (s *Store) registryCall(ctx context.Context, call func() error) error {
+	if !s.bound {
+		return call()
+	}
+	return within(ctx, call, context.Context.Err)
+}
+
 // unregisterAfterLeave takes the queue out of the registry once the leave
-// that started at since deleted its keys.
+// that started at since deleted its keys (a store that registers: not
+// with DeadQueueAfter negative).
 func (s *Store) unregisterAfterLeave(ctx context.Context, since time.Time) error {
-	if err := unregister.Run(ctx, s.rdb, []string{s.registry}, s.name, since.UnixMilli()).Err(); err != nil {
+	if err := unregister.Run(ctx, s.sc, []string{s.registry}, s.name, since.UnixMilli()).Err(); err != nil {
 		return fmt.Errorf("leave %s: registry: %w", s.tag, err)
 	}
 	return nil
 }
 
 // sweeps spaces the sweeps of one process: one per client and prefix
-// every sweepEvery, whichever of their queues' heartbeats comes first.
+// every sweepEvery (that of the store whose heartbeat asks: a store with
+// a shorter DeadQueueAfter looks at its own pace), whichever of their
+// queues' heartbeats comes first. It holds when each last started.
 var sweeps struct {
 	sync.Mutex
-	next map[string]time.Time
+	last map[string]time.Time
 }
 
 // sweepEvery is how often one process looks for dead queues.
@@ -97,14 +124,14 @@ func (s *Store) sweepDue(now time.Time) bool {
 	key := fmt.Sprintf("%p\x00%s", s.rdb, s.prefix)
 	sweeps.Lock()
 	defer sweeps.Unlock()
-	if sweeps.next == nil {
-		sweeps.next = map[string]time.Time{}
+	if sweeps.last == nil {
+		sweeps.last = map[string]time.Time{}
 	}
-	next, ok := sweeps.next[key]
-	if ok && now.Before(next) {
+	last, ok := sweeps.last[key]
+	if ok && now.Sub(last) < s.sweepEvery() {
 		return false
 	}
-	sweeps.next[key] = now.Add(s.sweepEvery())
+	sweeps.last[key] = now
 	return ok
 }
 
@@ -147,9 +174,13 @@ func (s *Store) SweepDead(ctx context.Context) (int, error) {
 	}
 	now := time.Now()
 	cutoff := now.Add(-s.deadAfter).UnixMilli()
-	names, err := s.rdb.ZRangeByScore(ctx, s.registry, &redis.ZRangeBy{
-		Min: "-inf", Max: strconv.FormatInt(cutoff, 10), Count: sweepBatch,
-	}).Result()
+	var names []string
+	err := s.registryCall(ctx, func() (err error) {
+		names, err = s.rdb.ZRangeByScore(ctx, s.registry, &redis.ZRangeBy{
+			Min: "-inf", Max: strconv.FormatInt(cutoff, 10), Count: sweepBatch,
+		}).Result()
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("sweep %s: %w", s.registry, err)
 	}
@@ -161,10 +192,12 @@ func (s *Store) SweepDead(ctx context.Context) (int, error) {
 			return deleted, err
 		}
 		if !dead {
-			err = s.rdb.ZAddXX(ctx, s.registry, redis.Z{Score: float64(now.UnixMilli()), Member: name}).Err()
+			err = s.registryCall(ctx, func() error {
+				return s.rdb.ZAddXX(ctx, s.registry, redis.Z{Score: float64(now.UnixMilli()), Member: name}).Err()
+			})
 		} else {
 			deleted++
-			err = unregister.Run(ctx, s.rdb, []string{s.registry}, name, cutoff).Err()
+			err = unregister.Run(ctx, s.sc, []string{s.registry}, name, cutoff).Err()
 		}
 		if err != nil {
 			return deleted, fmt.Errorf("sweep %s: %w", s.registry, err)

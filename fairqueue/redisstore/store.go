@@ -335,7 +335,7 @@ func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) erro
 	if err != nil {
 		return fmt.Errorf("leave %s: %w", s.tag, busy(err))
 	}
-	if len(v) > 1 && toInt(v[1]) == 1 { // no live node left: every key deleted
+	if len(v) > 1 && toInt(v[1]) == 1 && s.deadAfter >= 0 { // no live node left: every key deleted
 		return s.unregisterAfterLeave(ctx, since)
 	}
 	return nil
