@@ -166,7 +166,8 @@ func (s *Store) maybeSweep() {
 // each queue are one script (PurgeDead), so an instance that joins
 // meanwhile keeps its queue. A queue the registry names late but that
 // has a live instance (one that does not register) is named again now.
-// It returns the number of queues deleted. The instances' heartbeats run
+// It returns the number of queues deleted, and the first error met (a queue
+// that could not be looked at is named again, and the sweep goes on). The instances' heartbeats run
 // it on their own; it is exported for tests and tools.
 func (s *Store) SweepDead(ctx context.Context) (int, error) {
 	if s.deadAfter < 0 {
@@ -185,11 +186,18 @@ func (s *Store) SweepDead(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("sweep %s: %w", s.registry, err)
 	}
 	deleted := 0
+	var failed error // the first queue that could not be looked at
 	for _, name := range names {
 		other := New(s.rdb, name, Options{KeyPrefix: s.prefix})
 		dead, err := other.PurgeDead(ctx, s.deadAfter)
 		if err != nil {
-			return deleted, err
+			if ctx.Err() != nil {
+				return deleted, err
+			}
+			// Named again, so that it does not hold back the queues
+			// named after it at every look: looked at after another
+			// DeadQueueAfter.
+			failed, dead = cmp.Or(failed, err), false
 		}
 		if !dead {
 			err = s.registryCall(ctx, func() error {
@@ -203,7 +211,7 @@ func (s *Store) SweepDead(ctx context.Context) (int, error) {
 			return deleted, fmt.Errorf("sweep %s: %w", s.registry, err)
 		}
 	}
-	return deleted, nil
+	return deleted, failed
 }
 
 // stopSweep cancels a running sweep and waits for it; no sweep starts
