@@ -166,9 +166,10 @@ func (s *Store) maybeSweep() {
 // each queue are one script (PurgeDead), so an instance that joins
 // meanwhile keeps its queue. A queue the registry names late but that
 // has a live instance (one that does not register) is named again now.
-// It returns the number of queues deleted, and the first error met (a queue
-// that could not be looked at is named again, and the sweep goes on). The instances' heartbeats run
-// it on their own; it is exported for tests and tools.
+// It returns the number of queues deleted, and the first error met (a
+// queue that could not be looked at is named again, and the sweep goes
+// on). The instances' heartbeats run it on their own; it is exported for
+// tests and tools.
 func (s *Store) SweepDead(ctx context.Context) (int, error) {
 	if s.deadAfter < 0 {
 		return 0, nil

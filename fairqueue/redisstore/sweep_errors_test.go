@@ -26,7 +26,7 @@ func TestSweepGoesPastAQueueItCannotDelete(t *testing.T) {
 	reg := redisstore.RegistryKey("")
 	require.NoError(t, rdb.Set(ctx, redisstore.TagOf("", "bad")+":nodes", "not a sorted set", 0).Err())
 	require.NoError(t, rdb.ZAdd(ctx, reg, redis.Z{Score: 1, Member: "bad"}).Err()) // the oldest
-	time.Sleep(time.Second)                                                          // gone's lease, then DeadQueueAfter
+	time.Sleep(time.Second)                                                        // gone's lease, then DeadQueueAfter
 
 	n, err := redisstore.New(rdb, "sweeper", opts).SweepDead(ctx)
 	assert.Error(t, err, "the queue that cannot be deleted")
