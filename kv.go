@@ -57,7 +57,11 @@ type weight struct {
 	noPrompt bool
 	// ids is the prompt's tokens sent as token ids
 	// (jsonscan.Fields.PromptTokens), counted as they are.
-	ids    int64
+	ids int64
+	// media: the prompt holds parts that are not text (an image,
+	// audio; jsonscan.Fields.Media), which the backend counts and text
+	// does not.
+	media  bool
 	budget int64 // the completion budget, of each completion
 	// completions is how many completions the backend generates, each
 	// up to the budget (jsonscan.Fields.Completions): at least 1.
@@ -81,7 +85,7 @@ func embeds(r *http.Request, a api) bool {
 // prompt tokens are estimated once its queue is known (estimate).
 func newWeight(info jsonscan.Fields, a api, bodyLen int, defaultBudget int) weight {
 	budget, completions := a.budget(info)
-	w := weight{text: info.PromptBytes, budget: budget, completions: max(completions, 1)}
+	w := weight{text: info.PromptBytes, media: info.Media, budget: budget, completions: max(completions, 1)}
 	if info.Prompt {
 		w.ids = info.PromptTokens
 	} else {
