@@ -22,7 +22,8 @@ import (
 type AdaptiveConfig struct {
 	// TargetTTFT is the time to first token to keep at or below: from
 	// forwarding a granted request to its first response byte (a
-	// stream's first chunk); requests for a plain answer are not timed.
+	// stream's first chunk); requests for a plain answer, and error
+	// answers (status 300 and above), are not timed.
 	// Required.
 	TargetTTFT caddy.Duration `json:"target_ttft"`
 	// Floor is the least share of the configured capacity, in (0, 1];
@@ -93,6 +94,11 @@ func parseAdaptive(d *caddyfile.Dispenser) (*AdaptiveConfig, error) {
 // streamed answer is timed: a plain answer's first byte comes after
 // the whole generation, which says nothing of the backend's time to
 // first token (a slow answer would pull the capacity to its floor).
+// Nor is an error answer (a 400 or 404 for a request the backend does
+// not take): it comes before the backend schedules anything, and a
+// client streaming many would outnumber the late first tokens of
+// everybody else's, keeping the capacity up while the backend is
+// overloaded.
 func (c *call) observeAnswer() {
 	if c.fb == nil || c.h.Adaptive == nil {
 		return
@@ -100,7 +106,7 @@ func (c *call) observeAnswer() {
 	switch {
 	case c.fb.status == 429 || c.fb.status == 503:
 		c.e.q.ObserveRefused(c.fb.upstream)
-	case c.fb.first > 0 && c.streaming:
+	case c.fb.first > 0 && c.streaming && c.fb.status < 300: // 0: a 200 written by the first Write
 		c.e.q.ObserveTTFT(c.fb.upstream, c.fb.first)
 	}
 }

@@ -287,7 +287,8 @@ func (c *call) readsUsage() bool {
 
 // learn teaches the queue's prompt estimator the prompt tokens the
 // answer's usage counted for the request's prompt text, when both are
-// known and the prompt is text alone, and its budget estimator the
+// known and the prompt is text alone (no token ids, no images or audio),
+// and its budget estimator the
 // tokens the answer generated, when the request set no budget.
 func (c *call) learn() {
 	if c.usage == nil {
@@ -298,8 +299,9 @@ func (c *call) learn() {
 			c.e.budget.observe(tokens / float64(c.weight.completions)) // one completion's
 		}
 	}
-	if c.weight.noPrompt || c.weight.ids > 0 {
-		// The usage counts more than the prompt's text (the body, token ids).
+	if c.weight.noPrompt || c.weight.ids > 0 || c.weight.media {
+		// The usage counts more than the prompt's text (the body, token
+		// ids, media).
 		return
 	}
 	if tokens, ok := c.usage.promptTokens(); ok {

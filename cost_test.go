@@ -109,7 +109,7 @@ func TestTokensEstimateIsTheWeight(t *testing.T) {
 	assert.Equal(t, float64(0+DefaultMaxTokens), charge(`{"messages":[]}`), "no budget: default_max_tokens")
 	assert.Equal(t, 5000.0, charge(`{"max_completion_tokens":9000}`), "bounded to max_cost")
 	engine := h.engineList()[0]
-	for range 100 {
+	for range 1000 {
 		engine.kv.observe(2000, 1000) // 2 bytes per token
 	}
 	assert.InDelta(t, float64(1000/2+256), charge(body), 1, "the queue's learned ratio")

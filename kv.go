@@ -33,8 +33,19 @@ const (
 	minBytesPerToken = 1
 	maxBytesPerToken = 16
 	// bytesPerTokenAlpha is the weight of the newest sample in the moving
-	// averages.
-	bytesPerTokenAlpha = 0.1
+	// averages once they span 1/bytesPerTokenAlpha samples; before, the
+	// n-th sample weighs 1/(n+bytesPerTokenStart), so that the first
+	// answers move the seed fast.
+	bytesPerTokenAlpha = 0.01
+	bytesPerTokenStart = 10
+	// maxSampleShare is the most one sample may add to the averages, as
+	// a share of what they hold: a sample of more tokens is learned at
+	// its ratio, but as that many tokens. One answer then
+	// moves the ratio at most a tenth of the way to its own, however
+	// long its prompt: a client cannot swing the estimate of every
+	// client's prompts with one huge prompt of text that tokenizes
+	// unusually (padding of spaces, a list of numbers).
+	maxSampleShare = 0.1
 )
 
 // weight is a request's weight in KV-cache tokens, and what it is made
@@ -46,7 +57,11 @@ type weight struct {
 	noPrompt bool
 	// ids is the prompt's tokens sent as token ids
 	// (jsonscan.Fields.PromptTokens), counted as they are.
-	ids    int64
+	ids int64
+	// media: the prompt holds parts that are not text (an image,
+	// audio; jsonscan.Fields.Media), which the backend counts and text
+	// does not.
+	media  bool
 	budget int64 // the completion budget, of each completion
 	// completions is how many completions the backend generates, each
 	// up to the budget (jsonscan.Fields.Completions): at least 1.
@@ -70,7 +85,7 @@ func embeds(r *http.Request, a api) bool {
 // prompt tokens are estimated once its queue is known (estimate).
 func newWeight(info jsonscan.Fields, a api, bodyLen int, defaultBudget int) weight {
 	budget, completions := a.budget(info)
-	w := weight{text: info.PromptBytes, budget: budget, completions: max(completions, 1)}
+	w := weight{text: info.PromptBytes, media: info.Media, budget: budget, completions: max(completions, 1)}
 	if info.Prompt {
 		w.ids = info.PromptTokens
 	} else {
@@ -108,8 +123,9 @@ func (w weight) tokens() int {
 // prompt_eval_count), over the answers of the requests whose body names
 // a prompt. Before the first answer, and as the averages start, the
 // ratio is seedBytesPerToken. Long prompts weigh more than short ones, as
-// they do in the cache. Each engine (queue, on this instance) has its
-// own, kept across reloads. Safe for concurrent use.
+// they do in the cache, up to maxSampleShare of the averages each. Each
+// engine (queue, on this instance) has its own, kept across reloads.
+// Safe for concurrent use.
 type promptEstimator struct {
 	mu      sync.Mutex
 	bytes   float64 // the moving average of the samples' text bytes
@@ -153,10 +169,14 @@ func (e *promptEstimator) observe(text int64, tokens float64) {
 	defer e.mu.Unlock()
 	if e.samples == 0 {
 		// The averages start as if the seed had been seen at this
-		// sample's size: the first answer moves the ratio by alpha.
+		// sample's size: the first answer moves the ratio by a tenth.
 		e.bytes, e.tokens = seedBytesPerToken*tokens, tokens
 	}
-	e.bytes += bytesPerTokenAlpha * (b - e.bytes)
-	e.tokens += bytesPerTokenAlpha * (tokens - e.tokens)
+	alpha := max(bytesPerTokenAlpha, 1/float64(e.samples+bytesPerTokenStart))
+	if most := maxSampleShare / alpha * e.tokens; tokens > most {
+		b, tokens = b*most/tokens, most
+	}
+	e.bytes += alpha * (b - e.bytes)
+	e.tokens += alpha * (tokens - e.tokens)
 	e.samples++
 }

@@ -419,11 +419,13 @@ func TestKVEstimatorLearnsFromUsageAndShowsInTheAdminAPI(t *testing.T) {
 	// The mock's prompt_tokens: the body's bytes / 4, rounded up.
 	msgs, _ := json.Marshal([]map[string]string{{"role": "user", "content": strings.Repeat("x", text)}})
 	used := float64((len(fmt.Sprintf(`{"model":"mock","max_tokens":%d,"messages":%s}`, k.maxTokens, msgs)) + 3) / 4)
-	// The estimator's moving averages, from the seed of 4 bytes per token.
+	// The estimator's moving averages, from the seed of 4 bytes per token:
+	// the i-th answer weighs 1/(i+10) while that is above 0.01.
 	avgBytes, avgTokens := 4*used, used
-	for range n {
-		avgBytes += 0.1 * (text - avgBytes)
-		avgTokens += 0.1 * (used - avgTokens)
+	for i := range n {
+		alpha := max(0.01, 1/float64(i+10))
+		avgBytes += alpha * (text - avgBytes)
+		avgTokens += alpha * (used - avgTokens)
 	}
 	want := avgBytes / avgTokens
 

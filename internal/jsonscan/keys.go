@@ -21,7 +21,7 @@ const (
 var sniffedKeys = []string{
 	"stream", "model", "max_tokens", "max_completion_tokens", "max_output_tokens", "n", "best_of",
 	"options", "messages", "prompt", "system", "input", "instructions", "suffix", "template",
-	"context", "tools", "functions", "content", "tool_calls", "text", "output", "arguments",
+	"context", "tools", "functions", "content", "tool_calls", "text", "output", "arguments", "images",
 }
 
 // name is the key token (quoted) as the field it names: itself with

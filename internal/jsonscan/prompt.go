@@ -16,6 +16,9 @@ type prompt struct {
 	found bool
 	batch int64 // the prompts of a batch ("prompt": an array of strings or of token arrays)
 	ids   int64 // the tokens sent as ids (numbers) rather than text
+	// media: the prompt holds parts that are not text (an image, audio),
+	// whose tokens the backend counts and n does not.
+	media bool
 }
 
 // messagesText is the text of "messages": the "content" of each message
@@ -23,7 +26,8 @@ type prompt struct {
 // part's "text" string), and the JSON of an assistant message's
 // "tool_calls", which the chat template renders into the prompt. Roles,
 // names and images are not text the model reads as prose, or are
-// small: they are not counted.
+// small: they are not counted. A content part that is not text, or
+// Ollama's "images" of a message, makes the prompt one with media.
 func messagesText(val []byte, k keys) prompt {
 	if val[0] != '[' {
 		return prompt{}
@@ -35,17 +39,31 @@ func messagesText(val []byte, k keys) prompt {
 			return
 		}
 		var content, calls int64 // the last of each key counts
+		var media, images bool
 		eachMember(msg, func(key, v []byte) {
 			switch {
 			case k.is(key, "content"):
-				content = contentText(v, k)
+				content, media = contentText(v, k)
 			case k.is(key, "tool_calls"):
 				calls = toolsText(v)
+			case k.is(key, "images"):
+				images = hasElements(v)
 			}
 		})
 		p.n += content + calls
+		p.media = p.media || media || images
 	})
 	return p
+}
+
+// hasElements reports whether val is an array with an element (Ollama's
+// "images").
+func hasElements(val []byte) bool {
+	found := false
+	if val[0] == '[' {
+		eachElement(val, func([]byte) { found = true })
+	}
+	return found
 }
 
 // toolsText is the length of the JSON of "tools" or "functions" (the
@@ -59,33 +77,34 @@ func toolsText(val []byte) int64 {
 }
 
 // contentText is the text of a message's content: a string, or the
-// strings and the "text" of the object parts of an array.
-func contentText(v []byte, k keys) int64 {
+// strings and the "text" of the object parts of an array; media reports
+// an object part without a "text" string (an image, audio, a file).
+func contentText(v []byte, k keys) (n int64, media bool) {
 	switch v[0] {
 	case '"':
-		return textLen(v)
+		return textLen(v), false
 	case '[':
-		var n int64
 		eachElement(v, func(part []byte) {
 			switch part[0] {
 			case '"':
 				n += textLen(part)
 			case '{':
 				var text int64
+				isText := false
 				eachMember(part, func(key, v []byte) {
 					if k.is(key, "text") {
-						text = 0
-						if v[0] == '"' {
+						text, isText = 0, v[0] == '"'
+						if isText {
 							text = textLen(v)
 						}
 					}
 				})
 				n += text
+				media = media || !isText
 			}
 		})
-		return n
 	}
-	return 0
+	return n, media
 }
 
 // promptText is the text of "prompt" (completions, Ollama's generate): a
@@ -127,6 +146,7 @@ func inputText(val []byte, k keys) prompt {
 		return prompt{n: textLen(val), found: true}
 	case '[':
 		var n, ids int64
+		var media bool
 		eachElement(val, func(el []byte) {
 			switch el[0] {
 			case '"':
@@ -135,12 +155,13 @@ func inputText(val []byte, k keys) prompt {
 				ids += tokenIDs(el)
 			case '{':
 				var content, output, call int64
+				var contentMedia, outputMedia bool
 				eachMember(el, func(key, v []byte) {
 					switch {
 					case k.is(key, "content"):
-						content = contentText(v, k)
+						content, contentMedia = contentText(v, k)
 					case k.is(key, "output"):
-						output = contentText(v, k)
+						output, outputMedia = contentText(v, k)
 					case k.is(key, "arguments"):
 						call = 0
 						if v[0] == '"' {
@@ -149,11 +170,12 @@ func inputText(val []byte, k keys) prompt {
 					}
 				})
 				n += content + output + call
+				media = media || contentMedia || outputMedia
 			default:
 				ids += isNumber(el)
 			}
 		})
-		return prompt{n: n, found: true, ids: ids}
+		return prompt{n: n, found: true, ids: ids, media: media}
 	}
 	return prompt{}
 }

@@ -65,6 +65,11 @@ type Fields struct {
 	// such a type (its text may be empty); without one, PromptBytes is 0
 	// and says nothing of the prompt.
 	Prompt bool
+	// Media reports that the prompt holds more than text: a content part
+	// of a message or input item without a "text" string (an image,
+	// audio, a file), or Ollama's "images" (of a message, or of the
+	// body). The backend counts their tokens; PromptBytes does not.
+	Media bool
 }
 
 // Sniff reads the top-level keys "stream", "model", the max tokens keys
@@ -104,6 +109,7 @@ func sniff(b []byte, k keys) Fields {
 	var choices [2]int64  // n, best_of
 	var context int64     // Ollama's "context": token ids
 	var tools [2]int64    // tools, functions: bytes of JSON
+	var images bool       // Ollama's generate: "images"
 	eachMember(b, func(key, val []byte) {
 		switch k.name(key) {
 		case "stream":
@@ -146,6 +152,8 @@ func sniff(b []byte, k keys) Fields {
 			prompts[6] = stringText(val)
 		case "context":
 			context = tokenIDs(val)
+		case "images":
+			images = hasElements(val)
 		case "tools":
 			tools[0] = toolsText(val)
 		case "functions":
@@ -159,10 +167,12 @@ func sniff(b []byte, k keys) Fields {
 		info.Completions = saturatedProduct(max(each, 1), max(batch, 1))
 	}
 	info.PromptTokens = context
+	info.Media = images
 	for _, p := range prompts {
 		info.PromptBytes += p.n
 		info.PromptTokens += p.ids
 		info.Prompt = info.Prompt || p.found
+		info.Media = info.Media || p.media
 	}
 	if info.Prompt {
 		info.PromptBytes += tools[0] + tools[1]

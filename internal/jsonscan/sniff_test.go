@@ -107,6 +107,9 @@ func FuzzSniff(f *testing.F) {
 		`{"messages":[{"tool_calls":[ {"a":"b"} ],"content":"x"}],"tools":[1, 2],"functions":{}}`,
 		`{"input":[{"type":"function_call","arguments":"{}"},{"arguments":3}],"tools":[]}`,
 		`{"prompt":[[1,-2],3,"x",[[4]]],"input":[[5],6,{"content":"c"}],"context":[7,8.5,null]}`,
+		`{"messages":[{"content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"u"}}]}]}`,
+		`{"messages":[{"content":"x","images":["aGk="]},{"content":"y","images":[]}]}`, `{"prompt":"p","images":["aGk="]}`,
+		`{"input":[{"content":[{"type":"input_image","image_url":"u"}]},{"output":[{"text":"t"}]}],"images":[]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -141,6 +144,7 @@ func FuzzSniff(f *testing.F) {
 		want.PromptBytes, want.Prompt = wantPrompt(m)
 		want.Completions = wantCompletions(m)
 		want.PromptTokens = wantPromptTokens(m)
+		want.Media = wantMedia(m)
 		assert.Equal(t, want, got, "body %q", b)
 	})
 }
@@ -195,6 +199,45 @@ func wantPrompt(m map[string]json.RawMessage) (n int64, found bool) {
 		n += wantJSONArray(m["tools"]) + wantJSONArray(m["functions"])
 	}
 	return n, found
+}
+
+// wantMedia is the fuzz oracle's reading of a prompt with parts that are
+// not text: see Fields.Media.
+func wantMedia(m map[string]json.RawMessage) bool {
+	media := wantElements(m["images"])
+	msgs, _ := wantArray(m["messages"])
+	for _, msg := range msgs {
+		if o, ok := wantObject(msg); ok {
+			media = media || wantMediaParts(o["content"]) || wantElements(o["images"])
+		}
+	}
+	items, _ := wantArray(m["input"])
+	for _, item := range items {
+		if o, ok := wantObject(item); ok {
+			media = media || wantMediaParts(o["content"]) || wantMediaParts(o["output"])
+		}
+	}
+	return media
+}
+
+// wantMediaParts reports a content array with an object part without a
+// "text" string.
+func wantMediaParts(raw json.RawMessage) bool {
+	parts, _ := wantArray(raw)
+	for _, part := range parts {
+		if po, ok := wantObject(part); ok {
+			if _, ok := wantString(po["text"]); !ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// wantElements reports an array with an element.
+func wantElements(raw json.RawMessage) bool {
+	a, ok := wantArray(raw)
+	return ok && len(a) > 0
 }
 
 // wantJSONArray is the fuzz oracle's length of an array's JSON (tools,
