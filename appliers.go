@@ -16,7 +16,9 @@ import (
 // still hold a reference to it; when the handler whose settings are in
 // force is cleaned up, the newest of them whose config is still loaded
 // (its context not done: the config in force) applies its settings and
-// records its route again. A reload that succeeds cleans up the old
+// records its route again; so too when that handler gives up its
+// reference to a queue named from the request that went idle (queueIdle)
+// before its config failed. A reload that succeeds cleans up the old
 // config once the new one is in force, its context done: none of its
 // handlers applies again, and the new config's settings reach the
 // engine with its first request, as before.
@@ -78,12 +80,19 @@ func (h *Handler) loaded() bool {
 	}
 }
 
-// handBack runs as h, cleaned up, drops its reference to e: if h's
-// settings are in force, the newest applier whose config is still loaded
-// applies its own again; with none, the next handler to use e applies
-// its own.
+// handBack runs as h, cleaned up, drops its reference to e (restore).
 func (e *engine) handBack(h *Handler) {
 	e.appliers.remove(h)
+	e.restore(h)
+}
+
+// restore runs as h, no longer among e's appliers, drops its reference
+// to e (cleaned up, or the queue idle): if h's settings are in force, the
+// newest applier whose config is still loaded applies its own again; with
+// none, the next handler to use e applies its own. A handler of a config
+// that fails to load may have dropped an idle queue before: its settings
+// must not stay in force there either.
+func (e *engine) restore(h *Handler) {
 	e.mu.Lock()
 	mine := e.gen == h.gen
 	if mine {

@@ -85,7 +85,7 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 		}, nil
 	}
 	ref := h.engines[key]
-	var evicted *engineKey
+	var evicted *evictedRef
 	if ref == nil {
 		if len(h.engines) >= h.queueCap() {
 			// At the cap a queue that has no request in it gives its slot
@@ -99,7 +99,7 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 		if err != nil {
 			h.mu.Unlock()
 			if evicted != nil {
-				h.dropEngine(*evicted)
+				h.dropEvicted(evicted)
 			}
 			return nil, nil, err
 		}
@@ -111,7 +111,7 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 	ref.e.enter()
 	h.mu.Unlock()
 	if evicted != nil {
-		h.dropEngine(*evicted)
+		h.dropEvicted(evicted)
 	}
 	ref.configure.Do(func() {
 		configuring(ref.e)
@@ -169,14 +169,15 @@ func (h *Handler) dropIdle(key engineKey, ref *engineRef) {
 	namesakes.unuse(ref.e, h.load)
 	ref.e.appliers.remove(h)
 	h.mu.Unlock()
+	ref.e.restore(h) // before the reference goes: the engine is open
 	idleDropping(key)
 	h.dropEngine(key)
 }
 
 // evictIdle removes from h.engines the queue idle the longest and
-// returns its key, for the caller to drop once h.mu is unlocked; nil when
-// every queue has a request in it. Under h.mu.
-func (h *Handler) evictIdle() *engineKey {
+// returns it, for the caller to drop once h.mu is unlocked
+// (dropEvicted); nil when every queue has a request in it. Under h.mu.
+func (h *Handler) evictIdle() *evictedRef {
 	var oldest *engineKey
 	var since time.Time
 	for k, ref := range h.engines {
@@ -184,16 +185,29 @@ func (h *Handler) evictIdle() *engineKey {
 			oldest, since = &k, ref.idleSince
 		}
 	}
-	if oldest != nil {
-		ref := h.engines[*oldest]
-		if ref.idle != nil {
-			ref.idle.Stop()
-		}
-		delete(h.engines, *oldest)
-		namesakes.unuse(ref.e, h.load)
-		ref.e.appliers.remove(h)
+	if oldest == nil {
+		return nil
 	}
-	return oldest
+	ref := h.engines[*oldest]
+	if ref.idle != nil {
+		ref.idle.Stop()
+	}
+	delete(h.engines, *oldest)
+	namesakes.unuse(ref.e, h.load)
+	ref.e.appliers.remove(h)
+	return &evictedRef{key: *oldest, e: ref.e}
+}
+
+// evictedRef is a reference evictIdle took out of h.engines.
+type evictedRef struct {
+	key engineKey
+	e   *engine
+}
+
+// dropEvicted gives back the reference evictIdle took out of h.engines.
+func (h *Handler) dropEvicted(ev *evictedRef) {
+	ev.e.restore(h) // before the reference goes: the engine is open
+	h.dropEngine(ev.key)
 }
 
 // loadEngine takes a registry reference to the engine of key; one it

@@ -104,6 +104,12 @@ func (q *Queue) leave() error {
 		_ = r.Close()
 	}
 	q.localMu.Unlock()
+	if !joined {
+		// The store was never opened for this node (or refused it: a
+		// redisstore.Store another Queue has open): it is not this
+		// Queue's to close.
+		return err
+	}
 	if cerr := q.store.Close(); err == nil {
 		err = cerr
 	}

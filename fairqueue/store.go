@@ -46,6 +46,7 @@ type Store interface {
 	// deleted, and dispatch runs.
 	Leave(ctx context.Context, node string, limits Limits) error
 	// Close stops delivering grants to the Listener and frees resources.
+	// A Queue calls it as it closes, if Open returned nil for its node.
 	Close() error
 }
 

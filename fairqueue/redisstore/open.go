@@ -84,3 +84,11 @@ func (s *Store) info(ctx context.Context) (string, error) {
 		return cmd
 	}).Result()
 }
+
+// do runs a command that is not a script, bounded by ctx (see bounded).
+func (s *Store) do(ctx context.Context, args ...any) *redis.Cmd {
+	if !s.bound {
+		return s.rdb.Do(ctx, args...)
+	}
+	return within(ctx, func() *redis.Cmd { return s.rdb.Do(ctx, args...) }, cutCmd)
+}

@@ -13,7 +13,18 @@ import (
 // Purge implements fairqueue.Inspector: it deletes every key of the
 // queue. Nodes still running re-create what they need on their next call.
 func (s *Store) Purge(ctx context.Context) error {
-	if err := s.rdb.Del(ctx, s.keys...).Err(); err != nil {
+	del := func() *redis.IntCmd { return s.rdb.Del(ctx, s.keys...) }
+	cmd := del
+	if s.bound { // bounded by ctx (see bounded)
+		cmd = func() *redis.IntCmd {
+			return within(ctx, del, func(ctx context.Context) *redis.IntCmd {
+				c := redis.NewIntCmd(ctx)
+				c.SetErr(ctx.Err())
+				return c
+			})
+		}
+	}
+	if err := cmd().Err(); err != nil {
 		return fmt.Errorf("purge %s: %w", s.tag, err)
 	}
 	return nil

@@ -29,7 +29,7 @@ func (s *Store) serverVersion(ctx context.Context) (string, error) {
 			return "", err
 		}
 		// HELLO without arguments (Redis 6+, as ACL is) only reports.
-		v, herr := s.rdb.Do(ctx, "HELLO").Result()
+		v, herr := s.do(ctx, "HELLO").Result()
 		if herr != nil {
 			return "", err
 		}

@@ -177,10 +177,12 @@ local function dispatch(self, ex)
       id, flow, cost, n, tn = next_waiter(ex.fready, ex.waiting)
       if not id then return own, true end
       drop_weight(id)
-      if flow and not passes_reset then
+      if flow and tok_kept and not passes_reset then
         -- A grant to the first flow, made where tokens do not count: the
         -- passes of a head that does not fit (next_fitting) start again,
         -- as at any grant to the first flow (a reload may count them again).
+        -- Passes are counted only past a head with a weight (K.tok): with
+        -- none recorded there is no such head, and no command is spent.
         redis.call('DEL', K.tpass)
         passes_reset = true
       end
