@@ -36,8 +36,12 @@ var errBodyTimeout = errors.New("request body not received within body_timeout")
 // *http.MaxBytesError; one that does not arrive within timeout,
 // errBodyTimeout (the connection is then unusable: answer it and let it
 // close).
+//
+// A CONNECT's body is not read: it is the client's side of a tunnel (a
+// WebSocket over HTTP/2 or HTTP/3, RFC 8441 and 9220), open until the
+// tunnel closes.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64, timeout time.Duration) ([]byte, error) {
-	if r.Body == nil || r.Body == http.NoBody {
+	if r.Body == nil || r.Body == http.NoBody || r.Method == http.MethodConnect {
 		return nil, nil
 	}
 	if r.ContentLength > limit {

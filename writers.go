@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
@@ -22,7 +21,8 @@ import (
 // holdWriter (a pool's upstream, whose refusal never reaches the
 // client), committedWriter (a stream the keepalive committed),
 // usageWriter (cost tokens, kv_tokens: reads the answer's usage on the
-// side) and firstByteWriter (the upstream's time to first byte).
+// side) and firstByteWriter (firstbyte.go: the upstream's time to first
+// byte).
 
 // holdWriter is next's ResponseWriter for a request granted on a pool
 // upstream: it keeps the answer's header to itself until the status is
@@ -445,55 +445,8 @@ func (u *usageWriter) completionTokens() (float64, bool) {
 	return total - u.promptUsed, true
 }
 
-// firstByteWriter passes an answer on unchanged and notes how long after
-// the request was forwarded (forwarded, set at each forward) the first
-// byte of its body came: the upstream's time to first byte, a stream's
-// first event. An answer held back from the client (a requeue_on
-// refusal) or an error relayed as an event writes nothing through it.
-type firstByteWriter struct {
-	caddyhttp.ResponseWriterWrapper // by value: one allocation per request
-	forwarded                       time.Time
-	upstream                        string        // the grant's pool upstream at the forward; "" without a pool
-	first                           time.Duration // 0 until the first byte
-	status                          int           // the answer's status, once written
-}
-
-// WriteHeader notes the answer's status.
-func (f *firstByteWriter) WriteHeader(code int) {
-	if code >= 200 {
-		f.status = code
-	}
-	f.ResponseWriter.WriteHeader(code)
-}
-
-func newFirstByteWriter(w http.ResponseWriter) *firstByteWriter {
-	return &firstByteWriter{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
-}
-
-func (f *firstByteWriter) Write(b []byte) (int, error) {
-	if f.first == 0 && len(b) > 0 {
-		f.first = max(time.Since(f.forwarded), time.Nanosecond)
-	}
-	return f.ResponseWriter.Write(b)
-}
-
-// ReadFrom copies through Write, so that the first byte is seen.
-func (f *firstByteWriter) ReadFrom(r io.Reader) (int64, error) {
-	if f.first != 0 {
-		return f.ResponseWriterWrapper.ReadFrom(r)
-	}
-	return io.Copy(writerOnly{f}, r)
-}
-
-// FlushError implements the flusher of http.ResponseController.
-func (f *firstByteWriter) FlushError() error { return flush(f.ResponseWriter) }
-
-// Flush implements http.Flusher.
-func (f *firstByteWriter) Flush() { _ = f.FlushError() }
-
 // Interface guards
 var (
 	_ http.Flusher = (*holdWriter)(nil)
 	_ http.Flusher = (*usageWriter)(nil)
-	_ http.Flusher = (*firstByteWriter)(nil)
 )

@@ -1,0 +1,79 @@
+package caddyfairqueue
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// firstByteWriter passes an answer on unchanged and notes how long after
+// the request was forwarded (forwarded, set at each forward) the first
+// byte of its body came: the upstream's time to first byte, a stream's
+// first event. An answer held back from the client (a requeue_on
+// refusal) or an error relayed as an event writes nothing through it.
+type firstByteWriter struct {
+	caddyhttp.ResponseWriterWrapper // by value: one allocation per request
+	forwarded                       time.Time
+	upstream                        string        // the grant's pool upstream at the forward; "" without a pool
+	first                           time.Duration // 0 until the first byte
+	status                          int           // the answer's status, once written
+	hijacked                        bool          // an upgrade (a WebSocket) took the connection
+}
+
+// WriteHeader notes the answer's status.
+func (f *firstByteWriter) WriteHeader(code int) {
+	if code >= 200 {
+		f.status = code
+	}
+	f.ResponseWriter.WriteHeader(code)
+}
+
+func newFirstByteWriter(w http.ResponseWriter) *firstByteWriter {
+	return &firstByteWriter{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
+}
+
+func (f *firstByteWriter) Write(b []byte) (int, error) {
+	if f.first == 0 && len(b) > 0 {
+		f.first = max(time.Since(f.forwarded), time.Nanosecond)
+	}
+	return f.ResponseWriter.Write(b)
+}
+
+// ReadFrom copies through Write, so that the first byte is seen.
+func (f *firstByteWriter) ReadFrom(r io.Reader) (int64, error) {
+	if f.first != 0 {
+		return f.ResponseWriterWrapper.ReadFrom(r)
+	}
+	return io.Copy(writerOnly{f}, r)
+}
+
+// FlushError implements the flusher of http.ResponseController. Once
+// the connection is hijacked there is nothing to flush: net/http's
+// writer beneath would panic.
+func (f *firstByteWriter) FlushError() error {
+	if f.hijacked {
+		return http.ErrHijacked
+	}
+	return flush(f.ResponseWriter)
+}
+
+// Hijack hands the connection to reverse_proxy for an upgraded one (a
+// WebSocket), and notes it.
+func (f *firstByteWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(f.ResponseWriter).Hijack()
+	f.hijacked = f.hijacked || err == nil
+	return conn, brw, err
+}
+
+// Flush implements http.Flusher.
+func (f *firstByteWriter) Flush() { _ = f.FlushError() }
+
+// Interface guards
+var (
+	_ http.Flusher  = (*firstByteWriter)(nil)
+	_ http.Hijacker = (*firstByteWriter)(nil)
+)
