@@ -22,6 +22,7 @@ var sniffedKeys = []string{
 	"stream", "model", "max_tokens", "max_completion_tokens", "max_output_tokens", "n", "best_of",
 	"options", "messages", "prompt", "system", "input", "instructions", "suffix", "template",
 	"context", "tools", "functions", "content", "tool_calls", "text", "output", "arguments", "images",
+	"refusal",
 }
 
 // name is the key token (quoted) as the field it names: itself with

@@ -23,11 +23,12 @@ type prompt struct {
 
 // messagesText is the text of "messages": the "content" of each message
 // object, a string or an array of parts (a string part, or an object
-// part's "text" string), and the JSON of an assistant message's
-// "tool_calls", which the chat template renders into the prompt. Roles,
-// names and images are not text the model reads as prose, or are
-// small: they are not counted. A content part that is not text, or
-// Ollama's "images" of a message, makes the prompt one with media.
+// part's "text" or "refusal" string), and the JSON of an assistant
+// message's "tool_calls", which the chat template renders into the
+// prompt. Roles, names and images are not text the model reads as
+// prose, or are small: they are not counted. A content part that is not
+// text, or Ollama's "images" of a message, makes the prompt one with
+// media.
 func messagesText(val []byte, k keys) prompt {
 	if val[0] != '[' {
 		return prompt{}
@@ -77,8 +78,10 @@ func toolsText(val []byte) int64 {
 }
 
 // contentText is the text of a message's content: a string, or the
-// strings and the "text" of the object parts of an array; media reports
-// an object part without a "text" string (an image, audio, a file).
+// strings and the "text" of the object parts of an array (a refusal
+// part's "refusal", the Chat Completions and Responses APIs' assistant
+// text); media reports an object part without such a string (an image,
+// audio, a file).
 func contentText(v []byte, k keys) (n int64, media bool) {
 	switch v[0] {
 	case '"':
@@ -89,22 +92,35 @@ func contentText(v []byte, k keys) (n int64, media bool) {
 			case '"':
 				n += textLen(part)
 			case '{':
-				var text int64
-				isText := false
+				// The last of each key counts; a refusal part's text
+				// is its "refusal".
+				var text, refusal int64 = -1, -1
 				eachMember(part, func(key, v []byte) {
-					if k.is(key, "text") {
-						text, isText = 0, v[0] == '"'
-						if isText {
-							text = textLen(v)
-						}
+					switch {
+					case k.is(key, "text"):
+						text = stringLen(v)
+					case k.is(key, "refusal"):
+						refusal = stringLen(v)
 					}
 				})
-				n += text
-				media = media || !isText
+				if text < 0 {
+					text = refusal
+				}
+				n += max(text, 0)
+				media = media || text < 0
 			}
 		})
 	}
 	return n, media
+}
+
+// stringLen is the text of a string, and -1 for a value of another
+// type.
+func stringLen(v []byte) int64 {
+	if v[0] != '"' {
+		return -1
+	}
+	return textLen(v)
 }
 
 // promptText is the text of "prompt" (completions, Ollama's generate): a

@@ -31,6 +31,7 @@ func TestSniffCountsThePromptText(t *testing.T) {
 		{"embeddings input", `{"model":"e","input":"some text"}`, 9, true},
 		{"a batch of inputs", `{"model":"e","input":["ab","cd"]}`, 4, true},
 		{"Responses API input items", `{"input":[{"role":"user","content":[{"type":"input_text","text":"hello"}]},{"role":"user","content":"hi"}]}`, 7, true},
+		{"a refusal part's text", `{"messages":[{"role":"assistant","content":[{"type":"refusal","refusal":"no"}]},{"role":"user","content":"ok"}]}`, 2 + 2, true},
 		{"input of token ids: no text", `{"input":[1,2,3]}`, 0, true},
 		{"no prompt key", `{"model":"m","tools":[]}`, 0, false},
 		{"messages not an array", `{"messages":"hello"}`, 0, false},

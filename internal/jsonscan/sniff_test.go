@@ -110,6 +110,8 @@ func FuzzSniff(f *testing.F) {
 		`{"messages":[{"content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"u"}}]}]}`,
 		`{"messages":[{"content":"x","images":["aGk="]},{"content":"y","images":[]}]}`, `{"prompt":"p","images":["aGk="]}`,
 		`{"input":[{"content":[{"type":"input_image","image_url":"u"}]},{"output":[{"text":"t"}]}],"images":[]}`,
+		`{"messages":[{"content":[{"type":"refusal","refusal":"no"},{"refusal":1},{"text":1,"refusal":"r"},{"refusal":"r","text":"t"}]}]}`,
+		`{"input":[{"type":"message","content":[{"type":"refusal","refusal":"n\u00f6"}]}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -221,12 +223,12 @@ func wantMedia(m map[string]json.RawMessage) bool {
 }
 
 // wantMediaParts reports a content array with an object part without a
-// "text" string.
+// "text" string nor a "refusal" one.
 func wantMediaParts(raw json.RawMessage) bool {
 	parts, _ := wantArray(raw)
 	for _, part := range parts {
 		if po, ok := wantObject(part); ok {
-			if _, ok := wantString(po["text"]); !ok {
+			if _, ok := wantPartText(po); !ok {
 				return true
 			}
 		}
@@ -250,7 +252,8 @@ func wantJSONArray(raw json.RawMessage) int64 {
 }
 
 // wantContent is the oracle's text of a message's content: a string, or
-// the string parts and the "text" of the object parts of an array.
+// the string parts and the "text" (else "refusal") of the object parts
+// of an array.
 func wantContent(raw json.RawMessage) int64 {
 	if s, ok := wantString(raw); ok {
 		return int64(len(s))
@@ -262,11 +265,20 @@ func wantContent(raw json.RawMessage) int64 {
 			n += int64(len(s))
 		}
 		if po, ok := wantObject(part); ok {
-			s, _ := wantString(po["text"])
+			s, _ := wantPartText(po)
 			n += int64(len(s))
 		}
 	}
 	return n
+}
+
+// wantPartText is the oracle's text of an object part: its "text"
+// string, else its "refusal" string (a refusal part).
+func wantPartText(po map[string]json.RawMessage) (string, bool) {
+	if s, ok := wantString(po["text"]); ok {
+		return s, true
+	}
+	return wantString(po["refusal"])
 }
 
 func wantString(raw json.RawMessage) (string, bool) {
