@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
 	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
@@ -106,8 +107,22 @@ func TestUnlistedModelNamesAreAnswered404AndNeverOpenAQueue(t *testing.T) {
 	require.NoError(t, r.Err)
 	assert.Equal(t, http.StatusOK, r.Status, "the listed model: %s", r)
 	for _, k := range rds.Keys(t, "*") {
+		if k == redisstore.RegistryKey("") {
+			continue
+		}
 		assert.True(t, strings.HasPrefix(k, "{fair_queue:real-model}:"), "key %q of another queue", k)
 	}
+	assert.Equal(t, []string{"real-model"}, registryNames(t, rds, ""), "the registry of queues")
+}
+
+// registryNames lists the queues the registry of prefix names.
+func registryNames(t *testing.T, rds *redistest.Server, prefix string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	names, err := rds.Client(t).ZRange(ctx, redisstore.RegistryKey(prefix), 0, -1).Result()
+	require.NoError(t, err)
+	return names
 }
 
 // first returns at most n elements of s.

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
 	"github.com/fair-queue/caddy-fair-queue/internal/harness"
 	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
@@ -67,7 +68,13 @@ func TestKeyPrefixIsolatesApplicationsSharingOneRedis(t *testing.T) {
 	requireFullStream(t, await(t, waiter, 30*time.Second), 2, "A's waiter after A's permit came back")
 	assert.Empty(t, rds.Keys(t, "{fair_queue:*"), "keys under the default prefix")
 	for _, k := range rds.Keys(t, "*") {
+		if k == redisstore.RegistryKey("app_a") || k == redisstore.RegistryKey("app_b") {
+			continue
+		}
 		assert.True(t, strings.HasPrefix(k, "{app_a:llm}:") || strings.HasPrefix(k, "{app_b:llm}:"), "key %q outside both prefixes", k)
+	}
+	for _, prefix := range []string{"app_a", "app_b"} {
+		assert.Equal(t, []string{"llm"}, registryNames(t, rds, prefix), "the registry of %s", prefix)
 	}
 }
 
