@@ -204,7 +204,7 @@ func (m *model) checkShares(r *request, now time.Time) {
 	for _, c := range s.cools {
 		if c.up == up && c.healthy && c.returned.After(m.lastRestart) && r.start.After(c.returned) && now.Before(c.from.Add(c.d)) {
 			m.violate("invariant 1 (cooldown): acquire #%d on node %d, started after the release that cooled %s for %s returned "+
-				"(%s ago), was granted there %s into the cooldown", r.no, r.node.i, up, c.d, m.ago(now, c.returned),
+				"(%s), was granted there %s into the cooldown", r.no, r.node.i, up, c.d, m.ago(now, c.returned),
 				now.Sub(c.from).Round(time.Millisecond))
 		}
 	}
