@@ -26,7 +26,16 @@ package storetest
 //     nothing of the queue is left in the store, and no goroutine is;
 //  5. progress: in a healthy period, no request waits longer than
 //     progressBound while a permit is free (no stranded waiter); with
-//     tokens, while the weights held leave room for every waiter.
+//     tokens, while the weights held leave room for every waiter;
+//  6. fairness: with fair tenants, a request is overtaken by a bounded
+//     number of later requests of other tenants (model_fairness.go).
+//
+// rapid also draws how the permits are shared (model_shares.go): fair
+// tenants in priority bands, max_in_flight_per_tenant, a pool of
+// upstreams with their own permits and kv_tokens, and cooldowns; a
+// grant made in a healthy period keeps each tenant under its cap and
+// each upstream under its permits and tokens (invariant 1), and never
+// lands on an upstream cooling since before its request arrived.
 //
 // A failure prints its seed; replay it with, e.g.:
 //
@@ -181,6 +190,7 @@ type model struct {
 	name       string
 	permits    int
 	kv         int // KVTokens; 0: the cluster does not count tokens
+	shares     modelShares
 	begin      time.Time
 	goroutines int // before the check
 	nodes      []*modelNode
@@ -204,6 +214,7 @@ type model struct {
 	lastRestart time.Time
 	lastCrash   time.Time
 	era         int // bumped by every fault event: requests of one era saw none
+	epoch       int // bumped by every restart: the store's numbers start again
 	autoRelease bool
 	closing     bool
 	violations  []string
@@ -222,10 +233,13 @@ type modelNode struct {
 type request struct {
 	no     int
 	tokens int // Request.Tokens (with m.kv)
+	tenant int // Request.Tenant (with shares.fair)
+	band   int // Request.Priority (with shares.fair)
 	node   *modelNode
 	cancel context.CancelFunc
 	start  time.Time
 	era    int  // the era it started in
+	epoch  int  // the epoch it started in
 	clean  bool // it started outside every window
 	probe  bool // started by finish, in a healthy period: it must be served
 
@@ -236,6 +250,9 @@ type request struct {
 	holding   bool
 	orderly   bool // started and granted in one era, outside windows
 	reported  bool // a timing violation was reported
+	// eligibleSince is when the checks first saw it eligible (its tenant
+	// under its cap) since it last was not; zero: not seen so.
+	eligibleSince time.Time
 }
 
 func newModel(rt *rapid.T, h ModelHarness) *model {
@@ -248,6 +265,7 @@ func newModel(rt *rapid.T, h ModelHarness) *model {
 	if rapid.Bool().Draw(rt, "tokens") {
 		m.kv = rapid.IntRange(4, 12).Draw(rt, "kv_tokens")
 	}
+	m.drawShares(rt)
 	enc := zap.NewDevelopmentEncoderConfig()
 	enc.EncodeTime = func(t time.Time, e zapcore.PrimitiveArrayEncoder) {
 		e.AppendString(fmt.Sprintf("%6dms", t.Sub(m.begin).Milliseconds()))
@@ -256,8 +274,8 @@ func newModel(rt *rapid.T, h ModelHarness) *model {
 	for i := range nodes {
 		store, free := h.NewStore(m.name)
 		n := &modelNode{i: i, free: free, link: &faultyLink{inner: store, node: i, logf: m.logf}}
-		q, err := fairqueue.New(n.link, fairqueue.Config{Name: m.name, Permits: m.permits, KVTokens: m.kv, MaxWait: modelMaxWait,
-			PollInterval: modelPoll, Lease: modelLease, Logger: logger.With(zap.Int("n", i))})
+		q, err := fairqueue.New(n.link, m.shares.config(fairqueue.Config{Name: m.name, Permits: m.permits, KVTokens: m.kv,
+			MaxWait: modelMaxWait, PollInterval: modelPoll, Lease: modelLease, Logger: logger.With(zap.Int("n", i))}))
 		if err != nil {
 			if free != nil {
 				free()
@@ -267,8 +285,8 @@ func newModel(rt *rapid.T, h ModelHarness) *model {
 		n.q = q
 		m.nodes = append(m.nodes, n)
 	}
-	m.logf("queue %s: %d nodes, %d permits, %d kv_tokens, lease %s, poll %s, max wait %s", m.name, nodes, m.permits,
-		m.kv, modelLease, modelPoll, modelMaxWait)
+	m.logf("queue %s: %d nodes, %d permits, %d kv_tokens, lease %s, poll %s, max wait %s; %s", m.name, nodes, m.permits,
+		m.kv, modelLease, modelPoll, modelMaxWait, m.shares)
 	return m
 }
 
@@ -285,6 +303,12 @@ func (m *model) actions() map[string]func(*rapid.T) {
 	}
 	if m.h.Restart != nil {
 		a["restart"] = m.restart
+	}
+	if len(m.shares.ups) > 0 {
+		a["cool"] = m.coolUpstream
+	}
+	if m.shares.fair {
+		a["burst"] = m.burst
 	}
 	return a
 }

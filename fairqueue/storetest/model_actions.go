@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
-
-	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 )
 
 // The actions rapid draws in the model-based test (model.go).
@@ -25,27 +23,29 @@ func (m *model) acquire(rt *rapid.T) {
 		if m.kv > 0 {
 			w = rapid.IntRange(1, m.kv+2).Draw(rt, "tokens") // above kv_tokens: clamped
 		}
-		m.startAcquire(n, false, w)
+		tenant, band := m.shares.request(rt)
+		m.startAcquire(n, false, w, tenant, band)
 	}
 }
 
-func (m *model) startAcquire(n *modelNode, probe bool, tokens int) {
+func (m *model) startAcquire(n *modelNode, probe bool, tokens, tenant, band int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m.mu.Lock()
 	now := time.Now()
-	r := &request{no: len(m.reqs) + 1, tokens: tokens, node: n, cancel: cancel, start: now, era: m.era, clean: m.healthy(now), probe: probe}
+	r := &request{no: len(m.reqs) + 1, tokens: tokens, tenant: tenant, band: band, node: n, cancel: cancel, start: now, era: m.era,
+		epoch: m.epoch, clean: m.healthy(now), probe: probe}
 	m.reqs = append(m.reqs, r)
 	m.mu.Unlock()
 	if probe {
 		m.logf("acquire #%d on node %d (probe)", r.no, n.i)
 	} else {
-		m.logf("acquire #%d on node %d", r.no, n.i)
+		m.logf("acquire #%d on node %d (tenant %d, band %d, %d tokens)", r.no, n.i, tenant, band, tokens)
 	}
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		defer cancel()
-		p, err := n.q.Acquire(ctx, fairqueue.Request{Tokens: tokens})
+		p, err := n.q.Acquire(ctx, r.acquireRequest())
 		m.answered(r, p, err)
 	}()
 }
@@ -169,6 +169,7 @@ func (m *model) restart(rt *rapid.T) {
 	m.mu.Lock()
 	m.restarting = false
 	m.lastRestart = time.Now()
+	m.epoch++
 	m.era++
 	m.mu.Unlock()
 	if err != nil {

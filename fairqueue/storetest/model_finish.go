@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 )
 
 // The end of a check of the model-based test (model.go): teardown and
@@ -45,8 +47,8 @@ func (m *model) finish() {
 	// tokens, one probe weighs the whole capacity.
 	for _, n := range m.nodes {
 		if !n.crashed {
-			m.startAcquire(n, true, min(m.kv, 1))
-			m.startAcquire(n, true, m.kv)
+			m.startAcquire(n, true, min(m.kv, 1), 0, 0)
+			m.startAcquire(n, true, m.kv, max(m.shares.tenants-1, 0), max(m.shares.bands-1, 0))
 		}
 	}
 	m.waitFor("every Acquire to answer", modelMaxWait+answerMargin+time.Second, func(time.Time) bool {
@@ -58,6 +60,7 @@ func (m *model) finish() {
 		return true
 	})
 	m.checkOrder()
+	m.checkFairness()
 	m.logf("teardown: closing the nodes")
 	m.mu.Lock()
 	m.closing = true
@@ -104,7 +107,8 @@ func (m *model) waitFor(what string, d time.Duration, cond func(now time.Time) b
 }
 
 // checkOrder checks invariant 3: the permits of requests that lived in
-// one healthy era were granted in the store's arrival order. The store
+// one healthy era were granted in the store's arrival order (with fair
+// tenants, in each flow: a tenant's requests in one band). The store
 // numbers arrivals (Seq) and grants (GrantNo), afresh after it lost its
 // data: only requests of one era are compared. A grant found by
 // reconcile before its notification has no number and is left out.
@@ -112,14 +116,14 @@ func (m *model) checkOrder() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	type grant struct {
-		no, era  int
-		seq, gno int64
+		no, era, flow int
+		seq, gno      int64
 	}
 	var gs []grant
 	for _, r := range m.reqs {
 		if r.orderly {
 			if seq, gno := r.permit.Seq(), r.permit.GrantNo(); seq > 0 && gno > 0 {
-				gs = append(gs, grant{r.no, r.era, seq, gno})
+				gs = append(gs, grant{r.no, r.era, r.tenant*(fairqueue.MaxPriority+1) + r.band, seq, gno})
 			}
 		}
 	}
@@ -127,10 +131,13 @@ func (m *model) checkOrder() {
 		if a.era != b.era {
 			return a.era - b.era
 		}
+		if a.flow != b.flow {
+			return a.flow - b.flow
+		}
 		return int(a.seq - b.seq)
 	})
 	for i := 1; i < len(gs); i++ {
-		if a, b := gs[i-1], gs[i]; a.era == b.era && b.gno < a.gno {
+		if a, b := gs[i-1], gs[i]; a.era == b.era && a.flow == b.flow && b.gno < a.gno {
 			m.violate("invariant 3 (order): acquire #%d (seq %d) was granted as %d, before acquire #%d (seq %d), granted as %d",
 				b.no, b.seq, b.gno, a.no, a.seq, a.gno)
 		}

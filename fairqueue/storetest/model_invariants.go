@@ -58,6 +58,14 @@ func (m *model) hold(r *request) {
 	if m.held >= m.permits {
 		m.freeSince = time.Time{}
 	}
+	// The grant may have taken the room a waiter needed (its upstream's,
+	// its tenant's): the checks see it again before counting.
+	m.roomSince = time.Time{}
+	for _, o := range m.reqs {
+		if o.tenant == r.tenant {
+			o.eligibleSince = time.Time{}
+		}
+	}
 }
 
 func (m *model) unhold(r *request, now time.Time) {
@@ -127,6 +135,9 @@ func (m *model) answered(r *request, p *fairqueue.Permit, err error) {
 				"in a healthy period (last heal %s, last restart %s); holders %v", r.no, r.node.i, p.Ticket(), p.Tokens(),
 				m.heldTokens, m.kv, m.ago(now, m.lastHeal), m.ago(now, m.lastRestart), m.holders())
 		}
+		if m.healthy(now) {
+			m.checkShares(r, now)
+		}
 		if m.autoRelease || r.cancelled {
 			// The run is ending, or its client left while the grant raced
 			// the cancel: the caller gives the permit back at once.
@@ -177,16 +188,24 @@ func (m *model) checkTimes(now time.Time) {
 				r.no, r.node.i, now.Sub(r.start).Round(time.Millisecond), modelMaxWait)
 		}
 	}
+	for _, r := range m.reqs {
+		switch {
+		case !m.eligible(r):
+			r.eligibleSince = time.Time{}
+		case r.eligibleSince.IsZero():
+			r.eligibleSince = now
+		}
+	}
 	from, ok := m.healthySince(now)
 	if !ok || m.held >= m.permits || !m.room(now) {
 		return
 	}
 	from = latest(latest(from, m.freeSince), m.roomSince)
 	for _, r := range m.reqs {
-		if r.done || r.cancelled || r.abandoned || r.reported {
+		if !m.eligible(r) || r.reported {
 			continue
 		}
-		if w := now.Sub(latest(from, r.start)); w > progressBound {
+		if w := now.Sub(latest(latest(from, r.start), r.eligibleSince)); w > progressBound {
 			r.reported = true
 			m.violate("invariant 5 (progress): acquire #%d on node %d waits since %s ago while %d of %d permits are free "+
 				"(since %s), in a healthy period (last heal %s, last restart %s, last crash %s)", r.no, r.node.i,
@@ -203,21 +222,22 @@ func latest(a, b time.Time) time.Time {
 	return b
 }
 
-// room reports whether, with tokens, the weights held leave room for
-// every waiter (then the head fits, whichever it is), and keeps
-// roomSince: the first check that saw it so. Without tokens, true.
-// Called with m.mu held.
+// room reports whether every eligible waiter (see eligible) could be
+// served now: with tokens, the weights held leave room for it, and with
+// a pool, an upstream in dispatch has a free permit and room for it
+// (then the one dispatch serves first fits, whichever it is). It keeps
+// roomSince: the first check that saw it so. Called with m.mu held.
 func (m *model) room(now time.Time) bool {
-	if m.kv == 0 {
-		return true
-	}
-	need := 0
+	need, waiters := 0, 0
 	for _, r := range m.reqs {
-		if !r.done && !r.cancelled && !r.abandoned {
-			need = max(need, min(r.tokens, m.kv))
+		if m.eligible(r) {
+			waiters++
+			if m.kv > 0 {
+				need = max(need, min(r.tokens, m.tokenBound()))
+			}
 		}
 	}
-	if m.heldTokens+need > m.kv {
+	if waiters == 0 || (m.kv > 0 && m.heldTokens+need > m.kv) || !m.placeable(need, now) {
 		m.roomSince = time.Time{}
 		return false
 	}
