@@ -213,10 +213,11 @@ func (s *Subscription) deliver(ps *redis.PubSub) (unsubscribed bool) {
 // is closed; then it closes done. At each tick it first checks that the
 // client still routes the channel's slot to the master ps subscribed on:
 // if not (a failover, of which Redis 7.0 tells the subscribers nothing)
-// it marks ps stale and closes it, and deliver subscribes again. A ping that cannot be sent makes
-// go-redis reconnect, which ends the read in progress with an error. A
-// ping sent whose pong (or anything else) does not come within
-// confirmTimeout went out on a half-open connection, which the read,
+// it marks ps stale and closes it, and deliver subscribes again. A ping
+// that cannot be sent makes go-redis reconnect, which ends the read in
+// progress with an error. A ping sent whose pong (or anything else) does
+// not come within confirmTimeout went out on a half-open connection,
+// which the read,
 // without a deadline, would wait on for as long as the kernel keeps it:
 // ping marks it stale and closes ps, and deliver subscribes again.
 func (s *Subscription) ping(ps *redis.PubSub, heard *atomic.Int64, stale *atomic.Bool, stop <-chan struct{}, done chan<- struct{}) {
