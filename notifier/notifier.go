@@ -217,9 +217,9 @@ func (s *Subscription) deliver(ps *redis.PubSub) (unsubscribed bool) {
 // that cannot be sent makes go-redis reconnect, which ends the read in
 // progress with an error. A ping sent whose pong (or anything else) does
 // not come within confirmTimeout went out on a half-open connection,
-// which the read,
-// without a deadline, would wait on for as long as the kernel keeps it:
-// ping marks it stale and closes ps, and deliver subscribes again.
+// which the read, without a deadline, would wait on for as long as the
+// kernel keeps it: ping marks it stale and closes ps, and deliver
+// subscribes again.
 func (s *Subscription) ping(ps *redis.PubSub, heard *atomic.Int64, stale *atomic.Bool, stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(pingAfter / 2)
