@@ -94,8 +94,8 @@ func (s *Store) registryCall(ctx context.Context, call func() error) error {
 // that started at since deleted its keys (a store that registers: not
 // with DeadQueueAfter negative).
 func (s *Store) unregisterAfterLeave(ctx context.Context, since time.Time) error {
-	if err := unregister.Run(ctx, s.sc, []string{s.registry}, s.name, since.UnixMilli()).Err(); err != nil {
-		return fmt.Errorf("leave %s: registry: %w", s.tag, err)
+	if err := Unregister(ctx, s.sc, s.prefix, s.name, since); err != nil {
+		return fmt.Errorf("leave %s: %w", s.tag, err)
 	}
 	return nil
 }
@@ -206,7 +206,7 @@ func (s *Store) SweepDead(ctx context.Context) (int, error) {
 			})
 		} else {
 			deleted++
-			err = unregister.Run(ctx, s.sc, []string{s.registry}, name, cutoff).Err()
+			err = Unregister(ctx, s.sc, s.prefix, name, time.UnixMilli(cutoff))
 		}
 		if err != nil {
 			return deleted, fmt.Errorf("sweep %s: %w", s.registry, err)
