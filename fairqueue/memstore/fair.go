@@ -183,7 +183,7 @@ func (s *Store) forgetIdle() {
 func (s *Store) charge(f *flow, cost float64, held bool) {
 	s.vtime = max(s.vtime, f.counter)
 	if !math.IsNaN(cost) && !math.IsInf(cost, 0) {
-		f.counter += cost
+		f.counter = advance(f.counter, cost)
 	}
 	if !held {
 		s.hold(f)
@@ -198,6 +198,20 @@ func (s *Store) charge(f *flow, cost float64, held bool) {
 		}
 		s.vtime = 0
 	}
+}
+
+// advance is counter c charged cost: c + cost, or, when a positive cost
+// is too small to change c at its magnitude (a long uptime's large
+// virtual time), c moved up by one unit of its last place, so that every
+// grant still moves its flow behind the others of equal counter. The
+// Redis store's charge (lua/fair.lua) computes the same.
+func advance(c, cost float64) float64 {
+	n := c + cost
+	if cost > 0 && n <= c {
+		_, exp := math.Frexp(c)
+		n = c + math.Ldexp(1, exp-53)
+	}
+	return n
 }
 
 // hold counts one more permit held by f and its tenant.

@@ -212,6 +212,20 @@ local function cap_out(flow, tn)
   for b = 0, MAXBAND do unready(tenant .. '.' .. b) end
 end
 
+-- advance is counter c charged cost: c + cost, or, when a positive cost
+-- is too small to change c at its magnitude (a long uptime's large
+-- virtual time), c moved up by one unit of its last place, so that every
+-- grant still moves its flow behind the others of equal counter (the
+-- local store's advance computes the same).
+local function advance(c, cost)
+  local n = c + cost
+  if cost > 0 and n <= c then
+    local _, e = math.frexp(c)
+    n = c + math.ldexp(1, e - 53)
+  end
+  return n
+end
+
 -- charge does a fair grant's bookkeeping: the flow's counter before the
 -- charge (c, when the caller has it: see start; else read) advances the
 -- virtual time, the cost is added, and the flow and its tenant hold one
@@ -225,7 +239,7 @@ local function charge(flow, cost, c, n, tn)
     v = c
     set_vtime(v, num(v))
   end
-  c = c + cost
+  c = advance(c, cost)
   redis.call('HSET', K.fcount, flow, num(c))
   n, tn = add_held(flow, 1, n, tn)
   cap_out(flow, tn)
