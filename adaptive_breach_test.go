@@ -19,7 +19,7 @@ func TestAdaptiveBreachShareZeroIsInForceOrRefused(t *testing.T) {
 	h, err := parse("fair_queue {\nname breach-zero\npermits 16\nadaptive {\ntarget_ttft 1s\ninterval 100ms\nmin_samples 100\nbreach_share 0\n}\n}")
 	if err != nil {
 		assert.Contains(t, err.Error(), "breach_share")
-		assert.Contains(t, err.Error(), "Testfile:7", "the error names the option's line")
+		assert.Contains(t, err.Error(), "Testfile:8", "the error names the option's line")
 		return
 	}
 	provisionLocal(t, newContext(t), h)
