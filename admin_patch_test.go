@@ -11,6 +11,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
 // adminCall sends method with body to path on Caddy's admin endpoint
@@ -99,4 +101,52 @@ func TestAdminAPIPatchOfOneOptionActsAsAReload(t *testing.T) {
 	assert.Equal(t, http.StatusOK, got(t, first).status)
 	assert.Equal(t, http.StatusOK, got(t, second).status)
 	assert.Equal(t, http.StatusOK, got(t, third).status)
+}
+
+// kv_tokens changed through the admin API: a waiter that did not fit
+// beside the running request is granted once the new capacity is in
+// force, on either store.
+func TestAdminAPIPatchOfKVTokensGrantsTheWaiterThatNowFits(t *testing.T) {
+	for _, store := range []string{"local", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			t.Cleanup(func() { poolEmpty(t) })
+			redis := ""
+			if store == "redis" {
+				redis = fmt.Sprintf(`,"redis":{"addresses":[%q]}`, redistest.Start(t).Addr())
+			}
+			up := newHeldUpstream(t)
+			admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+			port := freePort(t)
+			cfg := fmt.Sprintf(`{"admin":{"listen":%q},"logging":{"logs":{"default":{"level":"ERROR"}}},
+				"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[
+				{"handler":"fair_queue","name":"patched-kv","permits":4,"kv_tokens":1000,"max_wait":"30s"%s},%s]}]}}}}}`,
+				admin, port, redis, up.proxy())
+			require.NoError(t, caddy.Load([]byte(cfg), false))
+			t.Cleanup(func() {
+				_ = caddy.Load([]byte(`{"admin":{"disabled":true}}`), false)
+				_ = caddy.Stop()
+			})
+			url := fmt.Sprintf("http://127.0.0.1:%d", port)
+			const heavy = `{"messages":[{"role":"user","content":"hi"}],"max_tokens":600,"n":%d}`
+			first := chat(t.Context(), http.DefaultClient, url, fmt.Sprintf(heavy, 1))
+			up.nextBody(t)
+			second := chat(t.Context(), http.DefaultClient, url, fmt.Sprintf(heavy, 2))
+			waitQueueWaiting(t, "patched-kv", 1)
+
+			code, body := adminCall(t, admin, http.MethodPatch, "/config/apps/http/servers/s/routes/0/handle/0/kv_tokens", `2000`)
+			require.Equal(t, http.StatusOK, code, body)
+			third := chat(t.Context(), http.DefaultClient, url, `{"messages":[{"role":"user","content":"hi"}],"max_tokens":10}`)
+			// Both fit now: granted together, they reach the upstream in
+			// either order (the waiter is woken, the newcomer answered).
+			bodies := up.nextBody(t) + up.nextBody(t)
+			assert.Contains(t, bodies, `"n":2`, "the waiter is kept and fits the new capacity")
+			assert.Contains(t, bodies, `"max_tokens":10`)
+			for range 3 {
+				up.release <- struct{}{}
+			}
+			for _, ch := range []<-chan answer{first, second, third} {
+				assert.Equal(t, http.StatusOK, got(t, ch).status)
+			}
+		})
+	}
 }
