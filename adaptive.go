@@ -1,6 +1,8 @@
 package caddyfairqueue
 
 import (
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -38,7 +40,7 @@ type AdaptiveConfig struct {
 	// while requests waited, in (0, 1]; default 0.015625 (1/64).
 	Step float64 `json:"step,omitempty"`
 	// BreachShare is the share of samples above the target that is a
-	// breach, in [0, 1); default 0.01 (the target is a p99).
+	// breach, in (0, 1); default 0.01 (the target is a p99).
 	BreachShare float64 `json:"breach_share,omitempty"`
 	// MinSamples is how many samples a window needs before the target is
 	// judged (a 429/503 moves the capacity at once); default
@@ -72,11 +74,11 @@ func parseAdaptive(d *caddyfile.Dispenser) (*AdaptiveConfig, error) {
 	a := new(AdaptiveConfig)
 	err := parseBlock(d, map[string]optionParser{
 		"target_ttft":     opt(&a.TargetTTFT, durationArg(time.Millisecond)),
-		"floor":           opt(&a.Floor, floatArg(1e-9, 1)),
+		"floor":           opt(&a.Floor, shareArg(true)),
 		"interval":        opt(&a.Interval, durationArg(fairqueue.MinAdaptiveInterval)),
-		"decrease":        opt(&a.Decrease, floatArg(1e-9, 1-1e-9)),
-		"step":            opt(&a.Step, floatArg(1e-9, 1)),
-		"breach_share":    opt(&a.BreachShare, floatArg(0, 1-1e-9)),
+		"decrease":        opt(&a.Decrease, shareArg(false)),
+		"step":            opt(&a.Step, shareArg(true)),
+		"breach_share":    opt(&a.BreachShare, shareArg(false)),
 		"min_samples":     opt(&a.MinSamples, intArg(1)),
 		"backend_metrics": opt(&a.BackendMetrics, stringArg),
 	})
@@ -87,6 +89,29 @@ func parseAdaptive(d *caddyfile.Dispenser) (*AdaptiveConfig, error) {
 		return nil, d.Err("adaptive: target_ttft is required")
 	}
 	return a, nil
+}
+
+// shareArg reads one number in (0, 1), or in (0, 1] when one is allowed:
+// 0 is the unset value of these options (their default), never a share.
+func shareArg(oneAllowed bool) func(*caddyfile.Dispenser) (float64, error) {
+	return func(d *caddyfile.Dispenser) (float64, error) {
+		opt, v, err := optionArg(d)
+		if err != nil {
+			return 0, err
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return 0, d.Errf("adaptive: %s: '%s' is not a number", opt, v)
+		}
+		if f <= 0 || f > 1 || f == 1 && !oneAllowed {
+			bounds := "(0, 1)"
+			if oneAllowed {
+				bounds = "(0, 1]"
+			}
+			return 0, d.Errf("adaptive: %s must be in %s, got %s", opt, bounds, v)
+		}
+		return f, nil
+	}
 }
 
 // observeAnswer tells an adaptive queue what a forwarded request saw:

@@ -22,7 +22,7 @@ func TestCaddyfileParsesTheAdaptiveBlock(t *testing.T) {
 		Decrease: 0.8, Step: 0.05, BreachShare: 0.05, MinSamples: 40}, *h.Adaptive)
 	assert.Equal(t, &fairqueue.Adaptive{TargetTTFT: 2 * time.Second, Floor: 0.1, Interval: 500 * time.Millisecond, Decrease: 0.8,
 		Step: 0.05, BreachShare: 0.05, MinSamples: 40}, h.settings().cfg.Adaptive)
-	assert.Equal(t, "adaptive (off and {TargetTTFT:2s Floor:0 Interval:0s Decrease:0 Step:0 BreachShare:0 MinSamples:0 BackendMetrics:})",
+	assert.Equal(t, "adaptive (off and {target_ttft: 2s})",
 		(&Handler{Permits: 1}).settings().diff((&Handler{Permits: 1, Adaptive: &AdaptiveConfig{TargetTTFT: caddy.Duration(2 * time.Second)}}).settings()))
 }
 

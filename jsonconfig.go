@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/caddyserver/caddy/v2"
 )
 
 // UnmarshalJSON decodes the handler's JSON config as Caddy does, strictly
@@ -45,6 +47,7 @@ func decodeStrict(b []byte, v any) error {
 var (
 	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
 	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+	durationType    = reflect.TypeFor[caddy.Duration]()
 )
 
 // configError returns the first error of raw decoded as a t, prefixed
@@ -113,6 +116,12 @@ func configError(raw json.RawMessage, t reflect.Type, path string) error {
 		return nil
 	}
 	if err := json.Unmarshal(raw, reflect.New(t).Interface()); err != nil {
+		var typ *json.UnmarshalTypeError
+		if t == durationType && errors.As(err, &typ) {
+			// caddy.Duration decodes a non-string as an int64: the error
+			// names that, not the duration a string gives.
+			return prefixed(path, fmt.Errorf(`want a duration such as "20s", got %s`, article(typ.Value)))
+		}
 		return leafError(path, err)
 	}
 	return nil

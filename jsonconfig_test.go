@@ -104,3 +104,21 @@ func TestJSONConfigRefusesANullRejectAndNegativeDurations(t *testing.T) {
 		})
 	}
 }
+
+// A duration field takes a string such as "20s" (or an integer of
+// nanoseconds, as every Caddy duration): one given another kind of value
+// was told "want an integer", which sent operators to write 20 for 20s
+// (20 ns, refused next as below 50ms).
+func TestJSONConfigDurationOfAnotherKindIsToldADuration(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	for _, tc := range []struct{ fields, want string }{
+		{`"permits":1,"max_wait":true`, `max_wait: want a duration such as "20s", got a bool`},
+		{`"permits":1,"max_wait":1.5`, `max_wait: want a duration such as "20s", got a number 1.5`},
+		{`"permits":1,"redis":{"read_timeout":{}}`, `redis.read_timeout: want a duration such as "20s", got an object`},
+		{`"permits":1,"adaptive":{"target_ttft":[1]}`, `adaptive.target_ttft: want a duration such as "20s", got an array`},
+	} {
+		err := loadHandlerJSON(t, tc.fields)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+}

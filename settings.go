@@ -197,14 +197,33 @@ func (s queueSettings) diff(o queueSettings) string {
 	return ""
 }
 
-// settingValue shows a setting in a diff: a block (a pointer) as its
-// fields, or off when unset.
+// settingValue shows a setting in a diff as the operator wrote it: a
+// block (a pointer) as the options it sets, by their JSON names, or off
+// when unset; a list of blocks (upstreams) as a list of them.
 func settingValue(v reflect.Value) string {
-	if v.Kind() == reflect.Pointer {
+	switch v.Kind() {
+	case reflect.Pointer:
 		if v.IsNil() {
 			return "off"
 		}
-		return fmt.Sprintf("%+v", v.Elem().Interface())
+		return settingValue(v.Elem())
+	case reflect.Struct:
+		var opts []string
+		for i := range v.NumField() {
+			f := v.Type().Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if !f.IsExported() || name == "-" || v.Field(i).IsZero() {
+				continue // not an option, or unset: its default
+			}
+			opts = append(opts, cmp.Or(name, optionName(f.Name))+": "+settingValue(v.Field(i)))
+		}
+		return "{" + strings.Join(opts, ", ") + "}"
+	case reflect.Slice:
+		items := make([]string, v.Len())
+		for i := range items {
+			items[i] = settingValue(v.Index(i))
+		}
+		return "[" + strings.Join(items, ", ") + "]"
 	}
 	return fmt.Sprint(v.Interface())
 }

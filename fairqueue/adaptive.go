@@ -54,7 +54,8 @@ type Adaptive struct {
 	// (0, 1]. Default 1/64 (with permits 64, one permit a second).
 	Step float64 `json:"step,omitempty"`
 	// BreachShare is the share of TTFTs above the target that counts as
-	// a breach, in [0, 1). Default 0.01 (the target is a p99).
+	// a breach, in (0, 1). Default 0.01 (the target is a p99); 0 is
+	// unset, the default.
 	BreachShare float64 `json:"breach_share,omitempty"`
 	// MinSamples is how many TTFTs a window needs before the target is
 	// judged (a refusal moves the share at once): a p99 judged on ten
@@ -111,8 +112,8 @@ func (a Adaptive) validate() error {
 		return fmt.Errorf("adaptive: decrease must be in (0, 1), got %v", a.Decrease)
 	case !(a.Step > 0 && a.Step <= 1):
 		return fmt.Errorf("adaptive: step must be in (0, 1], got %v", a.Step)
-	case !(a.BreachShare >= 0 && a.BreachShare < 1):
-		return fmt.Errorf("adaptive: breach_share must be in [0, 1), got %v", a.BreachShare)
+	case !(a.BreachShare > 0 && a.BreachShare < 1):
+		return fmt.Errorf("adaptive: breach_share must be in (0, 1), got %v", a.BreachShare)
 	case a.MinSamples < 1:
 		return fmt.Errorf("adaptive: min_samples must be at least 1, got %d", a.MinSamples)
 	}

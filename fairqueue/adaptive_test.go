@@ -57,7 +57,7 @@ func TestAdaptiveSettingsAreValidated(t *testing.T) {
 		{Adaptive{TargetTTFT: time.Second, Interval: time.Millisecond}, "interval must be at least 100ms"},
 		{Adaptive{TargetTTFT: time.Second, Decrease: 1}, "decrease must be in (0, 1)"},
 		{Adaptive{TargetTTFT: time.Second, Step: 2}, "step must be in (0, 1]"},
-		{Adaptive{TargetTTFT: time.Second, BreachShare: 1}, "breach_share must be in [0, 1)"},
+		{Adaptive{TargetTTFT: time.Second, BreachShare: 1}, "breach_share must be in (0, 1)"},
 	} {
 		err := Config{Permits: 1, Adaptive: &c.a}.Validate()
 		if assert.Error(t, err) {
