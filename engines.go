@@ -49,8 +49,14 @@ func newEngineKey(b backend, queue string) engineKey {
 	return engineKey{store: b.storeID(), queue: queue}
 }
 
-// exiting reports whether the process is exiting; a variable for tests.
-var exiting = caddy.Exiting
+// exiting reports whether the process is exiting, or a test says so
+// (exitingForTest).
+func exiting() bool { return exitingForTest.Load() || caddy.Exiting() }
+
+// exitingForTest makes exiting report true. Caddy in a test process
+// never exits; a flag rather than a swapped function, so that a test may
+// set it while Caddy's goroutines read it.
+var exitingForTest atomic.Bool
 
 // provisions numbers handlers in the order they are provisioned, so that
 // an engine takes the settings of the newest config that uses it and an
