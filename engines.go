@@ -205,7 +205,8 @@ func (e *engine) exit() {
 // Destruct implements caddy.Destructor: the registry dropped its last
 // reference. On exit the queue closes at once (the grace period is over:
 // this node's remaining permits are released in the store); on a reload
-// it closes when its last request is done.
+// it closes when its last request is done, or when the process exits
+// (exit.go).
 func (e *engine) Destruct() error {
 	e.mu.Lock()
 	e.retired = true
@@ -221,6 +222,7 @@ func (e *engine) Destruct() error {
 	if now {
 		return e.close()
 	}
+	watchExit()
 	return nil
 }
 
