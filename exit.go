@@ -85,11 +85,16 @@ func retiredEngines() []*engine {
 // closeRetired runs at the exit once the servers have shut down (the grace
 // period is over): a retired queue whose requests still run releases
 // their permits and leaves, as the config's queues did at their cleanup.
+// They leave together, as a handler's queues do (releaseEngines).
 func closeRetired(context.Context) {
+	var wg sync.WaitGroup
 	for _, e := range retiredEngines() {
-		e.q.RejectWaiters()
-		if err := e.close(); err != nil {
-			e.log.Warn("closing retired queue", zap.String("queue", e.name), zap.Error(err))
-		}
+		wg.Go(func() {
+			e.q.RejectWaiters()
+			if err := e.close(); err != nil {
+				e.log.Warn("closing retired queue", zap.String("queue", e.name), zap.Error(err))
+			}
+		})
 	}
+	wg.Wait()
 }
