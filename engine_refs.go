@@ -285,11 +285,15 @@ func (h *Handler) releaseEngines() error {
 	for _, e := range held {
 		e.handBack(h) // before the reference goes: the engine is open
 	}
-	var errs []error
-	for _, k := range keys {
-		if _, err := engines.Delete(k); err != nil {
-			errs = append(errs, err)
-		}
+	// The references go together: each may close its engine, whose leave
+	// is bounded by the store's timeouts; one after the other, while the
+	// store does not answer, they would take those timeouts once per
+	// queue (at exit, after the grace period).
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Go(func() { _, errs[i] = engines.Delete(k) })
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }

@@ -49,8 +49,14 @@ func newEngineKey(b backend, queue string) engineKey {
 	return engineKey{store: b.storeID(), queue: queue}
 }
 
-// exiting reports whether the process is exiting; a variable for tests.
-var exiting = caddy.Exiting
+// exiting reports whether the process is exiting, or a test says so
+// (exitingForTest).
+func exiting() bool { return exitingForTest.Load() || caddy.Exiting() }
+
+// exitingForTest makes exiting report true. Caddy in a test process
+// never exits; a flag rather than a swapped function, so that a test may
+// set it while Caddy's goroutines read it.
+var exitingForTest atomic.Bool
 
 // provisions numbers handlers in the order they are provisioned, so that
 // an engine takes the settings of the newest config that uses it and an
@@ -199,7 +205,8 @@ func (e *engine) exit() {
 // Destruct implements caddy.Destructor: the registry dropped its last
 // reference. On exit the queue closes at once (the grace period is over:
 // this node's remaining permits are released in the store); on a reload
-// it closes when its last request is done.
+// it closes when its last request is done, or when the process exits
+// (exit.go).
 func (e *engine) Destruct() error {
 	e.mu.Lock()
 	e.retired = true
@@ -215,6 +222,7 @@ func (e *engine) Destruct() error {
 	if now {
 		return e.close()
 	}
+	watchExit()
 	return nil
 }
 

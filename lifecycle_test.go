@@ -257,8 +257,8 @@ func TestOnExitTheLastReferenceClosesTheQueueAtOnce(t *testing.T) {
 	require.NotEmpty(t, rds.Keys(t, "*holders*"))
 	e := engineOf(t, h)
 
-	exiting = func() bool { return true }
-	defer func() { exiting = caddy.Exiting }()
+	exitingForTest.Store(true)
+	defer exitingForTest.Store(false)
 	require.NoError(t, h.Cleanup()) // the grace period is over
 	e.mu.Lock()
 	closed := e.closed
