@@ -53,7 +53,8 @@ type AdaptiveConfig struct {
 	// backend preempted since the last read (vllm:num_preemptions_total),
 	// and each reading of requests queued in it
 	// (vllm:num_requests_waiting > 0), counts as a time to first token
-	// above the target. Default: not read.
+	// above the target, and each reading as one sample. Default: not
+	// read.
 	BackendMetrics string `json:"backend_metrics,omitempty"`
 }
 

@@ -19,8 +19,10 @@ import (
 // read; each request it preempted since the last read
 // (vllm:num_preemptions_total) and each reading of requests queued in it
 // (vllm:num_requests_waiting > 0) counts as a time to first token above
-// the target (fairqueue.Queue.ObserveOverload): more of them than
-// breach_share of the window's samples moves its share down. A value starting
+// the target, and each reading as one sample of the window
+// (fairqueue.Queue.ObserveOverload): more of them than breach_share of
+// the window's samples moves its share down; a window of readings that
+// showed none, while requests waited, moves it up. A value starting
 // with "/" is a path on each pool upstream (http://<dial><path>); else it
 // is the URL of the one backend of a queue without a pool.
 
