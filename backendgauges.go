@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,7 +44,11 @@ func watchGauges(e *engine) *gaugeWatch {
 		defer close(w.done)
 		client := &http.Client{}
 		defer client.CloseIdleConnections()
-		last := map[string]float64{} // preemptions per upstream at the last read
+		// Preemptions per URL at its last read: by URL, not by share key,
+		// so that a reload pointing a share at another backend starts
+		// afresh, as a first read does, instead of counting every
+		// preemption since that backend started.
+		last := map[string]float64{}
 		for {
 			every := fairqueue.DefaultAdaptiveInterval
 			cfg := e.q.Config()
@@ -54,17 +60,22 @@ func watchGauges(e *engine) *gaugeWatch {
 				return
 			case <-time.After(every):
 			}
-			if cfg.Adaptive == nil || cfg.Adaptive.BackendMetrics == "" {
-				continue
+			var urls map[string]string
+			if cfg.Adaptive != nil && cfg.Adaptive.BackendMetrics != "" {
+				urls = gaugeURLs(cfg)
 			}
-			for key, url := range gaugeURLs(cfg) {
+			maps.DeleteFunc(last, func(url string, _ float64) bool {
+				// Read no more: read again later, it starts afresh.
+				return !slices.Contains(slices.Collect(maps.Values(urls)), url)
+			})
+			for key, url := range urls {
 				g, err := readGauges(ctx, client, url, every)
 				if err != nil {
 					e.log.Debug("backend gauges unread", zap.String("url", url), zap.Error(err))
 					continue
 				}
-				prev, seen := last[key]
-				last[key] = g.preemptions
+				prev, seen := last[url]
+				last[url] = g.preemptions
 				n := 0
 				if seen && g.preemptions > prev {
 					n = int(g.preemptions - prev) // each preempted request
