@@ -286,6 +286,11 @@ func (e *engine) report(ctx context.Context) queueReport {
 		rep.KV.TokensHeld = snap.TokensHeld
 	}
 	rep.Snapshot = snapshotReport(snap, cfg.Upstreams)
+	if len(cfg.Upstreams) > 0 {
+		// With a pool, each upstream's share is in force, not the queue's
+		// (one learned before a reload added the pool stays in the store).
+		rep.Snapshot.LearnedShare = 0
+	}
 	// The snapshot is the store now: the cluster view agrees with it.
 	live := 0
 	for _, n := range snap.Nodes {
