@@ -58,3 +58,37 @@ func TestAQueueShareLeftByAReloadToAPoolIsNotShownInForce(t *testing.T) {
 	require.Len(t, rep.Queues, 1, rec.Body.String())
 	assert.Nil(t, rep.Queues[0].Snapshot.LearnedShare, "the queue's old share shown in force: %s", rec.Body.String())
 }
+
+// A reload that turns adaptive off leaves the learned share in the store
+// (a later reload turning it on again starts from it), but the queue runs
+// all of its permits: the admin API must not show the share as in force.
+func TestALearnedShareIsNotShownOnceAReloadTurnsAdaptiveOff(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	const name = "share-then-off"
+	next, _ := refusingUpstream(t)
+	old := provisionLocal(t, newContext(t), &Handler{Name: name, Permits: 4, MaxWait: caddy.Duration(5 * time.Second),
+		Adaptive: &AdaptiveConfig{TargetTTFT: caddy.Duration(time.Second), MinSamples: 1, Interval: caddy.Duration(100 * time.Millisecond)}})
+	resp := serve(t, old, next).post(t, context.Background(), `{}`)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	q := engineOf(t, old).q
+	require.Eventually(t, func() bool { s, ok := q.Shares()[""]; return ok && s < 1 }, 5*time.Second, 10*time.Millisecond,
+		"the upstream's 429 did not bring the share down: %v", q.Shares())
+
+	updated := provisionLocal(t, newContext(t), &Handler{Name: name, Permits: 4, MaxWait: caddy.Duration(5 * time.Second)})
+	require.NoError(t, old.Cleanup())
+	resp = serve(t, updated, next).post(t, context.Background(), `{}`) // applies the new settings
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.Nil(t, q.Config().Adaptive, "adaptive off in force")
+	rec, err := getStatus(t, http.MethodGet, "/fair_queue/")
+	require.NoError(t, err)
+	var rep struct {
+		Queues []struct {
+			Snapshot struct {
+				LearnedShare *float64 `json:"learned_share"`
+			} `json:"snapshot"`
+		} `json:"queues"`
+	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &rep))
+	require.Len(t, rep.Queues, 1, rec.Body.String())
+	assert.Nil(t, rep.Queues[0].Snapshot.LearnedShare, "a share shown in force without adaptive: %s", rec.Body.String())
+}
