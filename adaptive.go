@@ -2,6 +2,7 @@ package caddyfairqueue
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -53,7 +54,8 @@ type AdaptiveConfig struct {
 	// backend preempted since the last read (vllm:num_preemptions_total),
 	// and each reading of requests queued in it
 	// (vllm:num_requests_waiting > 0), counts as a time to first token
-	// above the target. Default: not read.
+	// above the target, and each reading as one sample. Default: not
+	// read.
 	BackendMetrics string `json:"backend_metrics,omitempty"`
 }
 
@@ -143,8 +145,10 @@ var (
 		"With adaptive and a pool: the learned share of each upstream's configured permits and kv_tokens in force, from its own answers; as this instance last heard it from the store; absent until that upstream's share was learned.")
 )
 
-// collectAdaptive reports the learned shares of adaptive queues, by
-// queue label (the lowest of a label's engines) and upstream.
+// collectAdaptive reports the learned shares in force of adaptive queues,
+// by queue label (the lowest of a label's engines) and upstream: the
+// queue's without a pool, each upstream's with one (a share left in the
+// store from before a reload changed the pool is not in force).
 func collectAdaptive(ch chan<- prometheus.Metric, engines []*engine) {
 	type key struct{ label, upstream string }
 	out := map[key]float64{}
@@ -155,6 +159,9 @@ func collectAdaptive(ch chan<- prometheus.Metric, engines []*engine) {
 		}
 		label := e.label(cfg)
 		for up, s := range e.q.Shares() {
+			if !shareInForce(cfg, up) {
+				continue
+			}
 			k := key{label, up}
 			if cur, ok := out[k]; !ok || s < cur {
 				out[k] = s
@@ -168,4 +175,14 @@ func collectAdaptive(ch chan<- prometheus.Metric, engines []*engine) {
 			ch <- prometheus.MustNewConstMetric(descUpstreamCapacityShare, prometheus.GaugeValue, s, k.label, k.upstream)
 		}
 	}
+}
+
+// shareInForce reports whether the learned share of key ("": the queue's, else
+// an upstream's dial) applies under cfg: the queue's without a pool, each
+// pool upstream's with one (fairqueue.Limits.Scale).
+func shareInForce(cfg fairqueue.Config, key string) bool {
+	if len(cfg.Upstreams) == 0 {
+		return key == ""
+	}
+	return slices.ContainsFunc(cfg.Upstreams, func(u fairqueue.Upstream) bool { return u.Dial == key })
 }

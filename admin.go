@@ -286,6 +286,17 @@ func (e *engine) report(ctx context.Context) queueReport {
 		rep.KV.TokensHeld = snap.TokensHeld
 	}
 	rep.Snapshot = snapshotReport(snap, cfg.Upstreams)
+	// Only the learned shares in force: none without adaptive, and with a
+	// pool each upstream's, not the queue's (one learned before a reload
+	// turned adaptive off or added the pool stays in the store).
+	if cfg.Adaptive == nil || len(cfg.Upstreams) > 0 {
+		rep.Snapshot.LearnedShare = 0
+	}
+	if cfg.Adaptive == nil {
+		for i := range rep.Snapshot.Upstreams {
+			rep.Snapshot.Upstreams[i].LearnedShare = 0
+		}
+	}
 	// The snapshot is the store now: the cluster view agrees with it.
 	live := 0
 	for _, n := range snap.Nodes {

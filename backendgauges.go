@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,8 +21,10 @@ import (
 // read; each request it preempted since the last read
 // (vllm:num_preemptions_total) and each reading of requests queued in it
 // (vllm:num_requests_waiting > 0) counts as a time to first token above
-// the target (fairqueue.Queue.ObserveOverload): more of them than
-// breach_share of the window's samples moves its share down. A value starting
+// the target, and each reading as one sample of the window
+// (fairqueue.Queue.ObserveOverload): more of them than breach_share of
+// the window's samples moves its share down; a window of readings that
+// showed none, while requests waited, moves it up. A value starting
 // with "/" is a path on each pool upstream (http://<dial><path>); else it
 // is the URL of the one backend of a queue without a pool.
 
@@ -40,7 +44,11 @@ func watchGauges(e *engine) *gaugeWatch {
 		defer close(w.done)
 		client := &http.Client{}
 		defer client.CloseIdleConnections()
-		last := map[string]float64{} // preemptions per upstream at the last read
+		// Preemptions per URL at its last read: by URL, not by share key,
+		// so that a reload pointing a share at another backend starts
+		// afresh, as a first read does, instead of counting every
+		// preemption since that backend started.
+		last := map[string]float64{}
 		for {
 			every := fairqueue.DefaultAdaptiveInterval
 			cfg := e.q.Config()
@@ -52,17 +60,22 @@ func watchGauges(e *engine) *gaugeWatch {
 				return
 			case <-time.After(every):
 			}
-			if cfg.Adaptive == nil || cfg.Adaptive.BackendMetrics == "" {
-				continue
+			var urls map[string]string
+			if cfg.Adaptive != nil && cfg.Adaptive.BackendMetrics != "" {
+				urls = gaugeURLs(cfg)
 			}
-			for key, url := range gaugeURLs(cfg) {
+			maps.DeleteFunc(last, func(url string, _ float64) bool {
+				// Read no more: read again later, it starts afresh.
+				return !slices.Contains(slices.Collect(maps.Values(urls)), url)
+			})
+			for key, url := range urls {
 				g, err := readGauges(ctx, client, url, every)
 				if err != nil {
 					e.log.Debug("backend gauges unread", zap.String("url", url), zap.Error(err))
 					continue
 				}
-				prev, seen := last[key]
-				last[key] = g.preemptions
+				prev, seen := last[url]
+				last[url] = g.preemptions
 				n := 0
 				if seen && g.preemptions > prev {
 					n = int(g.preemptions - prev) // each preempted request

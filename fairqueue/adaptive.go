@@ -287,17 +287,24 @@ func (q *Queue) ObserveRefused(upstream string) {
 	q.maybeAdapt(cfg)
 }
 
-// ObserveOverload records that upstream ("" without a pool) showed, in
-// its own gauges, n signs that it runs more than it should (requests it
-// preempted, a reading of requests queued in it), for Config.Adaptive:
-// they count as TTFTs above the target, judged with the window's samples
-// (BreachShare, MinSamples); a no-op without Adaptive.
+// ObserveOverload records one reading of upstream's ("" without a pool)
+// own gauges that showed n signs that it runs more than it should
+// (requests it preempted, requests queued in it; 0: none), for
+// Config.Adaptive: the reading counts as one sample of the window, and
+// each sign as a TTFT above the target, judged with the window's other
+// samples (BreachShare, MinSamples). A queue whose clients never stream
+// (no TTFT measured) learns from its readings so: down while they show
+// overload, up while they show none and requests wait. A no-op without
+// Adaptive.
 func (q *Queue) ObserveOverload(upstream string, n int) {
 	cfg := q.cfg.Load()
-	if cfg.Adaptive == nil || n <= 0 {
+	if cfg.Adaptive == nil || n < 0 {
 		return
 	}
-	q.learn.add(upstream, func(r *AdaptReport) { r.Over += n })
+	q.learn.add(upstream, func(r *AdaptReport) {
+		r.Samples++
+		r.Over += n
+	})
 	q.maybeAdapt(cfg)
 }
 

@@ -50,7 +50,11 @@ func (s *Store) Adapt(_ context.Context, a fairqueue.AdaptArgs) (map[string]floa
 	}
 	out := make(map[string]float64, len(s.shares))
 	for k, v := range s.shares {
-		out[k] = v
+		// A share below the floor in force (a reload raised it) rises to
+		// it now, not at its next move: a window may take MinSamples
+		// answers to ripen.
+		v = max(v, a.Floor)
+		s.shares[k], out[k] = v, v
 	}
 	return out, nil
 }

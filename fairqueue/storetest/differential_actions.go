@@ -185,8 +185,10 @@ func (d *diff) adapt(rt *rapid.T) {
 	r.Over = rapid.IntRange(0, r.Samples).Draw(rt, "over")
 	r.Refused = rapid.SampledFrom([]int{0, 0, 1}).Draw(rt, "refused")
 	a := fairqueue.AdaptArgs{Node: "n1", Reports: []fairqueue.AdaptReport{r}, Limited: rapid.Bool().Draw(rt, "limited"),
-		Floor: 0.125, Decrease: 0.5, Step: 0.25, BreachShare: 0.5, MinSamples: 1}
-	d.each(fmt.Sprintf("adapt %+v limited %v", r, a.Limited), func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
+		Floor:    rapid.SampledFrom([]float64{0.125, 0.125, 0.5}).Draw(rt, "floor"), // 0.5: a reload raised it
+		Decrease: 0.5, Step: 0.25, BreachShare: 0.5,
+		MinSamples: rapid.SampledFrom([]int{1, 1, 8}).Draw(rt, "min samples")} // 8: a window that takes a few reports
+	d.each(fmt.Sprintf("adapt %+v limited %v floor %v min samples %d", r, a.Limited, a.Floor, a.MinSamples), func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
 		ad, ok := s.(fairqueue.Adapter)
 		if !ok {
 			return "", nil, nil

@@ -8,7 +8,8 @@
 --   9 floor, 10 decrease, 11 step, 12 breach share, 13 interval ms,
 --   14 min samples (fairqueue.Ripe), then per share: its key ('' : the queue's, else an upstream's dial), the
 --   TTFTs measured, those above the target, the requests refused.
--- Returns {key, share, ...}: every share in force (17 significant digits).
+-- Returns {key, share, ...}: every share in force (17 significant digits),
+--   none below the floor.
 -- K.adapt: HASH, per share key k: s:k share, m:k when it moved (ms),
 --   n:k samples, o:k over, r:k refused, l:k limited (its window).
 clock()
@@ -32,4 +33,13 @@ for i = 15, #ARGV - 3, 4 do
     redis.call('HSET', K.adapt, 's:' .. k, num(share), 'm:' .. k, now, 'n:' .. k, 0, 'o:' .. k, 0, 'r:' .. k, 0, 'l:' .. k, 0)
   end
 end
-return learned_shares()
+-- A share below the floor in force (a reload raised it) rises to it now,
+-- not at its next move: a window may take min_samples answers to ripen.
+local l = learned_shares()
+for i = 1, #l, 2 do
+  if tonumber(l[i + 1]) < floor then
+    redis.call('HSET', K.adapt, 's:' .. l[i], num(floor))
+    l[i + 1] = num(floor)
+  end
+end
+return l
