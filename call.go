@@ -50,9 +50,10 @@ type call struct {
 	sent      *http.Request // a pool's request as first passed on: a requeue sends it again
 	usage     *usageWriter  // cost tokens: reads the answer's usage
 	fb        *firstByteWriter
-	forwarded bool  // next was called
-	running   bool  // counted in e.running
-	tokens    int64 // the permit's tokens, counted in e.tokens while running
+	forwarded bool   // next was called
+	uncut     func() // frees the context the exit may end (cuttable)
+	running   bool   // counted in e.running
+	tokens    int64  // the permit's tokens, counted in e.tokens while running
 }
 
 // read reads the request's body and names its queue. answered: the
@@ -190,6 +191,10 @@ func (c *call) serve() error {
 	}
 	c.record(outcome, reason, c.permit.Waited(), c.permit.Position())
 	c.forwarded = true
+	if c.e.remote {
+		// The exit may end it (engine.endRunning).
+		c.r, c.uncut = cuttable(c.r)
+	}
 	c.fb = newFirstByteWriter(c.w)
 	c.w = c.fb
 	c.fb.forwarded, c.fb.upstream = time.Now(), c.permit.Upstream()
@@ -272,6 +277,9 @@ func (c *call) finish() {
 		c.e.tokens.Add(-c.tokens)
 	}
 	c.e.finish(c.permit, c.done)
+	if c.uncut != nil {
+		c.uncut()
+	}
 }
 
 // left reports whether the client has gone: its request's context

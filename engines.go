@@ -100,8 +100,10 @@ type engine struct {
 	// moved: the queue's waiters moved to a namesake in another store,
 	// and its new ones go there (namesakes.go).
 	moved  atomic.Bool
-	closed bool   // q.Close was called
-	gen    uint64 // provisioning number of the settings in force (0: opened at a provision, none applied yet)
+	closed bool // q.Close was called
+	// closeDone is closed when the close that set closed is done.
+	closeDone chan struct{}
+	gen       uint64 // provisioning number of the settings in force (0: opened at a provision, none applied yet)
 }
 
 // newEngine opens queue name in b with h's settings, in force as those
@@ -220,6 +222,9 @@ func (e *engine) Destruct() error {
 		e.adopt(s) // its releases hand permits on in s's queue
 	}
 	if now {
+		if exiting() {
+			e.endRunning()
+		}
 		return e.close()
 	}
 	watchExit()
@@ -242,13 +247,19 @@ func (e *engine) adopt(s *engine) {
 }
 
 // close leaves the queue; it is bounded by the engine's store timeout.
+// A second call waits for the first one's leave: the exit's (Destruct)
+// must not return while the last request's is under way.
 func (e *engine) close() error {
 	e.mu.Lock()
 	if e.closed {
+		done := e.closeDone
 		e.mu.Unlock()
+		<-done
 		return nil
 	}
 	e.closed = true
+	e.closeDone = make(chan struct{})
+	defer close(e.closeDone)
 	gauges := e.gauges
 	e.mu.Unlock()
 	if namesakes.remove(e) {

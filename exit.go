@@ -2,7 +2,9 @@ package caddyfairqueue
 
 import (
 	"context"
+	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -91,10 +93,91 @@ func closeRetired(context.Context) {
 	for _, e := range retiredEngines() {
 		wg.Go(func() {
 			e.q.RejectWaiters()
+			e.endRunning()
 			if err := e.close(); err != nil {
 				e.log.Warn("closing retired queue", zap.String("queue", e.name), zap.Error(err))
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// A request still running when the process exits past its grace period
+// runs at the upstream until the process ends. Leaving the queue would
+// free its permit at once, and another instance's waiter would reach the
+// upstream beside it: the exit first ends the instance's running requests
+// (their contexts, so reverse_proxy closes the upstream's connection),
+// lets each hold its permit for its abort grace as any aborted request
+// does, and leaves once they are done (engine.endRunning). Only requests
+// of a shared store (Redis) take part: a local queue's permits are this
+// process's alone.
+
+// cut is the context whose end ends the forwarded requests that took it.
+type cut struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newCut() *cut {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &cut{ctx, cancel}
+}
+
+// currentCut is the cut a request forwarded now takes; cutRunning ends
+// it and puts a new one in its place (a test process goes on serving).
+var currentCut atomic.Pointer[cut]
+
+func init() { currentCut.Store(newCut()) }
+
+// cutRunning ends every forwarded request that took the cut in force.
+func cutRunning() { currentCut.Swap(newCut()).cancel() }
+
+// cuttable gives r a context that ends with it or with the exit's cut;
+// stop frees what it holds once the request is done.
+func cuttable(r *http.Request) (_ *http.Request, stop func()) {
+	ctx, cancel := context.WithCancel(r.Context())
+	unhook := context.AfterFunc(currentCut.Load().ctx, cancel)
+	return r.WithContext(ctx), func() { unhook(); cancel() }
+}
+
+// longestAbortGrace is the longest abort grace of the handlers
+// provisioned in this process: endRunning waits that long for the
+// requests it ended, and a little more for their releases.
+var longestAbortGrace atomic.Int64
+
+// noteAbortGrace records a handler's abort grace (Provision).
+func noteAbortGrace(d time.Duration) {
+	for {
+		old := longestAbortGrace.Load()
+		if int64(d) <= old || longestAbortGrace.CompareAndSwap(old, int64(d)) {
+			return
+		}
+	}
+}
+
+// endRunningSlack bounds, beyond the abort grace, how long the exit waits
+// for the requests it ended: their releases are store calls, each bounded
+// by the store's timeouts.
+const endRunningSlack = 3 * time.Second
+
+// endRunning ends the requests still in e when the process exits, and
+// waits until they are done or the bound passes; the leave (close) then
+// frees only what is left.
+func (e *engine) endRunning() {
+	if !e.remote {
+		return
+	}
+	deadline := time.Now().Add(time.Duration(longestAbortGrace.Load()) + endRunningSlack)
+	for {
+		e.mu.Lock()
+		n := e.active
+		e.mu.Unlock()
+		if n == 0 || time.Now().After(deadline) {
+			return
+		}
+		// Again each round: a request forwarded meanwhile (a requeued
+		// one) took the new cut.
+		cutRunning()
+		time.Sleep(10 * time.Millisecond)
+	}
 }

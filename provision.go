@@ -25,6 +25,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.validate(); err != nil {
 		return err
 	}
+	noteAbortGrace(h.abortGrace())
 	policies, err := compileRejects(h.Reject)
 	if err != nil {
 		return err
