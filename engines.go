@@ -110,7 +110,7 @@ func newEngine(b backend, name string, h *Handler, gen uint64) (*engine, error) 
 	fallback := memstore.New()
 	e := &engine{name: name, data: b.dataID(), store: b.describe(), release: release, log: h.logger, fallback: fallback, gen: gen,
 		remote: b.dataID() != localID}
-	cfg := h.queueConfig(name, fallback)
+	cfg := e.observed(h.queueConfig(name, fallback))
 	cfg.Reserved, cfg.ReservedTokens = e.reserved, e.reservedTokens
 	if e.q, err = fairqueue.New(st, cfg); err != nil {
 		release()
@@ -264,6 +264,7 @@ func (e *engine) reconfigure(gen uint64, cfg fairqueue.Config) (old fairqueue.Co
 		return fairqueue.Config{}, false, nil
 	}
 	old = e.q.Config()
+	cfg = e.observed(cfg)
 	cfg.Reserved, cfg.ReservedTokens = e.reserved, e.reservedTokens
 	if err := e.q.Reconfigure(cfg); err != nil {
 		return old, false, err

@@ -315,7 +315,11 @@ func queueGauges(engines []*engine) map[string]*gauges {
 // label is the queue label of e's metrics: its observer's (newObserver),
 // or its name.
 func (e *engine) label(cfg fairqueue.Config) string {
-	if o, ok := cfg.Observer.(*queueObserver); ok {
+	o := cfg.Observer
+	if m, ok := o.(movedObserver); ok {
+		o = m.Observer
+	}
+	if o, ok := o.(*queueObserver); ok {
 		return o.queue
 	}
 	return e.name
