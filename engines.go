@@ -73,6 +73,7 @@ type engine struct {
 	running  atomic.Int64    // requests granted and not yet finished (see reserved)
 	waits    waitList        // requests waiting in its queue (see retiredSum)
 	tokens   atomic.Int64    // their KV-cache tokens (fairqueue.Request.Tokens; see reservedTokens)
+	grants   atomic.Int64    // permits its queue granted to this instance's requests (engineObserver)
 	kv       promptEstimator // the prompt's bytes per token, learned from answers
 	budget   budgetEstimator // the completion budget of a request that sets none, learned from answers
 	routes   engineRoutes    // the live handlers' routes, by the shape of their grants

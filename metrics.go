@@ -316,7 +316,7 @@ func queueGauges(engines []*engine) map[string]*gauges {
 // or its name.
 func (e *engine) label(cfg fairqueue.Config) string {
 	o := cfg.Observer
-	if m, ok := o.(movedObserver); ok {
+	if m, ok := o.(engineObserver); ok {
 		o = m.Observer
 	}
 	if o, ok := o.(*queueObserver); ok {

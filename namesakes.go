@@ -297,36 +297,6 @@ func (e *engine) move() {
 	}
 }
 
-// movedObserver is the Observer of an engine's queue: the handler's
-// (newObserver), less the shutting_down rejects of the queue once it
-// moved (move). Those end a wait that goes on in the queue in force
-// (acquire), which refuses nobody; acquire counts the one it gives up.
-type movedObserver struct {
-	fairqueue.Observer
-	e *engine
-}
-
-// Rejected implements fairqueue.Observer.
-func (o movedObserver) Rejected(r fairqueue.Reason, wait time.Duration) {
-	if r == fairqueue.ReasonShuttingDown && o.e.moved.Load() {
-		return
-	}
-	o.Observer.Rejected(r, wait)
-}
-
-// observed is cfg with its Observer, the handler's, wrapped for e
-// (movedObserver); a config read from another engine's queue (adopt)
-// is unwrapped first.
-func (e *engine) observed(cfg fairqueue.Config) fairqueue.Config {
-	if m, ok := cfg.Observer.(movedObserver); ok {
-		cfg.Observer = m.Observer
-	}
-	if cfg.Observer != nil {
-		cfg.Observer = movedObserver{Observer: cfg.Observer, e: e}
-	}
-	return cfg
-}
-
 // grantArrived runs between a request's grant and its count in its
 // engine's running requests; tests use it to hold a grant there.
 var grantArrived = func(*engine) {}
@@ -367,7 +337,7 @@ func (c *call) acquire() (*fairqueue.Permit, error) {
 		next := namesakes.successor(c.e)
 		if next == nil {
 			// Moved, and its successor gone since (another reload):
-			// refused here, and counted here (movedObserver).
+			// refused here, and counted here (engineObserver).
 			metrics.rejects.WithLabelValues(c.name, string(fairqueue.ReasonShuttingDown)).Inc()
 			return nil, &fairqueue.RejectError{Reason: fairqueue.ReasonShuttingDown, Waited: time.Since(c.start), RetryAfter: time.Second, Err: errMoved}
 		}
