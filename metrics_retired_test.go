@@ -54,6 +54,34 @@ func TestARetiredQueuesRunningRequestsStayInNodeInFlight(t *testing.T) {
 	assert.Equal(t, 1, inFlight, "the admin API shows it too")
 }
 
+// The queue a reload retired in another store is not the queue of the
+// config in force: its permits are not this instance's configuration,
+// and caddy_fair_queue_permits ("as configured here") reads the new
+// config's alone while the old queue's request runs. It read their sum
+// (5: the old 4 and the new 1), and the dashboard's saturation with it.
+func TestARetiredQueueInAnotherStoreLeavesThePermitsGauge(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	const name = "retired-permits"
+	old := provision(t, newContext(t), rds.Addr(), &Handler{Name: name, Permits: 4, MaxWait: caddy.Duration(time.Minute)})
+	next := newHolder()
+	running := newRequest(context.Background(), `{}`).start(old, next)
+	t.Cleanup(func() { running.wait(t) })
+	t.Cleanup(func() { close(next.release) })
+	next.waitEntered(t)
+
+	ctx := newContext(t)
+	provisionLocal(t, ctx, &Handler{Name: name, Permits: 1, MaxWait: caddy.Duration(time.Minute)})
+	require.NoError(t, old.Cleanup())
+
+	reg := ctx.GetMetricsRegistry()
+	permits, ok := gauge(t, reg, "caddy_fair_queue_permits", name)
+	require.True(t, ok)
+	assert.Equal(t, 1.0, permits, "the permits of the config in force")
+	inFlight, _ := gauge(t, reg, "caddy_fair_queue_node_in_flight", name)
+	assert.Equal(t, 1.0, inFlight, "the old config's request still counts here")
+}
+
 // A request the handler refuses because it cannot open its queue (a name
 // over 200 bytes, or beyond the cap of 100 queues) is answered 429
 // queue_full and counted in requests_total{queue="(overflow)",
