@@ -273,7 +273,9 @@ type gauges struct {
 func queueGauges(engines []*engine) map[string]*gauges {
 	out := make(map[string]*gauges)
 	label := func(e *engine) string { return e.label(e.q.Config()) }
-	for _, group := range byQueue(engines, label) {
+	groups := byQueue(engines, label)
+	inForce := configured(groups, label)
+	for i, group := range groups {
 		g := out[label(group[0])]
 		if g == nil {
 			g = &gauges{storeUp: 1}
@@ -300,7 +302,9 @@ func queueGauges(engines []*engine) map[string]*gauges {
 				q.leaseExpirations = max(q.leaseExpirations, st.Cluster.LeaseExpirations)
 			}
 		}
-		g.permits += q.permits
+		if inForce[i] {
+			g.permits += q.permits
+		}
 		g.waiting += q.waiting
 		g.inFlight += q.inFlight
 		g.storeUp = min(g.storeUp, q.storeUp)
@@ -308,6 +312,33 @@ func queueGauges(engines []*engine) map[string]*gauges {
 		g.clusterInFlight += q.clusterInFlight
 		g.clusterNodes += q.clusterNodes
 		g.leaseExpirations = max(g.leaseExpirations, q.leaseExpirations)
+	}
+	return out
+}
+
+// configured reports, for each group of byQueue, whether its settings
+// are this instance's configuration: not those of a queue a reload
+// retired (every engine of the group retired) while a queue of its
+// label is in force, the reload having moved it to another store. Its
+// requests still count where they run (node_in_flight).
+func configured(groups [][]*engine, label func(*engine) string) []bool {
+	retired := func(group []*engine) bool {
+		for _, e := range group {
+			if !e.retiredFlag.Load() {
+				return false
+			}
+		}
+		return true
+	}
+	live := make(map[string]bool)
+	for _, group := range groups {
+		if !retired(group) {
+			live[label(group[0])] = true
+		}
+	}
+	out := make([]bool, len(groups))
+	for i, group := range groups {
+		out[i] = !retired(group) || !live[label(group[0])]
 	}
 	return out
 }
