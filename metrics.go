@@ -268,8 +268,9 @@ type gauges struct {
 // queueGauges reads the gauges of engines, by queue label. Engines of
 // one label on one data set are one queue (byQueue): its permits and the
 // store's view count once. Queues of one label (one name in different
-// stores, or the queues of one handler labelled alike) add up, and
-// store_up is 0 if any of them is down.
+// stores, or the queues of one handler labelled alike) add up, but for
+// the permits of one a reload retired (configured), and store_up is 0
+// if any of them is down.
 func queueGauges(engines []*engine) map[string]*gauges {
 	out := make(map[string]*gauges)
 	label := func(e *engine) string { return e.label(e.q.Config()) }
