@@ -82,6 +82,33 @@ func TestARetiredQueueInAnotherStoreLeavesThePermitsGauge(t *testing.T) {
 	assert.Equal(t, 1.0, inFlight, "the old config's request still counts here")
 }
 
+// As TestARetiredQueueInAnotherStoreLeavesThePermitsGauge, for a pool:
+// each upstream's permits and kv_tokens are the config in force's.
+func TestARetiredPoolInAnotherStoreLeavesTheUpstreamPermitsGauges(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	const name = "retired-pool-permits"
+	pool := func(permits, tokens int) *Handler {
+		return &Handler{Name: name, MaxWait: caddy.Duration(time.Minute),
+			Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: permits, KVTokens: tokens}}}
+	}
+	old := provision(t, newContext(t), rds.Addr(), pool(4, 4000))
+	next := newHolder()
+	running := poolRequest(context.Background()).start(old, next)
+	t.Cleanup(func() { running.wait(t) })
+	t.Cleanup(func() { close(next.release) })
+	next.waitEntered(t)
+
+	ctx := newContext(t)
+	provisionLocal(t, ctx, pool(1, 1000))
+	require.NoError(t, old.Cleanup())
+
+	got := queueGaugeValues(t, ctx.GetMetricsRegistry(), name)
+	assert.Equal(t, 1.0, got["upstream_permits a:1"], "the upstream's permits in force: %v", got)
+	assert.Equal(t, 1000.0, got["upstream_kv_tokens_capacity a:1"], "its kv_tokens in force: %v", got)
+	assert.Equal(t, 1000.0, got["kv_tokens_capacity"], "the queue's kv_tokens in force: %v", got)
+}
+
 // A request the handler refuses because it cannot open its queue (a name
 // over 200 bytes, or beyond the cap of 100 queues) is answered 429
 // queue_full and counted in requests_total{queue="(overflow)",
