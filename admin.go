@@ -120,7 +120,10 @@ type kvReport struct {
 	CompletionSamples int64 `json:"completion_samples"`
 }
 
-// nodeReport is fairqueue.Stats in the API.
+// nodeReport is fairqueue.Stats in the API, but for Grants: the
+// permits granted to this instance's requests, as grants_total counts
+// them (fail-open admissions excluded), not the queue's counter that
+// fairqueue.Stats.Grants is (the snapshot's grants).
 type nodeReport struct {
 	Waiting  int   `json:"waiting"`
 	InFlight int   `json:"in_flight"`
@@ -252,6 +255,7 @@ func reportQueue(ctx context.Context, group []*engine) queueReport {
 		st := e.q.Stats()
 		rep.Stats.Waiting += st.Waiting
 		rep.Stats.InFlight += st.InFlight
+		rep.Stats.Grants += e.grants.Load()
 		if rep.KV != nil {
 			rep.KV.NodeTokensHeld += e.tokens.Load()
 		}
@@ -269,7 +273,7 @@ func (e *engine) report(ctx context.Context) queueReport {
 	rep.MaxWaitMS = cfg.MaxWait.Milliseconds()
 	rep.LeaseMS = cfg.Lease.Milliseconds()
 	rep.Node = q.Node()
-	rep.Stats = &nodeReport{Waiting: st.Waiting, InFlight: st.InFlight, StoreUp: st.StoreUp, Grants: st.Grants}
+	rep.Stats = &nodeReport{Waiting: st.Waiting, InFlight: st.InFlight, StoreUp: st.StoreUp, Grants: e.grants.Load()}
 	if st.Cluster.Nodes > 0 {
 		rep.Cluster = &clusterReport{Waiting: st.Cluster.Waiting, InFlight: st.Cluster.Holders, Nodes: st.Cluster.Nodes,
 			AgeMS: time.Since(st.Cluster.At).Milliseconds()}

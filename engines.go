@@ -79,6 +79,7 @@ type engine struct {
 	running  atomic.Int64    // requests granted and not yet finished (see reserved)
 	waits    waitList        // requests waiting in its queue (see retiredSum)
 	tokens   atomic.Int64    // their KV-cache tokens (fairqueue.Request.Tokens; see reservedTokens)
+	grants   atomic.Int64    // permits its queue granted to this instance's requests (engineObserver)
 	kv       promptEstimator // the prompt's bytes per token, learned from answers
 	budget   budgetEstimator // the completion budget of a request that sets none, learned from answers
 	routes   engineRoutes    // the live handlers' routes, by the shape of their grants
@@ -118,7 +119,7 @@ func newEngine(b backend, name string, h *Handler, gen uint64) (*engine, error) 
 	fallback := memstore.New()
 	e := &engine{name: name, data: b.dataID(), store: b.describe(), release: release, log: h.logger, fallback: fallback, gen: gen,
 		remote: b.dataID() != localID}
-	cfg := h.queueConfig(name, fallback)
+	cfg := e.observed(h.queueConfig(name, fallback))
 	cfg.Reserved, cfg.ReservedTokens = e.reserved, e.reservedTokens
 	if e.q, err = fairqueue.New(st, cfg); err != nil {
 		release()
@@ -283,6 +284,7 @@ func (e *engine) reconfigure(gen uint64, cfg fairqueue.Config) (old fairqueue.Co
 		return fairqueue.Config{}, false, nil
 	}
 	old = e.q.Config()
+	cfg = e.observed(cfg)
 	cfg.Reserved, cfg.ReservedTokens = e.reserved, e.reservedTokens
 	if err := e.q.Reconfigure(cfg); err != nil {
 		return old, false, err

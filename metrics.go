@@ -268,12 +268,15 @@ type gauges struct {
 // queueGauges reads the gauges of engines, by queue label. Engines of
 // one label on one data set are one queue (byQueue): its permits and the
 // store's view count once. Queues of one label (one name in different
-// stores, or the queues of one handler labelled alike) add up, and
-// store_up is 0 if any of them is down.
+// stores, or the queues of one handler labelled alike) add up, but for
+// the permits of one a reload retired (configured), and store_up is 0
+// if any of them is down.
 func queueGauges(engines []*engine) map[string]*gauges {
 	out := make(map[string]*gauges)
 	label := func(e *engine) string { return e.label(e.q.Config()) }
-	for _, group := range byQueue(engines, label) {
+	groups := byQueue(engines, label)
+	inForce := configured(groups, label)
+	for i, group := range groups {
 		g := out[label(group[0])]
 		if g == nil {
 			g = &gauges{storeUp: 1}
@@ -300,7 +303,9 @@ func queueGauges(engines []*engine) map[string]*gauges {
 				q.leaseExpirations = max(q.leaseExpirations, st.Cluster.LeaseExpirations)
 			}
 		}
-		g.permits += q.permits
+		if inForce[i] {
+			g.permits += q.permits
+		}
 		g.waiting += q.waiting
 		g.inFlight += q.inFlight
 		g.storeUp = min(g.storeUp, q.storeUp)
@@ -312,10 +317,41 @@ func queueGauges(engines []*engine) map[string]*gauges {
 	return out
 }
 
+// configured reports, for each group of byQueue, whether its settings
+// are this instance's configuration: not those of a queue a reload
+// retired (every engine of the group retired) while a queue of its
+// label is in force, the reload having moved it to another store. Its
+// requests still count where they run (node_in_flight).
+func configured(groups [][]*engine, label func(*engine) string) []bool {
+	retired := func(group []*engine) bool {
+		for _, e := range group {
+			if !e.retiredFlag.Load() {
+				return false
+			}
+		}
+		return true
+	}
+	live := make(map[string]bool)
+	for _, group := range groups {
+		if !retired(group) {
+			live[label(group[0])] = true
+		}
+	}
+	out := make([]bool, len(groups))
+	for i, group := range groups {
+		out[i] = !retired(group) || !live[label(group[0])]
+	}
+	return out
+}
+
 // label is the queue label of e's metrics: its observer's (newObserver),
 // or its name.
 func (e *engine) label(cfg fairqueue.Config) string {
-	if o, ok := cfg.Observer.(*queueObserver); ok {
+	o := cfg.Observer
+	if m, ok := o.(engineObserver); ok {
+		o = m.Observer
+	}
+	if o, ok := o.(*queueObserver); ok {
 		return o.queue
 	}
 	return e.name

@@ -48,7 +48,9 @@ func collectKV(ch chan<- prometheus.Metric, engines []*engine) {
 	}
 	out := make(map[string]*kv)
 	label := func(e *engine) string { return e.label(e.q.Config()) }
-	for _, group := range byQueue(engines, label) {
+	groups := byQueue(engines, label)
+	inForce := configured(groups, label)
+	for i, group := range groups {
 		g := out[label(group[0])]
 		if g == nil {
 			g = &kv{ratio: seedBytesPerToken}
@@ -73,7 +75,9 @@ func collectKV(ch chan<- prometheus.Metric, engines []*engine) {
 				g.budget, g.answers = budget, n
 			}
 		}
-		g.capacity += capacity
+		if inForce[i] {
+			g.capacity += capacity
+		}
 		g.held += held
 		g.heldKnown = g.heldKnown || heldKnown
 	}

@@ -65,14 +65,16 @@ type upstreamGauges struct {
 // engines. Engines of one label on one data set are one queue
 // (byQueue): each upstream's settings count once (the largest where
 // they differ) and its store is read once, by its newest engine that
-// reaches it. Queues of one label add up, as in queueGauges; an
+// reaches it. Queues of one label add up, as in queueGauges (but for
+// the settings of one a reload retired: configured); an
 // upstream the store knows but this instance's config does not list
 // (another instance's, during a rolling change) is not reported.
 func collectUpstreams(ch chan<- prometheus.Metric, engines []*engine) {
 	type pool struct {
-		label string
-		ups   []fairqueue.Upstream
-		snap  *fairqueue.Snapshot // nil: not read
+		label      string
+		ups        []fairqueue.Upstream
+		snap       *fairqueue.Snapshot // nil: not read
+		configured bool                // its settings are in force (configured)
 	}
 	var pools []*pool
 	var wg sync.WaitGroup
@@ -80,8 +82,10 @@ func collectUpstreams(ch chan<- prometheus.Metric, engines []*engine) {
 	defer cancel()
 	sem := make(chan struct{}, upstreamScrapeParallel)
 	label := func(e *engine) string { return e.label(e.q.Config()) }
-	for _, group := range byQueue(engines, label) {
-		p := &pool{label: label(group[0])}
+	groups := byQueue(engines, label)
+	inForce := configured(groups, label)
+	for i, group := range groups {
+		p := &pool{label: label(group[0]), configured: inForce[i]}
 		var reader *engine
 		for _, e := range group {
 			cfg := e.q.Config()
@@ -126,8 +130,10 @@ func collectUpstreams(ch chan<- prometheus.Metric, engines []*engine) {
 				g = new(upstreamGauges)
 				out[k] = g
 			}
-			g.permits += u.Permits
-			g.kvCapacity += u.KVTokens
+			if p.configured {
+				g.permits += u.Permits
+				g.kvCapacity += u.KVTokens
+			}
 			if p.snap == nil {
 				g.unread = true
 				continue

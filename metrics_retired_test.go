@@ -54,6 +54,61 @@ func TestARetiredQueuesRunningRequestsStayInNodeInFlight(t *testing.T) {
 	assert.Equal(t, 1, inFlight, "the admin API shows it too")
 }
 
+// The queue a reload retired in another store is not the queue of the
+// config in force: its permits are not this instance's configuration,
+// and caddy_fair_queue_permits ("as configured here") reads the new
+// config's alone while the old queue's request runs. It read their sum
+// (5: the old 4 and the new 1), and the dashboard's saturation with it.
+func TestARetiredQueueInAnotherStoreLeavesThePermitsGauge(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	const name = "retired-permits"
+	old := provision(t, newContext(t), rds.Addr(), &Handler{Name: name, Permits: 4, MaxWait: caddy.Duration(time.Minute)})
+	next := newHolder()
+	running := newRequest(context.Background(), `{}`).start(old, next)
+	t.Cleanup(func() { running.wait(t) })
+	t.Cleanup(func() { close(next.release) })
+	next.waitEntered(t)
+
+	ctx := newContext(t)
+	provisionLocal(t, ctx, &Handler{Name: name, Permits: 1, MaxWait: caddy.Duration(time.Minute)})
+	require.NoError(t, old.Cleanup())
+
+	reg := ctx.GetMetricsRegistry()
+	permits, ok := gauge(t, reg, "caddy_fair_queue_permits", name)
+	require.True(t, ok)
+	assert.Equal(t, 1.0, permits, "the permits of the config in force")
+	inFlight, _ := gauge(t, reg, "caddy_fair_queue_node_in_flight", name)
+	assert.Equal(t, 1.0, inFlight, "the old config's request still counts here")
+}
+
+// As TestARetiredQueueInAnotherStoreLeavesThePermitsGauge, for a pool:
+// each upstream's permits and kv_tokens are the config in force's.
+func TestARetiredPoolInAnotherStoreLeavesTheUpstreamPermitsGauges(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	const name = "retired-pool-permits"
+	pool := func(permits, tokens int) *Handler {
+		return &Handler{Name: name, MaxWait: caddy.Duration(time.Minute),
+			Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: permits, KVTokens: tokens}}}
+	}
+	old := provision(t, newContext(t), rds.Addr(), pool(4, 4000))
+	next := newHolder()
+	running := poolRequest(context.Background()).start(old, next)
+	t.Cleanup(func() { running.wait(t) })
+	t.Cleanup(func() { close(next.release) })
+	next.waitEntered(t)
+
+	ctx := newContext(t)
+	provisionLocal(t, ctx, pool(1, 1000))
+	require.NoError(t, old.Cleanup())
+
+	got := queueGaugeValues(t, ctx.GetMetricsRegistry(), name)
+	assert.Equal(t, 1.0, got["upstream_permits a:1"], "the upstream's permits in force: %v", got)
+	assert.Equal(t, 1000.0, got["upstream_kv_tokens_capacity a:1"], "its kv_tokens in force: %v", got)
+	assert.Equal(t, 1000.0, got["kv_tokens_capacity"], "the queue's kv_tokens in force: %v", got)
+}
+
 // A request the handler refuses because it cannot open its queue (a name
 // over 200 bytes, or beyond the cap of 100 queues) is answered 429
 // queue_full and counted in requests_total{queue="(overflow)",

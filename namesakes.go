@@ -336,7 +336,9 @@ func (c *call) acquire() (*fairqueue.Permit, error) {
 		}
 		next := namesakes.successor(c.e)
 		if next == nil {
-			// Moved, and its successor gone since (another reload).
+			// Moved, and its successor gone since (another reload):
+			// refused here, and counted here (engineObserver).
+			metrics.rejects.WithLabelValues(c.name, string(fairqueue.ReasonShuttingDown)).Inc()
 			return nil, &fairqueue.RejectError{Reason: fairqueue.ReasonShuttingDown, Waited: time.Since(c.start), RetryAfter: time.Second, Err: errMoved}
 		}
 		next.enter()

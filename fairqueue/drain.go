@@ -118,7 +118,9 @@ func (q *Queue) leave() error {
 
 // Stats is a node's view of its queue.
 type Stats struct {
-	// Waiting is the number of this node's tickets waiting.
+	// Waiting is the number of this node's tickets waiting, those in
+	// its fallback queue (Config.Fallback, while the store is down)
+	// included.
 	Waiting int
 	// InFlight is the number of this node's permits held.
 	InFlight int
@@ -134,6 +136,14 @@ type Stats struct {
 // Stats returns this node's view of the queue.
 func (q *Queue) Stats() Stats {
 	w, h := q.census()
+	// A request waiting in the fallback queue has no ticket here until
+	// it is granted (unavailable): count it where it waits.
+	q.localMu.Lock()
+	if q.local != nil {
+		lw, _ := q.local.census()
+		w += lw
+	}
+	q.localMu.Unlock()
 	st := Stats{Waiting: w, InFlight: h, StoreUp: q.health.up(), Grants: q.grants.Load()}
 	if c := q.s.cluster.Load(); c != nil {
 		st.Cluster = *c

@@ -33,6 +33,10 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 			// queue, at the tail, its max wait still counted from start.
 			return q.acquire(ctx, req, start, deadline)
 		}
+		if errors.Is(err, ErrShuttingDown) && cfg.Observer != nil {
+			// The fallback queue leaves its own out (localObserver).
+			cfg.Observer.Rejected(ReasonShuttingDown, time.Since(start))
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -128,6 +132,9 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 		lc.KVTokens = max(int(int64(max(base.Tokens, 1))*int64(permits)/int64(max(base.Permits, 1))), 1)
 	}
 	lc.FailOpen, lc.Fallback, lc.LocalPermits, lc.Adaptive = false, nil, 0, nil
+	if cfg.Observer != nil {
+		lc.Observer = localObserver{cfg.Observer}
+	}
 	lc.Upstreams = localUpstreams(base.Upstreams, permits, base.Permits)
 	return lc, permits
 }
@@ -146,6 +153,19 @@ func localUpstreams(us []Upstream, local, all int) []Upstream {
 		}
 	}
 	return out
+}
+
+// localObserver is the fallback queue's Observer: the node's, less the
+// fallback queue's shutting_down rejects. Those end a wait that goes on
+// in the store's queue once the store is back (unavailable), which
+// refuses nobody; a drain's, which does, the node's queue counts.
+type localObserver struct{ Observer }
+
+// Rejected implements Observer.
+func (o localObserver) Rejected(r Reason, wait time.Duration) {
+	if r != ReasonShuttingDown {
+		o.Observer.Rejected(r, wait)
+	}
 }
 
 func sameUpstreams(a, b []Upstream) bool {
