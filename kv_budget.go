@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"sync"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/jsonscan"
 )
 
 // A request whose body sets no completion budget is weighed with the
@@ -59,14 +61,16 @@ func (e *budgetEstimator) state() (budget, samples int64) {
 	return e.budget, e.samples
 }
 
-// observe learns one answer that generated tokens tokens.
+// observe learns one answer that generated tokens tokens, saturated at
+// jsonscan.MaxTokenCount as a body's budget is (a float beyond int64's
+// range converts to no defined int64).
 func (e *budgetEstimator) observe(tokens float64) {
 	if !(tokens >= 0) || math.IsInf(tokens, 0) {
 		return
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.window[e.samples%budgetWindow] = int64(math.Ceil(tokens))
+	e.window[e.samples%budgetWindow] = int64(math.Ceil(min(tokens, jsonscan.MaxTokenCount)))
 	e.samples++
 	if e.samples < budgetMinSamples || (e.samples != budgetMinSamples && e.samples%budgetEvery != 0) {
 		return
