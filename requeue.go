@@ -99,16 +99,33 @@ func retryAfter(v string, now time.Time) time.Duration {
 func (c *call) forward(hold bool) attempt {
 	if c.committed {
 		cw := &committedWriter{w: c.w, header: make(http.Header)}
-		err := c.nextUnencoded(cw)
-		return attempt{status: cw.status, header: cw.header, wrote: cw.wrote, err: err, relay: cw,
-			held: hold && slices.Contains(c.h.RequeueOn, cw.status)}
+		held := func() bool { return hold && slices.Contains(c.h.RequeueOn, cw.status) }
+		err := nextHeld(func() error { return c.nextUnencoded(cw) }, held)
+		return attempt{status: cw.status, header: cw.header, wrote: cw.wrote, err: err, relay: cw, held: held()}
 	}
 	hw := &holdWriter{w: c.w, header: c.w.Header().Clone()}
 	if hold {
 		hw.statuses = c.h.RequeueOn
 	}
-	err := c.next.ServeHTTP(hw, c.r)
+	err := nextHeld(func() error { return c.next.ServeHTTP(hw, c.r) }, func() bool { return hw.held })
 	return attempt{status: hw.status, header: hw.header, wrote: hw.wrote, held: hw.held, err: err}
+}
+
+// nextHeld calls next (serve) and ends the panic with which
+// reverse_proxy aborts an answer whose body broke off
+// (http.ErrAbortHandler) when that answer is held back (held): nothing
+// of it reached the client, so it is the refusal its status says. Any
+// other panic, and that of an answer passed on, goes on.
+func nextHeld(serve func() error, held func() bool) error {
+	defer func() {
+		if !held() {
+			return // a panic goes on untouched
+		}
+		if v := recover(); v != nil && v != http.ErrAbortHandler {
+			panic(v)
+		}
+	}()
+	return serve()
 }
 
 // requeue sends the request back into its queue at its place after its
