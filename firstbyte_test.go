@@ -2,8 +2,11 @@ package caddyfairqueue
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,4 +89,75 @@ func TestRequeuedStreamTimesItsFirstByteFromTheUpstream(t *testing.T) {
 	n, sum := firstByteSamples(t, name, "a:1")
 	require.Equal(t, n0+1, n)
 	assert.GreaterOrEqual(t, sum-sum0, 0.3, "the upstream's first byte came 300 ms after the forward")
+}
+
+// An upstream's error on a stream the keepalive committed reaches the
+// client as an error event that fair_queue writes: it is no first byte
+// of the upstream's answer, and the time to first byte counts none.
+func TestAnErrorEventOnACommittedStreamIsNoFirstByte(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	const name = "fb-error-event"
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/hold" {
+			<-release // holds the only permit; answers no body
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = io.WriteString(w, `{"error":{"message":"boom"}}`)
+	}))
+	t.Cleanup(up.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	url := runCaddy(t,
+		fmt.Sprintf(`{"handler":"fair_queue","name":%q,"permits":1,"max_wait":"10s","sse_keepalive":"100ms"}`, name),
+		fmt.Sprintf(`{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}`, strings.TrimPrefix(up.URL, "http://")))
+	n0, _ := firstByteSamples(t, name, "")
+
+	held := make(chan error, 1)
+	go func() {
+		resp, err := http.Post(url+"/hold", "application/json", strings.NewReader(`{}`))
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
+		held <- err
+	}()
+	require.Eventually(t, func() bool {
+		for _, q := range queueStatus(t.Context()).Queues {
+			if q.Name == name && q.Stats.InFlight == 1 {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, time.Millisecond, "the holder runs")
+
+	resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	ch := events(resp.Body)
+	require.Regexp(t, `^: queued`, nextEvent(t, ch), "the stream is committed")
+	close(release)
+	require.NoError(t, <-held)
+	blocks := rest(t, ch)
+	require.NotEmpty(t, blocks)
+	require.Equal(t, "event: error\ndata: {\"error\":{\"message\":\"boom\"}}", blocks[len(blocks)-1])
+	require.Eventually(t, func() bool {
+		for _, q := range queueStatus(t.Context()).Queues {
+			if q.Name == name && q.Stats.InFlight == 0 {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, time.Millisecond, "both requests finished")
+
+	n, _ := firstByteSamples(t, name, "")
+	assert.Equal(t, n0, n, "neither answer had a first byte from its upstream")
 }
