@@ -143,14 +143,10 @@ func (c *call) startKeepalive() *keepalive {
 	if !c.streaming || h.SSEKeepalive <= 0 {
 		return nil
 	}
-	w := c.w
-	if c.fb != nil {
+	k := &keepalive{
 		// A requeued request's: beneath the answer's writers, which time
 		// and read the upstream's answer, not the queue's comments.
-		w = c.fb.ResponseWriter
-	}
-	k := &keepalive{
-		w:        w,
+		w:        c.beneath(),
 		api:      c.api,
 		model:    c.model,
 		interval: time.Duration(h.SSEKeepalive),

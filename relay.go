@@ -74,8 +74,21 @@ func (c *call) relayEnd(cw *committedWriter, err error) error {
 	if !failed(status) {
 		return flush(c.w)
 	}
-	_ = writeFrame(c.w, c.api.errorFrame(c.api.upstreamErrorBody(status, cw.errBody.Bytes()))) // fails only when the client is gone
+	// The event is the queue's, not the upstream's answer: it goes
+	// beneath the writers that time and read that answer.
+	_ = writeFrame(c.beneath(), c.api.errorFrame(c.api.upstreamErrorBody(status, cw.errBody.Bytes()))) // fails only when the client is gone
 	return nil
+}
+
+// beneath is the client's writer beneath the answer's writers
+// (firstByteWriter and the usageWriter over it), for what the queue
+// itself writes once the request is forwarded: the upstream's time to
+// first byte and usage count none of it.
+func (c *call) beneath() http.ResponseWriter {
+	if c.fb != nil {
+		return c.fb.ResponseWriter
+	}
+	return c.w
 }
 
 // failed reports whether an upstream's final status is not a success:
