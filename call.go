@@ -353,8 +353,9 @@ func (c *call) notGranted(err error) error {
 	if c.committed {
 		// Caddy's error answer would need the header that is sent.
 		c.h.logger.Error("acquiring a permit", zap.String("queue", c.name), zap.Error(err))
-		lift := boundWrites(c.w)
-		_ = writeFrame(c.w, c.api.errorFrame(c.api.errorBody("The request queue failed.", "server_error", "internal_error")))
+		w := c.beneath() // no answer of the upstream's
+		lift := boundWrites(w)
+		_ = writeFrame(w, c.api.errorFrame(c.api.errorBody("The request queue failed.", "server_error", "internal_error")))
 		lift()
 		return nil
 	}
@@ -371,11 +372,12 @@ func (c *call) reject(rej *fairqueue.RejectError) error {
 		p = h.policies[fairqueue.ReasonStoreUnavailable]
 	}
 	var err error
-	lift := boundWrites(c.w) // an event is flushed: a client that reads nothing would hold it
+	w := c.beneath()       // a requeued request's: no answer of its upstream's
+	lift := boundWrites(w) // an event is flushed: a client that reads nothing would hold it
 	if c.committed {
-		err = p.writeCommitted(c.w, c.repl, rej, c.api)
+		err = p.writeCommitted(w, c.repl, rej, c.api)
 	} else {
-		err = p.write(c.w, c.repl, rej, c.streaming, c.api)
+		err = p.write(w, c.repl, rej, c.streaming, c.api)
 	}
 	lift()
 	if err != nil {

@@ -14,7 +14,8 @@ import (
 // the request was forwarded (forwarded, set at each forward) the first
 // byte of its body came: the upstream's time to first byte, a stream's
 // first event. An answer held back from the client (a requeue_on
-// refusal) or an error relayed as an event writes nothing through it.
+// refusal), an error relayed as an event and a reject write nothing
+// through it (call.beneath).
 type firstByteWriter struct {
 	caddyhttp.ResponseWriterWrapper // by value: one allocation per request
 	forwarded                       time.Time
