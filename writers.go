@@ -358,6 +358,9 @@ func (u *usageWriter) read(doc []byte) {
 		}
 	}
 	if usage == nil && (v.EvalCount != nil || v.PromptEvalCount != nil) {
+		if (v.EvalCount != nil && !count(v.EvalCount)) || (v.PromptEvalCount != nil && !count(v.PromptEvalCount)) {
+			return // not counts: their sum is none either
+		}
 		// An embedding's answer counts its input alone.
 		total := ptrOr(v.EvalCount) + ptrOr(v.PromptEvalCount)
 		usage = &usageObject{TotalTokens: &total, PromptTokens: v.PromptEvalCount}
