@@ -193,7 +193,7 @@ func (c *call) serve() error {
 	c.forwarded = true
 	if c.e.remote {
 		// The exit may end it (engine.endRunning).
-		c.r, c.uncut = cuttable(c.r)
+		c.uncut = cuttable(c.r)
 	}
 	c.fb = newFirstByteWriter(c.w)
 	c.w = c.fb

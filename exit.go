@@ -132,12 +132,19 @@ func init() { currentCut.Store(newCut()) }
 // cutRunning ends every forwarded request that took the cut in force.
 func cutRunning() { currentCut.Swap(newCut()).cancel() }
 
-// cuttable gives r a context that ends with it or with the exit's cut;
-// stop frees what it holds once the request is done.
-func cuttable(r *http.Request) (_ *http.Request, stop func()) {
-	ctx, cancel := context.WithCancel(r.Context())
+// cuttable gives r, in place (Caddy's placeholders read the request
+// there), a context that ends with its own or with the exit's cut; stop
+// puts its own context back and frees the other once the request is done.
+func cuttable(r *http.Request) (stop func()) {
+	own := r.Context()
+	ctx, cancel := context.WithCancel(own)
 	unhook := context.AfterFunc(currentCut.Load().ctx, cancel)
-	return r.WithContext(ctx), func() { unhook(); cancel() }
+	*r = *r.WithContext(ctx)
+	return func() {
+		unhook()
+		*r = *r.WithContext(own)
+		cancel()
+	}
 }
 
 // longestAbortGrace is the longest abort grace of the handlers
