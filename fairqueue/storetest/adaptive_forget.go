@@ -76,6 +76,7 @@ func RedeployPool(t *testing.T, h Harness, name string, deploys int) (nodes []*f
 		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
 	a, b := h.NewNode(t, name, cfg), h.NewNode(t, name, cfg)
 	learnOn(t, a, deployPool(0))
+	learnOn(t, b, deployPool(0)) // b joins the queue: it runs on the pool too
 	for i := 1; i <= deploys; i++ {
 		cfg.Upstreams = deployPool(i)
 		require.NoError(t, a.Reconfigure(cfg))
