@@ -18,6 +18,7 @@ import (
 func init() {
 	cases = append(cases,
 		testCase{"LearnedSharesOfUpstreamsNoNodeHasAreForgotten", learnedForget},
+		testCase{"LearnedSharesOfANewPoolStayFromItsReload", learnedAfterReload},
 	)
 }
 
@@ -126,4 +127,34 @@ func learnedForget(t *testing.T, h Harness) {
 		told = nodes[0].Shares()
 		return len(told) <= len(inForce)
 	}, "a node is still told the shares of upstreams no node has: %v", &told)
+}
+
+// A node that reloads to a new pool names it to the store at once: what
+// it learns on its new upstreams stays, though another node (still on
+// the old pool) beats many times before this node's next regular
+// heartbeat (a third of its 30 s lease).
+func learnedAfterReload(t *testing.T, h Harness) {
+	const name = "learnedafterreload"
+	cfg := fairqueue.Config{Upstreams: deployPool(0), MaxWait: time.Minute, PollInterval: 50 * time.Millisecond,
+		Lease:    30 * time.Second,
+		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	a := h.NewNode(t, name, cfg)
+	fast := cfg
+	fast.Lease = time.Second // b beats every third of a second
+	b := h.NewNode(t, name, fast)
+	learnOn(t, a, deployPool(0))
+	learnOn(t, b, deployPool(0))
+	time.Sleep(time.Second) // a's first heartbeats are behind it
+	cfg.Upstreams = deployPool(1)
+	require.NoError(t, a.Reconfigure(cfg))
+	learnOn(t, a, deployPool(1))
+	time.Sleep(2 * time.Second) // b beats several times
+	snap, err := b.Inspect(bg, 0, 0)
+	require.NoError(t, err)
+	for _, dial := range dialsOf(deployPool(1)) {
+		i := slices.IndexFunc(snap.Upstreams, func(u fairqueue.UpstreamInfo) bool { return u.Dial == dial })
+		if assert.GreaterOrEqual(t, i, 0, "%s is in a's pool since its reload: its learned share must stay", dial) {
+			assert.Less(t, snap.Upstreams[i].LearnedShare, 1.0, "%s is in a's pool since its reload", dial)
+		}
+	}
 }
