@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,14 +104,19 @@ func (q *Queue) Reconfigure(cfg Config) error {
 	}
 	q.health.downAfter.Store(int32(cfg.DownAfter))
 	q.s.head.Store(nil) // read under the old settings (permits, pool, fair)
-	if old.Lease != cfg.Lease {
+	if old.Lease != cfg.Lease || !slices.EqualFunc(old.Upstreams, cfg.Upstreams, sameDial) {
 		// Held permits carry the old lease's expiry and the store grants
 		// this node's waiters with the lease it last heard: renew both
-		// now, not at the new interval.
+		// now, not at the new interval. A new pool is named now too: the
+		// store forgets what it learned of an upstream no node's last
+		// heartbeat named.
 		q.s.note(evResync, true)
 	}
 	return nil
 }
+
+// sameDial reports whether two pool upstreams have one address.
+func sameDial(a, b Upstream) bool { return a.Dial == b.Dial }
 
 // Acquire blocks until the ticket is granted a permit, ctx ends (the
 // context's error is returned), or the max wait passes (a *RejectError

@@ -97,7 +97,8 @@ const (
 	// evVerify: the store may have lost this node's waiters (a failed
 	// call, a new subscription, a rejoin): the next heartbeat names them.
 	evVerify event = 1 << iota
-	// evResync: the data-set ID or the lease changed: heartbeat at once.
+	// evResync: the data-set ID, the lease or the pool changed:
+	// heartbeat at once.
 	evResync
 	// evSweep: a transfer or release failed (it may run late, or never),
 	// leaving a ghost holder: reconcile for a while.

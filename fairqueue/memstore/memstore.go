@@ -29,6 +29,7 @@ type Store struct {
 	holders   map[string]time.Time // ticket -> lease expiry
 	nodes     map[string]time.Time // node -> liveness expiry
 	members   map[string]member    // node -> its lease and join mark
+	pools     map[string][]string  // node -> its pool's upstreams, as its last heartbeat named them
 	listeners map[string]fairqueue.Listener
 	gone      map[string]time.Time // tombstones -> expiry
 	expired   int64                // permits freed by an ended lease
@@ -47,6 +48,7 @@ func New() *Store {
 		holders:   make(map[string]time.Time),
 		nodes:     make(map[string]time.Time),
 		members:   make(map[string]member),
+		pools:     make(map[string][]string),
 		listeners: make(map[string]fairqueue.Listener),
 		gone:      make(map[string]time.Time),
 
@@ -330,6 +332,7 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 	s.members[hb.Node] = m
 	res := fairqueue.HeartbeatResult{Epoch: s.epoch, Rejoined: rejoined}
 	s.nodes[hb.Node] = now.Add(hb.Lease)
+	s.poolOf(hb.Node, hb.Limits.Upstreams)
 	for _, id := range hb.Held {
 		if _, ok := s.holders[id]; ok {
 			s.holders[id] = now.Add(hb.Lease)
@@ -406,6 +409,7 @@ func (s *Store) Leave(_ context.Context, node string, l fairqueue.Limits) error 
 	}
 	delete(s.nodes, node)
 	delete(s.members, node)
+	delete(s.pools, node)
 	delete(s.listeners, node)
 	now := s.now()
 	s.reapAndDispatch(l, now, out)
@@ -426,6 +430,7 @@ func (s *Store) forgetDead(now time.Time) {
 		if exp.Before(now) {
 			delete(s.nodes, n)
 			delete(s.members, n)
+			delete(s.pools, n)
 			if dead == nil {
 				dead = make(map[string]bool)
 			}

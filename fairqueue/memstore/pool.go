@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"time"
 
@@ -30,6 +31,9 @@ import (
 //     extend the cooldown.
 //   - When the queue is empty everywhere after a leave, the pool state
 //     (cooldowns, last grants) goes with it.
+//   - What is kept of an upstream (its last grant, its learned share)
+//     goes once no node has it in its pool, as their heartbeats name
+//     them (poolOf).
 
 // poolState is the store's upstream pool state; guarded by Store.mu.
 type poolState struct {
@@ -184,6 +188,35 @@ func (s *Store) upstreamInfos(now time.Time) []fairqueue.UpstreamInfo {
 	}
 	slices.SortFunc(out, func(a, b fairqueue.UpstreamInfo) int { return cmp.Compare(a.Dial, b.Dial) })
 	return out
+}
+
+// poolOf records node's pool, ups, as its heartbeat names it, and forgets
+// what is kept per upstream (its learned share and window, its last
+// grant) for the upstreams no node of the queue has in its pool: a
+// reload that drops an upstream leaves nothing of it once every node has
+// it, and a node still on the old pool (a rolling change) keeps its
+// upstreams' shares. Nothing goes while a node has named no pool (not
+// yet beating): it may use any. The Redis store's pool_forget (pool.lua).
+func (s *Store) poolOf(node string, ups []fairqueue.Upstream) {
+	dials := make([]string, len(ups))
+	for i, u := range ups {
+		dials[i] = u.Dial
+	}
+	s.pools[node] = dials
+	keep := make(map[string]bool)
+	for n := range s.nodes {
+		p, ok := s.pools[n]
+		if !ok {
+			return
+		}
+		for _, d := range p {
+			keep[d] = true
+		}
+	}
+	gone := func(dial string) bool { return dial != "" && !keep[dial] }
+	maps.DeleteFunc(s.lastNo, func(dial string, _ int64) bool { return gone(dial) })
+	maps.DeleteFunc(s.shares, func(dial string, _ float64) bool { return gone(dial) })
+	maps.DeleteFunc(s.windows, func(dial string, _ *adaptWindow) bool { return gone(dial) })
 }
 
 // forgetIfEmpty drops the pool state when the queue is empty everywhere:

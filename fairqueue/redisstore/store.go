@@ -64,7 +64,7 @@ var scripts = struct {
 // version is still deleted with the rest (leave, purge).
 var keyNames = []string{"seq", "waiting", "holders", "nodes", "epoch", "grants", "gone", "vtime", "twait", "expired", "members",
 	"fwait", "fticket", "fready", "fcount", "fidle", "finf", "tlast", "uheld", "ucool", "ulast",
-	"tok", "thold", "tsum", "tup", "tpass", "adapt", "freed"}
+	"tok", "thold", "tsum", "tup", "tpass", "adapt", "freed", "upool"}
 
 // keyTable is the Lua table K that names KEYS by keyNames.
 func keyTable() string {

@@ -45,6 +45,9 @@
 --              or handed on by a transfer) while a heartbeat of their node
 --              that names them may be on its way: that heartbeat must not
 --              count them again (heartbeat.lua)
+--   K.upool    HASH node -> its pool's upstreams, as its last heartbeat
+--              named them (ARGV[7]): what is kept per upstream goes
+--              when no node has it (pool_forget, pool.lua)
 -- (a flow is one tenant's requests in one priority band)
 -- ARGV, the same first seven for every script:
 --   1 ticket ID (or node ID)   2 permits [and tokens, tokens.lua]   3 lease ms
@@ -212,6 +215,7 @@ local function forget_dead()
   if #dead > 0 then
     redis.call('ZREM', K.nodes, unpack(dead))
     redis.call('HDEL', K.members, unpack(dead))
+    redis.call('HDEL', K.upool, unpack(dead))
   end
   return dead
 end

@@ -33,6 +33,8 @@
 -- mark is missing (a heartbeat that ran later than the node knew, after
 -- its call failed), the node releases again every ticket it released
 -- meanwhile.
+-- The node's pool (ARGV[7]) is recorded in K.upool: what is kept of an
+-- upstream no node has any more goes (pool_forget, pool.lua).
 -- Idempotent: expiries are set to now + lease, and a re-sent heartbeat
 -- (same number) reports rejoined as its first run did (the mark).
 clock()
@@ -50,6 +52,8 @@ local rejoined = 0
 if mark == beat then rejoined = 1 end
 redis.call('HSET', K.members, node, lease .. ' ' .. mark)
 redis.call('ZADD', K.nodes, now + lease, node)
+redis.call('HSET', K.upool, node, ARGV[7] or '')
+pool_forget()
 local readd = lost or rejoined == 0
 -- marked: some permit was given back while a heartbeat was on its way
 -- (K.freed); the expired marks go.

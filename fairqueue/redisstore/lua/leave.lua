@@ -20,6 +20,7 @@ for _, id in ipairs(held) do
 end
 redis.call('ZREM', K.nodes, ARGV[1])
 redis.call('HDEL', K.members, ARGV[1])
+redis.call('HDEL', K.upool, ARGV[1])
 reap()
 dispatch('')
 drop_waiters_of(forget_dead())

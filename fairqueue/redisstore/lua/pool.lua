@@ -128,6 +128,40 @@ local function upstream_of(id)
   return redis.call('HGET', K.uheld, id) or ''
 end
 
+-- pool_forget deletes what is kept per upstream (its learned share and
+-- window in K.adapt, its last grant in K.ulast) for the upstreams no
+-- node of the queue has in its pool (K.upool, every node's as its last
+-- heartbeat named it), at most 1000 fields of each key a call
+-- (heartbeat): a reload that drops an upstream leaves nothing of it once
+-- every node has it, and a node still on the old pool (a rolling
+-- change) keeps its upstreams' shares. Nothing goes while a node of the
+-- queue has named no pool (one of an earlier version, or not yet beating):
+-- it may use any. About the nodes and the upstreams kept.
+local function pool_forget()
+  local has = present('adapt', 'ulast')
+  if not has.adapt and not has.ulast then return end
+  local keep = {}
+  local nodes = redis.call('ZRANGE', K.nodes, 0, -1)
+  if #nodes > 0 then
+    for _, p in ipairs(redis.call('HMGET', K.upool, unpack(nodes))) do
+      if not p then return end
+      for dial in string.gmatch(p, '(%S+) %d+/?%-?%d*') do keep[dial] = true end
+    end
+  end
+  for _, name in ipairs({'adapt', 'ulast'}) do
+    if has[name] then
+      local gone = {}
+      for _, f in ipairs(redis.call('HKEYS', K[name])) do
+        -- K.adapt's fields are "<letter>:<key>", the queue's key '' kept.
+        local dial = f
+        if name == 'adapt' then dial = string.match(f, '^%a:(.+)$') end
+        if dial and not keep[dial] and #gone < 1000 then gone[#gone + 1] = f end
+      end
+      if #gone > 0 then redis.call('HDEL', K[name], unpack(gone)) end
+    end
+  end
+end
+
 -- pool_tidy deletes upstream entries of tickets that hold nothing and
 -- ended cooldowns (reconcile). About the permits.
 local function pool_tidy()
