@@ -1,0 +1,126 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/fairqueue/memstore"
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
+)
+
+// heldAdoption holds, once armed, the heartbeat that adopts the node's
+// local permits into Redis until open is closed: Redis is back, and it
+// does not count them yet. While the node still marks the store down,
+// such a heartbeat fails at once (the node's probes then find the store
+// up); once it marks it up, the heartbeat waits.
+type heldAdoption struct {
+	fairqueue.Store
+	up      func() bool
+	armed   atomic.Bool
+	once    sync.Once
+	entered chan struct{}
+	open    chan struct{}
+}
+
+var errAdoptionHeld = errors.New("test: adoption held")
+
+func (h *heldAdoption) Heartbeat(ctx context.Context, args fairqueue.HeartbeatArgs) (fairqueue.HeartbeatResult, error) {
+	if len(args.Adopt) == 0 || !h.armed.Load() {
+		return h.Store.Heartbeat(ctx, args)
+	}
+	if !h.up() {
+		return fairqueue.HeartbeatResult{}, errAdoptionHeld
+	}
+	h.once.Do(func() { close(h.entered) })
+	<-h.open
+	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return h.Store.Heartbeat(cctx, args)
+}
+
+// takeLocal acquires a permit of the node's local fallback queue.
+func takeLocal(t *testing.T, q *fairqueue.Queue) *fairqueue.Permit {
+	t.Helper()
+	p, err := q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	require.True(t, p.Local(), "not a local permit")
+	return p
+}
+
+// Local fallback, recovery: between the store found up again and the
+// heartbeat that adopts the node's running local permits, Redis counts
+// none of them. A request that comes then waits (in the fallback queue,
+// then in the shared one) rather than being granted by Redis beside
+// them: the upstream would run the local permits and the shared ones.
+func TestLocalFallbackRequestBeforeTheAdoptionWaitsForTheLocalPermits(t *testing.T) {
+	srv := redistest.Start(t)
+	const name = "adoptwait"
+	h := &heldAdoption{entered: make(chan struct{}), open: make(chan struct{})}
+	var opened sync.Once
+	openGate := func() { opened.Do(func() { close(h.open) }) }
+	// A long lease: no heartbeat falls due on its own while the test runs;
+	// the one that adopts is the one sent when the store is back.
+	n := wrappedNode(t, srv, name, fairqueue.Config{Permits: 2, LocalPermits: 2, Fallback: memstore.New(),
+		Lease: 30 * time.Second, PollInterval: 50 * time.Millisecond, MaxWait: 20 * time.Second},
+		func(s fairqueue.Store) fairqueue.Store { h.Store = s; return h })
+	h.up = func() bool { return n.q.Stats().StoreUp }
+	t.Cleanup(openGate) // before the node closes: its loop may wait here
+	p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	p.Release()
+
+	srv.Kill()
+	l1, l2 := takeLocal(t, n.q), takeLocal(t, n.q)
+	h.armed.Store(true)
+	srv.Restart()
+	eventually(t, 10*time.Second, func() bool { return n.q.Stats().StoreUp }, "store never back up")
+	select {
+	case <-h.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no heartbeat adopted the local permits")
+	}
+
+	// The adoption is on its way; both local permits run.
+	got := make(chan *fairqueue.Permit, 1)
+	go func() {
+		p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+		assert.NoError(t, err)
+		got <- p
+	}()
+	select {
+	case p := <-got:
+		if p != nil {
+			defer p.Release()
+		}
+		t.Fatalf("a third request ran beside the 2 local permits on 2 permits (local %v; Redis holders %v)",
+			p != nil && p.Local(), readState(t, n.rdb, name).Holders)
+	case <-time.After(time.Second):
+	}
+
+	// The adoption lands: the request waits for a permit to end.
+	openGate()
+	eventually(t, 10*time.Second, func() bool { return len(readState(t, n.rdb, name).Holders) == 2 }, "local permits never adopted")
+	select {
+	case p := <-got:
+		t.Fatalf("a third request ran beside the 2 adopted local permits (local %v)", p != nil && p.Local())
+	case <-time.After(300 * time.Millisecond):
+	}
+	l1.Release()
+	select {
+	case p := <-got:
+		require.NotNil(t, p)
+		assert.False(t, p.Local(), "served by the fallback queue after the store came back")
+		p.Release()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting request was never served")
+	}
+	l2.Release()
+}
