@@ -70,6 +70,19 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 	return &Permit{q: q, t: t, waited: time.Since(start), local: inner, req: req, start: start, deadline: deadline}, nil
 }
 
+// inFallback reports whether the node still serves from its fallback
+// queue: the store may be back, but until the heartbeat that adopts the
+// local permits running (retireLocal), Redis does not count them, and a
+// grant it made would run beside them.
+func (q *Queue) inFallback(cfg *Config) bool {
+	if cfg.Fallback == nil {
+		return false
+	}
+	q.localMu.Lock()
+	defer q.localMu.Unlock()
+	return q.local != nil
+}
+
 // localQueue returns the node's fallback queue (in-process, created on
 // first use), sized to the configured local permits, or else to this
 // node's share of the permits among the live nodes last seen.

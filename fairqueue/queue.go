@@ -141,7 +141,7 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 		}
 		return q.unavailable(ctx, req, start, deadline, err)
 	}
-	if !q.health.up() {
+	if !q.health.up() || q.inFallback(cfg) {
 		return q.unavailable(ctx, req, start, deadline, errStoreDown)
 	}
 	flow := ""
