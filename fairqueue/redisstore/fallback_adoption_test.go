@@ -124,3 +124,91 @@ func TestLocalFallbackRequestBeforeTheAdoptionWaitsForTheLocalPermits(t *testing
 	}
 	l2.Release()
 }
+
+// heldAcquire holds, once armed, the next acquire call until open is
+// closed: a call on its way when Redis went away, that the client's
+// retries carry to Redis once it is back.
+type heldAcquire struct {
+	fairqueue.Store
+	armed   atomic.Bool
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (h *heldAcquire) Acquire(ctx context.Context, args fairqueue.TicketArgs) (fairqueue.AcquireResult, error) {
+	if !h.armed.CompareAndSwap(true, false) {
+		return h.Store.Acquire(ctx, args)
+	}
+	close(h.entered)
+	<-h.open
+	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return h.Store.Acquire(cctx, args)
+}
+
+// Local fallback, recovery: an acquire call on its way through the
+// outage reaches the restarted Redis before the heartbeat that adopts
+// the local permits: Redis grants it, counting none of them. The
+// request waits for them rather than run beside them.
+func TestLocalFallbackAcquireAnsweredBeforeTheAdoptionWaitsForTheLocalPermits(t *testing.T) {
+	srv := redistest.Start(t)
+	const name = "adoptlate"
+	h := &heldAdoption{entered: make(chan struct{}), open: make(chan struct{})}
+	a := &heldAcquire{entered: make(chan struct{}), open: make(chan struct{})}
+	var opened, aOpened sync.Once
+	openGate := func() { opened.Do(func() { close(h.open) }) }
+	openAcquire := func() { aOpened.Do(func() { close(a.open) }) }
+	n := wrappedNode(t, srv, name, fairqueue.Config{Permits: 2, LocalPermits: 2, Fallback: memstore.New(),
+		Lease: 30 * time.Second, PollInterval: 50 * time.Millisecond, MaxWait: 20 * time.Second},
+		func(s fairqueue.Store) fairqueue.Store { a.Store = s; h.Store = a; return h })
+	h.up = func() bool { return n.q.Stats().StoreUp }
+	t.Cleanup(func() { openGate(); openAcquire() }) // before the node closes
+	p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	p.Release()
+
+	// A request's acquire call is on its way; Redis goes away.
+	a.armed.Store(true)
+	got := make(chan *fairqueue.Permit, 1)
+	go func() {
+		p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+		assert.NoError(t, err)
+		got <- p
+	}()
+	<-a.entered
+	srv.Kill()
+	l1, l2 := takeLocal(t, n.q), takeLocal(t, n.q)
+	h.armed.Store(true)
+	srv.Restart()
+	eventually(t, 10*time.Second, func() bool { return n.q.Stats().StoreUp }, "store never back up")
+	select {
+	case <-h.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no heartbeat adopted the local permits")
+	}
+
+	// The call reaches Redis, which counts none of the local permits.
+	openAcquire()
+	select {
+	case p := <-got:
+		if p != nil {
+			defer p.Release()
+		}
+		t.Fatalf("a third request ran beside the 2 local permits on 2 permits (local %v; Redis holders %v)",
+			p != nil && p.Local(), readState(t, n.rdb, name).Holders)
+	case <-time.After(time.Second):
+	}
+
+	openGate()
+	eventually(t, 10*time.Second, func() bool { return len(readState(t, n.rdb, name).Holders) == 2 }, "local permits never adopted")
+	l1.Release()
+	select {
+	case p := <-got:
+		require.NotNil(t, p)
+		assert.False(t, p.Local(), "served by the fallback queue after the store came back")
+		p.Release()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting request was never served")
+	}
+	l2.Release()
+}
