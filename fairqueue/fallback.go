@@ -83,6 +83,20 @@ func (q *Queue) inFallback(cfg *Config) bool {
 	return q.local != nil
 }
 
+// backToFallback answers a request whose acquire call (ticket t) the
+// store answered while the node serves from its fallback queue: a call
+// on its way through the outage, that the client's retries carried to
+// the store once back. The store does not count the local permits
+// running yet, so its grant would run beside them: t leaves the store,
+// and the request waits in the fallback queue, then in the store's
+// once they are counted (retireLocal).
+func (q *Queue) backToFallback(ctx context.Context, t *ticket, req Request, start, deadline time.Time) (*Permit, error) {
+	t.state.CompareAndSwap(statePending, stateCancelled)
+	q.forget(t)
+	q.background(func() { q.cancelInStore(t, true) })
+	return q.unavailable(ctx, req, start, deadline, errStoreDown)
+}
+
 // localQueue returns the node's fallback queue (in-process, created on
 // first use), sized to the configured local permits, or else to this
 // node's share of the permits among the live nodes last seen.
