@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -211,4 +212,90 @@ func TestLocalFallbackAcquireAnsweredBeforeTheAdoptionWaitsForTheLocalPermits(t 
 		t.Fatal("the waiting request was never served")
 	}
 	l2.Release()
+}
+
+// Local fallback, recovery: a permit the fallback queue gives while the
+// heartbeat that adopts the local permits is on its way is not among
+// those it names. Redis counts it before the node sends its requests to
+// the shared queue, or one granted there would run beside it until the
+// node's next heartbeat (a third of the lease later).
+func TestLocalPermitGivenWhileTheAdoptionIsOnItsWayIsCountedBeforeTheSharedQueueServes(t *testing.T) {
+	// Redis keeps its data over the restart (a short outage): the node
+	// is not forgotten, and no heartbeat follows the adoption at once.
+	srv := redistest.Start(t, redistest.WithArgs("--appendonly", "yes"))
+	const name = "adoptmissed"
+	h := &heldAdoption{entered: make(chan struct{}), open: make(chan struct{})}
+	var opened sync.Once
+	openGate := func() { opened.Do(func() { close(h.open) }) }
+	n := wrappedNode(t, srv, name, fairqueue.Config{Permits: 2, LocalPermits: 2, Fallback: memstore.New(),
+		Lease: 30 * time.Second, PollInterval: 50 * time.Millisecond, MaxWait: 20 * time.Second},
+		func(s fairqueue.Store) fairqueue.Store { h.Store = s; return h })
+	h.up = func() bool { return n.q.Stats().StoreUp }
+	t.Cleanup(openGate) // before the node closes: its loop may wait here
+	p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	p.Release()
+	// A heartbeat found the node: it is a member, not one rejoining.
+	eventually(t, 10*time.Second, func() bool { return n.q.Stats().Cluster.Nodes == 1 }, "no heartbeat")
+
+	srv.Stop()
+	l1, l2 := takeLocal(t, n.q), takeLocal(t, n.q)
+	acquire := func() chan *fairqueue.Permit {
+		got := make(chan *fairqueue.Permit, 1)
+		go func() {
+			p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+			assert.NoError(t, err)
+			got <- p
+		}()
+		return got
+	}
+	gotW := acquire() // waits in the fallback queue
+	eventually(t, 10*time.Second, func() bool { return n.q.Stats().Waiting == 1 }, "no waiter in the fallback queue")
+	h.armed.Store(true)
+	srv.Restart()
+	eventually(t, 10*time.Second, func() bool { return n.q.Stats().StoreUp }, "store never back up")
+	select {
+	case <-h.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no heartbeat adopted the local permits")
+	}
+
+	// The adoption names l1 and l2; l1 ends, and the fallback queue
+	// gives its permit to the waiter.
+	l1.Release()
+	var w *fairqueue.Permit
+	select {
+	case w = <-gotW:
+		require.NotNil(t, w)
+		require.True(t, w.Local(), "the waiter was not served by the fallback queue")
+		defer w.Release()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fallback queue's waiter was never served")
+	}
+	openGate()
+	eventually(t, 10*time.Second, func() bool {
+		hs := readState(t, n.rdb, name).Holders
+		return slices.Contains(hs, l2.Ticket()) && !slices.Contains(hs, l1.Ticket())
+	}, "local permits never adopted")
+
+	// l2 and the waiter's permit run: a new request waits.
+	gotN := acquire()
+	select {
+	case p := <-gotN:
+		if p != nil {
+			defer p.Release()
+		}
+		t.Fatalf("a request ran beside the 2 local permits on 2 permits (local %v; Redis holders %v)",
+			p != nil && p.Local(), readState(t, n.rdb, name).Holders)
+	case <-time.After(time.Second):
+	}
+	l2.Release()
+	select {
+	case p := <-gotN:
+		require.NotNil(t, p)
+		assert.False(t, p.Local(), "served by the fallback queue after the store came back")
+		p.Release()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting request was never served")
+	}
 }
