@@ -347,6 +347,9 @@ func (s *session) loop() {
 		if waiting > 0 || !up || time.Now().Before(sweepUntil) {
 			s.reconcile(cfg)
 		}
+		if !up && q.health.up() && q.inFallback(cfg) {
+			s.wake() // found up: the heartbeat that adopts goes now
+		}
 		wasUp = up
 	}
 }
