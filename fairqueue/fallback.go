@@ -20,6 +20,7 @@ import (
 func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline time.Time, cause error) (*Permit, error) {
 	q.health.outage(q.log, cause)
 	cfg := q.cfg.Load()
+	var lq *Queue
 	var inner *Permit
 	switch {
 	case cfg.Fallback != nil:
@@ -27,7 +28,9 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 		if req.MaxWait <= 0 {
 			return nil, q.reject(ReasonTimeout, start, 0, cause)
 		}
-		lp, err := q.localQueue(cfg).Acquire(ctx, req)
+		lq = q.localQueue(cfg)
+		var err error
+		inner, err = lq.Acquire(ctx, req)
 		if errors.Is(err, ErrShuttingDown) && !q.isDraining() {
 			// The store is back (retireLocal): the request waits in its
 			// queue, at the tail, its max wait still counted from start.
@@ -40,7 +43,6 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 		if err != nil {
 			return nil, err
 		}
-		inner = lp
 	case !cfg.FailOpen:
 		return nil, q.reject(ReasonStoreUnavailable, start, 0, cause)
 	}
@@ -53,7 +55,14 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 	// Adopted, it weighs its tokens in the store as an acquire would have
 	// counted them: uncounted, they would be granted again beside it.
 	tokens, _ := cfg.ClampTokens(req.Tokens)
-	t := q.newTicket(true, flow, tokens)
+	t, retired := q.localTicket(lq, flow, tokens)
+	if retired {
+		// The fallback queue was retired since it gave the permit: the
+		// heartbeat that adopted its permits did not name this one, and
+		// the store's grants run beside it now. It waits there instead.
+		inner.Release()
+		return q.acquire(ctx, req, start, deadline)
+	}
 	if t == nil {
 		if inner != nil {
 			inner.Release()
@@ -68,6 +77,50 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 		t.upstream.Store(&up) // adopted on it when the store is back
 	}
 	return &Permit{q: q, t: t, waited: time.Since(start), local: inner, req: req, start: start, deadline: deadline}, nil
+}
+
+// localTicket makes the unregistered ticket of a permit the fallback
+// queue lq gave (nil: fail open), unless lq was retired meanwhile. Made
+// and checked under localMu, as retireLocal checks and retires: a local
+// permit is either known to the node before the fallback queue retires,
+// and so adopted by then, or refused.
+func (q *Queue) localTicket(lq *Queue, flow string, tokens int) (t *ticket, retired bool) {
+	if lq == nil {
+		return q.newTicket(true, flow, tokens), false
+	}
+	q.localMu.Lock()
+	defer q.localMu.Unlock()
+	if q.local != lq {
+		return nil, true
+	}
+	return q.newTicket(true, flow, tokens), false
+}
+
+// inFallback reports whether the node still serves from its fallback
+// queue: the store may be back, but until the heartbeat that adopts the
+// local permits running (retireLocal), Redis does not count them, and a
+// grant it made would run beside them.
+func (q *Queue) inFallback(cfg *Config) bool {
+	if cfg.Fallback == nil {
+		return false
+	}
+	q.localMu.Lock()
+	defer q.localMu.Unlock()
+	return q.local != nil
+}
+
+// backToFallback answers a request whose acquire call (ticket t) the
+// store answered while the node serves from its fallback queue: a call
+// on its way through the outage, that the client's retries carried to
+// the store once back. The store does not count the local permits
+// running yet, so its grant would run beside them: t leaves the store,
+// and the request waits in the fallback queue, then in the store's
+// once they are counted (retireLocal).
+func (q *Queue) backToFallback(ctx context.Context, t *ticket, req Request, start, deadline time.Time) (*Permit, error) {
+	t.state.CompareAndSwap(statePending, stateCancelled)
+	q.forget(t)
+	q.background(func() { q.cancelInStore(t, true) })
+	return q.unavailable(ctx, req, start, deadline, errStoreDown)
 }
 
 // localQueue returns the node's fallback queue (in-process, created on
@@ -182,9 +235,10 @@ func sameUpstreams(a, b []Upstream) bool {
 
 // retireLocal ends the fallback queue of an outage when the store is
 // back and this node's permits are counted there again (the heartbeat
-// that adopted them has run): its waiters wait on in the store's queue
-// (unavailable), where a permit the fallback queue gave them would run
-// beside the store's grants, uncounted there until the next heartbeat.
+// that adopted them has run, and it gave none since): its waiters wait
+// on in the store's queue (unavailable), where a permit the fallback
+// queue gave them would run beside the store's grants, uncounted there
+// until the next heartbeat.
 // Its permits still running stay valid, and it leaves once they end; a
 // later outage opens a new one on the same fallback store, which counts
 // them.
@@ -192,6 +246,13 @@ func (q *Queue) retireLocal() {
 	q.localMu.Lock()
 	old := q.local
 	if old == nil {
+		q.localMu.Unlock()
+		return
+	}
+	if _, _, adopt := q.snapshot(); len(adopt) > 0 {
+		// A local permit given after the snapshot of the heartbeat that
+		// ran: the store does not count it yet. The next heartbeat, at
+		// the loop's next turn (inFallback), adopts it.
 		q.localMu.Unlock()
 		return
 	}

@@ -147,7 +147,7 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 		}
 		return q.unavailable(ctx, req, start, deadline, err)
 	}
-	if !q.health.up() {
+	if !q.health.up() || q.inFallback(cfg) {
 		return q.unavailable(ctx, req, start, deadline, errStoreDown)
 	}
 	flow := ""
@@ -180,6 +180,9 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 		return q.unavailable(ctx, req, start, deadline, err)
 	}
 	q.health.ok(q.log)
+	if q.inFallback(cfg) {
+		return q.backToFallback(ctx, t, req, start, deadline)
+	}
 	return q.enqueue(ctx, t, res, cfg.limits().Permits, req, start, deadline)
 }
 

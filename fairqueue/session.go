@@ -318,8 +318,11 @@ func (s *session) loop() {
 		if ticked {
 			early = tick / 2
 		}
+		// Up with the fallback queue still in use (a call failed, the
+		// store never marked down): the requests wait there until a
+		// heartbeat adopts its permits (Queue.inFallback).
 		beat := time.Since(lastBeat) >= due(cfg)-early || s.takeResync() || (up && !wasUp) ||
-			(up && s.verify && waiting > 0)
+			(up && s.verify && waiting > 0) || (up && q.inFallback(cfg))
 		if beat {
 			began := time.Now()
 			if !s.heartbeat(cfg) {
@@ -344,6 +347,9 @@ func (s *session) loop() {
 		}
 		if waiting > 0 || !up || time.Now().Before(sweepUntil) {
 			s.reconcile(cfg)
+		}
+		if !up && q.health.up() && q.inFallback(cfg) {
+			s.wake() // found up: the heartbeat that adopts goes now
 		}
 		wasUp = up
 	}
