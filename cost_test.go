@@ -266,8 +266,8 @@ func TestUsageAbsentFromAnSSEStream(t *testing.T) {
 	assert.False(t, ok, "SSE is read only with its Content-Type")
 }
 
-func TestUsageSkipsAnOversizedSSELine(t *testing.T) {
-	huge := "data: {\"pad\":\"" + strings.Repeat("x", maxSSELine) + "\",\"usage\":{\"total_tokens\":99}}\n\n"
+func TestUsageSkipsAnOversizedSSELineWithoutUsageInItsTail(t *testing.T) {
+	huge := "data: {\"usage\":{\"total_tokens\":99},\"pad\":\"" + strings.Repeat("x", maxSSELine) + "\"}\n\n"
 	rec := httptest.NewRecorder()
 	u := newUsageWriter(rec)
 	u.Header().Set("Content-Type", "text/event-stream")
@@ -276,7 +276,7 @@ func TestUsageSkipsAnOversizedSSELine(t *testing.T) {
 		assert.LessOrEqual(t, cap(u.line), 2*maxSSELine, "the line buffer is bounded")
 	}
 	_, ok := u.totalTokens()
-	assert.False(t, ok, "the oversized line is ignored, not half read")
+	assert.False(t, ok, "the usage is beyond the tail read: the line gives none")
 	assert.Equal(t, len(huge), rec.Body.Len())
 
 	// The lines after it are read again.

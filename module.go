@@ -289,8 +289,8 @@ type Handler struct {
 	//     text/event-stream) whose data carries a usage object with
 	//     total_tokens (OpenAI sends one with
 	//     "stream_options":{"include_usage":true}; a Responses API
-	//     event's response.usage counts too; lines longer than 64 KiB
-	//     are skipped). A response without usage, or with a
+	//     event's response.usage counts too; of a data line longer than
+	//     64 KiB the last 16 KiB are read). A response without usage, or with a
 	//     Content-Encoding, keeps the estimate. The response is passed
 	//     on as it comes, never held back.
 	//

@@ -9,9 +9,7 @@ import (
 	"math"
 	"mime"
 	"net/http"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -149,8 +147,9 @@ func (cw *committedWriter) FlushError() error {
 
 // Bounds of the usage extractor's memory.
 const (
-	// maxSSELine is the longest SSE line read for usage; the rest of a
-	// longer line is not kept (that line is ignored).
+	// maxSSELine is the longest SSE line read whole for usage; of a
+	// longer data line only the last sseTail bytes are read
+	// (readUsageTail), of another longer line nothing.
 	maxSSELine = 64 << 10
 	// maxJSONBody is the largest JSON response body read for usage; a
 	// larger body gives no usage.
@@ -171,7 +170,8 @@ const (
 // usage.total_tokens on the side: from a JSON body (Content-Type
 // application/json, at most maxJSONBody bytes) or from the last
 // server-sent event whose data carries a usage object with total_tokens
-// (Content-Type text/event-stream; each line up to maxSSELine bytes). A
+// (Content-Type text/event-stream; each line up to maxSSELine bytes, of
+// a longer data line its last sseTail bytes: readUsageTail). A
 // Responses API answer's usage (response.usage) counts too, and so does
 // an Ollama answer's prompt_eval_count + eval_count, in its JSON body or
 // the last line of its NDJSON stream (application/x-ndjson). It reads the
@@ -183,8 +183,11 @@ type usageWriter struct {
 	mode int
 
 	body []byte // usageJSON: the body so far
-	line []byte // usageSSE: the current line so far
-	long bool   // usageSSE: the current line is beyond maxSSELine, ignored
+	line []byte // usageSSE, usageNDJSON: the current line so far
+	// The current line is beyond maxSSELine: line holds its tail (an
+	// NDJSON line, an SSE data line) or nothing (another SSE line).
+	long bool
+	data bool // usageSSE: the long line is a data line
 
 	total float64 // the last usage.total_tokens found
 	found bool
@@ -284,38 +287,67 @@ func (u *usageWriter) scan(b []byte) {
 }
 
 // keep adds part of the current line, up to maxSSELine. Of a longer
-// NDJSON line it keeps the last ndjsonTail bytes: Ollama's last line may
-// carry the whole context (a token array) before its counts.
+// line it keeps a tail (at least the last tailOf bytes, in at most
+// maxSSELine: the buffer is moved only when full, so that a line written
+// a byte at a time costs no more than one written at once): Ollama's
+// last NDJSON line may carry the whole context (a token array) before
+// its counts, and a Responses API response.completed event the whole
+// response before its usage. Of a longer SSE line that is not a data
+// line it keeps nothing.
 func (u *usageWriter) keep(part []byte) {
-	if u.long && u.mode != usageNDJSON {
+	if u.long && u.mode == usageSSE && !u.data {
 		return
 	}
 	if len(u.line)+len(part) <= maxSSELine {
 		u.line = append(u.line, part...)
 		return
 	}
-	u.long = true
-	if u.mode != usageNDJSON {
-		u.line = u.line[:0]
+	if !u.long {
+		u.long = true
+		u.data = u.mode == usageSSE && u.startsData(part)
+		if u.mode == usageSSE && !u.data {
+			u.line = u.line[:0]
+			return
+		}
+	}
+	tail := u.tailOf()
+	if len(part) >= tail {
+		u.line = append(u.line[:0], part[len(part)-tail:]...)
 		return
 	}
-	if len(part) >= ndjsonTail {
-		u.line = append(u.line[:0], part[len(part)-ndjsonTail:]...)
-		return
-	}
-	keep := max(0, ndjsonTail-len(part))
+	keep := tail - len(part)
 	u.line = append(u.line[:0], u.line[max(0, len(u.line)-keep):]...)
 	u.line = append(u.line, part...)
+}
+
+// startsData reports whether the current line, part added, is an SSE
+// data line.
+func (u *usageWriter) startsData(part []byte) bool {
+	const field = "data:"
+	n := min(len(u.line), len(field))
+	return string(u.line[:n]) == field[:n] && bytes.HasPrefix(part, []byte(field[n:]))
+}
+
+// tailOf is how much of an over-long line is read.
+func (u *usageWriter) tailOf() int {
+	if u.mode == usageNDJSON {
+		return ndjsonTail
+	}
+	return sseTail
 }
 
 // endLine reads a complete SSE line ("\r\n" ends one line, then an empty
 // one: harmless).
 func (u *usageWriter) endLine() {
-	line, long := u.line, u.long
-	u.line, u.long = u.line[:0], false
+	line, long, isData := u.line, u.long, u.data
+	u.line, u.long, u.data = u.line[:0], false, false
 	if long {
-		if u.mode == usageNDJSON {
+		line = line[max(0, len(line)-u.tailOf()):]
+		switch {
+		case u.mode == usageNDJSON:
 			u.readCounts(line)
+		case isData:
+			u.readUsageTail(line)
 		}
 		return
 	}
@@ -376,32 +408,6 @@ func (u *usageWriter) read(doc []byte) {
 // count reports whether p is a token count: present, finite, not
 // negative.
 func count(p *float64) bool { return p != nil && *p >= 0 && !math.IsInf(*p, 0) }
-
-// ndjsonTail is how much of an over-long NDJSON line usageWriter keeps.
-const ndjsonTail = 4 << 10
-
-// ollamaCount finds a count of Ollama's answer in a line's tail.
-var ollamaCount = regexp.MustCompile(`"(prompt_eval_count|eval_count)"\s*:\s*([0-9]+)`)
-
-// readCounts records the counts found in the tail of an over-long
-// NDJSON line (Ollama's last, after its context).
-func (u *usageWriter) readCounts(tail []byte) {
-	var total, prompt float64
-	found, promptFound := false, false
-	for _, m := range ollamaCount.FindAllSubmatch(tail, -1) {
-		n, err := strconv.ParseFloat(string(m[2]), 64)
-		if err == nil {
-			total, found = total+n, true
-			if string(m[1]) == "prompt_eval_count" {
-				prompt, promptFound = n, true
-			}
-		}
-	}
-	if found {
-		u.total, u.found = total, true
-		u.promptUsed, u.promptFound = prompt, promptFound
-	}
-}
 
 func ptrOr(p *float64) float64 {
 	if p == nil {
