@@ -140,10 +140,34 @@ func runStatus(cmd *cobra.Command, _ []string) error {
 		if err != nil {
 			return err
 		}
-		_, err = out.Write(append(escapeJSONControls(b), '\n'))
+		if _, err = out.Write(append(escapeJSONControls(b), '\n')); err != nil {
+			return err
+		}
+	} else if err := printStatus(out, rep); err != nil {
 		return err
 	}
-	return printStatus(out, rep)
+	if rawURL != "" {
+		return unreadQueues(rep)
+	}
+	return nil
+}
+
+// unreadQueues fails status --redis when a queue it was to read could
+// not be read (Redis unreachable, another Cluster node serving it, an
+// ACL): the tool failed, not an instance, so a script running it sees a
+// non-zero exit, as when the queues cannot be listed. Each queue's line
+// says why.
+func unreadQueues(rep statusReport) error {
+	failed := 0
+	for _, q := range rep.Queues {
+		if q.Error != "" {
+			failed++
+		}
+	}
+	if failed == 0 {
+		return nil
+	}
+	return fmt.Errorf("could not read %d of %d queues in Redis", failed, len(rep.Queues))
 }
 
 // statusFromAdmin reads GET /fair_queue/ of a running Caddy.
