@@ -1,6 +1,7 @@
 package caddyfairqueue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,6 +46,13 @@ func runPurge(cmd *cobra.Command, _ []string) error {
 		return purgeDeadQueues(ctx, cmd, rdb, prefix, name, deadFor)
 	}
 	st := redisstore.New(rdb, name, redisstore.Options{KeyPrefix: prefix})
+	if n, err := rdb.Exists(ctx, st.Keys()...).Result(); err != nil {
+		return fmt.Errorf("purge %s: %w", st.Tag(), err)
+	} else if n == 0 { // a mistyped name, or not the queue's prefix
+		return fmt.Errorf("queue %q has no keys under --key-prefix %s (keys %s*): nothing purged; "+
+			"status --redis --key-prefix P lists the queues under P", name,
+			termCell(cmp.Or(prefix, redisstore.DefaultKeyPrefix)), termText(st.Tag()))
+	}
 	before, err := st.Inspect(ctx, 0, 0)
 	if err != nil {
 		return err
