@@ -118,9 +118,10 @@ type registry map[string][]string
 // registered reads the registry under prefix. On a Redis Cluster another
 // node may serve it: it is left alone then (an empty map).
 func registered(ctx context.Context, rdb *redis.Client, prefix string) (registry, error) {
-	names, err := rdb.ZRange(ctx, redisstore.RegistryKey(prefix), 0, -1).Result()
+	key := redisstore.RegistryKey(prefix)
+	names, err := rdb.ZRange(ctx, key, 0, -1).Result()
 	if err != nil && !redis.HasErrorPrefix(err, "MOVED") {
-		return nil, err
+		return nil, fmt.Errorf("reading the registry of queues %s: %w", key, err)
 	}
 	reg := registry{}
 	for _, n := range names {
