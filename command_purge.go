@@ -35,13 +35,13 @@ func runPurge(cmd *cobra.Command, _ []string) error {
 		return fmt.Errorf("refusing to purge queue %q without --yes: it deletes the queue's whole state in Redis "+
 			"(live instances put back their own permits and waiters at their next heartbeat; everything else is lost)", name)
 	}
-	rdb, err := cliRedis(rawURL)
+	ctx, cancel := context.WithTimeout(cmd.Context(), cliTimeout)
+	defer cancel()
+	rdb, _, err := cliClient(ctx, rawURL)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
-	ctx, cancel := context.WithTimeout(cmd.Context(), cliTimeout)
-	defer cancel()
 	if dead {
 		return purgeDeadQueues(ctx, cmd, rdb, prefix, name, deadFor)
 	}
@@ -76,11 +76,11 @@ func runPurge(cmd *cobra.Command, _ []string) error {
 // purgeDeadQueues purges each queue under prefix (only name, when set)
 // that no instance has kept alive for deadFor, and prints one line per
 // queue purged.
-func purgeDeadQueues(ctx context.Context, cmd *cobra.Command, rdb *redis.Client, prefix, name string, deadFor time.Duration) error {
+func purgeDeadQueues(ctx context.Context, cmd *cobra.Command, rdb redis.UniversalClient, prefix, name string, deadFor time.Duration) error {
 	names := []string{name}
 	if name == "" {
 		var err error
-		if names, err = redisstore.ListQueues(ctx, rdb, prefix); err != nil {
+		if names, err = listQueues(ctx, rdb, prefix); err != nil {
 			return err
 		}
 	}
@@ -115,9 +115,10 @@ func purgeDeadQueues(ctx context.Context, cmd *cobra.Command, rdb *redis.Client,
 // ListQueues as its keys' tag does.
 type registry map[string][]string
 
-// registered reads the registry under prefix. On a Redis Cluster another
-// node may serve it: it is left alone then (an empty map).
-func registered(ctx context.Context, rdb *redis.Client, prefix string) (registry, error) {
+// registered reads the registry under prefix. A node of a Redis Cluster
+// that answers MOVED (a client of one node where cliClient could not
+// tell a cluster) leaves it alone (an empty map).
+func registered(ctx context.Context, rdb redis.UniversalClient, prefix string) (registry, error) {
 	key := redisstore.RegistryKey(prefix)
 	names, err := rdb.ZRange(ctx, key, 0, -1).Result()
 	if err != nil && !redis.HasErrorPrefix(err, "MOVED") {
@@ -134,7 +135,7 @@ func registered(ctx context.Context, rdb *redis.Client, prefix string) (registry
 // unregister takes the names of the queue whose keys start with tag out
 // of the registry, unless an instance named it after since (it opened
 // the queue again).
-func (reg registry) unregister(ctx context.Context, rdb *redis.Client, prefix, tag string, since time.Time) error {
+func (reg registry) unregister(ctx context.Context, rdb redis.UniversalClient, prefix, tag string, since time.Time) error {
 	for _, n := range reg[tag] {
 		if err := redisstore.Unregister(ctx, rdb, prefix, n, since); err != nil {
 			return err
