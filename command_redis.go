@@ -2,6 +2,7 @@ package caddyfairqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -36,8 +37,7 @@ func cliRedis(rawURL string) (*redis.Client, error) {
 // Redis Cluster (it answers CLUSTER INFO), a client of that cluster
 // seeded with it and with the same options: the command reaches every
 // queue then, whichever master serves it. desc names the server (its
-// KeyPrefix left to the caller). A server that cannot be asked is taken
-// for a single one: the command's first call reports why.
+// KeyPrefix left to the caller). A server that does not answer fails it.
 func cliClient(ctx context.Context, rawURL string) (rdb redis.UniversalClient, desc storeDesc, err error) {
 	c, err := cliRedis(rawURL)
 	if err != nil {
@@ -45,8 +45,13 @@ func cliClient(ctx context.Context, rawURL string) (rdb redis.UniversalClient, d
 	}
 	o := c.Options()
 	desc = storeDesc{Store: "redis", Mode: ModeStandalone, Address: o.Addr, DB: o.DB}
-	if c.ClusterInfo(ctx).Err() != nil {
-		return c, desc, nil
+	if err := c.ClusterInfo(ctx).Err(); err != nil {
+		var reply redis.Error
+		if !errors.As(err, &reply) { // no answer: nothing else would get one
+			c.Close()
+			return nil, storeDesc{}, fmt.Errorf("redis %s: %w", o.Addr, err)
+		}
+		return c, desc, nil // a single server ("cluster support disabled")
 	}
 	c.Close()
 	if o.DB != 0 {
