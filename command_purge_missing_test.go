@@ -35,3 +35,17 @@ func TestPurgeOfAQueueWithNoKeysSaysNothingWasPurged(t *testing.T) {
 	assert.Contains(t, out, "purged queue \"chat\"")
 	assert.Empty(t, rds.Keys(t, st.Tag()+"*"))
 }
+
+// purge --dead --queue NAME, NAME matching no queue, says so too, rather
+// than report a dead queue purged.
+func TestPurgeDeadOfAQueueWithNoKeysSaysNothingWasPurged(t *testing.T) {
+	rds := redistest.Start(t)
+	seedQueue(t, rds, "chat")
+	kept := rds.Keys(t, "*")
+
+	out, err := runCLI(t, "purge", "--dead", "--queue", "chta", "--redis", "redis://"+rds.Addr(), "--yes")
+	require.Error(t, err, "printed: %s", out)
+	assert.ErrorContains(t, err, "nothing purged")
+	assert.NotContains(t, out, "purged dead queue")
+	assert.Equal(t, kept, rds.Keys(t, "*"))
+}
