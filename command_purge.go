@@ -46,12 +46,8 @@ func runPurge(cmd *cobra.Command, _ []string) error {
 		return purgeDeadQueues(ctx, cmd, rdb, prefix, name, deadFor)
 	}
 	st := redisstore.New(rdb, name, redisstore.Options{KeyPrefix: prefix})
-	if n, err := rdb.Exists(ctx, st.Keys()...).Result(); err != nil {
-		return fmt.Errorf("purge %s: %w", st.Tag(), err)
-	} else if n == 0 { // a mistyped name, or not the queue's prefix
-		return fmt.Errorf("queue %q has no keys under --key-prefix %s (keys %s*): nothing purged; "+
-			"status --redis --key-prefix P lists the queues under P", name,
-			termCell(cmp.Or(prefix, redisstore.DefaultKeyPrefix)), termText(st.Tag()))
+	if err := mustExist(ctx, rdb, st, name, prefix); err != nil {
+		return err
 	}
 	before, err := st.Inspect(ctx, 0, 0)
 	if err != nil {
@@ -73,12 +69,32 @@ func runPurge(cmd *cobra.Command, _ []string) error {
 	return err
 }
 
+// mustExist fails, saying nothing was purged, when the queue name has no
+// key under prefix: a mistyped name, or not the prefix of the queue's
+// config, which a purge would otherwise report purged.
+func mustExist(ctx context.Context, rdb redis.UniversalClient, st *redisstore.Store, name, prefix string) error {
+	n, err := rdb.Exists(ctx, st.Keys()...).Result()
+	if err != nil {
+		return fmt.Errorf("purge %s: %w", st.Tag(), err)
+	}
+	if n == 0 {
+		return fmt.Errorf("queue %q has no keys under --key-prefix %s (keys %s*): nothing purged; "+
+			"status --redis --key-prefix P lists the queues under P", name,
+			termCell(cmp.Or(prefix, redisstore.DefaultKeyPrefix)), termText(st.Tag()))
+	}
+	return nil
+}
+
 // purgeDeadQueues purges each queue under prefix (only name, when set)
 // that no instance has kept alive for deadFor, and prints one line per
 // queue purged.
 func purgeDeadQueues(ctx context.Context, cmd *cobra.Command, rdb redis.UniversalClient, prefix, name string, deadFor time.Duration) error {
 	names := []string{name}
-	if name == "" {
+	if name != "" {
+		if err := mustExist(ctx, rdb, redisstore.New(rdb, name, redisstore.Options{KeyPrefix: prefix}), name, prefix); err != nil {
+			return err
+		}
+	} else {
 		var err error
 		if names, err = listQueues(ctx, rdb, prefix); err != nil {
 			return err
