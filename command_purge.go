@@ -26,6 +26,8 @@ func runPurge(cmd *cobra.Command, _ []string) error {
 		return errors.New("--queue is required (or --dead)")
 	case rawURL == "":
 		return errors.New("--redis is required")
+	case !dead && fl.Changed("dead-for"):
+		return errors.New("--dead-for needs --dead: without it purge deletes the queue whether or not an instance is alive in it")
 	case dead && deadFor <= 0:
 		return fmt.Errorf("--dead-for must be positive, got %s", deadFor)
 	case !yes && dead:
