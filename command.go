@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,7 +17,6 @@ import (
 	"unicode/utf8"
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
@@ -53,7 +51,8 @@ Shows the live state of fair_queue queues, or clears a broken one.
           the secret out of the config.
 
 A password for --redis may come from the REDISCLI_AUTH environment
-variable, to keep it out of the process list.`,
+variable, to keep it out of the process list. Given a node of a Redis
+Cluster, --redis works on the whole cluster.`,
 		CobraFunc: setupFairQueueCommand,
 	})
 }
@@ -140,10 +139,34 @@ func runStatus(cmd *cobra.Command, _ []string) error {
 		if err != nil {
 			return err
 		}
-		_, err = out.Write(append(escapeJSONControls(b), '\n'))
+		if _, err = out.Write(append(escapeJSONControls(b), '\n')); err != nil {
+			return err
+		}
+	} else if err := printStatus(out, rep); err != nil {
 		return err
 	}
-	return printStatus(out, rep)
+	if rawURL != "" {
+		return unreadQueues(rep)
+	}
+	return nil
+}
+
+// unreadQueues fails status --redis when a queue it was to read could
+// not be read (Redis unreachable, another Cluster node serving it, an
+// ACL): the tool failed, not an instance, so a script running it sees a
+// non-zero exit, as when the queues cannot be listed. Each queue's line
+// says why.
+func unreadQueues(rep statusReport) error {
+	failed := 0
+	for _, q := range rep.Queues {
+		if q.Error != "" {
+			failed++
+		}
+	}
+	if failed == 0 {
+		return nil
+	}
+	return fmt.Errorf("could not read %d of %d queues in Redis", failed, len(rep.Queues))
 }
 
 // statusFromAdmin reads GET /fair_queue/ of a running Caddy.
@@ -170,20 +193,20 @@ func statusFromAdmin(addr string, queues []string) (statusReport, error) {
 // statusFromRedis inspects queues in Redis directly: those named, or
 // every queue found under prefix.
 func statusFromRedis(ctx context.Context, rawURL, prefix string, queues []string) (statusReport, error) {
-	rdb, err := cliRedis(rawURL)
+	rdb, desc, err := cliClient(ctx, rawURL)
 	if err != nil {
 		return statusReport{}, err
 	}
 	defer rdb.Close()
 	if len(queues) == 0 {
-		if queues, err = redisstore.ListQueues(ctx, rdb, prefix); err != nil {
+		if queues, err = listQueues(ctx, rdb, prefix); err != nil {
 			return statusReport{}, err
 		}
 	}
-	o := rdb.Options()
+	desc.KeyPrefix = prefix
 	rep := statusReport{Queues: []queueReport{}}
 	for _, name := range queues {
-		q := queueReport{Name: name, storeDesc: storeDesc{Store: "redis", Address: o.Addr, DB: o.DB, KeyPrefix: prefix}}
+		q := queueReport{Name: name, storeDesc: desc}
 		snap, err := redisstore.New(rdb, name, redisstore.Options{KeyPrefix: prefix}).Inspect(ctx, adminHead, adminFlows)
 		if err != nil {
 			q.Error = err.Error()
@@ -193,25 +216,6 @@ func statusFromRedis(ctx context.Context, rawURL, prefix string, queues []string
 		rep.Queues = append(rep.Queues, q)
 	}
 	return rep, nil
-}
-
-// cliRedis makes a client for the command line: a single server, short
-// timeouts, the password from REDISCLI_AUTH when the URL has none.
-func cliRedis(rawURL string) (*redis.Client, error) {
-	o, err := parseRedisURL(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	if o.Password == "" {
-		o.Password = os.Getenv("REDISCLI_AUTH")
-	}
-	for _, d := range []*time.Duration{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout} {
-		if *d <= 0 {
-			*d = 2 * time.Second
-		}
-	}
-	o.MaxRetries = 1
-	return redis.NewClient(o), nil
 }
 
 func runTenantKey(cmd *cobra.Command, _ []string) error {

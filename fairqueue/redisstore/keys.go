@@ -24,6 +24,10 @@ func TagOf(prefix, name string) string {
 	return "{" + braces.Replace(cmp.Or(prefix, DefaultKeyPrefix)) + ":" + braces.Replace(name) + "}"
 }
 
+// Keys returns the name of every key the queue may have, all starting
+// with Tag: what Purge deletes, for the tools that check which exist.
+func (s *Store) Keys() []string { return slices.Clone(s.keys) }
+
 // ListQueues lists, sorted, the queues under prefix that have state in
 // rdb, by their epoch key (the first key a queue gets; the last node to
 // leave deletes it). A name is as it stands in the tag (braces replaced).

@@ -1,0 +1,89 @@
+package caddyfairqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
+)
+
+// cliRedis makes a client for the command line: a single server, short
+// timeouts, the password from REDISCLI_AUTH when the URL has none.
+func cliRedis(rawURL string) (*redis.Client, error) {
+	o, err := parseRedisURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if o.Password == "" {
+		o.Password = os.Getenv("REDISCLI_AUTH")
+	}
+	for _, d := range []*time.Duration{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout} {
+		if *d <= 0 {
+			*d = 2 * time.Second
+		}
+	}
+	o.MaxRetries = 1
+	return redis.NewClient(o), nil
+}
+
+// cliClient is cliRedis' client, or, when the server is a node of a
+// Redis Cluster (it answers CLUSTER INFO), a client of that cluster
+// seeded with it and with the same options: the command reaches every
+// queue then, whichever master serves it. desc names the server (its
+// KeyPrefix left to the caller). A server that does not answer fails it.
+func cliClient(ctx context.Context, rawURL string) (rdb redis.UniversalClient, desc storeDesc, err error) {
+	c, err := cliRedis(rawURL)
+	if err != nil {
+		return nil, storeDesc{}, err
+	}
+	o := c.Options()
+	desc = storeDesc{Store: "redis", Mode: ModeStandalone, Address: o.Addr, DB: o.DB}
+	if err := c.ClusterInfo(ctx).Err(); err != nil {
+		var reply redis.Error
+		if !errors.As(err, &reply) { // no answer: nothing else would get one
+			c.Close()
+			return nil, storeDesc{}, fmt.Errorf("redis %s: %w", o.Addr, err)
+		}
+		return c, desc, nil // a single server ("cluster support disabled")
+	}
+	c.Close()
+	if o.DB != 0 {
+		return nil, storeDesc{}, fmt.Errorf("redis: db must be 0 on a Redis Cluster, got %d", o.DB)
+	}
+	desc.Mode = ModeCluster
+	return redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: []string{o.Addr}, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
+		Protocol: o.Protocol, DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
+		WriteTimeout: o.WriteTimeout, MaxRetries: o.MaxRetries,
+	}), desc, nil
+}
+
+// listQueues is redisstore.ListQueues on rdb, on every master of a
+// Redis Cluster (SCAN sees one node's keys only).
+func listQueues(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, error) {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return redisstore.ListQueues(ctx, rdb, prefix)
+	}
+	var mu sync.Mutex
+	var names []string
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		found, err := redisstore.ListQueues(ctx, c, prefix)
+		mu.Lock()
+		names = append(names, found...)
+		mu.Unlock()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(names)
+	return slices.Compact(names), nil
+}
