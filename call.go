@@ -191,10 +191,7 @@ func (c *call) serve() error {
 	}
 	c.record(outcome, reason, c.permit.Waited(), c.permit.Position())
 	c.forwarded = true
-	if c.e.remote {
-		// The exit may end it (engine.endRunning).
-		c.uncut = cuttable(c.r)
-	}
+	c.cuttable()
 	c.fb = newFirstByteWriter(c.w)
 	c.w = c.fb
 	c.fb.forwarded, c.fb.upstream = time.Now(), c.permit.Upstream()
@@ -248,10 +245,20 @@ func (c *call) servePool() (served bool, err error) {
 		if c.left() {
 			return true, nil // granted again for nobody: finish hands the permit on
 		}
+		c.cuttable() // a reload may have moved it to a Redis queue
 		if c.permit.Upstream() == "" {
 			c.next = c.e.forGrant(c.h, c.permit, c.own)
 			return false, nil
 		}
+	}
+}
+
+// cuttable lets the exit end the forwarded request (engine.endRunning)
+// when its queue is in a shared store: at its first forwarding, or at a
+// later one once a reload moved its queue there while it waited again.
+func (c *call) cuttable() {
+	if c.e.remote && c.uncut == nil {
+		c.uncut = cuttable(c.r)
 	}
 }
 
