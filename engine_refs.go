@@ -79,7 +79,12 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 			return nil, nil, err
 		}
 		e.enter()
+		// Its server was shut down for the reload, not for the exit: no
+		// handler's onShutdown answers its waiters when the process exits.
+		e.borrows.Add(1)
+		watchExit()
 		return e, func() {
+			e.borrows.Add(-1)
 			e.exit()
 			h.dropEngine(key)
 		}, nil

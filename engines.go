@@ -100,8 +100,11 @@ type engine struct {
 	retiredFlag atomic.Bool
 	// moved: the queue's waiters moved to a namesake in another store,
 	// and its new ones go there (namesakes.go).
-	moved  atomic.Bool
-	closed bool // q.Close was called
+	moved atomic.Bool
+	// borrows counts the requests of handlers cleaned up by a reload
+	// that use it (Handler.use): the exit answers their waiters (exit.go).
+	borrows atomic.Int32
+	closed  bool // q.Close was called
 	// closeDone is closed when the close that set closed is done.
 	closeDone chan struct{}
 	gen       uint64 // provisioning number of the settings in force (0: opened at a provision, none applied yet)

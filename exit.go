@@ -18,7 +18,10 @@ import (
 // process exits, and no handler's Cleanup closes them: one goroutine
 // watches for the exit while such a queue is open and answers its waiters
 // at once, and an exit callback, run once the grace period is over,
-// releases what they still hold and leaves them.
+// releases what they still hold and leaves them. The watcher answers
+// too the waiters of a queue that a request borrowed on a handler the
+// reload cleaned up (it reached the old server after the reload:
+// Handler.use), as that server was shut down for the reload as well.
 
 // exitPoll is how often the watcher checks whether the process is
 // exiting; Caddy has no hook at the start of an exit for a module that
@@ -37,7 +40,7 @@ var exitWatch struct {
 }
 
 // watchExit starts the watcher unless it runs; Destruct calls it for an
-// engine it retires open.
+// engine it retires open, Handler.use for an engine it borrows.
 func watchExit() {
 	exitWatch.mu.Lock()
 	defer exitWatch.mu.Unlock()
@@ -47,27 +50,28 @@ func watchExit() {
 	}
 }
 
-// exitWatcher answers the waiters of the retired engines once the process
-// exits; it stops then, or when no retired engine is open (one retired
-// later starts it again: watchExit).
+// exitWatcher answers the waiters of the retired and borrowed engines
+// once the process exits; it stops then, or when none is open (one
+// retired or borrowed later starts it again: watchExit).
 func exitWatcher() {
 	t := time.NewTicker(exitPoll)
 	defer t.Stop()
 	for range t.C {
 		exitWatch.mu.Lock()
-		retired := retiredEngines()
+		watched := watchedEngines()
 		ending := exiting()
-		if ending || len(retired) == 0 {
+		if ending || len(watched) == 0 {
 			exitWatch.running = false
 		}
 		exitWatch.mu.Unlock()
 		if ending {
-			// An engine retired from now on closes at once (Destruct).
-			for _, e := range retired {
+			// An engine retired from now on closes at once (Destruct);
+			// one borrowed from now on starts a watcher again.
+			for _, e := range watched {
 				e.q.RejectWaiters()
 			}
 		}
-		if ending || len(retired) == 0 {
+		if ending || len(watched) == 0 {
 			return
 		}
 	}
@@ -78,6 +82,18 @@ func retiredEngines() []*engine {
 	var out []*engine
 	for _, e := range openEngines() {
 		if e.retiredFlag.Load() {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// watchedEngines lists the open engines whose waiters no handler's
+// onShutdown answers at the exit: retired, or borrowed by a request.
+func watchedEngines() []*engine {
+	var out []*engine
+	for _, e := range openEngines() {
+		if e.retiredFlag.Load() || e.borrows.Load() > 0 {
 			out = append(out, e)
 		}
 	}
