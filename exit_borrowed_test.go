@@ -85,7 +85,7 @@ func TestExitAnswersAWaiterThatReachedTheOldHandlerAfterAReload(t *testing.T) {
 			// The body begins: the old config's handler has the request.
 			_, err = io.WriteString(send, `{"messages":[`)
 			require.NoError(t, err)
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(time.Second) // the server has read its header
 
 			// Another max_wait: a reload even where the queue is kept.
 			require.NoError(t, caddy.Load([]byte(config(tc.next, "59s")), false))
