@@ -12,11 +12,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fair-queue/caddy-fair-queue/fairqueue"
-	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
@@ -45,19 +42,7 @@ func TestExitEndsARequestMovedToRedisWhileRequeuedBeforeAnotherInstanceGetsItsPe
 		}
 		inFlight.Add(1)
 		defer inFlight.Add(-1)
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(http.StatusOK)
-		for {
-			if _, err := io.WriteString(w, "data: {}\n\n"); err != nil {
-				return
-			}
-			w.(http.Flusher).Flush()
-			select {
-			case <-r.Context().Done():
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
+		streamUntilGone(w, r)
 	}))
 	t.Cleanup(upstream.Close)
 	dial := strings.TrimPrefix(upstream.URL, "http://")
@@ -113,47 +98,8 @@ func TestExitEndsARequestMovedToRedisWhileRequeuedBeforeAnotherInstanceGetsItsPe
 		"the moved request is granted in Redis and sent again")
 
 	// The other instance: the same Redis queue, through the library.
-	rdb := rds.Client(t)
-	other, err := fairqueue.New(redisstore.New(rdb, "a", redisstore.Options{}),
-		fairqueue.Config{Permits: 1, MaxWait: time.Minute})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = other.Close() })
-	type grant struct {
-		p        *fairqueue.Permit
-		err      error
-		inFlight int32
-	}
-	waiting := func() int64 {
-		n, _ := rdb.ZCard(ctx, "{fair_queue:a}:waiting").Result()
-		return n
-	}
-	before := waiting() // the quick request, if it waits
-	granted := make(chan grant, 1)
-	go func() {
-		p, err := other.Acquire(ctx, fairqueue.Request{})
-		granted <- grant{p, err, inFlight.Load()}
-	}()
-	require.Eventually(t, func() bool { return waiting() == before+1 }, 10*time.Second, 5*time.Millisecond,
-		"the other instance's request waits")
-
-	exitingForTest.Store(true) // the process exits (SIGTERM, caddy stop)
-	stopped := make(chan error, 1)
-	go func() { stopped <- caddy.Stop() }()
-
-	select {
-	case g := <-granted:
-		require.NoError(t, g.err)
-		t.Cleanup(g.p.Release)
-		assert.Zero(t, g.inFlight,
-			"the other instance was granted the permit while the moved request still ran at the upstream (permits 1)")
-	case <-time.After(30 * time.Second):
-		t.Fatal("the other instance's waiter was not granted within 30s of the exit")
-	}
-	select {
-	case <-stopped:
-	case <-time.After(30 * time.Second):
-		t.Error("caddy.Stop did not return")
-	}
+	exitGrantsTheOtherInstanceOnlyOnceTheStreamEnded(ctx, t, rds, &inFlight,
+		"the other instance was granted the permit while the moved request still ran at the upstream (permits 1)")
 	cancel()
 	<-streamed
 }

@@ -40,19 +40,7 @@ func TestExitEndsRunningStreamsBeforeAnotherInstanceGetsTheirPermits(t *testing.
 		inFlight.Add(1)
 		defer inFlight.Add(-1)
 		arrivals.Add(1)
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(http.StatusOK)
-		for {
-			if _, err := io.WriteString(w, "data: {}\n\n"); err != nil {
-				return
-			}
-			w.(http.Flusher).Flush()
-			select {
-			case <-r.Context().Done():
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
+		streamUntilGone(w, r)
 	}))
 	t.Cleanup(upstream.Close)
 
@@ -84,6 +72,37 @@ func TestExitEndsRunningStreamsBeforeAnotherInstanceGetsTheirPermits(t *testing.
 		"the stream reaches the upstream")
 
 	// The other instance: the same Redis queue, through the library.
+	exitGrantsTheOtherInstanceOnlyOnceTheStreamEnded(ctx, t, rds, &inFlight,
+		"the other instance was granted the permit while the exiting instance's stream still ran at the upstream (permits 1)")
+	cancel()
+	<-streamed
+}
+
+// streamUntilGone answers an endless event stream until its client leaves.
+func streamUntilGone(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	for {
+		if _, err := io.WriteString(w, "data: {}\n\n"); err != nil {
+			return
+		}
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// exitGrantsTheOtherInstanceOnlyOnceTheStreamEnded queues a request of
+// another instance (a Queue of the library on queue a of rds) behind the
+// one streaming in the in-process Caddy, stops Caddy as the process's
+// exit does, and asserts that the other instance is granted only once no
+// stream runs at the upstream any more (inFlight, read at the grant).
+func exitGrantsTheOtherInstanceOnlyOnceTheStreamEnded(ctx context.Context, t *testing.T,
+	rds *redistest.Server, inFlight *atomic.Int32, msg string) {
+	t.Helper()
 	rdb := rds.Client(t)
 	other, err := fairqueue.New(redisstore.New(rdb, "a", redisstore.Options{}),
 		fairqueue.Config{Permits: 1, MaxWait: time.Minute})
@@ -94,15 +113,18 @@ func TestExitEndsRunningStreamsBeforeAnotherInstanceGetsTheirPermits(t *testing.
 		err      error
 		inFlight int32
 	}
+	waiting := func() int64 {
+		n, _ := rdb.ZCard(ctx, "{fair_queue:a}:waiting").Result()
+		return n
+	}
+	before := waiting() // a request of the exiting instance, if one waits
 	granted := make(chan grant, 1)
 	go func() {
 		p, err := other.Acquire(ctx, fairqueue.Request{})
 		granted <- grant{p, err, inFlight.Load()}
 	}()
-	require.Eventually(t, func() bool {
-		n, _ := rdb.ZCard(ctx, "{fair_queue:a}:waiting").Result()
-		return n == 1
-	}, 10*time.Second, 5*time.Millisecond, "the other instance's request waits")
+	require.Eventually(t, func() bool { return waiting() == before+1 }, 10*time.Second, 5*time.Millisecond,
+		"the other instance's request waits")
 
 	exitingForTest.Store(true) // the process exits (SIGTERM, caddy stop)
 	stopped := make(chan error, 1)
@@ -112,8 +134,7 @@ func TestExitEndsRunningStreamsBeforeAnotherInstanceGetsTheirPermits(t *testing.
 	case g := <-granted:
 		require.NoError(t, g.err)
 		t.Cleanup(g.p.Release)
-		assert.Zero(t, g.inFlight,
-			"the other instance was granted the permit while the exiting instance's stream still ran at the upstream (permits 1)")
+		assert.Zero(t, g.inFlight, msg)
 	case <-time.After(30 * time.Second):
 		t.Fatal("the other instance's waiter was not granted within 30s of the exit")
 	}
@@ -122,6 +143,4 @@ func TestExitEndsRunningStreamsBeforeAnotherInstanceGetsTheirPermits(t *testing.
 	case <-time.After(30 * time.Second):
 		t.Error("caddy.Stop did not return")
 	}
-	cancel()
-	<-streamed
 }
