@@ -27,7 +27,7 @@ type AdaptiveConfig struct {
 	// forwarding a granted request to its first response byte (a
 	// stream's first chunk); requests for a plain answer, and error
 	// answers (status 300 and above), are not timed.
-	// Required.
+	// Required; at least 1ms.
 	TargetTTFT caddy.Duration `json:"target_ttft"`
 	// Floor is the least share of the configured capacity, in (0, 1];
 	// default 0.0625 (1/16), and at least one permit.
@@ -75,7 +75,7 @@ func parseAdaptive(d *caddyfile.Dispenser) (*AdaptiveConfig, error) {
 	}
 	a := new(AdaptiveConfig)
 	err := parseBlock(d, map[string]optionParser{
-		"target_ttft":     opt(&a.TargetTTFT, durationArg(time.Millisecond)),
+		"target_ttft":     opt(&a.TargetTTFT, durationArg(minDuration)),
 		"floor":           opt(&a.Floor, shareArg(true)),
 		"interval":        opt(&a.Interval, durationArg(fairqueue.MinAdaptiveInterval)),
 		"decrease":        opt(&a.Decrease, shareArg(false)),

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -160,7 +159,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"upstream":                 h.parseUpstream,
 		"requeue_on":               h.parseRequeueOn,
 		"max_requeues":             h.parseMaxRequeues,
-		"upstream_cooldown":        opt(&h.UpstreamCooldown, durationArg(time.Millisecond)),
+		"upstream_cooldown":        opt(&h.UpstreamCooldown, durationArg(minDuration)),
 		"reject": func(d *caddyfile.Dispenser) error {
 			rc, err := parseReject(d)
 			if err != nil {

@@ -162,8 +162,8 @@ func offDurationArg(d *caddyfile.Dispenser) (caddy.Duration, error) {
 		return -1, nil
 	}
 	dur, err := caddy.ParseDuration(v)
-	if err != nil || dur < time.Millisecond {
-		return 0, d.Errf("%s: want a duration of at least 1ms or off, got '%s'", opt, v)
+	if err != nil || dur < minDuration {
+		return 0, d.Errf("%s: want a duration of at least %s or off, got '%s'", opt, minDuration, v)
 	}
 	return caddy.Duration(dur), nil
 }

@@ -219,7 +219,8 @@ type Handler struct {
 	// it next checks its connection or writes the answer); a permit handed
 	// on sooner lets the upstream run one request more than the permits.
 	// Set it to the longest an upstream takes to stop an aborted request.
-	// Only requests whose client left pay it. Default 50ms; at most 1m;
+	// Only requests whose client left pay it. Default 50ms; at least 1ms,
+	// at most 1m;
 	// a negative value (Caddyfile "off") hands the permit on at once.
 	AbortGrace caddy.Duration `json:"abort_grace,omitempty"`
 
@@ -373,7 +374,7 @@ type Handler struct {
 
 	// UpstreamCooldown is how long an upstream is left out of dispatch,
 	// cluster-wide, after it could not be reached, and after a RequeueOn
-	// status without Retry-After. Default 1s; at most 5m. Requires
+	// status without Retry-After. Default 1s; at least 1ms, at most 5m. Requires
 	// Upstreams.
 	UpstreamCooldown caddy.Duration `json:"upstream_cooldown,omitempty"`
 

@@ -29,6 +29,12 @@ const (
 // cost its permit longer than an upstream needs to notice.
 const maxAbortGrace = time.Minute
 
+// minDuration is the least value of the durations that have no larger
+// least of their own (abort_grace, upstream_cooldown,
+// adaptive.target_ttft): a JSON duration given as a bare number is
+// nanoseconds, and "abort_grace": 50 meant 50ms is refused, not run.
+const minDuration = time.Millisecond
+
 func (h *Handler) setDefaults() {
 	h.Name = cmp.Or(h.Name, DefaultName)
 	h.MaxWait = cmp.Or(h.MaxWait, caddy.Duration(fairqueue.DefaultMaxWait))
@@ -67,6 +73,8 @@ func (h *Handler) validate() error {
 		return fmt.Errorf("poll_interval must be at least %s, got %s", fairqueue.MinPollInterval, time.Duration(h.PollInterval))
 	case h.Lease < 0:
 		return fmt.Errorf("lease must be at least %s, got %s", fairqueue.MinLease, time.Duration(h.Lease))
+	case h.AbortGrace > 0 && time.Duration(h.AbortGrace) < minDuration: // negative: off
+		return fmt.Errorf("abort_grace: want a duration of at least %s or off, got %s", minDuration, time.Duration(h.AbortGrace))
 	case time.Duration(h.AbortGrace) > maxAbortGrace:
 		return fmt.Errorf("abort_grace must be at most %s, got %s", maxAbortGrace, time.Duration(h.AbortGrace))
 	case h.MaxBody < 0:
@@ -105,6 +113,8 @@ func (h *Handler) validate() error {
 		return fmt.Errorf("sse_queue_events requires sse_keepalive")
 	case h.RejectStream != nil && h.Redis == nil:
 		return errRejectStreamNeedsRedis
+	case h.Adaptive != nil && h.Adaptive.TargetTTFT > 0 && time.Duration(h.Adaptive.TargetTTFT) < minDuration: // 0: the engine's "required"
+		return fmt.Errorf("adaptive: target_ttft must be at least %s, got %s", minDuration, time.Duration(h.Adaptive.TargetTTFT))
 	case h.DefaultMaxTokens < 0:
 		return fmt.Errorf("default_max_tokens must be at least 1, got %d", h.DefaultMaxTokens)
 	case h.DefaultMaxTokens != 0 && !h.countsTokens() && h.Cost != CostTokens:

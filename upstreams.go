@@ -63,6 +63,8 @@ func (h *Handler) checkPool() error {
 	}
 	if d := time.Duration(h.UpstreamCooldown); d < 0 || d > fairqueue.MaxCooldown {
 		return fmt.Errorf("upstream_cooldown must be positive and at most %s, got %s", fairqueue.MaxCooldown, d)
+	} else if d > 0 && d < minDuration {
+		return fmt.Errorf("upstream_cooldown must be at least %s, got %s", minDuration, d)
 	}
 	sum, tokens, withTokens := 0, 0, 0
 	for _, u := range h.Upstreams {
