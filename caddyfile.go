@@ -89,7 +89,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        sentinel_password <password>   # sentinel: password of the Sentinels
 //	        db            <n>              # not with cluster
 //	        tls
-//	        key_prefix    <prefix>         # default "fair_queue"
+//	        key_prefix    <prefix>         # default "fair_queue"; e.g. {env.DEPLOYMENT}
 //	        dial_timeout  <duration>       # default 500ms
 //	        read_timeout  <duration>       # default 500ms
 //	        write_timeout <duration>       # default 500ms

@@ -94,7 +94,8 @@ type RedisConfig struct {
 	TLS bool `json:"tls,omitempty"`
 
 	// KeyPrefix starts the name of every key of every queue, so that
-	// several applications can share one Redis. Default "fair_queue".
+	// several applications can share one Redis. Placeholders such as
+	// {env.DEPLOYMENT} are replaced at load. Default "fair_queue".
 	KeyPrefix string `json:"key_prefix,omitempty"`
 
 	// DialTimeout bounds connecting to Redis, one dial per connection
@@ -179,9 +180,14 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 		return nil, err
 	}
 	expand := func(s string) string { return repl.ReplaceKnown(s, "") }
-	b := &redisBackend{mode: cfg.Mode, prefix: cfg.KeyPrefix, master: expand(cfg.MasterName)}
+	b := &redisBackend{mode: cfg.Mode, prefix: expand(cfg.KeyPrefix), master: expand(cfg.MasterName)}
 	if cfg.MasterName != "" && b.master == "" {
 		return nil, errors.New("redis: master_name is empty once its placeholders are replaced")
+	}
+	if cfg.KeyPrefix != "" && b.prefix == "" {
+		// Not the default prefix: the queues of every deployment whose
+		// variable is unset would be one.
+		return nil, errors.New("redis: key_prefix is empty once its placeholders are replaced")
 	}
 	for _, a := range cfg.Addresses {
 		if expand(a) == "" {

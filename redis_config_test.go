@@ -23,6 +23,7 @@ func TestRedisOptionsThatExpandToNothingAreRefusedAtLoad(t *testing.T) {
 		{&RedisConfig{Addresses: []string{"{env.FQ_TEST_UNSET_ADDR}"}}, "address"},
 		{&RedisConfig{Mode: ModeCluster, Addresses: []string{"{env.FQ_TEST_UNSET_ADDR}"}}, "address"},
 		{&RedisConfig{Mode: ModeSentinel, MasterName: "{env.FQ_TEST_UNSET_MASTER}", Addresses: []string{"s1:26379"}}, "master_name"},
+		{&RedisConfig{KeyPrefix: "{env.FQ_TEST_UNSET_PREFIX}"}, "key_prefix"},
 	} {
 		_, err := newRedisBackend(tc.cfg, caddy.NewReplacer())
 		if assert.Error(t, err, "%+v", tc.cfg) {
