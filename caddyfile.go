@@ -90,9 +90,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        db            <n>              # not with cluster
 //	        tls
 //	        key_prefix    <prefix>         # default "fair_queue"; e.g. {env.DEPLOYMENT}
-//	        dial_timeout  <duration>       # default 500ms
-//	        read_timeout  <duration>       # default 500ms
-//	        write_timeout <duration>       # default 500ms
+//	        dial_timeout  <duration>       # default 500ms, at least 1ms
+//	        read_timeout  <duration>       # default 500ms, at least 1ms
+//	        write_timeout <duration>       # default 500ms, at least 1ms
 //	    }
 //
 //	    on_store_error fail_open|fail_closed|local   # default fail_open

@@ -142,9 +142,6 @@ func durationArg(minimum time.Duration) func(*caddyfile.Dispenser) (caddy.Durati
 			return 0, d.Errf("%s: invalid duration '%s'", opt, v)
 		}
 		if dur < minimum {
-			if minimum == time.Nanosecond {
-				return 0, d.Errf("%s must be positive, got %s", opt, v)
-			}
 			return 0, d.Errf("%s must be at least %s, got %s", opt, minimum, v)
 		}
 		return caddy.Duration(dur), nil

@@ -1,8 +1,6 @@
 package caddyfairqueue
 
 import (
-	"time"
-
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
@@ -39,9 +37,9 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 		"db":            opt(&rc.DB, intArg(0)),
 		"tls":           flagOpt(&rc.TLS),
 		"key_prefix":    opt(&rc.KeyPrefix, stringArg),
-		"dial_timeout":  opt(&rc.DialTimeout, durationArg(time.Nanosecond)),
-		"read_timeout":  opt(&rc.ReadTimeout, durationArg(time.Nanosecond)),
-		"write_timeout": opt(&rc.WriteTimeout, durationArg(time.Nanosecond)),
+		"dial_timeout":  opt(&rc.DialTimeout, durationArg(minDuration)),
+		"read_timeout":  opt(&rc.ReadTimeout, durationArg(minDuration)),
+		"write_timeout": opt(&rc.WriteTimeout, durationArg(minDuration)),
 	})
 	if err != nil {
 		return nil, err

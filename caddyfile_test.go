@@ -197,7 +197,7 @@ func TestCaddyfileRefusesBadConfigNamingTheOption(t *testing.T) {
 		{"db on cluster", "permits 1\nredis {\nmode cluster\naddress a:1 b:1\ndb 2\n}", "redis: db must be 0 with mode cluster, got 2"},
 		{"negative db", "permits 1\nredis {\ndb -1\n}", "db must be at least 0"},
 		{"tls with argument", "permits 1\nredis {\ntls yes\n}", "wrong argument count"},
-		{"zero timeout", "permits 1\nredis {\nread_timeout 0s\n}", "read_timeout must be positive"},
+		{"zero timeout", "permits 1\nredis {\nread_timeout 0s\n}", "read_timeout must be at least 1ms, got 0s"},
 		{"unknown reason", "permits 1\nreject slow {\nstatus 500\n}", "reject: unknown reason \"slow\""},
 		{"empty reject", "permits 1\nreject timeout", "reject: a block with at least one option is required"},
 		{"bad status", "permits 1\nreject {\nstatus 99\n}", "reject: status must be 200-599, got 99"},

@@ -99,7 +99,7 @@ type RedisConfig struct {
 	KeyPrefix string `json:"key_prefix,omitempty"`
 
 	// DialTimeout bounds connecting to Redis, one dial per connection
-	// attempt. Default 500ms. Short timeouts keep a frozen Redis from
+	// attempt. Default 500ms, at least 1ms. Short timeouts keep a frozen Redis from
 	// holding requests: the request that finds Redis unreachable makes
 	// at most two calls (the queue tries a failed call once more), each
 	// retried once by the client when it could not connect, so it waits at most about four times
@@ -107,10 +107,12 @@ type RedisConfig struct {
 	// before on_store_error applies; the next requests do not wait.
 	DialTimeout caddy.Duration `json:"dial_timeout,omitempty"`
 
-	// ReadTimeout bounds waiting for a reply from Redis. Default 500ms.
+	// ReadTimeout bounds waiting for a reply from Redis. Default 500ms;
+	// at least 1ms.
 	ReadTimeout caddy.Duration `json:"read_timeout,omitempty"`
 
-	// WriteTimeout bounds sending a command to Redis. Default 500ms.
+	// WriteTimeout bounds sending a command to Redis. Default 500ms; at
+	// least 1ms.
 	WriteTimeout caddy.Duration `json:"write_timeout,omitempty"`
 }
 
@@ -153,6 +155,9 @@ func (cfg *RedisConfig) check() error {
 	}{{"dial_timeout", cfg.DialTimeout}, {"read_timeout", cfg.ReadTimeout}, {"write_timeout", cfg.WriteTimeout}} {
 		if t.v < 0 {
 			return fmt.Errorf("redis: %s must be > 0, got %s", t.name, time.Duration(t.v))
+		}
+		if t.v > 0 && time.Duration(t.v) < minDuration { // 0: the default
+			return fmt.Errorf("redis: %s must be at least %s, got %s", t.name, minDuration, time.Duration(t.v))
 		}
 	}
 	if cfg.URL != "" && !strings.Contains(cfg.URL, "{") {
