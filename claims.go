@@ -2,9 +2,11 @@ package caddyfairqueue
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 // claims records, per config load, the settings of every queue a handler
@@ -25,6 +27,7 @@ type claimKey struct {
 type claim struct {
 	settings queueSettings
 	refs     int
+	server   string // where the first handler is: its server's listen addresses
 }
 
 // addClaim registers the handler's settings for its queue in the config
@@ -36,18 +39,41 @@ func (h *Handler) addClaim(ctx caddy.Context) error {
 	}
 	k := claimKey{load: load, data: h.backend.dataID(), queue: h.Name}
 	s := h.settings()
+	server := serverOf(ctx)
 	claims.Lock()
 	defer claims.Unlock()
 	if c := claims.m[k]; c != nil {
 		if d := c.settings.diff(s); d != "" {
-			return fmt.Errorf("queue %q is configured by two fair_queue handlers with different %s; handlers naming one queue must agree", h.Name, d)
+			return fmt.Errorf("queue %q is configured by two fair_queue handlers with different %s%s; handlers naming one queue must agree", h.Name, d, sites(c.server, server))
 		}
 		c.refs++
 	} else {
-		claims.m[k] = &claim{settings: s, refs: 1}
+		claims.m[k] = &claim{settings: s, refs: 1, server: server}
 	}
 	h.claim = &k
 	return nil
+}
+
+// serverOf names the server of ctx's handler by its listen addresses,
+// as the Caddyfile's site addresses give them; "" outside a server.
+func serverOf(ctx caddy.Context) string {
+	srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if !ok || srv == nil || len(srv.Listen) == 0 {
+		return ""
+	}
+	return strings.Join(srv.Listen, " ")
+}
+
+// sites says where two handlers that disagree on a queue are (the
+// servers first and other), or "" when either is unknown.
+func sites(first, other string) string {
+	switch {
+	case first == "" || other == "":
+		return ""
+	case first == other:
+		return ": both in the server on " + first
+	}
+	return ": the first in the server on " + first + ", the other in the server on " + other
 }
 
 func (h *Handler) dropClaim() {
