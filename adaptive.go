@@ -50,7 +50,8 @@ type AdaptiveConfig struct {
 	// BackendMetrics, when set, is where the backend's own gauges are read
 	// every interval (Prometheus text, vLLM's names): a path such as
 	// "/metrics" on each pool upstream (http://<dial><path>), or the URL
-	// of the one backend of a queue without a pool. Each request the
+	// (http:// or https://) of the one backend of a queue without a pool;
+	// anything else is refused at load. Each request the
 	// backend preempted since the last read (vllm:num_preemptions_total),
 	// and each reading of requests queued in it
 	// (vllm:num_requests_waiting > 0), counts as a time to first token

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -97,6 +98,13 @@ func (a Adaptive) withDefaults() Adaptive {
 		a.MinSamples = min(max(int(math.Ceil(1/a.BreachShare)), 10), 100)
 	}
 	return a
+}
+
+// isHTTPURL reports whether s is an absolute http or https URL with a
+// host: what Adaptive.BackendMetrics names a backend by.
+func isHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
 func (a Adaptive) validate() error {

@@ -209,6 +209,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("adaptive: backend_metrics %q is a path, read on each pool upstream: without upstream lines, give the backend's URL", c.Adaptive.BackendMetrics)
 	case c.Adaptive != nil && c.Adaptive.BackendMetrics != "" && !strings.HasPrefix(c.Adaptive.BackendMetrics, "/") && len(c.Upstreams) > 0:
 		return fmt.Errorf("adaptive: backend_metrics %q: with upstream lines, give a path read on each (e.g. /metrics)", c.Adaptive.BackendMetrics)
+	case c.Adaptive != nil && c.Adaptive.BackendMetrics != "" && !strings.HasPrefix(c.Adaptive.BackendMetrics, "/") && !isHTTPURL(c.Adaptive.BackendMetrics):
+		// Read at every interval, a URL that cannot be would fail each
+		// time, seen only in debug logs.
+		return fmt.Errorf("adaptive: backend_metrics %q: want a path on each pool upstream (/metrics) or the backend's http:// or https:// URL", c.Adaptive.BackendMetrics)
 	case c.KVTokens < 0:
 		return fmt.Errorf("kv_tokens must be >= 0, got %d", c.KVTokens)
 	case c.Permits > MaxPermits:
