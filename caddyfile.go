@@ -58,7 +58,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    # fairness across tenants; without tenant and priority: strict FIFO
 //	    tenant        <placeholders>       # e.g. {http.request.header.Authorization}; hashed, cut at 1KiB
 //	    weight        <tenant> <w>         # repeatable; 0.01-1000, default 1; requires tenant
-//	                                       # tenant: sha256:<16 hex> (recommended: its key, as logs show it) or the raw value
+//	                                       # tenant: sha256:<16 hex> (recommended: its key, as logs show it) or the raw value; {env.*} replaced at load
 //	    weight_placeholder <placeholders>  # a number per request, for tenants without a weight line
 //	    cost          requests|max_tokens [<max>]|time|tokens [<max>]   # what a request is charged; default requests (1 each)
 //	                                       # max_tokens: the body's max_tokens, 1 to max (default 32768)

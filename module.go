@@ -243,7 +243,8 @@ type Handler struct {
 	// logs, metrics and the admin API show; `caddy fair-queue tenant-key`
 	// prints it), which keeps a secret value such as an API key out of
 	// the config; or the tenant's value itself (Tenant replaced, exactly;
-	// at most 1 KiB). A malformed "sha256:" key is an error, and a tenant
+	// at most 1 KiB); either may be a placeholder known at load, such as
+	// {env.GOLD_KEY}, replaced then. A malformed "sha256:" key is an error, and a tenant
 	// may be listed once, by value or by key. Each weight is 0.01 to
 	// 1000. A tenant listed here takes this weight, whatever
 	// WeightPlaceholder says. Requires Tenant.

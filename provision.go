@@ -31,6 +31,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.policies = policies
+	if h.Weights, err = expandWeights(h.Weights, caddy.NewReplacer()); err != nil {
+		return err
+	}
 	h.backend, err = newStore(h.Redis, caddy.NewReplacer(), h.logger)
 	if err != nil {
 		return err

@@ -104,6 +104,30 @@ func checkWeights(weights map[string]float64) error {
 	return nil
 }
 
+// expandWeights replaces the placeholders known at load, such as
+// {env.GOLD_KEY}, in the tenants of weights (a value or a key): a
+// tenant kept out of the config in an environment variable. Errors
+// never show a tenant, which may be a secret.
+func expandWeights(weights map[string]float64, repl *caddy.Replacer) (map[string]float64, error) {
+	if len(weights) == 0 {
+		return weights, nil
+	}
+	out := make(map[string]float64, len(weights))
+	for entry, w := range weights {
+		tenant := entry
+		if strings.Contains(entry, "{") {
+			if tenant = repl.ReplaceKnown(entry, ""); tenant == "" {
+				return nil, errors.New("weight: a tenant is empty once its placeholders are replaced")
+			}
+		}
+		if _, dup := out[tenant]; dup {
+			return nil, errors.New("weight: a tenant is given twice once its placeholders are replaced")
+		}
+		out[tenant] = w
+	}
+	return out, checkWeights(out)
+}
+
 // weight is the tenant's weight: its entry in Weights (by raw value or
 // by key), else the weight placeholder's number bounded to [minWeight,
 // maxWeight], else 1.

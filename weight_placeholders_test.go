@@ -67,3 +67,12 @@ func TestWeightTenantTakesEnvironmentPlaceholders(t *testing.T) {
 		r.wait(t)
 	}
 }
+
+// A weight's tenant that is empty once replaced (the variable unset) is
+// refused at load, without showing it.
+func TestWeightTenantEmptyOnceReplacedIsRefused(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	err := loadHandlerJSON(t, `"permits":1,"tenant":"{http.request.header.Authorization}","weights":{"{env.FQ_TEST_UNSET_GOLD_KEY}":2}`)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "weight: a tenant is empty once its placeholders are replaced")
+}
