@@ -92,7 +92,7 @@ func checkOnStoreError(policy string) error {
 //	{http.fair_queue.streaming}    true for a streaming request (Accept: text/event-stream or "stream": true; Ollama's /api/chat and /api/generate unless "stream": false)
 //	{http.fair_queue.tenant}       with Tenant: the tenant's key, a hash of its value (never the value itself, which may be an API key)
 //	{http.fair_queue.outcome}      granted, fail_open, cancelled, model_not_found (see Names), or the reject reason
-//	{http.fair_queue.reason}       the reject reason; store_unavailable for fail_open
+//	{http.fair_queue.reason}       the reject reason; store_unavailable for fail_open, model_not_found (see Names)
 //	{http.fair_queue.wait_ms}      time spent waiting for the permit, in milliseconds
 //	{http.fair_queue.position}     tickets ahead at enqueue plus one; 0 when granted at once
 //	{http.fair_queue.upstream}     with Upstreams: the dial address of the granted upstream
@@ -109,10 +109,11 @@ type Handler struct {
 	// most 100 queues (or as many as Names lists) and gives back a queue
 	// that has had no request in it for 10s, at once when a new name
 	// needs its slot: a request naming a new queue while every slot has
-	// a request in it, or a name longer than 200 bytes, is rejected with
-	// queue_full (such a name, perhaps client input, appears in logs and
-	// metrics as "(overflow)"). A name that resolves to nothing is
-	// "default". Default "default".
+	// a request in it, a name longer than 200 bytes, or "(overflow)" or
+	// "(unknown)" (the labels of requests refused without a queue), is
+	// rejected with queue_full (it appears in logs and metrics as
+	// "(overflow)"). A name that resolves to nothing is "default".
+	// Default "default".
 	Name string `json:"name,omitempty"`
 
 	// Names lists the queue names (Name with its placeholders replaced)
@@ -132,8 +133,8 @@ type Handler struct {
 
 	// KVTokens is the KV-cache tokens the queue's running requests may
 	// hold at once, across the cluster: a request is granted only when
-	// its weight (its estimated prompt tokens plus its completion budget,
-	// see DefaultMaxTokens) fits beside the weights of the requests
+	// its weight (its estimated prompt tokens plus its completion budget
+	// per completion, see DefaultMaxTokens) fits beside the weights of the requests
 	// running, and a permit is free when Permits is also set. Set it to
 	// the backend's KV cache size in tokens (vLLM logs its "# GPU blocks"
 	// at startup: times the block size, 16 by default). A request heavier
@@ -263,12 +264,12 @@ type Handler struct {
 	//
 	//   - "requests" (or "", the default): every request costs 1; tenants
 	//     get equal numbers of grants.
-	//   - "max_tokens": the top-level max_tokens (or
-	//     max_completion_tokens, max_output_tokens, or Ollama's
-	//     options.num_predict; the largest if several) of the JSON
-	//     request body, bounded to 1 to MaxCost; a
-	//     request that sets none costs 1. Charged at the grant, never
-	//     corrected.
+	//   - "max_tokens": the top-level max_tokens (or max_completion_tokens,
+	//     max_output_tokens; the largest) of the JSON request body, or on
+	//     Ollama's native API (/api/chat, /api/generate) its
+	//     options.num_predict, the only one it reads, bounded to 1 to
+	//     MaxCost; a request that sets none costs 1. Charged at the
+	//     grant, never corrected.
 	//   - "time": the seconds the request holds its permit, from the
 	//     grant to the end of its response (streams included). At the
 	//     grant it is charged an estimate, the moving average
@@ -283,11 +284,12 @@ type Handler struct {
 	//     first), rounded up (a body with no messages, prompt, system, instructions or
 	//     input counts all its bytes), plus its completion budget
 	//     (max_completion_tokens, max_output_tokens, max_tokens, or on
-	//     Ollama's native API options.num_predict, else DefaultMaxTokens), bounded to 1 to
-	//     MaxCost. At the release the charge is corrected to the
-	//     response's usage.total_tokens (bounded to MaxCost): from a
-	//     JSON body (Content-Type application/json, up to 1 MiB), or
-	//     from the last server-sent event (Content-Type
+	//     Ollama's native API options.num_predict, else DefaultMaxTokens)
+	//     times its completions (the larger of n and best_of, times the
+	//     prompts of a prompt batch), bounded to 1 to MaxCost. At the release
+	//     it is corrected to the response's usage.total_tokens (bounded to
+	//     MaxCost): from a JSON body (Content-Type application/json, up to
+	//     1 MiB), or from the last server-sent event (Content-Type
 	//     text/event-stream) whose data carries a usage object with
 	//     total_tokens (OpenAI sends one with
 	//     "stream_options":{"include_usage":true}; a Responses API
@@ -391,12 +393,12 @@ type Handler struct {
 	// "fail_open" admits it without a permit (the outage is logged, and
 	// counted in the fail_open outcome); "fail_closed" rejects it with
 	// reason store_unavailable (503); "local" queues it in this instance
-	// alone, with LocalPermits permits, until Redis is back (permits still
-	// running then are registered in Redis by the next heartbeat, so for
-	// up to Lease/3 after Redis returns the upstream may see up to the
-	// local permits of every instance on top of Permits). Requests already
-	// waiting keep waiting until MaxWait either way. Without Redis it has
-	// no effect. Default "fail_open".
+	// alone, with LocalPermits permits, until Redis is back and the
+	// instance's heartbeat (at its next poll) has counted there its local
+	// permits still running (until then another instance's requests may
+	// be granted beside them). Requests waiting keep waiting until
+	// MaxWait either way. Without Redis it has no effect. Default
+	// "fail_open".
 	OnStoreError string `json:"on_store_error,omitempty"`
 
 	// LocalPermits is the permits of the local queue of OnStoreError
