@@ -420,9 +420,9 @@ type Handler struct {
 	// ": queued waited=12s", every interval until the request is
 	// granted or rejected. Every SSE client ignores comments. Once the
 	// header is sent the upstream's status and header cannot be: when
-	// granted, the upstream's body is relayed as it comes (an upstream
-	// error status becomes an SSE "error" event whose data is the
-	// upstream's JSON error, or a default error object); a reject
+	// granted, the upstream's body is relayed as it comes (a status other
+	// than 2xx becomes an SSE "error" event whose data is the upstream's
+	// JSON error, or a default error object); a reject
 	// becomes the reject's SSE event (see RejectConfig; its sse_status
 	// and headers no longer apply, so the reason is only in the event's
 	// data). At least 100ms and shorter than MaxWait. Default 0: off.
