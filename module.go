@@ -198,12 +198,12 @@ type Handler struct {
 	// MaxWaitingBytes bounds the memory that waiting requests hold: the
 	// size of the bodies of the requests waiting for a permit in this
 	// Caddy process, every fair_queue handler and queue together. A
-	// request whose body would take that sum beyond this handler's
-	// value is rejected at once with reason queue_full (429 and
-	// Retry-After by default). A body counts from its read until its
-	// request is granted (a request granted at once counts for the
-	// store's round trip) or leaves the queue. Default 256 MiB (or
-	// MaxBody when larger); at least MaxBody.
+	// request whose body would take that sum beyond this handler's value
+	// is rejected at once with reason queue_full (429 and Retry-After by
+	// default). A body counts from its read until its request is granted
+	// (one granted at once counts for the store's round trip) or leaves
+	// the queue, and again while a requeued request waits anew (never
+	// refused). Default 256 MiB (or MaxBody when larger); at least MaxBody.
 	MaxWaitingBytes int64 `json:"max_waiting_bytes,omitempty"`
 
 	// Lease is how long a permit stays held without renewal. Instances
