@@ -39,8 +39,8 @@ import (
 //	{http.fair_queue.model}        the "model" of the JSON request body
 type RejectConfig struct {
 	// Reasons this entry applies to: timeout (the request waited
-	// max_wait), queue_full (a queue length cap, or max_waiting_bytes,
-	// refused it), shutting_down (the server is exiting) or
+	// max_wait), queue_full (a queue length cap, max_waiting_bytes, or a
+	// queue name the handler cannot open refused it), shutting_down (the server is exiting) or
 	// store_unavailable (Redis is unreachable and on_store_error is
 	// fail_closed). Empty: every reason.
 	Reasons []string `json:"reasons,omitempty"`
