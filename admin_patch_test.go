@@ -2,10 +2,12 @@ package caddyfairqueue
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
@@ -16,14 +18,25 @@ import (
 )
 
 // adminCall sends method with body to path on Caddy's admin endpoint
-// and returns the status and body of the answer.
+// and returns the status and body of the answer. Each config load, even
+// one refused, replaces Caddy's admin server and shuts the old one down
+// in the background, which may close the next call's connection before
+// it is answered (EOF, or reset): such a call, which reached no handler,
+// is sent again on a new connection.
 func adminCall(t *testing.T, admin, method, path, body string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+admin+path, strings.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	var resp *http.Response
+	for try := 1; ; try++ {
+		req, err := http.NewRequest(method, "http://"+admin+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Close = true
+		resp, err = http.DefaultClient.Do(req)
+		if err == nil {
+			break
+		}
+		require.True(t, try < 5 && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)), "%v", err)
+	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
@@ -49,10 +62,13 @@ func TestAdminAPIPatchOfOneOptionActsAsAReload(t *testing.T) {
 	})
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
 	const handler = "/config/apps/http/servers/s/routes/0/handle/0/"
+	// A connection of its own for each request: a reload shuts the old
+	// server down, closing an idle connection a request would reuse.
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
-	first := chat(t.Context(), http.DefaultClient, url, `{"n":1}`)
+	first := chat(t.Context(), fresh, url, `{"n":1}`)
 	up.nextBody(t)
-	second := chat(t.Context(), http.DefaultClient, url, `{"n":2}`)
+	second := chat(t.Context(), fresh, url, `{"n":2}`)
 	waitQueueWaiting(t, "patched", 1)
 
 	for _, tc := range []struct{ field, value, want string }{
@@ -84,13 +100,13 @@ func TestAdminAPIPatchOfOneOptionActsAsAReload(t *testing.T) {
 	// (docs/operations.md, "Reload").
 	code, body = adminCall(t, admin, http.MethodPatch, handler+"permits", `2`)
 	require.Equal(t, http.StatusOK, code, body)
-	third := chat(t.Context(), http.DefaultClient, url, `{"n":3}`)
+	third := chat(t.Context(), fresh, url, `{"n":3}`)
 	assert.Equal(t, `{"n":2}`, up.nextBody(t), "the waiter kept its place and is granted the new permit")
 	waitQueueWaiting(t, "patched", 1)
 
 	code, body = adminCall(t, admin, http.MethodPatch, handler+"max_wait", `200000000`)
 	require.Equal(t, http.StatusOK, code, body, "a duration as nanoseconds")
-	a := got(t, chat(t.Context(), http.DefaultClient, url, `{"n":4}`))
+	a := got(t, chat(t.Context(), fresh, url, `{"n":4}`))
 	assert.Equal(t, http.StatusTooManyRequests, a.status, "the new max_wait (200ms) applies to a new request: %s", a.body)
 	assert.Contains(t, a.body, "timeout")
 	assert.Equal(t, 1, queueWaiting(t, "patched"), "the waiter from before keeps its deadline")

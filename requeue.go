@@ -3,6 +3,7 @@ package caddyfairqueue
 import (
 	"errors"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"time"
@@ -142,7 +143,7 @@ func (c *call) requeue(rf *refusal) error {
 	// The handlers after this one changed the request in place (a
 	// rewrite, a header added): it goes to them again as first passed
 	// on, and in place, as Caddy's placeholders read it there.
-	*c.r = *c.sent.Clone(c.r.Context())
+	resetRequest(c.r, c.sent.Clone(c.r.Context()))
 	if c.r.GetBody != nil { // the buffered body, sent again unchanged
 		c.r.Body, _ = c.r.GetBody()
 	}
@@ -171,6 +172,21 @@ func (c *call) requeue(rf *refusal) error {
 	c.committed = committed || c.committed
 	c.abandoned = abandoned || c.abandoned
 	return err
+}
+
+// resetRequest sets the exported fields of r to those of fresh, in
+// place, but for its Trailer: the transport may still be writing the
+// refused sending's body, and reverse_proxy reads the trailers of the
+// request it was passed (r) when that body ends, after the upstream may
+// have answered. They stay those the client sent (its body was read to
+// its end before the first sending). r's context is already fresh's.
+func resetRequest(r, fresh *http.Request) {
+	dst, src := reflect.ValueOf(r).Elem(), reflect.ValueOf(fresh).Elem()
+	for i := range dst.NumField() {
+		if f := dst.Type().Field(i); f.IsExported() && f.Name != "Trailer" {
+			dst.Field(i).Set(src.Field(i))
+		}
+	}
 }
 
 // cool leaves the permit's upstream out of dispatch after it refused or

@@ -202,6 +202,10 @@ func TestLocalFallbackAcquireAnsweredBeforeTheAdoptionWaitsForTheLocalPermits(t 
 
 	openGate()
 	eventually(t, 10*time.Second, func() bool { return len(readState(t, n.rdb, name).Holders) == 2 }, "local permits never adopted")
+	// The heartbeat's answer retires the fallback queue after Redis
+	// counts the adopted permits: its waiter then waits in Redis.
+	eventually(t, 10*time.Second, func() bool { return len(readState(t, n.rdb, name).Waiting) == 1 },
+		"the request never moved to the shared queue")
 	l1.Release()
 	select {
 	case p := <-got:
