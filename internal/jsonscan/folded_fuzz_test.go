@@ -47,6 +47,8 @@ func FuzzSniffFoldedAsGo(f *testing.F) {
 		`{"options":{"num_predict":9},"OPTIONS":{"temperature":1}}`,
 		`{"stream":true,"Stream":null}`,
 		`{"model":"m","template":"{{ .Prompt }}","suffix":"x","prompt":"p"}`,
+		`{"model":"m","Model":null,"prompt":"abc","PROMPT":null,"options":{"num_predict":9},"options":null}`,
+		`{"messages":[{"content":"abcd","CONTENT":null}],"system":"s","system":null}`,
 	} {
 		f.Add([]byte(s))
 	}
