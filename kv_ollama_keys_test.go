@@ -10,9 +10,10 @@ import (
 
 // Ollama reads its native API's bodies with Go's encoding/json, which
 // matches a key to a field case-insensitively, the last spelling
-// winning ("OPTIONS" after "options" replaces it): the weight reads them
-// so too, and a client cannot be weighed by a spelling its backend
-// overrides. An OpenAI-compatible backend (vLLM's pydantic) matches
+// winning ("OPTIONS" after "options" replaces it), and decodes a null
+// into a string as nothing (the value before it stands) and into a map
+// as none: the weight reads them so too, and a client cannot be weighed
+// by a spelling or a null its backend overrides. An OpenAI-compatible backend (vLLM's pydantic) matches
 // keys exactly, and so does the weight there.
 func TestOllamaKeysAreReadCaseInsensitively(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
@@ -25,6 +26,9 @@ func TestOllamaKeysAreReadCaseInsensitively(t *testing.T) {
 		{"options spelled again", "/api/chat", `{"model":"m","messages":[{"role":"user","content":"abcd"}],"options":{"num_predict":1},"OPTIONS":{"num_predict":4000}}`, 1 + 4000},
 		{"prompt spelled again", "/api/generate", `{"model":"m","prompt":"abcd","Prompt":"` + long + `","options":{"num_predict":10}}`, 1000 + 10},
 		{"content spelled again", "/api/chat", `{"model":"m","messages":[{"role":"user","content":"abcd","Content":"` + long + `"}],"options":{"num_predict":10}}`, 1000 + 10},
+		{"prompt sent again as null", "/api/generate", `{"model":"m","system":"","prompt":"` + long + `","PROMPT":null,"options":{"num_predict":10}}`, 1000 + 10},
+		{"content sent again as null", "/api/chat", `{"model":"m","messages":[{"role":"user","content":"` + long + `","content":null}],"options":{"num_predict":10}}`, 1000 + 10},
+		{"options sent again as null", "/api/chat", `{"model":"m","messages":[{"role":"user","content":"abcd"}],"options":{"num_predict":1},"options":null}`, 1 + 500},
 		{"messages in capitals", "/api/chat", `{"model":"m","MESSAGES":[{"role":"user","content":"` + long + `"}],"options":{"num_predict":10}}`, 1000 + 10},
 		{"OpenAI: exact keys", "/v1/chat/completions", `{"model":"m","max_tokens":100,"MAX_TOKENS":1,"messages":[{"role":"user","content":"abcd","CONTENT":"` + long + `"}]}`, 1 + 100},
 	} {

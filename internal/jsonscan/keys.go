@@ -53,3 +53,19 @@ func (k keys) is(tok []byte, name string) bool {
 	}
 	return k.name(tok) == name
 }
+
+// keepsOnNull reports whether a null value val of the field name leaves
+// the field as it was: with foldedKeys, Go's encoding/json decodes a
+// null into a string (Ollama's "model", "prompt", "system", "suffix",
+// "template", a message's "content") as nothing at all, so that the value
+// before it stands. With exactKeys, as in Python, the null replaces it.
+func (k keys) keepsOnNull(name string, val []byte) bool {
+	if k != foldedKeys || val[0] != 'n' {
+		return false
+	}
+	switch name {
+	case "model", "prompt", "system", "suffix", "template", "content":
+		return true
+	}
+	return false
+}

@@ -44,7 +44,9 @@ func messagesText(val []byte, k keys) prompt {
 		eachMember(msg, func(key, v []byte) {
 			switch {
 			case k.is(key, "content"):
-				content, media = contentText(v, k)
+				if !k.keepsOnNull("content", v) {
+					content, media = contentText(v, k)
+				}
 			case k.is(key, "tool_calls"):
 				calls = toolsText(v)
 			case k.is(key, "images"):

@@ -111,7 +111,11 @@ func sniff(b []byte, k keys) Fields {
 	var tools [2]int64    // tools, functions: bytes of JSON
 	var images bool       // Ollama's generate: "images"
 	eachMember(b, func(key, val []byte) {
-		switch k.name(key) {
+		name := k.name(key)
+		if k.keepsOnNull(name, val) {
+			return
+		}
+		switch name {
 		case "stream":
 			info.Stream = string(val) == "true"
 			info.NoStream = string(val) == "false"
@@ -132,8 +136,9 @@ func sniff(b []byte, k keys) Fields {
 			choices[1] = tokenCount(val)
 		case "options":
 			// Go's encoding/json adds a repeated map's keys to the map
-			// it holds; pydantic and Python's json replace it.
-			if n, found := numPredict(val); found || k == exactKeys {
+			// it holds (a null empties it); pydantic and Python's json
+			// replace it.
+			if n, found := numPredict(val); found || k == exactKeys || val[0] == 'n' {
 				tokens[3] = n
 			}
 		case "messages":

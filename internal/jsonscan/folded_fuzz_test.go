@@ -1,0 +1,116 @@
+package jsonscan
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// ollamaRequest is the oracle of FuzzSniffFoldedAsGo: the fields of
+// Ollama's native requests (api.GenerateRequest, api.ChatRequest) that
+// SniffFolded reads, as Go's encoding/json decodes them; the others it
+// reads are caught, so that the comparison can leave them out.
+type ollamaRequest struct {
+	Model    string         `json:"model"`
+	Prompt   string         `json:"prompt"`
+	System   string         `json:"system"`
+	Suffix   string         `json:"suffix"`
+	Template string         `json:"template"`
+	Stream   *bool          `json:"stream"`
+	Options  map[string]any `json:"options"`
+	Messages []struct {
+		Content   string            `json:"content"`
+		ToolCalls []json.RawMessage `json:"tool_calls"`
+		Images    []json.RawMessage `json:"images"`
+	} `json:"messages"`
+	// Read by SniffFolded, not compared here.
+	Tools        json.RawMessage `json:"tools"`
+	Functions    json.RawMessage `json:"functions"`
+	Input        json.RawMessage `json:"input"`
+	Instructions json.RawMessage `json:"instructions"`
+	Context      json.RawMessage `json:"context"`
+	Images       json.RawMessage `json:"images"`
+}
+
+// FuzzSniffFoldedAsGo: SniffFolded reads a body Ollama's native API
+// takes as Ollama reads it (Go's encoding/json into its request
+// structs): the model that names the queue, whether it streams, its
+// num_predict, and its prompt's text, whatever the keys' spellings,
+// repeats and nulls.
+func FuzzSniffFoldedAsGo(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","prompt":"abc","stream":false,"options":{"num_predict":64}}`,
+		`{"MODEL":"m","Model":"n","PROMPT":"ab","system":"s"}`,
+		`{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","Content":"yo"}]}`,
+		`{"options":{"num_predict":9},"OPTIONS":{"temperature":1}}`,
+		`{"stream":true,"Stream":null}`,
+		`{"model":"m","template":"{{ .Prompt }}","suffix":"x","prompt":"p"}`,
+		`{"model":"m","Model":null,"prompt":"abc","PROMPT":null,"options":{"num_predict":9},"options":null}`,
+		`{"messages":[{"content":"abcd","CONTENT":null}],"system":"s","system":null}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r ollamaRequest
+		if json.Unmarshal(b, &r) != nil {
+			return // Ollama answers 400
+		}
+		got := SniffFolded(b)
+		assert.Equal(t, r.Model, got.Model, "model of %q", b)
+		assert.Equal(t, r.Stream != nil && *r.Stream, got.Stream, "stream of %q", b)
+		assert.Equal(t, r.Stream != nil && !*r.Stream, got.NoStream, "stream of %q", b)
+		if v, ok := r.Options["num_predict"]; !ok {
+			assert.Zero(t, got.NumPredict, "num_predict of %q", b)
+		} else if n, ok := v.(float64); ok && n == math.Trunc(n) && n < MaxTokenCount {
+			assert.Equal(t, int64(max(n, 0)), got.NumPredict, "num_predict of %q", b)
+		}
+		if len(r.Tools)+len(r.Functions)+len(r.Input)+len(r.Instructions)+len(r.Context)+len(r.Images) > 0 {
+			return
+		}
+		if topLevelKeys(b, "messages") > 1 {
+			// Known gap: Go decodes a repeated array into the elements
+			// of the one before (a message's content stands when the
+			// repeat's element has none); SniffFolded reads the last
+			// array alone.
+			return
+		}
+		text := len(r.Prompt) + len(r.System) + len(r.Suffix) + len(r.Template)
+		for _, m := range r.Messages {
+			if m.ToolCalls != nil || m.Images != nil {
+				return
+			}
+			text += len(m.Content)
+		}
+		if got.Prompt { // else the weight counts the whole body
+			assert.Equal(t, int64(text), got.PromptBytes, "prompt text of %q", b)
+		}
+	})
+}
+
+// topLevelKeys counts the top-level keys of the JSON object b that equal
+// name case-insensitively.
+func topLevelKeys(b []byte, name string) int {
+	d := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+		return 0
+	}
+	n := 0
+	for d.More() {
+		key, err := d.Token()
+		if err != nil {
+			return n
+		}
+		if s, ok := key.(string); ok && strings.EqualFold(s, name) {
+			n++
+		}
+		var skip json.RawMessage
+		if d.Decode(&skip) != nil {
+			return n
+		}
+	}
+	return n
+}
