@@ -21,6 +21,12 @@ type prompt struct {
 	media bool
 }
 
+// message is what one element of "messages" adds to the prompt.
+type message struct {
+	content, calls int64 // the content's text, the tool calls' JSON
+	media, images  bool  // a content part that is not text; Ollama's images
+}
+
 // messagesText is the text of "messages": the "content" of each message
 // object, a string or an array of parts (a string part, or an object
 // part's "text" or "refusal" string), and the JSON of an assistant
@@ -29,34 +35,60 @@ type prompt struct {
 // prose, or are small: they are not counted. A content part that is not
 // text, or Ollama's "images" of a message, makes the prompt one with
 // media.
-func messagesText(val []byte, k keys) prompt {
+//
+// prev are the messages a "messages" key before this one left, and the
+// second result those this one leaves (foldedKeys only). Go's
+// encoding/json, which reads Ollama's requests, decodes a repeated array
+// into the elements of the one before: a message whose repeat has no
+// content, or a null one, keeps the content it had, and elements past a
+// shorter repeat's end may come back with a longer one. So an element
+// starts from the one before at its index; its tool calls (an array,
+// decoded into the one before too) count the longer of the two, and the
+// elements past the end are kept for a later repeat. That may count more
+// than Ollama runs for such a body, never less. An empty array or a null
+// starts afresh, as in Go.
+func messagesText(val []byte, k keys, prev []message) (prompt, []message) {
 	if val[0] != '[' {
-		return prompt{}
+		return prompt{}, nil
 	}
-	var p prompt
-	p.found = true
+	if k != foldedKeys {
+		prev = nil
+	}
+	var ms []message
 	eachElement(val, func(msg []byte) {
-		if msg[0] != '{' {
-			return
+		var m message
+		if i := len(ms); i < len(prev) {
+			m = prev[i]
 		}
-		var content, calls int64 // the last of each key counts
-		var media, images bool
-		eachMember(msg, func(key, v []byte) {
-			switch {
-			case k.is(key, "content"):
-				if !k.keepsOnNull("content", v) {
-					content, media = contentText(v, k)
+		if msg[0] == '{' {
+			eachMember(msg, func(key, v []byte) {
+				switch {
+				case k.is(key, "content"):
+					if !k.keepsOnNull("content", v) {
+						m.content, m.media = contentText(v, k)
+					}
+				case k.is(key, "tool_calls"):
+					calls := toolsText(v)
+					if len(ms) < len(prev) && hasElements(v) {
+						calls = max(calls, m.calls)
+					}
+					m.calls = calls
+				case k.is(key, "images"):
+					m.images = hasElements(v)
 				}
-			case k.is(key, "tool_calls"):
-				calls = toolsText(v)
-			case k.is(key, "images"):
-				images = hasElements(v)
-			}
-		})
-		p.n += content + calls
-		p.media = p.media || media || images
+			})
+		}
+		ms = append(ms, m)
 	})
-	return p
+	p := prompt{found: true}
+	for _, m := range ms {
+		p.n += m.content + m.calls
+		p.media = p.media || m.media || m.images
+	}
+	if len(ms) > 0 && len(ms) < len(prev) {
+		ms = append(ms, prev[len(ms):]...)
+	}
+	return p, ms
 }
 
 // hasElements reports whether val is an array with an element (Ollama's

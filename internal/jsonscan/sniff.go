@@ -110,6 +110,7 @@ func sniff(b []byte, k keys) Fields {
 	var context int64     // Ollama's "context": token ids
 	var tools [2]int64    // tools, functions: bytes of JSON
 	var images bool       // Ollama's generate: "images"
+	var messages []message
 	eachMember(b, func(key, val []byte) {
 		name := k.name(key)
 		if k.keepsOnNull(name, val) {
@@ -142,7 +143,7 @@ func sniff(b []byte, k keys) Fields {
 				tokens[3] = n
 			}
 		case "messages":
-			prompts[0] = messagesText(val, k)
+			prompts[0], messages = messagesText(val, k, messages)
 		case "prompt":
 			prompts[1] = promptText(val)
 		case "system":
