@@ -111,6 +111,19 @@ func toolsText(val []byte) int64 {
 	return int64(len(val))
 }
 
+// toolsAgain is toolsText of a "tools" or "functions" key that may
+// repeat one before it, of length prev. Go's encoding/json (foldedKeys)
+// decodes a repeated array into the elements of the one before, so that
+// a definition sent again as {} keeps what it had: the longest since the
+// last empty array or null counts (as much as Ollama renders, or more).
+func toolsAgain(prev int64, val []byte, k keys) int64 {
+	n := toolsText(val)
+	if k == foldedKeys && hasElements(val) {
+		return max(n, prev)
+	}
+	return n
+}
+
 // contentText is the text of a message's content: a string, or the
 // strings and the "text" of the object parts of an array (a refusal
 // part's "refusal", the Chat Completions and Responses APIs' assistant

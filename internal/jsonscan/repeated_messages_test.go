@@ -44,3 +44,15 @@ func TestSniffFoldedReadsARepeatedMessagesArrayAsGoDoes(t *testing.T) {
 	// Python's json: the last array alone.
 	assert.Equal(t, int64(0), Sniff([]byte(`{"messages":[{"content":"abcdef"}],"messages":[{"role":"user"}]}`)).PromptBytes)
 }
+
+// The same for Ollama's "tools": definitions sent again as {} keep what
+// they had, and are rendered into the prompt.
+func TestSniffFoldedReadsRepeatedToolsAsGoDoes(t *testing.T) {
+	tools := `[{"type":"function","function":{"name":"get_weather","description":"a long description of the tool"}}]`
+	body := `{"messages":[{"content":"hi"}],"tools":` + tools + `,"TOOLS":[{}]}`
+	assert.Equal(t, int64(2+len(tools)), SniffFolded([]byte(body)).PromptBytes)
+	assert.Equal(t, int64(2+len(`[{}]`)), SniffFolded([]byte(`{"messages":[{"content":"hi"}],"tools":`+tools+`,"tools":[],"tools":[{}]}`)).PromptBytes,
+		"an empty array starts afresh")
+	assert.Equal(t, int64(2+len(`[{}]`)), Sniff([]byte(`{"messages":[{"content":"hi"}],"tools":`+tools+`,"tools":[{}]}`)).PromptBytes,
+		"Python's json: the last array alone")
+}

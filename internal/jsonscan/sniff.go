@@ -161,9 +161,9 @@ func sniff(b []byte, k keys) Fields {
 		case "images":
 			images = hasElements(val)
 		case "tools":
-			tools[0] = toolsText(val)
+			tools[0] = toolsAgain(tools[0], val, k)
 		case "functions":
-			tools[1] = toolsText(val)
+			tools[1] = toolsAgain(tools[1], val, k)
 		}
 	})
 	info.MaxTokens = max(tokens[0], tokens[1], tokens[2])
