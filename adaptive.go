@@ -48,15 +48,15 @@ type AdaptiveConfig struct {
 	// 1/breach_share within 10..100.
 	MinSamples int `json:"min_samples,omitempty"`
 	// BackendMetrics, when set, is where the backend's own gauges are read
-	// every interval (Prometheus text, vLLM's names): a path such as
-	// "/metrics" on each pool upstream (http://<dial><path>), or the URL
-	// (http:// or https://) of the one backend of a queue without a pool;
-	// anything else is refused at load. Each request the
-	// backend preempted since the last read (vllm:num_preemptions_total),
-	// and each reading of requests queued in it
-	// (vllm:num_requests_waiting > 0), counts as a time to first token
-	// above the target, and each reading as one sample. Default: not
-	// read.
+	// every interval (Prometheus text, vLLM's or SGLang's names): a path
+	// such as "/metrics" on each pool upstream (http://<dial><path>), or
+	// the URL (http:// or https://) of the one backend of a queue without
+	// a pool; anything else is refused at load. Each request the backend
+	// preempted since the last read (vllm:num_preemptions_total, or
+	// SGLang's sglang:num_retracted_requests_total), and each reading of
+	// requests queued in it (vllm:num_requests_waiting or
+	// sglang:num_queue_reqs > 0), counts as a time to first token above
+	// the target, and each reading as one sample. Default: not read.
 	BackendMetrics string `json:"backend_metrics,omitempty"`
 }
 

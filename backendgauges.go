@@ -17,11 +17,13 @@ import (
 )
 
 // Reading an adaptive queue's backend gauges (adaptive backend_metrics):
-// every interval, each backend's Prometheus text (vLLM's /metrics) is
-// read; each request it preempted since the last read
-// (vllm:num_preemptions_total) and each reading of requests queued in it
-// (vllm:num_requests_waiting > 0) counts as a time to first token above
-// the target, and each reading as one sample of the window
+// every interval, each backend's Prometheus text (vLLM's or SGLang's
+// /metrics) is read; each request it preempted since the last read
+// (vllm:num_preemptions_total; SGLang's retracted requests,
+// sglang:num_retracted_requests_total) and each reading of requests
+// queued in it (vllm:num_requests_waiting or sglang:num_queue_reqs > 0)
+// counts as a time to first token above the target, and each reading as
+// one sample of the window
 // (fairqueue.Queue.ObserveOverload): more of them than breach_share of
 // the window's samples moves its share down; a window of readings that
 // showed none, while requests waited, moves it up. A value starting
@@ -121,8 +123,12 @@ type backendGauges struct {
 	preemptions, waiting float64
 }
 
-// readGauges reads vLLM's preemptions and waiting requests from url's
-// Prometheus text (every series of each name summed).
+// readGauges reads the preemptions and waiting requests from url's
+// Prometheus text, under vLLM's names or SGLang's (every series of each
+// name summed: SGLang's are per rank). SGLang's sglang:num_retracted_reqs
+// is left out: a gauge of the last logged batch's retractions, not a
+// count since the last read, and it keeps its value while the engine
+// logs no batch, an idle one too.
 func readGauges(ctx context.Context, client *http.Client, url string, timeout time.Duration) (backendGauges, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -147,9 +153,9 @@ func readGauges(ctx context.Context, client *http.Client, url string, timeout ti
 		name, rest := sampleName(sc.Text())
 		var dst *float64
 		switch name {
-		case "vllm:num_preemptions_total":
+		case "vllm:num_preemptions_total", "sglang:num_retracted_requests_total":
 			dst = &g.preemptions
-		case "vllm:num_requests_waiting":
+		case "vllm:num_requests_waiting", "sglang:num_queue_reqs":
 			dst = &g.waiting
 		default:
 			continue

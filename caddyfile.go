@@ -45,7 +45,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        step         <share>           # share + this after an interval under target while requests waited; default 0.015625
 //	        breach_share <share>           # share of TTFTs above target that is a breach, (0, 1); default 0.01
 //	        min_samples  <n>               # TTFTs a window needs before the target is judged; default 1/breach_share within 10..100
-//	        backend_metrics <path>|<url>   # read the backend's vLLM gauges every interval: a path on each pool upstream, or the URL of the one backend
+//	        backend_metrics <path>|<url>   # read the backend's vLLM or SGLang gauges every interval: a path on each pool upstream, or the URL of the one backend
 //	    }
 //	    max_wait      <duration>           # default 20s; at least 50ms
 //	    poll_interval <duration>           # default 200ms (max_wait if shorter); at least 50ms, at most max_wait

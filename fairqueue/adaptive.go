@@ -63,8 +63,8 @@ type Adaptive struct {
 	// samples is noise. Default 1/BreachShare, within 10..100.
 	MinSamples int `json:"min_samples,omitempty"`
 	// BackendMetrics is where the caller reads the backend's own gauges
-	// (the Caddy handler: vLLM's /metrics; see ObserveOverload). The
-	// engine does not read it.
+	// (the Caddy handler: vLLM's or SGLang's /metrics; see
+	// ObserveOverload). The engine does not read it.
 	BackendMetrics string `json:"backend_metrics,omitempty"`
 }
 
