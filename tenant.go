@@ -52,7 +52,9 @@ const weightHashPrefix = "sha256:"
 // weightKey is the tenant key a Weights entry applies to: the key it
 // names after weightHashPrefix (16 lowercase hex digits, as
 // fairqueue.TenantKey writes it), or the key of the raw tenant value it
-// is. Errors never echo the entry, which may be a secret.
+// is. A key holding a placeholder, such as sha256:{env.GOLD_TENANT_KEY},
+// is checked once replaced at load (expandWeights): until then it is its
+// text. Errors never echo the entry, which may be a secret.
 func weightKey(entry string) (string, error) {
 	key, hashed := strings.CutPrefix(entry, weightHashPrefix)
 	if !hashed {
@@ -61,11 +63,16 @@ func weightKey(entry string) (string, error) {
 		}
 		return fairqueue.TenantKey(entry), nil
 	}
-	if !isTenantKey(key) {
-		return "", fmt.Errorf("weight: a %s tenant key must be %d lowercase hex digits (the first %d of the value's SHA-256, "+
-			"as logs and the admin API show it), got %d characters", weightHashPrefix, tenantKeyLen, tenantKeyLen, len(key))
+	if !isTenantKey(key) && !strings.Contains(key, "{") {
+		return "", errTenantKey(key)
 	}
 	return key, nil
+}
+
+// errTenantKey is the error of a malformed key after weightHashPrefix.
+func errTenantKey(key string) error {
+	return fmt.Errorf("weight: a %s tenant key must be %d lowercase hex digits (the first %d of the value's SHA-256, "+
+		"as logs and the admin API show it), got %d characters", weightHashPrefix, tenantKeyLen, tenantKeyLen, len(key))
 }
 
 // tenantKeyLen is the length of fairqueue.TenantKey's hex.
@@ -119,6 +126,9 @@ func expandWeights(weights map[string]float64, repl *caddy.Replacer) (map[string
 			if tenant = repl.ReplaceKnown(entry, ""); tenant == "" {
 				return nil, errors.New("weight: a tenant is empty once its placeholders are replaced")
 			}
+		}
+		if key, hashed := strings.CutPrefix(tenant, weightHashPrefix); hashed && !isTenantKey(key) {
+			return nil, errTenantKey(key) // one with a placeholder was let through before
 		}
 		if _, dup := out[tenant]; dup {
 			return nil, errors.New("weight: a tenant is given twice once its placeholders are replaced")

@@ -8,6 +8,8 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 )
 
 // An operator keeps a tenant's API key out of the Caddyfile with an
@@ -28,7 +30,42 @@ func TestWeightTenantTakesEnvironmentPlaceholders(t *testing.T) {
 	}`)
 	require.NoError(t, err)
 	provisionLocal(t, newContext(t), h)
+	assert.Equal(t, 4, goldGrants(t, h), "grants after the holder: the gold tenant's of 5")
+}
 
+// The tenant's key, the form the docs recommend, takes a placeholder
+// too, as its value does: `weight sha256:{env.GOLD_TENANT_KEY} 4` (a key
+// that differs per deployment) was refused at load, its "key" the
+// placeholder's text and not 16 hex digits, in the Caddyfile and in
+// JSON, though placeholders in "a weight's tenant (value or sha256:
+// key)" are replaced at load.
+func TestWeightTenantKeyTakesEnvironmentPlaceholders(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	t.Setenv("FQ_TEST_GOLD_TENANT_KEY", fairqueue.TenantKey("Bearer sk-live-gold"))
+	h, err := parse(`fair_queue {
+		name env-weight-key
+		permits 1
+		tenant {http.request.header.Authorization}
+		weight sha256:{env.FQ_TEST_GOLD_TENANT_KEY} 4
+	}`)
+	require.NoError(t, err)
+	provisionLocal(t, newContext(t), h)
+	assert.Equal(t, 4, goldGrants(t, h), "grants after the holder: the gold tenant's of 5")
+
+	require.NoError(t, loadHandlerJSON(t, `"name":"env-weight-key-json","permits":1,"tenant":"{http.request.header.Authorization}",`+
+		`"weights":{"sha256:{env.FQ_TEST_GOLD_TENANT_KEY}":4}`))
+	err = loadHandlerJSON(t, `"name":"env-weight-key-bad","permits":1,"tenant":"{http.request.header.Authorization}",`+
+		`"weights":{"sha256:{env.FQ_TEST_GOLD_TENANT}":4}`)
+	require.Error(t, err, "a key that is no key once replaced")
+	assert.Contains(t, err.Error(), "16 lowercase hex digits")
+}
+
+// goldGrants holds h's one permit, queues 8 requests alternating the
+// tenants "Bearer sk-live-gold" and "Bearer other", and counts the gold
+// tenant's among the first 5 granted after the holder: 4 with weight 4
+// against 1 (equal weights alternate: at most 3).
+func goldGrants(t *testing.T, h *Handler) int {
+	t.Helper()
 	next := newHolder()
 	served := make(chan string, 20)
 	seq := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
@@ -57,7 +94,7 @@ func TestWeightTenantTakesEnvironmentPlaceholders(t *testing.T) {
 			gold++
 		}
 	}
-	assert.Equal(t, 4, gold, "grants after the holder: %v", order[1:])
+	t.Logf("grants after the holder: %v", order[1:])
 	for range 3 {
 		next.waitEntered(t)
 		next.release <- struct{}{}
@@ -66,6 +103,7 @@ func TestWeightTenantTakesEnvironmentPlaceholders(t *testing.T) {
 	for _, r := range waiting {
 		r.wait(t)
 	}
+	return gold
 }
 
 // A weight's tenant that is empty once replaced (the variable unset) is

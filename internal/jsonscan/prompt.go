@@ -46,19 +46,24 @@ type message struct {
 // decoded into the one before too) count the longer of the two, and the
 // elements past the end are kept for a later repeat. That may count more
 // than Ollama runs for such a body, never less. An empty array or a null
-// starts afresh, as in Go.
+// starts afresh, as in Go. As Go's decoder, a repeat reads into prev in
+// place: a short repeat of a long array costs its own length, not the
+// long one's.
 func messagesText(val []byte, k keys, prev []message) (prompt, []message) {
 	if val[0] != '[' {
 		return prompt{}, nil
 	}
-	if k != foldedKeys {
+	fold := k == foldedKeys
+	if !fold {
 		prev = nil
 	}
-	var ms []message
+	ms, i := prev, 0 // ms[:i]: this array's messages; ms[i:], those past its end
+	p := prompt{found: true}
 	eachElement(val, func(msg []byte) {
 		var m message
-		if i := len(ms); i < len(prev) {
-			m = prev[i]
+		again := i < len(ms) // decoded into the message of a repeat before
+		if again {
+			m = ms[i]
 		}
 		if msg[0] == '{' {
 			eachMember(msg, func(key, v []byte) {
@@ -69,7 +74,7 @@ func messagesText(val []byte, k keys, prev []message) (prompt, []message) {
 					}
 				case k.is(key, "tool_calls"):
 					calls := toolsText(v)
-					if len(ms) < len(prev) && hasElements(v) {
+					if again && hasElements(v) {
 						calls = max(calls, m.calls)
 					}
 					m.calls = calls
@@ -78,15 +83,18 @@ func messagesText(val []byte, k keys, prev []message) (prompt, []message) {
 				}
 			})
 		}
-		ms = append(ms, m)
-	})
-	p := prompt{found: true}
-	for _, m := range ms {
 		p.n += m.content + m.calls
 		p.media = p.media || m.media || m.images
-	}
-	if len(ms) > 0 && len(ms) < len(prev) {
-		ms = append(ms, prev[len(ms):]...)
+		switch {
+		case again:
+			ms[i] = m
+		case fold:
+			ms = append(ms, m)
+		}
+		i++
+	})
+	if i == 0 {
+		return p, nil
 	}
 	return p, ms
 }

@@ -1,9 +1,12 @@
 package jsonscan
 
 import (
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Go's encoding/json, which reads Ollama's requests, decodes a repeated
@@ -55,4 +58,34 @@ func TestSniffFoldedReadsRepeatedToolsAsGoDoes(t *testing.T) {
 		"an empty array starts afresh")
 	assert.Equal(t, int64(2+len(`[{}]`)), Sniff([]byte(`{"messages":[{"content":"hi"}],"tools":`+tools+`,"tools":[{}]}`)).PromptBytes,
 		"Python's json: the last array alone")
+}
+
+// A repeat reads into the messages before it, as Go's decoder does,
+// without copying them: a body (on /api/chat, of up to max_body, 8 MiB
+// by default) with one long array and many short repeats after it
+// (`"messages":[{}]`, 16 bytes each) copied the long one again at every
+// repeat, memory and time growing with their product. Here 2,000
+// repeats of a 10,000-message array, a 62 KiB body, allocated about
+// 500 MB; the memory read now grows with the body.
+func TestSniffFoldedReadsRepeatedMessagesInMemoryThatGrowsWithTheBody(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"messages":[{"content":"abcdef"}`)
+	for range 9999 {
+		b.WriteString(`,{}`)
+	}
+	b.WriteString(`]`)
+	for range 2000 {
+		b.WriteString(`,"messages":[{}]`)
+	}
+	b.WriteString(`}`)
+	body := []byte(b.String())
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f := SniffFolded(body)
+	runtime.ReadMemStats(&after)
+	require.True(t, f.Prompt)
+	assert.Equal(t, int64(6), f.PromptBytes, "the first message's content, kept by every repeat")
+	alloc := after.TotalAlloc - before.TotalAlloc
+	assert.Less(t, alloc, uint64(64*len(body)), "bytes allocated reading a %d-byte body", len(body))
 }
