@@ -149,12 +149,30 @@ type Holder struct {
 // it.
 func holdPermit(t *testing.T, client *http.Client, base string, header http.Header) *Holder {
 	t.Helper()
+	return hold(t, client, base, header, false)
+}
+
+// holdPermitAcrossSwap is holdPermit for a request sent right after a
+// reload: a connection the listener swap resets before any answer is
+// sent again once, as sendAcrossSwap does.
+func holdPermitAcrossSwap(t *testing.T, client *http.Client, base string, header http.Header) *Holder {
+	t.Helper()
+	return hold(t, client, base, header, true)
+}
+
+// hold is holdPermit; acrossSwap sends the request again once if the
+// listener swap of a reload reset its connection.
+func hold(t *testing.T, client *http.Client, base string, header http.Header, acrossSwap bool) *Holder {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan Result, 1)
 	result := make(chan Result, 1)
 	go func() {
 		ch := Chat{Stream: true, Tokens: 1000, Delay: 100 * time.Millisecond, Header: header}
 		resp, err := client.Do(ch.request(ctx, base))
+		if err != nil && acrossSwap && swapReset(err) {
+			resp, err = client.Do(ch.request(ctx, base))
+		}
 		if err != nil {
 			started <- Result{Err: err}
 			result <- Result{Err: err}
@@ -332,7 +350,7 @@ func (c *collect) sendAcrossSwap(ctx context.Context, client *http.Client, base,
 	go func() {
 		defer c.wg.Done()
 		r := send(ctx, client, base, ch)
-		if r.Status == 0 && r.Err != nil && (strings.Contains(r.Err.Error(), "connection reset") || errors.Is(r.Err, io.EOF)) {
+		if r.Status == 0 && swapReset(r.Err) {
 			r = send(ctx, client, base, ch)
 		}
 		c.mu.Lock()
@@ -342,6 +360,14 @@ func (c *collect) sendAcrossSwap(ctx context.Context, client *http.Client, base,
 		}
 		c.results[name] = r
 	}()
+}
+
+// swapReset reports whether err, a request's error before any answer,
+// is a connection that a reload's listener swap reset: the old listener
+// closed with the connection still in its backlog, which happens for a
+// moment after the admin API has answered the load too.
+func swapReset(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "connection reset") || errors.Is(err, io.EOF))
 }
 
 // wait waits for every request and returns the results by name.

@@ -65,7 +65,7 @@ func TestTimeoutRejects(t *testing.T) {
 			body `+"`"+`{"busy":true,"reason":"{http.fair_queue.reason}","queue":"{http.fair_queue.queue}"}`+"`"+`
 			sse_event overloaded
 		}`)))
-		holder := holdPermit(t, client, c.URL(), nil)
+		holder := holdPermitAcrossSwap(t, client, c.URL(), nil)
 		defer holder.Release()
 
 		r := send(ctx, client, c.URL(), Chat{})
