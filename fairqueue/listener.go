@@ -63,6 +63,15 @@ func (q *Queue) Resynced() {
 
 // observe records the grant counter and data-set ID a store call saw.
 func (q *Queue) observe(grants int64, epoch string) {
+	if epoch != "" {
+		if old := q.grantsOf.Load(); old == nil || *old != epoch {
+			// A new data set (Redis restarted empty, the queue purged):
+			// its counter started over, and positions count from it.
+			if q.grantsOf.CompareAndSwap(old, &epoch) && old != nil {
+				q.grants.Store(grants)
+			}
+		}
+	}
 	for {
 		cur := q.grants.Load()
 		if grants <= cur || q.grants.CompareAndSwap(cur, grants) {

@@ -41,11 +41,12 @@ type Queue struct {
 	left     chan struct{}
 	leaveErr error
 
-	health health
-	rate   grantRate
-	grants atomic.Int64  // highest grant counter seen
-	rr     atomic.Uint64 // round robin of fail-open permits over the upstreams
-	learn  learner       // Config.Adaptive
+	health   health
+	rate     grantRate
+	grants   atomic.Int64           // highest grant counter seen in the data set grantsOf names
+	grantsOf atomic.Pointer[string] // the store's data set (epoch) grants was seen in
+	rr       atomic.Uint64          // round robin of fail-open permits over the upstreams
+	learn    learner                // Config.Adaptive
 
 	localMu sync.Mutex
 	local   *Queue   // fallback queue while the store is down (LocalFallback)
