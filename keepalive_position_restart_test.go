@@ -43,7 +43,7 @@ func TestKeepalivePositionsAfterRedisRestartsEmpty(t *testing.T) {
 	t.Cleanup(func() { closeOnce(hold) })
 	url := runCaddy(t,
 		fmt.Sprintf(`{"handler":"fair_queue","name":"restart-positions","permits":1,"max_wait":"60s",
-			"lease":"3s","poll_interval":"100ms","sse_keepalive":"100ms","redis":{"addresses":[%q]}}`, srv.Addr()),
+			"lease":"3s","poll_interval":"100ms","sse_keepalive":"100ms","on_store_error":"fail_closed","redis":{"addresses":[%q]}}`, srv.Addr()),
 		fmt.Sprintf(`{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}`, strings.TrimPrefix(upstream.URL, "http://")))
 
 	post := func(hold bool) (*http.Response, error) {
@@ -68,6 +68,9 @@ func TestKeepalivePositionsAfterRedisRestartsEmpty(t *testing.T) {
 		require.True(t, served(), "request %d", i)
 	}
 	srv.Restart()
+	// fail_closed: served once Redis grants again (fail_open would admit
+	// the holder below without a permit while the instance still counts
+	// Redis down, and the waiters would run at once).
 	require.Eventually(t, served, 30*time.Second, 100*time.Millisecond, "served again after the restart")
 
 	holder, err := post(true)
