@@ -301,43 +301,5 @@ func TestHashedWeightFromTheCaddyfileAndJSONTakesEffect(t *testing.T) {
 	h := new(Handler)
 	require.NoError(t, json.Unmarshal(cfg, h))
 	provisionLocal(t, newContext(t), h)
-
-	next := newHolder()
-	served := make(chan string, 20)
-	seq := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
-		defer func() { served <- r.Header.Get("Authorization") }()
-		return next.ServeHTTP(w, r)
-	})
-	first := newRequest(context.Background(), `{}`, "Authorization", "Bearer hold").start(h, seq)
-	next.waitEntered(t)
-	var waiting []*request
-	for i := range 8 {
-		tenant := []string{"Bearer sk-live-gold", "Bearer other"}[i%2]
-		waiting = append(waiting, newRequest(context.Background(), `{}`, "Authorization", tenant).start(h, seq))
-		waitingIn(t, h, i+1)
-	}
-	var order []string
-	for i := range 6 {
-		next.release <- struct{}{}
-		order = append(order, <-served)
-		if i < 5 {
-			next.waitEntered(t)
-		}
-	}
-	assert.Equal(t, "Bearer hold", order[0])
-	gold := 0
-	for _, tenant := range order[1:] {
-		if tenant == "Bearer sk-live-gold" {
-			gold++
-		}
-	}
-	assert.Equal(t, 4, gold, "grants after the holder: %v", order[1:])
-	for range 3 {
-		next.waitEntered(t)
-		next.release <- struct{}{}
-	}
-	first.wait(t)
-	for _, r := range waiting {
-		r.wait(t)
-	}
+	assert.Equal(t, 4, goldGrants(t, h), "the gold tenant's grants of the first 5 after the holder")
 }

@@ -88,6 +88,7 @@ func goldGrants(t *testing.T, h *Handler) int {
 			next.waitEntered(t)
 		}
 	}
+	assert.Equal(t, "Bearer hold", order[0], "the holder first")
 	gold := 0
 	for _, tenant := range order[1:] {
 		if tenant == "Bearer sk-live-gold" {
