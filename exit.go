@@ -58,7 +58,7 @@ func exitWatcher() {
 	defer t.Stop()
 	for range t.C {
 		exitWatch.mu.Lock()
-		watched := watchedEngines()
+		watched := openEnginesWhere(isWatched)
 		ending := exiting()
 		if ending || len(watched) == 0 {
 			exitWatch.running = false
@@ -77,28 +77,23 @@ func exitWatcher() {
 	}
 }
 
-// retiredEngines lists the engines a reload retired that are still open.
-func retiredEngines() []*engine {
+// openEnginesWhere lists the open engines that keep.
+func openEnginesWhere(keep func(*engine) bool) []*engine {
 	var out []*engine
 	for _, e := range openEngines() {
-		if e.retiredFlag.Load() {
+		if keep(e) {
 			out = append(out, e)
 		}
 	}
 	return out
 }
 
-// watchedEngines lists the open engines whose waiters no handler's
-// onShutdown answers at the exit: retired, or borrowed by a request.
-func watchedEngines() []*engine {
-	var out []*engine
-	for _, e := range openEngines() {
-		if e.retiredFlag.Load() || e.borrows.Load() > 0 {
-			out = append(out, e)
-		}
-	}
-	return out
-}
+// isRetired reports whether a reload retired e (it may still be open).
+func isRetired(e *engine) bool { return e.retiredFlag.Load() }
+
+// isWatched reports whether no handler's onShutdown answers e's waiters at
+// the exit: retired, or borrowed by a request.
+func isWatched(e *engine) bool { return isRetired(e) || e.borrows.Load() > 0 }
 
 // closeRetired runs at the exit once the servers have shut down (the grace
 // period is over): a retired queue whose requests still run releases
@@ -106,7 +101,7 @@ func watchedEngines() []*engine {
 // They leave together, as a handler's queues do (releaseEngines).
 func closeRetired(context.Context) {
 	var wg sync.WaitGroup
-	for _, e := range retiredEngines() {
+	for _, e := range openEnginesWhere(isRetired) {
 		wg.Go(func() {
 			e.q.RejectWaiters()
 			e.endRunning()
