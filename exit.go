@@ -144,18 +144,18 @@ func init() { currentCut.Store(newCut()) }
 func cutRunning() { currentCut.Swap(newCut()).cancel() }
 
 // cuttable gives r, in place (Caddy's placeholders read the request
-// there), a context that ends with its own or with the exit's cut; stop
-// puts its own context back and frees the other once the request is done.
+// there), a context that ends with its own or with the exit's cut; stop,
+// once the request is done, unhooks it from the cut: from then on it
+// ends with its own alone, which frees it (net/http ends a request's
+// context when its handler returns). Stop writes nothing of r: the
+// transport may still be sending the request's body then (the upstream
+// answered before reading its end), and reverse_proxy reads the
+// trailers of r when that body ends.
 func cuttable(r *http.Request) (stop func()) {
-	own := r.Context()
-	ctx, cancel := context.WithCancel(own)
+	ctx, cancel := context.WithCancel(r.Context())
 	unhook := context.AfterFunc(currentCut.Load().ctx, cancel)
 	*r = *r.WithContext(ctx)
-	return func() {
-		unhook()
-		*r = *r.WithContext(own)
-		cancel()
-	}
+	return func() { unhook() }
 }
 
 // longestAbortGrace is the longest abort grace of the handlers
