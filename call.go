@@ -1,6 +1,7 @@
 package caddyfairqueue
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -50,10 +51,11 @@ type call struct {
 	sent      *http.Request // a pool's request as first passed on: a requeue sends it again
 	usage     *usageWriter  // cost tokens: reads the answer's usage
 	fb        *firstByteWriter
-	forwarded bool   // next was called
-	uncut     func() // frees the context the exit may end (cuttable)
-	running   bool   // counted in e.running
-	tokens    int64  // the permit's tokens, counted in e.tokens while running
+	forwarded bool               // next was called
+	cut       context.CancelFunc // ends the forwarded request (cuttable)
+	uncut     func() bool        // unhooks cut from the exit's (cuttable)
+	running   bool               // counted in e.running
+	tokens    int64              // the permit's tokens, counted in e.tokens while running
 }
 
 // read reads the request's body and names its queue. answered: the
@@ -256,9 +258,15 @@ func (c *call) servePool() (served bool, err error) {
 // cuttable lets the exit end the forwarded request (engine.endRunning)
 // when its queue is in a shared store: at its first forwarding, or at a
 // later one once a reload moved its queue there while it waited again.
+// A request granted on a pool's upstream may wait again, so it takes a
+// context that can be ended at its first forwarding in any store: r is
+// written only then (cancelable).
 func (c *call) cuttable() {
-	if c.e.remote && c.uncut == nil {
-		c.uncut = cuttable(c.r)
+	if c.cut == nil && (c.e.remote || c.permit.Upstream() != "") {
+		c.cut = cancelable(c.r)
+	}
+	if c.e.remote && c.uncut == nil && c.cut != nil {
+		c.uncut = hookCut(c.cut)
 	}
 }
 

@@ -143,19 +143,24 @@ func init() { currentCut.Store(newCut()) }
 // cutRunning ends every forwarded request that took the cut in force.
 func cutRunning() { currentCut.Swap(newCut()).cancel() }
 
-// cuttable gives r, in place (Caddy's placeholders read the request
-// there), a context that ends with its own or with the exit's cut; stop,
-// once the request is done, unhooks it from the cut: from then on it
-// ends with its own alone, which frees it (net/http ends a request's
-// context when its handler returns). Stop writes nothing of r: the
-// transport may still be sending the request's body then (the upstream
-// answered before reading its end), and reverse_proxy reads the
-// trailers of r when that body ends.
-func cuttable(r *http.Request) (stop func()) {
+// cancelable gives r, in place (Caddy's placeholders read the request
+// there), a context that ends with its own or when cancel is called. It
+// runs before r is first passed on: later, the transport may still be
+// sending a refused sending's body (the upstream answered before reading
+// its end), and reverse_proxy reads the trailers of r when that body
+// ends, so nothing may write r then.
+func cancelable(r *http.Request) (cancel context.CancelFunc) {
 	ctx, cancel := context.WithCancel(r.Context())
-	unhook := context.AfterFunc(currentCut.Load().ctx, cancel)
 	*r = *r.WithContext(ctx)
-	return func() { unhook() }
+	return cancel
+}
+
+// hookCut ends, by cancel, a request whose context cancelable made,
+// with the exit's cut; unhook, once the request is done, leaves it to
+// end with its own context alone, which frees it (net/http ends a
+// request's context when its handler returns).
+func hookCut(cancel context.CancelFunc) (unhook func() bool) {
+	return context.AfterFunc(currentCut.Load().ctx, cancel)
 }
 
 // longestAbortGrace is the longest abort grace of the handlers

@@ -56,6 +56,7 @@ func TestExitEndsARequestMovedToRedisWhileRequeuedBeforeAnotherInstanceGetsItsPe
 	}
 	local := fmt.Sprintf(`{"handler":"fair_queue","name":"a","upstreams":[{"dial":%q,"permits":1}],"requeue_on":[429],
 		"max_wait":"60s","abort_grace":"300ms"},
+		{"handler":"fair_queue_test_late_eof"},
 		{"handler":"reverse_proxy","flush_interval":-1,"dynamic_upstreams":{"source":"fair_queue"}}`, dial)
 	remote := fmt.Sprintf(`{"handler":"fair_queue","name":"a","permits":1,"max_wait":"60s","abort_grace":"300ms",
 		"redis":{"addresses":[%q]}},
