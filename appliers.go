@@ -20,14 +20,20 @@ import (
 // reference to a queue named from the request that went idle (queueIdle)
 // before its config failed. A reload that succeeds cleans up the old
 // config once the new one is in force, its context done: none of its
-// handlers applies again, and the new config's settings reach the
-// engine with its first request, as before.
+// handlers applies again. The new config's handlers of a static queue
+// hold the engine from their provisioning without having applied their
+// settings (holders); the newest of them applies its settings then,
+// where that needs no route of its own (see reloadapply.go), and
+// otherwise with its first request.
 
 // appliers are the handlers that applied their settings to an engine,
-// with their next handler, while they hold a reference to it.
+// with their next handler, while they hold a reference to it; and the
+// holders: handlers that hold a reference from their provisioning and
+// have not applied their settings yet.
 type appliers struct {
-	mu sync.Mutex
-	m  map[*Handler]caddyhttp.Handler
+	mu      sync.Mutex
+	m       map[*Handler]caddyhttp.Handler
+	holders map[*Handler]bool
 }
 
 func (a *appliers) add(h *Handler, next caddyhttp.Handler) {
@@ -37,12 +43,43 @@ func (a *appliers) add(h *Handler, next caddyhttp.Handler) {
 		a.m = make(map[*Handler]caddyhttp.Handler)
 	}
 	a.m[h] = next
+	delete(a.holders, h)
+}
+
+// hold records h, provisioned with a reference to the engine, as a
+// holder.
+func (a *appliers) hold(h *Handler) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.holders == nil {
+		a.holders = make(map[*Handler]bool)
+	}
+	a.holders[h] = true
 }
 
 func (a *appliers) remove(h *Handler) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.m, h)
+	delete(a.holders, h)
+}
+
+// newestHolder is the newest holder whose config is still loaded; nil if
+// none.
+func (a *appliers) newestHolder() *Handler {
+	a.mu.Lock()
+	all := make([]*Handler, 0, len(a.holders))
+	for h := range a.holders {
+		all = append(all, h)
+	}
+	a.mu.Unlock()
+	var newest *Handler
+	for _, h := range all { // liveness takes h.mu: read with a.mu unlocked
+		if h.loaded() && (newest == nil || h.gen > newest.gen) {
+			newest = h
+		}
+	}
+	return newest
 }
 
 // newestLoaded is the newest applier whose config is still loaded, and
@@ -80,10 +117,14 @@ func (h *Handler) loaded() bool {
 	}
 }
 
-// handBack runs as h, cleaned up, drops its reference to e (restore).
+// handBack runs as h, cleaned up, drops its reference to e (restore);
+// if no handler of the config in force has applied its settings to e,
+// the newest one that holds e applies its own where it safely can.
 func (e *engine) handBack(h *Handler) {
 	e.appliers.remove(h)
-	e.restore(h)
+	if e.restore(h) {
+		e.handOn(h)
+	}
 }
 
 // restore runs as h, no longer among e's appliers, drops its reference
@@ -91,8 +132,9 @@ func (e *engine) handBack(h *Handler) {
 // newest applier whose config is still loaded applies its own again; with
 // none, the next handler to use e applies its own. A handler of a config
 // that fails to load may have dropped an idle queue before: its settings
-// must not stay in force there either.
-func (e *engine) restore(h *Handler) {
+// must not stay in force there either. It reports whether h's settings
+// were in force and no applier took over.
+func (e *engine) restore(h *Handler) (none bool) {
 	e.mu.Lock()
 	mine := e.gen == h.gen
 	if mine {
@@ -100,10 +142,12 @@ func (e *engine) restore(h *Handler) {
 	}
 	e.mu.Unlock()
 	if !mine {
-		return
+		return false
 	}
 	if y, next := e.appliers.newestLoaded(); y != nil {
 		e.routes.record(y, next)
 		y.applySettings(e)
+		return false
 	}
+	return true
 }

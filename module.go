@@ -442,10 +442,11 @@ type Handler struct {
 	logger   *zap.Logger
 	backend  backend
 	policies map[fairqueue.Reason]*rejectPolicy
-	rejects  *rejectStream   // with RejectStream
-	dynamic  bool            // Name has placeholders
-	gen      uint64          // provisioning number
-	load     <-chan struct{} // its config load (ctx.Done, see claims): namesakes.use
+	rejects  *rejectStream     // with RejectStream
+	dynamic  bool              // Name has placeholders
+	gen      uint64            // provisioning number
+	load     <-chan struct{}   // its config load (ctx.Done, see claims): namesakes.use
+	srv      *caddyhttp.Server // its server, if any: what follows it there (reloadapply.go)
 	claim    *claimKey
 	names    map[string]bool
 

@@ -15,7 +15,9 @@ import (
 // the queue engine of a static queue name. It makes no network call and
 // changes nothing in a running queue: it also runs for `caddy validate`
 // and for reloads that fail later. The handler's settings reach a shared
-// engine when the handler serves its first request.
+// engine when the handler serves its first request, or when a reload
+// that succeeds cleans up the handler whose settings were in force
+// (reloadapply.go).
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	h.gen = provisions.Add(1)
@@ -51,6 +53,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	checkPlacement(ctx, h.logger)
 
 	if srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok {
+		h.srv = srv
 		srv.RegisterOnShutdown(func() { h.onShutdown(exiting()) })
 	}
 
@@ -74,6 +77,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.engines[key] = &engineRef{e: e}
+	e.appliers.hold(h)
 	namesakes.use(e, h.load)
 	return nil
 }

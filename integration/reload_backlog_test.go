@@ -1,0 +1,125 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
+	"github.com/fair-queue/caddy-fair-queue/internal/mockllm"
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
+)
+
+// A burst has ended and left a backlog; the operator reloads with more
+// permits. No new request comes: the backlog must drain under the new
+// permits all the same, where the old config's waiters stay within
+// their upstream's permits on their own route. Each case runs with the
+// local store and with Redis.
+
+// backlogClients and backlogTokens shape the backlog: ten streams of
+// six tokens 80 ms apart, one at a time before the reload.
+const (
+	backlogClients = 10
+	backlogTokens  = 6
+	backlogDelay   = 80 * time.Millisecond
+)
+
+// drainAfterReload runs backlogClients streams under before, reloads to
+// after once all but the one running wait, sends nothing more, and
+// checks that every stream is served in full. It returns the replicas,
+// for the caller to check what ran on each.
+func drainAfterReload(t *testing.T, redis bool, before, after func(a, b *replica, store string) string) (a, b *replica) {
+	t.Helper()
+	store := ""
+	if redis {
+		rds := redistest.Start(t)
+		store = fmt.Sprintf("redis {\n\t\t\turl redis://%s/0\n\t\t}", rds.Addr())
+	}
+	cfg := mockllm.Config{Tokens: backlogTokens, Delay: backlogDelay}
+	a, b = startReplica(t, cfg), startReplica(t, cfg)
+	c := harness.StartCaddy(t, "caddy", before(a, b, store), harness.CaddyOptions{GracePeriod: 30 * time.Second})
+	client := newClient(t)
+	var all collect
+	for i := range backlogClients {
+		all.send(context.Background(), client, c.URL(), "c"+strconv.Itoa(i), Chat{Stream: true, Seq: "c" + strconv.Itoa(i)})
+	}
+	require.True(t, eventually(10*time.Second, func() bool {
+		return localStats(t, c, "llm").Waiting >= backlogClients-2
+	}), "clients not queued: %+v", localStats(t, c, "llm"))
+	require.NoError(t, c.Load(after(a, b, store)))
+	results := all.wait(t, 2*time.Minute)
+	require.Len(t, results, backlogClients)
+	for name, r := range results {
+		requireFullStream(t, r, backlogTokens, "client %s", name)
+	}
+	return a, b
+}
+
+func eachStore(t *testing.T, run func(t *testing.T, redis bool)) {
+	for _, redis := range []bool{false, true} {
+		t.Run(map[bool]string{false: "local store", true: "redis store"}[redis], func(t *testing.T) {
+			run(t, redis)
+		})
+	}
+}
+
+// Permits raised from 1 to 3 in front of the same upstream: the backlog
+// runs three at a time at once, not one at a time until a new request
+// comes.
+func TestAReloadThatRaisesThePermitsDrainsTheBacklogWithoutANewRequest(t *testing.T) {
+	eachStore(t, func(t *testing.T, redis bool) {
+		a, _ := drainAfterReload(t, redis,
+			func(a, _ *replica, store string) string { return staticSite(a, 1, store) },
+			func(a, _ *replica, store string) string { return staticSite(a, 3, store) })
+		assert.Equal(t, 3, a.mock.MaxInFlight(), "the backlog ran under the new permits")
+		assert.Equal(t, backlogClients, a.mock.Served())
+	})
+}
+
+// Permits raised from 1 to 3 with the upstream moved from A to B: the
+// old config's waiters run on their own route, A, which must never run
+// more than the one permit it was given. Their route under the new
+// config (B) is known only once it serves a request, so the new permits
+// wait for one.
+func TestAReloadThatRaisesThePermitsAndMovesTheUpstreamKeepsTheOldUpstreamWithinItsPermits(t *testing.T) {
+	eachStore(t, func(t *testing.T, redis bool) {
+		a, b := drainAfterReload(t, redis,
+			func(a, _ *replica, store string) string { return staticSite(a, 1, store) },
+			func(_, b *replica, store string) string { return staticSite(b, 3, store) })
+		assert.Equal(t, 1, a.mock.MaxInFlight(), "replica A at once")
+		assert.Equal(t, backlogClients, a.mock.Served()+b.mock.Served())
+	})
+}
+
+// A pool's permits raised from 1 to 2 on each upstream: a grant names
+// its upstream, so the backlog runs under the new permits at once.
+func TestAReloadThatRaisesAPoolsPermitsDrainsTheBacklogWithoutANewRequest(t *testing.T) {
+	pool := func(permits int) func(a, b *replica, store string) string {
+		return func(a, b *replica, store string) string {
+			return fmt.Sprintf(`
+	fair_queue {
+		name llm
+		max_wait 60s
+		upstream %s %d
+		upstream %s %d
+		%s
+	}
+	reverse_proxy {
+		dynamic fair_queue
+		flush_interval -1
+	}`, a.addr, permits, b.addr, permits, store)
+		}
+	}
+	eachStore(t, func(t *testing.T, redis bool) {
+		a, b := drainAfterReload(t, redis, pool(1), pool(2))
+		assert.LessOrEqual(t, a.mock.MaxInFlight(), 2, "replica A at once")
+		assert.LessOrEqual(t, b.mock.MaxInFlight(), 2, "replica B at once")
+		assert.Equal(t, 4, a.mock.MaxInFlight()+b.mock.MaxInFlight(), "the backlog ran under the new permits")
+		assert.Equal(t, backlogClients, a.mock.Served()+b.mock.Served())
+	})
+}

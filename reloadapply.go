@@ -1,0 +1,172 @@
+package caddyfairqueue
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+)
+
+// A reload that succeeds cleans up the old config's handlers once the
+// new config is in force. A handler of the new config applies its
+// settings to a shared queue with its first request, recording its
+// route first: the old config's waiters granted under the new settings
+// may need that route (route.go). A backlog that no new request joins
+// (a burst that has ended) would drain under the old settings until a
+// request came. So when the handler whose settings are in force is
+// cleaned up and no handler of the config in force has served the
+// queue, the newest handler of that config that holds the queue (a
+// static name takes its reference at provisioning) applies its settings
+// at once, where the old config's waiters need no route of the new
+// config to stay within their upstream's permits (handsOnSafely). Where
+// they would, its settings apply with its first request, as before.
+
+// handOn gives e, whose settings in force were those of h (cleaned up)
+// and which no handler of the config in force has served, the settings
+// of the newest handler of that config that holds it, if that is safe.
+func (e *engine) handOn(h *Handler) {
+	y := e.appliers.newestHolder()
+	if y == nil || !handsOnSafely(h, y) {
+		return
+	}
+	y.applySettings(e)
+}
+
+// handsOnSafely reports whether y's settings may apply to a queue whose
+// waiters h, the handler whose settings were in force, leaves, before y
+// has recorded its route: whether a waiter of h's config, granted under
+// y's settings, is served where the grant counts it by its own route.
+// That holds when the grant names its upstream (a pool on both sides),
+// when it would take its own route even with y's recorded (see
+// staticInForce: tokens or a learned capacity, or several handlers of
+// y's config naming the queue), when y's permits are no more than h's
+// (the old route runs no more at once than it did), and when the
+// handlers after y reach the same upstreams as those after h.
+func handsOnSafely(h, y *Handler) bool {
+	switch {
+	case h.pooled() != y.pooled():
+		return false // a grant of the other shape needs y's route
+	case h.pooled():
+		return true
+	case h.KVTokens > 0 || h.Adaptive != nil || y.KVTokens > 0 || y.Adaptive != nil:
+		return true
+	case !y.soleClaimant():
+		return true
+	case y.Permits <= h.Permits:
+		return true
+	}
+	a, ok := chainAfter(h)
+	if !ok {
+		return false
+	}
+	b, ok := chainAfter(y)
+	return ok && sameChain(a, b)
+}
+
+// chainAfter lists the handlers that a request h passes on runs, up to
+// and with the first reverse_proxy, in h's server; ok is false where
+// the config cannot tell them: h not found in its server's routes, a
+// route on the way with matchers or in a group, a subroute on the way,
+// or no reverse_proxy at the end.
+func chainAfter(h *Handler) (chain []caddyhttp.MiddlewareHandler, ok bool) {
+	if h.srv == nil {
+		return nil, false
+	}
+	path := findHandler(h.srv.Routes, h)
+	if path == nil {
+		return nil, false
+	}
+	// From the innermost route list that holds h outwards: the rest of
+	// h's route, then the routes after it, then what follows the
+	// subroute in the list around it.
+	for i := len(path) - 1; i >= 0; i-- {
+		at := path[i]
+		for ri := at.route; ri < len(at.routes); ri++ {
+			r := at.routes[ri]
+			from := 0
+			if ri == at.route {
+				from = at.handler + 1
+			} else if len(r.MatcherSets) > 0 || r.Group != "" {
+				return nil, false
+			}
+			for _, next := range r.Handlers[from:] {
+				switch next.(type) {
+				case *reverseproxy.Handler:
+					return append(chain, next), true
+				case *caddyhttp.Subroute:
+					return nil, false
+				}
+				chain = append(chain, next)
+			}
+			if r.Terminal {
+				return nil, false
+			}
+		}
+	}
+	return nil, false
+}
+
+// routeAt is a place in a route list: the route and the handler in it.
+type routeAt struct {
+	routes  caddyhttp.RouteList
+	route   int
+	handler int
+}
+
+// findHandler returns where h is in routes, from the outermost list to
+// the one that holds h (one place per subroute on the way); nil if not
+// there.
+func findHandler(routes caddyhttp.RouteList, h *Handler) []routeAt {
+	for ri, r := range routes {
+		for hi, x := range r.Handlers {
+			if x == caddyhttp.MiddlewareHandler(h) {
+				return []routeAt{{routes, ri, hi}}
+			}
+			if sub, ok := x.(*caddyhttp.Subroute); ok {
+				if inner := findHandler(sub.Routes, h); inner != nil {
+					return append([]routeAt{{routes, ri, hi}}, inner...)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// sameChain reports whether two chains of handlers are alike: the same
+// modules with the same config, and reverse_proxy with its upstreams in
+// its config (a dynamic source's config is not kept once loaded).
+func sameChain(a, b []caddyhttp.MiddlewareHandler) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !sameHandler(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameHandler(a, b caddyhttp.MiddlewareHandler) bool {
+	ma, ok := a.(caddy.Module)
+	if !ok {
+		return false
+	}
+	mb, ok := b.(caddy.Module)
+	if !ok || ma.CaddyModule().ID != mb.CaddyModule().ID {
+		return false
+	}
+	for _, x := range []caddyhttp.MiddlewareHandler{a, b} {
+		if rp, ok := x.(*reverseproxy.Handler); ok && (rp.DynamicUpstreams != nil || len(rp.Upstreams) == 0) {
+			return false
+		}
+	}
+	ja, err := json.Marshal(a)
+	if err != nil {
+		return false
+	}
+	jb, err := json.Marshal(b)
+	return err == nil && bytes.Equal(ja, jb)
+}
