@@ -60,6 +60,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.dynamic = strings.Contains(h.Name, "{")
 	h.names = nameSet(h.Names)
 	if h.dynamic {
+		h.addTemplate()
 		return nil
 	}
 	if err := h.addClaim(ctx); err != nil {
@@ -103,6 +104,7 @@ func (h *Handler) onShutdown(exiting bool) {
 // done (at once when the process exits).
 func (h *Handler) Cleanup() error {
 	h.dropClaim()
+	h.dropTemplate()
 	h.rejects.close()
 	return h.releaseEngines()
 }

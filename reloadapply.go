@@ -3,6 +3,7 @@ package caddyfairqueue
 import (
 	"bytes"
 	"encoding/json"
+	"sync"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -18,20 +19,94 @@ import (
 // request came. So when the handler whose settings are in force is
 // cleaned up and no handler of the config in force has served the
 // queue, the newest handler of that config that holds the queue (a
-// static name takes its reference at provisioning) applies its settings
-// at once, where the old config's waiters need no route of the new
+// static name takes its reference at provisioning), or for a queue named
+// from the request that config's one handler that names queues alike,
+// applies its settings at once, where the old config's waiters need no route of the new
 // config to stay within their upstream's permits (handsOnSafely). Where
 // they would, its settings apply with its first request, as before.
 
 // handOn gives e, whose settings in force were those of h (cleaned up)
 // and which no handler of the config in force has served, the settings
-// of the newest handler of that config that holds it, if that is safe.
+// of the newest handler of that config that holds it, if that is safe;
+// for a queue h named from the request, where none holds it, those of
+// the handler of that config that names queues as h did.
 func (e *engine) handOn(h *Handler) {
 	y := e.appliers.newestHolder()
+	if y == nil && h.dynamic {
+		y = templates.successor(e, h)
+	}
 	if y == nil || !handsOnSafely(h, y) {
 		return
 	}
 	y.applySettings(e)
+}
+
+// templates are the provisioned handlers that name their queue from the
+// request, by data set and Name (with its placeholders): a handler of
+// the config in force that names queues as a cleaned-up one did would
+// serve the queues it leaves.
+var templates = &templateRegistry{m: make(map[templateKey]map[*Handler]bool)}
+
+// templateRegistry is the type of templates.
+type templateRegistry struct {
+	sync.Mutex
+	m map[templateKey]map[*Handler]bool
+}
+
+type templateKey struct{ data, name string }
+
+// addTemplate registers h, whose Name has placeholders (Provision).
+func (h *Handler) addTemplate() {
+	k := templateKey{h.backend.dataID(), h.Name}
+	templates.Lock()
+	defer templates.Unlock()
+	if templates.m[k] == nil {
+		templates.m[k] = make(map[*Handler]bool)
+	}
+	templates.m[k][h] = true
+}
+
+// dropTemplate takes h out of templates (Cleanup).
+func (h *Handler) dropTemplate() {
+	if !h.dynamic || h.backend == nil {
+		return
+	}
+	k := templateKey{h.backend.dataID(), h.Name}
+	templates.Lock()
+	defer templates.Unlock()
+	delete(templates.m[k], h)
+	if len(templates.m[k]) == 0 {
+		delete(templates.m, k)
+	}
+}
+
+// successor is the handler whose config is loaded, newest first, that
+// names queues as h did and serves e's; nil if none, or if two of its
+// config do (which would serve e's queue is the request's choice).
+func (t *templateRegistry) successor(e *engine, h *Handler) *Handler {
+	t.Lock()
+	var all []*Handler
+	for x := range t.m[templateKey{e.data, h.Name}] {
+		all = append(all, x)
+	}
+	t.Unlock()
+	var newest *Handler
+	ambiguous := false
+	for _, x := range all { // liveness takes x.mu: read with t unlocked
+		if x == h || !x.loaded() || !x.serves(e.name) {
+			continue
+		}
+		switch {
+		case newest == nil || x.gen > newest.gen && x.load != newest.load:
+			newest, ambiguous = x, false
+		case x.load == newest.load:
+			ambiguous = true
+		}
+	}
+	if ambiguous {
+		return nil
+	}
+	return newest
 }
 
 // handsOnSafely reports whether y's settings may apply to a queue whose

@@ -33,7 +33,7 @@ const (
 // after once all but the one running wait, sends nothing more, and
 // checks that every stream is served in full. It returns the replicas,
 // for the caller to check what ran on each.
-func drainAfterReload(t *testing.T, redis bool, before, after func(a, b *replica, store string) string) (a, b *replica) {
+func drainAfterReload(t *testing.T, redis bool, queue string, before, after func(a, b *replica, store string) string) (a, b *replica) {
 	t.Helper()
 	store := ""
 	if redis {
@@ -48,9 +48,14 @@ func drainAfterReload(t *testing.T, redis bool, before, after func(a, b *replica
 	for i := range backlogClients {
 		all.send(context.Background(), client, c.URL(), "c"+strconv.Itoa(i), Chat{Stream: true, Seq: "c" + strconv.Itoa(i)})
 	}
+	// A queue named from the request opens with its first request: the
+	// admin API shows it once one runs.
 	require.True(t, eventually(10*time.Second, func() bool {
-		return localStats(t, c, "llm").Waiting >= backlogClients-2
-	}), "clients not queued: %+v", localStats(t, c, "llm"))
+		return a.mock.MaxInFlight()+b.mock.MaxInFlight() > 0
+	}), "no request reached the upstreams")
+	require.True(t, eventually(10*time.Second, func() bool {
+		return localStats(t, c, queue).Waiting >= backlogClients-2
+	}), "clients not queued: %+v", localStats(t, c, queue))
 	require.NoError(t, c.Load(after(a, b, store)))
 	results := all.wait(t, 2*time.Minute)
 	require.Len(t, results, backlogClients)
@@ -73,7 +78,7 @@ func eachStore(t *testing.T, run func(t *testing.T, redis bool)) {
 // comes.
 func TestAReloadThatRaisesThePermitsDrainsTheBacklogWithoutANewRequest(t *testing.T) {
 	eachStore(t, func(t *testing.T, redis bool) {
-		a, _ := drainAfterReload(t, redis,
+		a, _ := drainAfterReload(t, redis, "llm",
 			func(a, _ *replica, store string) string { return staticSite(a, 1, store) },
 			func(a, _ *replica, store string) string { return staticSite(a, 3, store) })
 		assert.Equal(t, 3, a.mock.MaxInFlight(), "the backlog ran under the new permits")
@@ -88,7 +93,7 @@ func TestAReloadThatRaisesThePermitsDrainsTheBacklogWithoutANewRequest(t *testin
 // wait for one.
 func TestAReloadThatRaisesThePermitsAndMovesTheUpstreamKeepsTheOldUpstreamWithinItsPermits(t *testing.T) {
 	eachStore(t, func(t *testing.T, redis bool) {
-		a, b := drainAfterReload(t, redis,
+		a, b := drainAfterReload(t, redis, "llm",
 			func(a, _ *replica, store string) string { return staticSite(a, 1, store) },
 			func(_, b *replica, store string) string { return staticSite(b, 3, store) })
 		assert.Equal(t, 1, a.mock.MaxInFlight(), "replica A at once")
@@ -116,10 +121,33 @@ func TestAReloadThatRaisesAPoolsPermitsDrainsTheBacklogWithoutANewRequest(t *tes
 		}
 	}
 	eachStore(t, func(t *testing.T, redis bool) {
-		a, b := drainAfterReload(t, redis, pool(1), pool(2))
+		a, b := drainAfterReload(t, redis, "llm", pool(1), pool(2))
 		assert.LessOrEqual(t, a.mock.MaxInFlight(), 2, "replica A at once")
 		assert.LessOrEqual(t, b.mock.MaxInFlight(), 2, "replica B at once")
 		assert.Equal(t, 4, a.mock.MaxInFlight()+b.mock.MaxInFlight(), "the backlog ran under the new permits")
 		assert.Equal(t, backlogClients, a.mock.Served()+b.mock.Served())
+	})
+}
+
+// A queue named from the request (one per model), its permits raised
+// from 1 to 3 in front of the same upstream: the new config's handler
+// that names queues as the old one did serves it, and the backlog runs
+// under its permits at once.
+func TestAReloadThatRaisesThePermitsOfAQueueNamedFromTheRequestDrainsTheBacklog(t *testing.T) {
+	perModel := func(permits int) func(a, b *replica, store string) string {
+		return func(a, _ *replica, store string) string {
+			return proxySite(a.addr, fmt.Sprintf(`
+	fair_queue {
+		name {http.fair_queue.model}
+		permits %d
+		max_wait 60s
+		%s
+	}`, permits, store))
+		}
+	}
+	eachStore(t, func(t *testing.T, redis bool) {
+		a, _ := drainAfterReload(t, redis, "mock", perModel(1), perModel(3))
+		assert.Equal(t, 3, a.mock.MaxInFlight(), "the backlog ran under the new permits")
+		assert.Equal(t, backlogClients, a.mock.Served())
 	})
 }
