@@ -21,9 +21,11 @@ import (
 // queue, the newest handler of that config that holds the queue (a
 // static name takes its reference at provisioning), or for a queue named
 // from the request that config's one handler that names queues alike,
-// applies its settings at once, where the old config's waiters need no route of the new
-// config to stay within their upstream's permits (handsOnSafely). Where
-// they would, its settings apply with its first request, as before.
+// applies its settings at once, where the old configs' waiters need no
+// route of the new config to stay within their upstream's permits
+// (handsOnSafely), or where the route of the handler cleaned up, the
+// last to serve the queue, stands for its own (takesOverRoute).
+// Otherwise its settings apply with its first request, as before.
 
 // handOn gives e, whose settings in force were those of h (cleaned up)
 // and which no handler of the config in force has served, the settings
@@ -35,7 +37,10 @@ func (e *engine) handOn(h *Handler) {
 	if y == nil && h.dynamic {
 		y = templates.successor(e, h)
 	}
-	if y == nil || !handsOnSafely(h, y) {
+	if y == nil {
+		return
+	}
+	if !handsOnSafely(h, y) && !e.takesOverRoute(h, y) {
 		return
 	}
 	y.applySettings(e)
@@ -111,14 +116,14 @@ func (t *templateRegistry) successor(e *engine, h *Handler) *Handler {
 
 // handsOnSafely reports whether y's settings may apply to a queue whose
 // waiters h, the handler whose settings were in force, leaves, before y
-// has recorded its route: whether a waiter of h's config, granted under
-// y's settings, is served where the grant counts it by its own route.
-// That holds when the grant names its upstream (a pool on both sides),
-// when it would take its own route even with y's recorded (see
+// has recorded its route: whether a waiter of an old config, granted
+// under y's settings, is served where the grant counts it by its own
+// route. That holds when the grant names its upstream (a pool on both
+// sides), when it would take its own route even with y's recorded (see
 // staticInForce: tokens or a learned capacity, or several handlers of
-// y's config naming the queue), when y's permits are no more than h's
-// (the old route runs no more at once than it did), and when the
-// handlers after y reach the same upstreams as those after h.
+// y's config naming the queue), and when y's permits are no more than
+// h's (the old routes run no more at once than they did). Where y's
+// permits are more, see takesOverRoute.
 func handsOnSafely(h, y *Handler) bool {
 	switch {
 	case h.pooled() != y.pooled():
@@ -129,15 +134,35 @@ func handsOnSafely(h, y *Handler) bool {
 		return true
 	case !y.soleClaimant():
 		return true
-	case y.Permits <= h.Permits:
-		return true
+	}
+	return y.Permits <= h.Permits
+}
+
+// takesOverRoute records, for y's more permits, a route of y's that the
+// old configs' waiters take as they would y's own once it serves
+// (staticInForce): h's next handler, where h served the queue last and
+// the handlers after y reach the same upstreams as those after h. Their
+// own routes may not: a waiter of a config before h's (h applied its
+// settings at a cleanup, or served after it), or of another route of
+// h's config, runs on its own route's upstream, which must not run
+// y's permits. It reports whether it recorded the route; y's first
+// request records its own.
+func (e *engine) takesOverRoute(h, y *Handler) bool {
+	r := e.routes.plain.Load()
+	if r == nil || r.h != h || h.pooled() || y.pooled() {
+		return false
 	}
 	a, ok := chainAfter(h)
 	if !ok {
 		return false
 	}
 	b, ok := chainAfter(y)
-	return ok && sameChain(a, b)
+	if !ok || !sameChain(a, b) || !y.live() {
+		return false
+	}
+	// Where y or another handler recorded its route meanwhile, that
+	// one applies its settings.
+	return e.routes.plain.CompareAndSwap(r, &route{h: y, next: r.next})
 }
 
 // chainAfter lists the handlers that a request h passes on runs, up to
