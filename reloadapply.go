@@ -236,7 +236,8 @@ func findHandler(routes caddyhttp.RouteList, h *Handler) []routeAt {
 
 // sameChain reports whether two chains of handlers are alike: the same
 // modules with the same config, and reverse_proxy with its upstreams in
-// its config (a dynamic source's config is not kept once loaded).
+// its config (a dynamic source's config is not kept once loaded), the
+// same transport and no handle_response (see sameTransport).
 func sameChain(a, b []caddyhttp.MiddlewareHandler) bool {
 	if len(a) != len(b) {
 		return false
@@ -263,10 +264,42 @@ func sameHandler(a, b caddyhttp.MiddlewareHandler) bool {
 			return false
 		}
 	}
+	if ra, ok := a.(*reverseproxy.Handler); ok && !sameTransport(ra, b.(*reverseproxy.Handler)) {
+		return false
+	}
 	ja, err := json.Marshal(a)
 	if err != nil {
 		return false
 	}
 	jb, err := json.Marshal(b)
+	return err == nil && bytes.Equal(ja, jb)
+}
+
+// sameTransport reports whether two reverse_proxy handlers send their
+// requests alike. Caddy drops a module's raw config once it has loaded
+// it, so their JSON keeps neither the transport (its DNS resolvers may
+// send one upstream address elsewhere) nor the handlers of
+// handle_response (which may proxy on): the loaded transports are
+// compared instead, and a handler with handle_response is never alike.
+func sameTransport(a, b *reverseproxy.Handler) bool {
+	if len(a.HandleResponse) > 0 || len(b.HandleResponse) > 0 {
+		return false
+	}
+	if a.Transport == nil || b.Transport == nil {
+		return a.Transport == nil && b.Transport == nil
+	}
+	ma, ok := a.Transport.(caddy.Module)
+	if !ok {
+		return false
+	}
+	mb, ok := b.Transport.(caddy.Module)
+	if !ok || ma.CaddyModule().ID != mb.CaddyModule().ID {
+		return false
+	}
+	ja, err := json.Marshal(a.Transport)
+	if err != nil {
+		return false
+	}
+	jb, err := json.Marshal(b.Transport)
 	return err == nil && bytes.Equal(ja, jb)
 }
