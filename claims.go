@@ -82,6 +82,7 @@ func (h *Handler) dropClaim() {
 	}
 	claims.Lock()
 	defer claims.Unlock()
+	h.wasSole = claimants(*h.claim) == 1
 	if c := claims.m[*h.claim]; c != nil {
 		if c.refs--; c.refs <= 0 {
 			delete(claims.m, *h.claim)
@@ -92,18 +93,24 @@ func (h *Handler) dropClaim() {
 
 // soleClaimant reports whether the handler is the only one of its config
 // that names its queue (statically, in any store; one that names it
-// from the request claims none).
+// from the request claims none); after its cleanup, whether it was.
 func (h *Handler) soleClaimant() bool {
 	claims.Lock()
 	defer claims.Unlock()
 	if h.claim == nil {
-		return false
+		return h.wasSole
 	}
+	return claimants(*h.claim) == 1
+}
+
+// claimants counts the handlers of k's config load that name k's queue,
+// in any store. Under claims' lock.
+func claimants(k claimKey) int {
 	n := 0
-	for k, c := range claims.m {
-		if k.load == h.claim.load && k.queue == h.claim.queue {
+	for kk, c := range claims.m {
+		if kk.load == k.load && kk.queue == k.queue {
 			n += c.refs
 		}
 	}
-	return n == 1
+	return n
 }

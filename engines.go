@@ -108,6 +108,10 @@ type engine struct {
 	// closeDone is closed when the close that set closed is done.
 	closeDone chan struct{}
 	gen       uint64 // provisioning number of the settings in force (0: opened at a provision, none applied yet)
+	// settingsGen is the provisioning number of the handler whose
+	// settings the queue has, in force or kept until the next handler
+	// applies its own (gen is 0 then): grants are made under them.
+	settingsGen uint64
 }
 
 // newEngine opens queue name in b with h's settings, in force as those
@@ -121,7 +125,7 @@ func newEngine(b backend, name string, h *Handler, gen uint64) (*engine, error) 
 	// instance is not shared.
 	fallback := memstore.New()
 	e := &engine{name: name, data: b.dataID(), store: b.describe(), release: release, log: h.logger, fallback: fallback, gen: gen,
-		remote: b.dataID() != localID}
+		settingsGen: h.gen, remote: b.dataID() != localID}
 	cfg := e.observed(h.queueConfig(name, fallback))
 	cfg.Reserved, cfg.ReservedTokens = e.reserved, e.reservedTokens
 	if e.q, err = fairqueue.New(st, cfg); err != nil {
@@ -279,6 +283,13 @@ func (e *engine) close() error {
 	return err
 }
 
+// settingsOf reports whether the queue has h's settings (settingsGen).
+func (e *engine) settingsOf(h *Handler) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.settingsGen == h.gen
+}
+
 // reconfigure applies cfg unless a newer config's settings are in force.
 func (e *engine) reconfigure(gen uint64, cfg fairqueue.Config) (old fairqueue.Config, changed bool, err error) {
 	e.mu.Lock()
@@ -292,7 +303,7 @@ func (e *engine) reconfigure(gen uint64, cfg fairqueue.Config) (old fairqueue.Co
 	if err := e.q.Reconfigure(cfg); err != nil {
 		return old, false, err
 	}
-	e.gen = gen
+	e.gen, e.settingsGen = gen, gen
 	if a := cfg.Adaptive; a != nil && a.BackendMetrics != "" && e.gauges == nil && !e.closed {
 		e.gauges = watchGauges(e) // a reload asked for the backend's gauges
 	}

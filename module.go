@@ -448,6 +448,7 @@ type Handler struct {
 	load     <-chan struct{}   // its config load (ctx.Done, see claims): namesakes.use
 	srv      *caddyhttp.Server // its server, if any: what follows it there (reloadapply.go)
 	claim    *claimKey
+	wasSole  bool // at its cleanup, soleClaimant was true (under claims' lock)
 	names    map[string]bool
 
 	mu      sync.Mutex

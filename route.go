@@ -124,10 +124,12 @@ func (e *engine) forGrant(h *Handler, p *fairqueue.Permit, next caddyhttp.Handle
 }
 
 // staticInForce is the route of the config in force for plain grant p of
-// a request of h, whose config was replaced since (see above); nil where
-// h's own route serves it: h's config is in force, or no handler of the
-// config in force has served yet (the queue's settings are still the
-// old config's), or two of its handlers name the queue (two routes share
+// a request of h, whose config was replaced since (see above), or of the
+// config replaced since whose settings the queue still has (the config
+// in force has not served it yet: the grant was made under them); nil
+// where h's own route serves it: h's config is in force, or no handler
+// of a later config has served (the queue's settings are still h's
+// config's), or two of its handlers name the queue (two routes share
 // it: which replaced h's is unknown), or one names it from the request,
 // or either config counts tokens or learns its capacity, or the grant
 // was made under more permits than that route's (or unknown ones).
@@ -137,9 +139,14 @@ func (e *engine) staticInForce(h *Handler, p *fairqueue.Permit) *route {
 	}
 	r, live := e.routes.get(false)
 	if !live {
-		if r = namesakes.route(e.name, false); r == nil {
+		if nr := namesakes.route(e.name, false); nr != nil {
+			r = nr
+		} else if r == nil || !e.settingsOf(r.h) {
 			return nil
 		}
+		// Else the route of a config cleaned up since whose settings the
+		// queue still has (the config in force has not served it): the
+		// grant was made under them, for that route.
 	}
 	for _, x := range []*Handler{h, r.h} {
 		if x.KVTokens > 0 || x.Adaptive != nil || x.pooled() {

@@ -1,0 +1,55 @@
+package caddyfairqueue
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A waiter of the first config (1 permit, upstream A) outlives two
+// reloads. The second config points the route at B with 2 permits and
+// serves, so its settings and route are in force; the third gives the
+// queue a pool and has served nothing yet, so the second config's
+// settings stay in force after its cleanup. A grant under them (2
+// permits, counted for B) must still go to B, the route of the config
+// whose settings made it, not to the waiter's own A, which had 1 permit
+// and still runs the first config's holder.
+func TestAGrantUnderTheSettingsOfACleanedUpConfigTakesThatConfigsRoute(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	a, b, c := newPeakUpstream(t), newPeakUpstream(t), newPeakUpstream(t)
+	port := freePort(t)
+	require.NoError(t, caddy.Load([]byte(olderConfig(port, 1, a)), false))
+	t.Cleanup(func() { _ = caddy.Stop() })
+	onA := sendOlder(t, port, "/0", 1)
+	require.Eventually(t, func() bool { return a.now.Load() == 1 }, 10*time.Second, 5*time.Millisecond,
+		"the first config's holder on A")
+	waiters := sendOlder(t, port, "/0", 2)
+	require.Eventually(t, func() bool { return olderWaiting() == 2 }, 10*time.Second, 5*time.Millisecond)
+
+	require.NoError(t, caddy.Load([]byte(olderConfig(port, 2, b)), false))
+	onB := sendOlder(t, port, "/0", 1) // the second config serves: its route and 2 permits
+	require.Eventually(t, func() bool { return b.now.Load() == 1 && olderWaiting() == 2 }, 10*time.Second,
+		5*time.Millisecond, "a first waiter on B, the second and the new request waiting")
+
+	pooled := fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
+	"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"match":[{"path":["/0"]}],"handle":[
+		{"handler":"fair_queue","name":"older","upstreams":[{"dial":%q,"permits":2}],"max_wait":"1m"},
+		{"handler":"reverse_proxy","dynamic_upstreams":{"source":"fair_queue"}}]}]}}}}}`, port, c.dial())
+	require.NoError(t, caddy.Load([]byte(pooled), false))
+	b.open() // the waiter on B ends: the next grant is made under the second config's 2 permits
+	require.Eventually(t, func() bool { return olderWaiting() < 2 }, 10*time.Second, 5*time.Millisecond,
+		"the first config's second waiter granted")
+	time.Sleep(200 * time.Millisecond) // time for a waiter granted to reach A
+	assert.Equal(t, int32(1), a.most.Load(), "A ran more at once than its 1 permit")
+
+	a.open()
+	c.open()
+	for _, ch := range []<-chan int{onA, onB, waiters, waiters} {
+		assert.Equal(t, http.StatusOK, <-ch)
+	}
+}
