@@ -40,7 +40,13 @@ func (e *engine) handOn(h *Handler) {
 	if y == nil {
 		return
 	}
-	if !handsOnSafely(h, y) && !e.takesOverRoute(h, y) {
+	switch {
+	case e.takesOverRoute(h, y):
+	case handsOnSafely(h, y):
+		if !y.pooled() && y.Permits <= h.Permits {
+			e.standIn(h, y)
+		}
+	default:
 		return
 	}
 	y.applySettings(e)
@@ -138,21 +144,21 @@ func handsOnSafely(h, y *Handler) bool {
 	return y.Permits <= h.Permits
 }
 
-// takesOverRoute records, for y's more permits, a route of y's that the
-// old configs' waiters take as they would y's own once it serves
-// (staticInForce): h's next handler, where h served the queue last and
-// the handlers after y reach the same upstreams as those after h. Their
-// own routes may not: a waiter of a config before h's (h applied its
-// settings at a cleanup, or served after it), or of another route of
-// h's config, runs on its own route's upstream, which must not run
-// y's permits. It reports whether it recorded the route; y's first
-// request records its own.
+// takesOverRoute records, for y's settings, a route that the old
+// configs' waiters take as they would y's own once it serves
+// (staticInForce): the one recorded for h, which served the queue last
+// or stood for the handler that did (standIn), where the handlers after
+// y reach the same upstreams as those after the handler whose route it
+// is. Their own routes may not: a waiter of a config before h's, or of
+// another route of h's config, runs on its own route's upstream, which
+// must not run y's permits. It reports whether it recorded the route;
+// y's first request records its own.
 func (e *engine) takesOverRoute(h, y *Handler) bool {
 	r := e.routes.plain.Load()
 	if r == nil || r.h != h || h.pooled() || y.pooled() {
 		return false
 	}
-	a, ok := chainAfter(h)
+	a, ok := chainAfter(r.of)
 	if !ok {
 		return false
 	}
@@ -162,7 +168,20 @@ func (e *engine) takesOverRoute(h, y *Handler) bool {
 	}
 	// Where y or another handler recorded its route meanwhile, that
 	// one applies its settings.
-	return e.routes.plain.CompareAndSwap(r, &route{h: y, next: r.next})
+	return e.routes.plain.CompareAndSwap(r, &route{h: y, next: r.next, of: r.of})
+}
+
+// standIn records, for y's permits (no more than h's), the route
+// recorded for h as the one the old configs' waiters take until y
+// serves: a grant under y's permits fits it, as it fit it under h's.
+// Without it they would take their own routes, whose upstreams may have
+// had fewer permits.
+func (e *engine) standIn(h, y *Handler) {
+	r := e.routes.plain.Load()
+	if r == nil || r.h != h || !y.live() {
+		return
+	}
+	e.routes.plain.CompareAndSwap(r, &route{h: y, next: r.next, of: r.of})
 }
 
 // chainAfter lists the handlers that a request h passes on runs, up to

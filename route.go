@@ -32,10 +32,14 @@ import (
 // two handlers of the new config naming the queue, tokens or a learned
 // capacity) too.
 
-// route is a handler's place in a config: what follows it.
+// route is a handler's place in a config: what follows it. Where a
+// reload's cleanup handed a handler's settings on before it served
+// (reloadapply.go), the route of the handler cleaned up stands for its
+// own: of is then the handler whose next it is.
 type route struct {
 	h    *Handler
 	next caddyhttp.Handler
+	of   *Handler
 }
 
 // engineRoutes are the routes of the live handlers of an engine, one for
@@ -59,7 +63,7 @@ func (h *Handler) live() bool {
 // called at h's first use of the engine, before h's settings apply.
 func (rs *engineRoutes) record(h *Handler, next caddyhttp.Handler) {
 	if h.live() {
-		rs.slot(h.pooled()).Store(&route{h: h, next: next})
+		rs.slot(h.pooled()).Store(&route{h: h, next: next, of: h})
 	}
 }
 

@@ -53,3 +53,41 @@ func TestAGrantUnderTheSettingsOfACleanedUpConfigTakesThatConfigsRoute(t *testin
 		assert.Equal(t, http.StatusOK, <-ch)
 	}
 }
+
+// As above, but the third config lowers the permits (to 2, on C): they
+// apply at the second config's cleanup, before the third serves. A grant
+// under them to a waiter of the first config must not go to A either:
+// the second config's route (B, 3 permits) stands for the third's until
+// it serves.
+func TestLoweredPermitsHandedOnAtACleanupKeepTheOldRouteForOlderWaiters(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	a, b, c := newPeakUpstream(t), newPeakUpstream(t), newPeakUpstream(t)
+	port := freePort(t)
+	require.NoError(t, caddy.Load([]byte(olderConfig(port, 1, a)), false))
+	t.Cleanup(func() { _ = caddy.Stop() })
+	onA := sendOlder(t, port, "/0", 1)
+	require.Eventually(t, func() bool { return a.now.Load() == 1 }, 10*time.Second, 5*time.Millisecond,
+		"the first config's holder on A")
+	waiters := sendOlder(t, port, "/0", 4)
+	require.Eventually(t, func() bool { return olderWaiting() == 4 }, 10*time.Second, 5*time.Millisecond)
+
+	require.NoError(t, caddy.Load([]byte(olderConfig(port, 3, b)), false))
+	onB := sendOlder(t, port, "/0", 1) // the second config serves: its route and 3 permits
+	require.Eventually(t, func() bool { return b.now.Load() == 2 && olderWaiting() == 3 }, 10*time.Second,
+		5*time.Millisecond, "two waiters on B, two and the new request waiting")
+
+	require.NoError(t, caddy.Load([]byte(olderConfig(port, 2, c)), false))
+	b.open() // the two on B end: the next grant is made under the third config's 2 permits
+	require.Eventually(t, func() bool { return olderWaiting() < 3 }, 10*time.Second, 5*time.Millisecond,
+		"the first config's next waiter granted")
+	time.Sleep(200 * time.Millisecond) // time for a waiter granted to reach A
+	assert.Equal(t, int32(1), a.most.Load(), "A ran more at once than its 1 permit")
+
+	a.open()
+	c.open()
+	assert.Equal(t, http.StatusOK, <-onA)
+	assert.Equal(t, http.StatusOK, <-onB)
+	for range 4 {
+		assert.Equal(t, http.StatusOK, <-waiters)
+	}
+}
