@@ -156,20 +156,31 @@ type reloadChaosEpoch struct {
 // at: the highest limit of replica i among the configs in force at some
 // moment of the window before at, and the configs in force at those
 // moments. A config is in force from the start of its load until every
-// instance has the next one, and its settings a little longer (a shared
-// engine takes a new config's settings with its first request; old
-// holders run on): window covers that. A config whose successor moved
-// the queue to another store (storeGrace > 0) keeps its settings longer:
+// instance has the next one, and its settings a little longer (old
+// holders run on): window covers that. Where a reload cannot hand the
+// queue on at once (another store, whose queue takes the old one's
+// waiters with the new config's first request; more permits on a route
+// it moved), the old config's settings and routes serve its waiters
+// until every instance has served a request of a later config: served
+// says when that was (zero: never). A config whose successor moved the
+// queue to another store (storeGrace > 0) keeps its settings longer:
 // its queue, retired, serves the waiters it has with them, up to
 // storeGrace (max_wait) after.
-func allowed(epochs []reloadChaosEpoch, i int, at time.Time, window, storeGrace time.Duration) (int, []int) {
+func allowed(epochs []reloadChaosEpoch, i int, at time.Time, window, storeGrace time.Duration,
+	served func(after time.Time) time.Time) (int, []int) {
 	most, in := 0, []int(nil)
 	for k, e := range epochs {
 		if e.from.After(at) {
 			break
 		}
 		if k+1 < len(epochs) {
-			until := epochs[k+1].applied.Add(window)
+			end := epochs[k+1].applied
+			if s := served(end); s.IsZero() {
+				end = at
+			} else if s.After(end) {
+				end = s
+			}
+			until := end.Add(window)
 			if epochs[k+1].cfg.prefix != e.cfg.prefix {
 				until = until.Add(storeGrace)
 			}

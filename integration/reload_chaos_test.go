@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -266,6 +267,7 @@ func (g *reloadChaosGroup) checkLimits(t *testing.T, began time.Time, strict boo
 	t.Helper()
 	storeGrace := time.Duration(0)
 	requests := g.load.Requests()
+	served := g.servedAfter(requests)
 	for i, r := range g.replicas {
 		peak, over := 0, 0
 		for _, a := range r.Arrivals() {
@@ -279,7 +281,7 @@ func (g *reloadChaosGroup) checkLimits(t *testing.T, began time.Time, strict boo
 				live = append(live, s)
 			}
 			peak = max(peak, len(live))
-			most, in := allowed(g.epochs, i, a.at, reloadChaosWindow, storeGrace)
+			most, in := allowed(g.epochs, i, a.at, reloadChaosWindow, storeGrace, served)
 			if len(live) <= most {
 				continue
 			}
@@ -300,6 +302,34 @@ func (g *reloadChaosGroup) checkLimits(t *testing.T, began time.Time, strict boo
 		}
 		t.Logf("%s: %s: %d arrivals, at most %d at once (clients still there), %d above the limit",
 			g.name, r.name, len(r.Arrivals()), peak, over)
+	}
+}
+
+// servedAfter returns when every instance of the group had been sent a
+// request at or after a moment (the latest of their first such
+// requests; zero if one had none): by then each has served a request of
+// the config it had.
+func (g *reloadChaosGroup) servedAfter(requests map[string]*reloadChaosRequest) func(time.Time) time.Time {
+	sent := make(map[string][]time.Time)
+	for _, q := range requests {
+		sent[q.caddy] = append(sent[q.caddy], q.sent)
+	}
+	for _, ts := range sent {
+		slices.SortFunc(ts, time.Time.Compare)
+	}
+	return func(after time.Time) time.Time {
+		var last time.Time
+		for _, c := range g.caddies {
+			ts := sent[c.Name()]
+			j, _ := slices.BinarySearchFunc(ts, after, time.Time.Compare)
+			if j == len(ts) {
+				return time.Time{}
+			}
+			if ts[j].After(last) {
+				last = ts[j]
+			}
+		}
+		return last
 	}
 }
 
