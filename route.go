@@ -143,14 +143,14 @@ func (e *engine) staticInForce(h *Handler, p *fairqueue.Permit) *route {
 	}
 	r, live := e.routes.get(false)
 	if !live {
-		if nr := namesakes.route(e.name, false); nr != nil {
-			r = nr
-		} else if r == nil || !e.settingsOf(r.h) {
-			return nil
+		if r = namesakes.route(e.name, false); r == nil {
+			// The route of a config cleaned up since whose settings the
+			// queue still has (the config in force has not served it):
+			// the grant was made under them, for that route.
+			if r = namesakes.settingsRoute(e); r == nil {
+				return nil
+			}
 		}
-		// Else the route of a config cleaned up since whose settings the
-		// queue still has (the config in force has not served it): the
-		// grant was made under them, for that route.
 	}
 	for _, x := range []*Handler{h, r.h} {
 		if x.KVTokens > 0 || x.Adaptive != nil || x.pooled() {
