@@ -62,8 +62,14 @@ func (h *Handler) live() bool {
 // record notes that h, with next after it, serves the engine's queue:
 // called at h's first use of the engine, before h's settings apply.
 func (rs *engineRoutes) record(h *Handler, next caddyhttp.Handler) {
-	if h.live() {
-		rs.slot(h.pooled()).Store(&route{h: h, next: next, of: h})
+	rs.restore(&route{h: h, next: next, of: h})
+}
+
+// restore records r again for r.h, if live: a failed config's handler
+// that served recorded its own since.
+func (rs *engineRoutes) restore(r *route) {
+	if r.h.live() {
+		rs.slot(r.h.pooled()).Store(r)
 	}
 }
 
