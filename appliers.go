@@ -27,23 +27,31 @@ import (
 // otherwise with its first request.
 
 // appliers are the handlers that applied their settings to an engine,
-// with their next handler, while they hold a reference to it; and the
-// holders: handlers that hold a reference from their provisioning and
-// have not applied their settings yet.
+// with the route recorded for them, while they hold a reference to it;
+// and the holders: handlers that hold a reference from their
+// provisioning and have not applied their settings yet, or applied them
+// at a reload's cleanup with no route recorded for them.
 type appliers struct {
 	mu      sync.Mutex
-	m       map[*Handler]caddyhttp.Handler
+	m       map[*Handler]*route
 	holders map[*Handler]bool
 }
 
+// add records h, which applied its settings with next after it.
 func (a *appliers) add(h *Handler, next caddyhttp.Handler) {
+	a.handedOn(&route{h: h, next: next, of: h})
+}
+
+// handedOn records r.h, which applied its settings with route r
+// recorded for it (its own, or one that stands for it: reloadapply.go).
+func (a *appliers) handedOn(r *route) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.m == nil {
-		a.m = make(map[*Handler]caddyhttp.Handler)
+		a.m = make(map[*Handler]*route)
 	}
-	a.m[h] = next
-	delete(a.holders, h)
+	a.m[r.h] = r
+	delete(a.holders, r.h)
 }
 
 // hold records h, provisioned with a reference to the engine, as a
@@ -83,10 +91,10 @@ func (a *appliers) newestHolder() *Handler {
 }
 
 // newestLoaded is the newest applier whose config is still loaded, and
-// its next handler; nil if none.
-func (a *appliers) newestLoaded() (*Handler, caddyhttp.Handler) {
+// its route; nil if none.
+func (a *appliers) newestLoaded() (*Handler, *route) {
 	a.mu.Lock()
-	all := make(map[*Handler]caddyhttp.Handler, len(a.m))
+	all := make(map[*Handler]*route, len(a.m))
 	for h, next := range a.m {
 		all[h] = next
 	}
@@ -144,8 +152,8 @@ func (e *engine) restore(h *Handler) (none bool) {
 	if !mine {
 		return false
 	}
-	if y, next := e.appliers.newestLoaded(); y != nil {
-		e.routes.record(y, next)
+	if y, r := e.appliers.newestLoaded(); y != nil {
+		e.routes.restore(r)
 		y.applySettings(e)
 		return false
 	}

@@ -16,7 +16,21 @@ import (
 var claims = struct {
 	sync.Mutex
 	m map[claimKey]*claim
-}{m: make(map[claimKey]*claim)}
+	// named counts, per config load and queue, the handlers that name
+	// the queue, in any store (soleClaimant).
+	named map[namedKey]*claimants
+}{m: make(map[claimKey]*claim), named: make(map[namedKey]*claimants)}
+
+// namedKey is a queue of a config load, in any store.
+type namedKey struct {
+	load  <-chan struct{}
+	queue string
+}
+
+// claimants are the handlers of a config load that name a queue: n
+// provisioned, which their cleanups do not lower (a handler cleaned up
+// tells what its config had), left not cleaned up yet.
+type claimants struct{ n, left int }
 
 type claimKey struct {
 	load  <-chan struct{}
@@ -51,6 +65,13 @@ func (h *Handler) addClaim(ctx caddy.Context) error {
 		claims.m[k] = &claim{settings: s, refs: 1, server: server}
 	}
 	h.claim = &k
+	nk := namedKey{load, h.Name}
+	if claims.named[nk] == nil {
+		claims.named[nk] = &claimants{}
+	}
+	h.claimants = claims.named[nk]
+	h.claimants.n++
+	h.claimants.left++
 	return nil
 }
 
@@ -82,35 +103,23 @@ func (h *Handler) dropClaim() {
 	}
 	claims.Lock()
 	defer claims.Unlock()
-	h.wasSole = claimants(*h.claim) == 1
 	if c := claims.m[*h.claim]; c != nil {
 		if c.refs--; c.refs <= 0 {
 			delete(claims.m, *h.claim)
 		}
+	}
+	if h.claimants.left--; h.claimants.left <= 0 {
+		delete(claims.named, namedKey{h.claim.load, h.claim.queue})
 	}
 	h.claim = nil
 }
 
 // soleClaimant reports whether the handler is the only one of its config
 // that names its queue (statically, in any store; one that names it
-// from the request claims none); after its cleanup, whether it was.
+// from the request claims none), also after its cleanup and its other
+// handlers'.
 func (h *Handler) soleClaimant() bool {
 	claims.Lock()
 	defer claims.Unlock()
-	if h.claim == nil {
-		return h.wasSole
-	}
-	return claimants(*h.claim) == 1
-}
-
-// claimants counts the handlers of k's config load that name k's queue,
-// in any store. Under claims' lock.
-func claimants(k claimKey) int {
-	n := 0
-	for kk, c := range claims.m {
-		if kk.load == k.load && kk.queue == k.queue {
-			n += c.refs
-		}
-	}
-	return n
+	return h.claimants != nil && h.claimants.n == 1
 }

@@ -243,13 +243,13 @@ func (e *engine) Destruct() error {
 // (see sameStore); e keeps its own fallback queue.
 func (e *engine) adopt(s *engine) {
 	s.mu.Lock()
-	gen := s.gen
-	s.mu.Unlock()
+	gen, of := s.gen, s.settingsGen
 	cfg := s.q.Config()
+	s.mu.Unlock()
 	if cfg.Fallback != nil {
 		cfg.Fallback = e.fallback
 	}
-	if _, _, err := e.reconfigure(gen, cfg); err != nil {
+	if _, _, err := e.reconfigureAs(gen, of, cfg); err != nil {
 		e.log.Warn("applying queue settings to the retired queue", zap.String("queue", e.name), zap.Error(err))
 	}
 }
@@ -283,15 +283,23 @@ func (e *engine) close() error {
 	return err
 }
 
-// settingsOf reports whether the queue has h's settings (settingsGen).
-func (e *engine) settingsOf(h *Handler) bool {
+// settingsOf is the provisioning number of the handler whose settings
+// the queue has (settingsGen).
+func (e *engine) settingsOf() uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.settingsGen == h.gen
+	return e.settingsGen
 }
 
 // reconfigure applies cfg unless a newer config's settings are in force.
 func (e *engine) reconfigure(gen uint64, cfg fairqueue.Config) (old fairqueue.Config, changed bool, err error) {
+	return e.reconfigureAs(gen, gen, cfg)
+}
+
+// reconfigureAs is reconfigure of the settings of the handler numbered
+// of, in force as those of gen (adopt: another queue's, in force or
+// kept there).
+func (e *engine) reconfigureAs(gen, of uint64, cfg fairqueue.Config) (old fairqueue.Config, changed bool, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if gen < e.gen {
@@ -303,7 +311,7 @@ func (e *engine) reconfigure(gen uint64, cfg fairqueue.Config) (old fairqueue.Co
 	if err := e.q.Reconfigure(cfg); err != nil {
 		return old, false, err
 	}
-	e.gen, e.settingsGen = gen, gen
+	e.gen, e.settingsGen = gen, of
 	if a := cfg.Adaptive; a != nil && a.BackendMetrics != "" && e.gauges == nil && !e.closed {
 		e.gauges = watchGauges(e) // a reload asked for the backend's gauges
 	}

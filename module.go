@@ -439,17 +439,17 @@ type Handler struct {
 	// application to act on. Requires Redis. Default: off.
 	RejectStream *RejectStreamConfig `json:"reject_stream,omitempty"`
 
-	logger   *zap.Logger
-	backend  backend
-	policies map[fairqueue.Reason]*rejectPolicy
-	rejects  *rejectStream     // with RejectStream
-	dynamic  bool              // Name has placeholders
-	gen      uint64            // provisioning number
-	load     <-chan struct{}   // its config load (ctx.Done, see claims): namesakes.use
-	srv      *caddyhttp.Server // its server, if any: what follows it there (reloadapply.go)
-	claim    *claimKey
-	wasSole  bool // at its cleanup, soleClaimant was true (under claims' lock)
-	names    map[string]bool
+	logger    *zap.Logger
+	backend   backend
+	policies  map[fairqueue.Reason]*rejectPolicy
+	rejects   *rejectStream     // with RejectStream
+	dynamic   bool              // Name has placeholders
+	gen       uint64            // provisioning number
+	load      <-chan struct{}   // its config load (ctx.Done, see claims): namesakes.use
+	srv       *caddyhttp.Server // its server, if any: what follows it there (reloadapply.go)
+	claim     *claimKey
+	claimants *claimants // its config's handlers naming its queue (under claims' lock)
+	names     map[string]bool
 
 	mu      sync.Mutex
 	engines map[engineKey]*engineRef // the pool references this handler holds

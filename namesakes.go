@@ -258,6 +258,26 @@ func (r *engineRegistry) route(name string, pooled bool) *route {
 	return nil
 }
 
+// settingsRoute is the plain route recorded for the handler whose
+// settings e's queue has (settingsGen), on e or on another engine of its
+// name and data: a retired queue of the same store takes a newer one's
+// settings (adopt), whose handler recorded its route there. nil if none.
+func (r *engineRegistry) settingsRoute(e *engine) *route {
+	gen := e.settingsOf()
+	if gen == 0 {
+		return nil
+	}
+	r.mu.Lock()
+	all := append([]*engine{e}, r.byName[e.name]...)
+	r.mu.Unlock()
+	for _, o := range all {
+		if rt := o.routes.plain.Load(); o.data == e.data && rt != nil && rt.h.gen == gen {
+			return rt
+		}
+	}
+	return nil
+}
+
 // newestLive is the newest live engine of the name for which ok holds
 // (called under r.mu: it must take no lock), nil if none.
 func (r *engineRegistry) newestLive(name string, ok func(*engine) bool) *engine {

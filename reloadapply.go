@@ -49,6 +49,13 @@ func (e *engine) handOn(h *Handler) {
 	default:
 		return
 	}
+	if r := e.routes.plain.Load(); r != nil && r.h == y && !y.dynamic {
+		// A failed reload that serves records its own route and applies
+		// its settings: once it is gone, y's apply again with this route
+		// (restore). y holds e (a static name): its cleanup drops it
+		// from the appliers.
+		e.appliers.handedOn(r)
+	}
 	y.applySettings(e)
 }
 

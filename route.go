@@ -62,8 +62,14 @@ func (h *Handler) live() bool {
 // record notes that h, with next after it, serves the engine's queue:
 // called at h's first use of the engine, before h's settings apply.
 func (rs *engineRoutes) record(h *Handler, next caddyhttp.Handler) {
-	if h.live() {
-		rs.slot(h.pooled()).Store(&route{h: h, next: next, of: h})
+	rs.restore(&route{h: h, next: next, of: h})
+}
+
+// restore records r again for r.h, if live: a failed config's handler
+// that served recorded its own since.
+func (rs *engineRoutes) restore(r *route) {
+	if r.h.live() {
+		rs.slot(r.h.pooled()).Store(r)
 	}
 }
 
@@ -143,14 +149,14 @@ func (e *engine) staticInForce(h *Handler, p *fairqueue.Permit) *route {
 	}
 	r, live := e.routes.get(false)
 	if !live {
-		if nr := namesakes.route(e.name, false); nr != nil {
-			r = nr
-		} else if r == nil || !e.settingsOf(r.h) {
-			return nil
+		if r = namesakes.route(e.name, false); r == nil {
+			// The route of a config cleaned up since whose settings the
+			// queue still has (the config in force has not served it):
+			// the grant was made under them, for that route.
+			if r = namesakes.settingsRoute(e); r == nil {
+				return nil
+			}
 		}
-		// Else the route of a config cleaned up since whose settings the
-		// queue still has (the config in force has not served it): the
-		// grant was made under them, for that route.
 	}
 	for _, x := range []*Handler{h, r.h} {
 		if x.KVTokens > 0 || x.Adaptive != nil || x.pooled() {
