@@ -457,11 +457,10 @@ type Handler struct {
 	// exiting: the server began shutting down for the process's exit
 	// (onShutdown): a queue the handler opens from then on answers its
 	// waiters at once, as the queues it held then did.
-	exiting  bool
-	borrowed map[engineKey]bool // after cleanup: the queues it held or requests borrowed
-	capOnce  sync.Once          // logs the queue cap once
-	// logs once that max_waiting_bytes was reached
-	waitingOnce sync.Once
+	exiting     bool
+	borrowed    map[engineKey]bool // after cleanup: the queues it held or requests borrowed
+	capOnce     sync.Once          // logs the queue cap once
+	waitingOnce sync.Once          // logs once that max_waiting_bytes was reached
 
 	hold    holdAverage        // cost time: the estimate of a request's hold
 	charged func(used float64) // tests: sees each Permit.Charge
