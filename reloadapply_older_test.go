@@ -76,6 +76,15 @@ func olderConfig(port, permits int, upstreams ...*peakUpstream) string {
 	"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[%s]}}}}}`, port, strings.Join(routes, ","))
 }
 
+// olderPoolConfig is a config whose one route (/0) gives queue "older" a
+// pool of upstream u with permits.
+func olderPoolConfig(port, permits int, u *peakUpstream) string {
+	return fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
+	"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"match":[{"path":["/0"]}],"handle":[
+		{"handler":"fair_queue","name":"older","upstreams":[{"dial":%q,"permits":%d}],"max_wait":"1m"},
+		{"handler":"reverse_proxy","dynamic_upstreams":{"source":"fair_queue"}}]}]}}}}}`, port, u.dial(), permits)
+}
+
 // olderWaiting is how many wait in queue "older".
 func olderWaiting() int {
 	for _, e := range openEngines() {

@@ -1,7 +1,6 @@
 package caddyfairqueue
 
 import (
-	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -36,11 +35,7 @@ func TestAGrantUnderTheSettingsOfACleanedUpConfigTakesThatConfigsRoute(t *testin
 	require.Eventually(t, func() bool { return b.now.Load() == 1 && olderWaiting() == 2 }, 10*time.Second,
 		5*time.Millisecond, "a first waiter on B, the second and the new request waiting")
 
-	pooled := fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
-	"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"match":[{"path":["/0"]}],"handle":[
-		{"handler":"fair_queue","name":"older","upstreams":[{"dial":%q,"permits":2}],"max_wait":"1m"},
-		{"handler":"reverse_proxy","dynamic_upstreams":{"source":"fair_queue"}}]}]}}}}}`, port, c.dial())
-	require.NoError(t, caddy.Load([]byte(pooled), false))
+	require.NoError(t, caddy.Load([]byte(olderPoolConfig(port, 2, c)), false))
 	b.open() // the waiter on B ends: the next grant is made under the second config's 2 permits
 	require.Eventually(t, func() bool { return olderWaiting() < 2 }, 10*time.Second, 5*time.Millisecond,
 		"the first config's second waiter granted")

@@ -1,7 +1,6 @@
 package caddyfairqueue
 
 import (
-	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -36,11 +35,7 @@ func TestAGrantUnderTheSettingsOfAConfigWithTwoHandlersOfTheQueueKeepsItsOwnRout
 	onC := sendOlder(t, port, "/1", 1) // the second config's /1 serves: its route, C
 	require.Eventually(t, func() bool { return olderWaiting() == 3 }, 10*time.Second, 5*time.Millisecond)
 
-	pooled := fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
-	"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"match":[{"path":["/0"]}],"handle":[
-		{"handler":"fair_queue","name":"older","upstreams":[{"dial":%q,"permits":1}],"max_wait":"1m"},
-		{"handler":"reverse_proxy","dynamic_upstreams":{"source":"fair_queue"}}]}]}}}}}`, port, d.dial())
-	require.NoError(t, caddy.Load([]byte(pooled), false))
+	require.NoError(t, caddy.Load([]byte(olderPoolConfig(port, 1, d)), false))
 	a.open() // the holder ends: the next grants, to the waiters of /0, are made under the second config's settings
 	for range 2 {
 		select {
