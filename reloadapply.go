@@ -1,14 +1,6 @@
 package caddyfairqueue
 
-import (
-	"bytes"
-	"encoding/json"
-	"sync"
-
-	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
-)
+import "sync"
 
 // A reload that succeeds cleans up the old config's handlers once the
 // new config is in force. A handler of the new config applies its
@@ -24,8 +16,10 @@ import (
 // applies its settings at once, where the old configs' waiters need no
 // route of the new config to stay within their upstream's permits
 // (handsOnSafely), or where the route of the handler cleaned up, the
-// last to serve the queue, stands for its own (takesOverRoute).
-// Otherwise its settings apply with its first request, as before.
+// last to serve the queue, stands for its own: for more permits where
+// what follows both is the same (takesOverRoute, routechain.go), for no
+// more in any case (standIn). Otherwise its settings apply with its
+// first request, as before.
 
 // handOn gives e, whose settings in force were those of h (cleaned up)
 // and which no handler of the config in force has served, the settings
@@ -189,143 +183,4 @@ func (e *engine) standIn(h, y *Handler) {
 		return
 	}
 	e.routes.plain.CompareAndSwap(r, &route{h: y, next: r.next, of: r.of})
-}
-
-// chainAfter lists the handlers that a request h passes on runs, up to
-// and with the first reverse_proxy, in h's server; ok is false where
-// the config cannot tell them: h not found in its server's routes, a
-// route on the way with matchers or in a group, a subroute on the way,
-// or no reverse_proxy at the end.
-func chainAfter(h *Handler) (chain []caddyhttp.MiddlewareHandler, ok bool) {
-	if h.srv == nil {
-		return nil, false
-	}
-	path := findHandler(h.srv.Routes, h)
-	if path == nil {
-		return nil, false
-	}
-	// From the innermost route list that holds h outwards: the rest of
-	// h's route, then the routes after it, then what follows the
-	// subroute in the list around it.
-	for i := len(path) - 1; i >= 0; i-- {
-		at := path[i]
-		for ri := at.route; ri < len(at.routes); ri++ {
-			r := at.routes[ri]
-			from := 0
-			if ri == at.route {
-				from = at.handler + 1
-			} else if len(r.MatcherSets) > 0 || r.Group != "" {
-				return nil, false
-			}
-			for _, next := range r.Handlers[from:] {
-				switch next.(type) {
-				case *reverseproxy.Handler:
-					return append(chain, next), true
-				case *caddyhttp.Subroute:
-					return nil, false
-				}
-				chain = append(chain, next)
-			}
-			if r.Terminal {
-				return nil, false
-			}
-		}
-	}
-	return nil, false
-}
-
-// routeAt is a place in a route list: the route and the handler in it.
-type routeAt struct {
-	routes  caddyhttp.RouteList
-	route   int
-	handler int
-}
-
-// findHandler returns where h is in routes, from the outermost list to
-// the one that holds h (one place per subroute on the way); nil if not
-// there.
-func findHandler(routes caddyhttp.RouteList, h *Handler) []routeAt {
-	for ri, r := range routes {
-		for hi, x := range r.Handlers {
-			if x == caddyhttp.MiddlewareHandler(h) {
-				return []routeAt{{routes, ri, hi}}
-			}
-			if sub, ok := x.(*caddyhttp.Subroute); ok {
-				if inner := findHandler(sub.Routes, h); inner != nil {
-					return append([]routeAt{{routes, ri, hi}}, inner...)
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// sameChain reports whether two chains of handlers are alike: the same
-// modules with the same config, and reverse_proxy with its upstreams in
-// its config (a dynamic source's config is not kept once loaded), the
-// same transport and no handle_response (see sameTransport).
-func sameChain(a, b []caddyhttp.MiddlewareHandler) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !sameHandler(a[i], b[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func sameHandler(a, b caddyhttp.MiddlewareHandler) bool {
-	ma, ok := a.(caddy.Module)
-	if !ok {
-		return false
-	}
-	mb, ok := b.(caddy.Module)
-	if !ok || ma.CaddyModule().ID != mb.CaddyModule().ID {
-		return false
-	}
-	for _, x := range []caddyhttp.MiddlewareHandler{a, b} {
-		if rp, ok := x.(*reverseproxy.Handler); ok && (rp.DynamicUpstreams != nil || len(rp.Upstreams) == 0) {
-			return false
-		}
-	}
-	if ra, ok := a.(*reverseproxy.Handler); ok && !sameTransport(ra, b.(*reverseproxy.Handler)) {
-		return false
-	}
-	ja, err := json.Marshal(a)
-	if err != nil {
-		return false
-	}
-	jb, err := json.Marshal(b)
-	return err == nil && bytes.Equal(ja, jb)
-}
-
-// sameTransport reports whether two reverse_proxy handlers send their
-// requests alike. Caddy drops a module's raw config once it has loaded
-// it, so their JSON keeps neither the transport (its DNS resolvers may
-// send one upstream address elsewhere) nor the handlers of
-// handle_response (which may proxy on): the loaded transports are
-// compared instead, and a handler with handle_response is never alike.
-func sameTransport(a, b *reverseproxy.Handler) bool {
-	if len(a.HandleResponse) > 0 || len(b.HandleResponse) > 0 {
-		return false
-	}
-	if a.Transport == nil || b.Transport == nil {
-		return a.Transport == nil && b.Transport == nil
-	}
-	ma, ok := a.Transport.(caddy.Module)
-	if !ok {
-		return false
-	}
-	mb, ok := b.Transport.(caddy.Module)
-	if !ok || ma.CaddyModule().ID != mb.CaddyModule().ID {
-		return false
-	}
-	ja, err := json.Marshal(a.Transport)
-	if err != nil {
-		return false
-	}
-	jb, err := json.Marshal(b.Transport)
-	return err == nil && bytes.Equal(ja, jb)
 }
