@@ -127,10 +127,12 @@ func (t *templateRegistry) successor(e *engine, h *Handler) *Handler {
 // under y's settings, is served where the grant counts it by its own
 // route. That holds when the grant names its upstream (a pool on both
 // sides), when it would take its own route even with y's recorded (see
-// staticInForce: tokens or a learned capacity, or several handlers of
-// y's config naming the queue), and when y's permits are no more than
-// h's (the old routes run no more at once than they did). Where y's
-// permits are more, see takesOverRoute.
+// staticInForce: tokens or a learned capacity), when y's permits are no
+// more than h's (the old routes run no more at once than they did), and
+// where several handlers of y's config name the queue, or one names it
+// from the request (the old waiters keep their own routes then too),
+// when what follows h and y is alike. Where y's permits are more, see
+// also takesOverRoute.
 func handsOnSafely(h, y *Handler) bool {
 	switch {
 	case h.pooled() != y.pooled():
@@ -139,10 +141,25 @@ func handsOnSafely(h, y *Handler) bool {
 		return true
 	case h.KVTokens > 0 || h.Adaptive != nil || y.KVTokens > 0 || y.Adaptive != nil:
 		return true
-	case !y.soleClaimant():
+	case y.Permits <= h.Permits:
 		return true
+	case !y.soleClaimant():
+		// The old waiters keep their own route even once y serves: more
+		// permits only where it reaches the same upstreams as y's.
+		return followedAlike(h, y)
 	}
-	return y.Permits <= h.Permits
+	return false
+}
+
+// followedAlike reports whether the handlers after a and after b, up to
+// reverse_proxy, are alike (routechain.go).
+func followedAlike(a, b *Handler) bool {
+	ca, ok := chainAfter(a)
+	if !ok {
+		return false
+	}
+	cb, ok := chainAfter(b)
+	return ok && sameChain(ca, cb)
 }
 
 // takesOverRoute records, for y's settings, a route that the old

@@ -134,20 +134,38 @@ func TestAReloadThatRaisesAPoolsPermitsDrainsTheBacklogWithoutANewRequest(t *tes
 // that names queues as the old one did serves it, and the backlog runs
 // under its permits at once.
 func TestAReloadThatRaisesThePermitsOfAQueueNamedFromTheRequestDrainsTheBacklog(t *testing.T) {
-	perModel := func(permits int) func(a, b *replica, store string) string {
-		return func(a, _ *replica, store string) string {
-			return proxySite(a.addr, fmt.Sprintf(`
+	eachStore(t, func(t *testing.T, redis bool) {
+		a, _ := drainAfterReload(t, redis, "mock", perModel(1, false), perModel(3, false))
+		assert.Equal(t, 3, a.mock.MaxInFlight(), "the backlog ran under the new permits")
+		assert.Equal(t, backlogClients, a.mock.Served())
+	})
+}
+
+// perModel is a site with one queue per model, of permits each, in
+// front of A (or B).
+func perModel(permits int, onB bool) func(a, b *replica, store string) string {
+	return func(a, b *replica, store string) string {
+		up := a
+		if onB {
+			up = b
+		}
+		return proxySite(up.addr, fmt.Sprintf(`
 	fair_queue {
 		name {http.fair_queue.model}
 		permits %d
 		max_wait 60s
 		%s
 	}`, permits, store))
-		}
 	}
+}
+
+// A queue named from the request, its permits raised from 1 to 3 with
+// the upstream moved from A to B: the old config's waiters keep their
+// own route, A, which must never run more than its one permit.
+func TestAReloadThatRaisesThePermitsOfAQueueNamedFromTheRequestAndMovesItKeepsTheOldUpstreamWithinItsPermits(t *testing.T) {
 	eachStore(t, func(t *testing.T, redis bool) {
-		a, _ := drainAfterReload(t, redis, "mock", perModel(1), perModel(3))
-		assert.Equal(t, 3, a.mock.MaxInFlight(), "the backlog ran under the new permits")
-		assert.Equal(t, backlogClients, a.mock.Served())
+		a, b := drainAfterReload(t, redis, "mock", perModel(1, false), perModel(3, true))
+		assert.Equal(t, 1, a.mock.MaxInFlight(), "replica A at once")
+		assert.Equal(t, backlogClients, a.mock.Served()+b.mock.Served())
 	})
 }
