@@ -85,6 +85,21 @@ func olderPoolConfig(port, permits int, u *peakUpstream) string {
 		{"handler":"reverse_proxy","dynamic_upstreams":{"source":"fair_queue"}}]}]}}}}}`, port, u.dial(), permits)
 }
 
+// holdAndQueue loads config, the first config, whose route /0 runs on
+// a, and sends one request that holds a and n that wait behind it; it
+// returns the channels of their answers' statuses.
+func holdAndQueue(t *testing.T, port int, config string, a *peakUpstream, n int) (onA, waiters <-chan int) {
+	t.Helper()
+	require.NoError(t, caddy.Load([]byte(config), false))
+	t.Cleanup(func() { _ = caddy.Stop() })
+	onA = sendOlder(t, port, "/0", 1)
+	require.Eventually(t, func() bool { return a.now.Load() == 1 }, 10*time.Second, 5*time.Millisecond,
+		"the first config's holder on A")
+	waiters = sendOlder(t, port, "/0", n)
+	require.Eventually(t, func() bool { return olderWaiting() == n }, 10*time.Second, 5*time.Millisecond)
+	return onA, waiters
+}
+
 // olderWaiting is how many wait in queue "older".
 func olderWaiting() int {
 	for _, e := range openEngines() {

@@ -43,13 +43,7 @@ func TestARetiredQueueOfTheSameStoreGrantsUnderAdoptedSettingsOnTheirRoute(t *te
 	rds := redistest.Start(t)
 	a, b, c := newPeakUpstream(t), newPeakUpstream(t), newPeakUpstream(t)
 	port := freePort(t)
-	require.NoError(t, caddy.Load([]byte(sameStoreConfig(port, 1, rds.Addr(), "1s", false, a)), false))
-	t.Cleanup(func() { _ = caddy.Stop() })
-	onA := sendOlder(t, port, "/0", 1)
-	require.Eventually(t, func() bool { return a.now.Load() == 1 }, 10*time.Second, 5*time.Millisecond,
-		"the first config's holder on A")
-	waiters := sendOlder(t, port, "/0", 2)
-	require.Eventually(t, func() bool { return olderWaiting() == 2 }, 10*time.Second, 5*time.Millisecond)
+	onA, waiters := holdAndQueue(t, port, sameStoreConfig(port, 1, rds.Addr(), "1s", false, a), a, 2)
 
 	require.NoError(t, caddy.Load([]byte(sameStoreConfig(port, 2, rds.Addr(), "2s", false, b)), false))
 	onB := sendOlder(t, port, "/0", 1) // the second config serves: its route and 2 permits

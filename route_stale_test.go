@@ -22,13 +22,7 @@ func TestAGrantUnderTheSettingsOfACleanedUpConfigTakesThatConfigsRoute(t *testin
 	t.Cleanup(func() { poolEmpty(t) })
 	a, b, c := newPeakUpstream(t), newPeakUpstream(t), newPeakUpstream(t)
 	port := freePort(t)
-	require.NoError(t, caddy.Load([]byte(olderConfig(port, 1, a)), false))
-	t.Cleanup(func() { _ = caddy.Stop() })
-	onA := sendOlder(t, port, "/0", 1)
-	require.Eventually(t, func() bool { return a.now.Load() == 1 }, 10*time.Second, 5*time.Millisecond,
-		"the first config's holder on A")
-	waiters := sendOlder(t, port, "/0", 2)
-	require.Eventually(t, func() bool { return olderWaiting() == 2 }, 10*time.Second, 5*time.Millisecond)
+	onA, waiters := holdAndQueue(t, port, olderConfig(port, 1, a), a, 2)
 
 	require.NoError(t, caddy.Load([]byte(olderConfig(port, 2, b)), false))
 	onB := sendOlder(t, port, "/0", 1) // the second config serves: its route and 2 permits
@@ -58,13 +52,7 @@ func TestLoweredPermitsHandedOnAtACleanupKeepTheOldRouteForOlderWaiters(t *testi
 	t.Cleanup(func() { poolEmpty(t) })
 	a, b, c := newPeakUpstream(t), newPeakUpstream(t), newPeakUpstream(t)
 	port := freePort(t)
-	require.NoError(t, caddy.Load([]byte(olderConfig(port, 1, a)), false))
-	t.Cleanup(func() { _ = caddy.Stop() })
-	onA := sendOlder(t, port, "/0", 1)
-	require.Eventually(t, func() bool { return a.now.Load() == 1 }, 10*time.Second, 5*time.Millisecond,
-		"the first config's holder on A")
-	waiters := sendOlder(t, port, "/0", 4)
-	require.Eventually(t, func() bool { return olderWaiting() == 4 }, 10*time.Second, 5*time.Millisecond)
+	onA, waiters := holdAndQueue(t, port, olderConfig(port, 1, a), a, 4)
 
 	require.NoError(t, caddy.Load([]byte(olderConfig(port, 3, b)), false))
 	onB := sendOlder(t, port, "/0", 1) // the second config serves: its route and 3 permits

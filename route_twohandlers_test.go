@@ -23,13 +23,7 @@ func TestAGrantUnderTheSettingsOfAConfigWithTwoHandlersOfTheQueueKeepsItsOwnRout
 	t.Cleanup(func() { poolEmpty(t) })
 	a, b, c, d := newPeakUpstream(t), newPeakUpstream(t), newPeakUpstream(t), newPeakUpstream(t)
 	port := freePort(t)
-	require.NoError(t, caddy.Load([]byte(olderConfig(port, 1, a)), false))
-	t.Cleanup(func() { _ = caddy.Stop() })
-	onA := sendOlder(t, port, "/0", 1)
-	require.Eventually(t, func() bool { return a.now.Load() == 1 }, 10*time.Second, 5*time.Millisecond,
-		"the first config's holder on A")
-	waiters := sendOlder(t, port, "/0", 2)
-	require.Eventually(t, func() bool { return olderWaiting() == 2 }, 10*time.Second, 5*time.Millisecond)
+	onA, waiters := holdAndQueue(t, port, olderConfig(port, 1, a), a, 2)
 
 	require.NoError(t, caddy.Load([]byte(olderConfig(port, 1, b, c)), false))
 	onC := sendOlder(t, port, "/1", 1) // the second config's /1 serves: its route, C
