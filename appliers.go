@@ -81,34 +81,35 @@ func (a *appliers) newestHolder() *Handler {
 		all = append(all, h)
 	}
 	a.mu.Unlock()
-	var newest *Handler
-	for _, h := range all { // liveness takes h.mu: read with a.mu unlocked
-		if h.loaded() && (newest == nil || h.gen > newest.gen) {
-			newest = h
-		}
-	}
-	return newest
+	return newestLoadedOf(all)
 }
 
 // newestLoaded is the newest applier whose config is still loaded, and
 // its route; nil if none.
 func (a *appliers) newestLoaded() (*Handler, *route) {
 	a.mu.Lock()
-	all := make(map[*Handler]*route, len(a.m))
-	for h, next := range a.m {
-		all[h] = next
+	all := make([]*Handler, 0, len(a.m))
+	routes := make(map[*Handler]*route, len(a.m))
+	for h, r := range a.m {
+		all = append(all, h)
+		routes[h] = r
 	}
 	a.mu.Unlock()
+	newest := newestLoadedOf(all)
+	return newest, routes[newest]
+}
+
+// newestLoadedOf is the newest of hs, by provisioning number, whose
+// config is still loaded; nil if none. Liveness takes each handler's
+// mu: the caller reads hs with its own lock released.
+func newestLoadedOf(hs []*Handler) *Handler {
 	var newest *Handler
-	for h := range all { // liveness takes h.mu: read with a.mu unlocked
+	for _, h := range hs {
 		if h.loaded() && (newest == nil || h.gen > newest.gen) {
 			newest = h
 		}
 	}
-	if newest == nil {
-		return nil, nil
-	}
-	return newest, all[newest]
+	return newest
 }
 
 // loaded reports whether the handler's config is loaded: not cleaned up,
