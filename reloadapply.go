@@ -37,8 +37,8 @@ func (e *engine) handOn(h *Handler) {
 	switch {
 	case e.takesOverRoute(h, y):
 	case handsOnSafely(h, y):
-		if !y.pooled() && y.Permits <= h.Permits {
-			e.standIn(h, y)
+		if r := e.routes.plain.Load(); r != nil && r.h == h && !y.pooled() && y.Permits <= h.Permits {
+			e.standIn(r, y)
 		}
 	default:
 		return
@@ -173,31 +173,19 @@ func followedAlike(a, b *Handler) bool {
 // y's first request records its own.
 func (e *engine) takesOverRoute(h, y *Handler) bool {
 	r := e.routes.plain.Load()
-	if r == nil || r.h != h || h.pooled() || y.pooled() {
+	if r == nil || r.h != h || h.pooled() || y.pooled() || !followedAlike(r.of, y) {
 		return false
 	}
-	a, ok := chainAfter(r.of)
-	if !ok {
-		return false
-	}
-	b, ok := chainAfter(y)
-	if !ok || !sameChain(a, b) || !y.live() {
-		return false
-	}
-	// Where y or another handler recorded its route meanwhile, that
-	// one applies its settings.
-	return e.routes.plain.CompareAndSwap(r, &route{h: y, next: r.next, of: r.of})
+	return e.standIn(r, y)
 }
 
-// standIn records, for y's permits (no more than h's), the route
-// recorded for h as the one the old configs' waiters take until y
-// serves: a grant under y's permits fits it, as it fit it under h's.
-// Without it they would take their own routes, whose upstreams may have
-// had fewer permits.
-func (e *engine) standIn(h, y *Handler) {
-	r := e.routes.plain.Load()
-	if r == nil || r.h != h || !y.live() {
-		return
-	}
-	e.routes.plain.CompareAndSwap(r, &route{h: y, next: r.next, of: r.of})
+// standIn records r, the route recorded for the handler whose settings
+// were in force, as the one the old configs' waiters take under y's
+// settings until y serves: a grant under them fits it (y's permits are
+// no more, or what follows is alike: takesOverRoute). Without it they
+// would take their own routes, whose upstreams may have had fewer
+// permits. It reports whether it recorded r for y: where y or another
+// handler recorded its route meanwhile, that one stands.
+func (e *engine) standIn(r *route, y *Handler) bool {
+	return y.live() && e.routes.plain.CompareAndSwap(r, &route{h: y, next: r.next, of: r.of})
 }
