@@ -265,7 +265,7 @@ func (c *call) cuttable() {
 	if c.cut == nil && (c.e.remote || c.permit.Upstream() != "") {
 		c.cut = cancelable(c.r)
 	}
-	if c.e.remote && c.uncut == nil && c.cut != nil {
+	if c.e.remote && c.uncut == nil { // c.cut is set: the queue is remote
 		c.uncut = hookCut(c.cut)
 	}
 }
