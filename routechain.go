@@ -3,6 +3,7 @@ package caddyfairqueue
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -17,8 +18,8 @@ import (
 // chainAfter lists the handlers that a request h passes on runs, up to
 // and with the first reverse_proxy, in h's server; ok is false where
 // the config cannot tell them: h not found in its server's routes, a
-// route on the way with matchers or in a group, a subroute on the way,
-// or no reverse_proxy at the end.
+// route on the way with matchers or in a group, a subroute or an invoke
+// of a named route on the way, or no reverse_proxy at the end.
 func chainAfter(h *Handler) (chain []caddyhttp.MiddlewareHandler, ok bool) {
 	if h.srv == nil {
 		return nil, false
@@ -44,7 +45,7 @@ func chainAfter(h *Handler) (chain []caddyhttp.MiddlewareHandler, ok bool) {
 				switch next.(type) {
 				case *reverseproxy.Handler:
 					return append(chain, next), true
-				case *caddyhttp.Subroute:
+				case *caddyhttp.Subroute, *caddyhttp.Invoke:
 					return nil, false
 				}
 				chain = append(chain, next)
@@ -85,8 +86,10 @@ func findHandler(routes caddyhttp.RouteList, h *Handler) []routeAt {
 
 // sameChain reports whether two chains of handlers are alike: the same
 // modules with the same config, and reverse_proxy with its upstreams in
-// its config (a dynamic source's config is not kept once loaded), the
-// same transport and no handle_response (see sameTransport).
+// its config (a dynamic source's config is not kept once loaded) and
+// none read from a placeholder (resolved per request, from what handlers
+// before fair_queue set: the same text may lead elsewhere), the same
+// transport and no handle_response (see sameTransport).
 func sameChain(a, b []caddyhttp.MiddlewareHandler) bool {
 	if len(a) != len(b) {
 		return false
@@ -109,7 +112,7 @@ func sameHandler(a, b caddyhttp.MiddlewareHandler) bool {
 		return false
 	}
 	for _, x := range []caddyhttp.MiddlewareHandler{a, b} {
-		if rp, ok := x.(*reverseproxy.Handler); ok && (rp.DynamicUpstreams != nil || len(rp.Upstreams) == 0) {
+		if rp, ok := x.(*reverseproxy.Handler); ok && !staticUpstreams(rp) {
 			return false
 		}
 	}
@@ -122,6 +125,20 @@ func sameHandler(a, b caddyhttp.MiddlewareHandler) bool {
 	}
 	jb, err := json.Marshal(b)
 	return err == nil && bytes.Equal(ja, jb)
+}
+
+// staticUpstreams reports whether rp's upstreams are all in its config,
+// each at an address without placeholders.
+func staticUpstreams(rp *reverseproxy.Handler) bool {
+	if rp.DynamicUpstreams != nil || len(rp.Upstreams) == 0 {
+		return false
+	}
+	for _, u := range rp.Upstreams {
+		if strings.Contains(u.Dial, "{") {
+			return false
+		}
+	}
+	return true
 }
 
 // sameTransport reports whether two reverse_proxy handlers send their

@@ -71,6 +71,10 @@ func TestTheChainAfterAHandlerIsReadFromItsServersRoutes(t *testing.T) {
 		{"a terminal route before reverse_proxy", `[{"handle":[` + fq + `],"terminal":true},{"handle":[` + rp + `]}]`,
 			[]string{"unknown"}},
 		{"no reverse_proxy", `[{"handle":[` + fq + `,{"handler":"static_response","body":"x"}]}]`, []string{"unknown"}},
+		// A named route's contents are not in the invoke's config, and
+		// it may proxy the request itself.
+		{"an invoke of a named route on the way", `[{"handle":[` + fq + `,{"handler":"invoke","name":"r"},` + rp + `]}],
+			"named_routes":{"r":{"handle":[` + rp + `]}}`, []string{"unknown"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, chainIDs(holderOf(t, "chain", tc.routes)))
@@ -98,9 +102,14 @@ func TestChainsAreAlikeByTheirModulesConfigs(t *testing.T) {
 	between := chainOf(site(`{"handler":"headers","request":{"set":{"X-A":["1"]}}},
 		{"handler":"reverse_proxy","upstreams":[{"dial":"127.0.0.1:9"}]}`))
 	dynamic := chainOf(site(`{"handler":"reverse_proxy","dynamic_upstreams":{"source":"a","name":"llm.internal","port":"9"}}`))
+	placeholder := chainOf(site(`{"handler":"reverse_proxy","upstreams":[{"dial":"127.0.0.1:9"},{"dial":"{http.vars.upstream}"}]}`))
 
 	assert.True(t, sameChain(a, same), "the same upstream")
 	assert.False(t, sameChain(a, other), "another upstream")
 	assert.False(t, sameChain(a, between), "a handler between")
 	assert.False(t, sameChain(dynamic, dynamic), "a dynamic upstream source")
+	// A placeholder in an upstream's address is resolved per request,
+	// from what handlers before fair_queue (vars, map) set: the same
+	// text may send the old config's requests elsewhere.
+	assert.False(t, sameChain(placeholder, placeholder), "an upstream address read from a placeholder")
 }

@@ -169,3 +169,27 @@ func TestAReloadThatRaisesThePermitsOfAQueueNamedFromTheRequestAndMovesItKeepsTh
 		assert.Equal(t, backlogClients, a.mock.Served()+b.mock.Served())
 	})
 }
+
+// The upstream's address read from a variable set before fair_queue:
+// the text after fair_queue stays the same while the reload moves the
+// variable from A to B and raises the permits from 1 to 3. The old
+// config's waiters have A in their variable, which must never run more
+// than its one permit.
+func TestAReloadThatMovesAnUpstreamReadFromAVariableKeepsTheOldUpstreamWithinItsPermits(t *testing.T) {
+	eachStore(t, func(t *testing.T, redis bool) {
+		site := func(up *replica, permits int, store string) string {
+			return proxySite("{vars.upstream}", "\tvars upstream "+up.addr, fmt.Sprintf(`
+	fair_queue {
+		name llm
+		permits %d
+		max_wait 60s
+		%s
+	}`, permits, store))
+		}
+		a, b := drainAfterReload(t, redis, "llm",
+			func(a, _ *replica, store string) string { return site(a, 1, store) },
+			func(_, b *replica, store string) string { return site(b, 3, store) })
+		assert.Equal(t, 1, a.mock.MaxInFlight(), "replica A at once")
+		assert.Equal(t, backlogClients, a.mock.Served()+b.mock.Served())
+	})
+}
