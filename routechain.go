@@ -7,6 +7,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/intercept"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 )
 
@@ -89,7 +90,8 @@ func findHandler(routes caddyhttp.RouteList, h *Handler) []routeAt {
 // its config (a dynamic source's config is not kept once loaded) and
 // none read from a placeholder (resolved per request, from what handlers
 // before fair_queue set: the same text may lead elsewhere), the same
-// transport and no handle_response (see sameTransport).
+// transport and no handle_response, of reverse_proxy (see sameTransport)
+// or of intercept.
 func sameChain(a, b []caddyhttp.MiddlewareHandler) bool {
 	if len(a) != len(b) {
 		return false
@@ -112,8 +114,16 @@ func sameHandler(a, b caddyhttp.MiddlewareHandler) bool {
 		return false
 	}
 	for _, x := range []caddyhttp.MiddlewareHandler{a, b} {
-		if rp, ok := x.(*reverseproxy.Handler); ok && !staticUpstreams(rp) {
-			return false
+		switch x := x.(type) {
+		case *reverseproxy.Handler:
+			if !staticUpstreams(x) {
+				return false
+			}
+		case *intercept.Intercept:
+			// Its routes are gone from its JSON once loaded.
+			if len(x.HandleResponse) > 0 {
+				return false
+			}
 		}
 	}
 	if ra, ok := a.(*reverseproxy.Handler); ok && !sameTransport(ra, b.(*reverseproxy.Handler)) {
