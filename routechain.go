@@ -3,11 +3,11 @@ package caddyfairqueue
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp/intercept"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 )
 
@@ -90,8 +90,9 @@ func findHandler(routes caddyhttp.RouteList, h *Handler) []routeAt {
 // its config (a dynamic source's config is not kept once loaded) and
 // none read from a placeholder (resolved per request, from what handlers
 // before fair_queue set: the same text may lead elsewhere), the same
-// transport and no handle_response, of reverse_proxy (see sameTransport)
-// or of intercept.
+// transport and no handle_response (see sameTransport); other handlers
+// that load modules of their own (intercept's routes, for one) are never
+// alike: their JSON no longer shows those modules.
 func sameChain(a, b []caddyhttp.MiddlewareHandler) bool {
 	if len(a) != len(b) {
 		return false
@@ -119,9 +120,10 @@ func sameHandler(a, b caddyhttp.MiddlewareHandler) bool {
 			if !staticUpstreams(x) {
 				return false
 			}
-		case *intercept.Intercept:
-			// Its routes are gone from its JSON once loaded.
-			if len(x.HandleResponse) > 0 {
+		default:
+			// A module loaded from its config (intercept's routes, a
+			// plugin's own upstreams) is gone from the JSON then.
+			if loadsModules(reflect.TypeOf(x), map[reflect.Type]bool{}) {
 				return false
 			}
 		}
@@ -135,6 +137,29 @@ func sameHandler(a, b caddyhttp.MiddlewareHandler) bool {
 	}
 	jb, err := json.Marshal(b)
 	return err == nil && bytes.Equal(ja, jb)
+}
+
+// loadsModules reports whether values of type t hold a field that Caddy
+// loads a module from (a caddy:"namespace=..." tag), at any depth.
+func loadsModules(t reflect.Type, seen map[reflect.Type]bool) bool {
+	if seen[t] {
+		return false
+	}
+	seen[t] = true
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Array:
+		return loadsModules(t.Elem(), seen)
+	case reflect.Map:
+		return loadsModules(t.Key(), seen) || loadsModules(t.Elem(), seen)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if strings.HasPrefix(f.Tag.Get("caddy"), "namespace=") || loadsModules(f.Type, seen) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // staticUpstreams reports whether rp's upstreams are all in its config,

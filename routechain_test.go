@@ -112,12 +112,17 @@ func TestChainsAreAlikeByTheirModulesConfigs(t *testing.T) {
 	// from what handlers before fair_queue (vars, map) set: the same
 	// text may send the old config's requests elsewhere.
 	assert.False(t, sameChain(placeholder, placeholder), "an upstream address read from a placeholder")
-	// intercept's routes are gone from its JSON once loaded, and may
-	// proxy the request elsewhere.
+	// A handler's loaded modules are gone from its JSON: intercept's
+	// routes may proxy the request elsewhere.
 	intercept := func(dial string) []caddyhttp.MiddlewareHandler {
 		return chainOf(site(`{"handler":"intercept","handle_response":[{"match":{"status_code":[404]},
 			"routes":[{"handle":[{"handler":"reverse_proxy","upstreams":[{"dial":"` + dial + `"}]}]}]}]},
 			{"handler":"reverse_proxy","upstreams":[{"dial":"127.0.0.1:9"}]}`))
 	}
 	assert.False(t, sameChain(intercept("127.0.0.1:10"), intercept("127.0.0.1:11")), "intercept's routes")
+	encode := func(level string) []caddyhttp.MiddlewareHandler {
+		return chainOf(site(`{"handler":"encode","encodings":{"gzip":{"level":` + level + `}}},
+			{"handler":"reverse_proxy","upstreams":[{"dial":"127.0.0.1:9"}]}`))
+	}
+	assert.False(t, sameChain(encode("1"), encode("9")), "a handler's loaded modules")
 }
