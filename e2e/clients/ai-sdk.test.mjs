@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { generateText, streamText, RetryError, APICallError } from 'ai';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 
-import { baseURL, hold, recorder, tokens, answerOf, assertRetriesHonourRetryAfter, keepaliveComments } from './lib.mjs';
+import { baseURL, hold, recorder, tokens, answerOf, assertRetriesHonourRetryAfter, keepaliveComments, untilBody } from './lib.mjs';
 
 const model = (queue, rec) =>
   createOpenAICompatible({ name: 'fair-queue', baseURL: baseURL('ai', queue), fetch: rec.fetch }).chatModel('mock');
@@ -80,7 +80,7 @@ test('a granted stream yields every token, and the keepalive comments it waited 
   const result = streamText({ model: model('keepalive', rec), prompt, headers: tokens(n) });
   const deltas = [];
   const reading = (async () => { for await (const t of result.textStream) deltas.push(t); })();
-  await new Promise((r) => setTimeout(r, 700));
+  await untilBody(rec, (body) => keepaliveComments(body).length >= 3);
   assert.deepEqual(deltas, [], 'nothing while queued');
   await release();
   await reading;

@@ -97,5 +97,17 @@ export function assertRetriesHonourRetryAfter(attempts) {
   }
 }
 
+// untilBody waits until the raw body of rec's first attempt satisfies
+// ok, or for 2.5 s (under the keepalive queues' max_wait of 3 s): the
+// test's own assertions then say what came.
+export async function untilBody(rec, ok) {
+  const deadline = performance.now() + 2500;
+  while (performance.now() < deadline) {
+    const a = rec.attempts[0];
+    if (a && ok(a.body)) return;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 // keepaliveComments returns the sse_keepalive comments of a raw SSE body.
 export const keepaliveComments = (body) => body.split('\n').filter((l) => l.startsWith(': queued'));

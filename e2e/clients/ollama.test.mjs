@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Ollama } from 'ollama';
 
-import { base, baseURL, hold, recorder, tokens, answerOf } from './lib.mjs';
+import { base, baseURL, hold, recorder, tokens, answerOf, untilBody } from './lib.mjs';
 
 const client = (queue, rec, headers) =>
   new Ollama({ host: `${base}/ollama/${queue}`, fetch: rec.fetch, headers });
@@ -47,7 +47,8 @@ test('a granted stream yields every token, and the chunks it waited with carry n
   const rec = recorder();
   const n = 7;
   const stream = await client('keepalive', rec, tokens(n)).chat({ model: 'mock', messages, stream: true });
-  await new Promise((r) => setTimeout(r, 700)); // a few keepalive chunks
+  // A few keepalive chunks, a line each.
+  await untilBody(rec, (body) => body.split('\n').filter((l) => l.trim() !== '').length >= 3);
   const releasing = release();
   let text = '';
   let parts = 0;

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
-import { baseURL, hold, recorder, tokens, answerOf, assertRetriesHonourRetryAfter, keepaliveComments } from './lib.mjs';
+import { baseURL, hold, recorder, tokens, answerOf, assertRetriesHonourRetryAfter, keepaliveComments, untilBody } from './lib.mjs';
 
 const client = (queue, rec) => new OpenAI({ baseURL: baseURL('openai', queue), apiKey: 'unused', fetch: rec.fetch });
 const messages = [{ role: 'user', content: 'Say hello.' }];
@@ -58,7 +58,7 @@ test('a granted stream yields every token, and the keepalive comments it waited 
   const stream = await client('keepalive', rec).chat.completions.create(
     { model: 'mock', messages, stream: true }, { headers: tokens(n) });
   // The header came with the first comment; stay queued for a few more.
-  await new Promise((r) => setTimeout(r, 700));
+  await untilBody(rec, (body) => keepaliveComments(body).length >= 3);
   await release();
   const chunks = [];
   for await (const c of stream) chunks.push(c);
