@@ -28,8 +28,9 @@ const (
 	permits = 4
 	// queueName is the name of its queue.
 	queueName = "llm"
-	// maxWait replaces the example's 20s: long enough to see the page
-	// queued, short enough to wait for its timeout.
+	// maxWait replaces the example's 20s where a test waits for the
+	// timeout: long enough to see the page queued, short enough to wait
+	// for it.
 	maxWait = 5 * time.Second
 	// tokens and tokenDelay shape the mock's answer: slow enough to see
 	// the answer grow.
@@ -41,8 +42,8 @@ func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
 
 // site runs Caddy with Caddyfile.example, in the repository as make run
 // does (its file_server root is relative), on free ports and in front of
-// the mock LLM.
-func site(t *testing.T) *harness.Caddy {
+// the mock LLM, with a max_wait of wait.
+func site(t *testing.T, wait time.Duration) *harness.Caddy {
 	t.Helper()
 	root := harness.ModuleRoot(t)
 	raw, err := os.ReadFile(filepath.Join(root, "Caddyfile.example"))
@@ -59,7 +60,7 @@ func site(t *testing.T) *harness.Caddy {
 			{"admin localhost:2019", fmt.Sprintf("admin 127.0.0.1:%d", p.Admin)},
 			{":8080 {", fmt.Sprintf(":%d {", p.HTTP)},
 			{"127.0.0.1:8081", upstream},
-			{"max_wait 20s", "max_wait " + maxWait.String()},
+			{"max_wait 20s", "max_wait " + wait.String()},
 			{"grace_period 30s", "grace_period 1s"},
 		} {
 			require.Contains(t, cfg, r.old, "Caddyfile.example changed: update the chat tests")
@@ -104,7 +105,10 @@ func openAndSend(t *testing.T, tab context.Context, base string) {
 }
 
 func TestChatPageShowsItsPlaceInTheQueueThenStreamsTheAnswer(t *testing.T) {
-	c := site(t)
+	// The example's own max_wait: on a loaded machine, loading the page
+	// and its screenshot may take longer than maxWait, and the waiters
+	// must still be there when the holders release.
+	c := site(t, 20*time.Second)
 	// The browser starts before the queue fills: on a loaded machine its
 	// start alone can outlast the waiters' max_wait.
 	tab := browser.Start(t)
@@ -143,7 +147,7 @@ func TestChatPageShowsItsPlaceInTheQueueThenStreamsTheAnswer(t *testing.T) {
 }
 
 func TestChatPageShowsTheBusyMessageWhenItsWaitTimesOut(t *testing.T) {
-	c := site(t)
+	c := site(t, maxWait)
 	tab := browser.Start(t)
 	fillQueue(t, c, 0)
 	openAndSend(t, tab, c.URL())
