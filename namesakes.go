@@ -327,7 +327,7 @@ var grantArrived = func(*engine) {}
 // another store that reads waits, then running, never misses it (see
 // retiredSum).
 func (c *call) waitIn(e *engine, req fairqueue.Request) (*fairqueue.Permit, error) {
-	defer e.waits.add()()
+	defer e.waits.add(c.h)()
 	p, err := e.q.Acquire(c.r.Context(), req)
 	if err == nil {
 		grantArrived(e)

@@ -56,15 +56,15 @@ func TestNamesakesCountAcrossAStoreSwitchOnly(t *testing.T) {
 	assert.Same(t, replaced, namesakes.successor(sameData))
 	assert.Nil(t, namesakes.successor(cur), "a live queue has none")
 
-	doneR := replaced.waits.add() // it may grant at any moment
+	doneR := replaced.waits.add(nil) // it may grant at any moment
 	assert.Equal(t, allReserved, cur.reserved(), "everything, while the other may grant")
 	assert.Equal(t, allReserved, cur.reservedTokens())
 	doneR()
-	doneC := cur.waits.add() // both wait: the one whose waiters came first grants
-	doneR = replaced.waits.add()
+	doneC := cur.waits.add(nil) // both wait: the one whose waiters came first grants
+	doneR = replaced.waits.add(nil)
 	assert.Equal(t, 3+11, cur.reserved(), "its waiters came first: it grants")
 	assert.Equal(t, allReserved, replaced.reserved(), "the other waits for it")
-	doneC2 := cur.waits.add()
+	doneC2 := cur.waits.add(nil)
 	doneC() // its first waiter leaves; the second's grant may be on its way
 	assert.Equal(t, 3+11, cur.reserved(), "still its turn")
 	assert.Equal(t, allReserved, replaced.reserved(), "not the other's while it has a waiter")

@@ -36,7 +36,7 @@ func (e *engine) handOn(h *Handler) {
 	}
 	switch {
 	case e.takesOverRoute(h, y):
-	case handsOnSafely(h, y):
+	case e.handsOnSafely(h, y):
 		if r := e.routes.plain.Load(); r != nil && r.h == h && !y.pooled() && y.Permits <= h.Permits {
 			e.standIn(r, y)
 		}
@@ -131,9 +131,12 @@ func (t *templateRegistry) successor(e *engine, h *Handler) *Handler {
 // more than h's (the old routes run no more at once than they did), and
 // where several handlers of y's config name the queue, or one names it
 // from the request (the old waiters keep their own routes then too),
-// when what follows h and y is alike. Where y's permits are more, see
-// also takesOverRoute.
-func handsOnSafely(h, y *Handler) bool {
+// when what follows y is alike to what follows h and every handler whose
+// requests wait in the queue here (those of a config before h's, or of
+// another route of h's config, run on their own route's upstream, which
+// h's chain does not tell). Where y's permits are more, see also
+// takesOverRoute.
+func (e *engine) handsOnSafely(h, y *Handler) bool {
 	switch {
 	case h.pooled() != y.pooled():
 		return false // a grant of the other shape needs y's route
@@ -145,10 +148,24 @@ func handsOnSafely(h, y *Handler) bool {
 		return true
 	case !y.soleClaimant():
 		// The old waiters keep their own route even once y serves: more
-		// permits only where it reaches the same upstreams as y's.
-		return followedAlike(h, y)
+		// permits only where each reaches the same upstreams as y's.
+		return followedAlike(h, y) && e.waitersFollowedAlike(y)
 	}
 	return false
+}
+
+// waitersFollowedAlike reports whether what follows each handler whose
+// requests wait in e's queue here, or in a retired queue of its store
+// that takes its settings (adopt), is alike to what follows y.
+func (e *engine) waitersFollowedAlike(y *Handler) bool {
+	for _, o := range append([]*engine{e}, namesakes.sameStore(e)...) {
+		for _, x := range o.waits.handlers() {
+			if x == nil || !followedAlike(x, y) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // followedAlike reports whether the handlers after a and after b, up to
@@ -169,11 +186,14 @@ func followedAlike(a, b *Handler) bool {
 // y reach the same upstreams as those after the handler whose route it
 // is. Their own routes may not: a waiter of a config before h's, or of
 // another route of h's config, runs on its own route's upstream, which
-// must not run y's permits. It reports whether it recorded the route;
-// y's first request records its own.
+// must not run y's permits. Where several handlers of y's config name
+// the queue, or one names it from the request, the old waiters keep
+// their own routes even once y serves (staticInForce): no route takes
+// over for them (see handsOnSafely). It reports whether it recorded the
+// route; y's first request records its own.
 func (e *engine) takesOverRoute(h, y *Handler) bool {
 	r := e.routes.plain.Load()
-	if r == nil || r.h != h || h.pooled() || y.pooled() || !followedAlike(r.of, y) {
+	if r == nil || r.h != h || h.pooled() || y.pooled() || !y.soleClaimant() || !followedAlike(r.of, y) {
 		return false
 	}
 	return e.standIn(r, y)

@@ -19,10 +19,14 @@ type waitList struct {
 	mu    sync.Mutex
 	n     int
 	since uint64 // with n > 0: the stretch's number
+	// by counts the waiting requests by the handler they came through:
+	// a waiter keeps its own route where a grant cannot tell it another
+	// (handsOnSafely).
+	by map[*Handler]int
 }
 
-// add lists a waiting request; done unlists it.
-func (w *waitList) add() (done func()) {
+// add lists a waiting request of h; done unlists it.
+func (w *waitList) add(h *Handler) (done func()) {
 	w.mu.Lock()
 	if w.n == 0 {
 		// Numbered under the lock: a namesake that reads this list sees
@@ -30,14 +34,32 @@ func (w *waitList) add() (done func()) {
 		w.since = busySeq.Add(1)
 	}
 	w.n++
+	if w.by == nil {
+		w.by = make(map[*Handler]int)
+	}
+	w.by[h]++
 	w.mu.Unlock()
-	return w.done
+	return func() { w.done(h) }
 }
 
-func (w *waitList) done() {
+func (w *waitList) done(h *Handler) {
 	w.mu.Lock()
 	w.n--
+	if w.by[h]--; w.by[h] <= 0 {
+		delete(w.by, h)
+	}
 	w.mu.Unlock()
+}
+
+// handlers lists the handlers whose requests wait.
+func (w *waitList) handlers() []*Handler {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]*Handler, 0, len(w.by))
+	for h := range w.by {
+		out = append(out, h)
+	}
+	return out
 }
 
 // busy reports whether requests wait, and since when (the stretch's
