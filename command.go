@@ -73,7 +73,7 @@ func setupFairQueueCommand(cmd *cobra.Command) {
 	}
 	status.Flags().String("admin", "", "Address of the admin endpoint of a running Caddy (default localhost:2019)")
 	status.Flags().String("redis", "", "Read Redis directly: redis://[user@]host:port/db, rediss://... or unix:///path")
-	status.Flags().StringSlice("queue", nil, "Only this queue (repeatable); with --redis the default is every queue found")
+	status.Flags().StringSlice("queue", nil, "Only this queue (repeatable; one not found fails the command); with --redis the default is every queue found")
 	status.Flags().String("key-prefix", redisstore.DefaultKeyPrefix, "Key prefix of the queues, with --redis")
 	status.Flags().Bool("json", false, "Print the JSON of the admin API instead of a table")
 
