@@ -149,9 +149,10 @@ type snapshotJSON struct {
 	Nodes   []nodeJSON           `json:"nodes"`
 	Flows   []fairqueue.FlowInfo `json:"flows"`
 	Grants  int64                `json:"grants"`
-	// TokensHeld is the KV-cache tokens the holders hold (0 when not
-	// counted).
-	TokensHeld int `json:"tokens_held,omitempty"`
+	// TokensHeld is the KV-cache tokens the holders hold: present when
+	// the queue counts tokens (kv_tokens), 0 while nothing runs, or when
+	// the store shows some held (the CLI reading Redis directly).
+	TokensHeld *int `json:"tokens_held,omitempty"`
 	// LearnedShare is the share of the configured capacity in force with
 	// adaptive (absent until one is learned; with a pool, each upstream's).
 	LearnedShare float64 `json:"learned_share,omitempty"`
@@ -166,7 +167,9 @@ type upstreamJSON struct {
 	InFlight   int    `json:"in_flight"`
 	CoolLeftMS int64  `json:"cool_left_ms"`        // 0: in dispatch
 	KVTokens   int    `json:"kv_tokens,omitempty"` // its capacity in tokens (this instance's config)
-	TokensHeld int    `json:"tokens_held,omitempty"`
+	// TokensHeld is the tokens held on it: present when it has kv_tokens
+	// (0 while nothing runs), or when the store shows some held.
+	TokensHeld *int `json:"tokens_held,omitempty"`
 	// LearnedShare is its share of its capacity in force with adaptive.
 	LearnedShare float64 `json:"learned_share,omitempty"`
 }
@@ -188,7 +191,7 @@ type nodeJSON struct {
 // upstreams in their order (nil: unknown, as for the CLI reading Redis
 // directly: the store's upstreams are listed with permits 0).
 func snapshotReport(s fairqueue.Snapshot, pool []fairqueue.Upstream) *snapshotJSON {
-	out := &snapshotJSON{Waiting: s.Waiting, Head: s.Head, Flows: s.Flows, Grants: s.Grants, TokensHeld: s.TokensHeld,
+	out := &snapshotJSON{Waiting: s.Waiting, Head: s.Head, Flows: s.Flows, Grants: s.Grants, TokensHeld: shown(s.TokensHeld, false),
 		LearnedShare: s.LearnedShare, Holders: []holderJSON{}, Nodes: []nodeJSON{}}
 	if pool == nil {
 		for _, u := range s.Upstreams {
@@ -200,7 +203,9 @@ func snapshotReport(s fairqueue.Snapshot, pool []fairqueue.Upstream) *snapshotJS
 		j := upstreamJSON{Dial: u.Dial, Permits: u.Permits, KVTokens: u.KVTokens}
 		if i >= 0 {
 			j.InFlight, j.CoolLeftMS = s.Upstreams[i].InFlight, s.Upstreams[i].CoolLeft.Milliseconds()
-			j.TokensHeld, j.LearnedShare = s.Upstreams[i].TokensHeld, s.Upstreams[i].LearnedShare
+			j.TokensHeld, j.LearnedShare = shown(s.Upstreams[i].TokensHeld, u.KVTokens > 0), s.Upstreams[i].LearnedShare
+		} else {
+			j.TokensHeld = shown(0, u.KVTokens > 0)
 		}
 		out.Upstreams = append(out.Upstreams, j)
 	}
@@ -221,6 +226,15 @@ func snapshotReport(s fairqueue.Snapshot, pool []fairqueue.Upstream) *snapshotJS
 	slices.SortStableFunc(out.Holders, func(a, b holderJSON) int { return cmp.Compare(a.LeaseLeftMS, b.LeaseLeftMS) })
 	slices.SortStableFunc(out.Nodes, func(a, b nodeJSON) int { return cmp.Compare(b.ExpiresInMS, a.ExpiresInMS) })
 	return out
+}
+
+// shown is n for a field that is present when counted is set (the
+// queue or upstream counts tokens) or n is not 0; nil leaves it out.
+func shown(n int, counted bool) *int {
+	if n == 0 && !counted {
+		return nil
+	}
+	return &n
 }
 
 // queueStatus reports every live engine of the process, sorted by queue
@@ -290,6 +304,7 @@ func (e *engine) report(ctx context.Context) queueReport {
 		rep.KV.TokensHeld = snap.TokensHeld
 	}
 	rep.Snapshot = snapshotReport(snap, cfg.Upstreams)
+	rep.Snapshot.TokensHeld = shown(snap.TokensHeld, cfg.KVTokens > 0)
 	// Only the learned shares in force: none without adaptive, and with a
 	// pool each upstream's, not the queue's (one learned before a reload
 	// turned adaptive off or added the pool stays in the store).

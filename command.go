@@ -73,7 +73,7 @@ func setupFairQueueCommand(cmd *cobra.Command) {
 	}
 	status.Flags().String("admin", "", "Address of the admin endpoint of a running Caddy (default localhost:2019)")
 	status.Flags().String("redis", "", "Read Redis directly: redis://[user@]host:port/db, rediss://... or unix:///path")
-	status.Flags().StringSlice("queue", nil, "Only this queue (repeatable); with --redis the default is every queue found")
+	status.Flags().StringSlice("queue", nil, "Only this queue (repeatable; one not found fails the command); with --redis the default is every queue found")
 	status.Flags().String("key-prefix", redisstore.DefaultKeyPrefix, "Key prefix of the queues, with --redis")
 	status.Flags().Bool("json", false, "Print the JSON of the admin API instead of a table")
 
@@ -128,7 +128,7 @@ func runStatus(cmd *cobra.Command, _ []string) error {
 	if rawURL != "" {
 		rep, err = statusFromRedis(ctx, rawURL, prefix, queues)
 	} else {
-		rep, err = statusFromAdmin(admin, queues)
+		rep, admin, err = statusFromAdmin(admin, queues)
 	}
 	if err != nil {
 		return err
@@ -142,13 +142,39 @@ func runStatus(cmd *cobra.Command, _ []string) error {
 		if _, err = out.Write(append(escapeJSONControls(b), '\n')); err != nil {
 			return err
 		}
-	} else if err := printStatus(out, rep); err != nil {
-		return err
+	} else if len(rep.Queues) > 0 || len(queues) == 0 {
+		// None of the queues named: the error below says so.
+		if err := printStatus(out, rep); err != nil {
+			return err
+		}
 	}
 	if rawURL != "" {
 		return unreadQueues(rep)
 	}
-	return nil
+	return unservedQueues(rep, queues, admin)
+}
+
+// unservedQueues fails status when a queue named with --queue is not
+// among those the admin endpoint at addr serves (a mistyped name, or
+// another Caddy's queue): the table printed the others, and "no queues"
+// would read as a Caddy that serves none.
+func unservedQueues(rep statusReport, queues []string, addr string) error {
+	var missing []string
+	for _, name := range queues {
+		if !slices.ContainsFunc(rep.Queues, func(q queueReport) bool { return q.Name == name }) &&
+			!slices.Contains(missing, strconv.Quote(name)) {
+			missing = append(missing, strconv.Quote(name))
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	what := "queue"
+	if len(missing) > 1 {
+		what = "queues"
+	}
+	return fmt.Errorf("%s %s not served by the Caddy at %s (status without --queue lists its queues)",
+		what, strings.Join(missing, ", "), termText(addr))
 }
 
 // unreadQueues fails status --redis when a queue it was to read could
@@ -169,25 +195,26 @@ func unreadQueues(rep statusReport) error {
 	return fmt.Errorf("could not read %d of %d queues in Redis", failed, len(rep.Queues))
 }
 
-// statusFromAdmin reads GET /fair_queue/ of a running Caddy.
-func statusFromAdmin(addr string, queues []string) (statusReport, error) {
+// statusFromAdmin reads GET /fair_queue/ of a running Caddy; it
+// returns the admin endpoint's address it read.
+func statusFromAdmin(addr string, queues []string) (statusReport, string, error) {
 	addr, err := caddycmd.DetermineAdminAPIAddress(addr, nil, "", "")
 	if err != nil {
-		return statusReport{}, err
+		return statusReport{}, addr, err
 	}
 	resp, err := caddycmd.AdminAPIRequest(addr, http.MethodGet, "/fair_queue/", nil, nil)
 	if err != nil {
-		return statusReport{}, fmt.Errorf("reading the admin endpoint %s: %w", addr, err)
+		return statusReport{}, addr, fmt.Errorf("reading the admin endpoint %s: %w", addr, err)
 	}
 	defer resp.Body.Close()
 	var rep statusReport
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&rep); err != nil {
-		return statusReport{}, fmt.Errorf("decoding the answer of %s: %w", addr, err)
+		return statusReport{}, addr, fmt.Errorf("decoding the answer of %s: %w", addr, err)
 	}
 	if len(queues) > 0 {
 		rep.Queues = slices.DeleteFunc(rep.Queues, func(q queueReport) bool { return !slices.Contains(queues, q.Name) })
 	}
-	return rep, nil
+	return rep, addr, nil
 }
 
 // statusFromRedis inspects queues in Redis directly: those named, or
@@ -198,7 +225,8 @@ func statusFromRedis(ctx context.Context, rawURL, prefix string, queues []string
 		return statusReport{}, err
 	}
 	defer rdb.Close()
-	if len(queues) == 0 {
+	named := len(queues) > 0
+	if !named {
 		if queues, err = listQueues(ctx, rdb, prefix); err != nil {
 			return statusReport{}, err
 		}
@@ -207,7 +235,15 @@ func statusFromRedis(ctx context.Context, rawURL, prefix string, queues []string
 	rep := statusReport{Queues: []queueReport{}}
 	for _, name := range queues {
 		q := queueReport{Name: name, storeDesc: desc}
-		snap, err := redisstore.New(rdb, name, redisstore.Options{KeyPrefix: prefix}).Inspect(ctx, adminHead, adminFlows)
+		st := redisstore.New(rdb, name, redisstore.Options{KeyPrefix: prefix})
+		var snap fairqueue.Snapshot
+		err := error(nil)
+		if named {
+			err = hasKeys(ctx, rdb, st, prefix)
+		}
+		if err == nil {
+			snap, err = st.Inspect(ctx, adminHead, adminFlows)
+		}
 		if err != nil {
 			q.Error = err.Error()
 		} else {

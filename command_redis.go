@@ -1,6 +1,7 @@
 package caddyfairqueue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -86,4 +87,19 @@ func listQueues(ctx context.Context, rdb redis.UniversalClient, prefix string) (
 	}
 	slices.Sort(names)
 	return slices.Compact(names), nil
+}
+
+// hasKeys fails when st's queue has no key in Redis: a name given with
+// --queue that no instance has open under prefix (mistyped, or not the
+// config's key_prefix), which Inspect would show as an idle queue.
+func hasKeys(ctx context.Context, rdb redis.UniversalClient, st *redisstore.Store, prefix string) error {
+	n, err := rdb.Exists(ctx, st.Keys()...).Result()
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", st.Tag(), err)
+	}
+	if n == 0 {
+		return fmt.Errorf("no keys under --key-prefix %s (keys %s*): no instance has this queue open there; "+
+			"status --redis without --queue lists the queues under a prefix", cmp.Or(prefix, redisstore.DefaultKeyPrefix), st.Tag())
+	}
+	return nil
 }
