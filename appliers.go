@@ -131,9 +131,19 @@ func (h *Handler) loaded() bool {
 // the newest one that holds e applies its own where it safely can.
 func (e *engine) handBack(h *Handler) {
 	e.appliers.remove(h)
+	fresh := e.openedWith(h)
 	if e.restore(h) {
-		e.handOn(h)
+		e.handOn(h, fresh)
 	}
+}
+
+// openedWith reports whether e has the settings h opened it with at its
+// provisioning, no request having applied any since: none has waited
+// in e or run on a route of it.
+func (e *engine) openedWith(h *Handler) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.gen == 0 && e.settingsGen == h.gen
 }
 
 // restore runs as h, no longer among e's appliers, drops its reference
@@ -145,7 +155,9 @@ func (e *engine) handBack(h *Handler) {
 // were in force and no applier took over.
 func (e *engine) restore(h *Handler) (none bool) {
 	e.mu.Lock()
-	mine := e.gen == h.gen
+	// Opened with h's settings at its provisioning, e has them in force
+	// until a handler applies its own.
+	mine := e.gen == h.gen || e.gen == 0 && e.settingsGen == h.gen
 	if mine {
 		e.gen = 0 // none in force: the next to apply does
 	}

@@ -25,8 +25,10 @@ import "sync"
 // and which no handler of the config in force has served, the settings
 // of the newest handler of that config that holds it, if that is safe;
 // for a queue h named from the request, where none holds it, those of
-// the handler of that config that names queues as h did.
-func (e *engine) handOn(h *Handler) {
+// the handler of that config that names queues as h did. fresh: e has
+// had no request since h opened it (a request still on its way in
+// through h would run on h's route).
+func (e *engine) handOn(h *Handler, fresh bool) {
 	y := e.appliers.newestHolder()
 	if y == nil && h.dynamic {
 		y = templates.successor(e, h)
@@ -35,6 +37,7 @@ func (e *engine) handOn(h *Handler) {
 		return
 	}
 	switch {
+	case fresh && followedAlike(h, y):
 	case e.takesOverRoute(h, y):
 	case e.handsOnSafely(h, y):
 		if r := e.routes.plain.Load(); r != nil && r.h == h && !y.pooled() && y.Permits <= h.Permits {
