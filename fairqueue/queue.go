@@ -351,8 +351,15 @@ func (q *Queue) reject(r Reason, start time.Time, pos int, cause error) error {
 }
 
 // giveBack releases the permit of a granted ticket whose caller has gone.
+// The request ran nowhere: its flow is charged nothing for the grant (as
+// for one requeued), so its tenant's next request is not put behind
+// others' for service it never had.
 func (q *Queue) giveBack(t *ticket) {
-	(&Permit{q: q, t: t}).Release()
+	p := &Permit{q: q, t: t}
+	if TicketFlow(t.id) != "" {
+		p.Charge(0)
+	}
+	p.Release()
 }
 
 // permit hands a granted ticket to its caller.
