@@ -166,7 +166,7 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 		// so a retried or late acquire cannot queue the ticket again.
 		// The store is likely in trouble: the answer does not wait.
 		q.forget(t)
-		q.background(func() { q.cancelInStore(t, true) })
+		q.background(func() { q.cancelInStore(t, true, true) })
 		// go-redis turns a context deadline into a socket deadline, so
 		// the call can fail a moment before the context reports it.
 		if ctx.Err() != nil {
@@ -396,14 +396,23 @@ func (q *Queue) newTicket(failOpen bool, flow string, tokens int) *ticket {
 // the store. It is idempotent; the store call is bounded by StoreTimeout.
 func (q *Queue) cleanup(t *ticket, tombstone bool) {
 	q.forget(t)
-	q.cancelInStore(t, tombstone)
+	q.cancelInStore(t, tombstone, true)
 }
 
-func (q *Queue) cancelInStore(t *ticket, tombstone bool) {
+// cancelInStore takes t out of the store (Store.Cancel). unused: the
+// node never started t, so a grant the cancel finds ran nowhere and its
+// flow is charged nothing for it (as for a requeued permit); else (t
+// may have run: a reinstated ticket that ended meanwhile) the charge
+// stands.
+func (q *Queue) cancelInStore(t *ticket, tombstone, unused bool) {
 	cfg := q.cfg.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 	defer cancel()
-	err := q.store.Cancel(ctx, TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Tombstone: tombstone})
+	args := TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Tombstone: tombstone}
+	if unused && TicketFlow(t.id) != "" {
+		args.Correction = -t.cost
+	}
+	err := q.store.Cancel(ctx, args)
 	if !tombstone { // after a failed acquire, one failure is counted already
 		q.health.record(q.log, err)
 	}
