@@ -350,18 +350,6 @@ func (q *Queue) reject(r Reason, start time.Time, pos int, cause error) error {
 		RetryAfter: q.rate.retryAfter(pos, cfg.MaxWait), Err: cause}
 }
 
-// giveBack releases the permit of a granted ticket whose caller has gone.
-// The request ran nowhere: its flow is charged nothing for the grant (as
-// for one requeued), so its tenant's next request is not put behind
-// others' for service it never had.
-func (q *Queue) giveBack(t *ticket) {
-	p := &Permit{q: q, t: t}
-	if TicketFlow(t.id) != "" {
-		p.Charge(0)
-	}
-	p.Release()
-}
-
 // permit hands a granted ticket to its caller.
 func (q *Queue) permit(t *ticket, start time.Time) *Permit {
 	p := &Permit{q: q, t: t, waited: time.Since(start), start: start}
@@ -390,32 +378,6 @@ func (q *Queue) newTicket(failOpen bool, flow string, tokens int) *ticket {
 	}
 	q.tickets[t.id] = t
 	return t
-}
-
-// cleanup forgets a ticket that ends without a permit and removes it from
-// the store. It is idempotent; the store call is bounded by StoreTimeout.
-func (q *Queue) cleanup(t *ticket, tombstone bool) {
-	q.forget(t)
-	q.cancelInStore(t, tombstone, true)
-}
-
-// cancelInStore takes t out of the store (Store.Cancel). unused: the
-// node never started t, so a grant the cancel finds ran nowhere and its
-// flow is charged nothing for it (as for a requeued permit); else (t
-// may have run: a reinstated ticket that ended meanwhile) the charge
-// stands.
-func (q *Queue) cancelInStore(t *ticket, tombstone, unused bool) {
-	cfg := q.cfg.Load()
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
-	defer cancel()
-	args := TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Tombstone: tombstone}
-	if unused && TicketFlow(t.id) != "" {
-		args.Correction = -t.cost
-	}
-	err := q.store.Cancel(ctx, args)
-	if !tombstone { // after a failed acquire, one failure is counted already
-		q.health.record(q.log, err)
-	}
 }
 
 // lookup returns the node's ticket id, nil if it has none.
