@@ -119,7 +119,7 @@ func (q *Queue) inFallback(cfg *Config) bool {
 func (q *Queue) backToFallback(ctx context.Context, t *ticket, req Request, start, deadline time.Time) (*Permit, error) {
 	t.state.CompareAndSwap(statePending, stateCancelled)
 	q.forget(t)
-	q.background(func() { q.cancelInStore(t, true) })
+	q.background(func() { q.cancelInStore(t, true, true) })
 	return q.unavailable(ctx, req, start, deadline, errStoreDown)
 }
 

@@ -193,7 +193,7 @@ func (s *session) reinstate(cfg *Config, lost []string) {
 		cur := q.lookup(id)
 		switch {
 		case cur != t:
-			q.background(func() { q.cancelInStore(t, false) })
+			q.background(func() { q.cancelInStore(t, false, false) })
 		case r.Granted:
 			q.grant(t, r.GrantNo, r.Upstream, l.Permits)
 		}

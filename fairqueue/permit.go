@@ -217,7 +217,7 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		q.forget(t)
 		old := p.t.id
 		q.background(func() {
-			q.cancelInStore(t, true)
+			q.cancelInStore(t, true, true)
 			q.releaseID(old, 0)
 		})
 		if ctx.Err() != nil {

@@ -166,7 +166,7 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 		// so a retried or late acquire cannot queue the ticket again.
 		// The store is likely in trouble: the answer does not wait.
 		q.forget(t)
-		q.background(func() { q.cancelInStore(t, true) })
+		q.background(func() { q.cancelInStore(t, true, true) })
 		// go-redis turns a context deadline into a socket deadline, so
 		// the call can fail a moment before the context reports it.
 		if ctx.Err() != nil {
@@ -350,11 +350,6 @@ func (q *Queue) reject(r Reason, start time.Time, pos int, cause error) error {
 		RetryAfter: q.rate.retryAfter(pos, cfg.MaxWait), Err: cause}
 }
 
-// giveBack releases the permit of a granted ticket whose caller has gone.
-func (q *Queue) giveBack(t *ticket) {
-	(&Permit{q: q, t: t}).Release()
-}
-
 // permit hands a granted ticket to its caller.
 func (q *Queue) permit(t *ticket, start time.Time) *Permit {
 	p := &Permit{q: q, t: t, waited: time.Since(start), start: start}
@@ -383,23 +378,6 @@ func (q *Queue) newTicket(failOpen bool, flow string, tokens int) *ticket {
 	}
 	q.tickets[t.id] = t
 	return t
-}
-
-// cleanup forgets a ticket that ends without a permit and removes it from
-// the store. It is idempotent; the store call is bounded by StoreTimeout.
-func (q *Queue) cleanup(t *ticket, tombstone bool) {
-	q.forget(t)
-	q.cancelInStore(t, tombstone)
-}
-
-func (q *Queue) cancelInStore(t *ticket, tombstone bool) {
-	cfg := q.cfg.Load()
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
-	defer cancel()
-	err := q.store.Cancel(ctx, TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Tombstone: tombstone})
-	if !tombstone { // after a failed acquire, one failure is counted already
-		q.health.record(q.log, err)
-	}
 }
 
 // lookup returns the node's ticket id, nil if it has none.

@@ -26,7 +26,7 @@ type Store interface {
 	Release(ctx context.Context, t TicketArgs) error
 	// Cancel removes t from the queue, leaves a tombstone so that a
 	// late Acquire of t does nothing, and releases t's permit if t was
-	// granted meanwhile.
+	// granted meanwhile, its flow's counter corrected by t.Correction.
 	Cancel(ctx context.Context, t TicketArgs) error
 	// Heartbeat renews node's liveness and the leases of the permits it
 	// holds, records node's lease (every grant to node's waiters, by any
@@ -186,7 +186,9 @@ type TicketArgs struct {
 	Tokens int
 	// Correction, on Release, is what the ticket really used minus Cost,
 	// in the same units: added to its flow's usage counter when the
-	// permit is released (0: the estimate stands).
+	// permit is released (0: the estimate stands). On Cancel, it is
+	// added likewise when the cancel finds t granted (a grant nobody
+	// used: minus its Cost takes the charge back), and ignored otherwise.
 	Correction float64
 	// Cool, on Release (and Requeue), names an upstream that failed the
 	// request: dispatch leaves it out for CoolFor, across the cluster.

@@ -302,7 +302,7 @@ func (s *Store) Cancel(_ context.Context, t fairqueue.TicketArgs) error {
 			s.settle(w.flow)
 		}
 	}
-	s.unhold(t.ID, 0)
+	s.unhold(t.ID, t.Correction) // granted meanwhile: a grant nobody used
 	s.reapAndDispatch(t.Limits, now, out)
 	return nil
 }

@@ -273,7 +273,8 @@ func (s *Store) Cancel(ctx context.Context, t fairqueue.TicketArgs) error {
 	if t.Tombstone {
 		ttl = TombstoneTTL.Milliseconds()
 	}
-	v, err := scripts.cancel.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits, ttl)...).Result()
+	v, err := scripts.cancel.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits, ttl,
+		strconv.FormatFloat(t.Correction, 'g', -1, 64))...).Result()
 	if err != nil {
 		return fmt.Errorf("cancel %s: %w", s.tag, busy(err))
 	}
