@@ -3,6 +3,9 @@ package caddyfairqueue
 import (
 	"context"
 	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -59,4 +62,89 @@ func TestGrantNeverForwardedChargesItsTenantNothing(t *testing.T) {
 				"a tenant is not charged for a grant its request never used")
 		})
 	}
+}
+
+// frozenWriter is a client that takes nothing, on a connection whose
+// write deadlines only end a write at once (abortWrites): the keepalive's
+// comment stays blocked when the grant comes, and the request is given
+// up (abandoned) rather than forwarded.
+type frozenWriter struct {
+	*stuckWriter
+	writing chan struct{} // a write has started (and blocks)
+}
+
+func newFrozenWriter() *frozenWriter {
+	w := &frozenWriter{stuckWriter: newStuckWriter(), writing: make(chan struct{}, 1)}
+	w.buf = 4 << 10 // full: every write blocks
+	return w
+}
+
+func (f *frozenWriter) Write(b []byte) (int, error) {
+	select {
+	case f.writing <- struct{}{}:
+	default:
+	}
+	return f.stuckWriter.Write(b)
+}
+
+func (f *frozenWriter) SetWriteDeadline(t time.Time) error {
+	if t.After(time.Now()) {
+		return nil
+	}
+	return f.stuckWriter.SetWriteDeadline(t)
+}
+
+// A grant to a waiting stream whose client takes nothing is not
+// forwarded: the tenant is not charged for it either, here its estimate
+// of 30,000 tokens.
+func TestAGrantToAClientThatTakesNothingChargesItsTenantNothing(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	h := provisionLocal(t, newContext(t), &Handler{Name: "unforwarded-frozen", Permits: 1,
+		Tenant: "{http.request.header.X-Tenant}", Cost: CostTokens, MaxWait: caddy.Duration(time.Minute),
+		SSEKeepalive: caddy.Duration(100 * time.Millisecond)})
+	next := newHolder()
+	served := make(chan string, 10)
+	seq := recording(next, served)
+	body := `{"max_tokens":10}`
+
+	first := newRequest(context.Background(), body, "X-Tenant", "holder").start(h, seq)
+	next.waitEntered(t)
+	frozen := newRequest(context.Background(), `{"stream":true,"max_tokens":30000}`, "X-Tenant", "left")
+	w := newFrozenWriter()
+	done := make(chan error, 1)
+	go func() { done <- h.ServeHTTP(w, frozen.r, seq) }()
+	waitingIn(t, h, 1)
+	<-w.writing // the first comment, blocked
+	next.release <- struct{}{}
+	require.Equal(t, "holder", <-served)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the frozen stream's request still runs")
+	}
+	assert.Zero(t, next.count.Load()-1, "the frozen stream's request was not forwarded")
+	first.wait(t)
+	settled(t, h)
+
+	second := newRequest(context.Background(), body, "X-Tenant", "holder").start(h, seq)
+	next.waitEntered(t)
+	var reqs []*request
+	for i, tenant := range []string{"other", "other", "other", "left"} {
+		reqs = append(reqs, newRequest(context.Background(), body, "X-Tenant", tenant).start(h, seq))
+		waitingIn(t, h, i+1)
+	}
+	var order []string
+	for i := range 5 {
+		next.release <- struct{}{}
+		order = append(order, <-served)
+		if i < 4 {
+			next.waitEntered(t)
+		}
+	}
+	second.wait(t)
+	for _, r := range reqs {
+		r.wait(t)
+	}
+	assert.Equal(t, []string{"holder", "other", "left", "other", "other"}, order,
+		"a tenant is not charged for a grant its request never used")
 }
