@@ -96,20 +96,24 @@ func (h *Handler) requestCost(info jsonscan.Fields) float64 {
 }
 
 // charge tells the permit what its request really used, just before its
-// release: with cost time the seconds from the grant to now (and the
-// moving average learns them, when the request was forwarded); with cost
-// tokens the response's usage.total_tokens, bounded to MaxCost, if the
-// response had one. Otherwise the estimate charged at the grant stands.
+// release: nothing, whatever the cost, when it was never forwarded (its
+// client left as it was granted, or took nothing: it ran nowhere); with
+// cost time the seconds from the grant to now (and the moving average
+// learns them); with cost tokens the response's usage.total_tokens,
+// bounded to MaxCost, if the response had one. Otherwise the estimate
+// charged at the grant stands.
 func (h *Handler) charge(p *fairqueue.Permit, granted time.Time, forwarded bool, uw *usageWriter) {
 	if p == nil || p.FailOpen() {
+		return
+	}
+	if !forwarded {
+		h.chargePermit(p, 0)
 		return
 	}
 	switch h.Cost {
 	case CostTime:
 		held := time.Since(granted).Seconds()
-		if forwarded {
-			h.hold.observe(held)
-		}
+		h.hold.observe(held)
 		h.chargePermit(p, held)
 	case CostTokens:
 		if uw == nil {
