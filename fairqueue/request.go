@@ -98,8 +98,14 @@ type Waiting struct {
 func (w Waiting) Position() int { return w.q.position(w.t) }
 
 // ETA estimates the wait left from the observed grant rate; 0 when the
-// rate is not known yet.
-func (w Waiting) ETA() time.Duration { return w.q.rate.eta(w.Position()) }
+// rate or the position is not known.
+func (w Waiting) ETA() time.Duration {
+	pos := w.Position()
+	if pos == 0 {
+		return 0
+	}
+	return w.q.rate.eta(pos)
+}
 
 // position estimates the tickets ahead of t from the grants made since
 // it was queued. 0 (unknown) when it was never queued, and while it is
