@@ -85,12 +85,14 @@ type keepalive struct {
 	// committed: the header is sent. Written by run, read by halt after
 	// done is closed.
 	committed bool
-	queued    chan fairqueue.Waiting // the ticket's live view, once queued
-	view      *fairqueue.Waiting     // received from queued; run's only
-	maxWait   time.Duration          // the wait's bound, from start
-	shown     time.Duration          // the last eta sent; 0: none yet
-	shownAt   time.Time
-	spent     bool // the countdown from shown ran out: no eta any more
+	// queued is the ticket's live view, once queued: the latest one, as
+	// a request may be queued again within one wait (moved from the
+	// local queue into the shared one, reweighed, moved by a reload).
+	queued  atomic.Pointer[fairqueue.Waiting]
+	maxWait time.Duration // the wait's bound, from start
+	shown   time.Duration // the last eta sent; 0: none yet
+	shownAt time.Time
+	spent   bool // the countdown from shown ran out: no eta any more
 }
 
 // keepaliveFeed hands the ticket's live view (Request.OnQueued) to the
@@ -116,14 +118,11 @@ func (f *keepaliveFeed) onQueued() func(fairqueue.Waiting) {
 	return f.offer
 }
 
-// offer passes w on without blocking: one view per wait, and a halted
-// keepalive takes none.
+// offer passes w on without blocking; it replaces the view the
+// keepalive had: the ticket it names is the request's place now.
 func (f *keepaliveFeed) offer(w fairqueue.Waiting) {
 	if k := f.cur.Load(); k != nil {
-		select {
-		case k.queued <- w:
-		default:
-		}
+		k.queued.Store(&w)
 	}
 }
 
@@ -154,7 +153,6 @@ func (c *call) startKeepalive() *keepalive {
 		start:    c.start,
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
-		queued:   make(chan fairqueue.Waiting, 1),
 		maxWait:  time.Duration(h.MaxWait),
 
 		committed: c.committed,
@@ -188,14 +186,9 @@ func (k *keepalive) send() error {
 		k.committed = true
 	}
 	st := waitStatus{waited: time.Since(k.start)}
-	select {
-	case v := <-k.queued:
-		k.view = &v
-	default:
-	}
-	if k.view != nil {
-		st.position = k.view.Position()
-		st.eta = k.bound(k.view.ETA(), st.waited)
+	if view := k.queued.Load(); view != nil {
+		st.position = view.Position()
+		st.eta = k.bound(view.ETA(), st.waited)
 	}
 	return writeFrame(k.w, k.api.waiting(st, k.events, k.model))
 }

@@ -196,6 +196,12 @@ func (s *session) reinstate(cfg *Config, lost []string) {
 			q.background(func() { q.cancelInStore(t, false, false) })
 		case r.Granted:
 			q.grant(t, r.GrantNo, r.Upstream, l.Permits)
+		default:
+			// Its place in the new data set, counted from that set's
+			// grant counter, which may have started over below the one
+			// its first place counted from.
+			q.observe(r.Grants, r.Epoch)
+			q.place(t, r.Position, r.Grants)
 		}
 	}
 }

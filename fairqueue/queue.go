@@ -206,7 +206,8 @@ func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, permi
 	if t.seq == 0 { // a requeued ticket keeps its place's order
 		t.seq = res.Seq
 	}
-	t.position, t.grants0 = res.Position, res.Grants
+	t.position = res.Position
+	q.place(t, res.Position, res.Grants)
 	if res.Granted {
 		q.grant(t, res.GrantNo, res.Upstream, permits)
 	} else {

@@ -98,15 +98,32 @@ type Waiting struct {
 func (w Waiting) Position() int { return w.q.position(w.t) }
 
 // ETA estimates the wait left from the observed grant rate; 0 when the
-// rate is not known yet.
-func (w Waiting) ETA() time.Duration { return w.q.rate.eta(w.Position()) }
-
-// position estimates the tickets ahead of t from the grants made since
-// it was queued.
-func (q *Queue) position(t *ticket) int {
-	if t.position == 0 {
+// rate or the position is not known.
+func (w Waiting) ETA() time.Duration {
+	pos := w.Position()
+	if pos == 0 {
 		return 0
 	}
-	p := t.position - int(q.grants.Load()-t.grants0)
+	return w.q.rate.eta(pos)
+}
+
+// position estimates the tickets ahead of t from the grants made since
+// it was queued. 0 (unknown) when it was never queued, and while it is
+// placed in a data set the store has lost since (Redis restarted
+// empty): its place there counts from a grant counter that started
+// over, until its node queues it again (reinstate).
+func (q *Queue) position(t *ticket) int {
+	pl := t.place.Load()
+	if pl == nil || pl.position == 0 || pl.epoch != q.grantsOf.Load() {
+		return 0
+	}
+	p := pl.position - int(q.grants.Load()-pl.grants0)
 	return max(p, 1)
+}
+
+// place records where the store queued t: position, when the queue's
+// grant counter read grants (observed first, so that it names the data
+// set of that counter).
+func (q *Queue) place(t *ticket, position int, grants int64) {
+	t.place.Store(&place{position: position, grants0: grants, epoch: q.grantsOf.Load()})
 }

@@ -43,8 +43,20 @@ type ticket struct {
 	// woken by a grant); handoff: its handoff was observed (once).
 	woken   atomic.Int64
 	handoff atomic.Bool
+	// place is where the store last queued it, for its live position
+	// (Queue.position): set when it is queued, and again when its node
+	// queues it anew after the store lost it (reinstate).
+	place atomic.Pointer[place]
 	// Written before wait starts.
 	seq      int64
+	position int // its place when it was first queued; 0: granted at once
+}
+
+// place is where the store queued a ticket: its position then, the
+// queue's grant counter then, and the data set (epoch) that counter
+// belongs to.
+type place struct {
 	position int
 	grants0  int64
+	epoch    *string // Queue.grantsOf when placed
 }
