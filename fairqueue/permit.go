@@ -144,7 +144,8 @@ var errReleased = errors.New("fair queue: requeue of a released permit")
 // to the client. The upstream cools for cool (see Cool; cool < 0: it
 // does not cool). The wait ends as Acquire's does, at the first
 // Acquire's max wait; the request's flow is not charged for the grant
-// given back. The Permit must not be used afterwards; Release the
+// given back, whether it waits again or not (its max wait is over, ctx
+// ended, the store failed). The Permit must not be used afterwards; Release the
 // returned one.
 func (p *Permit) Requeue(ctx context.Context, cool time.Duration) (*Permit, error) {
 	return p.requeue(ctx, cool, p.t.tokens)
@@ -212,13 +213,19 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 	q.health.record(q.log, err)
 	if err != nil {
 		// It may have run: take the new ticket out, give the old permit
-		// back (both idempotent).
+		// back (both idempotent). Either way the refused grant ran
+		// nowhere: the release takes its charge back, as the requeue
+		// would have (where the requeue ran, the old permit is held no
+		// more and the release corrects nothing).
 		t.state.CompareAndSwap(statePending, stateCancelled)
 		q.forget(t)
-		old := p.t.id
+		old, correction := p.t.id, 0.0
+		if TicketFlow(old) != "" {
+			correction = -p.t.cost
+		}
 		q.background(func() {
 			q.cancelInStore(t, true, true)
-			q.releaseID(old, 0)
+			q.releaseID(old, correction)
 		})
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
