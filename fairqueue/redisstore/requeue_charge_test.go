@@ -71,3 +71,43 @@ func TestAFailedRequeueChargesItsTenantNothing(t *testing.T) {
 		(<-permits).Release()
 	}
 }
+
+// The upstream that refused a request cools, as Permit.Requeue promises,
+// also where the requeue fails before it reaches the store (the
+// request's max wait is over): its next grants go to the other upstream
+// of the pool while it cools.
+func TestAFailedRequeueCoolsTheUpstreamThatRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := fairqueue.Config{Permits: 2, MaxWait: time.Minute, Lease: 10 * time.Second,
+		Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 1}, {Dial: "b:1", Permits: 1}}}
+	n := newNode(t, srv, "requeuecool", cfg)
+	ctx := context.Background()
+
+	p, err := n.q.Acquire(ctx, fairqueue.Request{MaxWait: time.Second})
+	require.NoError(t, err)
+	refused := p.Upstream()
+	require.NotEmpty(t, refused)
+	time.Sleep(1100 * time.Millisecond) // past its max wait: the requeue cannot wait again
+	_, err = p.Requeue(ctx, 30*time.Second)
+	var rej *fairqueue.RejectError
+	require.True(t, errors.As(err, &rej), "the requeue past the max wait is a reject: %v", err)
+	eventually(t, 10*time.Second, func() bool {
+		return len(readState(t, n.rdb, "requeuecool").Holders) == 0
+	}, "the refused request's permit is given back")
+
+	for range 2 {
+		p, err := n.q.Acquire(ctx, fairqueue.Request{MaxWait: 2 * time.Second})
+		if err != nil {
+			continue // the only upstream in dispatch is busy
+		}
+		assert.NotEqual(t, refused, p.Upstream(), "granted on the upstream that refused, which should cool")
+		defer p.Release()
+	}
+	snap, err := n.q.Inspect(ctx, 10, 10)
+	require.NoError(t, err)
+	for _, u := range snap.Upstreams {
+		if u.Dial == refused {
+			assert.Positive(t, u.CoolLeft, "the upstream that refused cools")
+		}
+	}
+}
