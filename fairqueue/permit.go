@@ -196,36 +196,39 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 	}
 	q.forget(p.t)
 	cfg := q.cfg.Load()
+	// Where no requeue gives the permit back, this release does, as the
+	// requeue would have: the refused grant ran nowhere (its charge is
+	// taken back) and its upstream cools.
+	rel := q.releaseArgs(p.t.id)
+	if TicketFlow(p.t.id) != "" {
+		rel.Correction = -p.t.cost
+	}
+	if up := p.Upstream(); up != "" && cool >= 0 {
+		rel.Cool, rel.CoolFor = up, coolFor(cool)
+	}
 	t := q.newTicket(false, TicketFlow(p.t.id), 0)
 	if t == nil {
-		q.releaseID(p.t.id, -p.t.cost)
+		q.release(rel)
 		return nil, q.reject(ReasonShuttingDown, p.start, 0, nil)
 	}
 	t.seq, t.cost, t.scale, t.tokens = p.t.seq, p.t.cost, p.t.scale, tokens
 	args := RequeueArgs{Old: p.t.id, Seq: p.t.seq, TicketArgs: TicketArgs{ID: t.id, Node: q.node,
-		Limits: cfg.limits(), Cost: t.cost, Tokens: t.tokens, Correction: -p.t.cost, Tombstone: q.s.beatOnItsWay()}}
-	if up := p.Upstream(); up != "" && cool >= 0 {
-		args.Cool, args.CoolFor = up, coolFor(cool)
-	}
+		Limits: cfg.limits(), Cost: t.cost, Tokens: t.tokens, Correction: -p.t.cost, Tombstone: q.s.beatOnItsWay(),
+		Cool: rel.Cool, CoolFor: rel.CoolFor}}
 	actx, cancel := context.WithDeadline(ctx, p.deadline)
 	res, err := q.store.Requeue(actx, args)
 	cancel()
 	q.health.record(q.log, err)
 	if err != nil {
 		// It may have run: take the new ticket out, give the old permit
-		// back (both idempotent). Either way the refused grant ran
-		// nowhere: the release takes its charge back, as the requeue
-		// would have (where the requeue ran, the old permit is held no
-		// more and the release corrects nothing).
+		// back (both idempotent). Where the requeue ran, the old permit
+		// is held no more: the release neither corrects nor cools again.
 		t.state.CompareAndSwap(statePending, stateCancelled)
 		q.forget(t)
-		old, correction := p.t.id, 0.0
-		if TicketFlow(old) != "" {
-			correction = -p.t.cost
-		}
+		rel.Tombstone = rel.Tombstone || q.s.beatOnItsWay()
 		q.background(func() {
 			q.cancelInStore(t, true, true)
-			q.releaseID(old, correction)
+			q.release(rel)
 		})
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
