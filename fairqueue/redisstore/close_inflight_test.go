@@ -54,3 +54,42 @@ func TestAnAcquireOnItsWayAtCloseLeavesNothingBehind(t *testing.T) {
 	assert.Nil(t, got.p, "a permit of a closed queue")
 	assert.ErrorIs(t, got.err, fairqueue.ErrShuttingDown)
 }
+
+func (s *slowAcquire) Requeue(ctx context.Context, t fairqueue.RequeueArgs) (fairqueue.AcquireResult, error) {
+	if s.slow.Load() {
+		s.entered <- struct{}{}
+		time.Sleep(1500 * time.Millisecond)
+	}
+	return s.Store.Requeue(ctx, t)
+}
+
+// The same with a requeue on its way (its upstream refused the request):
+// the request gets the shutdown reject and nothing is left in Redis.
+func TestARequeueOnItsWayAtCloseLeavesNothingBehind(t *testing.T) {
+	srv := redistest.Start(t)
+	s := &slowAcquire{entered: make(chan struct{}, 1)}
+	cfg := fairqueue.Config{Permits: 1, MaxWait: 10 * time.Second, Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 1}}}
+	n := wrappedNode(t, srv, "closerequeue", cfg, func(st fairqueue.Store) fairqueue.Store { s.Store = st; return s })
+	p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	s.slow.Store(true)
+	type requeued struct {
+		p   *fairqueue.Permit
+		err error
+	}
+	done := make(chan requeued, 1)
+	go func() {
+		p2, err := p.Requeue(context.Background(), -1)
+		done <- requeued{p2, err}
+	}()
+	<-s.entered
+	require.NoError(t, n.q.Close())
+	got := <-done
+	if got.p != nil {
+		got.p.Release()
+	}
+	time.Sleep(200 * time.Millisecond) // any call of the node still on its way ends
+	assert.Empty(t, srv.Keys(t, "*"), "keys left after the last node left")
+	assert.Nil(t, got.p, "a permit of a closed queue")
+	assert.ErrorIs(t, got.err, fairqueue.ErrShuttingDown)
+}
