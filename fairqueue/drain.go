@@ -44,8 +44,8 @@ func (q *Queue) RejectWaiters() {
 }
 
 // Close is Drain without waiting for held permits: waiters are answered,
-// and permits still held are released in the store. An Acquire whose
-// store call is still on its way when the node leaves is answered with
+// and permits still held are released in the store. An Acquire (or a
+// Permit.Requeue) whose store call is still on its way when the node leaves is answered with
 // ErrShuttingDown too: the leave waits for that call (bounded by the
 // store client's timeouts), so that it cannot reach the store after the
 // leave. Drain and Close run once: a later or concurrent call returns
@@ -66,7 +66,8 @@ func (q *Queue) Close() error {
 	return q.leave()
 }
 
-// beforeLeave runs f, a store call made for a request (an acquire), so
+// beforeLeave runs f, a store call made for a request (an acquire, a
+// requeue), so
 // that it ends before the node leaves: leave waits for it, as for a
 // background call, and a call that reached the store after the last
 // node's leave deleted the queue's keys would create some again, for

@@ -216,9 +216,21 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		Limits: cfg.limits(), Cost: t.cost, Tokens: t.tokens, Correction: -p.t.cost, Tombstone: q.s.beatOnItsWay(),
 		Cool: rel.Cool, CoolFor: rel.CoolFor}}
 	actx, cancel := context.WithDeadline(ctx, p.deadline)
-	res, err := q.store.Requeue(actx, args)
+	var res AcquireResult
+	err := q.beforeLeave(func() error {
+		var err error
+		res, err = q.store.Requeue(actx, args)
+		return err
+	})
 	cancel()
 	q.health.record(q.log, err)
+	if errors.Is(err, errClosed) {
+		// The node left while the call was on its way: its leave took
+		// out both tickets, whatever the call did.
+		t.state.CompareAndSwap(statePending, stateRejected)
+		q.forget(t)
+		return nil, q.reject(ReasonShuttingDown, p.start, 0, nil)
+	}
 	if err != nil {
 		// It may have run: take the new ticket out, give the old permit
 		// back (both idempotent). Where the requeue ran, the old permit
