@@ -144,7 +144,8 @@ var errReleased = errors.New("fair queue: requeue of a released permit")
 // to the client. The upstream cools for cool (see Cool; cool < 0: it
 // does not cool). The wait ends as Acquire's does, at the first
 // Acquire's max wait; the request's flow is not charged for the grant
-// given back. The Permit must not be used afterwards; Release the
+// given back, whether it waits again or not (its max wait is over, ctx
+// ended, the store failed). The Permit must not be used afterwards; Release the
 // returned one.
 func (p *Permit) Requeue(ctx context.Context, cool time.Duration) (*Permit, error) {
 	return p.requeue(ctx, cool, p.t.tokens)
@@ -195,30 +196,51 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 	}
 	q.forget(p.t)
 	cfg := q.cfg.Load()
+	// Where no requeue gives the permit back, this release does, as the
+	// requeue would have: the refused grant ran nowhere (its charge is
+	// taken back) and its upstream cools.
+	rel := q.releaseArgs(p.t.id)
+	if TicketFlow(p.t.id) != "" {
+		rel.Correction = -p.t.cost
+	}
+	if up := p.Upstream(); up != "" && cool >= 0 {
+		rel.Cool, rel.CoolFor = up, coolFor(cool)
+	}
 	t := q.newTicket(false, TicketFlow(p.t.id), 0)
 	if t == nil {
-		q.releaseID(p.t.id, -p.t.cost)
+		q.release(rel)
 		return nil, q.reject(ReasonShuttingDown, p.start, 0, nil)
 	}
 	t.seq, t.cost, t.scale, t.tokens = p.t.seq, p.t.cost, p.t.scale, tokens
 	args := RequeueArgs{Old: p.t.id, Seq: p.t.seq, TicketArgs: TicketArgs{ID: t.id, Node: q.node,
-		Limits: cfg.limits(), Cost: t.cost, Tokens: t.tokens, Correction: -p.t.cost, Tombstone: q.s.beatOnItsWay()}}
-	if up := p.Upstream(); up != "" && cool >= 0 {
-		args.Cool, args.CoolFor = up, coolFor(cool)
-	}
+		Limits: cfg.limits(), Cost: t.cost, Tokens: t.tokens, Correction: -p.t.cost, Tombstone: q.s.beatOnItsWay(),
+		Cool: rel.Cool, CoolFor: rel.CoolFor}}
 	actx, cancel := context.WithDeadline(ctx, p.deadline)
-	res, err := q.store.Requeue(actx, args)
+	var res AcquireResult
+	err := q.beforeLeave(func() error {
+		var err error
+		res, err = q.store.Requeue(actx, args)
+		return err
+	})
 	cancel()
 	q.health.record(q.log, err)
+	if errors.Is(err, errClosed) {
+		// The node left while the call was on its way: its leave took
+		// out both tickets, whatever the call did.
+		t.state.CompareAndSwap(statePending, stateRejected)
+		q.forget(t)
+		return nil, q.reject(ReasonShuttingDown, p.start, 0, nil)
+	}
 	if err != nil {
 		// It may have run: take the new ticket out, give the old permit
-		// back (both idempotent).
+		// back (both idempotent). Where the requeue ran, the old permit
+		// is held no more: the release neither corrects nor cools again.
 		t.state.CompareAndSwap(statePending, stateCancelled)
 		q.forget(t)
-		old := p.t.id
+		rel.Tombstone = rel.Tombstone || q.s.beatOnItsWay()
 		q.background(func() {
 			q.cancelInStore(t, true, true)
-			q.releaseID(old, 0)
+			q.release(rel)
 		})
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -160,6 +160,13 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
 	}
 	res, err := q.send(ctx, t, req, cfg, deadline)
+	if errors.Is(err, errClosed) {
+		// The node left (Close) while the call was on its way: its
+		// leave took out whatever the call did in the store.
+		t.state.CompareAndSwap(statePending, stateRejected)
+		q.forget(t)
+		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
+	}
 	if err != nil {
 		t.state.CompareAndSwap(statePending, stateCancelled)
 		// The call may have reached the store: cancel with a tombstone
@@ -239,10 +246,15 @@ func (q *Queue) send(ctx context.Context, t *ticket, req Request, cfg *Config, d
 	backoff := 10 * time.Millisecond
 	for {
 		actx, cancel := context.WithDeadline(ctx, deadline)
-		res, err := q.store.Acquire(actx, args)
+		var res AcquireResult
+		err := q.beforeLeave(func() error {
+			var err error
+			res, err = q.store.Acquire(actx, args)
+			return err
+		})
 		cancel()
-		if err == nil {
-			return res, nil
+		if err == nil || errors.Is(err, errClosed) {
+			return res, err
 		}
 		if ctx.Err() != nil || !time.Now().Before(callDeadline(ctx, deadline)) {
 			return res, err // the caller's deadline, not the store's fault
