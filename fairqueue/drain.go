@@ -45,11 +45,11 @@ func (q *Queue) RejectWaiters() {
 
 // Close is Drain without waiting for held permits: waiters are answered,
 // and permits still held are released in the store. An Acquire (or a
-// Permit.Requeue) whose store call is still on its way when the node leaves is answered with
-// ErrShuttingDown too: the leave waits for that call (bounded by the
-// store client's timeouts), so that it cannot reach the store after the
-// leave. Drain and Close run once: a later or concurrent call returns
-// when the first has left, with its error.
+// Permit.Requeue) whose store call is still on its way when the node
+// leaves is answered with ErrShuttingDown too: the leave waits for that
+// call (bounded by the store client's timeouts), so that it cannot reach
+// the store after the leave. Drain and Close run once: a later or
+// concurrent call returns when the first has left, with its error.
 func (q *Queue) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Load().StoreTimeout)
 	defer cancel()
@@ -67,10 +67,9 @@ func (q *Queue) Close() error {
 }
 
 // beforeLeave runs f, a store call made for a request (an acquire, a
-// requeue), so
-// that it ends before the node leaves: leave waits for it, as for a
-// background call, and a call that reached the store after the last
-// node's leave deleted the queue's keys would create some again, for
+// requeue), so that it ends before the node leaves: leave waits for it,
+// as for a background call, and a call that reached the store after the
+// last node's leave deleted the queue's keys would create some again, for
 // nobody. Once the node is leaving it runs nothing and returns
 // errClosed, as it does when the node began to leave while f was on its
 // way: f's ticket is the leave's to end (its permit, if f was granted
