@@ -110,7 +110,8 @@ func (c *call) read() (answered bool, err error) {
 // enter enters the engine of the request's queue, and weighs the
 // request with the queue's estimate; finish exits it.
 func (c *call) enter() (err error) {
-	if len(c.name) > maxQueueNameLen {
+	// A fixed name is the operator's: the bounds are on client input.
+	if c.h.dynamic && len(c.name) > maxQueueNameLen {
 		return fmt.Errorf("queue name longer than %d bytes", maxQueueNameLen)
 	}
 	if c.h.dynamic && (c.name == overflowQueue || c.name == unknownQueue) {

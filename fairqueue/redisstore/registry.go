@@ -57,6 +57,13 @@ func Unregister(ctx context.Context, rdb redis.Scripter, prefix, name string, si
 	return nil
 }
 
+// registryName is the name under which the stores of queue name register
+// it: as it stands in its keys' tag (braces replaced), so that the queues
+// of names that share one tag ("x{", "x}", "x_": one queue in Redis) are
+// one name there, which the leave that deletes their keys takes out,
+// whichever queue leaves last.
+func registryName(name string) string { return braces.Replace(name) }
+
 // registerEvery is how often an instance's heartbeats name a queue in
 // the registry again.
 func (s *Store) registerEvery() time.Duration {
@@ -74,7 +81,7 @@ func (s *Store) register(ctx context.Context, force bool) {
 		return
 	}
 	if s.registryCall(ctx, func() error {
-		return s.rdb.ZAdd(ctx, s.registry, redis.Z{Score: float64(now.UnixMilli()), Member: s.name}).Err()
+		return s.rdb.ZAdd(ctx, s.registry, redis.Z{Score: float64(now.UnixMilli()), Member: registryName(s.name)}).Err()
 	}) == nil {
 		s.registered.Store(now.UnixMilli())
 	}
@@ -94,7 +101,7 @@ func (s *Store) registryCall(ctx context.Context, call func() error) error {
 // that started at since deleted its keys (a store that registers: not
 // with DeadQueueAfter negative).
 func (s *Store) unregisterAfterLeave(ctx context.Context, since time.Time) error {
-	if err := Unregister(ctx, s.sc, s.prefix, s.name, since); err != nil {
+	if err := Unregister(ctx, s.sc, s.prefix, registryName(s.name), since); err != nil {
 		return fmt.Errorf("leave %s: %w", s.tag, err)
 	}
 	return nil
