@@ -52,6 +52,7 @@ type call struct {
 	usage     *usageWriter  // cost tokens: reads the answer's usage
 	fb        *firstByteWriter
 	forwarded bool               // next was called
+	aborted   bool               // the client had left when next last returned (runNext)
 	cut       context.CancelFunc // ends the forwarded request (cuttable)
 	uncut     func() bool        // unhooks cut from the exit's (cuttable)
 	running   bool               // counted in e.running
@@ -211,7 +212,7 @@ func (c *call) serve() error {
 	if c.committed {
 		return c.relay()
 	}
-	if err := c.next.ServeHTTP(c.w, c.r); err != nil {
+	if err := c.runNext(c.w); err != nil {
 		return err // Caddy still writes the error: nothing may be flushed first
 	}
 	// Send what the upstream wrote now: the permit's release (a Redis
@@ -282,10 +283,12 @@ func (c *call) finish() {
 		observeFirstByte(c.name, c.fb.upstream, c.fb.first)
 	}
 	c.observeAnswer()
-	if c.forwarded && c.left() {
+	if c.aborted {
 		// The client left while the upstream ran its request, however
 		// reverse_proxy ended it: a plain request with a 499 and no
-		// error, a stream with a panic, a relayed stream quietly.
+		// error, a stream with a panic, a relayed stream quietly. One
+		// that left after next returned aborted nothing: the upstream
+		// had ended (its answer's end was still on its way).
 		time.Sleep(c.h.abortGrace())
 	}
 	if c.running {
@@ -296,6 +299,16 @@ func (c *call) finish() {
 	if c.uncut != nil {
 		c.uncut()
 	}
+}
+
+// runNext calls next with w, and notes whether the client had left by
+// the time next returned, or panicked (reverse_proxy aborts an answer
+// whose body broke off with a panic): the upstream may then still run
+// the aborted request, and finish holds its permit for the abort grace.
+// Each forwarding notes it anew: a refused one did not run (requeue).
+func (c *call) runNext(w http.ResponseWriter) error {
+	defer func() { c.aborted = c.left() }()
+	return c.next.ServeHTTP(w, c.r)
 }
 
 // left reports whether the client has gone: its request's context

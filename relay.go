@@ -39,7 +39,7 @@ func (c *call) nextUnencoded(w http.ResponseWriter) error {
 		delete(c.r.Header, "Accept-Encoding")
 		defer func() { c.r.Header["Accept-Encoding"] = v }()
 	}
-	return c.next.ServeHTTP(w, c.r)
+	return c.runNext(w)
 }
 
 // relayEnd ends a relayed answer that cw holds, next's error err. A

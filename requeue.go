@@ -108,7 +108,7 @@ func (c *call) forward(hold bool) attempt {
 	if hold {
 		hw.statuses = c.h.RequeueOn
 	}
-	err := nextHeld(func() error { return c.next.ServeHTTP(hw, c.r) }, func() bool { return hw.held })
+	err := nextHeld(func() error { return c.runNext(hw) }, func() bool { return hw.held })
 	return attempt{status: hw.status, header: hw.header, wrote: hw.wrote, held: hw.held, err: err}
 }
 
