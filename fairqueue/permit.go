@@ -145,8 +145,8 @@ var errReleased = errors.New("fair queue: requeue of a released permit")
 // does not cool). The wait ends as Acquire's does, at the first
 // Acquire's max wait; the request's flow is not charged for the grant
 // given back, whether it waits again or not (its max wait is over, ctx
-// ended, the store failed). The Permit must not be used afterwards; Release the
-// returned one.
+// ended, the store failed). The Permit must not be used afterwards;
+// Release the returned one.
 func (p *Permit) Requeue(ctx context.Context, cool time.Duration) (*Permit, error) {
 	return p.requeue(ctx, cool, p.t.tokens)
 }
