@@ -22,6 +22,8 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 	cfg := q.cfg.Load()
 	var lq *Queue
 	var inner *Permit
+	var line *moveLine
+	var n uint64
 	switch {
 	case cfg.Fallback != nil:
 		req.MaxWait = time.Until(deadline)
@@ -29,12 +31,15 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 			return nil, q.reject(ReasonTimeout, start, 0, cause)
 		}
 		lq = q.localQueue(cfg)
+		line, n = lq.line, lq.line.take()
+		// Passed as it leaves the fallback queue, or once it moved.
+		defer line.pass(n)
 		var err error
 		inner, err = lq.Acquire(ctx, req)
 		if errors.Is(err, ErrShuttingDown) && !q.isDraining() {
 			// The store is back (retireLocal): the request waits in its
 			// queue, at the tail, its max wait still counted from start.
-			return q.acquire(ctx, req, start, deadline)
+			return q.moveIn(ctx, line, n, req, start, deadline)
 		}
 		if errors.Is(err, ErrShuttingDown) && cfg.Observer != nil {
 			// The fallback queue leaves its own out (localObserver).
@@ -61,7 +66,7 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 		// heartbeat that adopted its permits did not name this one, and
 		// the store's grants run beside it now. It waits there instead.
 		inner.Release()
-		return q.acquire(ctx, req, start, deadline)
+		return q.moveIn(ctx, line, n, req, start, deadline)
 	}
 	if t == nil {
 		if inner != nil {
@@ -77,6 +82,31 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 		t.upstream.Store(&up) // adopted on it when the store is back
 	}
 	return &Permit{q: q, t: t, waited: time.Since(start), local: inner, req: req, start: start, deadline: deadline}, nil
+}
+
+// moveIn sends to the store's queue the acquire of a request that
+// waited in a fallback queue retired since (n: its number in that
+// queue's line), once those before it there have passed: the fallback
+// queue's waiters join the store's queue in their order. Its max wait
+// still counts from start, the wait for its turn included.
+func (q *Queue) moveIn(ctx context.Context, line *moveLine, n uint64, req Request, start, deadline time.Time) (*Permit, error) {
+	defer line.pass(n)
+	switch line.wait(ctx, n, deadline, q.drainCh) {
+	case turnCancelled:
+		return nil, ctx.Err()
+	case turnTimedOut:
+		return nil, q.reject(ReasonTimeout, start, 0, nil)
+	case turnDrained:
+		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
+	}
+	onQueued := req.OnQueued
+	req.OnQueued = func(w Waiting) {
+		line.pass(n) // queued (in a fallback queue, if the store failed again): the next one goes
+		if onQueued != nil {
+			onQueued(w)
+		}
+	}
+	return q.acquire(ctx, req, start, deadline)
 }
 
 // localTicket makes the unregistered ticket of a permit the fallback
@@ -132,6 +162,7 @@ func (q *Queue) localQueue(cfg *Config) *Queue {
 	defer q.localMu.Unlock()
 	if q.local == nil {
 		q.local, _ = New(cfg.Fallback, lc)
+		q.local.line = newMoveLine()
 		q.log.Warn("store unreachable: queueing in this node only", zap.Int("local_permits", permits))
 		if q.isDraining() {
 			q.local.RejectWaiters()

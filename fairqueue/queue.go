@@ -51,6 +51,9 @@ type Queue struct {
 	localMu sync.Mutex
 	local   *Queue   // fallback queue while the store is down (LocalFallback)
 	retired []*Queue // fallback queues of outages past, until their permits end
+	// line, in a fallback queue, orders its waiters as they move into
+	// the store's queue once the store is back (moveIn).
+	line *moveLine
 }
 
 // New returns a Queue for cfg on store. It makes no store call: the node

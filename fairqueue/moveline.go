@@ -1,0 +1,101 @@
+package fairqueue
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// moveLine keeps the order of a fallback queue's waiters as they move
+// into the store's queue once the store is back (retireLocal): each
+// request takes a number as it enters the fallback queue, and a moving
+// one sends its acquire once every request numbered before it has
+// passed: queued in the store's queue (or again in a fallback queue),
+// granted, or gone. Moving at once, each on its own goroutine, they
+// would join the store's queue in the order their calls happened to
+// reach it.
+type moveLine struct {
+	mu     sync.Mutex
+	taken  uint64              // the numbers handed out: 1 to taken
+	head   uint64              // every number up to head has passed
+	passed map[uint64]struct{} // the numbers beyond head that passed
+	moved  chan struct{}       // closed, and replaced, when head moves on
+}
+
+func newMoveLine() *moveLine {
+	return &moveLine{passed: make(map[uint64]struct{}), moved: make(chan struct{})}
+}
+
+// take numbers a request entering the fallback queue; it must pass its
+// number once, whatever its end, or those behind it wait until their
+// own deadline.
+func (l *moveLine) take() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.taken++
+	return l.taken
+}
+
+// pass lets the requests behind n go; a second pass of n does nothing.
+func (l *moveLine) pass(n uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n <= l.head {
+		return
+	}
+	l.passed[n] = struct{}{}
+	head := l.head
+	for {
+		if _, ok := l.passed[head+1]; !ok {
+			break
+		}
+		delete(l.passed, head+1)
+		head++
+	}
+	if head != l.head {
+		l.head = head
+		close(l.moved)
+		l.moved = make(chan struct{})
+	}
+}
+
+// turnEnd is how a wait for a turn ended.
+type turnEnd int
+
+const (
+	turnCome turnEnd = iota
+	turnCancelled
+	turnTimedOut
+	turnDrained
+)
+
+// wait blocks until every request numbered before n has passed, or
+// ctx ends, deadline passes or drain closes.
+func (l *moveLine) wait(ctx context.Context, n uint64, deadline time.Time, drain <-chan struct{}) turnEnd {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		l.mu.Lock()
+		head, moved := l.head, l.moved
+		l.mu.Unlock()
+		if head >= n-1 {
+			return turnCome
+		}
+		if timer == nil {
+			timer = time.NewTimer(time.Until(deadline))
+		}
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			return turnCancelled
+		case <-timer.C:
+			return turnTimedOut
+		case <-drain:
+			return turnDrained
+		}
+	}
+}
