@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,25 +24,11 @@ import (
 // below the 30 grants made before the restart.
 func TestKeepalivePositionsOfWaitersQueuedAgainAfterRedisRestartsEmpty(t *testing.T) {
 	srv := redistest.Start(t)
-	hold := make(chan struct{})
-	holding := make(chan struct{}, 1)
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/event-stream")
-		if r.Header.Get("X-Hold") != "" {
-			w.WriteHeader(http.StatusOK)
-			w.(http.Flusher).Flush()
-			holding <- struct{}{}
-			<-hold
-		}
-		_, _ = io.WriteString(w, "data: [DONE]\n\n")
-	}))
-	t.Cleanup(upstream.Close)
-	t.Cleanup(func() { closeOnce(hold) })
+	dial, hold, holding := holdingUpstream(t)
 	url := runCaddy(t,
 		fmt.Sprintf(`{"handler":"fair_queue","name":"reinstated-positions","permits":1,"max_wait":"60s",
 			"lease":"3s","poll_interval":"100ms","sse_keepalive":"100ms","on_store_error":"fail_closed","redis":{"addresses":[%q]}}`, srv.Addr()),
-		fmt.Sprintf(`{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}`, strings.TrimPrefix(upstream.URL, "http://")))
+		fmt.Sprintf(`{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}`, dial))
 
 	post := func(hold bool) *http.Response {
 		req, err := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))

@@ -19,6 +19,29 @@ import (
 
 var positionComment = regexp.MustCompile(`^: queued position=(\d+) `)
 
+// holdingUpstream is an SSE upstream that holds each request with an
+// X-Hold header (telling holding as it runs) until hold is closed (by
+// the test's end at the latest), and answers the others at once.
+func holdingUpstream(t *testing.T) (dial string, hold chan struct{}, holding <-chan struct{}) {
+	t.Helper()
+	hold = make(chan struct{})
+	held := make(chan struct{}, 1)
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		if r.Header.Get("X-Hold") != "" {
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			held <- struct{}{}
+			<-hold
+		}
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(upstream.Close)
+	t.Cleanup(func() { closeOnce(hold) })
+	return strings.TrimPrefix(upstream.URL, "http://"), hold, held
+}
+
 // After Redis restarts empty, the queue's grant counter starts over.
 // The positions streaming waiters are shown (and the Retry-After a
 // reject estimates from them) are counted from it: three waiters behind
@@ -26,25 +49,11 @@ var positionComment = regexp.MustCompile(`^: queued position=(\d+) `)
 // the new counter passes the grants made before the restart.
 func TestKeepalivePositionsAfterRedisRestartsEmpty(t *testing.T) {
 	srv := redistest.Start(t)
-	hold := make(chan struct{})
-	holding := make(chan struct{}, 1)
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/event-stream")
-		if r.Header.Get("X-Hold") != "" {
-			w.WriteHeader(http.StatusOK)
-			w.(http.Flusher).Flush()
-			holding <- struct{}{}
-			<-hold
-		}
-		_, _ = io.WriteString(w, "data: [DONE]\n\n")
-	}))
-	t.Cleanup(upstream.Close)
-	t.Cleanup(func() { closeOnce(hold) })
+	dial, hold, holding := holdingUpstream(t)
 	url := runCaddy(t,
 		fmt.Sprintf(`{"handler":"fair_queue","name":"restart-positions","permits":1,"max_wait":"60s",
 			"lease":"3s","poll_interval":"100ms","sse_keepalive":"100ms","on_store_error":"fail_closed","redis":{"addresses":[%q]}}`, srv.Addr()),
-		fmt.Sprintf(`{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}`, strings.TrimPrefix(upstream.URL, "http://")))
+		fmt.Sprintf(`{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}`, dial))
 
 	post := func(hold bool) (*http.Response, error) {
 		req, err := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))

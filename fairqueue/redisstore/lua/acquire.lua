@@ -32,8 +32,10 @@ local id, node = ARGV[1], ARGV[8]
 local flow = flow_of(id) -- a tenant in one band
 local cost, weight = string.match(ARGV[10], '^(%S+) ?(%d*)$')
 cost, weight = tonumber(cost), tonumber(weight) or 0
--- epoch: '' (no news) while the node is alive here; read, or set where
--- missing, when it is not (see below).
+-- epoch: the data set's, read (or set where missing, when the node is
+-- not alive here: see below). Always in the reply: a heartbeat that made
+-- the node alive in a new data set may answer after this call does, and
+-- the reply's grant counter (a waiter's place) is counted in this one.
 local epoch = ''
 -- answer builds the reply (decoded by decodeAcquire in replies.go); a
 -- grant made here passes its number, which is the grant counter.
@@ -61,6 +63,8 @@ if not alive(node) then
   epoch = redis.call('SET', K.epoch, ARGV[9], 'NX', 'GET') or ARGV[9]
   redis.call('ZADD', K.nodes, now + lease, node)
   redis.call('HSET', K.members, node, lease .. ' 0')
+else
+  epoch = redis.call('GET', K.epoch) or ''
 end
 -- n, tn: the permits the flow and its tenant hold, if room read them
 local own, free, view, up, n, tn = {}, 0, nil, nil, nil, nil
