@@ -51,7 +51,7 @@ type call struct {
 	sent      *http.Request // a pool's request as first passed on: a requeue sends it again
 	usage     *usageWriter  // cost tokens: reads the answer's usage
 	fb        *firstByteWriter
-	forwarded bool               // next was called
+	forwarded bool               // next was called with the permit held now
 	aborted   bool               // the client had left when next last returned (runNext)
 	cut       context.CancelFunc // ends the forwarded request (cuttable)
 	uncut     func() bool        // unhooks cut from the exit's (cuttable)
@@ -247,7 +247,10 @@ func (c *call) servePool() (served bool, err error) {
 			return true, c.notGranted(err)
 		}
 		if c.left() {
-			return true, nil // granted again for nobody: finish hands the permit on
+			// Granted again for nobody: finish hands the permit on,
+			// charging nothing for the grant, which ran nowhere.
+			c.forwarded = false
+			return true, nil
 		}
 		c.cuttable() // a reload may have moved it to a Redis queue
 		if c.permit.Upstream() == "" {

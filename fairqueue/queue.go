@@ -217,10 +217,12 @@ func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, permi
 		t.seq = res.Seq
 	}
 	t.position = res.Position
-	q.place(t, res.Position, res.Grants)
 	if res.Granted {
 		q.grant(t, res.GrantNo, res.Upstream, permits)
 	} else {
+		// Its live place, for its keepalive: a ticket granted at once
+		// has none to show (the fast path allocates none).
+		q.place(t, res.Position, res.Grants)
 		t.queued.Store(true)
 		if q.cfg.Load().Adaptive != nil {
 			q.learn.limited.Store(true)
