@@ -304,10 +304,11 @@ func (c *call) finish() {
 	}
 }
 
-// runNext calls next with w, and notes whether the client had left by
-// the time next returned, or panicked (reverse_proxy aborts an answer
-// whose body broke off with a panic): the upstream may then still run
-// the aborted request, and finish holds its permit for the abort grace.
+// runNext calls next with w, and notes whether the client had left
+// when next ended, by returning or by a panic (reverse_proxy aborts an
+// answer whose body broke off with one): the upstream may then still
+// run the aborted request, and finish holds its permit for the abort
+// grace.
 // Each forwarding notes it anew: a refused one did not run (requeue).
 func (c *call) runNext(w http.ResponseWriter) error {
 	defer func() { c.aborted = c.left() }()
