@@ -40,7 +40,6 @@ func TestARequeuedGrantNeverForwardedChargesItsTenantNothing(t *testing.T) {
 		req.r = req.r.WithContext(context.WithValue(req.r.Context(), caddyhttp.VarsCtxKey, map[string]any{}))
 		return req
 	}
-	body := `{"max_tokens":10}`
 
 	frozen := withVars(newRequest(context.Background(), `{"stream":true,"max_tokens":30000}`, "X-Tenant", "left"))
 	w := newFrozenWriter()
@@ -56,26 +55,5 @@ func TestARequeuedGrantNeverForwardedChargesItsTenantNothing(t *testing.T) {
 	assert.Zero(t, next.count.Load(), "the frozen stream's new grant was not forwarded")
 	settled(t, h)
 
-	first := withVars(newRequest(context.Background(), body, "X-Tenant", "holder")).start(h, seq)
-	next.waitEntered(t)
-	var reqs []*request
-	for i, tenant := range []string{"other", "other", "other", "left"} {
-		reqs = append(reqs, withVars(newRequest(context.Background(), body, "X-Tenant", tenant)).start(h, seq))
-		waitingIn(t, h, i+1)
-	}
-	var order []string
-	for i := range 5 {
-		next.release <- struct{}{}
-		order = append(order, <-served)
-		if i < 4 {
-			next.waitEntered(t)
-		}
-	}
-	first.wait(t)
-	for _, r := range reqs {
-		r.wait(t)
-	}
-	// Level with other, which arrived first: other, then left.
-	assert.Equal(t, []string{"holder", "other", "left", "other", "other"}, order,
-		"a tenant is not charged for a requeued grant its request never used")
+	assertLeftChargedNothing(t, h, next, served, seq, withVars)
 }

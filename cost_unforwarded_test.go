@@ -36,7 +36,7 @@ func TestGrantNeverForwardedChargesItsTenantNothing(t *testing.T) {
 			assert.Zero(t, next.count.Load(), "not forwarded")
 			settled(t, h)
 
-			assertLeftChargedNothing(t, h, next, served, seq)
+			assertLeftChargedNothing(t, h, next, served, seq, nil)
 		})
 	}
 }
@@ -102,21 +102,26 @@ func TestAGrantToAClientThatTakesNothingChargesItsTenantNothing(t *testing.T) {
 	first.wait(t)
 	settled(t, h)
 
-	assertLeftChargedNothing(t, h, next, served, seq)
+	assertLeftChargedNothing(t, h, next, served, seq, nil)
 }
 
 // assertLeftChargedNothing queues a backlog behind a holder: another
 // tenant's three requests, then one of tenant left, whose request never
 // ran. Charged nothing for it, left is level with other, which arrived
 // first: other, then left.
-func assertLeftChargedNothing(t *testing.T, h *Handler, next *holder, served <-chan string, seq caddyhttp.Handler) {
+// Each request is made ready by prepare, where it is not nil.
+func assertLeftChargedNothing(t *testing.T, h *Handler, next *holder, served <-chan string, seq caddyhttp.Handler,
+	prepare func(*request) *request) {
 	t.Helper()
+	if prepare == nil {
+		prepare = func(r *request) *request { return r }
+	}
 	body := `{"max_tokens":10}`
-	first := newRequest(context.Background(), body, "X-Tenant", "holder").start(h, seq)
+	first := prepare(newRequest(context.Background(), body, "X-Tenant", "holder")).start(h, seq)
 	next.waitEntered(t)
 	var reqs []*request
 	for i, tenant := range []string{"other", "other", "other", "left"} {
-		reqs = append(reqs, newRequest(context.Background(), body, "X-Tenant", tenant).start(h, seq))
+		reqs = append(reqs, prepare(newRequest(context.Background(), body, "X-Tenant", tenant)).start(h, seq))
 		waitingIn(t, h, i+1)
 	}
 	var order []string
