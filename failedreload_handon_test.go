@@ -51,23 +51,7 @@ func TestAFailedReloadLeavesTheSettingsHandedOnBeforeIt(t *testing.T) {
 	other := freePort(t)
 	failing.release = make(chan struct{})
 	t.Cleanup(func() { closeOnce(failing.release) })
-	loaded := make(chan error, 1)
-	for try := 0; ; try++ {
-		require.Less(t, try, 30, "the http app never started before the failing app")
-		failing.entered = make(chan struct{}, 1)
-		go func() {
-			loaded <- caddy.Load([]byte(handOnConfig(other, 2, c, fmt.Sprintf(`"fair_queue_test_failstart":{"port":%d},`, other))), false)
-		}()
-		select {
-		case <-failing.entered:
-		case err := <-loaded:
-			require.ErrorContains(t, err, errHTTPNotFirst.Error())
-			continue
-		case <-time.After(10 * time.Second):
-			t.Fatal("the failing config's load neither started nor failed")
-		}
-		break
-	}
+	loaded := loadFailing(t, handOnConfig(other, 2, c, failStartApp(other)))
 	onC := sendOlder(t, other, "/0", 1) // the failing config serves: its 2 permits
 	require.Eventually(t, func() bool { return olderPermits() == 2 && c.now.Load() == 1 }, 10*time.Second,
 		5*time.Millisecond, "the failing config's request on C")

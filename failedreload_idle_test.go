@@ -71,23 +71,7 @@ func TestAFailedConfigsIdleQueueGetsTheRunningConfigsSettingsBack(t *testing.T) 
 			// The failing config serves on a port of its own.
 			other := freePort(t)
 			failing.release = make(chan struct{})
-			loaded := make(chan error, 1)
-			for try := 0; ; try++ {
-				require.Less(t, try, 30, "the http app never started before the failing app")
-				failing.entered = make(chan struct{}, 1)
-				go func() {
-					loaded <- caddy.Load([]byte(config(other, 5, fmt.Sprintf(`"fair_queue_test_failstart":{"port":%d},`, other))), false)
-				}()
-				select {
-				case <-failing.entered:
-				case err := <-loaded:
-					require.ErrorContains(t, err, errHTTPNotFirst.Error())
-					continue
-				case <-time.After(10 * time.Second):
-					t.Fatal("the failing config's load neither started nor failed")
-				}
-				break
-			}
+			loaded := loadFailing(t, config(other, 5, failStartApp(other)))
 
 			// Its request runs beside the running config's (its 5 permits
 			// applied), ends, and its queue goes idle: its handler gives

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/stretchr/testify/require"
 )
 
 // Modules for tests of config loads that fail: they fail at a moment the
@@ -71,6 +73,34 @@ var failing struct {
 }
 
 func init() { caddy.RegisterModule(failStart{}) }
+
+// failStartApp is the JSON of the failStart app (a config's "apps"
+// member, with its trailing comma) for a server on port.
+func failStartApp(port int) string {
+	return fmt.Sprintf(`"fair_queue_test_failstart":{"port":%d},`, port)
+}
+
+// loadFailing loads cfg, a config with the failStart app, in the
+// background, again until its http app has started before the failStart
+// app, whose Start then waits for failing.release: the config serves
+// until the test lets its load fail. It returns the load's outcome.
+func loadFailing(t *testing.T, cfg string) <-chan error {
+	t.Helper()
+	loaded := make(chan error, 1)
+	for try := 0; ; try++ {
+		require.Less(t, try, 30, "the http app never started before the failing app")
+		failing.entered = make(chan struct{}, 1)
+		go func() { loaded <- caddy.Load([]byte(cfg), false) }()
+		select {
+		case <-failing.entered:
+			return loaded
+		case err := <-loaded:
+			require.ErrorContains(t, err, errHTTPNotFirst.Error())
+		case <-time.After(10 * time.Second):
+			t.Fatal("the failing config's load neither started nor failed")
+		}
+	}
+}
 
 // CaddyModule returns the Caddy module information.
 func (failStart) CaddyModule() caddy.ModuleInfo {

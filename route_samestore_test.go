@@ -2,12 +2,10 @@ package caddyfairqueue
 
 import (
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
@@ -51,15 +49,5 @@ func TestARetiredQueueOfTheSameStoreGrantsUnderAdoptedSettingsOnTheirRoute(t *te
 		5*time.Millisecond, "a first waiter on B, the second and the new request waiting")
 
 	require.NoError(t, caddy.Load([]byte(sameStoreConfig(port, 2, rds.Addr(), "2s", true, c)), false))
-	b.open() // the waiter on B ends: the next grant is made under the second config's 2 permits
-	require.Eventually(t, func() bool { return olderWaiting() < 2 }, 10*time.Second, 5*time.Millisecond,
-		"the first config's second waiter granted")
-	time.Sleep(200 * time.Millisecond) // time for a waiter granted to reach A
-	assert.Equal(t, int32(1), a.most.Load(), "A ran more at once than its 1 permit")
-
-	a.open()
-	c.open()
-	for _, ch := range []<-chan int{onA, onB, waiters, waiters} {
-		assert.Equal(t, http.StatusOK, <-ch)
-	}
+	secondWaiterKeepsA(t, a, b, c, onA, onB, waiters)
 }

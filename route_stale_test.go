@@ -30,17 +30,7 @@ func TestAGrantUnderTheSettingsOfACleanedUpConfigTakesThatConfigsRoute(t *testin
 		5*time.Millisecond, "a first waiter on B, the second and the new request waiting")
 
 	require.NoError(t, caddy.Load([]byte(olderPoolConfig(port, 2, c)), false))
-	b.open() // the waiter on B ends: the next grant is made under the second config's 2 permits
-	require.Eventually(t, func() bool { return olderWaiting() < 2 }, 10*time.Second, 5*time.Millisecond,
-		"the first config's second waiter granted")
-	time.Sleep(200 * time.Millisecond) // time for a waiter granted to reach A
-	assert.Equal(t, int32(1), a.most.Load(), "A ran more at once than its 1 permit")
-
-	a.open()
-	c.open()
-	for _, ch := range []<-chan int{onA, onB, waiters, waiters} {
-		assert.Equal(t, http.StatusOK, <-ch)
-	}
+	secondWaiterKeepsA(t, a, b, c, onA, onB, waiters)
 }
 
 // As above, but the third config lowers the permits (to 2, on C): they
@@ -72,5 +62,25 @@ func TestLoweredPermitsHandedOnAtACleanupKeepTheOldRouteForOlderWaiters(t *testi
 	assert.Equal(t, http.StatusOK, <-onB)
 	for range 4 {
 		assert.Equal(t, http.StatusOK, <-waiters)
+	}
+}
+
+// secondWaiterKeepsA lets the one request on B end, so that the next
+// grant is made under the second config's 2 permits, and checks that the
+// first config's second waiter, granted then, did not run A above its 1
+// permit; then it lets every request end, each answered 200 (onA and
+// onB one each, waiters two).
+func secondWaiterKeepsA(t *testing.T, a, b, c *peakUpstream, onA, onB, waiters <-chan int) {
+	t.Helper()
+	b.open() // the waiter on B ends: the next grant is made under the second config's 2 permits
+	require.Eventually(t, func() bool { return olderWaiting() < 2 }, 10*time.Second, 5*time.Millisecond,
+		"the first config's second waiter granted")
+	time.Sleep(200 * time.Millisecond) // time for a waiter granted to reach A
+	assert.Equal(t, int32(1), a.most.Load(), "A ran more at once than its 1 permit")
+
+	a.open()
+	c.open()
+	for _, ch := range []<-chan int{onA, onB, waiters, waiters} {
+		assert.Equal(t, http.StatusOK, <-ch)
 	}
 }

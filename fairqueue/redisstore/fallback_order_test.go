@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
@@ -78,20 +77,5 @@ func fallbackMovesInOrder(t *testing.T, fair bool) {
 		"the fallback queue's waiters never moved into the shared queue")
 	held.Release()
 
-	var order []int
-	for len(order) < movingWaiters {
-		select {
-		case i := <-served:
-			order = append(order, i)
-		case err := <-errs:
-			t.Fatalf("a waiter failed: %v", err)
-		case <-time.After(20 * time.Second):
-			t.Fatalf("only %v served within 20s", order)
-		}
-	}
-	want := make([]int, movingWaiters)
-	for i := range want {
-		want[i] = i
-	}
-	assert.Equal(t, want, order, "the fallback queue's waiters, moved into the shared queue, served out of their order")
+	assertServedInOrder(t, served, errs, movingWaiters, "the fallback queue's waiters, moved into the shared queue, served out of their order")
 }

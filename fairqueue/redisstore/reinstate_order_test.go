@@ -66,8 +66,16 @@ func queuedAgainInOrder(t *testing.T, fair bool, lose func(t *testing.T, a *node
 	lose(t, a, &cut)
 	p.Release()
 
+	assertServedInOrder(t, served, errs, reorderWaiters, "the node's waiters, queued again, served out of their arrival order")
+}
+
+// assertServedInOrder takes the numbers of n waiters from served as each
+// is granted (a waiter's error from errs fails the test) and checks they
+// came 0, 1, ... n-1.
+func assertServedInOrder(t *testing.T, served <-chan int, errs <-chan error, n int, msg string) {
+	t.Helper()
 	var order []int
-	for len(order) < reorderWaiters {
+	for len(order) < n {
 		select {
 		case i := <-served:
 			order = append(order, i)
@@ -77,11 +85,11 @@ func queuedAgainInOrder(t *testing.T, fair bool, lose func(t *testing.T, a *node
 			t.Fatalf("only %v served within 20s", order)
 		}
 	}
-	want := make([]int, reorderWaiters)
+	want := make([]int, n)
 	for i := range want {
 		want[i] = i
 	}
-	assert.Equal(t, want, order, "the node's waiters, queued again, served out of their arrival order")
+	assert.Equal(t, want, order, msg)
 }
 
 // evict deletes the queue's keys, then waits for b's waiters to be
