@@ -131,19 +131,9 @@ func (h *Handler) loaded() bool {
 // the newest one that holds e applies its own where it safely can.
 func (e *engine) handBack(h *Handler) {
 	e.appliers.remove(h)
-	fresh := e.openedWith(h)
-	if e.restore(h) {
+	if none, fresh := e.restore(h); none {
 		e.handOn(h, fresh)
 	}
-}
-
-// openedWith reports whether e has the settings h opened it with at its
-// provisioning, no request having applied any since: none has waited
-// in e or run on a route of it.
-func (e *engine) openedWith(h *Handler) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.gen == 0 && e.settingsGen == h.gen
 }
 
 // restore runs as h, no longer among e's appliers, drops its reference
@@ -152,23 +142,26 @@ func (e *engine) openedWith(h *Handler) bool {
 // none, the next handler to use e applies its own. A handler of a config
 // that fails to load may have dropped an idle queue before: its settings
 // must not stay in force there either. It reports whether h's settings
-// were in force and no applier took over.
-func (e *engine) restore(h *Handler) (none bool) {
+// were in force and no applier took over, and whether they were those h
+// opened e with at its provisioning, no request having applied any since
+// (fresh: none has waited in e or run on a route of it).
+func (e *engine) restore(h *Handler) (none, fresh bool) {
 	e.mu.Lock()
 	// Opened with h's settings at its provisioning, e has them in force
 	// until a handler applies its own.
-	mine := e.gen == h.gen || e.gen == 0 && e.settingsGen == h.gen
+	fresh = e.gen == 0 && e.settingsGen == h.gen
+	mine := e.gen == h.gen || fresh
 	if mine {
 		e.gen = 0 // none in force: the next to apply does
 	}
 	e.mu.Unlock()
 	if !mine {
-		return false
+		return false, false
 	}
 	if y, r := e.appliers.newestLoaded(); y != nil {
 		e.routes.restore(r)
 		y.applySettings(e)
-		return false
+		return false, false
 	}
-	return true
+	return true, fresh
 }
