@@ -148,7 +148,7 @@ func (q *Queue) inFallback(cfg *Config) bool {
 // once they are counted (retireLocal).
 func (q *Queue) backToFallback(ctx context.Context, t *ticket, req Request, start, deadline time.Time) (*Permit, error) {
 	t.state.CompareAndSwap(statePending, stateCancelled)
-	q.forget(t)
+	q.forgetUnused(t)
 	q.background(func() { q.cancelInStore(t, true, true) })
 	return q.unavailable(ctx, req, start, deadline, errStoreDown)
 }

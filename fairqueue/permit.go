@@ -236,7 +236,7 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		// back (both idempotent). Where the requeue ran, the old permit
 		// is held no more: the release neither corrects nor cools again.
 		t.state.CompareAndSwap(statePending, stateCancelled)
-		q.forget(t)
+		q.forgetUnused(t)
 		rel.Tombstone = rel.Tombstone || q.s.beatOnItsWay()
 		q.background(func() {
 			q.cancelInStore(t, true, true)

@@ -24,8 +24,12 @@ type Queue struct {
 	s  *session // the node's life in the cluster: join, loop, leave
 	ho handoffs // the local handoffs' order and their transfers on the way
 
-	mu       sync.Mutex
-	tickets  map[string]*ticket // pending and granted, until cleaned up
+	mu      sync.Mutex
+	tickets map[string]*ticket // pending and granted, until cleaned up
+	// unused are the refunds of tickets forgotten before they ran, while
+	// their cancels are on their way (forgetUnused): ticket id -> the
+	// correction a release of a grant made to them carries.
+	unused   sync.Map
 	counter  uint64
 	draining bool
 	drainCh  chan struct{} // closed by Drain: every waiter is rejected
@@ -175,7 +179,7 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 		// The call may have reached the store: cancel with a tombstone
 		// so a retried or late acquire cannot queue the ticket again.
 		// The store is likely in trouble: the answer does not wait.
-		q.forget(t)
+		q.forgetUnused(t)
 		q.background(func() { q.cancelInStore(t, true, true) })
 		// go-redis turns a context deadline into a socket deadline, so
 		// the call can fail a moment before the context reports it.
@@ -425,8 +429,12 @@ func (q *Queue) forget(t *ticket) {
 	q.mu.Unlock()
 }
 
+// releaseAsync releases the permit of ticket id, which the node no
+// longer knows, in the background: with the refund of its cancel on its
+// way where it never ran (unusedCorrection).
 func (q *Queue) releaseAsync(id string) {
-	q.background(func() { q.releaseID(id, 0) })
+	c := q.unusedCorrection(id)
+	q.background(func() { q.releaseID(id, c) })
 }
 
 // background runs a store call that nobody waits for; Close waits for it.

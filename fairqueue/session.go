@@ -378,7 +378,7 @@ func (s *session) reconcile(cfg *Config) {
 		t := q.lookup(id)
 		switch {
 		case t == nil:
-			q.releaseID(id, 0)
+			q.releaseID(id, q.unusedCorrection(id))
 		case t.state.Load() == statePending:
 			if c := q.log.Check(zapcore.DebugLevel, "grant found by reconcile"); c != nil {
 				c.Write(zap.String("ticket", id))

@@ -22,15 +22,37 @@ func (q *Queue) giveBack(t *ticket) {
 // cleanup forgets a ticket that ends without a permit and removes it from
 // the store. It is idempotent; the store call is bounded by StoreTimeout.
 func (q *Queue) cleanup(t *ticket, tombstone bool) {
-	q.forget(t)
+	q.forgetUnused(t)
 	q.cancelInStore(t, tombstone, true)
 }
 
+// forgetUnused forgets t, which never ran; its cancel (cancelInStore,
+// unused) follows. The store may grant t before that cancel reaches it:
+// the node, which knows t no more, releases such a grant (Granted, a
+// reconcile), and that release carries the cancel's refund, so the flow
+// is charged nothing whichever of the two lands first (only the one that
+// finds the permit held applies it).
+func (q *Queue) forgetUnused(t *ticket) {
+	if TicketFlow(t.id) != "" {
+		q.unused.Store(t.id, -t.cost)
+	}
+	q.forget(t)
+}
+
+// unusedCorrection is the refund a release of ticket id carries: its cost
+// while it is forgotten unused and its cancel is on its way, else 0.
+func (q *Queue) unusedCorrection(id string) float64 {
+	if c, ok := q.unused.Load(id); ok {
+		return c.(float64)
+	}
+	return 0
+}
+
 // cancelInStore takes t out of the store (Store.Cancel). unused: the
-// node never started t, so a grant the cancel finds ran nowhere and its
-// flow is charged nothing for it (as for a requeued permit); else (t
-// may have run: a reinstated ticket that ended meanwhile) the charge
-// stands.
+// node never started t (forgetUnused), so a grant the cancel finds ran
+// nowhere and its flow is charged nothing for it (as for a requeued
+// permit); else (t may have run: a reinstated ticket that ended
+// meanwhile) the charge stands.
 func (q *Queue) cancelInStore(t *ticket, tombstone, unused bool) {
 	cfg := q.cfg.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
@@ -38,6 +60,7 @@ func (q *Queue) cancelInStore(t *ticket, tombstone, unused bool) {
 	args := TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Tombstone: tombstone}
 	if unused && TicketFlow(t.id) != "" {
 		args.Correction = -t.cost
+		defer q.unused.Delete(t.id)
 	}
 	err := q.store.Cancel(ctx, args)
 	if !tombstone { // after a failed acquire, one failure is counted already
