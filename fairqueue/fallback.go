@@ -106,7 +106,7 @@ func (q *Queue) moveIn(ctx context.Context, line *moveLine, n uint64, req Reques
 			onQueued(w)
 		}
 	}
-	return q.acquire(ctx, req, start, deadline)
+	return q.acquire(ctx, req, start, deadline, line)
 }
 
 // localTicket makes the unregistered ticket of a permit the fallback
@@ -287,6 +287,7 @@ func (q *Queue) retireLocal() {
 		q.localMu.Unlock()
 		return
 	}
+	q.moving.Store(old.line) // before the new requests see it retired (inFallback)
 	q.local = nil
 	q.retired = append(q.retired, old)
 	q.localMu.Unlock()

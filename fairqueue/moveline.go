@@ -36,6 +36,35 @@ func (l *moveLine) take() uint64 {
 	return l.taken
 }
 
+// join numbers a request that comes while requests numbered before it
+// are still to pass (moving in); false, and no number, once all passed.
+func (l *moveLine) join() (uint64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.head >= l.taken {
+		return 0, false
+	}
+	l.taken++
+	return l.taken, true
+}
+
+// joinMovers puts a request that reaches the store's queue, other than
+// one moving in from line from, behind the waiters of the fallback queue
+// retired last that are still moving in (Queue.moving): it came after
+// them. It returns that line and the request's number in it, or nil
+// once every one of them has passed, and the line is forgotten.
+func (q *Queue) joinMovers(from *moveLine) (*moveLine, uint64) {
+	l := q.moving.Load()
+	if l == nil || l == from {
+		return nil, 0
+	}
+	if n, ok := l.join(); ok {
+		return l, n
+	}
+	q.moving.CompareAndSwap(l, nil)
+	return nil, 0
+}
+
 // pass lets the requests behind n go; a second pass of n does nothing.
 func (l *moveLine) pass(n uint64) {
 	l.mu.Lock()

@@ -58,6 +58,9 @@ type Queue struct {
 	// line, in a fallback queue, orders its waiters as they move into
 	// the store's queue once the store is back (moveIn).
 	line *moveLine
+	// moving is the line of the fallback queue retired last while its
+	// waiters move in: a new request queues behind them (joinMovers).
+	moving atomic.Pointer[moveLine]
 }
 
 // New returns a Queue for cfg on store. It makes no store call: the node
@@ -142,12 +145,13 @@ func (q *Queue) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	if q.isDraining() {
 		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
 	}
-	return q.acquire(ctx, req, start, deadline)
+	return q.acquire(ctx, req, start, deadline, nil)
 }
 
 // acquire is Acquire through the store, for a request that came at
-// start and waits until deadline.
-func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.Time) (*Permit, error) {
+// start and waits until deadline; from is the line of the fallback queue
+// it moves in from (moveIn), nil for a new request.
+func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.Time, from *moveLine) (*Permit, error) {
 	cfg := q.cfg.Load()
 	if err := q.s.join(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -157,6 +161,9 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 	}
 	if !q.health.up() || q.inFallback(cfg) {
 		return q.unavailable(ctx, req, start, deadline, errStoreDown)
+	}
+	if l, n := q.joinMovers(from); l != nil {
+		return q.moveIn(ctx, l, n, req, start, deadline)
 	}
 	flow := ""
 	if cfg.Fair {
@@ -427,14 +434,6 @@ func (q *Queue) forget(t *ticket) {
 	q.mu.Lock()
 	delete(q.tickets, t.id)
 	q.mu.Unlock()
-}
-
-// releaseAsync releases the permit of ticket id, which the node no
-// longer knows, in the background: with the refund of its cancel on its
-// way where it never ran (unusedCorrection).
-func (q *Queue) releaseAsync(id string) {
-	c := q.unusedCorrection(id)
-	q.background(func() { q.releaseID(id, c) })
 }
 
 // background runs a store call that nobody waits for; Close waits for it.
