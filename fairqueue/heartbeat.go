@@ -183,6 +183,7 @@ func (s *session) reinstate(cfg *Config, lost []string) {
 		}
 		t.reinstated.Store(true) // at the tail now: no local handoff to it
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
+		sent := time.Now()
 		r, err := q.store.Acquire(ctx, TicketArgs{ID: id, Node: q.node, Limits: l, Cost: t.cost, Tokens: t.tokens})
 		cancel()
 		q.health.record(q.log, err)
@@ -194,6 +195,8 @@ func (s *session) reinstate(cfg *Config, lost []string) {
 		switch {
 		case cur != t:
 			q.background(func() { q.cancelInStore(t, false, false) })
+		case r.Granted && !answeredInLease(sent, l.Lease):
+			s.lateGrant(t)
 		case r.Granted:
 			q.grant(t, r.GrantNo, r.Upstream, l.Permits)
 		default:

@@ -217,6 +217,7 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		Cool: rel.Cool, CoolFor: rel.CoolFor}}
 	actx, cancel := context.WithDeadline(ctx, p.deadline)
 	var res AcquireResult
+	sent := time.Now()
 	err := q.beforeLeave(func() error {
 		var err error
 		res, err = q.store.Requeue(actx, args)
@@ -250,5 +251,5 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		}
 		return nil, q.reject(ReasonStoreUnavailable, p.start, 0, err)
 	}
-	return q.enqueue(ctx, t, res, args.Permits, p.req, p.start, p.deadline)
+	return q.enqueue(ctx, t, res, answeredInLease(sent, args.Lease), args.Permits, p.req, p.start, p.deadline)
 }

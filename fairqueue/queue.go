@@ -173,7 +173,7 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 	if t == nil {
 		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
 	}
-	res, err := q.send(ctx, t, req, cfg, deadline)
+	res, fresh, err := q.send(ctx, t, req, cfg, deadline)
 	if errors.Is(err, errClosed) {
 		// The node left (Close) while the call was on its way: its
 		// leave took out whatever the call did in the store.
@@ -205,14 +205,16 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 	if q.inFallback(cfg) {
 		return q.backToFallback(ctx, t, req, start, deadline)
 	}
-	return q.enqueue(ctx, t, res, cfg.limits().Permits, req, start, deadline)
+	return q.enqueue(ctx, t, res, fresh, cfg.limits().Permits, req, start, deadline)
 }
 
 // enqueue is the one path of a ticket the store answered, from Acquire
 // and from Permit.Requeue: the ticket is refused (a queue cap), was
 // cancelled before the call ran, is granted at once or joins the queue;
-// then it waits for its grant until deadline.
-func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, permits int, req Request, start, deadline time.Time) (*Permit, error) {
+// then it waits for its grant until deadline. fresh: the answer was read
+// less than a lease after its call was sent (answeredInLease); a grant
+// in one read later is not started before the store confirms it.
+func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, fresh bool, permits int, req Request, start, deadline time.Time) (*Permit, error) {
 	q.observe(res.Grants, res.Epoch)
 	if res.Full {
 		t.state.CompareAndSwap(statePending, stateRejected)
@@ -228,13 +230,17 @@ func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, permi
 		t.seq = res.Seq
 	}
 	t.position = res.Position
-	if res.Granted {
+	if res.Granted && fresh {
 		q.grant(t, res.GrantNo, res.Upstream, permits)
 	} else {
-		// Its live place, for its keepalive: a ticket granted at once
-		// has none to show (the fast path allocates none).
-		q.place(t, res.Position, res.Grants)
-		t.queued.Store(true)
+		if res.Granted {
+			q.s.lateGrant(t) // its place unknown: none to show
+		} else {
+			// Its live place, for its keepalive: a ticket granted at
+			// once has none to show (the fast path allocates none).
+			q.place(t, res.Position, res.Grants)
+			t.queued.Store(true)
+		}
 		if q.cfg.Load().Adaptive != nil {
 			q.learn.limited.Store(true)
 		}
@@ -253,8 +259,10 @@ func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, permi
 // send asks the store to grant or queue t. A failed call is sent again
 // (the scripts are idempotent by ticket) while the store is still up and
 // the deadline allows: one failure or a busy client pool is not an
-// outage, so on_store_error does not apply to it.
-func (q *Queue) send(ctx context.Context, t *ticket, req Request, cfg *Config, deadline time.Time) (AcquireResult, error) {
+// outage, so on_store_error does not apply to it. fresh reports whether
+// the answer came less than a lease after its call was sent
+// (answeredInLease).
+func (q *Queue) send(ctx context.Context, t *ticket, req Request, cfg *Config, deadline time.Time) (res AcquireResult, fresh bool, err error) {
 	t.scale = req.scale(cfg.PriorityFactor)
 	t.cost = clampCost(req.Cost) * t.scale
 	t.tokens, _ = cfg.ClampTokens(req.Tokens)
@@ -262,27 +270,27 @@ func (q *Queue) send(ctx context.Context, t *ticket, req Request, cfg *Config, d
 	backoff := 10 * time.Millisecond
 	for {
 		actx, cancel := context.WithDeadline(ctx, deadline)
-		var res AcquireResult
-		err := q.beforeLeave(func() error {
+		sent := time.Now()
+		err = q.beforeLeave(func() error {
 			var err error
 			res, err = q.store.Acquire(actx, args)
 			return err
 		})
 		cancel()
 		if err == nil || errors.Is(err, errClosed) {
-			return res, err
+			return res, answeredInLease(sent, args.Lease), err
 		}
 		if ctx.Err() != nil || !time.Now().Before(callDeadline(ctx, deadline)) {
-			return res, err // the caller's deadline, not the store's fault
+			return res, false, err // the caller's deadline, not the store's fault
 		}
 		q.health.record(q.log, err)
 		if !q.health.up() || time.Until(deadline) <= backoff {
-			return res, err
+			return res, false, err
 		}
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
-			return res, err
+			return res, false, err
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
 	}

@@ -176,6 +176,30 @@ func (s *session) grantsTrusted(lease time.Duration) bool {
 	return time.Since(s.base)-time.Duration(s.confirmed.Load()) < lease
 }
 
+// answeredInLease reports whether the answer of a store call sent at
+// sent, read now, may grant a permit: the store writes a grant's lease
+// when it runs the call, after sent, so the grant cannot have been
+// reaped before a lease after sent (on the monotonic clock, which a
+// stopped process's wait counts too). An answer read later (the node
+// stopped or starved past its lease with the answer unread) may grant a
+// permit the store has since taken back and given to another: the
+// ticket waits instead, and the loop asks the store (lateGrant).
+func answeredInLease(sent time.Time, lease time.Duration) bool {
+	return time.Since(sent) < lease
+}
+
+// lateGrant leaves t, granted in an answer read too late to trust
+// (answeredInLease), waiting, and has the loop ask the store at once:
+// the reconcile starts t if the store still counts its grant; otherwise
+// the next heartbeat, which names every waiter, finds it missing and
+// queues it again.
+func (s *session) lateGrant(t *ticket) {
+	t.queued.Store(true)
+	s.q.log.Warn("a grant was read a lease or more after its call (the process stopped or starved?); asking the store before starting it",
+		zap.String("ticket", t.id))
+	s.note(evVerify, true)
+}
+
 // alive reports whether the store surely holds the node alive with its
 // waiters now.
 func (s *session) alive() bool {
@@ -363,6 +387,7 @@ func (s *session) reconcile(cfg *Config) {
 	q := s.q
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 	defer cancel()
+	sent := time.Now()
 	res, err := q.store.Reconcile(ctx, q.node, cfg.limits())
 	q.health.record(q.log, err)
 	if err != nil {
@@ -374,11 +399,16 @@ func (s *session) reconcile(cfg *Config) {
 		s.note(evResync, true) // the data set is gone: heartbeat at once
 	}
 	q.rate.sample(res.Grants, time.Now())
+	// Read a lease or more after the call, the holders it lists may have
+	// been reaped since and their permits given to others.
+	fresh := answeredInLease(sent, cfg.Lease)
 	for _, id := range res.Holders {
 		t := q.lookup(id)
 		switch {
 		case t == nil:
 			q.releaseID(id, q.unusedCorrection(id))
+		case t.state.Load() == statePending && !fresh:
+			s.note(evVerify, true)
 		case t.state.Load() == statePending:
 			if c := q.log.Check(zapcore.DebugLevel, "grant found by reconcile"); c != nil {
 				c.Write(zap.String("ticket", id))

@@ -3,7 +3,7 @@
 -- and the tokens held from the holders' weights (tokens.lua),
 -- dispatches (permits freed by expiry have no releaser), forgets dead
 -- nodes, expired tombstones and idle flows' counters the virtual time
--- has passed, and lists the node's holders so it can find grants whose
+-- has passed, and lists (and renews) the node's holders so it can find grants whose
 -- message was lost.
 -- KEYS: the common layout (K, see common.lua).
 -- ARGV: 1 node, 2-7 common, 8 ms: holders granted or renewed more recently
@@ -23,6 +23,12 @@ drop_waiters_of(forget_dead())
 redis.call('ZREMRANGEBYSCORE', K.gone, '-inf', now)
 redis.call('ZREMRANGEBYSCORE', K.fidle, '-inf', num(vtime()))
 local held = mine(ARGV[1], tonumber(ARGV[8]))
+-- The holders listed are renewed, each to a lease from now at least:
+-- the node starts a waiter it finds among them only while its answer is
+-- less than a lease old (a grant whose message was lost may be nearly a
+-- lease old itself, and another node may reap it before the answer is
+-- read: the node stopped or starved past what was left of it).
+for _, id in ipairs(held) do redis.call('ZADD', K.holders, 'XX', 'GT', now + lease, id) end
 local ups = {}
 if #held > 0 and redis.call('EXISTS', K.uheld) == 1 then
   for i, u in ipairs(redis.call('HMGET', K.uheld, unpack(held))) do ups[i] = u or '' end
