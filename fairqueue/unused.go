@@ -67,11 +67,3 @@ func (q *Queue) cancelInStore(t *ticket, tombstone, unused bool) {
 		q.health.record(q.log, err)
 	}
 }
-
-// releaseAsync releases the permit of ticket id, which the node no
-// longer knows, in the background: with the refund of its cancel on its
-// way where it never ran (unusedCorrection).
-func (q *Queue) releaseAsync(id string) {
-	c := q.unusedCorrection(id)
-	q.background(func() { q.releaseID(id, c) })
-}

@@ -1,0 +1,45 @@
+package fairqueue
+
+import "context"
+
+// The release of a permit in the store by the node, outside a Permit's
+// own Release: a ticket the node forgot, a ghost holder, a permit given
+// back in the background.
+
+// releaseID releases ticket id's permit in the store; correction is
+// TicketArgs.Correction.
+func (q *Queue) releaseID(id string, correction float64) {
+	args := q.releaseArgs(id)
+	args.Correction = correction
+	q.release(args)
+}
+
+// releaseArgs are the arguments of a release of ticket id.
+func (q *Queue) releaseArgs(id string) TicketArgs {
+	return TicketArgs{ID: id, Node: q.node, Limits: q.cfg.Load().limits(), Tombstone: q.s.beatOnItsWay()}
+}
+
+// release gives a permit back in the store (bounded by StoreTimeout).
+func (q *Queue) release(args TicketArgs) {
+	if q.closed.Load() {
+		return // Leave released every permit of this node
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Load().StoreTimeout)
+	defer cancel()
+	err := q.store.Release(ctx, args)
+	q.health.record(q.log, err)
+	if err != nil {
+		// The permit may still be held in the store, for nobody (the node
+		// forgot the ticket), and a node without waiters does not
+		// reconcile: reconcile for a while, as after a failed transfer.
+		q.s.note(evSweep, false)
+	}
+}
+
+// releaseAsync releases the permit of ticket id, which the node no
+// longer knows, in the background: with the refund of its cancel on its
+// way where it never ran (unusedCorrection).
+func (q *Queue) releaseAsync(id string) {
+	c := q.unusedCorrection(id)
+	q.background(func() { q.releaseID(id, c) })
+}
