@@ -26,7 +26,9 @@ import (
 // their transfers sent in that order. Where that could fail, the node hands on
 // through the store: fair queueing, tokens or an upstream pool (here, or in use
 // by another node: its requeue puts a ticket back at its arrival), more
-// permits held than the permits (a lowered setting), and any doubt that
+// permits held than the permits (a lowered setting), a learned capacity
+// with other nodes in the queue (any node's report may lower the share,
+// and a node hears of a share from its own reports only), and any doubt that
 // the store still holds the node alive with its waiters (not confirmed
 // by a heartbeat for half a lease, a new subscription, a changed data
 // set, waiters found missing: a waiter reinstated is at the tail, and

@@ -244,6 +244,10 @@ end
 -- list a waiter is, the likelier one of them has granted it before the
 -- node starts it on a permit of its own; the permit Redis gave it would
 -- then stay idle until the node's transfer lands.
+-- None while another node is in a queue with a learned capacity (learned,
+-- common.lua): its report may lower the share at any time, and the node
+-- learns a share from its own reports only, so it would hand on under
+-- the capacity it last heard of where dispatch now grants nobody.
 local HEADS = 16
 local function my_heads(self, ex)
   if ex.fwait or ex.fready or ex.uheld or #pool > 0 or tokens ~= 0 then return {} end
@@ -254,7 +258,10 @@ local function my_heads(self, ex)
     if owner_of(h) ~= self then break end
     out[#out + 1] = h
   end
-  if #out > 0 and n > 1 and redis.call('ZCARD', K.nodes) > 1 then return {out[1]} end
+  if #out > 0 and redis.call('ZCARD', K.nodes) > 1 then
+    if learned then return {} end
+    if n > 1 then return {out[1]} end
+  end
   return out
 end
 
