@@ -177,7 +177,7 @@ func (q *Queue) handOn(args TicketArgs) bool {
 	tr, ok := q.store.(Transferrer)
 	cfg := q.cfg.Load()
 	if !ok || cfg.Fair || len(cfg.Upstreams) > 0 || cfg.KVTokens > 0 || !q.health.up() || !q.s.alive() ||
-		q.isDraining() {
+		q.isDraining() || (cfg.Adaptive != nil && q.s.shared()) {
 		return false
 	}
 	// A background call: Close waits for it before the node leaves.

@@ -200,6 +200,15 @@ func (s *session) lateGrant(t *ticket) {
 	s.note(evVerify, true)
 }
 
+// shared reports whether the node's last heartbeat saw other nodes in
+// the queue: with a learned capacity, their reports may have lowered the
+// share since the reply that named the node's heads, which the node
+// hears of only from its own reports (handOn).
+func (s *session) shared() bool {
+	c := s.cluster.Load()
+	return c != nil && c.Nodes > 1
+}
+
 // alive reports whether the store surely holds the node alive with its
 // waiters now.
 func (s *session) alive() bool {
