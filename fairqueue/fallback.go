@@ -191,6 +191,10 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 	// The capacity in force: the configured one under the learned shares
 	// (Adaptive), the queue's without a pool, each upstream's with one.
 	base := Limits{Permits: cfg.Permits, Tokens: cfg.KVTokens, Upstreams: cfg.Upstreams}
+	nodes := 1
+	if c := q.s.cluster.Load(); c != nil && c.Nodes > 0 {
+		nodes = c.Nodes
+	}
 	permits := cfg.LocalPermits
 	if permits <= 0 {
 		if m := q.learn.shares.Load(); cfg.Adaptive != nil && m != nil {
@@ -200,10 +204,6 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 				base.Permits = max(min(base.Permits, poolPermits(base.Upstreams)), 1)
 			}
 		}
-		nodes := 1
-		if c := q.s.cluster.Load(); c != nil && c.Nodes > 0 {
-			nodes = c.Nodes
-		}
 		permits = max(base.Permits/nodes, 1) // the last learned capacity (Adaptive)
 	}
 	// The node's settings, but its own permits and no policy of its own:
@@ -212,8 +212,13 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 	lc.Name += " (local fallback)"
 	lc.Permits = permits
 	if cfg.KVTokens > 0 {
-		// The node's share of the tokens, as of the permits.
+		// The node's share of the tokens, as of the permits; where tokens
+		// alone bound the queue (its permits stand for no bound), of the
+		// live nodes: LocalPermits is no share of those permits.
 		lc.KVTokens = max(int(int64(max(base.Tokens, 1))*int64(permits)/int64(max(base.Permits, 1))), 1)
+		if cfg.Permits >= MaxPermits {
+			lc.KVTokens = max(base.Tokens/nodes, 1)
+		}
 	}
 	lc.FailOpen, lc.Fallback, lc.LocalPermits, lc.Adaptive = false, nil, 0, nil
 	if cfg.Observer != nil {
