@@ -183,12 +183,21 @@ func (c *call) wait() error {
 	return err
 }
 
+// route sets the next handler that serves the grant (forGrant) and, for
+// a plain grant on the handler's own pool route, the upstream it runs on.
+func (c *call) route() {
+	var dial string
+	c.next, dial = c.e.forGrant(c.h, c.permit, c.own)
+	if dial != "" {
+		grantUpstream(c.r, c.repl, dial)
+	}
+}
+
 // serve forwards the granted request to the route that fits its grant
 // and answers with what it answers. A grant on a pool's upstream goes
 // through servePool first.
 func (c *call) serve() error {
-	h := c.h
-	c.next = c.e.forGrant(h, c.permit, c.own)
+	c.route()
 	outcome, reason := outcomeGranted, ""
 	if c.permit.FailOpen() {
 		outcome, reason = outcomeFailOpen, string(fairqueue.ReasonStoreUnavailable)
@@ -254,7 +263,7 @@ func (c *call) servePool() (served bool, err error) {
 		}
 		c.cuttable() // a reload may have moved it to a Redis queue
 		if c.permit.Upstream() == "" {
-			c.next = c.e.forGrant(c.h, c.permit, c.own)
+			c.route()
 			return false, nil
 		}
 	}

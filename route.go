@@ -104,33 +104,41 @@ func (rs *engineRoutes) get(pooled bool) (r *route, live bool) {
 // one of a handler replaced since. A plain grant of a request of a
 // replaced config may take the route of the config in force (see
 // staticInForce).
-func (e *engine) forGrant(h *Handler, p *fairqueue.Permit, next caddyhttp.Handler) caddyhttp.Handler {
+// dial is the upstream a plain grant goes to on h's own route where h
+// has a pool and no route without one fits the grant: an instance
+// without the pool made it (a rolling change that adds the pool), and
+// the store counts such a grant on every upstream of the pool, so it
+// runs on the first; "" otherwise (the route chooses).
+func (e *engine) forGrant(h *Handler, p *fairqueue.Permit, next caddyhttp.Handler) (_ caddyhttp.Handler, dial string) {
 	pooled := p.Upstream() != ""
 	if p.FailOpen() {
-		return next
+		return next, ""
 	}
 	if pooled == h.pooled() {
 		if !pooled {
 			if r := e.staticInForce(h, p); r != nil {
-				return r.next
+				return r.next, ""
 			}
 		}
-		return next
+		return next, ""
 	}
 	r, live := e.routes.get(pooled)
 	if live {
-		return r.next
+		return r.next, ""
 	}
 	if lr := namesakes.route(e.name, pooled); lr != nil {
-		return lr.next
+		return lr.next, ""
 	}
 	if r != nil {
 		// The route of a config replaced since (its handlers still serve
 		// their own requests): it fits the grant, the handler's own does
 		// not.
-		return r.next
+		return r.next, ""
 	}
-	return next
+	if !pooled {
+		return next, h.Upstreams[0].Dial
+	}
+	return next, ""
 }
 
 // staticInForce is the route of the config in force for plain grant p of

@@ -154,7 +154,7 @@ func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) 
 			up = on // adopted while it waited: it runs there
 		}
 		s.granted(w.id, up, s.grants)
-		s.takeTokens(l, w.id, w.tokens, up)
+		s.countTokens(l, w.id, w.tokens, up)
 		if h := s.listeners[node]; h != nil {
 			out[h] = append(out[h], fairqueue.Grant{Ticket: w.id, No: s.grants, At: now, Upstream: up, Permits: l.Permits})
 		}

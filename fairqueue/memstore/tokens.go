@@ -105,7 +105,18 @@ func (s *Store) anywhereTokens() int {
 // takeTokens counts holder id's weight w on upstream dial ("" : none),
 // bounded by the capacity in force; a holder counted already is left.
 func (s *Store) takeTokens(l fairqueue.Limits, id string, w int, dial string) {
-	if _, ok := s.weight[id]; ok || w <= 0 || l.Tokens == 0 {
+	if l.Tokens == 0 {
+		return
+	}
+	s.countTokens(l, id, w, dial)
+}
+
+// countTokens is takeTokens whatever l counts: for a waiter granted with
+// the weight a config that counts tokens gave it (a reload turned
+// kv_tokens off while it waited; in Redis, another node's config during
+// a rolling change), which its request holds wherever it was granted.
+func (s *Store) countTokens(l fairqueue.Limits, id string, w int, dial string) {
+	if _, ok := s.weight[id]; ok || w <= 0 {
 		return
 	}
 	w = weigh(l, w)

@@ -98,8 +98,8 @@ func (s *Store) registryCall(ctx context.Context, call func() error) error {
 }
 
 // unregisterAfterLeave takes the queue out of the registry once the leave
-// that started at since deleted its keys (a store that registers: not
-// with DeadQueueAfter negative).
+// that started at since deleted its keys (with DeadQueueAfter negative
+// too: another instance may have named it).
 func (s *Store) unregisterAfterLeave(ctx context.Context, since time.Time) error {
 	if err := Unregister(ctx, s.sc, s.prefix, registryName(s.name), since); err != nil {
 		return fmt.Errorf("leave %s: %w", s.tag, err)

@@ -108,7 +108,9 @@ type Options struct {
 	// the prefix must have been gone (crashed: no leave, and no lease
 	// left) before this store's heartbeats delete that queue's keys
 	// (SweepDead). Default DefaultDeadQueueAfter; negative: never, and
-	// the queue is not named in the registry (RegistryKey).
+	// the queue is not named in the registry (RegistryKey); the leave
+	// that deletes its keys still takes out a name another instance put
+	// there.
 	DeadQueueAfter time.Duration
 }
 
@@ -336,8 +338,15 @@ func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) erro
 	if err != nil {
 		return fmt.Errorf("leave %s: %w", s.tag, busy(err))
 	}
-	if len(v) > 1 && toInt(v[1]) == 1 && s.deadAfter >= 0 { // no live node left: every key deleted
-		return s.unregisterAfterLeave(ctx, since)
+	if len(v) > 1 && toInt(v[1]) == 1 { // no live node left: every key deleted
+		if s.deadAfter >= 0 {
+			return s.unregisterAfterLeave(ctx, since)
+		}
+		// A store that does not register still takes out the name another
+		// instance of the queue put there (one with the registry on), or
+		// the registry's key stays for good; its Redis user may not reach
+		// that key, so a failure is not the leave's.
+		_ = s.unregisterAfterLeave(ctx, since)
 	}
 	return nil
 }

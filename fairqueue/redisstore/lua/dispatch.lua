@@ -176,7 +176,9 @@ local function dispatch(self, ex)
       if v and not up then return own, false end
       id, flow, cost, n, tn = next_waiter(ex.fready, ex.waiting)
       if not id then return own, true end
-      drop_weight(id)
+      -- A weight recorded by a config that counts tokens (another
+      -- node's in a rolling change) is counted with the grant.
+      w = drop_weight(id)
       if flow and tok_kept and not passes_reset then
         -- A grant to the first flow, made where tokens do not count: the
         -- passes of a head that does not fit (next_fitting) start again,
@@ -193,7 +195,7 @@ local function dispatch(self, ex)
       if flow then c, tn = charge(flow, cost, nil, n, tn) end
       local no = redis.call('INCR', K.grants)
       if up then place(v, id, up, no) end
-      take_tokens(id, w, up, v)
+      take_tokens(id, w, up, v, tokens == 0)
       if owner == self then
         redis.call('ZADD', K.holders, now + lease, id)
         own[#own + 1] = id

@@ -7,8 +7,10 @@
 -- holder to it, so an upstream's permits in flight are its entries there
 -- (about the permits: a scan of K.uheld reads as much as one of the
 -- holders). An entry is written in the script that adds the holder and
--- deleted with it; one left behind by a node without the pool list only
--- lowers what is granted, and reconcile deletes it.
+-- deleted with it, by any node, with the pool list or without (one of a
+-- rolling change that adds the pool): an entry left behind would count
+-- on its upstream a holder that runs anywhere (pool_view), so that
+-- another upstream would be granted beside it.
 -- K.ucool holds the upstreams left out of dispatch until a time (they
 -- failed a request), K.ulast the grant number of each one's last grant.
 
@@ -108,9 +110,16 @@ local function place(v, id, dial, no)
   if v.last then v.last[dial] = no end -- else last_of reads it written
 end
 
--- unplace forgets the upstream of a holder removed.
+-- uheld_kept: whether K.uheld exists, where the caller read it with its
+-- present call (nil: not read).
+local uheld_kept
+
+-- unplace forgets the upstream of a holder removed, whatever the calling
+-- node's pool: a grant by a node with the pool may be released by one
+-- without it (a rolling change). No command where the caller read that
+-- no holder has an upstream.
 local function unplace(id)
-  if #pool > 0 then redis.call('HDEL', K.uheld, id) end
+  if #pool > 0 or uheld_kept ~= false then redis.call('HDEL', K.uheld, id) end
 end
 
 -- cool leaves upstream dial out of dispatch for ms (the later end wins).

@@ -78,22 +78,27 @@ local function take_weight(id)
   return w
 end
 
--- drop_weight forgets waiting ticket id's weight where this call counts
--- no tokens: a config that counts them (another node's in a rolling
--- change, this one's before a reload turned kv_tokens off) may have
--- recorded it. tok_kept: whether K.tok exists, read with the caller's
--- EXISTS (present in common.lua; nil: not read, drop_weight reads it).
+-- drop_weight takes waiting ticket id's weight out where this call counts
+-- no tokens, and returns it (0: none): a config that counts them
+-- (another node's in a rolling change, this one's before a reload turned
+-- kv_tokens off) may have recorded it. tok_kept: whether K.tok exists,
+-- read with the caller's EXISTS (present in common.lua; nil: not read,
+-- drop_weight reads it).
 local tok_kept
 local function drop_weight(id)
   if tok_kept == nil then tok_kept = redis.call('EXISTS', K.tok) == 1 end
-  if tok_kept then redis.call('HDEL', K.tok, id) end
+  if not tok_kept then return 0 end
+  return take_weight(id)
 end
 
 -- take_tokens counts holder id's weight w (weigh) on upstream up (nil:
 -- none); v, a pool view (pool.lua), learns it too. A holder counted
--- already is left as it is.
-local function take_tokens(id, w, up, v)
-  if tokens == 0 or not w or w <= 0 then return end
+-- already is left as it is. With recorded, w is the weight a config that
+-- counts tokens recorded for the ticket (drop_weight), counted whatever
+-- this call's limits: the ticket's node counts it against its capacity,
+-- and its request holds those tokens wherever it was granted.
+local function take_tokens(id, w, up, v, recorded)
+  if (tokens == 0 and not recorded) or not w or w <= 0 then return end
   w = weigh(w)
   if redis.call('HSETNX', K.thold, id, w) == 0 then return end
   redis.call('INCRBY', K.tsum, w)

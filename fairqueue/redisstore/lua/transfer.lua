@@ -32,7 +32,7 @@ mark_freed(id, ARGV[9])
 local node = owner_of(id)
 local ex = present('waiting', 'fready', 'fwait', 'uheld', tokens == 0 and 'thold' or nil,
   tokens == 0 and 'tok' or nil)
-weighted, tok_kept = ex.thold, ex.tok
+weighted, tok_kept, uheld_kept = ex.thold, ex.tok, ex.uheld
 local freed = redis.call('ZREM', K.holders, id) == 1
 if freed then unheld(id, 0, true) end
 local no, added = 0, 0

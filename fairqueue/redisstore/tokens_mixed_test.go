@@ -1,0 +1,52 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+// A rolling change that turns kv_tokens on: node w counts tokens (100),
+// node n not yet. n's release grants w's waiter, which weighs 80, and
+// its request runs holding them. Once w's first request ended, w's next
+// of 80 tokens must wait for it: granted, 160 tokens would run under a
+// capacity of 100, by w's own call. The waiter's weight, recorded when
+// it queued, went with n's grant, uncounted: w granted at once.
+func TestAWaiterGrantedByANodeWithoutTokensStillCountsItsWeight(t *testing.T) {
+	rdb, s := openStore(t, "tokmix")
+	ctx := context.Background()
+	counted := fairqueue.Limits{Permits: 10, Tokens: 100, Lease: 10 * time.Second}
+	plain := fairqueue.Limits{Permits: 10, Lease: 10 * time.Second}
+	w := func(id string) fairqueue.TicketArgs {
+		return fairqueue.TicketArgs{ID: "w:" + id, Node: "w", Limits: counted, Cost: 1, Tokens: 80}
+	}
+	r, err := s.Acquire(ctx, w("1"))
+	require.NoError(t, err)
+	require.True(t, r.Granted)
+	r, err = s.Acquire(ctx, w("2"))
+	require.NoError(t, err)
+	require.False(t, r.Granted, "80 + 80 tokens do not fit 100")
+
+	// n ends a request of its own: its call, counting no tokens, grants
+	// w's waiter.
+	n1 := fairqueue.TicketArgs{ID: "n:1", Node: "n", Limits: plain, Cost: 1}
+	r, err = s.Acquire(ctx, n1)
+	require.NoError(t, err)
+	require.True(t, r.Granted)
+	require.NoError(t, s.Release(ctx, n1))
+	require.Contains(t, readState(t, rdb, "tokmix").Holders, "w:2", "n's release granted w's waiter")
+
+	require.NoError(t, s.Release(ctx, w("1")))
+	r, err = s.Acquire(ctx, w("3"))
+	require.NoError(t, err)
+	assert.False(t, r.Granted, "w granted 80 tokens beside w:2's 80 under a capacity of 100")
+	require.NoError(t, s.Release(ctx, w("2")))
+	require.NoError(t, s.Leave(ctx, "w", counted))
+	require.NoError(t, s.Leave(ctx, "n", plain))
+	assert.Empty(t, rdb.Keys(ctx, s.Tag()+"*").Val())
+}
