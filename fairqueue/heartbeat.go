@@ -153,7 +153,7 @@ func (s *session) heartbeat(cfg *Config) (ok bool) {
 	// Alive in the store, and its waiters there: not rejoined, none
 	// missing, no doubt left (a failed call, a new subscription).
 	s.take()
-	s.confirmAlive(!res.Rejoined && err == nil && len(res.Missing) == 0 && !s.verify, sent, cfg.Lease)
+	s.confirmAlive(!res.Rejoined && err == nil && len(res.Missing) == 0 && !s.verify, sent, res.At, cfg.Lease)
 	return true
 }
 

@@ -17,9 +17,10 @@ func (q *Queue) Granted(grants ...Grant) {
 			}
 			continue
 		}
-		if !q.s.grantsTrusted(q.cfg.Load().Lease) {
+		if !q.s.grantTrusted(g.At, q.cfg.Load().Lease) {
 			// Maybe a grant the store took back while this node was
-			// stopped or cut off: leave the waiter waiting, and ask the
+			// stopped or cut off (its message unread since before the
+			// last heartbeat, maybe): leave the waiter waiting, and ask the
 			// store at once. The reconcile grants the waiter if the
 			// store still counts its grant; the heartbeat, due after
 			// such a gap, finds a rejoin, and the next one the waiters

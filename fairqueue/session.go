@@ -61,13 +61,12 @@ type session struct {
 	// replies (the head).
 	head       atomic.Pointer[headTickets]
 	aliveUntil atomic.Int64
-	// confirmed is when the last heartbeat that found the node alive
-	// with its waiters was sent (or the node joined), in ns since base on
-	// the monotonic clock, which a stopped process's wait counts too: a
-	// grant read long after it may be one the store has taken back
-	// (Queue.Granted, grantsTrusted).
+	// confirmed is the last heartbeat that found the node alive with
+	// its waiters (or the node's join): a grant read long after it, or
+	// made long before it, may be one the store has taken back
+	// (Queue.Granted, grantTrusted).
 	base      time.Time
-	confirmed atomic.Int64
+	confirmed atomic.Pointer[confirmation]
 	// woken counts grants that woke a waiter of this node (Queue.Woken).
 	woken atomic.Uint64
 	// beating counts the heartbeats on their way (from the snapshot of
@@ -150,30 +149,52 @@ func (s *session) doubt() {
 	s.head.Store(nil)
 }
 
-// confirmAlive records a heartbeat sent at sent: if ok (it found the
-// node alive with its waiters), local handoffs may go on for half the
-// lease it carried; otherwise they stop until one does.
-func (s *session) confirmAlive(ok bool, sent time.Time, lease time.Duration) {
+// confirmAlive records a heartbeat sent at sent, run by the store at at
+// (its clock): if ok (it found the node alive with its waiters), local
+// handoffs may go on for half the lease it carried; otherwise they stop
+// until one does.
+func (s *session) confirmAlive(ok bool, sent, at time.Time, lease time.Duration) {
 	if !ok {
 		s.doubt()
 		return
 	}
 	s.aliveUntil.Store(int64(sent.Sub(s.base) + lease/2))
-	s.confirmed.Store(int64(sent.Sub(s.base)))
+	s.confirmed.Store(&confirmation{sent: sent.Sub(s.base), at: at})
 }
 
-// grantsTrusted reports whether a heartbeat found the node alive with
-// its waiters (or it joined) less than a lease ago, on the monotonic
-// clock. Otherwise the node may have been stopped or cut off past its
-// lease (a stop, a starved CPU, a partition): the store may have judged
-// it dead, reaped a grant to one of its waiters whose lease ran out
-// unrenewed and given the permit to another, while the grant's message
-// waited unread. A grant is reaped a lease after it was made, at the
-// earliest, so not one made after a confirming heartbeat less than a
-// lease ago; and heartbeats, every Lease/3, confirm a node in good
-// health well within a lease.
-func (s *session) grantsTrusted(lease time.Duration) bool {
-	return time.Since(s.base)-time.Duration(s.confirmed.Load()) < lease
+// confirmation is a heartbeat that found the node alive with its
+// waiters: sent, when it was sent (since base, on the monotonic clock,
+// which a stopped process's wait counts too); at, when the store ran it
+// (the store's clock; zero: unknown, as for the join).
+type confirmation struct {
+	sent time.Duration
+	at   time.Time
+}
+
+// grantTrusted reports whether a grant the store made at at (its
+// clock; zero: unknown) cannot have been reaped yet: a heartbeat found
+// the node alive with its waiters (or it joined) less than a lease ago,
+// on the monotonic clock, counting a grant made before that heartbeat
+// ran as that much older. Otherwise the node may have been stopped or
+// cut off past what was left of the grant's lease (a stop, a starved
+// CPU, a partition), its message unread meanwhile: the store may have
+// reaped the grant, unrenewed, and given the permit to another. A grant
+// is reaped a lease after it was made, at the earliest, so not one made
+// after a confirming heartbeat less than a lease ago, nor one made d
+// before it while less than a lease - d has passed since; heartbeats,
+// every Lease/3, confirm a node in good health well within a lease.
+// The two times of the store are from one clock (a failover to a host
+// whose clock differs can make a message wait for the reconcile).
+func (s *session) grantTrusted(at time.Time, lease time.Duration) bool {
+	c := s.confirmed.Load()
+	if c == nil {
+		return false
+	}
+	since := time.Since(s.base) - c.sent
+	if !at.IsZero() && !c.at.IsZero() && at.Before(c.at) {
+		since += c.at.Sub(at) // the grant was that much older
+	}
+	return since < lease
 }
 
 // answeredInLease reports whether the answer of a store call sent at
@@ -257,7 +278,7 @@ func (s *session) join(ctx context.Context) error {
 	cfg := q.cfg.Load()
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.StoreTimeout)
 	defer cancel()
-	s.confirmed.Store(int64(time.Since(s.base))) // before the first grant can come
+	s.confirmed.Store(&confirmation{sent: time.Since(s.base)}) // before the first grant can come
 	if err := q.store.Open(octx, q.node, q); err != nil {
 		s.openFailedAt, s.openErr = time.Now(), err
 		q.health.failed(q.log, err)

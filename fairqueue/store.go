@@ -272,6 +272,11 @@ type HeartbeatResult struct {
 	// Missing lists the Pending tickets the store has neither queued nor
 	// granted: the node reinstates them (queues them again).
 	Missing []string
+	// At is when the store ran the heartbeat (its own clock, as
+	// Grant.At); zero when unknown. A grant made before it (Grant.At)
+	// is that much older than the heartbeat: its lease may run out
+	// that much sooner after the heartbeat than a lease.
+	At time.Time
 }
 
 // ClusterView is a queue's state across every node.

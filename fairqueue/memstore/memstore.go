@@ -330,7 +330,7 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 	rejoined := m.mark == hb.Beat
 	m.lease = hb.Lease
 	s.members[hb.Node] = m
-	res := fairqueue.HeartbeatResult{Epoch: s.epoch, Rejoined: rejoined}
+	res := fairqueue.HeartbeatResult{Epoch: s.epoch, Rejoined: rejoined, At: now}
 	s.nodes[hb.Node] = now.Add(hb.Lease)
 	s.poolOf(hb.Node, hb.Limits.Upstreams)
 	for _, id := range hb.Held {

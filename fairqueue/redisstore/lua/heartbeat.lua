@@ -10,7 +10,7 @@
 --   adopted, it counts on its pool upstream (pool.lua) and weighs its
 --   tokens (tokens.lua) too.
 -- Returns {epoch, rejoined, waiting, holders, nodes, expired, re-added,
--- missing, tokens held}: waiting to expired, and tokens held, are the
+-- missing, tokens held, Redis ms}: waiting to expired, and tokens held, are the
 -- cluster's view (queue length, permits held, live nodes, leases that
 -- ended unrenewed since the queue began, the holders' weights); rejoined = 1 when Redis had forgotten the node (it lost its
 -- data, the node was silent longer than its lease, or an acquire brought
@@ -99,4 +99,4 @@ end
 for i = 13 + n + m, #ARGV do add(ARGV[i]) end
 return {cur, rejoined, waiting(), redis.call('ZCARD', K.holders),
   redis.call('ZCOUNT', K.nodes, now, '+inf'), tonumber(redis.call('GET', K.expired) or '0'), readded, missing,
-  held_tokens()}
+  held_tokens(), now}
