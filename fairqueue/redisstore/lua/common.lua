@@ -143,8 +143,10 @@ end
 local function mark_freed(id, mark)
   if mark == '1' then
     redis.call('ZADD', K.freed, clock() + lease, id)
-    -- A release that ran late, after the last node left, leaves nothing.
-    redis.call('PEXPIRE', K.freed, lease)
+    -- A release that ran late, after the last node left, leaves nothing;
+    -- the key lasts as long as its longest mark: an instance with a
+    -- shorter lease must not cut another's marks short.
+    if redis.call('PTTL', K.freed) < lease then redis.call('PEXPIRE', K.freed, lease) end
   end
 end
 
