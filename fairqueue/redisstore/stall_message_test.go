@@ -23,10 +23,14 @@ type stopAfterBeat struct {
 	fairqueue.Store
 	arm     atomic.Bool // stop after the next heartbeat that succeeds
 	stopped atomic.Bool
-	hold    atomic.Bool   // grant messages wait, unread
-	ticked  chan struct{} // a reconcile ran (the node's loop ended a tick)
-	ran     chan struct{} // closed once the node is stopped
-	resume  chan struct{}
+	hold    atomic.Bool // grant messages wait, unread
+	// sendHold: the next acquire waits before it is sent, until sendGo
+	// is closed (its ticket is older than the next one's).
+	sendHold atomic.Bool
+	sendGo   chan struct{}
+	ticked   chan struct{} // a reconcile ran (the node's loop ended a tick)
+	ran      chan struct{} // closed once the node is stopped
+	resume   chan struct{}
 
 	mu   sync.Mutex
 	h    fairqueue.Listener
@@ -34,7 +38,8 @@ type stopAfterBeat struct {
 }
 
 func newStopAfterBeat(s fairqueue.Store) *stopAfterBeat {
-	return &stopAfterBeat{Store: s, ticked: make(chan struct{}, 1), ran: make(chan struct{}), resume: make(chan struct{})}
+	return &stopAfterBeat{Store: s, ticked: make(chan struct{}, 1), ran: make(chan struct{}), resume: make(chan struct{}),
+		sendGo: make(chan struct{})}
 }
 
 // wait holds a call while the node is stopped, and returns the context
@@ -67,6 +72,9 @@ func (s *stopAfterBeat) Open(ctx context.Context, node string, h fairqueue.Liste
 }
 
 func (s *stopAfterBeat) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.AcquireResult, error) {
+	if s.sendHold.CompareAndSwap(true, false) {
+		<-s.sendGo
+	}
 	ctx, cancel := s.wait(ctx)
 	defer cancel()
 	return s.Store.Acquire(ctx, t)
@@ -197,6 +205,100 @@ func TestGrantMessageOlderThanTheLastHeartbeatReadAfterAStopStartsNoGrantRedisTo
 		r.p.Release()
 	case <-time.After(20 * time.Second):
 		t.Fatal("a's waiter was not served once the permit was free")
+	}
+	require.NoError(t, a.q.Close())
+	require.NoError(t, b.q.Close())
+	require.Empty(t, srv.Keys(t, "*"), "keys left after every node left")
+}
+
+// As above, with an older waiter of the same node still queued behind the
+// grant (its call reached Redis later) and another node's waiter between
+// them, which gets the permit Redis took back: the waiter of the old
+// message must be queued again promptly (at the tail), not left out of
+// the queue while the node's older waiter waits (the heartbeats name only
+// the oldest waiter): there, later requests would pass it, and it would
+// be queued again only once every older waiter of its node is served.
+func TestGrantMessageOlderThanTheLastHeartbeatTakenBackIsQueuedAgainBehindAnOlderWaiter(t *testing.T) {
+	srv := redistest.Start(t)
+	cfgA := fairqueue.Config{Permits: 1, Lease: 3 * time.Second, PollInterval: time.Second, MaxWait: 60 * time.Second}
+	cfgB := cfgA
+	cfgB.PollInterval = 50 * time.Millisecond
+	var st *stopAfterBeat
+	a := wrappedNode(t, srv, "beatstop2", cfgA, func(s fairqueue.Store) fairqueue.Store {
+		st = newStopAfterBeat(s)
+		return st
+	})
+	b := newNode(t, srv, "beatstop2", cfgB)
+	ctx := context.Background()
+	p, err := a.q.Acquire(ctx, fairqueue.Request{}) // a joins the queue
+	require.NoError(t, err)
+	p.Release()
+	pb, err := b.q.Acquire(ctx, fairqueue.Request{})
+	require.NoError(t, err)
+	waiting := func() []string { return readState(t, b.rdb, "beatstop2").Waiting }
+
+	st.sendHold.Store(true)
+	olderDone := acquireAsync(a, ctx) // a's older request: its call waits
+	eventually(t, 5*time.Second, func() bool { return !st.sendHold.Load() }, "a's older request never sent")
+	aDone := acquireAsync(a, ctx)
+	eventually(t, 5*time.Second, func() bool { return len(waiting()) == 1 }, "a's waiter not queued")
+	aTicket := waiting()[0]
+	bDone := acquireAsync(b, ctx)
+	eventually(t, 5*time.Second, func() bool { return len(waiting()) == 2 }, "b's waiter not queued")
+	close(st.sendGo)
+	eventually(t, 5*time.Second, func() bool { return len(waiting()) == 3 }, "a's older waiter not queued")
+	older := waiting()[2]
+
+	st.hold.Store(true)
+	for range 2 {
+		select {
+		case <-st.ticked:
+		default:
+		}
+		<-st.ticked
+	}
+	pb.Release() // grants a's waiter; its message stays unread
+	time.Sleep(cfgA.PollInterval / 4)
+	st.arm.Store(true)
+	<-st.ran // a heartbeat found a alive; a is stopped before its reconcile
+
+	var pb2 *fairqueue.Permit
+	select {
+	case r := <-bDone:
+		require.NoError(t, r.err)
+		pb2 = r.p
+	case <-time.After(20 * time.Second):
+		t.Fatal("a's grant was never taken back")
+	}
+	require.Equal(t, []string{pb2.Ticket()}, readState(t, b.rdb, "beatstop2").Holders)
+
+	st.wake() // a goes on, reading the old message first
+	for end := time.Now().Add(4 * cfgA.Lease); ; {
+		select {
+		case r := <-aDone:
+			if r.err == nil {
+				r.p.Release()
+			}
+			pb2.Release()
+			t.Fatalf("a's waiter started on a grant Redis had taken back (err %v), beside b's on the only permit", r.err)
+		default:
+		}
+		if w := waiting(); len(w) == 2 && w[0] == older && w[1] == aTicket {
+			break // queued again, behind a's older waiter
+		}
+		require.True(t, time.Now().Before(end), "a's waiter %s is not queued again while a's older one waits (waiting %v, holders %v)",
+			aTicket, waiting(), readState(t, b.rdb, "beatstop2").Holders)
+		time.Sleep(10 * time.Millisecond)
+	}
+	pb2.Release()
+	for _, ch := range []<-chan acquired{olderDone, aDone} {
+		select {
+		case r := <-ch:
+			require.NoError(t, r.err, "a's waiters are served once the permit is free")
+			r.p.Release()
+		case <-time.After(20 * time.Second):
+			t.Fatal("a's waiters were not served once the permit was free")
+		}
 	}
 	require.NoError(t, a.q.Close())
 	require.NoError(t, b.q.Close())
