@@ -21,13 +21,14 @@ func (q *Queue) Granted(grants ...Grant) {
 			// Maybe a grant the store took back while this node was
 			// stopped or cut off (its message unread since before the
 			// last heartbeat, maybe): leave the waiter waiting, and ask the
-			// store at once. The reconcile grants the waiter if the
-			// store still counts its grant; the heartbeat, due after
-			// such a gap, finds a rejoin, and the next one the waiters
-			// the store dropped (it queues them again). Not evVerify:
-			// grants arriving meanwhile would keep any heartbeat from
-			// confirming the node.
-			q.s.wake()
+			// store at once (evRecheck). The reconcile grants the waiter
+			// if the store still counts its grant; the heartbeat after it
+			// names every waiter and finds the ones the store dropped
+			// (it queues them again). Not evVerify: grants arriving
+			// while a heartbeat is on its way would keep it from
+			// confirming the node; a recheck asks for the waiters only
+			// once its reconcile is done.
+			q.s.note(evRecheck, true)
 			continue
 		}
 		q.grant(t, g.No, g.Upstream, g.Permits)

@@ -42,11 +42,12 @@ type session struct {
 	events atomic.Uint32
 
 	// The loop's own state, read and written by its goroutine only.
-	epoch  string // data-set ID confirmed by the last heartbeat
-	beats  uint64 // heartbeats sent
-	verify bool   // evVerify taken and not yet acted on
-	resync bool   // evResync taken and not yet acted on
-	sweep  bool   // evSweep taken and not yet acted on
+	epoch   string // data-set ID confirmed by the last heartbeat
+	beats   uint64 // heartbeats sent
+	verify  bool   // evVerify taken and not yet acted on
+	resync  bool   // evResync taken and not yet acted on
+	sweep   bool   // evSweep taken and not yet acted on
+	recheck bool   // evRecheck taken and not yet acted on
 
 	seen    atomic.Pointer[string]      // the last data-set ID any store call saw
 	cluster atomic.Pointer[ClusterView] // from the last heartbeat
@@ -102,6 +103,16 @@ const (
 	// evSweep: a transfer or release failed (it may run late, or never),
 	// leaving a ghost holder: reconcile for a while.
 	evSweep
+	// evRecheck: a grant the node could not trust (its answer read a
+	// lease after the call, its message maybe older than what is left of
+	// its lease): reconcile at once, which starts the waiter if the store
+	// still counts the grant, then name every waiter in a heartbeat, which
+	// finds it missing if the store took the grant back (maybe that very
+	// reconcile: an expired lease is reaped there), and it is queued
+	// again. In that order: a heartbeat first would find the expired
+	// grant still there, and later heartbeats name only the oldest
+	// waiter.
+	evRecheck
 )
 
 func newSession(q *Queue) *session {
@@ -131,6 +142,7 @@ func (s *session) take() {
 	s.verify = s.verify || e&evVerify != 0
 	s.resync = s.resync || e&evResync != 0
 	s.sweep = s.sweep || e&evSweep != 0
+	s.recheck = s.recheck || e&evRecheck != 0
 }
 
 // takeResync reports and clears a pending resync. Loop only.
@@ -210,15 +222,15 @@ func answeredInLease(sent time.Time, lease time.Duration) bool {
 }
 
 // lateGrant leaves t, granted in an answer read too late to trust
-// (answeredInLease), waiting, and has the loop ask the store at once:
-// the reconcile starts t if the store still counts its grant; otherwise
-// the next heartbeat, which names every waiter, finds it missing and
-// queues it again.
+// (answeredInLease), waiting, and has the loop ask the store at once
+// (evRecheck): the reconcile starts t if the store still counts its
+// grant; otherwise the heartbeat after it, which names every waiter,
+// finds it missing and queues it again.
 func (s *session) lateGrant(t *ticket) {
 	t.queued.Store(true)
 	s.q.log.Warn("a grant was read a lease or more after its call (the process stopped or starved?); asking the store before starting it",
 		zap.String("ticket", t.id))
-	s.note(evVerify, true)
+	s.note(evRecheck, true)
 }
 
 // shared reports whether the node's last heartbeat saw other nodes in
@@ -399,8 +411,14 @@ func (s *session) loop() {
 			s.sweep = false
 			sweepUntil = time.Now().Add(cfg.Lease / 3) // a failed transfer may leave a ghost
 		}
-		if waiting > 0 || !up || time.Now().Before(sweepUntil) {
+		recheck := s.recheck
+		s.recheck = false
+		if waiting > 0 || !up || recheck || time.Now().Before(sweepUntil) {
 			s.reconcile(cfg)
+		}
+		if recheck {
+			s.verify = true // the next heartbeat, at once, names every waiter
+			s.wake()
 		}
 		if !up && q.health.up() && q.inFallback(cfg) {
 			s.wake() // found up: the heartbeat that adopts goes now
@@ -438,7 +456,7 @@ func (s *session) reconcile(cfg *Config) {
 		case t == nil:
 			q.releaseID(id, q.unusedCorrection(id))
 		case t.state.Load() == statePending && !fresh:
-			s.note(evVerify, true)
+			s.note(evRecheck, true)
 		case t.state.Load() == statePending:
 			if c := q.log.Check(zapcore.DebugLevel, "grant found by reconcile"); c != nil {
 				c.Write(zap.String("ticket", id))
