@@ -47,7 +47,7 @@ func BenchmarkScriptPrelude(b *testing.B) {
 			if err := sc.Run(context.Background(), rdb, c.keys, args...).Err(); err != nil {
 				b.Fatal(err)
 			}
-			c0 := serverCPU(b, rdb)
+			c0 := RedisCPU(b, rdb)
 			b.ResetTimer()
 			for range b.N {
 				if err := sc.Run(context.Background(), rdb, c.keys, args...).Err(); err != nil {
@@ -55,14 +55,14 @@ func BenchmarkScriptPrelude(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric(float64((serverCPU(b, rdb)-c0).Microseconds())/float64(b.N), "redis-cpu-us/op")
+			b.ReportMetric(float64((RedisCPU(b, rdb)-c0).Microseconds())/float64(b.N), "redis-cpu-us/op")
 		})
 	}
 }
 
-// serverCPU is the CPU time (user + system) the Redis server has used so
-// far, from INFO cpu.
-func serverCPU(b *testing.B, rdb *redis.Client) time.Duration {
+// RedisCPU is the CPU time (user + system) the Redis server has used so
+// far, from INFO cpu. Test only (the benchmarks of both test packages).
+func RedisCPU(b *testing.B, rdb *redis.Client) time.Duration {
 	info, err := rdb.Info(context.Background(), "cpu").Result()
 	if err != nil {
 		b.Fatal(err)

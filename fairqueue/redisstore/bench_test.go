@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
@@ -38,23 +39,8 @@ func commandStats(b *testing.B, rdb *redis.Client) (scripts, all int64) {
 	return scripts, all
 }
 
-// redisCPU returns the CPU time (user + system) the Redis server has
-// used so far, from INFO cpu.
-func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
-	info, err := rdb.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
-			f, _ := strconv.ParseFloat(v, 64)
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
-}
+// redisCPU is redisstore.RedisCPU (an internal test file's).
+var redisCPU = redisstore.RedisCPU
 
 func percentile(d []time.Duration, p float64) time.Duration {
 	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })

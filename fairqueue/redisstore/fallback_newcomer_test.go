@@ -54,31 +54,8 @@ func TestARequestArrivingWhileFallbackWaitersMoveQueuesBehindThem(t *testing.T) 
 
 	served := make(chan int, waiters+1)
 	errs := make(chan error, waiters+1)
-	acquire := func(i int, queued chan struct{}) {
-		w, err := n.q.Acquire(context.Background(), fairqueue.Request{OnQueued: func(fairqueue.Waiting) {
-			select {
-			case <-queued:
-			default:
-				close(queued)
-			}
-		}})
-		if err != nil {
-			errs <- err
-			return
-		}
-		served <- i
-		w.Release()
-	}
 	for i := range waiters {
-		queued := make(chan struct{})
-		go acquire(i, queued)
-		select {
-		case <-queued:
-		case err := <-errs:
-			t.Fatalf("waiter %d failed: %v", i, err)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("waiter %d never queued in the fallback queue", i)
-		}
+		queueInTurn(t, n, i, served, errs, true)
 	}
 
 	s.slow.Store(true)
@@ -88,7 +65,7 @@ func TestARequestArrivingWhileFallbackWaitersMoveQueuesBehindThem(t *testing.T) 
 	case <-time.After(20 * time.Second):
 		t.Fatal("the fallback queue's waiters never moved")
 	}
-	go acquire(waiters, make(chan struct{}))
+	queueInTurn(t, n, waiters, served, errs, false)
 	eventually(t, 20*time.Second, func() bool { return len(readState(t, n.rdb, "fbnewcomer").Waiting) == waiters+1 },
 		"the moving waiters and the new request never queued in the shared queue")
 	held.Release()

@@ -45,29 +45,7 @@ func fallbackMovesInOrder(t *testing.T, fair bool) {
 	served := make(chan int, movingWaiters)
 	errs := make(chan error, movingWaiters)
 	for i := range movingWaiters {
-		queued := make(chan struct{})
-		go func() {
-			w, err := n.q.Acquire(context.Background(), fairqueue.Request{OnQueued: func(fairqueue.Waiting) {
-				select {
-				case <-queued:
-				default:
-					close(queued)
-				}
-			}})
-			if err != nil {
-				errs <- err
-				return
-			}
-			served <- i
-			w.Release()
-		}()
-		select {
-		case <-queued: // queued in the fallback queue, behind those before it
-		case err := <-errs:
-			t.Fatalf("waiter %d failed: %v", i, err)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("waiter %d never queued in the fallback queue", i)
-		}
+		queueInTurn(t, n, i, served, errs, true)
 	}
 
 	srv.Restart()
@@ -78,4 +56,38 @@ func fallbackMovesInOrder(t *testing.T, fair bool) {
 	held.Release()
 
 	assertServedInOrder(t, served, errs, movingWaiters, "the fallback queue's waiters, moved into the shared queue, served out of their order")
+}
+
+// queueInTurn starts request i on n, which reports to served (its index,
+// once granted: its permit is released at once) or to errs; with wait,
+// it returns once the request has queued (OnQueued), behind those
+// started before it.
+func queueInTurn(t *testing.T, n *node, i int, served chan<- int, errs chan error, wait bool) {
+	t.Helper()
+	queued := make(chan struct{})
+	go func() {
+		w, err := n.q.Acquire(context.Background(), fairqueue.Request{OnQueued: func(fairqueue.Waiting) {
+			select {
+			case <-queued:
+			default:
+				close(queued)
+			}
+		}})
+		if err != nil {
+			errs <- err
+			return
+		}
+		served <- i
+		w.Release()
+	}()
+	if !wait {
+		return
+	}
+	select {
+	case <-queued:
+	case err := <-errs:
+		t.Fatalf("waiter %d failed: %v", i, err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("waiter %d never queued", i)
+	}
 }
