@@ -131,26 +131,8 @@ func TestAcquireAnswerReadAfterAStopPastTheLeaseStartsNoGrantRedisTookBack(t *te
 	require.Equal(t, []string{pb.Ticket()}, readState(t, b.rdb, "stopped").Holders)
 
 	close(st.resume) // a goes on, reading the old answer
-	select {
-	case r := <-aDone:
-		if r.err == nil {
-			r.p.Release()
-		}
-		pb.Release()
-		t.Fatalf("a's request started on a grant Redis had taken back (err %v), beside b's on the only permit", r.err)
-	case <-time.After(3 * cfg.Lease):
-	}
-	pb.Release()
-	select {
-	case r := <-aDone:
-		require.NoError(t, r.err, "a's request is served once the permit is free")
-		r.p.Release()
-	case <-time.After(20 * time.Second):
-		t.Fatal("a's request was not served once the permit was free")
-	}
-	require.NoError(t, a.q.Close())
-	require.NoError(t, b.q.Close())
-	require.Empty(t, srv.Keys(t, "*"), "keys left after every node left")
+	noStartBeside(t, aDone, pb, 3*cfg.Lease)
+	servedOnceFree(t, srv, a, b, pb, aDone)
 }
 
 // A node stopped past its lease right after a reconcile listed a grant
@@ -185,34 +167,68 @@ func TestReconcileAnswerReadAfterAStopPastTheLeaseStartsNoGrantRedisTookBack(t *
 	<-st.ran     // a's reconcile found the grant; a is stopped before it reads so
 
 	// b's waiter is granted once the lease of a's grant ends unrenewed.
-	var pb2 *fairqueue.Permit
-	select {
-	case r := <-bDone:
-		require.NoError(t, r.err)
-		pb2 = r.p
-	case <-time.After(20 * time.Second):
-		t.Fatal("a's grant was never taken back")
-	}
-	require.Equal(t, []string{pb2.Ticket()}, readState(t, b.rdb, "stopped").Holders)
+	pb2 := takenBack(t, b, "stopped", bDone)
 
 	st.drop.Store(false)
 	close(st.resume) // a goes on, reading the old answer
-	select {
-	case r := <-aDone:
-		if r.err == nil {
-			r.p.Release()
+	noStartBeside(t, aDone, pb2, 3*cfg.Lease)
+	servedOnceFree(t, srv, a, b, pb2, aDone)
+}
+
+// noStartBeside fails the test if a's request (aDone) has started, on a
+// grant Redis took back, beside pb on the only permit; block: wait for
+// it that long, else look once.
+func noStartBeside(t *testing.T, aDone <-chan acquired, pb *fairqueue.Permit, block time.Duration) {
+	t.Helper()
+	var r acquired
+	if block > 0 {
+		select {
+		case r = <-aDone:
+		case <-time.After(block):
+			return
 		}
-		pb2.Release()
-		t.Fatalf("a's waiter started on a grant Redis had taken back (err %v), beside b's on the only permit", r.err)
-	case <-time.After(3 * cfg.Lease):
+	} else {
+		select {
+		case r = <-aDone:
+		default:
+			return
+		}
 	}
-	pb2.Release()
-	select {
-	case r := <-aDone:
-		require.NoError(t, r.err, "a's waiter is served once the permit is free")
+	if r.err == nil {
 		r.p.Release()
+	}
+	pb.Release()
+	t.Fatalf("a's request started on a grant Redis had taken back (err %v), beside b's on the only permit", r.err)
+}
+
+// takenBack returns b's request (bDone), granted once the lease of a's
+// grant ended unrenewed: the only holder of queue name.
+func takenBack(t *testing.T, b *node, name string, bDone <-chan acquired) *fairqueue.Permit {
+	t.Helper()
+	select {
+	case r := <-bDone:
+		require.NoError(t, r.err)
+		require.Equal(t, []string{r.p.Ticket()}, readState(t, b.rdb, name).Holders)
+		return r.p
 	case <-time.After(20 * time.Second):
-		t.Fatal("a's waiter was not served once the permit was free")
+		t.Fatal("a's grant was never taken back")
+		return nil
+	}
+}
+
+// servedOnceFree releases pb, then requires a's requests (each of
+// waits) served, and, once both nodes closed, nothing left in Redis.
+func servedOnceFree(t *testing.T, srv *redistest.Server, a, b *node, pb *fairqueue.Permit, waits ...<-chan acquired) {
+	t.Helper()
+	pb.Release()
+	for _, ch := range waits {
+		select {
+		case r := <-ch:
+			require.NoError(t, r.err, "a's request is served once the permit is free")
+			r.p.Release()
+		case <-time.After(20 * time.Second):
+			t.Fatal("a's request was not served once the permit was free")
+		}
 	}
 	require.NoError(t, a.q.Close())
 	require.NoError(t, b.q.Close())

@@ -171,44 +171,18 @@ func TestGrantMessageOlderThanTheLastHeartbeatReadAfterAStopStartsNoGrantRedisTo
 
 	// b's waiter is granted once the lease of a's grant ends unrenewed,
 	// less than a lease after that heartbeat.
-	var pb2 *fairqueue.Permit
-	select {
-	case r := <-bDone:
-		require.NoError(t, r.err)
-		pb2 = r.p
-	case <-time.After(20 * time.Second):
-		t.Fatal("a's grant was never taken back")
-	}
-	require.Equal(t, []string{pb2.Ticket()}, readState(t, b.rdb, "beatstop").Holders)
+	pb2 := takenBack(t, b, "beatstop", bDone)
 
 	st.wake() // a goes on, reading the old message first
 	for end := time.Now().Add(10 * time.Second); ; {
-		select {
-		case r := <-aDone:
-			if r.err == nil {
-				r.p.Release()
-			}
-			pb2.Release()
-			t.Fatalf("a's waiter started on a grant Redis had taken back (err %v), beside b's on the only permit", r.err)
-		default:
-		}
+		noStartBeside(t, aDone, pb2, 0)
 		if s := readState(t, b.rdb, "beatstop"); len(s.Waiting) == 1 && s.Waiting[0] == aTicket {
 			break // a found its waiter lost and queued it again
 		}
 		require.True(t, time.Now().Before(end), "a's waiter was neither started nor queued again")
 		time.Sleep(10 * time.Millisecond)
 	}
-	pb2.Release()
-	select {
-	case r := <-aDone:
-		require.NoError(t, r.err, "a's waiter is served once the permit is free")
-		r.p.Release()
-	case <-time.After(20 * time.Second):
-		t.Fatal("a's waiter was not served once the permit was free")
-	}
-	require.NoError(t, a.q.Close())
-	require.NoError(t, b.q.Close())
-	require.Empty(t, srv.Keys(t, "*"), "keys left after every node left")
+	servedOnceFree(t, srv, a, b, pb2, aDone)
 }
 
 // As above, with an older waiter of the same node still queued behind the
@@ -262,27 +236,11 @@ func TestGrantMessageOlderThanTheLastHeartbeatTakenBackIsQueuedAgainBehindAnOlde
 	st.arm.Store(true)
 	<-st.ran // a heartbeat found a alive; a is stopped before its reconcile
 
-	var pb2 *fairqueue.Permit
-	select {
-	case r := <-bDone:
-		require.NoError(t, r.err)
-		pb2 = r.p
-	case <-time.After(20 * time.Second):
-		t.Fatal("a's grant was never taken back")
-	}
-	require.Equal(t, []string{pb2.Ticket()}, readState(t, b.rdb, "beatstop2").Holders)
+	pb2 := takenBack(t, b, "beatstop2", bDone)
 
 	st.wake() // a goes on, reading the old message first
 	for end := time.Now().Add(4 * cfgA.Lease); ; {
-		select {
-		case r := <-aDone:
-			if r.err == nil {
-				r.p.Release()
-			}
-			pb2.Release()
-			t.Fatalf("a's waiter started on a grant Redis had taken back (err %v), beside b's on the only permit", r.err)
-		default:
-		}
+		noStartBeside(t, aDone, pb2, 0)
 		if w := waiting(); len(w) == 2 && w[0] == older && w[1] == aTicket {
 			break // queued again, behind a's older waiter
 		}
@@ -290,17 +248,5 @@ func TestGrantMessageOlderThanTheLastHeartbeatTakenBackIsQueuedAgainBehindAnOlde
 			aTicket, waiting(), readState(t, b.rdb, "beatstop2").Holders)
 		time.Sleep(10 * time.Millisecond)
 	}
-	pb2.Release()
-	for _, ch := range []<-chan acquired{olderDone, aDone} {
-		select {
-		case r := <-ch:
-			require.NoError(t, r.err, "a's waiters are served once the permit is free")
-			r.p.Release()
-		case <-time.After(20 * time.Second):
-			t.Fatal("a's waiters were not served once the permit was free")
-		}
-	}
-	require.NoError(t, a.q.Close())
-	require.NoError(t, b.q.Close())
-	require.Empty(t, srv.Keys(t, "*"), "keys left after every node left")
+	servedOnceFree(t, srv, a, b, pb2, olderDone, aDone)
 }
