@@ -69,6 +69,11 @@ func TestClusterFailoverLosingAHandoffServesTheBacklog(t *testing.T) {
 	admin := cluster.ClusterClient(t, clusterOpts)
 	lostHandoffBacklog(t, qs, admin, func(round int, writes func()) {
 		clusterLoseWrites(t, cluster, master, replica, tag, writes)
+		// Every node's grant channel moves to the new master.
+		eventually(t, 10*time.Second, func() bool {
+			chs, err := replica.Client(t).PubSubShardChannels(context.Background(), tag+":*").Result()
+			return err == nil && len(chs) == len(qs)
+		}, "round %d: the nodes never subscribed on the new master", round)
 		if round == 0 {
 			master.Restart() // rejoins with its identity: the new master's replica
 			c := master.Client(t)

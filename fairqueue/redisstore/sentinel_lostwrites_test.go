@@ -106,6 +106,20 @@ func TestSentinelFailoverLosingAHandoffServesTheBacklog(t *testing.T) {
 	admin := s.FailoverClient(t)
 	lostHandoffBacklog(t, qs, admin, func(round int, writes func()) {
 		dead := loseWrites(t, s, writes)
+		var master *redistest.Server
+		for _, srv := range s.Servers() {
+			if srv != dead {
+				master = srv
+			}
+		}
+		// Every node's grant channel moves to the new master.
+		mc := master.Client(t)
+		eventually(t, 10*time.Second, func() bool {
+			// Sharded where Redis has it (7.0 on): SSUBSCRIBE.
+			chs, _ := mc.PubSubShardChannels(context.Background(), lostTagOf(t)+":node:*").Result()
+			plain, _ := mc.PubSubChannels(context.Background(), lostTagOf(t)+":node:*").Result()
+			return len(chs)+len(plain) == len(qs)
+		}, "round %d: the nodes' grant channels are not all subscribed on the new master", round)
 		if round == 0 {
 			rejoin(t, dead)
 		}
@@ -211,6 +225,12 @@ func lostHandoffBacklog(t *testing.T, qs []*fairqueue.Queue, admin redis.Univers
 		require.NoError(t, q.Close())
 	}
 	assert.Empty(t, allKeys(t, admin), "keys left after every node left")
+}
+
+// lostTagOf is the hash tag of the queue lostHandoffBacklog runs.
+func lostTagOf(t *testing.T) string {
+	t.Helper()
+	return redisstore.New(nil, lostName, redisstore.Options{}).Tag()
 }
 
 // peek reads the queue's waiting and holding tickets, or the error of a
