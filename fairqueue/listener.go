@@ -57,10 +57,14 @@ func (q *Queue) observeHandoff(t *ticket, at time.Time) {
 // Resynced implements Listener: notifications may have been lost.
 // A new subscription follows a broken connection, perhaps a failover
 // that lost the last writes: the next heartbeat checks this node's
-// waiters are still queued.
+// waiters are still queued, and the node reconciles for a while (as
+// after a failed release), even without waiters: a release the failover
+// lost left its permit held in the store for a request that has ended,
+// which would keep every waiter of the queue out until its lease ended;
+// reconcile finds it among this node's holders and releases it again.
 func (q *Queue) Resynced() {
 	q.s.doubt()
-	q.s.note(evVerify, true)
+	q.s.note(evVerify|evSweep, true)
 }
 
 // observe records the grant counter and data-set ID a store call saw.

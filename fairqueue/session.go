@@ -101,7 +101,8 @@ const (
 	// heartbeat at once.
 	evResync
 	// evSweep: a transfer or release failed (it may run late, or never),
-	// leaving a ghost holder: reconcile for a while.
+	// or a new subscription says a failover may have lost some, leaving
+	// a ghost holder: reconcile for a while.
 	evSweep
 	// evRecheck: a grant the node could not trust (its answer read a
 	// lease after the call, its message maybe older than what is left of
