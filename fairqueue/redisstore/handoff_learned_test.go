@@ -24,39 +24,12 @@ func TestLocalHandoffKeepsToTheLearnedCapacity(t *testing.T) {
 		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
 	n := newNode(t, srv, "learnedhandoff", cfg)
 	q := n.q
-	ctx := context.Background()
-	var held []*fairqueue.Permit
-	for range 4 {
-		p, err := q.Acquire(ctx, fairqueue.Request{})
-		require.NoError(t, err)
-		held = append(held, p)
-	}
-	got := make(chan *fairqueue.Permit, 2)
-	for range 2 {
-		go func() {
-			p, err := q.Acquire(ctx, fairqueue.Request{})
-			if err == nil {
-				got <- p
-			}
-		}()
-		time.Sleep(50 * time.Millisecond) // in this order
-	}
-	alive(t, n)       // a heartbeat confirmed the node: it may hand on locally
-	held[0].Release() // w1 takes it; the reply names w2 the head
-	w1 := <-got
+	held, w1, w2Ch, w2 := secondHeadNamed(t, n, "learnedhandoff")
 	q.ObserveTTFT("", time.Second) // a breach: the share halves, 2 permits
 	eventually(t, 5*time.Second, func() bool { return q.Share() < 1 }, "the share did not move")
 	require.Equal(t, 0.5, q.Share())
 	held[1].Release() // 3 still run (held[2], held[3], w1): nothing more may start
-	select {
-	case w2 := <-got:
-		t.Errorf("w2 started with 3 running under a learned capacity of 2 (4 x 0.5)")
-		w2.Release()
-	case <-time.After(300 * time.Millisecond):
-	}
-	w1.Release()
-	held[2].Release()
-	held[3].Release()
+	notStarted(t, n, "learnedhandoff", held, w1, w2Ch, w2)
 }
 
 // The learned capacity is one value in the store for every node: one
@@ -76,18 +49,7 @@ func TestLocalHandoffKeepsToACapacityAnotherNodeLowered(t *testing.T) {
 	p, err := b.q.Acquire(ctx, fairqueue.Request{}) // b joins the queue
 	require.NoError(t, err)
 	p.Release()
-	var held []*fairqueue.Permit
-	for range 4 {
-		p, err := a.q.Acquire(ctx, fairqueue.Request{})
-		require.NoError(t, err)
-		held = append(held, p)
-	}
-	w1Ch, _ := queueWaiter(t, a, name)
-	w2Ch, w2 := queueWaiter(t, a, name)
-	alive(t, a)       // a heartbeat confirmed a: it may hand on locally
-	held[0].Release() // w1 takes it; the reply may name w2 the head
-	w1 := <-w1Ch
-	require.NoError(t, w1.err)
+	held, w1, w2Ch, w2 := secondHeadNamed(t, a, name)
 	b.q.ObserveTTFT("", time.Second) // a breach seen by b: the share halves, 2 permits
 	eventually(t, 5*time.Second, func() bool { return b.q.Share() < 1 }, "the share did not move")
 	require.Equal(t, 0.5, b.q.Share())
@@ -97,15 +59,7 @@ func TestLocalHandoffKeepsToACapacityAnotherNodeLowered(t *testing.T) {
 	// release returns once the store has its answer (a release, or the
 	// transfer of a local handoff).
 	held[1].Release()
-	st := readState(t, a.rdb, name)
-	assert.NotContains(t, st.Holders, w2, "w2 started with 3 running under a learned capacity of 2 (4 x 0.5)")
-	assert.Len(t, st.Holders, 3)
-	w1.p.Release()
-	held[2].Release()
-	held[3].Release()
-	got := <-w2Ch // served once the count is down
-	require.NoError(t, got.err)
-	got.p.Release()
+	notStarted(t, a, name, held, w1, w2Ch, w2)
 }
 
 // The same where the other node joined after the reply that named the
@@ -120,18 +74,7 @@ func TestLocalHandoffKeepsToACapacityLoweredByANodeThatJoinedSince(t *testing.T)
 		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
 	a := newNode(t, srv, name, cfg)
 	ctx := context.Background()
-	var held []*fairqueue.Permit
-	for range 4 {
-		p, err := a.q.Acquire(ctx, fairqueue.Request{})
-		require.NoError(t, err)
-		held = append(held, p)
-	}
-	w1Ch, _ := queueWaiter(t, a, name)
-	w2Ch, w2 := queueWaiter(t, a, name)
-	alive(t, a)       // a heartbeat confirmed a: it may hand on locally
-	held[0].Release() // w1 takes it; the reply names w2 (a is alone)
-	w1 := <-w1Ch
-	require.NoError(t, w1.err)
+	held, w1, w2Ch, w2 := secondHeadNamed(t, a, name)
 
 	// b joins the queue: its request, behind w2, gives up at once.
 	b := newNode(t, srv, name, cfg)
@@ -144,7 +87,37 @@ func TestLocalHandoffKeepsToACapacityLoweredByANodeThatJoinedSince(t *testing.T)
 	require.Equal(t, 1.0, a.q.Share(), "a has heard nothing of the share")
 
 	held[1].Release() // 3 still run (held[2], held[3], w1): nothing more may start
-	st := readState(t, a.rdb, name)
+	notStarted(t, a, name, held, w1, w2Ch, w2)
+}
+
+// secondHeadNamed makes n (4 permits) hold 4 permits with two waiters
+// behind them, w1 then w2, confirmed alive, and releases one: w1 takes
+// it, and the reply names w2 the head (where n may hand on locally). It
+// returns the 3 permits still held (the first, released, among them),
+// w1, granted, and w2's channel and ticket.
+func secondHeadNamed(t *testing.T, n *node, name string) (held []*fairqueue.Permit, w1 got, w2Ch chan got, w2 string) {
+	t.Helper()
+	for range 4 {
+		p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+		require.NoError(t, err)
+		held = append(held, p)
+	}
+	w1Ch, _ := queueWaiter(t, n, name)
+	w2Ch, w2 = queueWaiter(t, n, name)
+	alive(t, n)       // a heartbeat confirmed n: it may hand on locally
+	held[0].Release() // w1 takes it; the reply may name w2 the head
+	w1 = <-w1Ch
+	require.NoError(t, w1.err)
+	return held, w1, w2Ch, w2
+}
+
+// notStarted asserts, once a second permit of held ended, that w2 did
+// not start: 3 run (held[2], held[3], w1) under a learned capacity of 2
+// (4 x 0.5). Then it ends them all, and w2 is served once the count is
+// down.
+func notStarted(t *testing.T, n *node, name string, held []*fairqueue.Permit, w1 got, w2Ch chan got, w2 string) {
+	t.Helper()
+	st := readState(t, n.rdb, name)
 	assert.NotContains(t, st.Holders, w2, "w2 started with 3 running under a learned capacity of 2 (4 x 0.5)")
 	assert.Len(t, st.Holders, 3)
 	w1.p.Release()
