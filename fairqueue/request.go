@@ -15,7 +15,9 @@ type Request struct {
 	// hashed before it reaches the store; "" is one default tenant.
 	Tenant string
 	// Weight is the tenant's share relative to others (2 = twice the
-	// grants of a weight-1 tenant when both are backlogged). Default 1.
+	// grants of a weight-1 tenant when both are backlogged), MinWeight
+	// to MaxWeight: a value outside is taken as the nearest bound. Not
+	// positive, NaN or unset: 1.
 	Weight float64
 	// Cost is the request's size in fairness accounting (e.g. its
 	// max_tokens, or the seconds it is expected to hold the permit),
@@ -60,14 +62,27 @@ func (r Request) flow() string {
 // place in the queue arbitrarily far.
 const MaxCost = 1e6
 
+// MinWeight and MaxWeight bound Request.Weight: a charge divided by a
+// weight stays a finite number that moves its flow's counter (a
+// subnormal weight made it +Inf, which the stores cannot count with).
+// The Caddy handler's weights are bounded tighter (0.01 to 1000).
+const (
+	MinWeight = 1e-6
+	MaxWeight = 1e6
+)
+
 // scale is what one unit of cost adds to r's flow's usage counter:
-// 1 / (weight x factor^band).
+// 1 / (weight x factor^band), at least the least positive float64 (a
+// factor^band beyond float64's range made it 0: a grant that never
+// moved its flow).
 func (r Request) scale(factor float64) float64 {
 	w := r.Weight
 	if !(w > 0) { // also NaN
 		w = 1
 	}
-	return 1 / (w * math.Pow(factor, float64(min(max(r.Priority, 0), MaxPriority))))
+	w = min(max(w, MinWeight), MaxWeight)
+	s := 1 / (w * math.Pow(factor, float64(min(max(r.Priority, 0), MaxPriority))))
+	return max(s, math.SmallestNonzeroFloat64)
 }
 
 // clampCost bounds a cost to (0, MaxCost]; a missing or invalid cost is 1.

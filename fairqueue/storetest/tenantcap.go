@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ func init() {
 	cases = append(cases,
 		testCase{"RaisedTenantCapServesTheTenantsWaitersAtOnce", raisedTenantCap},
 		testCase{"NewFlowAfterALoweredCapStartsAtTheLeastReadyCounter", loweredCapFloor},
+		testCase{"RaisedTenantCapServesTheOtherBandAfterTheTenantsLastRelease", raisedCapLastRelease},
 	)
 }
 
@@ -84,4 +86,36 @@ func loweredCapFloor(t *testing.T, h Harness) {
 		require.NoError(t, s.Cancel(bg, a))
 	}
 	require.NoError(t, s.Leave(bg, "n1", l))
+}
+
+// A reload that raises or lifts max_in_flight_per_tenant, followed by
+// the release of the tenant's last permit before any reconcile, leaves
+// no waiter of the tenant behind: its other band, not ready while the
+// old cap held, is served (at the release, or at the latest by the next
+// reconcile) although the tenant then holds nothing. T holds 1 of 3
+// permits under a cap of 1 through band 0, and its band-1 request
+// waits; the cap goes to 2 (or 0: none), T's permit ends.
+func raisedCapLastRelease(t *testing.T, h Harness) {
+	for _, raised := range []int{2, 0} {
+		name := fmt.Sprintf("caprelease%d", raised)
+		s := store(t, h, name, "n1")
+		l := fairqueue.Limits{Permits: 3, Lease: time.Minute, MaxInFlightPerTenant: 1}
+		t1 := fairT(1, "tttt.0", l)
+		mustAcquire(t, s, t1, true)
+		t2 := fairT(2, "tttt.1", l)
+		mustAcquire(t, s, t2, false)
+
+		l.MaxInFlightPerTenant = raised // the reload
+		t1.Limits = l
+		require.NoError(t, s.Release(bg, t1))
+		_, err := s.Reconcile(bg, "n1", l)
+		require.NoError(t, err)
+		waiting, holders := h.State(t, name)
+		assert.Empty(t, waiting, "cap %d: T's band-1 request, with T holding nothing and 2 permits free", raised)
+		assert.Equal(t, []string{t2.ID}, holders, "cap %d", raised)
+
+		t2.Limits = l
+		require.NoError(t, s.Cancel(bg, t2))
+		require.NoError(t, s.Leave(bg, "n1", l))
+	}
 }

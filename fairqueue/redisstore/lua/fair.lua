@@ -265,7 +265,7 @@ end
 -- upstream entry goes (pool.lua), the
 -- flow and its tenant hold one permit less, correction is added to the
 -- flow's counter, the flow is refreshed, and a tenant that was at its
--- cap has its flows ready again. The permit counts are read once
+-- cap, or that holds nothing any more, has its flows ready again. The permit counts are read once
 -- (inflight) and written once (add_held), the flow's counter at most
 -- once. nowait: the caller
 -- knows no fair ticket waits (K.fwait missing). Returns true when a flow
@@ -296,6 +296,20 @@ local function unheld(id, correction, nowait)
     for b = 0, MAXBAND do
       local f = tenant .. '.' .. b
       if f ~= flow and refresh(f, nil, false, nowait) then readied = true end
+    end
+  elseif tn <= 0 and not nowait then
+    -- Its last permit ended, under a cap it did not hold (or none): its
+    -- other bands may still be out of the ready set from when it held
+    -- the cap in force before a reload raised or lifted it, and a tenant
+    -- that holds nothing is out of recount's reach. Those with waiters
+    -- are ready now (one HMGET; nothing more when none waits).
+    local others = {}
+    for b = 0, MAXBAND do
+      local f = tenant .. '.' .. b
+      if f ~= flow then others[#others + 1] = f end
+    end
+    for i, w in ipairs(redis.call('HMGET', K.twait, unpack(others))) do
+      if w and refresh(others[i], nil, false, false, 0) then readied = true end
     end
   end
   return readied
