@@ -213,8 +213,12 @@ type model struct {
 	lastHeal    time.Time // the last lossy link healed
 	lastRestart time.Time
 	lastCrash   time.Time
-	era         int // bumped by every fault event: requests of one era saw none
-	epoch       int // bumped by every restart: the store's numbers start again
+	lastReload  time.Time // the last reload's last node reloaded (model_reload.go)
+	reloading   bool      // a reload is on its way: the nodes disagree
+	prevPermits int       // during a reload and its window: the larger permits
+	prevKV      int       // and kv_tokens of the old and new settings
+	era         int       // bumped by every fault event: requests of one era saw none
+	epoch       int       // bumped by every restart: the store's numbers start again
 	autoRelease bool
 	closing     bool
 	violations  []string
@@ -306,6 +310,8 @@ func (m *model) actions() map[string]func(*rapid.T) {
 	}
 	if len(m.shares.ups) > 0 {
 		a["cool"] = m.coolUpstream
+	} else {
+		a["reload"] = m.reload
 	}
 	if m.shares.fair {
 		a["burst"] = m.burst
