@@ -7,7 +7,8 @@ package storetest
 // 1-3 permits, the shortest lease and poll interval) and a sequence of
 // actions: start Acquires, cancel waiters, release permits, make a node's
 // link to the store lossy or healthy again, let time pass, restart the
-// store empty, crash a node. Between each node and its store sits a
+// store empty, crash a node, reload every node with new permits and
+// kv_tokens (model_reload.go). Between each node and its store sits a
 // faultyLink, which under a lossy spell runs a call normally, twice (a
 // client re-sending a script after a read timeout: PITFALLS #1), without
 // its reply (the call ran, the caller sees an error), or not at all, and
