@@ -22,7 +22,8 @@ import (
 // weight in tokens; acquire sent again; release with a correction and
 // perhaps a cooldown; cancel of a waiter or of a holder; requeue;
 // heartbeat, re-adding a ticket released unmarked or adopting a fail-open
-// one; a learned share's move; reconcile; a reload's new settings), and
+// one; a learned share's move; reconcile; a reload's new settings, the
+// old ones perhaps still carried beside them: differential_rolling.go), and
 // one node runs it on two stores (the in-process one and Redis), one call
 // at a time. Every ticket is the node's own, so every grant reaches it
 // within the call (memstore calls its Listener; the scripts return a
@@ -165,6 +166,7 @@ func fmtLimits(l fairqueue.Limits) string {
 type diff struct {
 	rt      *rapid.T
 	lim     fairqueue.Limits
+	roll    *fairqueue.Limits // a rolling reload's old settings (differential_rolling.go)
 	fair    bool
 	sides   []*diffSide
 	counter uint64
@@ -191,6 +193,7 @@ type dTicket struct {
 	held    bool
 	waiting bool
 	adopted bool // admitted without the store, then adopted by a heartbeat
+	old     bool // acquired under a rolling reload's old settings
 }
 
 // grantRec is the node's Listener: it records the grants it is told of.

@@ -30,11 +30,13 @@ func (d *diff) acquire(rt *rapid.T) {
 		d.logf("# ticket %s: tenant %s band %d weight %v cost %v", id, tenant, band, weight, req)
 	}
 	tk := &dTicket{id: id.String(), cost: cost, scale: scale}
-	if d.lim.TokenBound > 0 {
-		tk.tokens = min(rapid.IntRange(0, d.lim.TokenBound+2).Draw(rt, "ticketTokens"), d.lim.TokenBound)
+	tk.old = d.roll != nil && rapid.Bool().Draw(rt, "oldSettings")
+	lim := d.ticketLimits(tk)
+	if lim.TokenBound > 0 {
+		tk.tokens = min(rapid.IntRange(0, lim.TokenBound+2).Draw(rt, "ticketTokens"), lim.TokenBound)
 	}
 	d.tickets = append(d.tickets, tk)
-	args := fairqueue.TicketArgs{ID: tk.id, Node: "n1", Limits: d.lim, Cost: tk.cost, Tokens: tk.tokens}
+	args := fairqueue.TicketArgs{ID: tk.id, Node: "n1", Limits: lim, Cost: tk.cost, Tokens: tk.tokens}
 	var res fairqueue.AcquireResult
 	d.each(fmt.Sprintf("acquire %s (tokens %d)", tk.id, tk.tokens), func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
 		var err error
@@ -78,7 +80,7 @@ func (d *diff) pick(rt *rapid.T, label string, match func(*dTicket) bool) *dTick
 
 func (d *diff) release(rt *rapid.T) {
 	tk := d.pick(rt, "holder", func(t *dTicket) bool { return t.held })
-	args := fairqueue.TicketArgs{ID: tk.id, Node: "n1", Limits: d.lim}
+	args := fairqueue.TicketArgs{ID: tk.id, Node: "n1", Limits: d.ticketLimits(tk)}
 	if d.fair && rapid.Bool().Draw(rt, "charge") {
 		used := rapid.SampledFrom([]float64{0, 1, 2, 8, fairqueue.MaxCost}).Draw(rt, "used")
 		args.Correction = used*tk.scale - tk.cost
@@ -98,7 +100,7 @@ func (d *diff) cancel(rt *rapid.T) {
 	tk.waiting = false
 	d.gone = append(d.gone, tk)
 	d.each("cancel "+tk.id, func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
-		return "", nil, s.Cancel(context.Background(), fairqueue.TicketArgs{ID: tk.id, Node: "n1", Limits: d.lim})
+		return "", nil, s.Cancel(context.Background(), fairqueue.TicketArgs{ID: tk.id, Node: "n1", Limits: d.ticketLimits(tk)})
 	})
 }
 
@@ -108,7 +110,7 @@ func (d *diff) cancel(rt *rapid.T) {
 // (fail open), and naming its waiters (and one that is gone) pending.
 func (d *diff) heartbeat(rt *rapid.T) {
 	d.beat++
-	hb := fairqueue.HeartbeatArgs{Node: "n1", Limits: d.lim, Beat: d.beat, Upstreams: map[string]string{}, Tokens: map[string]int{}}
+	hb := fairqueue.HeartbeatArgs{Node: "n1", Limits: d.limits(rt), Beat: d.beat, Upstreams: map[string]string{}, Tokens: map[string]int{}}
 	name := func(t *dTicket) {
 		if t.up != "" {
 			hb.Upstreams[t.id] = t.up
@@ -203,7 +205,7 @@ func (d *diff) adapt(rt *rapid.T) {
 // answer) of a ticket waiting or holding: it changes nothing.
 func (d *diff) resend(rt *rapid.T) {
 	tk := d.pick(rt, "ticket", func(t *dTicket) bool { return t.held || t.waiting })
-	args := fairqueue.TicketArgs{ID: tk.id, Node: "n1", Limits: d.lim, Cost: tk.cost, Tokens: tk.tokens}
+	args := fairqueue.TicketArgs{ID: tk.id, Node: "n1", Limits: d.ticketLimits(tk), Cost: tk.cost, Tokens: tk.tokens}
 	d.each("acquire again "+tk.id, func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
 		res, err := s.Acquire(context.Background(), args)
 		return fmtResult(res), nil, err
@@ -216,7 +218,7 @@ func (d *diff) cancelHeld(rt *rapid.T) {
 	tk := d.pick(rt, "holder", func(t *dTicket) bool { return t.held })
 	tk.held = false
 	d.each("cancel (held) "+tk.id, func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
-		return "", nil, s.Cancel(context.Background(), fairqueue.TicketArgs{ID: tk.id, Node: "n1", Limits: d.lim})
+		return "", nil, s.Cancel(context.Background(), fairqueue.TicketArgs{ID: tk.id, Node: "n1", Limits: d.ticketLimits(tk)})
 	})
 }
 
@@ -229,22 +231,24 @@ func (d *diff) requeue(rt *rapid.T) {
 	d.counter++
 	oid, _ := fairqueue.ParseTicketID(old.id)
 	nid := fairqueue.TicketID{Node: "n1", Counter: d.counter, Flow: oid.Flow}.String()
-	args := fairqueue.RequeueArgs{TicketArgs: fairqueue.TicketArgs{ID: nid, Node: "n1", Limits: d.lim, Cost: old.cost,
+	args := fairqueue.RequeueArgs{TicketArgs: fairqueue.TicketArgs{ID: nid, Node: "n1", Limits: d.ticketLimits(old), Cost: old.cost,
 		Tokens: old.tokens, Correction: -old.cost}, Old: old.id, Seq: old.seq}
 	if old.up != "" && rapid.Bool().Draw(rt, "cool") {
 		args.Cool, args.CoolFor = old.up, time.Minute
 	}
 	old.held = false
-	d.tickets = append(d.tickets, &dTicket{id: nid, seq: old.seq, cost: old.cost, scale: old.scale, tokens: old.tokens, waiting: true})
+	d.tickets = append(d.tickets, &dTicket{id: nid, seq: old.seq, cost: old.cost, scale: old.scale, tokens: old.tokens, waiting: true,
+		old: old.old})
 	d.each(fmt.Sprintf("requeue %s as %s at seq %d (cool %q)", old.id, nid, old.seq, args.Cool), func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
 		res, err := s.Requeue(context.Background(), args)
 		return fmtResult(res), nil, err
 	})
 }
 
-func (d *diff) reconcile(*rapid.T) {
+func (d *diff) reconcile(rt *rapid.T) {
+	lim := d.limits(rt)
 	d.each("reconcile", func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
-		_, err := s.Reconcile(context.Background(), "n1", d.lim)
+		_, err := s.Reconcile(context.Background(), "n1", lim)
 		return "", nil, err
 	})
 }
@@ -286,11 +290,16 @@ func (d *diff) reload(rt *rapid.T) {
 	if rapid.IntRange(0, 3).Draw(rt, "fairChange") == 0 {
 		d.fair = !d.fair
 	}
+	old := d.lim
 	d.lim = withBound(l)
 	d.logf("reload: %s, fair %v", fmtLimits(l), d.fair)
 	// A node reconciles within a poll interval: only then does the Redis
 	// store make ready the flows of a tenant whose cap the reload raised
 	// (docs/design.md, max_in_flight_per_tenant); the in-process store
 	// does at once. The test does not look in between.
-	d.reconcile(rt)
+	d.each("reconcile", func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
+		_, err := s.Reconcile(context.Background(), "n1", d.lim)
+		return "", nil, err
+	})
+	d.rolling(rt, old)
 }

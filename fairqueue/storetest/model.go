@@ -7,7 +7,8 @@ package storetest
 // 1-3 permits, the shortest lease and poll interval) and a sequence of
 // actions: start Acquires, cancel waiters, release permits, make a node's
 // link to the store lossy or healthy again, let time pass, restart the
-// store empty, crash a node. Between each node and its store sits a
+// store empty, crash a node, reload every node with new permits and
+// kv_tokens (model_reload.go). Between each node and its store sits a
 // faultyLink, which under a lossy spell runs a call normally, twice (a
 // client re-sending a script after a read timeout: PITFALLS #1), without
 // its reply (the call ran, the caller sees an error), or not at all, and
@@ -213,8 +214,12 @@ type model struct {
 	lastHeal    time.Time // the last lossy link healed
 	lastRestart time.Time
 	lastCrash   time.Time
-	era         int // bumped by every fault event: requests of one era saw none
-	epoch       int // bumped by every restart: the store's numbers start again
+	lastReload  time.Time // the last reload's last node reloaded (model_reload.go)
+	reloading   bool      // a reload is on its way: the nodes disagree
+	prevPermits int       // during a reload and its window: the larger permits
+	prevKV      int       // and kv_tokens of the old and new settings
+	era         int       // bumped by every fault event: requests of one era saw none
+	epoch       int       // bumped by every restart: the store's numbers start again
 	autoRelease bool
 	closing     bool
 	violations  []string
@@ -306,6 +311,8 @@ func (m *model) actions() map[string]func(*rapid.T) {
 	}
 	if len(m.shares.ups) > 0 {
 		a["cool"] = m.coolUpstream
+	} else {
+		a["reload"] = m.reload
 	}
 	if m.shares.fair {
 		a["burst"] = m.burst

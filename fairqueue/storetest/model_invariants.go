@@ -125,15 +125,20 @@ func (m *model) answered(r *request, p *fairqueue.Permit, err error) {
 		r.orderly = r.clean && r.era == m.era && m.healthy(now)
 		m.logf("acquire #%d on node %d: permit %s seq %d grant %d (after %s, %d held)", r.no, r.node.i, p.Ticket(),
 			p.Seq(), p.GrantNo(), waited.Round(time.Millisecond), m.held)
-		if m.healthy(now) && m.held > m.permits {
+		permits, kv := m.permitBound(now)
+		if m.healthy(now) && m.held > permits {
 			m.violate("invariant 1 (permits): acquire #%d on node %d granted %s while callers hold %d permits of %d, "+
-				"in a healthy period (last heal %s, last restart %s); holders %v", r.no, r.node.i, p.Ticket(), m.held,
-				m.permits, m.ago(now, m.lastHeal), m.ago(now, m.lastRestart), m.holders())
+				"in a healthy period (last heal %s, last restart %s, last reload %s); holders %v", r.no, r.node.i, p.Ticket(),
+				m.held, permits, m.ago(now, m.lastHeal), m.ago(now, m.lastRestart), m.ago(now, m.lastReload), m.holders())
 		}
-		if m.kv > 0 && m.healthy(now) && m.heldTokens > m.kv {
+		// A request queued weighing more than a reload then left (its
+		// weight clamped to the old capacity) runs alone, as one clamped
+		// to the new capacity does.
+		if kv > 0 && m.healthy(now) && m.heldTokens-p.Tokens()+min(p.Tokens(), kv) > kv {
 			m.violate("invariant 1 (tokens): acquire #%d on node %d granted %s (%d tokens) while callers hold %d tokens of %d, "+
-				"in a healthy period (last heal %s, last restart %s); holders %v", r.no, r.node.i, p.Ticket(), p.Tokens(),
-				m.heldTokens, m.kv, m.ago(now, m.lastHeal), m.ago(now, m.lastRestart), m.holders())
+				"in a healthy period (last heal %s, last restart %s, last reload %s); holders %v", r.no, r.node.i, p.Ticket(),
+				p.Tokens(), m.heldTokens, kv, m.ago(now, m.lastHeal), m.ago(now, m.lastRestart), m.ago(now, m.lastReload),
+				m.holders())
 		}
 		if m.healthy(now) {
 			m.checkShares(r, now)

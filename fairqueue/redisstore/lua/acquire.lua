@@ -74,7 +74,7 @@ end
 if free == 0 then
   -- Not the fast path: the ticket may be known (a re-sent acquire).
   if redis.call('ZSCORE', K.holders, id) then
-    return answer('granted', 0, 0, 0, nil, #pool > 0 and upstream_of(id))
+    return answer('granted', 0, 0, 0, nil, upstream_of(id))
   end
   local rank = redis.call('ZRANK', K.waiting, id)
   if rank then
@@ -103,7 +103,7 @@ end
 if free > 0 then
   -- A re-sent acquire of a ticket granted already finds its entry here.
   if redis.call('ZADD', K.holders, 'NX', now + lease, id) == 0 then
-    return answer('granted', 0, 0, 0, own, #pool > 0 and upstream_of(id))
+    return answer('granted', 0, 0, 0, own, upstream_of(id))
   end
   local seq = redis.call('INCR', K.seq)
   if flow then

@@ -49,7 +49,7 @@ end
 local own = (dispatch(node))
 if gone then return answer('gone', 0, 0, own) end
 if redis.call('ZSCORE', K.holders, id) then
-  return answer(known and 'granted' or 'queued', 0, 0, own, #pool > 0 and upstream_of(id))
+  return answer(known and 'granted' or 'queued', 0, 0, own, upstream_of(id))
 end
 local rank = redis.call('ZRANK', K.waiting, id)
 if rank then return answer('queued', 0, rank + 1, own) end
