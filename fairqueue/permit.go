@@ -45,19 +45,25 @@ func (p *Permit) releaseNow() {
 		}
 		p.local.Release()
 	}
+	var r refund
+	if u := p.used.Load(); u != nil && p.t.scale > 0 {
+		r.correction = min(max(*u, 0), MaxCost)*p.t.scale - p.t.cost
+	}
+	if d := p.cool.Load(); d != nil && p.local == nil {
+		if up := upstreamOf(p.t); up != "" {
+			r.cool, r.coolFor = up, *d
+		}
+	}
+	// A ghost release of the ticket (a reconcile, a heartbeat's) that
+	// lands first carries them too.
+	settled := p.q.refundFor(p.t.id, r)
+	defer settled()
 	p.q.forget(p.t)
 	if p.t.failOpen && !p.t.registered.Load() {
 		return
 	}
 	args := p.q.releaseArgs(p.t.id)
-	if u := p.used.Load(); u != nil && p.t.scale > 0 {
-		args.Correction = min(max(*u, 0), MaxCost)*p.t.scale - p.t.cost
-	}
-	if d := p.cool.Load(); d != nil && p.local == nil {
-		if up := upstreamOf(p.t); up != "" {
-			args.Cool, args.CoolFor = up, *d
-		}
-	}
+	r.apply(&args)
 	if p.local == nil && !p.t.failOpen && args.Correction == 0 && args.Cool == "" && p.q.handOn(args) {
 		return
 	}
@@ -194,21 +200,27 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		}
 		return q.Acquire(ctx, req)
 	}
-	q.forget(p.t)
-	cfg := q.cfg.Load()
 	// Where no requeue gives the permit back, this release does, as the
 	// requeue would have: the refused grant ran nowhere (its charge is
-	// taken back) and its upstream cools.
-	rel := q.releaseArgs(p.t.id)
+	// taken back) and its upstream cools. So does a ghost release of the
+	// old ticket (a reconcile, a heartbeat's) that lands before the
+	// requeue: the requeue then finds the old permit given back already.
+	var r refund
 	if TicketFlow(p.t.id) != "" {
-		rel.Correction = -p.t.cost
+		r.correction = -p.t.cost
 	}
 	if up := p.Upstream(); up != "" && cool >= 0 {
-		rel.Cool, rel.CoolFor = up, coolFor(cool)
+		r.cool, r.coolFor = up, coolFor(cool)
 	}
+	settled := q.refundFor(p.t.id, r)
+	q.forget(p.t)
+	cfg := q.cfg.Load()
+	rel := q.releaseArgs(p.t.id)
+	r.apply(&rel)
 	t := q.newTicket(false, TicketFlow(p.t.id), 0)
 	if t == nil {
 		q.release(rel)
+		settled()
 		return nil, q.reject(ReasonShuttingDown, p.start, 0, nil)
 	}
 	t.seq, t.cost, t.scale, t.tokens = p.t.seq, p.t.cost, p.t.scale, tokens
@@ -225,6 +237,9 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 	})
 	cancel()
 	q.health.record(q.log, err)
+	if err == nil || errors.Is(err, errClosed) {
+		settled() // landed (or taken out by the leave): the old permit is given back
+	}
 	if errors.Is(err, errClosed) {
 		// The node left while the call was on its way: its leave took
 		// out both tickets, whatever the call did.
@@ -242,6 +257,7 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		q.background(func() {
 			q.cancelInStore(t, true, true)
 			q.release(rel)
+			settled()
 		})
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

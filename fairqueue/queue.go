@@ -26,10 +26,10 @@ type Queue struct {
 
 	mu      sync.Mutex
 	tickets map[string]*ticket // pending and granted, until cleaned up
-	// unused are the refunds of tickets forgotten before they ran, while
-	// their cancels are on their way (forgetUnused): ticket id -> the
-	// correction a release of a grant made to them carries.
-	unused   sync.Map
+	// refunds are those of tickets forgotten while the call that gives
+	// their permits back is on its way (refund.go): ticket id -> the
+	// refund a release of the grant made to them carries.
+	refunds  sync.Map
 	counter  uint64
 	draining bool
 	drainCh  chan struct{} // closed by Drain: every waiter is rejected

@@ -6,11 +6,12 @@ import "context"
 // own Release: a ticket the node forgot, a ghost holder, a permit given
 // back in the background.
 
-// releaseID releases ticket id's permit in the store; correction is
-// TicketArgs.Correction.
-func (q *Queue) releaseID(id string, correction float64) {
+// releaseID releases the permit of ticket id, which the node no longer
+// knows (a ghost holder), in the store, with r, the refund of the node's
+// own call on its way that gives it back (refundOf).
+func (q *Queue) releaseID(id string, r refund) {
 	args := q.releaseArgs(id)
-	args.Correction = correction
+	r.apply(&args)
 	q.release(args)
 }
 
@@ -37,9 +38,9 @@ func (q *Queue) release(args TicketArgs) {
 }
 
 // releaseAsync releases the permit of ticket id, which the node no
-// longer knows, in the background: with the refund of its cancel on its
-// way where it never ran (unusedCorrection).
+// longer knows, in the background: with the refund of the node's own
+// call on its way that gives it back (refundOf).
 func (q *Queue) releaseAsync(id string) {
-	c := q.unusedCorrection(id)
-	q.background(func() { q.releaseID(id, c) })
+	r := q.refundOf(id)
+	q.background(func() { q.releaseID(id, r) })
 }

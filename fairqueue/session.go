@@ -455,7 +455,7 @@ func (s *session) reconcile(cfg *Config) {
 		t := q.lookup(id)
 		switch {
 		case t == nil:
-			q.releaseID(id, q.unusedCorrection(id))
+			q.releaseID(id, q.refundOf(id))
 		case t.state.Load() == statePending && !fresh:
 			s.note(evRecheck, true)
 		case t.state.Load() == statePending:

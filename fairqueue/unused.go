@@ -29,23 +29,13 @@ func (q *Queue) cleanup(t *ticket, tombstone bool) {
 // forgetUnused forgets t, which never ran; its cancel (cancelInStore,
 // unused) follows. The store may grant t before that cancel reaches it:
 // the node, which knows t no more, releases such a grant (Granted, a
-// reconcile), and that release carries the cancel's refund, so the flow
-// is charged nothing whichever of the two lands first (only the one that
-// finds the permit held applies it).
+// reconcile), and that release carries the cancel's refund (refundFor),
+// so the flow is charged nothing whichever of the two lands first.
 func (q *Queue) forgetUnused(t *ticket) {
 	if TicketFlow(t.id) != "" {
-		q.unused.Store(t.id, -t.cost)
+		q.refunds.Store(t.id, refund{correction: -t.cost})
 	}
 	q.forget(t)
-}
-
-// unusedCorrection is the refund a release of ticket id carries: its cost
-// while it is forgotten unused and its cancel is on its way, else 0.
-func (q *Queue) unusedCorrection(id string) float64 {
-	if c, ok := q.unused.Load(id); ok {
-		return c.(float64)
-	}
-	return 0
 }
 
 // cancelInStore takes t out of the store (Store.Cancel). unused: the
@@ -60,7 +50,7 @@ func (q *Queue) cancelInStore(t *ticket, tombstone, unused bool) {
 	args := TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Tombstone: tombstone}
 	if unused && TicketFlow(t.id) != "" {
 		args.Correction = -t.cost
-		defer q.unused.Delete(t.id)
+		defer q.refunds.Delete(t.id)
 	}
 	err := q.store.Cancel(ctx, args)
 	if !tombstone { // after a failed acquire, one failure is counted already
