@@ -50,3 +50,42 @@ func TestAWaiterGrantedByANodeWithoutTokensStillCountsItsWeight(t *testing.T) {
 	require.NoError(t, s.Leave(ctx, "n", plain))
 	assert.Empty(t, rdb.Keys(ctx, s.Tag()+"*").Val())
 }
+
+// A reload that turns kv_tokens off on node n while n's waiter, weighing
+// 80, waits (node w still counts tokens, 100: a rolling change). n's
+// release, counting no tokens, hands its permit on to that waiter in
+// process (a local handoff, recorded by Transfer): its request runs
+// holding its 80 tokens, as one granted by n's dispatch does. w's next
+// request of 80 must wait for it: granted, 160 tokens would run under a
+// capacity of 100, by w's own call.
+func TestAWaiterHandedOnByANodeWithoutTokensStillCountsItsWeight(t *testing.T) {
+	rdb, s := openStore(t, "tokmixhandoff")
+	ctx := context.Background()
+	counted := fairqueue.Limits{Permits: 10, Tokens: 100, Lease: 10 * time.Second}
+	plain := fairqueue.Limits{Permits: 10, Lease: 10 * time.Second}
+	n1 := fairqueue.TicketArgs{ID: "n:1", Node: "n", Limits: counted, Cost: 1, Tokens: 30}
+	n2 := fairqueue.TicketArgs{ID: "n:2", Node: "n", Limits: counted, Cost: 1, Tokens: 80}
+	r, err := s.Acquire(ctx, n1)
+	require.NoError(t, err)
+	require.True(t, r.Granted)
+	r, err = s.Acquire(ctx, n2)
+	require.NoError(t, err)
+	require.False(t, r.Granted, "30 + 80 tokens do not fit 100")
+
+	// n reloaded without kv_tokens: n:1 ends and n hands its permit on
+	// to n:2, the head of the queue.
+	n1.Limits = plain
+	require.NoError(t, s.Transfer(ctx, n1, "n:2"))
+	require.Equal(t, []string{"n:2"}, readState(t, rdb, "tokmixhandoff").Holders, "n's transfer gave n:2 the permit")
+
+	w1 := fairqueue.TicketArgs{ID: "w:1", Node: "w", Limits: counted, Cost: 1, Tokens: 80}
+	r, err = s.Acquire(ctx, w1)
+	require.NoError(t, err)
+	assert.False(t, r.Granted, "w granted 80 tokens beside n:2's 80 under a capacity of 100")
+	require.NoError(t, s.Cancel(ctx, w1))
+	n2.Limits = plain
+	require.NoError(t, s.Release(ctx, n2))
+	require.NoError(t, s.Leave(ctx, "w", counted))
+	require.NoError(t, s.Leave(ctx, "n", plain))
+	assert.Empty(t, rdb.Keys(ctx, s.Tag()+"*").Val())
+}
