@@ -41,7 +41,11 @@ if waited or not redis.call('ZSCORE', K.holders, to) then
   redis.call('ZADD', K.holders, now + lease, to)
   if waited then
     no = redis.call('INCR', K.grants)
-    drop_weight(to) -- queued under limits that counted tokens (my_heads: these count none)
+    -- A weight recorded under limits that counted tokens (this node's
+    -- before a reload turned kv_tokens off; my_heads: these count none)
+    -- is counted with the grant, as dispatch counts it: the request
+    -- holds those tokens, and a node that counts them must see them.
+    take_tokens(to, drop_weight(to), nil, nil, true)
   end
   added = 1
   freed = false -- the permit went to the waiter
