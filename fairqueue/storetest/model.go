@@ -258,6 +258,10 @@ type request struct {
 	// eligibleSince is when the checks first saw it eligible (its tenant
 	// under its cap) since it last was not; zero: not seen so.
 	eligibleSince time.Time
+	// running are the flows (fairness' key) that held a permit, as the
+	// model saw it, when it started: they keep their counters while they
+	// wait again, so invariant 6 does not bound their overtakes of it.
+	running map[int]bool
 }
 
 func newModel(rt *rapid.T, h ModelHarness) *model {
