@@ -51,7 +51,7 @@ func (p *Permit) releaseNow() {
 	}
 	args := p.q.releaseArgs(p.t.id)
 	if u := p.used.Load(); u != nil && p.t.scale > 0 {
-		args.Correction = min(max(*u, 0), MaxCost)*p.t.scale - p.t.cost
+		args.Correction = charge(min(max(*u, 0), MaxCost), p.t.scale) - p.t.cost
 	}
 	if d := p.cool.Load(); d != nil && p.local == nil {
 		if up := upstreamOf(p.t); up != "" {

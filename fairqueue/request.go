@@ -85,6 +85,18 @@ func (r Request) scale(factor float64) float64 {
 	return max(s, math.SmallestNonzeroFloat64)
 }
 
+// charge is what units of cost add to a flow's counter at scale: never
+// 0 for a positive number of units (a cost below 1 times the least
+// positive float64, the scale of a band whose factor^band passes
+// float64's range, rounds to 0: a grant that never moved its flow).
+func charge(units, scale float64) float64 {
+	c := units * scale
+	if units > 0 && scale > 0 {
+		c = max(c, math.SmallestNonzeroFloat64)
+	}
+	return c
+}
+
 // clampCost bounds a cost to (0, MaxCost]; a missing or invalid cost is 1.
 func clampCost(c float64) float64 {
 	if !(c > 0) {
