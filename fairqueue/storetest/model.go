@@ -29,7 +29,8 @@ package storetest
 //     progressBound while a permit is free (no stranded waiter); with
 //     tokens, while the weights held leave room for every waiter;
 //  6. fairness: with fair tenants, a request is overtaken by a bounded
-//     number of later requests of other tenants (model_fairness.go).
+//     number of later requests of other tenants that had no request
+//     running when it came (model_fairness.go).
 //
 // rapid also draws how the permits are shared (model_shares.go): fair
 // tenants in priority bands, max_in_flight_per_tenant, a pool of
