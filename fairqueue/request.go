@@ -45,7 +45,10 @@ type Request struct {
 	// (with Config.Fair). A band is served PriorityFactor times as often
 	// as the band below it when both are backlogged: a request of a
 	// higher band overtakes the lower bands' backlog at once, and a lower
-	// band still gets at least one grant in every 1+PriorityFactor+... .
+	// band still gets at least one grant in every 1+PriorityFactor+...
+	// (but for the lead of a flow that queues again while a request of it
+	// runs: it keeps its counter, and takes PriorityFactor^band grants for
+	// each unit of cost the flows waiting were charged meanwhile).
 	Priority int
 }
 

@@ -28,28 +28,32 @@ func init() {
 // one), then A's waiter goes (level, it arrived first). The lead grows
 // with the grants A gets while B's request runs: no fixed number of
 // overtakes bounds it. Had B's request ended first, B would start level
-// with A and A's waiter would go first. A band does not change it: a
-// band-1 waiter of tenant H that came after A's grants starts at V
-// (n-1, nothing ready) and B, in band 0, passes it n-2 times. Both
-// stores, 2 permits.
+// with A and A's waiter would go first. A waiter's band does not change
+// it: a band-1 waiter of tenant H that came after A's grants starts at V
+// (n-1, nothing ready) and B, in band 0, passes it n-2 times. Nor does
+// the band below's anti-starvation: with B in band 1 (its grants
+// charged 1/8) and A's 3 grants, B passes A's band-0 waiter 23 times in
+// a row, not at most 8. Both stores, 2 permits.
 func runningCredit(t *testing.T, h Harness) {
-	const n = 9 // A's grants while B's request runs
-	for _, c := range []struct {
+	for i, c := range []struct {
+		n      int // A's grants while B's request runs
+		bBand  int
 		bEnds  bool
 		waiter fairqueue.Request
+		bs     int // B's requests queued behind the waiter
 		want   string
 	}{
-		{false, fairqueue.Request{Tenant: "A"}, strings.Repeat("B", n-1) + "AB"},               // B's counter 1, A's n
-		{true, fairqueue.Request{Tenant: "A"}, "A" + strings.Repeat("B", n)},                   // B starts level with A
-		{false, fairqueue.Request{Tenant: "H", Priority: 1}, strings.Repeat("B", n-2) + "HBB"}, // H's counter n-1
+		{9, 0, false, fairqueue.Request{Tenant: "A"}, 9, strings.Repeat("B", 8) + "AB"},               // B's counter 1, A's 9
+		{9, 0, true, fairqueue.Request{Tenant: "A"}, 9, "A" + strings.Repeat("B", 9)},                 // B starts level with A
+		{9, 0, false, fairqueue.Request{Tenant: "H", Priority: 1}, 9, strings.Repeat("B", 7) + "HBB"}, // H's counter 8
+		{3, 1, false, fairqueue.Request{Tenant: "A"}, 24, strings.Repeat("B", 23) + "AB"},             // B's 1/8, A's 3
 	} {
 		bEnds := c.bEnds
-		name := fmt.Sprintf("runningcredit%v%s", bEnds, c.waiter.Tenant)
-		q := h.NewNode(t, name, fairqueue.Config{Permits: 2, MaxWait: time.Minute, Fair: true})
-		b1, err := q.Acquire(bg, fairqueue.Request{Tenant: "B"})
+		q := h.NewNode(t, fmt.Sprintf("runningcredit%d", i), fairqueue.Config{Permits: 2, MaxWait: time.Minute, Fair: true})
+		b1, err := q.Acquire(bg, fairqueue.Request{Tenant: "B", Priority: c.bBand})
 		require.NoError(t, err)
 		var a *fairqueue.Permit
-		for i := range n {
+		for i := range c.n {
 			if i > 0 {
 				a.Release()
 			}
@@ -66,10 +70,10 @@ func runningCredit(t *testing.T, h Harness) {
 			tenant string
 			p      *fairqueue.Permit
 		}
-		granted := make(chan grant, n+1)
+		granted := make(chan grant, c.bs+1)
 		reqs := []fairqueue.Request{c.waiter}
-		for range n {
-			reqs = append(reqs, fairqueue.Request{Tenant: "B"})
+		for range c.bs {
+			reqs = append(reqs, fairqueue.Request{Tenant: "B", Priority: c.bBand})
 		}
 		for _, r := range reqs {
 			queued := make(chan struct{})
@@ -92,7 +96,7 @@ func runningCredit(t *testing.T, h Harness) {
 				t.Fatalf("the queue stopped serving after %q", order)
 			}
 		}
-		assert.Equal(t, c.want, order, "B's request ended first: %v; waiter %+v", bEnds, c.waiter)
+		assert.Equal(t, c.want, order, "case %d: B's request ended first: %v; waiter %+v", i, bEnds, c.waiter)
 		b1.Release()
 	}
 }
