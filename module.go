@@ -401,9 +401,9 @@ type Handler struct {
 	// "fail_open".
 	OnStoreError string `json:"on_store_error,omitempty"`
 
-	// LocalPermits is the permits of the local queue of OnStoreError
-	// "local", in this instance. Default 0: Permits divided by the live
-	// instances last seen in Redis, at least 1. Only with "local".
+	// LocalPermits: permits (and that share of KVTokens; KVTokens / live
+	// instances without Permits) of OnStoreError "local"'s queue here. 0:
+	// Permits / live instances last seen in Redis, at least 1. With local.
 	LocalPermits int `json:"local_permits,omitempty"`
 
 	// Reject shapes the answers to requests that get no permit, per

@@ -104,7 +104,10 @@ type Config struct {
 	// there by the next heartbeat.
 	Fallback Store
 	// LocalPermits is the fallback queue's permits; 0: Permits divided by
-	// the live nodes last seen, at least 1.
+	// the live nodes last seen, at least 1. With KVTokens, the fallback
+	// queue counts the same share of the tokens; where tokens alone bound
+	// the queue (Permits 0), KVTokens divided by the live nodes, whatever
+	// LocalPermits says.
 	LocalPermits int
 	// StoreTimeout bounds store calls made outside a request. Default 1s.
 	StoreTimeout time.Duration

@@ -47,7 +47,7 @@ func (p *Permit) releaseNow() {
 	}
 	var r refund
 	if u := p.used.Load(); u != nil && p.t.scale > 0 {
-		r.correction = min(max(*u, 0), MaxCost)*p.t.scale - p.t.cost
+		r.correction = charge(min(max(*u, 0), MaxCost), p.t.scale) - p.t.cost
 	}
 	if d := p.cool.Load(); d != nil && p.local == nil {
 		if up := upstreamOf(p.t); up != "" {

@@ -264,7 +264,7 @@ func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, fresh
 // (answeredInLease).
 func (q *Queue) send(ctx context.Context, t *ticket, req Request, cfg *Config, deadline time.Time) (res AcquireResult, fresh bool, err error) {
 	t.scale = req.scale(cfg.PriorityFactor)
-	t.cost = clampCost(req.Cost) * t.scale
+	t.cost = charge(clampCost(req.Cost), t.scale)
 	t.tokens, _ = cfg.ClampTokens(req.Tokens)
 	args := TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Cost: t.cost, Tokens: t.tokens}
 	backoff := 10 * time.Millisecond

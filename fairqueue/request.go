@@ -45,7 +45,10 @@ type Request struct {
 	// (with Config.Fair). A band is served PriorityFactor times as often
 	// as the band below it when both are backlogged: a request of a
 	// higher band overtakes the lower bands' backlog at once, and a lower
-	// band still gets at least one grant in every 1+PriorityFactor+... .
+	// band still gets at least one grant in every 1+PriorityFactor+...
+	// (but for the lead of a flow that queues again while a request of it
+	// runs: it keeps its counter, and takes PriorityFactor^band grants for
+	// each unit of cost the flows waiting were charged meanwhile).
 	Priority int
 }
 
@@ -83,6 +86,18 @@ func (r Request) scale(factor float64) float64 {
 	w = min(max(w, MinWeight), MaxWeight)
 	s := 1 / (w * math.Pow(factor, float64(min(max(r.Priority, 0), MaxPriority))))
 	return max(s, math.SmallestNonzeroFloat64)
+}
+
+// charge is what units of cost add to a flow's counter at scale: never
+// 0 for a positive number of units (a cost below 1 times the least
+// positive float64, the scale of a band whose factor^band passes
+// float64's range, rounds to 0: a grant that never moved its flow).
+func charge(units, scale float64) float64 {
+	c := units * scale
+	if units > 0 && scale > 0 {
+		c = max(c, math.SmallestNonzeroFloat64)
+	}
+	return c
 }
 
 // clampCost bounds a cost to (0, MaxCost]; a missing or invalid cost is 1.

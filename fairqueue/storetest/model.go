@@ -29,7 +29,8 @@ package storetest
 //     progressBound while a permit is free (no stranded waiter); with
 //     tokens, while the weights held leave room for every waiter;
 //  6. fairness: with fair tenants, a request is overtaken by a bounded
-//     number of later requests of other tenants (model_fairness.go).
+//     number of later requests of other tenants that had no request
+//     running when it came (model_fairness.go).
 //
 // rapid also draws how the permits are shared (model_shares.go): fair
 // tenants in priority bands, max_in_flight_per_tenant, a pool of
@@ -258,6 +259,10 @@ type request struct {
 	// eligibleSince is when the checks first saw it eligible (its tenant
 	// under its cap) since it last was not; zero: not seen so.
 	eligibleSince time.Time
+	// running are the flows (fairness' key) that held a permit, as the
+	// model saw it, when it started: they keep their counters while they
+	// wait again, so invariant 6 does not bound their overtakes of it.
+	running map[int]bool
 }
 
 func newModel(rt *rapid.T, h ModelHarness) *model {

@@ -33,7 +33,7 @@ func (m *model) startAcquire(n *modelNode, probe bool, tokens, tenant, band int)
 	m.mu.Lock()
 	now := time.Now()
 	r := &request{no: len(m.reqs) + 1, tokens: tokens, tenant: tenant, band: band, node: n, cancel: cancel, start: now, era: m.era,
-		epoch: m.epoch, clean: m.healthy(now), probe: probe}
+		epoch: m.epoch, clean: m.healthy(now), probe: probe, running: m.runningFlows()}
 	m.reqs = append(m.reqs, r)
 	m.mu.Unlock()
 	if probe {

@@ -20,7 +20,11 @@ import (
 // it (by the store's arrival numbers), a grant k bands higher as
 // 1/PriorityFactor^k of one, and bounds them by overtakeBound per such
 // flow, plus one per grant of its own flow made meanwhile. (A cap or
-// tokens let flows pass a blocked one by design.)
+// tokens let flows pass a blocked one by design.) A flow that held a
+// permit when r started is not bounded: it keeps its counter, not
+// lifted, while others are charged, and passes r as many times as its
+// counter is behind (docs/design.md, "Fairness";
+// ATenantWithARequestRunningKeepsItsCounterAndPassesThatManyGrants).
 
 // overtakeBound is how many grants one other flow may get ahead of a
 // waiting request beyond one per grant of the request's own flow: the
@@ -61,10 +65,11 @@ func (m *model) checkFairness() {
 			switch {
 			case b.r.tenant == a.r.tenant && b.r.band == a.r.band && b.seq < a.seq:
 				own++
-			case b.r.tenant != a.r.tenant && b.seq > a.seq && b.r.orderly && b.r.era == a.r.era:
+			case b.r.tenant != a.r.tenant && b.seq > a.seq && b.r.orderly && b.r.era == a.r.era &&
+				!a.r.running[m.flowKey(b.r)]:
 				// A grant of a higher band counts its share of a cost.
 				over += 1 / math.Pow(fairqueue.DefaultPriorityFactor, float64(max(b.r.band-a.r.band, 0)))
-				flows[b.r.tenant*(s.bands+1)+b.r.band] = true
+				flows[m.flowKey(b.r)] = true
 			}
 		}
 		if bound := len(flows) * (own + overtakeBound); over > float64(bound) {
@@ -73,4 +78,24 @@ func (m *model) checkFairness() {
 				a.r.no, a.r.tenant, a.r.band, a.seq, a.gno, over, len(flows), bound, own)
 		}
 	}
+}
+
+// flowKey names r's flow (its tenant in its band) in the fairness check.
+func (m *model) flowKey(r *request) int {
+	return r.tenant*(m.shares.bands+1) + r.band
+}
+
+// runningFlows are the flows of the requests holding a permit, as the
+// model saw them answered; the caller holds m.mu.
+func (m *model) runningFlows() map[int]bool {
+	var fs map[int]bool
+	for _, r := range m.reqs {
+		if r.holding {
+			if fs == nil {
+				fs = map[int]bool{}
+			}
+			fs[m.flowKey(r)] = true
+		}
+	}
+	return fs
 }
