@@ -132,17 +132,17 @@ func TestAdminAPIPatchOfKVTokensGrantsTheWaiterThatNowFits(t *testing.T) {
 			}
 			up := newHeldUpstream(t)
 			admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-			port := freePort(t)
+			// Port 0, not a freePort: see serverURL.
 			cfg := fmt.Sprintf(`{"admin":{"listen":%q},"logging":{"logs":{"default":{"level":"ERROR"}}},
-				"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[
+				"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:0"],"routes":[{"handle":[
 				{"handler":"fair_queue","name":"patched-kv","permits":4,"kv_tokens":1000,"max_wait":"30s"%s},%s]}]}}}}}`,
-				admin, port, redis, up.proxy())
+				admin, redis, up.proxy())
 			require.NoError(t, caddy.Load([]byte(cfg), false))
 			t.Cleanup(func() {
 				_ = caddy.Load([]byte(`{"admin":{"disabled":true}}`), false)
 				_ = caddy.Stop()
 			})
-			url := fmt.Sprintf("http://127.0.0.1:%d", port)
+			url := serverURL(t, "s")
 			const heavy = `{"messages":[{"role":"user","content":"hi"}],"max_tokens":600,"n":%d}`
 			first := chat(t.Context(), http.DefaultClient, url, fmt.Sprintf(heavy, 1))
 			up.nextBody(t)
@@ -151,7 +151,12 @@ func TestAdminAPIPatchOfKVTokensGrantsTheWaiterThatNowFits(t *testing.T) {
 
 			code, body := adminCall(t, admin, http.MethodPatch, "/config/apps/http/servers/s/routes/0/handle/0/kv_tokens", `2000`)
 			require.Equal(t, http.StatusOK, code, body)
-			third := chat(t.Context(), http.DefaultClient, url, `{"messages":[{"role":"user","content":"hi"}],"max_tokens":10}`)
+			// The new config listens on a port of its own (serverURL):
+			// the newcomer reaches the new config's handler, not the old
+			// config's server, which still serves the first two.
+			newURL := serverURL(t, "s")
+			require.NotEqual(t, url, newURL)
+			third := chat(t.Context(), http.DefaultClient, newURL, `{"messages":[{"role":"user","content":"hi"}],"max_tokens":10}`)
 			// Both fit now: granted together, they reach the upstream in
 			// either order (the waiter is woken, the newcomer answered).
 			bodies := up.nextBody(t) + up.nextBody(t)
