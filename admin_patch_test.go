@@ -51,16 +51,17 @@ func TestAdminAPIPatchOfOneOptionActsAsAReload(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
 	up := newHeldUpstream(t)
 	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	port := freePort(t)
+	// Port 0, not a freePort: see serverURL. Each reload listens on a
+	// port of its own; a request sent after one goes to serverURL then.
 	cfg := fmt.Sprintf(`{"admin":{"listen":%q},"logging":{"logs":{"default":{"level":"ERROR"}}},
-		"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[
-		{"handler":"fair_queue","name":"patched","permits":1,"max_wait":"30s"},%s]}]}}}}}`, admin, port, up.proxy())
+		"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:0"],"routes":[{"handle":[
+		{"handler":"fair_queue","name":"patched","permits":1,"max_wait":"30s"},%s]}]}}}}}`, admin, up.proxy())
 	require.NoError(t, caddy.Load([]byte(cfg), false))
 	t.Cleanup(func() {
 		_ = caddy.Load([]byte(`{"admin":{"disabled":true}}`), false)
 		_ = caddy.Stop()
 	})
-	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	url := serverURL(t, "s")
 	const handler = "/config/apps/http/servers/s/routes/0/handle/0/"
 	// A connection of its own for each request: a reload shuts the old
 	// server down, closing an idle connection a request would reuse.
@@ -94,19 +95,20 @@ func TestAdminAPIPatchOfOneOptionActsAsAReload(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	assert.Equal(t, "1", strings.TrimSpace(body), "the refused changes left the config in force")
 	assert.Equal(t, 1, queueWaiting(t, "patched"), "the refused changes left the waiter")
+	assert.Equal(t, url, serverURL(t, "s"), "the refused changes left the server")
 	assert.EqualValues(t, 1, up.total.Load(), "one permit still in force")
 
 	// New settings reach the queue with the new config's first request
 	// (docs/operations.md, "Reload").
 	code, body = adminCall(t, admin, http.MethodPatch, handler+"permits", `2`)
 	require.Equal(t, http.StatusOK, code, body)
-	third := chat(t.Context(), fresh, url, `{"n":3}`)
+	third := chat(t.Context(), fresh, serverURL(t, "s"), `{"n":3}`)
 	assert.Equal(t, `{"n":2}`, up.nextBody(t), "the waiter kept its place and is granted the new permit")
 	waitQueueWaiting(t, "patched", 1)
 
 	code, body = adminCall(t, admin, http.MethodPatch, handler+"max_wait", `200000000`)
 	require.Equal(t, http.StatusOK, code, body, "a duration as nanoseconds")
-	a := got(t, chat(t.Context(), fresh, url, `{"n":4}`))
+	a := got(t, chat(t.Context(), fresh, serverURL(t, "s"), `{"n":4}`))
 	assert.Equal(t, http.StatusTooManyRequests, a.status, "the new max_wait (200ms) applies to a new request: %s", a.body)
 	assert.Contains(t, a.body, "timeout")
 	assert.Equal(t, 1, queueWaiting(t, "patched"), "the waiter from before keeps its deadline")
@@ -132,17 +134,17 @@ func TestAdminAPIPatchOfKVTokensGrantsTheWaiterThatNowFits(t *testing.T) {
 			}
 			up := newHeldUpstream(t)
 			admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-			port := freePort(t)
+			// Port 0, not a freePort: see serverURL.
 			cfg := fmt.Sprintf(`{"admin":{"listen":%q},"logging":{"logs":{"default":{"level":"ERROR"}}},
-				"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[
+				"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:0"],"routes":[{"handle":[
 				{"handler":"fair_queue","name":"patched-kv","permits":4,"kv_tokens":1000,"max_wait":"30s"%s},%s]}]}}}}}`,
-				admin, port, redis, up.proxy())
+				admin, redis, up.proxy())
 			require.NoError(t, caddy.Load([]byte(cfg), false))
 			t.Cleanup(func() {
 				_ = caddy.Load([]byte(`{"admin":{"disabled":true}}`), false)
 				_ = caddy.Stop()
 			})
-			url := fmt.Sprintf("http://127.0.0.1:%d", port)
+			url := serverURL(t, "s")
 			const heavy = `{"messages":[{"role":"user","content":"hi"}],"max_tokens":600,"n":%d}`
 			first := chat(t.Context(), http.DefaultClient, url, fmt.Sprintf(heavy, 1))
 			up.nextBody(t)
@@ -151,7 +153,12 @@ func TestAdminAPIPatchOfKVTokensGrantsTheWaiterThatNowFits(t *testing.T) {
 
 			code, body := adminCall(t, admin, http.MethodPatch, "/config/apps/http/servers/s/routes/0/handle/0/kv_tokens", `2000`)
 			require.Equal(t, http.StatusOK, code, body)
-			third := chat(t.Context(), http.DefaultClient, url, `{"messages":[{"role":"user","content":"hi"}],"max_tokens":10}`)
+			// The new config listens on a port of its own (serverURL):
+			// the newcomer reaches the new config's handler, not the old
+			// config's server, which still serves the first two.
+			newURL := serverURL(t, "s")
+			require.NotEqual(t, url, newURL)
+			third := chat(t.Context(), http.DefaultClient, newURL, `{"messages":[{"role":"user","content":"hi"}],"max_tokens":10}`)
 			// Both fit now: granted together, they reach the upstream in
 			// either order (the waiter is woken, the newcomer answered).
 			bodies := up.nextBody(t) + up.nextBody(t)
