@@ -3,7 +3,6 @@ package caddyfairqueue
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,15 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// freePort returns a loopback port nothing listens on.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // TestRejectedConfigLoadKeepsTheQueueMetrics runs Caddy in this process:
 // a good config, then a POST /load that fails to provision. Caddy
