@@ -17,16 +17,11 @@ import (
 // its cancel.
 type heldCancel struct {
 	fairqueue.Store
-	hold    atomic.Bool
-	entered chan struct{}
-	go_     chan struct{}
+	*gate
 }
 
 func (s *heldCancel) Cancel(ctx context.Context, t fairqueue.TicketArgs) error {
-	if s.hold.CompareAndSwap(true, false) {
-		close(s.entered)
-		<-s.go_
-	}
+	s.pass()
 	return s.Store.Cancel(ctx, t)
 }
 
@@ -39,7 +34,7 @@ func (s *heldCancel) Cancel(ctx context.Context, t fairqueue.TicketArgs) error {
 func TestAGrantThatMeetsItsWaiterGoneChargesItsTenantNothing(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := fairqueue.Config{Permits: 1, Fair: true, MaxWait: time.Minute, Lease: 10 * time.Second}
-	s := &heldCancel{entered: make(chan struct{}), go_: make(chan struct{})}
+	s := &heldCancel{gate: newGate()}
 	n := wrappedNode(t, srv, "grantgone", cfg, func(st fairqueue.Store) fairqueue.Store { s.Store = st; return s })
 	ctx := context.Background()
 
@@ -66,4 +61,22 @@ func TestAGrantThatMeetsItsWaiterGoneChargesItsTenantNothing(t *testing.T) {
 	require.ErrorIs(t, <-left, context.Canceled)
 
 	assertLevel(t, n, "grantgone", "its waiter never used")
+}
+
+// gate holds one store call on its way to Redis, once hold is set, until
+// go_ is closed (a slow Redis or network); entered is closed as it holds.
+type gate struct {
+	hold    atomic.Bool
+	entered chan struct{}
+	go_     chan struct{}
+}
+
+func newGate() *gate { return &gate{entered: make(chan struct{}), go_: make(chan struct{})} }
+
+// pass holds the call, once armed.
+func (g *gate) pass() {
+	if g.hold.CompareAndSwap(true, false) {
+		close(g.entered)
+		<-g.go_
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,16 +17,11 @@ import (
 // until go_ is closed.
 type heldRelease struct {
 	fairqueue.Store
-	hold    atomic.Bool
-	entered chan struct{}
-	go_     chan struct{}
+	*gate
 }
 
 func (s *heldRelease) Release(ctx context.Context, t fairqueue.TicketArgs) error {
-	if s.hold.CompareAndSwap(true, false) {
-		close(s.entered)
-		<-s.go_
-	}
+	s.pass()
 	return s.Store.Release(ctx, t)
 }
 
@@ -42,7 +36,7 @@ func TestAChargedReleaseMetByAGhostReleaseKeepsItsCharge(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := fairqueue.Config{Permits: 1, Fair: true, MaxWait: time.Minute, Lease: 10 * time.Second,
 		PollInterval: fairqueue.MinPollInterval}
-	s := &heldRelease{entered: make(chan struct{}), go_: make(chan struct{})}
+	s := &heldRelease{gate: newGate()}
 	n := wrappedNode(t, srv, "releaseghost", cfg, func(st fairqueue.Store) fairqueue.Store { s.Store = st; return s })
 	ctx := context.Background()
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,16 +18,11 @@ import (
 // refusal and the requeue's landing.
 type heldRequeue struct {
 	fairqueue.Store
-	hold    atomic.Bool
-	entered chan struct{}
-	go_     chan struct{}
+	*gate
 }
 
 func (s *heldRequeue) Requeue(ctx context.Context, r fairqueue.RequeueArgs) (fairqueue.AcquireResult, error) {
-	if s.hold.CompareAndSwap(true, false) {
-		close(s.entered)
-		<-s.go_
-	}
+	s.pass()
 	return s.Store.Requeue(ctx, r)
 }
 
@@ -77,7 +71,7 @@ func TestARequeueMetByAGhostReleaseChargesItsTenantNothing(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := fairqueue.Config{Permits: 1, Fair: true, MaxWait: time.Minute, Lease: 10 * time.Second,
 		PollInterval: fairqueue.MinPollInterval}
-	s := &heldRequeue{entered: make(chan struct{}), go_: make(chan struct{})}
+	s := &heldRequeue{gate: newGate()}
 	n := wrappedNode(t, srv, "requeueghost", cfg, func(st fairqueue.Store) fairqueue.Store { s.Store = st; return s })
 	ctx := context.Background()
 
@@ -115,7 +109,7 @@ func TestARequeueMetByAGhostReleaseCoolsTheUpstreamThatRefused(t *testing.T) {
 	cfg := fairqueue.Config{Permits: 2, MaxWait: time.Minute, Lease: 10 * time.Second,
 		PollInterval: fairqueue.MinPollInterval,
 		Upstreams:    []fairqueue.Upstream{{Dial: "a:1", Permits: 1}, {Dial: "b:1", Permits: 1}}}
-	s := &heldRequeue{entered: make(chan struct{}), go_: make(chan struct{})}
+	s := &heldRequeue{gate: newGate()}
 	n := wrappedNode(t, srv, "requeueghostcool", cfg, func(st fairqueue.Store) fairqueue.Store { s.Store = st; return s })
 	ctx := context.Background()
 
