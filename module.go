@@ -401,9 +401,9 @@ type Handler struct {
 	// "fail_open".
 	OnStoreError string `json:"on_store_error,omitempty"`
 
-	// LocalPermits: permits (and that share of KVTokens; KVTokens / live
-	// instances without Permits) of OnStoreError "local"'s queue here. 0:
-	// Permits / live instances last seen in Redis, at least 1. With local.
+	// LocalPermits is the permits of OnStoreError "local"'s queue in this
+	// instance, with that share of KVTokens (KVTokens / live instances where
+	// KVTokens alone bounds the queue). 0: Permits / live instances, >= 1.
 	LocalPermits int `json:"local_permits,omitempty"`
 
 	// Reject shapes the answers to requests that get no permit, per
