@@ -67,7 +67,7 @@ func TestClusterFailoverLosingAHandoffServesTheBacklog(t *testing.T) {
 		qs = append(qs, openQueue(t, cluster.ClusterClient(t, clusterOpts), lostName, lostCfg))
 	}
 	admin := cluster.ClusterClient(t, clusterOpts)
-	lostHandoffBacklog(t, qs, admin, func(round int, writes func()) {
+	lostHandoffBacklog(t, qs, admin, 2, func(round int, writes func()) {
 		clusterLoseWrites(t, cluster, master, replica, tag, writes)
 		// Every node's grant channel moves to the new master.
 		eventually(t, 10*time.Second, func() bool {

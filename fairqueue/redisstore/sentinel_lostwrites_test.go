@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,26 +52,6 @@ func loseWrites(t *testing.T, s *redistest.Sentinel, writes func()) *redistest.S
 	return master
 }
 
-// rejoin restarts the killed old master (empty, as a crashed server without
-// persistence) and waits until the Sentinels have made it a synced replica
-// of the new master: the deployment may fail over again.
-func rejoin(t *testing.T, old *redistest.Server) {
-	t.Helper()
-	old.Restart()
-	c := old.Client(t)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		info, _ := c.Info(context.Background(), "replication").Result()
-		if strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the old master never became a synced replica: %s", info)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // running counts the permits the test's clients hold, and the most at once.
 type running struct {
 	now, most atomic.Int64
@@ -96,7 +75,10 @@ func (r *running) end() { r.now.Add(-1) }
 // for nobody until its lease ends (the waiters behind would wait out
 // their max_wait with the upstream idle), every waiter of the backlog is
 // served in order, never more than the permits at once, and Redis is
-// left clean. Twice in a row.
+// left clean. Once: between two rounds, the Sentinels on a loaded
+// machine may fail back to the old master as it restarts empty (a data
+// loss of its own, with its documented windows), so the second round's
+// start is not the test's to set (the Cluster test runs two).
 func TestSentinelFailoverLosingAHandoffServesTheBacklog(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	var qs []*fairqueue.Queue
@@ -104,7 +86,7 @@ func TestSentinelFailoverLosingAHandoffServesTheBacklog(t *testing.T) {
 		qs = append(qs, openQueue(t, s.FailoverClient(t, failoverOpts), lostName, lostCfg))
 	}
 	admin := s.FailoverClient(t)
-	lostHandoffBacklog(t, qs, admin, func(round int, writes func()) {
+	lostHandoffBacklog(t, qs, admin, 1, func(round int, writes func()) {
 		dead := loseWrites(t, s, writes)
 		var master *redistest.Server
 		for _, srv := range s.Servers() {
@@ -120,9 +102,6 @@ func TestSentinelFailoverLosingAHandoffServesTheBacklog(t *testing.T) {
 			plain, _ := mc.PubSubChannels(context.Background(), lostTagOf(t)+":node:*").Result()
 			return len(chs)+len(plain) == len(qs)
 		}, "round %d: the nodes' grant channels are not all subscribed on the new master", round)
-		if round == 0 {
-			rejoin(t, dead)
-		}
 	})
 }
 
@@ -133,20 +112,20 @@ const lostName = "lost-writes"
 // waiter out until it times out.
 var lostCfg = fairqueue.Config{Permits: 1, MaxWait: 20 * time.Second, PollInterval: 100 * time.Millisecond, Lease: 30 * time.Second}
 
-// lostHandoffBacklog runs two rounds: qs[0] holds the permit while qs[1]
+// lostHandoffBacklog runs rounds rounds: qs[0] holds the permit while qs[1]
 // and qs[2] queue a backlog, then failover(round, writes) fails Redis
 // over so that it loses what writes does: qs[0] releases the permit and
 // the first waiter starts on it. Every waiter must then be served in
 // order before its max_wait, one at a time, and Redis be left clean once
 // every node closed.
-func lostHandoffBacklog(t *testing.T, qs []*fairqueue.Queue, admin redis.UniversalClient, failover func(round int, writes func())) {
+func lostHandoffBacklog(t *testing.T, qs []*fairqueue.Queue, admin redis.UniversalClient, rounds int, failover func(round int, writes func())) {
 	t.Helper()
 	const name, permits = lostName, 1
 	cfg := lostCfg
 	ctx := context.Background()
 	var run running
 	var over atomic.Int64 // unix ns the last failover ended
-	for round := range 2 {
+	for round := range rounds {
 		// qs[0] holds the permit; qs[1] and qs[2] queue a backlog.
 		held, err := qs[0].Acquire(ctx, fairqueue.Request{})
 		require.NoError(t, err)
