@@ -106,18 +106,8 @@ func (h droppingListener) Granted(gs ...fairqueue.Grant) {
 // request that had not started before the stop); the request is served
 // once the permit is free, and Redis is left clean.
 func TestAcquireAnswerReadAfterAStopPastTheLeaseStartsNoGrantRedisTookBack(t *testing.T) {
-	srv := redistest.Start(t)
-	cfg := fairqueue.Config{Permits: 1, Lease: time.Second, PollInterval: 50 * time.Millisecond, MaxWait: 30 * time.Second}
-	var st *stopAfter
-	a := wrappedNode(t, srv, "stopped", cfg, func(s fairqueue.Store) fairqueue.Store {
-		st = newStopAfter(s)
-		return st
-	})
-	b := newNode(t, srv, "stopped", cfg)
+	srv, cfg, a, b, st := stoppedPair(t)
 	ctx := context.Background()
-	p, err := a.q.Acquire(ctx, fairqueue.Request{}) // a joins the queue
-	require.NoError(t, err)
-	p.Release()
 
 	st.next.Store("acquire")
 	aDone := acquireAsync(a, ctx)
@@ -142,18 +132,8 @@ func TestAcquireAnswerReadAfterAStopPastTheLeaseStartsNoGrantRedisTookBack(t *te
 // must not start its waiter beside the request that now holds the
 // permit; the waiter is served once the permit is free.
 func TestReconcileAnswerReadAfterAStopPastTheLeaseStartsNoGrantRedisTookBack(t *testing.T) {
-	srv := redistest.Start(t)
-	cfg := fairqueue.Config{Permits: 1, Lease: time.Second, PollInterval: 50 * time.Millisecond, MaxWait: 30 * time.Second}
-	var st *stopAfter
-	a := wrappedNode(t, srv, "stopped", cfg, func(s fairqueue.Store) fairqueue.Store {
-		st = newStopAfter(s)
-		return st
-	})
-	b := newNode(t, srv, "stopped", cfg)
+	srv, cfg, a, b, st := stoppedPair(t)
 	ctx := context.Background()
-	p, err := a.q.Acquire(ctx, fairqueue.Request{}) // a joins the queue
-	require.NoError(t, err)
-	p.Release()
 	pb, err := b.q.Acquire(ctx, fairqueue.Request{})
 	require.NoError(t, err)
 
@@ -233,4 +213,21 @@ func servedOnceFree(t *testing.T, srv *redistest.Server, a, b *node, pb *fairque
 	require.NoError(t, a.q.Close())
 	require.NoError(t, b.q.Close())
 	require.Empty(t, srv.Keys(t, "*"), "keys left after every node left")
+}
+
+// stoppedPair opens queue "stopped" (1 permit, a lease of 1s) on a new
+// Redis as two nodes: a, whose calls st can stop, joined the queue, and b.
+func stoppedPair(t *testing.T) (srv *redistest.Server, cfg fairqueue.Config, a, b *node, st *stopAfter) {
+	t.Helper()
+	srv = redistest.Start(t)
+	cfg = fairqueue.Config{Permits: 1, Lease: time.Second, PollInterval: 50 * time.Millisecond, MaxWait: 30 * time.Second}
+	a = wrappedNode(t, srv, "stopped", cfg, func(s fairqueue.Store) fairqueue.Store {
+		st = newStopAfter(s)
+		return st
+	})
+	b = newNode(t, srv, "stopped", cfg)
+	p, err := a.q.Acquire(context.Background(), fairqueue.Request{}) // a joins the queue
+	require.NoError(t, err)
+	p.Release()
+	return srv, cfg, a, b, st
 }
