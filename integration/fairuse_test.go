@@ -74,19 +74,22 @@ func TestFairByUseThroughTwoInstances(t *testing.T) {
 
 	// cost time, two backlogged tenants, one whose answers take 4 times
 	// as long: each gets about half the permit-time (counting requests
-	// would give the slow one 80%).
+	// would give the slow one 80%). The permit-time is counted as the
+	// upstream's time on each request, not its tokens: cost time charges
+	// the real hold, and on a loaded machine a request's hold can exceed
+	// its tokens' time many times over.
 	t.Run("cost time splits the permit-time", func(t *testing.T) {
 		quiet(t, mock)
 		tokens := map[string]int{"quick": 1, "slow": 4}
 		run := closedLoop{queue: "time", clients: map[string]int{"quick": 4, "slow": 4}, total: 300, tokens: tokens}
 		got := run.run(t, client, caddies, mock)
-		var all float64
-		for tenant, n := range got.count {
-			all += n * float64(tokens[tenant])
+		var all time.Duration
+		for _, d := range got.took {
+			all += d
 		}
-		for tenant, n := range got.count {
-			share := n * float64(tokens[tenant]) / all
-			t.Logf("%s: %.0f requests, %.0f%% of the permit-time", tenant, n, 100*share)
+		for tenant, d := range got.took {
+			share := float64(d) / float64(all)
+			t.Logf("%s: %.0f requests, %v at the upstream, %.0f%% of the permit-time", tenant, got.count[tenant], d, 100*share)
 			assert.InDelta(t, 0.5, share, 0.08, "tenant %s's share of the permit-time", tenant)
 		}
 	})
@@ -124,8 +127,9 @@ type closedLoop struct {
 // loopResult is what the upstream saw past the start-up (the first
 // tenth of the requests).
 type loopResult struct {
-	count map[string]float64 // requests per tenant
-	ahead map[string][]int   // per tenant and request: others' requests that reached the upstream first
+	count map[string]float64       // requests per tenant
+	took  map[string]time.Duration // per tenant: its requests' time at the upstream
+	ahead map[string][]int         // per tenant and request: others' requests that reached the upstream first
 }
 
 func (l closedLoop) run(t *testing.T, client *http.Client, caddies []*harness.Caddy, mock *mockllm.Server) loopResult {
@@ -133,7 +137,7 @@ func (l closedLoop) run(t *testing.T, client *http.Client, caddies []*harness.Ca
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	var mu sync.Mutex
-	res := loopResult{count: map[string]float64{}, ahead: map[string][]int{}}
+	res := loopResult{count: map[string]float64{}, took: map[string]time.Duration{}, ahead: map[string][]int{}}
 	var wg sync.WaitGroup
 	i := 0
 	for tenant, n := range l.clients {
@@ -172,8 +176,13 @@ func (l closedLoop) run(t *testing.T, client *http.Client, caddies []*harness.Ca
 	wg.Wait()
 	arrivals := mock.Arrivals()
 	require.GreaterOrEqual(t, len(arrivals), l.total)
+	// The requests cut short as the clients stop end at their next token.
+	require.True(t, eventually(10*time.Second, func() bool { return mock.InFlight() == 0 }), "requests left at the upstream")
+	took := mock.ServiceTimes()
 	for _, a := range arrivals[l.total/10 : l.total] {
-		res.count[strings.SplitN(a, "/", 2)[0]]++
+		tenant := strings.SplitN(a, "/", 2)[0]
+		res.count[tenant]++
+		res.took[tenant] += took[a]
 	}
 	return res
 }

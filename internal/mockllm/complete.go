@@ -133,7 +133,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, k kind) {
 		arrived = s.arrive(r.Header.Get(HeaderClientSeq))
 	}
 	result := failed
-	defer func() { s.leave(result, arrived) }()
+	defer func() { s.leave(result, r.Header.Get(HeaderClientSeq), arrived) }()
 
 	if s.refused(w) {
 		return
@@ -285,10 +285,18 @@ func (s *Server) arriveLocked(seq string) time.Time {
 	return now
 }
 
-func (s *Server) leave(o outcome, arrived time.Time) {
+// leave counts a completion request ended with o; seq is its
+// X-Client-Seq, arrived its arrival time.
+func (s *Server) leave(o outcome, seq string, arrived time.Time) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if seq != "" {
+		if s.took == nil {
+			s.took = map[string]time.Duration{}
+		}
+		s.took[seq] = now.Sub(arrived)
+	}
 	if s.tl != nil {
 		s.tl.leave(&s.stats, arrived, now)
 	}

@@ -36,7 +36,7 @@ type ollamaRequest struct {
 func (s *Server) ollama(w http.ResponseWriter, r *http.Request, k ollamaKind) {
 	arrived := s.arrive(r.Header.Get(HeaderClientSeq))
 	result := failed
-	defer func() { s.leave(result, arrived) }()
+	defer func() { s.leave(result, r.Header.Get(HeaderClientSeq), arrived) }()
 	tokens, delay, err := s.params(r.Header)
 	if err != nil {
 		writeOllamaError(w, http.StatusBadRequest, err.Error())
@@ -122,7 +122,7 @@ func (a ollamaAnswer) stream(ctx context.Context, w http.ResponseWriter, tokens 
 func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 	arrived := s.arrive(r.Header.Get(HeaderClientSeq))
 	result := failed
-	defer func() { s.leave(result, arrived) }()
+	defer func() { s.leave(result, r.Header.Get(HeaderClientSeq), arrived) }()
 	var req struct {
 		Model string          `json:"model"`
 		Input json.RawMessage `json:"input"`

@@ -22,6 +22,7 @@ package mockllm
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -143,8 +144,9 @@ type Server struct {
 	lastID atomic.Uint64
 	mu     sync.Mutex
 	stats  Stats
-	tl     *timeline  // nil unless Config.Timeline
-	gpu    *gpuRunner // nil unless Config.GPU
+	tl     *timeline                // nil unless Config.Timeline
+	took   map[string]time.Duration // ServiceTimes
+	gpu    *gpuRunner               // nil unless Config.GPU
 }
 
 // New returns a Server configured by cfg. It panics if cfg.GPU fails
@@ -275,13 +277,23 @@ func (s *Server) Arrivals() []string {
 	return append([]string{}, s.stats.Arrivals...)
 }
 
-// Reset zeroes Served, Canceled and Arrivals and sets MaxInFlight to the
-// current InFlight. InFlight and Waiting are left alone: requests still
-// running or waiting will end and decrement them.
+// ServiceTimes returns, per X-Client-Seq header value, how long the
+// completion request that carried it stayed at the server, from its
+// arrival to its end, for those that ended since start or Reset.
+func (s *Server) ServiceTimes() map[string]time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.took)
+}
+
+// Reset zeroes Served, Canceled, Arrivals and ServiceTimes and sets
+// MaxInFlight to the current InFlight. InFlight and Waiting are left
+// alone: requests still running or waiting will end and decrement them.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats = Stats{InFlight: s.stats.InFlight, Waiting: s.stats.Waiting, MaxInFlight: s.stats.InFlight}
+	s.took = nil
 	if s.tl != nil {
 		s.tl.reset()
 	}

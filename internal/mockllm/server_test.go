@@ -263,6 +263,28 @@ func TestStatsRecordArrivalsInOrderAndReset(t *testing.T) {
 	assert.Equal(t, Stats{Arrivals: []string{}}, stats(http.MethodGet, "/stats"))
 }
 
+// ServiceTimes holds, per X-Client-Seq, the time each request stayed:
+// at least its tokens x delay; Reset forgets them.
+func TestServiceTimesRecordEachRequestsStay(t *testing.T) {
+	t.Parallel()
+	s, hs := start(t, Config{Tokens: 1, Delay: 5 * time.Millisecond})
+	for _, c := range []struct{ seq, tokens string }{{"one", "1"}, {"four", "4"}, {"", "1"}} {
+		h := []string{HeaderTokens, c.tokens}
+		if c.seq != "" {
+			h = append(h, HeaderClientSeq, c.seq)
+		}
+		resp := post(t, context.Background(), hs.URL+"/v1/chat/completions", `{"stream":true}`, h...)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	took := s.ServiceTimes()
+	require.Len(t, took, 2, "one entry per request with a sequence: %v", took)
+	assert.GreaterOrEqual(t, took["one"], 5*time.Millisecond)
+	assert.GreaterOrEqual(t, took["four"], 20*time.Millisecond)
+	s.Reset()
+	assert.Empty(t, s.ServiceTimes())
+}
+
 func TestInvalidRequestsAreRejectedWith400(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

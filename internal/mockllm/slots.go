@@ -44,7 +44,7 @@ func (s *Server) takeSlot(ctx context.Context, seq string) (time.Time, bool) {
 	}
 	s.mu.Unlock()
 	// Handed a slot as the client left: it arrived, and leaves at once.
-	s.leave(canceled, <-w.got)
+	s.leave(canceled, seq, <-w.got)
 	s.giveSlot()
 	return time.Time{}, false
 }
