@@ -18,8 +18,11 @@ type backend interface {
 	// and the key prefix. It holds no secret.
 	storeID() string
 	// dataID identifies the data the store reads and writes: equal data
-	// IDs and queue names are one queue.
+	// IDs and queue keys are one queue.
 	dataID() string
+	// queueKey is how the store names queue name in its data: names of
+	// one key are one queue (in Redis, names a brace apart).
+	queueKey(name string) string
 	// describe tells where the store's queues live, for the admin API.
 	describe() storeDesc
 	// open returns the store of queue name and a func that frees what
@@ -46,9 +49,10 @@ type localBackend struct {
 	log *zap.Logger
 }
 
-func (localBackend) storeID() string     { return localID }
-func (localBackend) dataID() string      { return localID }
-func (localBackend) describe() storeDesc { return storeDesc{Store: "local"} }
+func (localBackend) storeID() string             { return localID }
+func (localBackend) dataID() string              { return localID }
+func (localBackend) queueKey(name string) string { return name }
+func (localBackend) describe() storeDesc         { return storeDesc{Store: "local"} }
 
 // open returns the memstore of queue name. The store is pooled apart
 // from the engines so that an engine retired by a reload, whose last

@@ -51,7 +51,7 @@ func (h *Handler) addClaim(ctx caddy.Context) error {
 	if load == nil {
 		return nil
 	}
-	k := claimKey{load: load, data: h.backend.dataID(), queue: h.Name}
+	k := claimKey{load: load, data: h.backend.dataID(), queue: h.backend.queueKey(h.Name)}
 	s := h.settings()
 	server := serverOf(ctx)
 	claims.Lock()

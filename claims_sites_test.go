@@ -1,6 +1,7 @@
 package caddyfairqueue
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -60,4 +61,38 @@ chat.example.com:8081 {
 `)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `queue "shared" is configured by two fair_queue handlers with different permits (4 and 8): both in the server on :8080`)
+}
+
+// In Redis a brace in a queue name or key prefix stands as "_" in its
+// keys (redisstore.TagOf), so names and prefixes a brace apart are one
+// queue there, sharing its permits: handlers that name it so must agree
+// like handlers that spell it alike. The local store keeps them apart.
+func TestHandlersNamingOneRedisQueueABraceApartMustAgree(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	site := func(name1, prefix1, name2, prefix2, store string) string {
+		q := func(path, name, prefix, permits string) string {
+			s := "\thandle " + path + " {\n\t\tfair_queue {\n\t\t\tname " + strconv.Quote(name) + "\n\t\t\tpermits " + permits + "\n"
+			if store == "redis" {
+				s += "\t\t\tredis {\n\t\t\t\turl redis://127.0.0.1:6379\n"
+				if prefix != "" {
+					s += "\t\t\t\tkey_prefix " + strconv.Quote(prefix) + "\n"
+				}
+				s += "\t\t\t}\n"
+			}
+			return s + "\t\t}\n\t\trespond ok\n\t}\n"
+		}
+		return ":8080 {\n" + q("/a", name1, prefix1, "4") + q("/b", name2, prefix2, "8") + "}\n"
+	}
+	for _, c := range []struct{ name1, prefix1, name2, prefix2 string }{
+		{"team}", "", "team_", ""},
+		{"a}b", "", "a_b", ""},
+		{"team", "edge{", "team", "edge_"},
+		{"team", "", "team", "fair_queue"}, // the default prefix, spelled out
+	} {
+		err := validate(t, site(c.name1, c.prefix1, c.name2, c.prefix2, "redis"))
+		if assert.Error(t, err, "%+v", c) {
+			assert.Contains(t, err.Error(), "with different permits (4 and 8)", "%+v", c)
+		}
+	}
+	require.NoError(t, validate(t, site("team}", "", "team_", "", "local")), "two local queues")
 }

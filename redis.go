@@ -339,8 +339,13 @@ func (b *redisBackend) dataID() string {
 	case ModeCluster:
 		where = "cluster:" + where
 	}
-	return fmt.Sprintf("redis|%s|db=%d|prefix=%s", where, b.opts.DB, b.prefix)
+	// The prefix as it stands in the keys: prefixes a brace apart
+	// write the same keys.
+	return fmt.Sprintf("redis|%s|db=%d|prefix=%s", where, b.opts.DB, redisstore.TagOf(b.prefix, ""))
 }
+
+// queueKey is the queue's hash tag: names a brace apart are one queue.
+func (b *redisBackend) queueKey(name string) string { return redisstore.TagOf(b.prefix, name) }
 
 func (b *redisBackend) describe() storeDesc {
 	d := storeDesc{Store: "redis", Mode: b.mode, Address: b.servers(), Master: b.master, DB: b.opts.DB, KeyPrefix: b.prefix}
