@@ -1,0 +1,60 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
+)
+
+// rollbackCfg has one permit and a lease (the default) far longer than
+// the waiters' max_wait: a permit held in Redis for nobody until its
+// lease ends keeps a waiter out until it times out.
+var rollbackCfg = fairqueue.Config{Permits: 1, MaxWait: 10 * time.Second, PollInterval: 100 * time.Millisecond, Lease: 30 * time.Second}
+
+// A release that a failover lost (the data set rolled back to before it,
+// the epoch kept) leaves the permit held in Redis for a request that has
+// ended, by a node with nothing waiting. Once the node subscribes again
+// (the failover dropped its Pub/Sub connection) it reconciles, finds the
+// permit among its holders and releases it again: a waiter of another
+// node is served, long before the lease would have ended, and Redis is
+// left clean.
+func TestLostReleaseIsReleasedAgainAfterTheResubscribe(t *testing.T) {
+	srv := redistest.Start(t)
+	const name = "lost-release"
+	cfg := rollbackCfg
+	a := newNode(t, srv, name, cfg)
+	b := newNode(t, srv, name, cfg)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	warm, err := b.q.Acquire(ctx, fairqueue.Request{}) // b has joined and subscribed
+	require.NoError(t, err)
+	warm.Release()
+
+	held, err := a.q.Acquire(ctx, fairqueue.Request{})
+	require.NoError(t, err)
+	rollback := snapshot(t, admin)
+	held.Release() // the write the failover loses
+	eventually(t, 5*time.Second, func() bool { return len(readState(t, admin, name).Holders) == 0 }, "the release never reached Redis")
+	rollback()
+	require.Len(t, readState(t, admin, name).Holders, 1, "the rollback brought the released permit back")
+
+	wctx, cancel := context.WithTimeout(ctx, cfg.MaxWait)
+	defer cancel()
+	waiter := acquireAsync(b, wctx)
+	select {
+	case r := <-waiter:
+		require.NoError(t, r.err, "the waiter on the other node, with the permit released (lease %v)", cfg.Lease)
+		r.p.Release()
+	case <-time.After(cfg.MaxWait + 5*time.Second):
+		t.Fatal("the waiter's acquire never returned")
+	}
+	require.NoError(t, a.q.Close())
+	require.NoError(t, b.q.Close())
+	assert.Empty(t, srv.Keys(t, "*"), "keys left after every node left")
+}
