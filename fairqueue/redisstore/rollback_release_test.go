@@ -17,9 +17,16 @@ import (
 // lease ends keeps a waiter out until it times out.
 var rollbackCfg = fairqueue.Config{Permits: 1, MaxWait: 10 * time.Second, PollInterval: 100 * time.Millisecond, Lease: 30 * time.Second}
 
+// lostReleaseCfg has a lease three times the waiters' max_wait, and short
+// enough that the reconciles a node runs for a third of it after it
+// joined (its first subscription) end before the test loses a release:
+// only the resubscribe after the rollback can make the node reconcile.
+var lostReleaseCfg = fairqueue.Config{Permits: 1, MaxWait: 4 * time.Second, PollInterval: 100 * time.Millisecond, Lease: 12 * time.Second}
+
 // A release that a failover lost (the data set rolled back to before it,
 // the epoch kept) leaves the permit held in Redis for a request that has
-// ended, by a node with nothing waiting. Once the node subscribes again
+// ended, by a node with nothing waiting (renewed less than a third of a
+// lease before: the waiter's max_wait ends before its lease). Once the node subscribes again
 // (the failover dropped its Pub/Sub connection) it reconciles, finds the
 // permit among its holders and releases it again: a waiter of another
 // node is served, long before the lease would have ended, and Redis is
@@ -27,22 +34,26 @@ var rollbackCfg = fairqueue.Config{Permits: 1, MaxWait: 10 * time.Second, PollIn
 func TestLostReleaseIsReleasedAgainAfterTheResubscribe(t *testing.T) {
 	srv := redistest.Start(t)
 	const name = "lost-release"
-	cfg := rollbackCfg
+	cfg := lostReleaseCfg
 	a := newNode(t, srv, name, cfg)
 	b := newNode(t, srv, name, cfg)
 	admin := srv.Client(t)
 	ctx := context.Background()
-	warm, err := b.q.Acquire(ctx, fairqueue.Request{}) // b has joined and subscribed
-	require.NoError(t, err)
-	warm.Release()
+	for _, n := range []*node{a, b} {
+		warm, err := n.q.Acquire(ctx, fairqueue.Request{}) // joined and subscribed
+		require.NoError(t, err)
+		warm.Release()
+	}
+	time.Sleep(cfg.Lease/3 + 500*time.Millisecond) // the reconciles after the joins are over
 
 	held, err := a.q.Acquire(ctx, fairqueue.Request{})
 	require.NoError(t, err)
 	rollback := snapshot(t, admin)
 	held.Release() // the write the failover loses
 	eventually(t, 5*time.Second, func() bool { return len(readState(t, admin, name).Holders) == 0 }, "the release never reached Redis")
-	rollback()
-	require.Len(t, readState(t, admin, name).Holders, 1, "the rollback brought the released permit back")
+	rollback(func() {
+		require.Len(t, readState(t, admin, name).Holders, 1, "the rollback brought the released permit back")
+	})
 
 	wctx, cancel := context.WithTimeout(ctx, cfg.MaxWait)
 	defer cancel()

@@ -38,15 +38,16 @@ return #ARGV / 3`)
 // snapshot records rdb's data set, as a replica cut from its master
 // would hold it; the function it returns puts that data set back (the
 // writes since are lost, as in a failover to that replica: the data
-// set's epoch is the same) and drops every Pub/Sub connection, as the
-// failover would, so that every node subscribes again.
-func snapshot(t *testing.T, rdb *redis.Client) (rollback func()) {
+// set's epoch is the same), runs check on it, and drops every Pub/Sub
+// connection, as the failover would, so that every node subscribes
+// again (and only then learns of the failover).
+func snapshot(t *testing.T, rdb *redis.Client) (rollback func(check func())) {
 	t.Helper()
 	ctx := context.Background()
 	dump, err := snapshotScript.Run(ctx, rdb, nil).Slice()
 	require.NoError(t, err)
 	taken := time.Now()
-	return func() {
+	return func(check func()) {
 		t.Helper()
 		args := make([]any, 0, len(dump))
 		for i := 0; i < len(dump); i += 3 {
@@ -58,6 +59,7 @@ func snapshot(t *testing.T, rdb *redis.Client) (rollback func()) {
 			args = append(args, dump[i], ttl, dump[i+2])
 		}
 		require.NoError(t, rollbackScript.Run(ctx, rdb, nil, args...).Err())
+		check()
 		require.NoError(t, rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Err())
 	}
 }
