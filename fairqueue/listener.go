@@ -56,15 +56,19 @@ func (q *Queue) observeHandoff(t *ticket, at time.Time) {
 
 // Resynced implements Listener: notifications may have been lost.
 // A new subscription follows a broken connection, perhaps a failover
-// that lost the last writes: the next heartbeat checks this node's
-// waiters are still queued, and the node reconciles for a while (as
-// after a failed release), even without waiters: a release the failover
-// lost left its permit held in the store for a request that has ended,
-// which would keep every waiter of the queue out until its lease ended;
-// reconcile finds it among this node's holders and releases it again.
+// that lost the last writes. The node heartbeats at once (evResync),
+// waiters or not: a grant (or requeue) the failover lost left a running
+// request uncounted, and every other node's request would run beside it,
+// above the permits, until the next heartbeat (up to a third of a lease)
+// counted it again; that heartbeat also checks this node's waiters are
+// still queued. And the node reconciles for a while (as after a failed
+// release), even without waiters: a release the failover lost left its
+// permit held in the store for a request that has ended, which would
+// keep every waiter of the queue out until its lease ended; reconcile
+// finds it among this node's holders and releases it again.
 func (q *Queue) Resynced() {
 	q.s.doubt()
-	q.s.note(evVerify|evSweep, true)
+	q.s.note(evVerify|evResync|evSweep, true)
 }
 
 // observe records the grant counter and data-set ID a store call saw.

@@ -97,8 +97,9 @@ const (
 	// evVerify: the store may have lost this node's waiters (a failed
 	// call, a new subscription, a rejoin): the next heartbeat names them.
 	evVerify event = 1 << iota
-	// evResync: the data-set ID, the lease or the pool changed:
-	// heartbeat at once.
+	// evResync: the data-set ID, the lease or the pool changed, or a
+	// new subscription says a failover may have lost a grant (a running
+	// request the store no longer counts): heartbeat at once.
 	evResync
 	// evSweep: a transfer or release failed (it may run late, or never),
 	// or a new subscription says a failover may have lost some, leaving
