@@ -45,7 +45,8 @@ func TestLostTransferIsSortedOut(t *testing.T) {
 	require.NoError(t, r2.err)
 	rollback := snapshot(t, admin)
 	ht.go_ <- struct{}{} // the transfer: lost
-	go func() { // any later transfer goes through
+	// Any later transfer goes through.
+	go func() {
 		for range ht.calls {
 			ht.go_ <- struct{}{}
 		}

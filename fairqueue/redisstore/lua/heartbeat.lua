@@ -24,7 +24,8 @@
 -- it: the data set is new (the epoch changed), or the node is alive here
 -- and was not forgotten (a failover that lost the last writes kept the
 -- epoch key). Its request still runs on the upstream, so counting it is
--- the truth. A forgotten node re-adds nothing in this heartbeat: it may
+-- the truth; one still queued (a lost transfer) leaves the queue. A
+-- forgotten node re-adds nothing in this heartbeat: it may
 -- have left (a heartbeat delayed past its leave, while other nodes keep
 -- the queue); its next heartbeat counts its running requests again. A
 -- ticket released while this heartbeat was on its way is not counted
@@ -67,6 +68,10 @@ local function add(arg)
   local up, w = string.match(arg, ' u=(%S+)'), tonumber(string.match(arg, ' w=(%d+)'))
   if marked and redis.call('ZSCORE', K.freed, id) then return nil end
   if redis.call('ZADD', K.holders, now + lease, id) == 0 then return nil end
+  -- Still queued here (a failover lost the transfer of the local
+  -- handoff that started it): it leaves the queue, where it would count
+  -- in every position and be granted again when it ends.
+  if redis.call('ZREM', K.waiting, id) == 1 or unqueue(id) then take_weight(id) end
   held(id)
   if up then redis.call('HSET', K.uheld, id, up) end
   take_tokens(id, w, up)
