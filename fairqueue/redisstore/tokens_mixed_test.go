@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -88,4 +89,60 @@ func TestAWaiterHandedOnByANodeWithoutTokensStillCountsItsWeight(t *testing.T) {
 	require.NoError(t, s.Leave(ctx, "w", counted))
 	require.NoError(t, s.Leave(ctx, "n", plain))
 	assert.Empty(t, rdb.Keys(ctx, s.Tag()+"*").Val())
+}
+
+// A reload that turns kv_tokens off on node n while n's request, granted
+// weighing 80, runs (node w still counts tokens, 100: a rolling change).
+// Redis then loses n's holder entry: its data set (a restart without
+// persistence, a flush), or the grant's last writes (a failover that kept
+// the epoch key). n's heartbeat counts the request again, naming its
+// weight: the request still holds its 80 tokens, so w's request of 80
+// must wait for it. Counted without its weight (n's limits count no
+// tokens), w granted 160 tokens under a capacity of 100.
+func TestAHolderReaddedByANodeWithoutTokensStillCountsItsWeight(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		lose func(t *testing.T, rdb *redis.Client, tag string)
+	}{
+		{"data set lost", func(t *testing.T, rdb *redis.Client, _ string) {
+			require.NoError(t, rdb.FlushAll(context.Background()).Err())
+		}},
+		{"grant lost", func(t *testing.T, rdb *redis.Client, tag string) {
+			ctx := context.Background()
+			require.NoError(t, rdb.ZRem(ctx, tag+":holders", "n:1").Err())
+			require.NoError(t, rdb.Del(ctx, tag+":thold", tag+":tsum").Err())
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rdb, s := openStore(t, "tokmixbeat")
+			ctx := context.Background()
+			counted := fairqueue.Limits{Permits: 10, Tokens: 100, Lease: 10 * time.Second}
+			plain := fairqueue.Limits{Permits: 10, Lease: 10 * time.Second}
+			n1 := fairqueue.TicketArgs{ID: "n:1", Node: "n", Limits: counted, Cost: 1, Tokens: 80}
+			r, err := s.Acquire(ctx, n1)
+			require.NoError(t, err)
+			require.True(t, r.Granted)
+			beat := func(no uint64) fairqueue.HeartbeatResult {
+				res, err := s.Heartbeat(ctx, fairqueue.HeartbeatArgs{Node: "n", Limits: plain, Held: []string{"n:1"},
+					Tokens: map[string]int{"n:1": 80}, Epoch: r.Epoch, Beat: no})
+				require.NoError(t, err)
+				return res
+			}
+			beat(1)
+			c.lose(t, rdb, s.Tag())
+			require.NotContains(t, readState(t, rdb, "tokmixbeat").Holders, "n:1")
+			require.Equal(t, []string{"n:1"}, beat(2).Readded, "n's heartbeat counted its running request again")
+
+			w1 := fairqueue.TicketArgs{ID: "w:1", Node: "w", Limits: counted, Cost: 1, Tokens: 80}
+			r, err = s.Acquire(ctx, w1)
+			require.NoError(t, err)
+			assert.False(t, r.Granted, "w granted 80 tokens beside n:1's 80 under a capacity of 100")
+			require.NoError(t, s.Cancel(ctx, w1))
+			n1.Limits = plain
+			require.NoError(t, s.Release(ctx, n1))
+			require.NoError(t, s.Leave(ctx, "w", counted))
+			require.NoError(t, s.Leave(ctx, "n", plain))
+			assert.Empty(t, rdb.Keys(ctx, s.Tag()+"*").Val())
+		})
+	}
 }
