@@ -61,7 +61,11 @@ local marked = redis.call('EXISTS', K.freed) == 1
 if marked then redis.call('ZREMRANGEBYSCORE', K.freed, '-inf', now) end
 local n, m = tonumber(ARGV[11]), tonumber(ARGV[12])
 -- add counts a holder entry added again (re-added or adopted) on its
--- upstream and with its weight, if it names them.
+-- upstream and with its weight, if it names them: the weight its ticket
+-- was queued with, counted whatever this call's limits (a reload turned
+-- kv_tokens off on the node while the request ran), as dispatch and
+-- transfer count a recorded weight: the request holds those tokens, and
+-- a node that counts them must see them.
 local function add(arg)
   local id = string.match(arg, '^%S+')
   local up, w = string.match(arg, ' u=(%S+)'), tonumber(string.match(arg, ' w=(%d+)'))
@@ -69,7 +73,7 @@ local function add(arg)
   if redis.call('ZADD', K.holders, now + lease, id) == 0 then return nil end
   held(id)
   if up then redis.call('HSET', K.uheld, id, up) end
-  take_tokens(id, w, up)
+  take_tokens(id, w, up, nil, true)
   return id
 end
 local readded = {}
