@@ -146,3 +146,63 @@ func TestAHolderReaddedByANodeWithoutTokensStillCountsItsWeight(t *testing.T) {
 		})
 	}
 }
+
+// A reload that turns kv_tokens off on node n while n's waiter, weighing
+// 80, waits (node w still counts tokens, 100: a rolling change). Redis
+// then loses the waiter (an eviction, a failover that lost its acquire):
+// n's heartbeat finds it missing and n queues it again, with the weight
+// it was queued with and n's limits, which count no tokens. Granted (at
+// once, or later by a release), its request holds its 80 tokens, so w's
+// request of 80 must wait for it. Queued again without its weight, w
+// granted 160 tokens under a capacity of 100.
+func TestAWaiterReinstatedByANodeWithoutTokensStillCountsItsWeight(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		permits int // n's, after its reload
+	}{{"granted at once", 10}, {"granted by a release", 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			rdb, s := openStore(t, "tokmixlost")
+			ctx := context.Background()
+			counted := fairqueue.Limits{Permits: 10, Tokens: 100, Lease: 10 * time.Second}
+			plain := fairqueue.Limits{Permits: c.permits, Lease: 10 * time.Second}
+			n1 := fairqueue.TicketArgs{ID: "n:1", Node: "n", Limits: counted, Cost: 1, Tokens: 30}
+			n2 := fairqueue.TicketArgs{ID: "n:2", Node: "n", Limits: counted, Cost: 1, Tokens: 80}
+			r, err := s.Acquire(ctx, n1)
+			require.NoError(t, err)
+			require.True(t, r.Granted)
+			r, err = s.Acquire(ctx, n2)
+			require.NoError(t, err)
+			require.False(t, r.Granted, "30 + 80 tokens do not fit 100")
+
+			// Redis loses n:2's entries; n, reloaded without kv_tokens,
+			// finds it missing and queues it again.
+			tag := s.Tag()
+			require.NoError(t, rdb.ZRem(ctx, tag+":waiting", "n:2").Err())
+			require.NoError(t, rdb.HDel(ctx, tag+":tok", "n:2").Err())
+			res, err := s.Heartbeat(ctx, fairqueue.HeartbeatArgs{Node: "n", Limits: plain, Held: []string{"n:1"},
+				Pending: []string{"n:2"}, Tokens: map[string]int{"n:1": 30}, Epoch: r.Epoch, Beat: 1})
+			require.NoError(t, err)
+			require.Equal(t, []string{"n:2"}, res.Missing)
+			n1.Limits, n2.Limits = plain, plain
+			if c.permits > 1 {
+				require.NoError(t, s.Release(ctx, n1))
+			}
+			_, err = s.Acquire(ctx, n2)
+			require.NoError(t, err)
+			if c.permits == 1 {
+				require.NoError(t, s.Release(ctx, n1))
+			}
+			require.Equal(t, []string{"n:2"}, readState(t, rdb, "tokmixlost").Holders, "n:2 runs")
+
+			w1 := fairqueue.TicketArgs{ID: "w:1", Node: "w", Limits: counted, Cost: 1, Tokens: 80}
+			r, err = s.Acquire(ctx, w1)
+			require.NoError(t, err)
+			assert.False(t, r.Granted, "w granted 80 tokens beside n:2's 80 under a capacity of 100")
+			require.NoError(t, s.Cancel(ctx, w1))
+			require.NoError(t, s.Release(ctx, n2))
+			require.NoError(t, s.Leave(ctx, "w", counted))
+			require.NoError(t, s.Leave(ctx, "n", plain))
+			assert.Empty(t, rdb.Keys(ctx, s.Tag()+"*").Val())
+		})
+	}
+}
