@@ -206,3 +206,46 @@ func TestAWaiterReinstatedByANodeWithoutTokensStillCountsItsWeight(t *testing.T)
 		})
 	}
 }
+
+// A reload that turns kv_tokens off on node n while n's waiter, weighing
+// 80, waits (node w still counts tokens, 100: a rolling change). Redis
+// then loses its data (a restart without persistence), and n, not told
+// yet, hands its ended request's permit on in process to that waiter:
+// the transfer counts it again as a holder, as a heartbeat counts one
+// Redis lost, but knows no weight for it. n's next heartbeat names its
+// weight: the request holds its 80 tokens, so w's request of 80 must
+// wait for it. The heartbeat, finding the holder counted, left it
+// weighing nothing: w granted 160 tokens under a capacity of 100.
+func TestAWaiterHandedOnAfterADataLossStillCountsItsWeight(t *testing.T) {
+	rdb, s := openStore(t, "tokmixxferlost")
+	ctx := context.Background()
+	counted := fairqueue.Limits{Permits: 10, Tokens: 100, Lease: 10 * time.Second}
+	plain := fairqueue.Limits{Permits: 10, Lease: 10 * time.Second}
+	n1 := fairqueue.TicketArgs{ID: "n:1", Node: "n", Limits: counted, Cost: 1, Tokens: 30}
+	n2 := fairqueue.TicketArgs{ID: "n:2", Node: "n", Limits: counted, Cost: 1, Tokens: 80}
+	r, err := s.Acquire(ctx, n1)
+	require.NoError(t, err)
+	require.True(t, r.Granted)
+	epoch := r.Epoch
+	r, err = s.Acquire(ctx, n2)
+	require.NoError(t, err)
+	require.False(t, r.Granted, "30 + 80 tokens do not fit 100")
+
+	require.NoError(t, rdb.FlushAll(ctx).Err())
+	n1.Limits, n2.Limits = plain, plain
+	require.NoError(t, s.Transfer(ctx, n1, "n:2"))
+	_, err = s.Heartbeat(ctx, fairqueue.HeartbeatArgs{Node: "n", Limits: plain, Held: []string{"n:2"},
+		Tokens: map[string]int{"n:2": 80}, Epoch: epoch, Beat: 1})
+	require.NoError(t, err)
+	require.Equal(t, []string{"n:2"}, readState(t, rdb, "tokmixxferlost").Holders, "n:2 runs")
+
+	w1 := fairqueue.TicketArgs{ID: "w:1", Node: "w", Limits: counted, Cost: 1, Tokens: 80}
+	r, err = s.Acquire(ctx, w1)
+	require.NoError(t, err)
+	assert.False(t, r.Granted, "w granted 80 tokens beside n:2's 80 under a capacity of 100")
+	require.NoError(t, s.Cancel(ctx, w1))
+	require.NoError(t, s.Release(ctx, n2))
+	require.NoError(t, s.Leave(ctx, "w", counted))
+	require.NoError(t, s.Leave(ctx, "n", plain))
+	assert.Empty(t, rdb.Keys(ctx, s.Tag()+"*").Val())
+}
