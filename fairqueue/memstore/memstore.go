@@ -150,6 +150,13 @@ func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) 
 			s.charge(w.flow, w.cost, held)
 		}
 		s.grants++
+		if p, ok := s.pools[node]; ok && len(p) == 0 {
+			// Its node has no pool (its last heartbeat named none: in
+			// Redis, a rolling change that adds one): its request runs on
+			// its route's static upstream, not on up; granted on none, it
+			// counts on every upstream.
+			up = ""
+		}
 		if on, ok := s.holderOn[w.id]; ok {
 			up = on // adopted while it waited: it runs there
 		}
@@ -221,7 +228,7 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 		}
 		s.grants++
 		s.granted(t.ID, up, s.grants)
-		s.takeTokens(t.Limits, t.ID, t.Tokens, up)
+		s.countTokens(t.Limits, t.ID, t.Tokens, up) // a waiter queued again keeps its weight
 		res.Granted, res.GrantNo, res.Grants, res.Upstream = true, s.grants, s.grants, up
 		return res, nil
 	}
@@ -333,14 +340,21 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 	res := fairqueue.HeartbeatResult{Epoch: s.epoch, Rejoined: rejoined, At: now}
 	s.nodes[hb.Node] = now.Add(hb.Lease)
 	s.poolOf(hb.Node, hb.Limits.Upstreams)
+	// A holder counts the weight its node names, whatever hb.Limits
+	// count (a reload turned kv_tokens off while its request ran): as a
+	// grant counts a waiter's, and one counted already without a weight
+	// gets it (in Redis, a local handoff to a waiter it had lost).
 	for _, id := range hb.Held {
 		if _, ok := s.holders[id]; ok {
 			s.holders[id] = now.Add(hb.Lease)
+			if !rejoined {
+				s.countTokens(hb.Limits, id, hb.Tokens[id], s.holderOn[id])
+			}
 		} else if !rejoined && !s.freed(id, now) {
 			s.holders[id] = now.Add(hb.Lease)
 			s.heldAgain(id)
 			s.holdOn(id, hb.Upstreams[id])
-			s.takeTokens(hb.Limits, id, hb.Tokens[id], hb.Upstreams[id])
+			s.countTokens(hb.Limits, id, hb.Tokens[id], hb.Upstreams[id])
 			res.Readded = append(res.Readded, id)
 		}
 	}
@@ -357,7 +371,7 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 		if _, ok := s.holders[id]; !ok {
 			s.heldAgain(id)
 			s.holdOn(id, hb.Upstreams[id])
-			s.takeTokens(hb.Limits, id, hb.Tokens[id], hb.Upstreams[id])
+			s.countTokens(hb.Limits, id, hb.Tokens[id], hb.Upstreams[id])
 		}
 		s.holders[id] = now.Add(hb.Lease)
 	}

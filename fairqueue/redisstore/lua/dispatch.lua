@@ -194,7 +194,7 @@ local function dispatch(self, ex)
     if alive(owner) then
       if flow then c, tn = charge(flow, cost, nil, n, tn) end
       local no = redis.call('INCR', K.grants)
-      if up and owner ~= self and redis.call('HGET', K.upool, owner) == '' then
+      if up and redis.call('HGET', K.upool, owner) == '' then
         -- Its node has no pool (its last heartbeat named none: a rolling
         -- change that adds one): its request runs on its route's static
         -- upstream, which may be any of the pool, not on up. Granted on
