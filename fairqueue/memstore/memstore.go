@@ -117,7 +117,7 @@ func (s *Store) alive(node string, now time.Time) bool {
 // an upstream of the pool is eligible, pool.go), grants the FIFO head or
 // the head of the next ready flow, whichever arrived first (both kinds
 // wait only while a reload toggles Fair), dropping waiters of dead nodes.
-func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) {
+func (s *Store) reapAndDispatch(self string, l fairqueue.Limits, now time.Time, out pending) {
 	s.inCap = l.MaxInFlightPerTenant
 	for id, exp := range s.holders {
 		if !exp.After(now) {
@@ -150,11 +150,11 @@ func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) 
 			s.charge(w.flow, w.cost, held)
 		}
 		s.grants++
-		if p, ok := s.pools[node]; ok && len(p) == 0 {
-			// Its node has no pool (its last heartbeat named none: in
-			// Redis, a rolling change that adds one): its request runs on
-			// its route's static upstream, not on up; granted on none, it
-			// counts on every upstream.
+		if p, ok := s.pools[node]; ok && len(p) == 0 && node != self {
+			// Another node without a pool (its last heartbeat named none:
+			// in Redis, a rolling change that adds one): its request runs
+			// on its route's static upstream, not on up; granted on none,
+			// it counts on every upstream.
 			up = ""
 		}
 		if on, ok := s.holderOn[w.id]; ok {
@@ -205,7 +205,7 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 		res.Position = s.position(w, inCap)
 		return res, nil
 	}
-	s.reapAndDispatch(t.Limits, now, out)
+	s.reapAndDispatch(t.Node, t.Limits, now, out)
 	name := fairqueue.TicketFlow(t.ID)
 	up, eligible := s.pickFor(t.Limits, now, t.Tokens)
 	free := eligible && len(s.holders) < t.Permits && s.waiting.Len() == 0 && s.next(inCap) == nil
@@ -273,7 +273,7 @@ func (s *Store) Release(_ context.Context, t fairqueue.TicketArgs) error {
 	now := s.now()
 	s.markFreed(t.ID, t.Tombstone, t.Lease, now)
 	s.release(t.ID, t.Correction, t.Cool, t.CoolFor, now)
-	s.reapAndDispatch(t.Limits, now, out)
+	s.reapAndDispatch(t.Node, t.Limits, now, out)
 	return nil
 }
 
@@ -310,7 +310,7 @@ func (s *Store) Cancel(_ context.Context, t fairqueue.TicketArgs) error {
 		}
 	}
 	s.unhold(t.ID, t.Correction) // granted meanwhile: a grant nobody used
-	s.reapAndDispatch(t.Limits, now, out)
+	s.reapAndDispatch(t.Node, t.Limits, now, out)
 	return nil
 }
 
@@ -397,7 +397,7 @@ func (s *Store) Reconcile(_ context.Context, node string, l fairqueue.Limits) (f
 	defer s.mu.Unlock()
 	l = s.scaled(l)
 	now := s.now()
-	s.reapAndDispatch(l, now, out)
+	s.reapAndDispatch(node, l, now, out)
 	s.pruneIdle()
 	s.forgetDead(now)
 	res := fairqueue.ReconcileResult{Epoch: s.epoch, Grants: s.grants, Waiting: len(s.index), Upstreams: s.upstreamsOf(node)}
@@ -426,7 +426,7 @@ func (s *Store) Leave(_ context.Context, node string, l fairqueue.Limits) error 
 	delete(s.pools, node)
 	delete(s.listeners, node)
 	now := s.now()
-	s.reapAndDispatch(l, now, out)
+	s.reapAndDispatch("", l, now, out) // as leave.lua: its waiters are gone
 	s.pruneIdle()
 	s.forgetDead(now)
 	s.forgetIfEmpty()
