@@ -117,7 +117,7 @@ func (s *Store) alive(node string, now time.Time) bool {
 // an upstream of the pool is eligible, pool.go), grants the FIFO head or
 // the head of the next ready flow, whichever arrived first (both kinds
 // wait only while a reload toggles Fair), dropping waiters of dead nodes.
-func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) {
+func (s *Store) reapAndDispatch(self string, l fairqueue.Limits, now time.Time, out pending) {
 	s.inCap = l.MaxInFlightPerTenant
 	for id, exp := range s.holders {
 		if !exp.After(now) {
@@ -150,6 +150,13 @@ func (s *Store) reapAndDispatch(l fairqueue.Limits, now time.Time, out pending) 
 			s.charge(w.flow, w.cost, held)
 		}
 		s.grants++
+		if p, ok := s.pools[node]; ok && len(p) == 0 && node != self {
+			// Another node without a pool (its last heartbeat named none:
+			// in Redis, a rolling change that adds one): its request runs
+			// on its route's static upstream, not on up; granted on none,
+			// it counts on every upstream.
+			up = ""
+		}
 		if on, ok := s.holderOn[w.id]; ok {
 			up = on // adopted while it waited: it runs there
 		}
@@ -198,7 +205,7 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 		res.Position = s.position(w, inCap)
 		return res, nil
 	}
-	s.reapAndDispatch(t.Limits, now, out)
+	s.reapAndDispatch(t.Node, t.Limits, now, out)
 	name := fairqueue.TicketFlow(t.ID)
 	up, eligible := s.pickFor(t.Limits, now, t.Tokens)
 	free := eligible && len(s.holders) < t.Permits && s.waiting.Len() == 0 && s.next(inCap) == nil
@@ -221,7 +228,7 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 		}
 		s.grants++
 		s.granted(t.ID, up, s.grants)
-		s.takeTokens(t.Limits, t.ID, t.Tokens, up)
+		s.countTokens(t.Limits, t.ID, t.Tokens, up) // a waiter queued again keeps its weight
 		res.Granted, res.GrantNo, res.Grants, res.Upstream = true, s.grants, s.grants, up
 		return res, nil
 	}
@@ -266,7 +273,7 @@ func (s *Store) Release(_ context.Context, t fairqueue.TicketArgs) error {
 	now := s.now()
 	s.markFreed(t.ID, t.Tombstone, t.Lease, now)
 	s.release(t.ID, t.Correction, t.Cool, t.CoolFor, now)
-	s.reapAndDispatch(t.Limits, now, out)
+	s.reapAndDispatch(t.Node, t.Limits, now, out)
 	return nil
 }
 
@@ -303,7 +310,7 @@ func (s *Store) Cancel(_ context.Context, t fairqueue.TicketArgs) error {
 		}
 	}
 	s.unhold(t.ID, t.Correction) // granted meanwhile: a grant nobody used
-	s.reapAndDispatch(t.Limits, now, out)
+	s.reapAndDispatch(t.Node, t.Limits, now, out)
 	return nil
 }
 
@@ -333,14 +340,21 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 	res := fairqueue.HeartbeatResult{Epoch: s.epoch, Rejoined: rejoined, At: now}
 	s.nodes[hb.Node] = now.Add(hb.Lease)
 	s.poolOf(hb.Node, hb.Limits.Upstreams)
+	// A holder counts the weight its node names, whatever hb.Limits
+	// count (a reload turned kv_tokens off while its request ran): as a
+	// grant counts a waiter's, and one counted already without a weight
+	// gets it (in Redis, a local handoff to a waiter it had lost).
 	for _, id := range hb.Held {
 		if _, ok := s.holders[id]; ok {
 			s.holders[id] = now.Add(hb.Lease)
+			if !rejoined {
+				s.countTokens(hb.Limits, id, hb.Tokens[id], s.holderOn[id])
+			}
 		} else if !rejoined && !s.freed(id, now) {
 			s.holders[id] = now.Add(hb.Lease)
 			s.heldAgain(id)
 			s.holdOn(id, hb.Upstreams[id])
-			s.takeTokens(hb.Limits, id, hb.Tokens[id], hb.Upstreams[id])
+			s.countTokens(hb.Limits, id, hb.Tokens[id], hb.Upstreams[id])
 			res.Readded = append(res.Readded, id)
 		}
 	}
@@ -357,7 +371,7 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 		if _, ok := s.holders[id]; !ok {
 			s.heldAgain(id)
 			s.holdOn(id, hb.Upstreams[id])
-			s.takeTokens(hb.Limits, id, hb.Tokens[id], hb.Upstreams[id])
+			s.countTokens(hb.Limits, id, hb.Tokens[id], hb.Upstreams[id])
 		}
 		s.holders[id] = now.Add(hb.Lease)
 	}
@@ -383,7 +397,7 @@ func (s *Store) Reconcile(_ context.Context, node string, l fairqueue.Limits) (f
 	defer s.mu.Unlock()
 	l = s.scaled(l)
 	now := s.now()
-	s.reapAndDispatch(l, now, out)
+	s.reapAndDispatch(node, l, now, out)
 	s.pruneIdle()
 	s.forgetDead(now)
 	res := fairqueue.ReconcileResult{Epoch: s.epoch, Grants: s.grants, Waiting: len(s.index), Upstreams: s.upstreamsOf(node)}
@@ -412,7 +426,7 @@ func (s *Store) Leave(_ context.Context, node string, l fairqueue.Limits) error 
 	delete(s.pools, node)
 	delete(s.listeners, node)
 	now := s.now()
-	s.reapAndDispatch(l, now, out)
+	s.reapAndDispatch("", l, now, out) // as leave.lua: its waiters are gone
 	s.pruneIdle()
 	s.forgetDead(now)
 	s.forgetIfEmpty()

@@ -54,7 +54,7 @@ func (s *Store) Requeue(_ context.Context, t fairqueue.RequeueArgs) (fairqueue.A
 	}
 	s.markFreed(t.Old, t.Tombstone, t.Lease, now)
 	s.release(t.Old, t.Correction, t.Cool, t.CoolFor, now)
-	s.reapAndDispatch(t.Limits, now, out)
+	s.reapAndDispatch(t.Node, t.Limits, now, out)
 	res.Grants = s.grants
 	if w != nil {
 		res.Position = 1 // granted by this dispatch: it was next

@@ -102,19 +102,12 @@ func (s *Store) anywhereTokens() int {
 	return max(n, 0)
 }
 
-// takeTokens counts holder id's weight w on upstream dial ("" : none),
+// countTokens counts holder id's weight w on upstream dial ("" : none),
 // bounded by the capacity in force; a holder counted already is left.
-func (s *Store) takeTokens(l fairqueue.Limits, id string, w int, dial string) {
-	if l.Tokens == 0 {
-		return
-	}
-	s.countTokens(l, id, w, dial)
-}
-
-// countTokens is takeTokens whatever l counts: for a waiter granted with
-// the weight a config that counts tokens gave it (a reload turned
-// kv_tokens off while it waited; in Redis, another node's config during
-// a rolling change), which its request holds wherever it was granted.
+// It counts whatever l counts: a weight is given only by a config that
+// counts tokens, and a request granted with it holds those tokens
+// wherever it was granted (a reload turned kv_tokens off while it waited
+// or ran; in Redis, another node's config during a rolling change).
 func (s *Store) countTokens(l fairqueue.Limits, id string, w int, dial string) {
 	if _, ok := s.weight[id]; ok || w <= 0 {
 		return

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -84,6 +85,165 @@ func TestAWaiterHandedOnByANodeWithoutTokensStillCountsItsWeight(t *testing.T) {
 	assert.False(t, r.Granted, "w granted 80 tokens beside n:2's 80 under a capacity of 100")
 	require.NoError(t, s.Cancel(ctx, w1))
 	n2.Limits = plain
+	require.NoError(t, s.Release(ctx, n2))
+	require.NoError(t, s.Leave(ctx, "w", counted))
+	require.NoError(t, s.Leave(ctx, "n", plain))
+	assert.Empty(t, rdb.Keys(ctx, s.Tag()+"*").Val())
+}
+
+// A reload that turns kv_tokens off on node n while n's request, granted
+// weighing 80, runs (node w still counts tokens, 100: a rolling change).
+// Redis then loses n's holder entry: its data set (a restart without
+// persistence, a flush), or the grant's last writes (a failover that kept
+// the epoch key). n's heartbeat counts the request again, naming its
+// weight: the request still holds its 80 tokens, so w's request of 80
+// must wait for it. Counted without its weight (n's limits count no
+// tokens), w granted 160 tokens under a capacity of 100.
+func TestAHolderReaddedByANodeWithoutTokensStillCountsItsWeight(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		lose func(t *testing.T, rdb *redis.Client, tag string)
+	}{
+		{"data set lost", func(t *testing.T, rdb *redis.Client, _ string) {
+			require.NoError(t, rdb.FlushAll(context.Background()).Err())
+		}},
+		{"grant lost", func(t *testing.T, rdb *redis.Client, tag string) {
+			ctx := context.Background()
+			require.NoError(t, rdb.ZRem(ctx, tag+":holders", "n:1").Err())
+			require.NoError(t, rdb.Del(ctx, tag+":thold", tag+":tsum").Err())
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rdb, s := openStore(t, "tokmixbeat")
+			ctx := context.Background()
+			counted := fairqueue.Limits{Permits: 10, Tokens: 100, Lease: 10 * time.Second}
+			plain := fairqueue.Limits{Permits: 10, Lease: 10 * time.Second}
+			n1 := fairqueue.TicketArgs{ID: "n:1", Node: "n", Limits: counted, Cost: 1, Tokens: 80}
+			r, err := s.Acquire(ctx, n1)
+			require.NoError(t, err)
+			require.True(t, r.Granted)
+			beat := func(no uint64) fairqueue.HeartbeatResult {
+				res, err := s.Heartbeat(ctx, fairqueue.HeartbeatArgs{Node: "n", Limits: plain, Held: []string{"n:1"},
+					Tokens: map[string]int{"n:1": 80}, Epoch: r.Epoch, Beat: no})
+				require.NoError(t, err)
+				return res
+			}
+			beat(1)
+			c.lose(t, rdb, s.Tag())
+			require.NotContains(t, readState(t, rdb, "tokmixbeat").Holders, "n:1")
+			require.Equal(t, []string{"n:1"}, beat(2).Readded, "n's heartbeat counted its running request again")
+
+			w1 := fairqueue.TicketArgs{ID: "w:1", Node: "w", Limits: counted, Cost: 1, Tokens: 80}
+			r, err = s.Acquire(ctx, w1)
+			require.NoError(t, err)
+			assert.False(t, r.Granted, "w granted 80 tokens beside n:1's 80 under a capacity of 100")
+			require.NoError(t, s.Cancel(ctx, w1))
+			n1.Limits = plain
+			require.NoError(t, s.Release(ctx, n1))
+			require.NoError(t, s.Leave(ctx, "w", counted))
+			require.NoError(t, s.Leave(ctx, "n", plain))
+			assert.Empty(t, rdb.Keys(ctx, s.Tag()+"*").Val())
+		})
+	}
+}
+
+// A reload that turns kv_tokens off on node n while n's waiter, weighing
+// 80, waits (node w still counts tokens, 100: a rolling change). Redis
+// then loses the waiter (an eviction, a failover that lost its acquire):
+// n's heartbeat finds it missing and n queues it again, with the weight
+// it was queued with and n's limits, which count no tokens. Granted (at
+// once, or later by a release), its request holds its 80 tokens, so w's
+// request of 80 must wait for it. Queued again without its weight, w
+// granted 160 tokens under a capacity of 100.
+func TestAWaiterReinstatedByANodeWithoutTokensStillCountsItsWeight(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		permits int // n's, after its reload
+	}{{"granted at once", 10}, {"granted by a release", 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			rdb, s := openStore(t, "tokmixlost")
+			ctx := context.Background()
+			counted := fairqueue.Limits{Permits: 10, Tokens: 100, Lease: 10 * time.Second}
+			plain := fairqueue.Limits{Permits: c.permits, Lease: 10 * time.Second}
+			n1 := fairqueue.TicketArgs{ID: "n:1", Node: "n", Limits: counted, Cost: 1, Tokens: 30}
+			n2 := fairqueue.TicketArgs{ID: "n:2", Node: "n", Limits: counted, Cost: 1, Tokens: 80}
+			r, err := s.Acquire(ctx, n1)
+			require.NoError(t, err)
+			require.True(t, r.Granted)
+			r, err = s.Acquire(ctx, n2)
+			require.NoError(t, err)
+			require.False(t, r.Granted, "30 + 80 tokens do not fit 100")
+
+			// Redis loses n:2's entries; n, reloaded without kv_tokens,
+			// finds it missing and queues it again.
+			tag := s.Tag()
+			require.NoError(t, rdb.ZRem(ctx, tag+":waiting", "n:2").Err())
+			require.NoError(t, rdb.HDel(ctx, tag+":tok", "n:2").Err())
+			res, err := s.Heartbeat(ctx, fairqueue.HeartbeatArgs{Node: "n", Limits: plain, Held: []string{"n:1"},
+				Pending: []string{"n:2"}, Tokens: map[string]int{"n:1": 30}, Epoch: r.Epoch, Beat: 1})
+			require.NoError(t, err)
+			require.Equal(t, []string{"n:2"}, res.Missing)
+			n1.Limits, n2.Limits = plain, plain
+			if c.permits > 1 {
+				require.NoError(t, s.Release(ctx, n1))
+			}
+			_, err = s.Acquire(ctx, n2)
+			require.NoError(t, err)
+			if c.permits == 1 {
+				require.NoError(t, s.Release(ctx, n1))
+			}
+			require.Equal(t, []string{"n:2"}, readState(t, rdb, "tokmixlost").Holders, "n:2 runs")
+
+			w1 := fairqueue.TicketArgs{ID: "w:1", Node: "w", Limits: counted, Cost: 1, Tokens: 80}
+			r, err = s.Acquire(ctx, w1)
+			require.NoError(t, err)
+			assert.False(t, r.Granted, "w granted 80 tokens beside n:2's 80 under a capacity of 100")
+			require.NoError(t, s.Cancel(ctx, w1))
+			require.NoError(t, s.Release(ctx, n2))
+			require.NoError(t, s.Leave(ctx, "w", counted))
+			require.NoError(t, s.Leave(ctx, "n", plain))
+			assert.Empty(t, rdb.Keys(ctx, s.Tag()+"*").Val())
+		})
+	}
+}
+
+// A reload that turns kv_tokens off on node n while n's waiter, weighing
+// 80, waits (node w still counts tokens, 100: a rolling change). Redis
+// then loses its data (a restart without persistence), and n, not told
+// yet, hands its ended request's permit on in process to that waiter:
+// the transfer counts it again as a holder, as a heartbeat counts one
+// Redis lost, but knows no weight for it. n's next heartbeat names its
+// weight: the request holds its 80 tokens, so w's request of 80 must
+// wait for it. The heartbeat, finding the holder counted, left it
+// weighing nothing: w granted 160 tokens under a capacity of 100.
+func TestAWaiterHandedOnAfterADataLossStillCountsItsWeight(t *testing.T) {
+	rdb, s := openStore(t, "tokmixxferlost")
+	ctx := context.Background()
+	counted := fairqueue.Limits{Permits: 10, Tokens: 100, Lease: 10 * time.Second}
+	plain := fairqueue.Limits{Permits: 10, Lease: 10 * time.Second}
+	n1 := fairqueue.TicketArgs{ID: "n:1", Node: "n", Limits: counted, Cost: 1, Tokens: 30}
+	n2 := fairqueue.TicketArgs{ID: "n:2", Node: "n", Limits: counted, Cost: 1, Tokens: 80}
+	r, err := s.Acquire(ctx, n1)
+	require.NoError(t, err)
+	require.True(t, r.Granted)
+	epoch := r.Epoch
+	r, err = s.Acquire(ctx, n2)
+	require.NoError(t, err)
+	require.False(t, r.Granted, "30 + 80 tokens do not fit 100")
+
+	require.NoError(t, rdb.FlushAll(ctx).Err())
+	n1.Limits, n2.Limits = plain, plain
+	require.NoError(t, s.Transfer(ctx, n1, "n:2"))
+	_, err = s.Heartbeat(ctx, fairqueue.HeartbeatArgs{Node: "n", Limits: plain, Held: []string{"n:2"},
+		Tokens: map[string]int{"n:2": 80}, Epoch: epoch, Beat: 1})
+	require.NoError(t, err)
+	require.Equal(t, []string{"n:2"}, readState(t, rdb, "tokmixxferlost").Holders, "n:2 runs")
+
+	w1 := fairqueue.TicketArgs{ID: "w:1", Node: "w", Limits: counted, Cost: 1, Tokens: 80}
+	r, err = s.Acquire(ctx, w1)
+	require.NoError(t, err)
+	assert.False(t, r.Granted, "w granted 80 tokens beside n:2's 80 under a capacity of 100")
+	require.NoError(t, s.Cancel(ctx, w1))
 	require.NoError(t, s.Release(ctx, n2))
 	require.NoError(t, s.Leave(ctx, "w", counted))
 	require.NoError(t, s.Leave(ctx, "n", plain))

@@ -4,7 +4,11 @@
 --   cost (fair queueing, see fair.lua; a ticket without a flow is
 --   ordered by arrival), followed by " <tokens>" when it weighs tokens
 --   (tokens.lua), 11 max waiting (0: no cap), 12 max waiting per flow
---   (0: no cap).
+--   (0: no cap). A weight counts whatever this call's limits: only a
+--   config that counts tokens gives a ticket one, and a waiter Redis lost
+--   that its node queues again after a reload turned kv_tokens off keeps
+--   it (its request holds those tokens once granted, as a weight dispatch
+--   finds recorded counts).
 -- A node that is not alive here (new, idle past its lease, or forgotten)
 -- is made alive, with its lease, and marked (mark 0) so that its next
 -- heartbeat reports it rejoined: Redis may have dropped its waiters, and
@@ -112,11 +116,11 @@ if free > 0 then
   end
   local no = redis.call('INCR', K.grants)
   if up then place(view, id, up, no) end
-  take_tokens(id, weight, up, view)
+  take_tokens(id, weight, up, view, true)
   return answer('granted', seq, no, 0, own, up, no)
 end
 local seq = redis.call('INCR', K.seq)
-set_weight(id, weight)
+set_weight(id, weight, true)
 if flow then
   local m = enqueue(flow, seq, cost, id)
   return answer('queued', seq, 0, fposition(flow, m), own)

@@ -62,19 +62,31 @@ local marked = redis.call('EXISTS', K.freed) == 1
 if marked then redis.call('ZREMRANGEBYSCORE', K.freed, '-inf', now) end
 local n, m = tonumber(ARGV[11]), tonumber(ARGV[12])
 -- add counts a holder entry added again (re-added or adopted) on its
--- upstream and with its weight, if it names them.
+-- upstream and with its weight, if it names them: the weight its ticket
+-- was queued with, counted whatever this call's limits (a reload turned
+-- kv_tokens off on the node while the request ran), as dispatch and
+-- transfer count a recorded weight: the request holds those tokens, and
+-- a node that counts them must see them. A holder counted already that
+-- weighs nothing here although the node names its weight gets it: a
+-- call that found it lost counted it without one (a local handoff after
+-- Redis lost its data, transfer.lua, knows no weight).
 local function add(arg)
   local id = string.match(arg, '^%S+')
   local up, w = string.match(arg, ' u=(%S+)'), tonumber(string.match(arg, ' w=(%d+)'))
   if marked and redis.call('ZSCORE', K.freed, id) then return nil end
-  if redis.call('ZADD', K.holders, now + lease, id) == 0 then return nil end
+  if redis.call('ZADD', K.holders, now + lease, id) == 0 then
+    if w and w > 0 and redis.call('HEXISTS', K.thold, id) == 0 then
+      take_tokens(id, w, redis.call('HGET', K.uheld, id) or nil, nil, true)
+    end
+    return nil
+  end
   -- Still queued here (a failover lost the transfer of the local
   -- handoff that started it): it leaves the queue, where it would count
   -- in every position and be granted again when it ends.
   if redis.call('ZREM', K.waiting, id) == 1 or unqueue(id) then take_weight(id) end
   held(id)
   if up then redis.call('HSET', K.uheld, id, up) end
-  take_tokens(id, w, up)
+  take_tokens(id, w, up, nil, true)
   return id
 end
 local readded = {}

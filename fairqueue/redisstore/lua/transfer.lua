@@ -16,7 +16,8 @@
 -- granted it meanwhile, its message still on its way), the holder's
 -- permit is free and dispatch hands it on; where Redis had lost it (and
 -- the holder with it: a restart), it is counted again, as a heartbeat
--- counts a held permit it finds missing.
+-- counts a held permit it finds missing; its weight, unknown here, is
+-- counted by the node's next heartbeat, which names it (heartbeat.lua).
 -- Returns {own grants, heads, added, grant no}: as release.lua; added 1
 -- when the waiter's holder entry was written here (the node releases it
 -- again if its request ended meanwhile: its release may have reached
