@@ -1,0 +1,78 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
+)
+
+// The window TestLocalHandoffKeepsToACapacityLoweredByANodeThatJoinedSince
+// leaves out: the other node joins and lowers the learned share before
+// the node's next heartbeat (a third of a lease away) has shown it the
+// newcomer. The node still holds the heads a reply named while it was
+// alone; a permit that ends must not start the next one while more than
+// the learned permits run.
+func TestLocalHandoffKeepsToACapacityLoweredBeforeTheNextHeartbeat(t *testing.T) {
+	const name = "learnedjoinedearly"
+	srv := redistest.Start(t)
+	// A long lease: the node's next heartbeat is 10 s away, and it
+	// confirmed the node alive for 15 s.
+	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: time.Second, Lease: 30 * time.Second,
+		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	a := newNode(t, srv, name, cfg)
+	held, w1, w2Ch, w2 := secondHeadNamed(t, a, name)
+
+	b := joinAndLower(t, srv, name, cfg)
+	require.Equal(t, 1, a.q.Stats().Cluster.Nodes, "a's heartbeat saw b already: not the window under test")
+	require.Equal(t, 1.0, a.q.Share(), "a has heard nothing of the share")
+	require.Equal(t, 0.5, b.q.Share())
+
+	held[1].Release() // 3 still run (held[2], held[3], w1): nothing more may start
+	notStarted(t, a, name, held, w1, w2Ch, w2)
+}
+
+// The same where the newcomer has left again when the node's next
+// heartbeat runs: that heartbeat shows the node alone in the queue, but
+// the share the newcomer lowered stays, and the heads named before it
+// joined must not start above it.
+func TestLocalHandoffKeepsToACapacityLoweredByANodeThatLeftSince(t *testing.T) {
+	const name = "learnedleft"
+	srv := redistest.Start(t)
+	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 10 * time.Second, Lease: 3 * time.Second,
+		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	a := newNode(t, srv, name, cfg)
+	held, w1, w2Ch, w2 := secondHeadNamed(t, a, name)
+
+	b := joinAndLower(t, srv, name, cfg)
+	require.NoError(t, b.q.Close()) // b leaves; the share it lowered stays
+	left := time.Now()
+	eventually(t, 5*time.Second, func() bool {
+		c := a.q.Stats().Cluster
+		return c.At.After(left) && c.Nodes == 1
+	}, "no heartbeat of a ran after b left")
+	require.Equal(t, 1.0, a.q.Share(), "a has heard nothing of the share")
+
+	held[1].Release() // 3 still run (held[2], held[3], w1): nothing more may start
+	notStarted(t, a, name, held, w1, w2Ch, w2)
+}
+
+// joinAndLower starts another node of queue name, which joins the queue
+// (its request, behind the waiters there, gives up at once) and, once
+// a newcomer's report may lower the learned share (HeadsTTL after it
+// joined), reports a breach: the share halves.
+func joinAndLower(t *testing.T, srv *redistest.Server, name string, cfg fairqueue.Config) *node {
+	t.Helper()
+	b := newNode(t, srv, name, cfg)
+	_, err := b.q.Acquire(context.Background(), fairqueue.Request{MaxWait: 50 * time.Millisecond})
+	var rej *fairqueue.RejectError
+	require.ErrorAs(t, err, &rej)
+	time.Sleep(time.Second)          // fairqueue.HeadsTTL
+	b.q.ObserveTTFT("", time.Second) // a breach seen by b: the share halves, 2 permits
+	eventually(t, 5*time.Second, func() bool { return b.q.Share() < 1 }, "the share did not move")
+	return b
+}
