@@ -71,7 +71,7 @@ func joinAndLower(t *testing.T, srv *redistest.Server, name string, cfg fairqueu
 	_, err := b.q.Acquire(context.Background(), fairqueue.Request{MaxWait: 50 * time.Millisecond})
 	var rej *fairqueue.RejectError
 	require.ErrorAs(t, err, &rej)
-	time.Sleep(time.Second)          // fairqueue.HeadsTTL
+	time.Sleep(fairqueue.HeadsTTL)
 	b.q.ObserveTTFT("", time.Second) // a breach seen by b: the share halves, 2 permits
 	eventually(t, 5*time.Second, func() bool { return b.q.Share() < 1 }, "the share did not move")
 	return b
