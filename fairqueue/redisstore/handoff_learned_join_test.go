@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
@@ -75,4 +76,41 @@ func joinAndLower(t *testing.T, srv *redistest.Server, name string, cfg fairqueu
 	b.q.ObserveTTFT("", time.Second) // a breach seen by b: the share halves, 2 permits
 	eventually(t, 5*time.Second, func() bool { return b.q.Share() < 1 }, "the share did not move")
 	return b
+}
+
+// While another node is in the queue, a report lowers the queue's share
+// no sooner than HeadsTTL after a node joined (docs/adaptive.md): the
+// heads named before the newcomer joined may still start their waiters
+// locally until then. The report is kept in the window, and the next
+// one after that lowers the share.
+func TestANewcomersReportLowersTheShareOnceHeadsNamedBeforeItJoinedAreSpent(t *testing.T) {
+	const name = "learnednewcomer"
+	srv := redistest.Start(t)
+	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 10 * time.Second, Lease: 30 * time.Second,
+		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	ctx := context.Background()
+	a := newNode(t, srv, name, cfg)
+	p, err := a.q.Acquire(ctx, fairqueue.Request{})
+	require.NoError(t, err)
+	defer p.Release()
+
+	b := newNode(t, srv, name, cfg)
+	joined := time.Now()
+	pb, err := b.q.Acquire(ctx, fairqueue.Request{})
+	require.NoError(t, err)
+	joinedBy := time.Now() // b joined between joined and joinedBy
+	pb.Release()
+	b.q.ObserveTTFT("", time.Second) // a breach seen by b, reported at once
+	adapt := redisstore.New(b.rdb, name, redisstore.Options{}).Tag() + ":adapt"
+	eventually(t, 5*time.Second, func() bool { return b.rdb.HGet(ctx, adapt, "n:").Val() == "1" }, "b's report never landed")
+	if time.Since(joined) >= fairqueue.HeadsTTL {
+		t.Skipf("b's report landed %s after it joined: the machine is too slow to see it held back", time.Since(joined))
+	}
+	require.Equal(t, 1.0, b.q.Share(), "b's report lowered the share within HeadsTTL of its join")
+	require.False(t, b.rdb.HExists(ctx, adapt, "s:").Val(), "the store lowered the share within HeadsTTL of b's join")
+
+	time.Sleep(time.Until(joinedBy.Add(fairqueue.HeadsTTL)))
+	b.q.ObserveTTFT("", 10*time.Millisecond) // below the target; the window still holds the breach (1 of 2 over)
+	eventually(t, 5*time.Second, func() bool { return b.q.Share() < 1 }, "the held breach never lowered the share")
+	require.Equal(t, 0.5, b.q.Share())
 }
