@@ -99,7 +99,21 @@ func (q *Queue) Heads(ids []string, permits int, sent time.Time) {
 		q.s.head.Store(nil)
 		return
 	}
-	q.s.head.Store(&headTickets{ts: ts, permits: q.inForce(permits), sent: sent})
+	q.s.head.Store(&headTickets{ts: ts, permits: q.inForceAt(permits, sent), sent: sent})
+}
+
+// inForceAt is inForce for heads named by a call sent at sent: where the
+// node heard of other shares after it sent the call, the store may have
+// chosen them under the shares before (its reply read late, after that
+// of a report that ran later), so they count as chosen under all the
+// permits, and a share lowered meanwhile stops the local handoffs
+// (takeHead).
+func (q *Queue) inForceAt(permits int, sent time.Time) int {
+	in := q.inForce(permits)
+	if q.learn.moved.Load() >= int64(sent.Sub(q.s.base)) {
+		return permits
+	}
+	return in
 }
 
 // inForce is permits under the learned share in force as the store last
