@@ -83,3 +83,51 @@ func (h *heldHeads) Heads(ids []string, permits int, sent time.Time) {
 	}
 	h.Listener.(fairqueue.HeadListener).Heads(ids, permits, sent)
 }
+
+// A reply that names the heads may reach the node after a reload that
+// gave the queue a learned capacity, though Redis chose them before,
+// under all the permits: the share another node learnt stays in Redis,
+// and the node, which has not reported yet, knows nothing of it. Its
+// local handoff must not start a waiter above the learned permits,
+// which Redis' own dispatch keeps to from the reload on.
+func TestLocalHandoffKeepsToALearnedCapacityAReloadTurnedOnWhileTheHeadsWereOnTheirWay(t *testing.T) {
+	const name = "learnedreload"
+	srv := redistest.Start(t)
+	learned := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 10 * time.Second, Lease: 3 * time.Second,
+		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	plain := learned
+	plain.Adaptive = nil
+	hs := &heldHeadsStore{let: make(chan struct{})}
+	a := wrappedNode(t, srv, name, plain, func(s fairqueue.Store) fairqueue.Store { hs.Store = s; return hs })
+	ctx := context.Background()
+	var held []*fairqueue.Permit
+	for range 4 {
+		p, err := a.q.Acquire(ctx, fairqueue.Request{})
+		require.NoError(t, err)
+		held = append(held, p)
+	}
+	// b, with the learned capacity, halves the share and leaves: the
+	// share stays in Redis.
+	b := joinAndLower(t, srv, name, learned)
+	require.Equal(t, 0.5, b.q.Share())
+	require.NoError(t, b.q.Close())
+	w1Ch, _ := queueWaiter(t, a, name)
+	w2Ch, w2 := queueWaiter(t, a, name)
+	left := time.Now()
+	eventually(t, 5*time.Second, func() bool {
+		c := a.q.Stats().Cluster
+		return c.At.After(left) && c.Nodes == 1
+	}, "no heartbeat of a ran after b left")
+
+	hs.hold.Store(true) // the next heads wait
+	released := make(chan struct{})
+	go func() { held[0].Release(); close(released) }() // w1 takes it; the reply names w2, held on its way
+	w1 := <-w1Ch
+	require.NoError(t, w1.err)
+	require.NoError(t, a.q.Reconfigure(learned)) // a reload: 4 x 0.5 = 2 permits from now on
+	close(hs.let)
+	<-released
+
+	held[1].Release() // 3 still run (held[2], held[3], w1): nothing more may start
+	notStarted(t, a, name, held, w1, w2Ch, w2)
+}
