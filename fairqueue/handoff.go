@@ -95,7 +95,11 @@ func (q *Queue) Heads(ids []string, permits int, sent time.Time) {
 	}
 	q.ho.mu.Lock()
 	defer q.ho.mu.Unlock()
-	if len(ts) == 0 {
+	if len(ts) == 0 || int64(sent.Sub(q.s.base)) <= q.s.reloaded {
+		// None, or chosen under the settings before a reload (the call
+		// was sent before it): the store applies the new ones, which
+		// may allow fewer (a learned capacity turned on, whose share
+		// the node has not heard of yet).
 		q.s.head.Store(nil)
 		return
 	}
