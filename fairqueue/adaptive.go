@@ -242,6 +242,10 @@ type learner struct {
 	limited atomic.Bool
 	sent    atomic.Int64                       // when the last report was sent (Unix ns)
 	shares  atomic.Pointer[map[string]float64] // the shares in force, as the store last said
+	// moved is when the shares last changed here (ns since the session's
+	// base, on the monotonic clock): a reply to a call sent before then
+	// may have been chosen under the shares before (Queue.Heads).
+	moved atomic.Int64
 }
 
 // Shares returns the learned shares of the configured capacity in force,
@@ -365,6 +369,10 @@ func (q *Queue) maybeAdapt(cfg *Config) {
 		shares, err := ad.Adapt(ctx, args)
 		q.health.record(q.log, err)
 		if err == nil {
+			if old := q.learn.shares.Load(); old == nil || !maps.Equal(*old, shares) {
+				// Before the shares: whoever reads the new shares reads this.
+				q.learn.moved.Store(int64(time.Since(q.s.base)))
+			}
 			q.learn.shares.Store(&shares)
 		}
 	})

@@ -28,7 +28,9 @@ import (
 // by another node: its requeue puts a ticket back at its arrival), more
 // permits held than the permits (a lowered setting), a learned capacity
 // with other nodes in the queue (any node's report may lower the share,
-// and a node hears of a share from its own reports only), and any doubt that
+// and a node hears of a share from its own reports only; heads named
+// while the node was alone serve for HeadsTTL only, and a node that joins
+// lowers the share no sooner than HeadsTTL after), and any doubt that
 // the store still holds the node alive with its waiters (not confirmed
 // by a heartbeat for half a lease, a new subscription, a changed data
 // set, waiters found missing: a waiter reinstated is at the tail, and
@@ -43,8 +45,20 @@ import (
 type headTickets struct {
 	ts      []*ticket
 	permits int
+	sent    time.Time    // when the call whose reply named them was sent
 	next    atomic.Int32 // the index of the first not yet taken
 }
+
+// HeadsTTL is how long, under a learned capacity (Config.Adaptive), the
+// heads a store's reply named serve local handoffs, from when the call
+// was sent. A store names them only while the node is alone in the
+// queue, and lowers the queue's learned share on a node's report only
+// once HeadsTTL has passed since the last node joined (Adapter): the
+// share a newcomer lowers never meets heads named before it joined,
+// which the node would hand on to before its next heartbeat shows it
+// the newcomer. A node whose releases come further apart than this
+// hands on through the store, which names the heads again.
+const HeadsTTL = time.Second
 
 // handoffs orders the local handoffs: the node takes the heads and
 // sends their transfers one after the other, in the order it started
@@ -69,8 +83,8 @@ type transfer struct {
 
 // Heads implements HeadListener: the store says which of this node's
 // tickets head the queue, in order (none: another node's does), chosen
-// under permits.
-func (q *Queue) Heads(ids []string, permits int) {
+// under permits by a call sent at sent.
+func (q *Queue) Heads(ids []string, permits int, sent time.Time) {
 	ts := make([]*ticket, 0, len(ids))
 	for _, id := range ids {
 		// One the node has forgotten ended (cancelled): its cancel is
@@ -81,11 +95,29 @@ func (q *Queue) Heads(ids []string, permits int) {
 	}
 	q.ho.mu.Lock()
 	defer q.ho.mu.Unlock()
-	if len(ts) == 0 {
+	if len(ts) == 0 || int64(sent.Sub(q.s.base)) <= q.s.reloaded {
+		// None, or chosen under the settings before a reload (the call
+		// was sent before it): the store applies the new ones, which
+		// may allow fewer (a learned capacity turned on, whose share
+		// the node has not heard of yet).
 		q.s.head.Store(nil)
 		return
 	}
-	q.s.head.Store(&headTickets{ts: ts, permits: q.inForce(permits)})
+	q.s.head.Store(&headTickets{ts: ts, permits: q.inForceAt(permits, sent), sent: sent})
+}
+
+// inForceAt is inForce for heads named by a call sent at sent: where the
+// node heard of other shares after it sent the call, the store may have
+// chosen them under the shares before (its reply read late, after that
+// of a report that ran later), so they count as chosen under all the
+// permits, and a share lowered meanwhile stops the local handoffs
+// (takeHead).
+func (q *Queue) inForceAt(permits int, sent time.Time) int {
+	in := q.inForce(permits)
+	if q.learn.moved.Load() >= int64(sent.Sub(q.s.base)) {
+		return permits
+	}
+	return in
 }
 
 // inForce is permits under the learned share in force as the store last
@@ -134,6 +166,14 @@ func (q *Queue) takeHead(permits int) *ticket {
 		// allow (a reply that crossed a lowering reload): a transfer
 		// would keep the old concurrency, where the store's dispatch
 		// applies the new permits.
+		q.s.head.CompareAndSwap(h, nil)
+		return nil
+	}
+	if q.cfg.Load().Adaptive != nil && time.Since(h.sent) >= HeadsTTL {
+		// Named while the node was alone in the queue, longer ago than
+		// the store vouches for the learned share: a node that joined
+		// since may have lowered it, before the heartbeat that would
+		// show it to this one.
 		q.s.head.CompareAndSwap(h, nil)
 		return nil
 	}

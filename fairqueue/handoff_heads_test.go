@@ -124,10 +124,10 @@ func TestARepliedHeadWhoseTransferIsOnItsWayStaysMoving(t *testing.T) {
 	q, ps, w := queueWithWaiters(t, st)
 	t.Cleanup(func() { close(st.let); _ = q.Close() })
 
-	q.Heads(w[:], 2)
+	q.Heads(w[:], 2, time.Now())
 	go ps[0].Release()
 	require.Equal(t, w[0], <-st.moved, "a local handoff to the first waiter")
-	q.Heads(w[:], 2) // a reply made before that transfer reached the store
+	q.Heads(w[:], 2, time.Now()) // a reply made before that transfer reached the store
 	go ps[1].Release()
 	st.mu.Lock()
 	beats := len(st.held)
@@ -155,7 +155,7 @@ func TestNoLocalHandoffPassesAWaiterWhoseTransferFailed(t *testing.T) {
 	q, ps, w := queueWithWaiters(t, st)
 	t.Cleanup(func() { close(st.holdReleases); close(st.let); _ = q.Close() })
 
-	q.Heads(w[:], 2)
+	q.Heads(w[:], 2, time.Now())
 	ps[0].Release() // hands on to w[0]; the transfer fails, the release of ps[0] waits
 	require.Equal(t, w[0], <-st.moved)
 	go ps[1].Release()
@@ -177,7 +177,7 @@ func TestAReleaseDoesNotWaitForTheTransfersQueuedBehindItsOwn(t *testing.T) {
 	q, ps, w := queueWithWaiters(t, st)
 	t.Cleanup(func() { close(st.gate); close(st.let); _ = q.Close() })
 
-	q.Heads(w[:], 2)
+	q.Heads(w[:], 2, time.Now())
 	first := make(chan struct{})
 	go func() {
 		ps[0].Release()

@@ -114,7 +114,13 @@ func (q *Queue) Reconfigure(cfg Config) error {
 		q.localMu.Unlock()
 	}
 	q.health.downAfter.Store(int32(cfg.DownAfter))
-	q.s.head.Store(nil) // read under the old settings (permits, pool, fair)
+	// Heads read under the old settings (permits, pool, fair, adaptive)
+	// go, and so do those of a reply to a call sent before now, which
+	// may come after.
+	q.ho.mu.Lock()
+	q.s.reloaded = int64(time.Since(q.s.base))
+	q.s.head.Store(nil)
+	q.ho.mu.Unlock()
 	if old.Lease != cfg.Lease || !slices.EqualFunc(old.Upstreams, cfg.Upstreams, sameDial) {
 		// Held permits carry the old lease's expiry and the store grants
 		// this node's waiters with the lease it last heard: renew both

@@ -62,6 +62,10 @@ type session struct {
 	// replies (the head).
 	head       atomic.Pointer[headTickets]
 	aliveUntil atomic.Int64
+	// reloaded is when the settings last changed (ns since base): heads
+	// named by a call sent before were chosen under the old ones
+	// (Queue.Heads). Written and read with the queue's ho.mu held.
+	reloaded int64
 	// confirmed is the last heartbeat that found the node alive with
 	// its waiters (or the node's join): a grant read long after it, or
 	// made long before it, may be one the store has taken back

@@ -84,9 +84,11 @@ type Transferrer interface {
 // served, in every node's order, each until it is granted or cancelled,
 // and each the head once those before it have gone. permits is the
 // Limits.Permits of the call whose reply named them: they were chosen
-// under that setting.
+// under that setting. sent is when that call was sent (before the store
+// ran it): under a learned capacity the heads serve for HeadsTTL from
+// then.
 type HeadListener interface {
-	Heads(tickets []string, permits int)
+	Heads(tickets []string, permits int, sent time.Time)
 }
 
 // TokenPasses bounds how many grants in a row, in fair order, may pass

@@ -73,16 +73,9 @@ func TestLocalHandoffKeepsToACapacityLoweredByANodeThatJoinedSince(t *testing.T)
 	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 10 * time.Second, Lease: 3 * time.Second,
 		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
 	a := newNode(t, srv, name, cfg)
-	ctx := context.Background()
 	held, w1, w2Ch, w2 := secondHeadNamed(t, a, name)
 
-	// b joins the queue: its request, behind w2, gives up at once.
-	b := newNode(t, srv, name, cfg)
-	_, err := b.q.Acquire(ctx, fairqueue.Request{MaxWait: 50 * time.Millisecond})
-	var rej *fairqueue.RejectError
-	require.ErrorAs(t, err, &rej)
-	b.q.ObserveTTFT("", time.Second) // a breach seen by b: the share halves, 2 permits
-	eventually(t, 5*time.Second, func() bool { return b.q.Share() < 1 }, "the share did not move")
+	joinAndLower(t, srv, name, cfg) // b joins the queue and halves the share: 2 permits
 	eventually(t, 5*time.Second, func() bool { return a.q.Stats().Cluster.Nodes == 2 }, "a's heartbeat never saw b")
 	require.Equal(t, 1.0, a.q.Share(), "a has heard nothing of the share")
 

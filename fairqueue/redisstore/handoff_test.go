@@ -125,7 +125,7 @@ func (h *heads) Granted(gs ...fairqueue.Grant) {
 
 func (h *heads) Resynced() {}
 
-func (h *heads) Heads(ids []string, _ int) {
+func (h *heads) Heads(ids []string, _ int, _ time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.head = append(h.head, strings.Join(ids, " "))

@@ -220,6 +220,7 @@ func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.
 
 // Release implements fairqueue.Store.
 func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
+	sent := time.Now()
 	v, err := scripts.release.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits,
 		strconv.FormatFloat(t.Correction, 'g', -1, 64), t.Cool, t.CoolFor.Milliseconds(), mark(t.Tombstone))...).Result()
 	if err != nil {
@@ -230,12 +231,13 @@ func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
 		return fmt.Errorf("release %s: %w", s.tag, err)
 	}
 	s.deliver(t.Limits, r.own)
-	s.heads(r.heads, t.Permits)
+	s.heads(r.heads, t.Permits, sent)
 	return nil
 }
 
 // Transfer implements fairqueue.Transferrer.
 func (s *Store) Transfer(ctx context.Context, t fairqueue.TicketArgs, to string) error {
+	sent := time.Now()
 	v, err := scripts.transfer.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits, to, mark(t.Tombstone))...).Result()
 	if err != nil {
 		return fmt.Errorf("transfer %s: %w", s.tag, busy(err))
@@ -245,7 +247,7 @@ func (s *Store) Transfer(ctx context.Context, t fairqueue.TicketArgs, to string)
 		return fmt.Errorf("transfer %s: %w", s.tag, err)
 	}
 	s.deliver(t.Limits, r.own)
-	s.heads(r.heads, t.Permits)
+	s.heads(r.heads, t.Permits, sent)
 	return nil
 }
 
@@ -259,13 +261,13 @@ func mark(b bool) string {
 
 // heads tells the Listener, if it takes local handoffs, which of its
 // tickets head the queue (ids, in order; none: another node's does),
-// chosen under permits.
-func (s *Store) heads(ids []string, permits int) {
+// chosen under permits by a call sent at sent.
+func (s *Store) heads(ids []string, permits int, sent time.Time) {
 	s.mu.Lock()
 	h := s.h
 	s.mu.Unlock()
 	if hh, ok := h.(fairqueue.HeadListener); ok {
-		hh.Heads(ids, permits)
+		hh.Heads(ids, permits, sent)
 	}
 }
 
@@ -452,7 +454,8 @@ func (s *Store) Adapt(ctx context.Context, a fairqueue.AdaptArgs) (map[string]fl
 		limited = 1
 	}
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
-	more := []any{limited, f(a.Floor), f(a.Decrease), f(a.Step), f(a.BreachShare), a.Interval.Milliseconds(), max(a.MinSamples, 1)}
+	more := []any{limited, f(a.Floor), f(a.Decrease), f(a.Step), f(a.BreachShare), a.Interval.Milliseconds(), max(a.MinSamples, 1),
+		fairqueue.HeadsTTL.Milliseconds()}
 	for _, r := range a.Reports {
 		more = append(more, r.Key, r.Samples, r.Over, r.Refused)
 	}

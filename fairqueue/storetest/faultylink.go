@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 )
@@ -219,7 +220,7 @@ func (l *faultyLink) Granted(grants ...fairqueue.Grant) {
 
 // Heads implements fairqueue.HeadListener: a lossy link loses them when
 // it loses the next grant notification, a dead one always.
-func (l *faultyLink) Heads(tickets []string, permits int) {
+func (l *faultyLink) Heads(tickets []string, permits int, sent time.Time) {
 	l.mu.Lock()
 	hh, _ := l.h.(fairqueue.HeadListener)
 	lose := l.state == linkDead || (l.state == linkLossy && len(l.lose) > 0 && l.lose[l.grants%len(l.lose)])
@@ -229,7 +230,7 @@ func (l *faultyLink) Heads(tickets []string, permits int) {
 		return
 	}
 	if hh != nil {
-		hh.Heads(tickets, permits)
+		hh.Heads(tickets, permits, sent)
 	}
 }
 

@@ -6,16 +6,31 @@
 -- KEYS: the common layout (K, see common.lua).
 -- ARGV: 1 node, 2-7 common, 8 limited (1: the node's requests waited),
 --   9 floor, 10 decrease, 11 step, 12 breach share, 13 interval ms,
---   14 min samples (fairqueue.Ripe), then per share: its key ('' : the queue's, else an upstream's dial), the
+--   14 min samples (fairqueue.Ripe), 15 heads TTL ms (fairqueue.HeadsTTL),
+--   then per share: its key ('' : the queue's, else an upstream's dial), the
 --   TTFTs measured, those above the target, the requests refused.
+-- The queue's share is not lowered (its window keeps its reports until a
+-- later call) while the reporting node is not in the queue, or another
+-- node is and a node joined it (K.members' field j, written where a node
+-- is added to K.nodes) less than the heads TTL ago: a node alone in the
+-- queue hands on locally to heads a reply named (my_heads), for that
+-- long, and hears of a share from its own reports only; a newcomer's
+-- lowering must not meet them.
 -- Returns {key, share, ...}: every share in force (17 significant digits),
 --   none below the floor.
 -- K.adapt: HASH, per share key k: s:k share, m:k when it moved (ms),
 --   n:k samples, o:k over, r:k refused, l:k limited (its window).
 clock()
-local floor, decrease, step, breach, interval, min_samples =
-  tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
-for i = 15, #ARGV - 3, 4 do
+local floor, decrease, step, breach, interval, min_samples, heads_ttl =
+  tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]),
+  tonumber(ARGV[15])
+-- held_back: the queue's share may not come down now (see above).
+local function held_back()
+  if not redis.call('ZSCORE', K.nodes, ARGV[1]) then return true end
+  if redis.call('ZCARD', K.nodes) < 2 then return false end
+  return now - tonumber(redis.call('HGET', K.members, 'j') or '0') < heads_ttl
+end
+for i = 16, #ARGV - 3, 4 do
   local k = ARGV[i]
   local n = redis.call('HINCRBY', K.adapt, 'n:' .. k, ARGV[i + 1])
   local o = redis.call('HINCRBY', K.adapt, 'o:' .. k, ARGV[i + 2])
@@ -23,8 +38,9 @@ for i = 15, #ARGV - 3, 4 do
   if ARGV[8] == '1' then redis.call('HSET', K.adapt, 'l:' .. k, 1) end
   local v = redis.call('HMGET', K.adapt, 's:' .. k, 'm:' .. k, 'l:' .. k)
   local share, moved, limited = tonumber(v[1]) or 1, tonumber(v[2]) or 0, v[3] == '1'
-  if now - moved >= interval and (r > 0 or n >= min_samples) then
-    if r > 0 or (n > 0 and o > breach * n) then
+  local down = r > 0 or (n > 0 and o > breach * n)
+  if now - moved >= interval and (r > 0 or n >= min_samples) and not (down and k == '' and held_back()) then
+    if down then
       share = share * decrease
     elseif limited and n > 0 then
       share = share + step

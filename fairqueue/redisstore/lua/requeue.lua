@@ -22,7 +22,7 @@ local function answer(status, no, position, own, up)
 end
 if not alive(node) then
   redis.call('ZADD', K.nodes, now + lease, node)
-  redis.call('HSET', K.members, node, lease .. ' 0')
+  redis.call('HSET', K.members, node, lease .. ' 0', 'j', now) -- j: the last join (adapt.lua)
 end
 local flow = flow_of(id)
 local tomb = redis.call('ZSCORE', K.gone, id)

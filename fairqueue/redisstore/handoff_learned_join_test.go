@@ -1,0 +1,116 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
+)
+
+// The window TestLocalHandoffKeepsToACapacityLoweredByANodeThatJoinedSince
+// leaves out: the other node joins and lowers the learned share before
+// the node's next heartbeat (a third of a lease away) has shown it the
+// newcomer. The node still holds the heads a reply named while it was
+// alone; a permit that ends must not start the next one while more than
+// the learned permits run.
+func TestLocalHandoffKeepsToACapacityLoweredBeforeTheNextHeartbeat(t *testing.T) {
+	const name = "learnedjoinedearly"
+	srv := redistest.Start(t)
+	// A long lease: the node's next heartbeat is 10 s away, and it
+	// confirmed the node alive for 15 s.
+	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: time.Second, Lease: 30 * time.Second,
+		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	a := newNode(t, srv, name, cfg)
+	held, w1, w2Ch, w2 := secondHeadNamed(t, a, name)
+
+	b := joinAndLower(t, srv, name, cfg)
+	require.Equal(t, 1, a.q.Stats().Cluster.Nodes, "a's heartbeat saw b already: not the window under test")
+	require.Equal(t, 1.0, a.q.Share(), "a has heard nothing of the share")
+	require.Equal(t, 0.5, b.q.Share())
+
+	held[1].Release() // 3 still run (held[2], held[3], w1): nothing more may start
+	notStarted(t, a, name, held, w1, w2Ch, w2)
+}
+
+// The same where the newcomer has left again when the node's next
+// heartbeat runs: that heartbeat shows the node alone in the queue, but
+// the share the newcomer lowered stays, and the heads named before it
+// joined must not start above it.
+func TestLocalHandoffKeepsToACapacityLoweredByANodeThatLeftSince(t *testing.T) {
+	const name = "learnedleft"
+	srv := redistest.Start(t)
+	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 10 * time.Second, Lease: 3 * time.Second,
+		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	a := newNode(t, srv, name, cfg)
+	held, w1, w2Ch, w2 := secondHeadNamed(t, a, name)
+
+	b := joinAndLower(t, srv, name, cfg)
+	require.NoError(t, b.q.Close()) // b leaves; the share it lowered stays
+	left := time.Now()
+	eventually(t, 5*time.Second, func() bool {
+		c := a.q.Stats().Cluster
+		return c.At.After(left) && c.Nodes == 1
+	}, "no heartbeat of a ran after b left")
+	require.Equal(t, 1.0, a.q.Share(), "a has heard nothing of the share")
+
+	held[1].Release() // 3 still run (held[2], held[3], w1): nothing more may start
+	notStarted(t, a, name, held, w1, w2Ch, w2)
+}
+
+// joinAndLower starts another node of queue name, which joins the queue
+// (its request, behind the waiters there, gives up at once) and, once
+// a newcomer's report may lower the learned share (HeadsTTL after it
+// joined), reports a breach: the share halves.
+func joinAndLower(t *testing.T, srv *redistest.Server, name string, cfg fairqueue.Config) *node {
+	t.Helper()
+	b := newNode(t, srv, name, cfg)
+	_, err := b.q.Acquire(context.Background(), fairqueue.Request{MaxWait: 50 * time.Millisecond})
+	var rej *fairqueue.RejectError
+	require.ErrorAs(t, err, &rej)
+	time.Sleep(fairqueue.HeadsTTL)
+	b.q.ObserveTTFT("", time.Second) // a breach seen by b: the share halves, 2 permits
+	eventually(t, 5*time.Second, func() bool { return b.q.Share() < 1 }, "the share did not move")
+	return b
+}
+
+// While another node is in the queue, a report lowers the queue's share
+// no sooner than HeadsTTL after a node joined (docs/adaptive.md): the
+// heads named before the newcomer joined may still start their waiters
+// locally until then. The report is kept in the window, and the next
+// one after that lowers the share.
+func TestANewcomersReportLowersTheShareOnceHeadsNamedBeforeItJoinedAreSpent(t *testing.T) {
+	const name = "learnednewcomer"
+	srv := redistest.Start(t)
+	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 10 * time.Second, Lease: 30 * time.Second,
+		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	ctx := context.Background()
+	a := newNode(t, srv, name, cfg)
+	p, err := a.q.Acquire(ctx, fairqueue.Request{})
+	require.NoError(t, err)
+	defer p.Release()
+
+	b := newNode(t, srv, name, cfg)
+	joined := time.Now()
+	pb, err := b.q.Acquire(ctx, fairqueue.Request{})
+	require.NoError(t, err)
+	joinedBy := time.Now() // b joined between joined and joinedBy
+	pb.Release()
+	b.q.ObserveTTFT("", time.Second) // a breach seen by b, reported at once
+	adapt := redisstore.New(b.rdb, name, redisstore.Options{}).Tag() + ":adapt"
+	eventually(t, 5*time.Second, func() bool { return b.rdb.HGet(ctx, adapt, "n:").Val() == "1" }, "b's report never landed")
+	if time.Since(joined) >= fairqueue.HeadsTTL {
+		t.Skipf("b's report landed %s after it joined: the machine is too slow to see it held back", time.Since(joined))
+	}
+	require.Equal(t, 1.0, b.q.Share(), "b's report lowered the share within HeadsTTL of its join")
+	require.False(t, b.rdb.HExists(ctx, adapt, "s:").Val(), "the store lowered the share within HeadsTTL of b's join")
+
+	time.Sleep(time.Until(joinedBy.Add(fairqueue.HeadsTTL)))
+	b.q.ObserveTTFT("", 10*time.Millisecond) // below the target; the window still holds the breach (1 of 2 over)
+	eventually(t, 5*time.Second, func() bool { return b.q.Share() < 1 }, "the held breach never lowered the share")
+	require.Equal(t, 0.5, b.q.Share())
+}

@@ -1,0 +1,133 @@
+package redisstore_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
+)
+
+// A reply that names the heads may reach the node after the reply of
+// its own report that lowered the share, though Redis chose them before
+// (the two calls run on two connections; the goroutine that reads the
+// first may be descheduled). The node must not take the heads for ones
+// chosen under the share it knows now: it would start one on a permit
+// that ends while more than the learned permits run.
+func TestLocalHandoffKeepsToAShareLearnedWhileTheHeadsWereOnTheirWay(t *testing.T) {
+	const name = "learnedcrossed"
+	srv := redistest.Start(t)
+	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: time.Second, Lease: 30 * time.Second,
+		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	hs := &heldHeadsStore{let: make(chan struct{})}
+	a := wrappedNode(t, srv, name, cfg, func(s fairqueue.Store) fairqueue.Store { hs.Store = s; return hs })
+	ctx := context.Background()
+	var held []*fairqueue.Permit
+	for range 4 {
+		p, err := a.q.Acquire(ctx, fairqueue.Request{})
+		require.NoError(t, err)
+		held = append(held, p)
+	}
+	w1Ch, _ := queueWaiter(t, a, name)
+	w2Ch, w2 := queueWaiter(t, a, name)
+	alive(t, a)
+
+	hs.hold.Store(true) // the next heads wait
+	released := make(chan struct{})
+	go func() { held[0].Release(); close(released) }() // w1 takes it; the reply names w2, held on its way
+	w1 := <-w1Ch
+	require.NoError(t, w1.err)
+	a.q.ObserveTTFT("", time.Second) // a breach: the share halves, 2 permits
+	eventually(t, 5*time.Second, func() bool { return a.q.Share() < 1 }, "the share did not move")
+	require.Equal(t, 0.5, a.q.Share())
+	close(hs.let) // the heads Redis chose under a share of 1 arrive
+	<-released
+
+	held[1].Release() // 3 still run (held[2], held[3], w1): nothing more may start
+	notStarted(t, a, name, held, w1, w2Ch, w2)
+}
+
+// heldHeadsStore is a Store whose Listener hears the first heads named
+// once hold is set only when let is closed, as if the goroutine that
+// read the reply had been descheduled.
+type heldHeadsStore struct {
+	fairqueue.Store
+	hold atomic.Bool
+	let  chan struct{}
+}
+
+func (s *heldHeadsStore) Open(ctx context.Context, node string, h fairqueue.Listener) error {
+	return s.Store.Open(ctx, node, &heldHeads{Listener: h, s: s})
+}
+
+func (s *heldHeadsStore) Transfer(ctx context.Context, t fairqueue.TicketArgs, to string) error {
+	return s.Store.(fairqueue.Transferrer).Transfer(ctx, t, to)
+}
+
+func (s *heldHeadsStore) Adapt(ctx context.Context, a fairqueue.AdaptArgs) (map[string]float64, error) {
+	return s.Store.(fairqueue.Adapter).Adapt(ctx, a)
+}
+
+type heldHeads struct {
+	fairqueue.Listener
+	s *heldHeadsStore
+}
+
+func (h *heldHeads) Heads(ids []string, permits int, sent time.Time) {
+	if len(ids) > 0 && h.s.hold.CompareAndSwap(true, false) {
+		<-h.s.let
+	}
+	h.Listener.(fairqueue.HeadListener).Heads(ids, permits, sent)
+}
+
+// A reply that names the heads may reach the node after a reload that
+// gave the queue a learned capacity, though Redis chose them before,
+// under all the permits: the share another node learnt stays in Redis,
+// and the node, which has not reported yet, knows nothing of it. Its
+// local handoff must not start a waiter above the learned permits,
+// which Redis' own dispatch keeps to from the reload on.
+func TestLocalHandoffKeepsToALearnedCapacityAReloadTurnedOnWhileTheHeadsWereOnTheirWay(t *testing.T) {
+	const name = "learnedreload"
+	srv := redistest.Start(t)
+	learned := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 10 * time.Second, Lease: 3 * time.Second,
+		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	plain := learned
+	plain.Adaptive = nil
+	hs := &heldHeadsStore{let: make(chan struct{})}
+	a := wrappedNode(t, srv, name, plain, func(s fairqueue.Store) fairqueue.Store { hs.Store = s; return hs })
+	ctx := context.Background()
+	var held []*fairqueue.Permit
+	for range 4 {
+		p, err := a.q.Acquire(ctx, fairqueue.Request{})
+		require.NoError(t, err)
+		held = append(held, p)
+	}
+	// b, with the learned capacity, halves the share and leaves: the
+	// share stays in Redis.
+	b := joinAndLower(t, srv, name, learned)
+	require.Equal(t, 0.5, b.q.Share())
+	require.NoError(t, b.q.Close())
+	w1Ch, _ := queueWaiter(t, a, name)
+	w2Ch, w2 := queueWaiter(t, a, name)
+	left := time.Now()
+	eventually(t, 5*time.Second, func() bool {
+		c := a.q.Stats().Cluster
+		return c.At.After(left) && c.Nodes == 1
+	}, "no heartbeat of a ran after b left")
+
+	hs.hold.Store(true) // the next heads wait
+	released := make(chan struct{})
+	go func() { held[0].Release(); close(released) }() // w1 takes it; the reply names w2, held on its way
+	w1 := <-w1Ch
+	require.NoError(t, w1.err)
+	require.NoError(t, a.q.Reconfigure(learned)) // a reload: 4 x 0.5 = 2 permits from now on
+	close(hs.let)
+	<-released
+
+	held[1].Release() // 3 still run (held[2], held[3], w1): nothing more may start
+	notStarted(t, a, name, held, w1, w2Ch, w2)
+}
