@@ -226,12 +226,19 @@ func Ripe(samples, refused int, a AdaptArgs) bool {
 // Redis store's script has the same lines).
 func NextShare(share float64, samples, over, refused int, limited bool, a AdaptArgs) float64 {
 	switch {
-	case refused > 0 || (samples > 0 && float64(over) > a.BreachShare*float64(samples)):
+	case Breached(samples, over, refused, a):
 		share *= a.Decrease
 	case limited && samples > 0:
 		share += a.Step
 	}
 	return min(max(share, a.Floor), 1)
+}
+
+// Breached says whether a share's window lowers it (NextShare): a
+// request was refused, or more than BreachShare of the TTFTs measured
+// were above the target.
+func Breached(samples, over, refused int, a AdaptArgs) bool {
+	return refused > 0 || (samples > 0 && float64(over) > a.BreachShare*float64(samples))
 }
 
 // learner is a Queue's side of Adaptive: the interval's observations by

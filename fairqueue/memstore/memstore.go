@@ -194,6 +194,7 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 		// its waiters may have been dropped while it was not alive.
 		s.nodes[t.Node] = now.Add(t.Lease)
 		s.members[t.Node] = member{lease: t.Lease}
+		s.joined = now
 	}
 	res.Grants = s.grants
 	if _, ok := s.holders[t.ID]; ok {
@@ -331,7 +332,10 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 	hb.Limits = s.scaled(hb.Limits)
 	now := s.now()
 	m, known := s.members[hb.Node]
-	if !known || m.mark == 0 || !s.alive(hb.Node, now) {
+	if !s.alive(hb.Node, now) {
+		m.mark, s.joined = hb.Beat, now
+	}
+	if !known || m.mark == 0 {
 		m.mark = hb.Beat
 	}
 	rejoined := m.mark == hb.Beat
