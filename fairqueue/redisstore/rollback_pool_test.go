@@ -112,3 +112,39 @@ func TestLostCoolingReleaseStillCoolsTheUpstream(t *testing.T) {
 	require.NoError(t, n.q.Close())
 	assert.Empty(t, srv.Keys(t, "*"), "keys left after every node left")
 }
+
+// A grant a failover lost, on upstream X of a pool of two of one permit
+// each, is counted again on X at the resubscribe: of two requests of
+// another node, one runs on the other upstream and the other waits for
+// X's request to end, instead of running on X beside it.
+func TestLostPoolGrantCountsOnItsUpstreamAgain(t *testing.T) {
+	srv := redistest.Start(t)
+	const name = "lost-pool-grant"
+	cfg := rollbackPoolCfg
+	a, b := warmPair(t, srv, name, cfg)
+	admin := srv.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.MaxWait)
+	defer cancel()
+
+	rollback := snapshot(t, admin)
+	held, err := a.q.Acquire(ctx, fairqueue.Request{}) // the grant: lost
+	require.NoError(t, err)
+	x := held.Upstream()
+	rollback(func() { require.Empty(t, uheld(t, a, name), "the rollback lost a's grant") })
+	eventually(t, 5*time.Second, func() bool { return uheld(t, a, name)[held.Ticket()] == x },
+		"a's request is not counted again on its upstream %s", x)
+	other, err := b.q.Acquire(ctx, fairqueue.Request{})
+	require.NoError(t, err)
+	assert.NotEqual(t, x, other.Upstream(), "b's first request runs beside a's on %s: 2 running with 1 permit", x)
+	beside := acquireAsync(b, ctx)
+	stillWaiting(t, beside, "b's second request started: 3 running on 2 upstreams of 1 permit")
+	held.Release()
+	r := waitFor(t, beside, "b's second request")
+	require.NoError(t, r.err)
+	assert.Equal(t, x, r.p.Upstream(), "b's second request, on the upstream a's freed")
+	r.p.Release()
+	other.Release()
+	require.NoError(t, a.q.Close())
+	require.NoError(t, b.q.Close())
+	assert.Empty(t, srv.Keys(t, "*"), "keys left after every node left")
+}
