@@ -44,7 +44,9 @@ type Request struct {
 	// Priority is the request's band, 0 (default, lowest) to MaxPriority
 	// (with Config.Fair). A band is served PriorityFactor times as often
 	// as the band below it when both are backlogged: a request of a
-	// higher band overtakes the lower bands' backlog at once, and a lower
+	// higher band overtakes the lower bands' backlog after at most one
+	// request of each flow waiting (its flow starts level with the
+	// least-served flow waiting, and an earlier one wins a tie), and a lower
 	// band still gets at least one grant in every 1+PriorityFactor+...
 	// (but for the lead of a flow that queues again while a request of it
 	// runs: it keeps its counter, and takes PriorityFactor^band grants for
