@@ -195,6 +195,7 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 		s.nodes[t.Node] = now.Add(t.Lease)
 		s.members[t.Node] = member{lease: t.Lease}
 		s.joined = now
+		s.pools[t.Node] = dialsOf(t.Limits.Upstreams)
 	}
 	res.Grants = s.grants
 	if _, ok := s.holders[t.ID]; ok {

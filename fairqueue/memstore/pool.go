@@ -195,14 +195,10 @@ func (s *Store) upstreamInfos(now time.Time) []fairqueue.UpstreamInfo {
 // grant) for the upstreams no node of the queue has in its pool: a
 // reload that drops an upstream leaves nothing of it once every node has
 // it, and a node still on the old pool (a rolling change) keeps its
-// upstreams' shares. Nothing goes while a node has named no pool (not
-// yet beating): it may use any. The Redis store's pool_forget (pool.lua).
+// upstreams' shares. Nothing goes while a node has named no pool (its
+// entry unknown): it may use any. The Redis store's pool_forget (pool.lua).
 func (s *Store) poolOf(node string, ups []fairqueue.Upstream) {
-	dials := make([]string, len(ups))
-	for i, u := range ups {
-		dials[i] = u.Dial
-	}
-	s.pools[node] = dials
+	s.pools[node] = dialsOf(ups)
 	keep := make(map[string]bool)
 	for n := range s.nodes {
 		p, ok := s.pools[n]
@@ -239,4 +235,16 @@ func byTokens(l fairqueue.Limits) bool {
 		}
 	}
 	return true
+}
+
+// dialsOf is the dials of ups, in order: a node's pool as s.pools keeps
+// it. The call that makes a node alive records it too (Acquire,
+// Requeue), before its first heartbeat, as the Redis store does: another
+// node's dispatch grants a waiter of a node without a pool on none.
+func dialsOf(ups []fairqueue.Upstream) []string {
+	dials := make([]string, len(ups))
+	for i, u := range ups {
+		dials[i] = u.Dial
+	}
+	return dials
 }

@@ -128,17 +128,19 @@ func TestPoolEntryReleasedByANodeWithoutThePoolGoes(t *testing.T) {
 }
 
 // A reload gives a queue a pool while a node hands a permit on locally
-// (its config had none): before the transfer lands, a call under the
-// pool grants the same waiter again, on an upstream. The waiter runs
-// where the node's plain grant sent it, not there: once the transfer
-// lands it counts on every upstream, as a holder granted without the
-// pool does, and the next waiter is not sent to the upstream it may run
-// on.
+// (its config had none): before the transfer lands, the node's first
+// call under the pool grants the same waiter again, on an upstream (its
+// own waiter keeps the upstream its call chose: its heartbeat has not
+// named the pool yet). The waiter runs where the node's plain grant sent
+// it, not there: once the transfer lands it counts on every upstream, as
+// a holder granted without the pool does, and the next waiter is not
+// sent to the upstream it may run on. (Another node's call grants it on
+// no upstream at once: n1 named no pool, TestAWaiterOfANodeWithoutThe
+// PoolGrantedByOneWithItCountsOnEveryUpstream.)
 func TestLocalHandoffRegrantedOnAPoolMeanwhileCountsOnEveryUpstream(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client(t)
 	s1, _ := openHeads(t, rdb, "xpool", "n1")
-	s2, _ := openHeads(t, rdb, "xpool", "n2")
 	plain := fairqueue.Limits{Permits: 1, Lease: 10 * time.Second}
 	pooled := fairqueue.Limits{Permits: 3, Lease: 10 * time.Second,
 		Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 1}, {Dial: "b:1", Permits: 2}}}
@@ -150,17 +152,17 @@ func TestLocalHandoffRegrantedOnAPoolMeanwhileCountsOnEveryUpstream(t *testing.T
 	require.True(t, acquire(s1, "n1:1", plain).Granted)
 	require.False(t, acquire(s1, "n1:2", plain).Granted)
 	// n1 starts n1:2 on n1:1's permit (no upstream named) and sends the
-	// transfer; meanwhile n2's first request comes under the pool, and
-	// its dispatch grants n1:2 again, on b:1 (a:1 is full: n1:1 counts on
-	// every upstream, and so is b:1 then).
-	require.False(t, acquire(s2, "n2:3", pooled).Granted)
+	// transfer; meanwhile a reload gives n1 the pool, and the dispatch of
+	// its first request under it grants n1:2 again, on b:1 (a:1 is full:
+	// n1:1 counts on every upstream, and so is b:1 then).
+	require.False(t, acquire(s1, "n1:3", pooled).Granted)
 	up, err := rdb.HGet(ctx, s1.Tag()+":uheld", "n1:2").Result()
 	require.NoError(t, err, "n1:2 granted again under the pool")
 	require.Equal(t, "b:1", up)
-	// The transfer lands: n1:1's permit is free, and n2's next call
-	// grants n2:3, not on a:1, where n1:2 may run.
+	// The transfer lands: n1:1's permit is free, and n1's next call
+	// grants n1:3, not on a:1, where n1:2 may run.
 	require.NoError(t, s1.Transfer(ctx, ticketOf("n1:1", plain), "n1:2"))
 	assert.False(t, rdb.HExists(ctx, s1.Tag()+":uheld", "n1:2").Val(), "n1:2 still placed on b:1")
-	acquire(s2, "n2:4", pooled)
-	assert.Equal(t, "b:1", rdb.HGet(ctx, s1.Tag()+":uheld", "n2:3").Val(), "n2:3 granted on a:1, above its 1 permit with n1:2")
+	acquire(s1, "n1:4", pooled)
+	assert.Equal(t, "b:1", rdb.HGet(ctx, s1.Tag()+":uheld", "n1:3").Val(), "n1:3 granted on a:1, above its 1 permit with n1:2")
 }

@@ -12,8 +12,11 @@
 -- A node that is not alive here (new, idle past its lease, or forgotten)
 -- is made alive, with its lease, and marked (mark 0) so that its next
 -- heartbeat reports it rejoined: Redis may have dropped its waiters, and
--- only the heartbeat can tell the node to check them. An alive node's
--- liveness is left to its heartbeats.
+-- only the heartbeat can tell the node to check them; its pool is
+-- recorded (K.upool), as a heartbeat records it: another node's dispatch
+-- grants a waiter of a node without a pool on no upstream, before the
+-- node's first heartbeat too. An alive node's liveness is left to its
+-- heartbeats.
 -- Returns {status, seq, grant_no, position, grants, epoch, own grants,
 --   upstream}, status one of 'granted', 'queued', 'gone', 'full' (a cap
 --   refused it); own grants: {ticket, grant no, upstream, Redis ms,
@@ -67,6 +70,7 @@ if not alive(node) then
   epoch = redis.call('SET', K.epoch, ARGV[9], 'NX', 'GET') or ARGV[9]
   redis.call('ZADD', K.nodes, now + lease, node)
   redis.call('HSET', K.members, node, lease .. ' 0', 'j', now) -- j: the last join (adapt.lua)
+  redis.call('HSET', K.upool, node, ARGV[7] or '')
 else
   epoch = redis.call('GET', K.epoch) or ''
 end

@@ -46,7 +46,10 @@
 --              that names them may be on its way: that heartbeat must not
 --              count them again (heartbeat.lua)
 --   K.upool    HASH node -> its pool's upstreams, as its last heartbeat
---              named them (ARGV[7]): what is kept per upstream goes
+--              named them (ARGV[7]; or the acquire or requeue that made
+--              it alive, before its first heartbeat): dispatch grants a
+--              waiter of another node without a pool on no upstream,
+--              and what is kept per upstream goes
 --              when no node has it (pool_forget, pool.lua)
 -- (a flow is one tenant's requests in one priority band)
 -- ARGV, the same first seven for every script:

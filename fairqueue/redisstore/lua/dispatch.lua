@@ -195,8 +195,9 @@ local function dispatch(self, ex)
       if flow then c, tn = charge(flow, cost, nil, n, tn) end
       local no = redis.call('INCR', K.grants)
       if up and owner ~= self and redis.call('HGET', K.upool, owner) == '' then
-        -- Another node without a pool (its last heartbeat named none: a
-        -- rolling change that adds one): its request runs on its route's
+        -- Another node without a pool (its last heartbeat, or the call
+        -- that made it alive, named none: a rolling change that adds
+        -- one): its request runs on its route's
         -- static upstream, which may be any of the pool, not on up.
         -- Granted on none, it counts on every upstream, as a grant that
         -- node made itself (pool_view). The calling node has a pool (up):

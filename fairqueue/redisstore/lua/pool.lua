@@ -144,8 +144,8 @@ end
 -- (heartbeat): a reload that drops an upstream leaves nothing of it once
 -- every node has it, and a node still on the old pool (a rolling
 -- change) keeps its upstreams' shares. Nothing goes while a node of the
--- queue has named no pool (one of an earlier version, or not yet beating):
--- it may use any. About the nodes and the upstreams kept.
+-- queue has named no pool (one of an earlier version, or one whose entry
+-- Redis lost): it may use any. About the nodes and the upstreams kept.
 local function pool_forget()
   local has = present('adapt', 'ulast')
   if not has.adapt and not has.ulast then return end
