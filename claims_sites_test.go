@@ -96,3 +96,26 @@ func TestHandlersNamingOneRedisQueueABraceApartMustAgree(t *testing.T) {
 	}
 	require.NoError(t, validate(t, site("team}", "", "team_", "", "local")), "two local queues")
 }
+
+// In Redis a queue's keys start with "{<prefix>:<name>}"
+// (redisstore.TagOf), so a colon may move between the key prefix and the
+// name: prefix "edge" with name "eu:team" and prefix "edge:eu" with name
+// "team" are one queue there, sharing its permits, and handlers that
+// name it so must agree like handlers that spell it alike.
+func TestHandlersNamingOneRedisQueueAColonApartMustAgree(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	q := func(path, name, prefix, permits string) string {
+		return "\thandle " + path + " {\n\t\tfair_queue {\n\t\t\tname " + strconv.Quote(name) + "\n\t\t\tpermits " + permits +
+			"\n\t\t\tredis {\n\t\t\t\turl redis://127.0.0.1:6379\n\t\t\t\tkey_prefix " + strconv.Quote(prefix) +
+			"\n\t\t\t}\n\t\t}\n\t\trespond ok\n\t}\n"
+	}
+	for _, c := range []struct{ name1, prefix1, name2, prefix2 string }{
+		{"eu:team", "edge", "team", "edge:eu"},
+		{"edge:team", "fair_queue", "team", "fair_queue:edge"},
+	} {
+		err := validate(t, ":8080 {\n"+q("/a", c.name1, c.prefix1, "4")+q("/b", c.name2, c.prefix2, "8")+"}\n")
+		if assert.Error(t, err, "%+v", c) {
+			assert.Contains(t, err.Error(), "with different permits (4 and 8)", "%+v", c)
+		}
+	}
+}
