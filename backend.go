@@ -20,8 +20,9 @@ type backend interface {
 	// dataID identifies the data the store reads and writes: equal data
 	// IDs and queue keys are one queue.
 	dataID() string
-	// queueKey is how the store names queue name in its data: names of
-	// one key are one queue (in Redis, names a brace apart).
+	// queueKey is how the store names queue name in its data, the data
+	// set included: names of one key are one queue (in Redis, names a
+	// brace apart, and a prefix and name a colon apart).
 	queueKey(name string) string
 	// describe tells where the store's queues live, for the admin API.
 	describe() storeDesc
@@ -51,7 +52,7 @@ type localBackend struct {
 
 func (localBackend) storeID() string             { return localID }
 func (localBackend) dataID() string              { return localID }
-func (localBackend) queueKey(name string) string { return name }
+func (localBackend) queueKey(name string) string { return localID + "|" + name }
 func (localBackend) describe() storeDesc         { return storeDesc{Store: "local"} }
 
 // open returns the memstore of queue name. The store is pooled apart

@@ -34,8 +34,7 @@ type claimants struct{ n, left int }
 
 type claimKey struct {
 	load  <-chan struct{}
-	data  string // backend.dataID
-	queue string
+	queue string // backend.queueKey: the data set and the queue in it
 }
 
 type claim struct {
@@ -51,7 +50,7 @@ func (h *Handler) addClaim(ctx caddy.Context) error {
 	if load == nil {
 		return nil
 	}
-	k := claimKey{load: load, data: h.backend.dataID(), queue: h.backend.queueKey(h.Name)}
+	k := claimKey{load: load, queue: h.backend.queueKey(h.Name)}
 	s := h.settings()
 	server := serverOf(ctx)
 	claims.Lock()

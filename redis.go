@@ -332,6 +332,14 @@ func shortHash(s string) string {
 func (b *redisBackend) storeID() string { return b.clientID + "|prefix=" + b.prefix }
 
 func (b *redisBackend) dataID() string {
+	// The prefix as it stands in the keys: prefixes a brace apart
+	// write the same keys.
+	return b.database() + "|prefix=" + redisstore.TagOf(b.prefix, "")
+}
+
+// database identifies the Redis database the store uses: its servers
+// and DB number.
+func (b *redisBackend) database() string {
 	where := b.servers()
 	switch b.mode {
 	case ModeSentinel:
@@ -339,13 +347,15 @@ func (b *redisBackend) dataID() string {
 	case ModeCluster:
 		where = "cluster:" + where
 	}
-	// The prefix as it stands in the keys: prefixes a brace apart
-	// write the same keys.
-	return fmt.Sprintf("redis|%s|db=%d|prefix=%s", where, b.opts.DB, redisstore.TagOf(b.prefix, ""))
+	return fmt.Sprintf("redis|%s|db=%d", where, b.opts.DB)
 }
 
-// queueKey is the queue's hash tag: names a brace apart are one queue.
-func (b *redisBackend) queueKey(name string) string { return redisstore.TagOf(b.prefix, name) }
+// queueKey is the database and the queue's hash tag, which holds the
+// prefix too: names a brace apart are one queue, and so are a prefix and
+// a name a colon apart ("edge" with "eu:team", "edge:eu" with "team").
+func (b *redisBackend) queueKey(name string) string {
+	return b.database() + "|" + redisstore.TagOf(b.prefix, name)
+}
 
 func (b *redisBackend) describe() storeDesc {
 	d := storeDesc{Store: "redis", Mode: b.mode, Address: b.servers(), Master: b.master, DB: b.opts.DB, KeyPrefix: b.prefix}
