@@ -119,3 +119,23 @@ func TestHandlersNamingOneRedisQueueAColonApartMustAgree(t *testing.T) {
 		}
 	}
 }
+
+// A config's claims go with it: a reload leaves nothing behind of the
+// handlers of the config it replaced, whatever store they name their
+// queues in (in Redis a claim keys on the queue's hash tag, not on its
+// name as written).
+func TestClaimsGoWithTheirConfig(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	count := func() int {
+		claims.Lock()
+		defer claims.Unlock()
+		return len(claims.m) + len(claims.named)
+	}
+	for _, store := range []string{"", "\t\t\tredis {\n\t\t\t\turl redis://127.0.0.1:6379\n\t\t\t}\n"} {
+		before := count()
+		require.NoError(t, validate(t, ":8080 {\n\thandle /a {\n\t\tfair_queue {\n\t\t\tname team\n\t\t\tpermits 4\n"+store+
+			"\t\t}\n\t\trespond ok\n\t}\n\thandle /b {\n\t\tfair_queue {\n\t\t\tname team\n\t\t\tpermits 4\n"+store+
+			"\t\t}\n\t\trespond ok\n\t}\n}\n"))
+		assert.Equal(t, before, count(), "claims left behind by a config cleaned up (store %q)", store)
+	}
+}
