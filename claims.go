@@ -108,7 +108,7 @@ func (h *Handler) dropClaim() {
 		}
 	}
 	if h.claimants.left--; h.claimants.left <= 0 {
-		delete(claims.named, namedKey{h.claim.load, h.claim.queue})
+		delete(claims.named, namedKey{h.claim.load, h.Name}) // as addClaim keyed it
 	}
 	h.claim = nil
 }
