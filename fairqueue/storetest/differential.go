@@ -24,10 +24,14 @@ import (
 // heartbeat, re-adding a ticket released unmarked or adopting a fail-open
 // one; a learned share's move; reconcile; a reload's new settings, the
 // old ones perhaps still carried beside them: differential_rolling.go), and
-// one node runs it on two stores (the in-process one and Redis), one call
-// at a time. Every ticket is the node's own, so every grant reaches it
-// within the call (memstore calls its Listener; the scripts return a
-// caller's own grants): no waiting, no timing. After each call the
+// two nodes run it on two stores (the in-process one and Redis), one call
+// at a time: n1 makes most calls, n2 (differential_nodes.go) acquires and
+// heartbeats, perhaps naming no pool, and either, or a node not in the
+// queue, reports a share's window. A grant to the caller's own ticket
+// reaches it within the call (memstore calls its Listener; the scripts
+// return a caller's own grants); one to the other node's, by the store's
+// notification, which the test waits for on Redis (Pub/Sub): no timed
+// assertion. After each call the
 // grants it made (in grant order, with their numbers and upstreams), its
 // answer and the queue as Inspect shows it (waiting, holders with their
 // upstreams and weights, tokens held, each flow's backlog, permits and
@@ -40,6 +44,8 @@ import (
 //     tenant's flows ready at the next reconcile (docs/design.md): the
 //     node reconciles right after each reload, as it does within a poll
 //     interval;
+//   - a report within fairqueue.HeadsTTL/2 of HeadsTTL after a join is
+//     not made: each store reads its own clock (adaptNode);
 //   - the node does as a Queue does: a fail-open permit it adopted is
 //     never requeued, and a ticket a heartbeat counted again is released
 //     again at once.
@@ -56,7 +62,8 @@ type DiffStore struct {
 	// Name names the store in a failure's report.
 	Name string
 	// Open returns a new handle on queue name, which the test opens as
-	// its node and closes.
+	// one of its nodes and closes. Handles on one name share the queue
+	// (a second node, differential_nodes.go, opens its own).
 	Open func(name string) fairqueue.Store
 }
 
@@ -76,15 +83,20 @@ func Differential(t *testing.T, a, b DiffStore) {
 		name := fmt.Sprintf("diff-%d", diffRuns.Add(1))
 		d := &diff{rt: rt, lim: withBound(drawLimits(rt))}
 		d.fair = rapid.Bool().Draw(rt, "fair")
-		d.sides = []*diffSide{{name: a.Name, s: a.Open(name)}, {name: b.Name, s: b.Open(name)}}
+		d.sides = []*diffSide{{name: a.Name, s: a.Open(name), s2: a.Open(name)}, {name: b.Name, s: b.Open(name), s2: b.Open(name)}}
 		for _, s := range d.sides {
 			if err := s.s.Open(context.Background(), "n1", &s.rec); err != nil {
 				rt.Fatalf("open %s: %v", s.name, err)
 			}
+			if err := s.s2.Open(context.Background(), "n2", &s.rec2); err != nil {
+				rt.Fatalf("open %s as n2: %v", s.name, err)
+			}
 		}
 		defer func() {
 			for _, s := range d.sides {
+				_ = s.s2.Leave(context.Background(), "n2", d.lim)
 				_ = s.s.Leave(context.Background(), "n1", d.lim)
+				_ = s.s2.Close()
 				_ = s.s.Close()
 			}
 		}()
@@ -100,6 +112,8 @@ func Differential(t *testing.T, a, b DiffStore) {
 			"reload":     d.reload,
 			"heartbeat":  d.heartbeat,
 			"adapt":      d.adapt,
+			"acquire2":   d.acquire2,
+			"heartbeat2": d.heartbeat2,
 		})
 	})
 }
@@ -174,17 +188,23 @@ type diff struct {
 	gone    []*dTicket // released or cancelled
 	tickets []*dTicket
 	log     []string
+	n2      diffNode2       // the second node (differential_nodes.go)
+	joined  map[string]bool // nodes that made a call that joins (noteJoin)
+	joinAt  time.Time       // when the last of them first did
 }
 
 type diffSide struct {
 	name string
-	s    fairqueue.Store
+	s    fairqueue.Store // n1's handle
 	rec  grantRec
+	s2   fairqueue.Store // n2's handle
+	rec2 grantRec
 }
 
 // dTicket is one ticket as the test knows it.
 type dTicket struct {
 	id      string
+	node    string // "n1" or "n2": whose calls it makes
 	seq     int64
 	cost    float64
 	scale   float64 // what one unit of cost adds to its flow's counter
@@ -218,21 +238,55 @@ func (r *grantRec) take() []fairqueue.Grant {
 	return gs
 }
 
+// grantsLike takes the grants both nodes were told of; on a side after
+// the first, once they are at least n (or after notifyWait: a grant the
+// first store did not make shows as a difference).
+func (s *diffSide) grantsLike(i, n int) []fairqueue.Grant {
+	gs := append(s.rec.take(), s.rec2.take()...)
+	for end := time.Now().Add(notifyWait); i > 0 && len(gs) < n && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+		gs = append(gs, append(s.rec.take(), s.rec2.take()...)...)
+	}
+	return gs
+}
+
+// notifyWait bounds the wait for a grant's notification (Pub/Sub): far
+// above its latency on a loaded machine; a grant missing after it is a
+// difference.
+const notifyWait = 5 * time.Second
+
 func (d *diff) logf(format string, args ...any) {
 	d.log = append(d.log, fmt.Sprintf(format, args...))
 }
 
-// each runs call on both stores, checks that they answer alike, make the
-// same grants and show the same queue. The grants update the tickets.
+// each runs n1's call on both stores (eachAs).
 func (d *diff) each(what string, call func(fairqueue.Store) (string, []fairqueue.Grant, error)) {
+	d.eachAs("n1", what, call)
+}
+
+// eachAs runs call on both stores, on node's handle, checks that they
+// answer alike, make the same grants and show the same queue. The grants
+// update the tickets. A grant to the other node's waiter reaches it by
+// the store's notification: the first store's (in-process) within the
+// call, the second's (Redis Pub/Sub) a moment later, which the test
+// waits for (grantsLike) before it compares.
+func (d *diff) eachAs(node, what string, call func(fairqueue.Store) (string, []fairqueue.Grant, error)) {
 	d.logf("%s", what)
 	var outs []string
-	for _, s := range d.sides {
-		ans, own, err := call(s.s)
+	want := 0
+	for i, s := range d.sides {
+		h := s.s
+		if node == "n2" {
+			h = s.s2
+		}
+		ans, own, err := call(h)
 		if err != nil {
 			d.fatalf("%s on %s: %v", what, s.name, err)
 		}
-		gs := append(own, s.rec.take()...)
+		gs := append(own, s.grantsLike(i, want-len(own))...)
+		if i == 0 {
+			want = len(gs)
+		}
 		slices.SortFunc(gs, func(a, b fairqueue.Grant) int { return int(a.No - b.No) })
 		var b strings.Builder
 		b.WriteString(ans)

@@ -16,8 +16,13 @@ import (
 var diffTenants = []string{"a", "b", "c"}
 
 func (d *diff) acquire(rt *rapid.T) {
+	d.acquireAs(rt, "n1", d.ticketLimits)
+}
+
+// acquireAs acquires a new ticket of node under the settings lim gives.
+func (d *diff) acquireAs(rt *rapid.T, node string, lim func(*dTicket) fairqueue.Limits) {
 	d.counter++
-	id := fairqueue.TicketID{Node: "n1", Counter: d.counter}
+	id := fairqueue.TicketID{Node: node, Counter: d.counter}
 	cost, scale := 1.0, 1.0
 	if d.fair {
 		tenant := rapid.SampledFrom(diffTenants).Draw(rt, "tenant")
@@ -29,16 +34,17 @@ func (d *diff) acquire(rt *rapid.T) {
 		cost = req * scale
 		d.logf("# ticket %s: tenant %s band %d weight %v cost %v", id, tenant, band, weight, req)
 	}
-	tk := &dTicket{id: id.String(), cost: cost, scale: scale}
+	tk := &dTicket{id: id.String(), node: node, cost: cost, scale: scale}
 	tk.old = d.roll != nil && rapid.Bool().Draw(rt, "oldSettings")
-	lim := d.ticketLimits(tk)
-	if lim.TokenBound > 0 {
-		tk.tokens = min(rapid.IntRange(0, lim.TokenBound+2).Draw(rt, "ticketTokens"), lim.TokenBound)
+	l := lim(tk)
+	if l.TokenBound > 0 {
+		tk.tokens = min(rapid.IntRange(0, l.TokenBound+2).Draw(rt, "ticketTokens"), l.TokenBound)
 	}
 	d.tickets = append(d.tickets, tk)
-	args := fairqueue.TicketArgs{ID: tk.id, Node: "n1", Limits: lim, Cost: tk.cost, Tokens: tk.tokens}
+	args := fairqueue.TicketArgs{ID: tk.id, Node: node, Limits: l, Cost: tk.cost, Tokens: tk.tokens}
 	var res fairqueue.AcquireResult
-	d.each(fmt.Sprintf("acquire %s (tokens %d)", tk.id, tk.tokens), func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
+	d.noteJoin(node)
+	d.eachAs(node, fmt.Sprintf("acquire %s (tokens %d)", tk.id, tk.tokens), func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
 		var err error
 		res, err = s.Acquire(context.Background(), args)
 		var own []fairqueue.Grant
@@ -80,7 +86,7 @@ func (d *diff) pick(rt *rapid.T, label string, match func(*dTicket) bool) *dTick
 
 func (d *diff) release(rt *rapid.T) {
 	tk := d.pick(rt, "holder", func(t *dTicket) bool { return t.held })
-	args := fairqueue.TicketArgs{ID: tk.id, Node: "n1", Limits: d.ticketLimits(tk)}
+	args := fairqueue.TicketArgs{ID: tk.id, Node: tk.node, Limits: d.ticketLimits(tk)}
 	if d.fair && rapid.Bool().Draw(rt, "charge") {
 		used := rapid.SampledFrom([]float64{0, 1, 2, 8, fairqueue.MaxCost}).Draw(rt, "used")
 		args.Correction = used*tk.scale - tk.cost
@@ -90,7 +96,7 @@ func (d *diff) release(rt *rapid.T) {
 	}
 	tk.held = false
 	d.gone = append(d.gone, tk)
-	d.each(fmt.Sprintf("release %s (correction %v, cool %q)", tk.id, args.Correction, args.Cool), func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
+	d.eachAs(tk.node, fmt.Sprintf("release %s (correction %v, cool %q)", tk.id, args.Correction, args.Cool), func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
 		return "", nil, s.Release(context.Background(), args)
 	})
 }
@@ -99,8 +105,8 @@ func (d *diff) cancel(rt *rapid.T) {
 	tk := d.pick(rt, "waiter", func(t *dTicket) bool { return t.waiting })
 	tk.waiting = false
 	d.gone = append(d.gone, tk)
-	d.each("cancel "+tk.id, func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
-		return "", nil, s.Cancel(context.Background(), fairqueue.TicketArgs{ID: tk.id, Node: "n1", Limits: d.ticketLimits(tk)})
+	d.eachAs(tk.node, "cancel "+tk.id, func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
+		return "", nil, s.Cancel(context.Background(), fairqueue.TicketArgs{ID: tk.id, Node: tk.node, Limits: d.ticketLimits(tk)})
 	})
 }
 
@@ -111,6 +117,12 @@ func (d *diff) cancel(rt *rapid.T) {
 func (d *diff) heartbeat(rt *rapid.T) {
 	d.beat++
 	hb := fairqueue.HeartbeatArgs{Node: "n1", Limits: d.limits(rt), Beat: d.beat, Upstreams: map[string]string{}, Tokens: map[string]int{}}
+	d.heartbeatAs(rt, hb)
+}
+
+// heartbeatAs sends hb, naming the tickets of hb.Node (and a ghost, and
+// an adopted one, where rapid draws them).
+func (d *diff) heartbeatAs(rt *rapid.T, hb fairqueue.HeartbeatArgs) {
 	name := func(t *dTicket) {
 		if t.up != "" {
 			hb.Upstreams[t.id] = t.up
@@ -120,6 +132,9 @@ func (d *diff) heartbeat(rt *rapid.T) {
 		}
 	}
 	for _, t := range d.tickets {
+		if t.node != hb.Node {
+			continue
+		}
 		if t.held {
 			hb.Held = append(hb.Held, t.id)
 			name(t)
@@ -128,8 +143,14 @@ func (d *diff) heartbeat(rt *rapid.T) {
 			hb.Pending = append(hb.Pending, t.id)
 		}
 	}
-	if len(d.gone) > 0 && rapid.Bool().Draw(rt, "ghost") {
-		t := rapid.SampledFrom(d.gone).Draw(rt, "released")
+	var gone []*dTicket
+	for _, t := range d.gone {
+		if t.node == hb.Node {
+			gone = append(gone, t)
+		}
+	}
+	if len(gone) > 0 && rapid.Bool().Draw(rt, "ghost") {
+		t := rapid.SampledFrom(gone).Draw(rt, "released")
 		hb.Held = append(hb.Held, t.id)
 		hb.Pending = append(hb.Pending, t.id)
 		name(t)
@@ -137,23 +158,24 @@ func (d *diff) heartbeat(rt *rapid.T) {
 	var adopted *dTicket
 	if rapid.Bool().Draw(rt, "adopt") {
 		d.counter++
-		id := fairqueue.TicketID{Node: "n1", Counter: d.counter}
+		id := fairqueue.TicketID{Node: hb.Node, Counter: d.counter}
 		if d.fair {
 			id.Flow = fmt.Sprintf("%s.%d", fairqueue.TenantKey(rapid.SampledFrom(diffTenants).Draw(rt, "tenant")), 0)
 		}
-		adopted = &dTicket{id: id.String(), cost: 1, scale: 1, adopted: true}
+		adopted = &dTicket{id: id.String(), node: hb.Node, cost: 1, scale: 1, adopted: true}
 		if d.lim.TokenBound > 0 {
 			adopted.tokens = rapid.IntRange(0, d.lim.TokenBound).Draw(rt, "ticketTokens")
 		}
-		if len(d.lim.Upstreams) > 0 {
-			adopted.up = rapid.SampledFrom(d.lim.Upstreams).Draw(rt, "upstream").Dial
+		if len(hb.Limits.Upstreams) > 0 {
+			adopted.up = rapid.SampledFrom(hb.Limits.Upstreams).Draw(rt, "upstream").Dial
 		}
 		hb.Adopt = append(hb.Adopt, adopted.id)
 		name(adopted)
 		d.tickets = append(d.tickets, adopted)
 	}
 	var res fairqueue.HeartbeatResult
-	d.each(fmt.Sprintf("heartbeat %d: held %v, adopt %v, pending %v", d.beat, hb.Held, hb.Adopt, hb.Pending), func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
+	d.noteJoin(hb.Node)
+	d.eachAs(hb.Node, fmt.Sprintf("%s heartbeat %d: held %v, adopt %v, pending %v", hb.Node, hb.Beat, hb.Held, hb.Adopt, hb.Pending), func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
 		var err error
 		res, err = s.Heartbeat(context.Background(), hb)
 		c := res.Cluster
@@ -166,15 +188,18 @@ func (d *diff) heartbeat(rt *rapid.T) {
 	// A ticket counted again that the node no longer runs: the node
 	// releases it again at once.
 	for _, id := range res.Readded {
-		d.each("release again "+id, func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
-			return "", nil, s.Release(context.Background(), fairqueue.TicketArgs{ID: id, Node: "n1", Limits: d.lim})
+		d.eachAs(hb.Node, "release again "+id, func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
+			return "", nil, s.Release(context.Background(), fairqueue.TicketArgs{ID: id, Node: hb.Node, Limits: hb.Limits})
 		})
 	}
 }
 
-// adapt reports what the node saw of a share's requests (the learned
+// adapt reports what a node saw of a share's requests (the learned
 // capacity): the share moves at once (no interval), by steps that are
-// exact in binary.
+// exact in binary. The node is n1, n2 or one not in the queue
+// (adaptNode): the queue's share is not lowered on the last one's
+// report, nor within fairqueue.HeadsTTL of a join while two nodes are in
+// the queue.
 func (d *diff) adapt(rt *rapid.T) {
 	if !d.lim.Learned {
 		rt.Skip("no learned capacity")
@@ -186,7 +211,7 @@ func (d *diff) adapt(rt *rapid.T) {
 	r := fairqueue.AdaptReport{Key: rapid.SampledFrom(keys).Draw(rt, "key"), Samples: rapid.IntRange(1, 4).Draw(rt, "samples")}
 	r.Over = rapid.IntRange(0, r.Samples).Draw(rt, "over")
 	r.Refused = rapid.SampledFrom([]int{0, 0, 1}).Draw(rt, "refused")
-	a := fairqueue.AdaptArgs{Node: "n1", Reports: []fairqueue.AdaptReport{r}, Limited: rapid.Bool().Draw(rt, "limited"),
+	a := fairqueue.AdaptArgs{Node: d.adaptNode(rt), Reports: []fairqueue.AdaptReport{r}, Limited: rapid.Bool().Draw(rt, "limited"),
 		Floor:    rapid.SampledFrom([]float64{0.125, 0.125, 0.5}).Draw(rt, "floor"), // 0.5: a reload raised it
 		Decrease: 0.5, Step: 0.25, BreachShare: 0.5,
 		MinSamples: rapid.SampledFrom([]int{1, 1, 8}).Draw(rt, "min samples")} // 8: a window that takes a few reports
@@ -205,8 +230,8 @@ func (d *diff) adapt(rt *rapid.T) {
 // answer) of a ticket waiting or holding: it changes nothing.
 func (d *diff) resend(rt *rapid.T) {
 	tk := d.pick(rt, "ticket", func(t *dTicket) bool { return t.held || t.waiting })
-	args := fairqueue.TicketArgs{ID: tk.id, Node: "n1", Limits: d.ticketLimits(tk), Cost: tk.cost, Tokens: tk.tokens}
-	d.each("acquire again "+tk.id, func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
+	args := fairqueue.TicketArgs{ID: tk.id, Node: tk.node, Limits: d.ticketLimits(tk), Cost: tk.cost, Tokens: tk.tokens}
+	d.eachAs(tk.node, "acquire again "+tk.id, func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
 		res, err := s.Acquire(context.Background(), args)
 		return fmtResult(res), nil, err
 	})
@@ -217,8 +242,8 @@ func (d *diff) resend(rt *rapid.T) {
 func (d *diff) cancelHeld(rt *rapid.T) {
 	tk := d.pick(rt, "holder", func(t *dTicket) bool { return t.held })
 	tk.held = false
-	d.each("cancel (held) "+tk.id, func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
-		return "", nil, s.Cancel(context.Background(), fairqueue.TicketArgs{ID: tk.id, Node: "n1", Limits: d.ticketLimits(tk)})
+	d.eachAs(tk.node, "cancel (held) "+tk.id, func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
+		return "", nil, s.Cancel(context.Background(), fairqueue.TicketArgs{ID: tk.id, Node: tk.node, Limits: d.ticketLimits(tk)})
 	})
 }
 
@@ -230,16 +255,17 @@ func (d *diff) requeue(rt *rapid.T) {
 	old := d.pick(rt, "holder", func(t *dTicket) bool { return t.held && !t.adopted })
 	d.counter++
 	oid, _ := fairqueue.ParseTicketID(old.id)
-	nid := fairqueue.TicketID{Node: "n1", Counter: d.counter, Flow: oid.Flow}.String()
-	args := fairqueue.RequeueArgs{TicketArgs: fairqueue.TicketArgs{ID: nid, Node: "n1", Limits: d.ticketLimits(old), Cost: old.cost,
+	nid := fairqueue.TicketID{Node: old.node, Counter: d.counter, Flow: oid.Flow}.String()
+	args := fairqueue.RequeueArgs{TicketArgs: fairqueue.TicketArgs{ID: nid, Node: old.node, Limits: d.ticketLimits(old), Cost: old.cost,
 		Tokens: old.tokens, Correction: -old.cost}, Old: old.id, Seq: old.seq}
 	if old.up != "" && rapid.Bool().Draw(rt, "cool") {
 		args.Cool, args.CoolFor = old.up, time.Minute
 	}
 	old.held = false
-	d.tickets = append(d.tickets, &dTicket{id: nid, seq: old.seq, cost: old.cost, scale: old.scale, tokens: old.tokens, waiting: true,
+	d.tickets = append(d.tickets, &dTicket{id: nid, node: old.node, seq: old.seq, cost: old.cost, scale: old.scale, tokens: old.tokens, waiting: true,
 		old: old.old})
-	d.each(fmt.Sprintf("requeue %s as %s at seq %d (cool %q)", old.id, nid, old.seq, args.Cool), func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
+	d.noteJoin(old.node)
+	d.eachAs(old.node, fmt.Sprintf("requeue %s as %s at seq %d (cool %q)", old.id, nid, old.seq, args.Cool), func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
 		res, err := s.Requeue(context.Background(), args)
 		return fmtResult(res), nil, err
 	})

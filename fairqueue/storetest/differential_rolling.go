@@ -24,6 +24,9 @@ func (d *diff) limits(rt *rapid.T) fairqueue.Limits {
 
 // ticketLimits is the settings the calls of tk carry.
 func (d *diff) ticketLimits(tk *dTicket) fairqueue.Limits {
+	if tk.node == "n2" {
+		return d.n2Limits()
+	}
 	if tk.old && d.roll != nil {
 		return *d.roll
 	}
