@@ -164,15 +164,19 @@ func nodeID(t *testing.T, c *harness.Caddy, name string) string {
 }
 
 // holderSampler polls the number of permits held in Redis, as the queue
-// itself counts them, and keeps the highest count since the last take.
+// itself counts them, and keeps the highest count since the last take,
+// with the holders (ticket and lease expiry) of the sample that first saw it,
+// so that a count above the permits names its tickets.
 type holderSampler struct {
 	rdb  *redis.Client
 	key  string
 	stop chan struct{}
 	done chan struct{}
 
-	mu  sync.Mutex
-	max int
+	mu     sync.Mutex
+	max    int
+	atMax  []redis.Z // the holders when max was first seen
+	maxWas time.Time // when
 }
 
 func startHolderSampler(t *testing.T, q Queue, addr string) *holderSampler {
@@ -209,16 +213,39 @@ func (s *holderSampler) run() {
 			continue
 		}
 		s.mu.Lock()
-		s.max = max(s.max, int(n))
+		higher := int(n) > s.max
+		s.mu.Unlock()
+		var ids []redis.Z
+		if higher { // rare: read who holds them
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			ids, _ = s.rdb.ZRangeWithScores(ctx, s.key, 0, -1).Result()
+			cancel()
+		}
+		s.mu.Lock()
+		if int(n) > s.max {
+			s.max, s.atMax, s.maxWas = int(n), ids, time.Now()
+		}
 		s.mu.Unlock()
 	}
 }
 
 // take returns the highest count since the last take, and starts over.
 func (s *holderSampler) take() int {
+	m, _ := s.takeHolders()
+	return m
+}
+
+// takeHolders is take, with a line naming the holders (ticket, lease
+// expiry in Redis time) the sampler read when it first saw that count.
+func (s *holderSampler) takeHolders() (int, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := s.max
-	s.max = 0
-	return m
+	m, ids, at := s.max, s.atMax, s.maxWas
+	s.max, s.atMax = 0, nil
+	var b strings.Builder
+	fmt.Fprintf(&b, "at %s:", at.Format("15:04:05.000"))
+	for _, z := range ids {
+		fmt.Fprintf(&b, " %v (%s)", z.Member, time.UnixMilli(int64(z.Score)).Format("15:04:05.000"))
+	}
+	return m, b.String()
 }

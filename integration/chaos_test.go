@@ -124,10 +124,11 @@ func runChaos(t *testing.T, policy string) {
 	held := startHolderSampler(t, q, rds.Addr())
 	phase := func(name string, bound, departed int) {
 		t.Helper()
-		m, h, served := mock.MaxInFlight(), held.take(), mock.Served()
+		h, holders := held.takeHolders()
+		m, served := mock.MaxInFlight(), mock.Served()
 		t.Logf("%6.1fs %-24s at most %2d at the upstream, %2d permits held (bound %d, departed %d); %d served",
 			time.Since(began).Seconds(), name, m, h, bound, departed, served)
-		assert.LessOrEqual(t, h, bound, "%s: permits held at once in Redis", name)
+		assert.LessOrEqual(t, h, bound, "%s: permits held at once in Redis, the holders %s", name, holders)
 		assert.LessOrEqual(t, m, bound+departed, "%s: requests at the upstream at once", name)
 		mock.Reset()
 	}
