@@ -332,9 +332,10 @@ func shortHash(s string) string {
 func (b *redisBackend) storeID() string { return b.clientID + "|prefix=" + b.prefix }
 
 func (b *redisBackend) dataID() string {
-	// The prefix as it stands in the keys: prefixes a brace apart
-	// write the same keys.
-	return b.database() + "|prefix=" + redisstore.TagOf(b.prefix, "")
+	// The prefix as it stands in the keys ("{<prefix>:<name>}", braces
+	// replaced): prefixes a brace apart write the same keys.
+	tag := redisstore.TagOf(b.prefix, "")
+	return b.database() + "|prefix=" + strings.TrimSuffix(strings.TrimPrefix(tag, "{"), ":}")
 }
 
 // database identifies the Redis database the store uses: its servers
