@@ -135,7 +135,11 @@ type Adapter interface {
 	// Adapt adds one node's reports to the queue's windows and, for each
 	// share an interval has passed since it last moved (the store's
 	// clock), moves it by its window's reports and starts a new window.
-	// It returns every share in force, by key.
+	// It returns every share in force, by key. A store that names heads
+	// (Transferrer) does not lower the queue's share (key "") while heads
+	// it named under a learned capacity may still serve (HeadsTTL) and
+	// another node is in the queue, or a.Node is not: the window keeps
+	// the reports, and a later report moves the share.
 	Adapt(ctx context.Context, a AdaptArgs) (map[string]float64, error)
 }
 

@@ -29,8 +29,9 @@ import (
 // permits held than the permits (a lowered setting), a learned capacity
 // with other nodes in the queue (any node's report may lower the share,
 // and a node hears of a share from its own reports only; heads named
-// while the node was alone serve for HeadsTTL only, and a node that joins
-// lowers the share no sooner than HeadsTTL after), and any doubt that
+// while the node was alone serve for HeadsTTL only, and the store lowers
+// the share on another node's report no sooner than HeadsTTL after it
+// last named heads), and any doubt that
 // the store still holds the node alive with its waiters (not confirmed
 // by a heartbeat for half a lease, a new subscription, a changed data
 // set, waiters found missing: a waiter reinstated is at the tail, and
@@ -52,12 +53,14 @@ type headTickets struct {
 // HeadsTTL is how long, under a learned capacity (Config.Adaptive), the
 // heads a store's reply named serve local handoffs, from when the call
 // was sent. A store names them only while the node is alone in the
-// queue, and lowers the queue's learned share on a node's report only
-// once HeadsTTL has passed since the last node joined (Adapter): the
-// share a newcomer lowers never meets heads named before it joined,
-// which the node would hand on to before its next heartbeat shows it
-// the newcomer. A node whose releases come further apart than this
-// hands on through the store, which names the heads again.
+// queue, and while heads it named may still serve, lowers the queue's
+// learned share on no report of another node, nor of a node not in the
+// queue (Adapter): the share a newcomer lowers never meets heads named
+// before it joined, which the node would hand on to before its next
+// heartbeat shows it the newcomer. Where no heads were named that
+// recently, joins hold no lowering back. A node whose releases come
+// further apart than this hands on through the store, which names the
+// heads again.
 const HeadsTTL = time.Second
 
 // handoffs orders the local handoffs: the node takes the heads and

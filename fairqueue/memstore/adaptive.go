@@ -10,13 +10,14 @@ import (
 // adaptState is the learned capacity (fairqueue.Adaptive): each share in
 // force and its window of reports since it last moved, by key ("": the
 // queue's, else an upstream's dial); guarded by Store.mu.
+//
+// No lowering is held back, where the Redis store holds one back while
+// heads a reply named under a learned share may still serve local
+// handoffs (adapt.lua): this store takes no local handoffs (it is no
+// fairqueue.Transferrer) and names no heads, so none are ever live.
 type adaptState struct {
 	shares  map[string]float64
 	windows map[string]*adaptWindow
-	// joined is when a node last joined the queue (was made alive): the
-	// queue's share is not lowered within fairqueue.HeadsTTL after, while
-	// another node is in the queue, as in the Redis store (heldBack).
-	joined time.Time
 }
 
 type adaptWindow struct {
@@ -43,8 +44,7 @@ func (s *Store) Adapt(_ context.Context, a fairqueue.AdaptArgs) (map[string]floa
 		w.over += r.Over
 		w.refused += r.Refused
 		w.limited = w.limited || a.Limited
-		down := fairqueue.Breached(w.samples, w.over, w.refused, a)
-		if now.Sub(w.moved) >= a.Interval && fairqueue.Ripe(w.samples, w.refused, a) && (!down || r.Key != "" || !s.heldBack(a.Node, now)) {
+		if now.Sub(w.moved) >= a.Interval && fairqueue.Ripe(w.samples, w.refused, a) {
 			share, ok := s.shares[r.Key]
 			if !ok {
 				share = 1
@@ -62,17 +62,6 @@ func (s *Store) Adapt(_ context.Context, a fairqueue.AdaptArgs) (map[string]floa
 		s.shares[k], out[k] = v, v
 	}
 	return out, nil
-}
-
-// heldBack says whether the queue's share may not come down now on
-// node's report: the node is not in the queue, or another node is and a
-// node joined less than fairqueue.HeadsTTL ago (the Redis store's
-// adapt.lua: a node alone hands on locally to heads named for that long).
-func (s *Store) heldBack(node string, now time.Time) bool {
-	if _, ok := s.nodes[node]; !ok {
-		return true
-	}
-	return len(s.nodes) >= 2 && now.Sub(s.joined) < fairqueue.HeadsTTL
 }
 
 // scaled is l under the learned shares (fairqueue.Limits.Scale).

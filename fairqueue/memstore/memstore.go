@@ -194,7 +194,6 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 		// its waiters may have been dropped while it was not alive.
 		s.nodes[t.Node] = now.Add(t.Lease)
 		s.members[t.Node] = member{lease: t.Lease}
-		s.joined = now
 		s.pools[t.Node] = dialsOf(t.Limits.Upstreams)
 	}
 	res.Grants = s.grants
@@ -333,10 +332,7 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 	hb.Limits = s.scaled(hb.Limits)
 	now := s.now()
 	m, known := s.members[hb.Node]
-	if !s.alive(hb.Node, now) {
-		m.mark, s.joined = hb.Beat, now
-	}
-	if !known || m.mark == 0 {
+	if !known || m.mark == 0 || !s.alive(hb.Node, now) {
 		m.mark = hb.Beat
 	}
 	rejoined := m.mark == hb.Beat

@@ -35,7 +35,6 @@ func (s *Store) Requeue(_ context.Context, t fairqueue.RequeueArgs) (fairqueue.A
 	if !s.alive(t.Node, now) {
 		s.nodes[t.Node] = now.Add(t.Lease)
 		s.members[t.Node] = member{lease: t.Lease}
-		s.joined = now
 		s.pools[t.Node] = dialsOf(t.Limits.Upstreams)
 	}
 	inCap := t.MaxInFlightPerTenant

@@ -78,39 +78,60 @@ func joinAndLower(t *testing.T, srv *redistest.Server, name string, cfg fairqueu
 	return b
 }
 
-// While another node is in the queue, a report lowers the queue's share
-// no sooner than HeadsTTL after a node joined (docs/adaptive.md): the
-// heads named before the newcomer joined may still start their waiters
-// locally until then. The report is kept in the window, and the next
-// one after that lowers the share.
+// While heads a reply named under a learned capacity may still serve
+// local handoffs (HeadsTTL from then) and another node is in the queue,
+// a report does not lower the queue's share (docs/adaptive.md): the node
+// that was alone may still start its waiters locally under the share it
+// knows. The report is kept in the window, and the next one after that
+// lowers the share.
 func TestANewcomersReportLowersTheShareOnceHeadsNamedBeforeItJoinedAreSpent(t *testing.T) {
 	const name = "learnednewcomer"
 	srv := redistest.Start(t)
-	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 10 * time.Second, Lease: 30 * time.Second,
+	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 10 * time.Second, Lease: 3 * time.Second,
 		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
 	ctx := context.Background()
 	a := newNode(t, srv, name, cfg)
-	p, err := a.q.Acquire(ctx, fairqueue.Request{})
-	require.NoError(t, err)
-	defer p.Release()
+	// a, alone, holds 4 permits with w1 and w2 waiting behind them.
+	var held []*fairqueue.Permit
+	for range 4 {
+		p, err := a.q.Acquire(ctx, fairqueue.Request{})
+		require.NoError(t, err)
+		held = append(held, p)
+	}
+	w1Ch, _ := queueWaiter(t, a, name)
+	w2Ch, _ := queueWaiter(t, a, name)
+	alive(t, a)
+	named := time.Now()
+	held[0].Release() // w1 takes it, and the reply names w2 the head
+	w1 := <-w1Ch
+	require.NoError(t, w1.err)
+	namedBy := time.Now() // the heads were named between named and namedBy
 
 	b := newNode(t, srv, name, cfg)
-	joined := time.Now()
-	pb, err := b.q.Acquire(ctx, fairqueue.Request{})
-	require.NoError(t, err)
-	joinedBy := time.Now() // b joined between joined and joinedBy
-	pb.Release()
+	_, err := b.q.Acquire(ctx, fairqueue.Request{MaxWait: 50 * time.Millisecond}) // b joins, behind w2
+	var rej *fairqueue.RejectError
+	require.ErrorAs(t, err, &rej)
 	b.q.ObserveTTFT("", time.Second) // a breach seen by b, reported at once
 	adapt := redisstore.New(b.rdb, name, redisstore.Options{}).Tag() + ":adapt"
-	eventually(t, 5*time.Second, func() bool { return b.rdb.HGet(ctx, adapt, "n:").Val() == "1" }, "b's report never landed")
-	if time.Since(joined) >= fairqueue.HeadsTTL {
-		t.Skipf("b's report landed %s after it joined: the machine is too slow to see it held back", time.Since(joined))
+	eventually(t, 5*time.Second, func() bool {
+		return b.rdb.HGet(ctx, adapt, "n:").Val() == "1" || b.rdb.HExists(ctx, adapt, "s:").Val()
+	}, "b's report never landed")
+	if time.Since(named) >= fairqueue.HeadsTTL {
+		t.Skipf("b's report landed %s after a's heads were named: the machine is too slow to see it held back", time.Since(named))
 	}
-	require.Equal(t, 1.0, b.q.Share(), "b's report lowered the share within HeadsTTL of its join")
-	require.False(t, b.rdb.HExists(ctx, adapt, "s:").Val(), "the store lowered the share within HeadsTTL of b's join")
+	require.Equal(t, 1.0, b.q.Share(), "b's report lowered the share within HeadsTTL of a's heads")
+	require.False(t, b.rdb.HExists(ctx, adapt, "s:").Val(), "the store lowered the share within HeadsTTL of a's heads")
 
-	time.Sleep(time.Until(joinedBy.Add(fairqueue.HeadsTTL)))
+	time.Sleep(time.Until(namedBy.Add(fairqueue.HeadsTTL)))
 	b.q.ObserveTTFT("", 10*time.Millisecond) // below the target; the window still holds the breach (1 of 2 over)
 	eventually(t, 5*time.Second, func() bool { return b.q.Share() < 1 }, "the held breach never lowered the share")
 	require.Equal(t, 0.5, b.q.Share())
+
+	w1.p.Release()
+	for _, p := range held[1:] {
+		p.Release()
+	}
+	got := <-w2Ch
+	require.NoError(t, got.err)
+	got.p.Release()
 }

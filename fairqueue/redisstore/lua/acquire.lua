@@ -69,7 +69,7 @@ if not alive(node) then
   -- or the heartbeat finds the epoch key missing and sets a new one.
   epoch = redis.call('SET', K.epoch, ARGV[9], 'NX', 'GET') or ARGV[9]
   redis.call('ZADD', K.nodes, now + lease, node)
-  redis.call('HSET', K.members, node, lease .. ' 0', 'j', now) -- j: the last join (adapt.lua)
+  redis.call('HSET', K.members, node, lease .. ' 0')
   redis.call('HSET', K.upool, node, ARGV[7] or '')
 else
   epoch = redis.call('GET', K.epoch) or ''

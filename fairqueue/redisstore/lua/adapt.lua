@@ -10,12 +10,14 @@
 --   then per share: its key ('' : the queue's, else an upstream's dial), the
 --   TTFTs measured, those above the target, the requests refused.
 -- The queue's share is not lowered (its window keeps its reports until a
--- later call) while the reporting node is not in the queue, or another
--- node is and a node joined it (K.members' field j, written where a node
--- is added to K.nodes) less than the heads TTL ago: a node alone in the
--- queue hands on locally to heads a reply named (my_heads), for that
--- long, and hears of a share from its own reports only; a newcomer's
--- lowering must not meet them.
+-- later call) while heads a reply named under a learned capacity may
+-- still serve (K.members' field h, written by my_heads in dispatch.lua,
+-- less than the heads TTL ago) and the reporting node is not in the
+-- queue or another node is: heads are named only to a node alone in the
+-- queue, which hands on locally to them for that long and hears of a
+-- share from its own reports only; another node's lowering (a newcomer
+-- that joined since) must not meet them. Where no heads were named that
+-- recently, nothing is held back, however often nodes join.
 -- Returns {key, share, ...}: every share in force (17 significant digits),
 --   none below the floor.
 -- K.adapt: HASH, per share key k: s:k share, m:k when it moved (ms),
@@ -26,9 +28,8 @@ local floor, decrease, step, breach, interval, min_samples, heads_ttl =
   tonumber(ARGV[15])
 -- held_back: the queue's share may not come down now (see above).
 local function held_back()
-  if not redis.call('ZSCORE', K.nodes, ARGV[1]) then return true end
-  if redis.call('ZCARD', K.nodes) < 2 then return false end
-  return now - tonumber(redis.call('HGET', K.members, 'j') or '0') < heads_ttl
+  if now - tonumber(redis.call('HGET', K.members, 'h') or '0') >= heads_ttl then return false end
+  return not redis.call('ZSCORE', K.nodes, ARGV[1]) or redis.call('ZCARD', K.nodes) >= 2
 end
 for i = 16, #ARGV - 3, 4 do
   local k = ARGV[i]

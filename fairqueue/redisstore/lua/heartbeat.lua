@@ -48,16 +48,10 @@ if not cur then
 end
 local info = redis.call('HGET', K.members, node)
 local mark = info and string.match(info, ' (%S+)$')
-local joins = not alive(node)
-if lost or not mark or mark == '0' or joins then mark = beat end
+if lost or not mark or mark == '0' or not alive(node) then mark = beat end
 local rejoined = 0
 if mark == beat then rejoined = 1 end
-if joins then
-  -- j: when a node last joined (adapt.lua holds a lowered share back)
-  redis.call('HSET', K.members, node, lease .. ' ' .. mark, 'j', now)
-else
-  redis.call('HSET', K.members, node, lease .. ' ' .. mark)
-end
+redis.call('HSET', K.members, node, lease .. ' ' .. mark)
 redis.call('ZADD', K.nodes, now + lease, node)
 redis.call('HSET', K.upool, node, ARGV[7] or '')
 pool_forget()

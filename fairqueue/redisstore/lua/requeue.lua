@@ -22,7 +22,7 @@ local function answer(status, no, position, own, up)
 end
 if not alive(node) then
   redis.call('ZADD', K.nodes, now + lease, node)
-  redis.call('HSET', K.members, node, lease .. ' 0', 'j', now) -- j: the last join (adapt.lua)
+  redis.call('HSET', K.members, node, lease .. ' 0')
   redis.call('HSET', K.upool, node, ARGV[7] or '') -- its pool, as acquire.lua records it
 end
 local flow = flow_of(id)
