@@ -64,3 +64,36 @@ func TestJoinsEveryHalfHeadsTTLDoNotHoldTheLearnedShareUp(t *testing.T) {
 	var rej *fairqueue.RejectError
 	require.ErrorAs(t, err, &rej, "a third request was granted under a share of 0.5 of 4 permits")
 }
+
+// The node heads were named to lowers the share at once with a report
+// of its own, even with another node joined since: it hears of the
+// share from its reply, and drops heads chosen before (takeHead). Only
+// other nodes' reports wait for its heads to be spent: a persistent
+// node among others that join and leave keeps the capacity following
+// the backend. Its next waiter still does not start above the lowered
+// share.
+func TestTheNodeHeadsWereNamedToLowersTheShareAtOnce(t *testing.T) {
+	const name = "learnedowner"
+	srv := redistest.Start(t)
+	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 10 * time.Second, Lease: 3 * time.Second,
+		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	ctx := context.Background()
+	a := newNode(t, srv, name, cfg)
+	held, w1, w2Ch, w2 := secondHeadNamed(t, a, name) // a, alone, is told w2 heads the queue
+
+	c := newNode(t, srv, name, cfg)
+	_, err := c.q.Acquire(ctx, fairqueue.Request{MaxWait: 50 * time.Millisecond}) // c joins, behind w2
+	var rej *fairqueue.RejectError
+	require.ErrorAs(t, err, &rej)
+	a.q.ObserveTTFT("", time.Second) // a breach seen by a, reported at once
+	adapt := redisstore.New(a.rdb, name, redisstore.Options{}).Tag() + ":adapt"
+	eventually(t, 5*time.Second, func() bool {
+		return a.rdb.HGet(ctx, adapt, "n:").Val() == "1" || a.rdb.HExists(ctx, adapt, "s:").Val()
+	}, "a's report never landed")
+	require.True(t, a.rdb.HExists(ctx, adapt, "s:").Val(), "a's own report was held back (window %v)", a.rdb.HGetAll(ctx, adapt).Val())
+	eventually(t, 5*time.Second, func() bool { return a.q.Share() < 1 }, "a never heard of the lowered share")
+	require.Equal(t, 0.5, a.q.Share())
+
+	held[1].Release() // 3 still run (held[2], held[3], w1): nothing more may start
+	notStarted(t, a, name, held, w1, w2Ch, w2)
+}
