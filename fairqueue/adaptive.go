@@ -137,9 +137,9 @@ type Adapter interface {
 	// clock), moves it by its window's reports and starts a new window.
 	// It returns every share in force, by key. A store that names heads
 	// (Transferrer) does not lower the queue's share (key "") while heads
-	// it named under a learned capacity may still serve (HeadsTTL) and
-	// another node is in the queue, or a.Node is not: the window keeps
-	// the reports, and a later report moves the share.
+	// it named under a learned capacity to a node other than a.Node may
+	// still serve (HeadsTTL): the window keeps the reports, and a later
+	// report moves the share.
 	Adapt(ctx context.Context, a AdaptArgs) (map[string]float64, error)
 }
 

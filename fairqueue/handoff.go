@@ -54,13 +54,14 @@ type headTickets struct {
 // heads a store's reply named serve local handoffs, from when the call
 // was sent. A store names them only while the node is alone in the
 // queue, and while heads it named may still serve, lowers the queue's
-// learned share on no report of another node, nor of a node not in the
-// queue (Adapter): the share a newcomer lowers never meets heads named
-// before it joined, which the node would hand on to before its next
-// heartbeat shows it the newcomer. Where no heads were named that
-// recently, joins hold no lowering back. A node whose releases come
-// further apart than this hands on through the store, which names the
-// heads again.
+// learned share on no report of another node (Adapter): the share a
+// newcomer lowers never meets heads named before it joined, which the
+// node would hand on to before its next heartbeat shows it the
+// newcomer. The node's own report may lower it: the reply tells the
+// node, which then drops heads chosen before (inForceAt). Where no
+// heads were named that recently, joins hold no lowering back. A node
+// whose releases come further apart than this hands on through the
+// store, which names the heads again.
 const HeadsTTL = time.Second
 
 // handoffs orders the local handoffs: the node takes the heads and

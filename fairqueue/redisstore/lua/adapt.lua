@@ -10,14 +10,16 @@
 --   then per share: its key ('' : the queue's, else an upstream's dial), the
 --   TTFTs measured, those above the target, the requests refused.
 -- The queue's share is not lowered (its window keeps its reports until a
--- later call) while heads a reply named under a learned capacity may
--- still serve (K.members' field h, written by my_heads in dispatch.lua,
--- less than the heads TTL ago) and the reporting node is not in the
--- queue or another node is: heads are named only to a node alone in the
--- queue, which hands on locally to them for that long and hears of a
--- share from its own reports only; another node's lowering (a newcomer
--- that joined since) must not meet them. Where no heads were named that
--- recently, nothing is held back, however often nodes join.
+-- later call) on a node's report while heads a reply named under a
+-- learned capacity to another node may still serve (K.members' field h,
+-- "<ms> <node>", written by my_heads in dispatch.lua less than the heads
+-- TTL ago): heads are named only to a node alone in the queue, which
+-- hands on locally to them for that long and hears of a share from its
+-- own reports only; another node's lowering (a newcomer that joined
+-- since, or one not in the queue) must not meet them. Their node's own
+-- report may lower it: its reply tells it the share, and it drops heads
+-- chosen before (fairqueue/handoff.go, inForceAt). Where no heads were
+-- named that recently, nothing is held back, however often nodes join.
 -- Returns {key, share, ...}: every share in force (17 significant digits),
 --   none below the floor.
 -- K.adapt: HASH, per share key k: s:k share, m:k when it moved (ms),
@@ -28,8 +30,8 @@ local floor, decrease, step, breach, interval, min_samples, heads_ttl =
   tonumber(ARGV[15])
 -- held_back: the queue's share may not come down now (see above).
 local function held_back()
-  if now - tonumber(redis.call('HGET', K.members, 'h') or '0') >= heads_ttl then return false end
-  return not redis.call('ZSCORE', K.nodes, ARGV[1]) or redis.call('ZCARD', K.nodes) >= 2
+  local at, to = string.match(redis.call('HGET', K.members, 'h') or '', '^(%d+) (.*)$')
+  return at ~= nil and now - tonumber(at) < heads_ttl and to ~= ARGV[1]
 end
 for i = 16, #ARGV - 3, 4 do
   local k = ARGV[i]

@@ -21,8 +21,9 @@
 --              makes the grant) and its join mark: the number of the
 --              heartbeat that last found the node forgotten, or 0 when an
 --              acquire brought it back and its next heartbeat must say so
---              (field h, no node: when a reply last named heads under a
---              learned capacity, ms; my_heads in dispatch.lua, adapt.lua)
+--              (field h, no node: "<ms> <node>", when and to whom a reply
+--              last named heads under a learned capacity; my_heads in
+--              dispatch.lua, adapt.lua)
 --   K.fwait    ZSET (all scores 0, ordered by member) of the fair
 --              tickets waiting, "<flow>|<seq, 16 hex digits>|<cost>|<ticket>":
 --              a flow's tickets are one range, in arrival order

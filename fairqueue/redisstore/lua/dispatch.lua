@@ -261,10 +261,11 @@ end
 -- common.lua): its report may lower the share at any time, and the node
 -- learns a share from its own reports only, so it would hand on under
 -- the capacity it last heard of where dispatch now grants nobody. Heads
--- named under a learned capacity serve for fairqueue.HeadsTTL: when the
--- last were named is K.members' field h, and while they may serve
--- adapt.lua holds a lowering of the queue's share back (one HSET, only
--- where heads are named under a learned capacity).
+-- named under a learned capacity serve for fairqueue.HeadsTTL: when and
+-- to whom the last were named is K.members' field h, and while they may
+-- serve adapt.lua holds back a lowering of the queue's share on another
+-- node's report (one HSET, only where heads are named under a learned
+-- capacity).
 local HEADS = 16
 local function my_heads(self, ex)
   if ex.fwait or ex.fready or ex.uheld or #pool > 0 or tokens ~= 0 then return {} end
@@ -279,7 +280,7 @@ local function my_heads(self, ex)
     if learned then return {} end
     if n > 1 then return {out[1]} end
   end
-  if learned and #out > 0 then redis.call('HSET', K.members, 'h', clock()) end
+  if learned and #out > 0 then redis.call('HSET', K.members, 'h', clock() .. ' ' .. self) end
   return out
 end
 
