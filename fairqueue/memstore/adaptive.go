@@ -10,14 +10,18 @@ import (
 // adaptState is the learned capacity (fairqueue.Adaptive): each share in
 // force and its window of reports since it last moved, by key ("": the
 // queue's, else an upstream's dial); guarded by Store.mu.
-//
-// No lowering is held back, where the Redis store holds one back while
-// heads a reply named under a learned share may still serve local
-// handoffs (adapt.lua): this store takes no local handoffs (it is no
-// fairqueue.Transferrer) and names no heads, so none are ever live.
 type adaptState struct {
 	shares  map[string]float64
 	windows map[string]*adaptWindow
+	// headsAt and headsTo are when, and to which node, a release last
+	// found the node's own waiters heading the queue under a learned
+	// capacity, where the Redis store's reply names them (my_heads in
+	// dispatch.lua): another node's report lowers the queue's share no
+	// sooner than fairqueue.HeadsTTL after (heldBack), as there. This
+	// store takes no local handoffs itself; it holds the same lowerings
+	// back, so that both stores move the share alike.
+	headsAt time.Time
+	headsTo string
 }
 
 type adaptWindow struct {
@@ -44,7 +48,8 @@ func (s *Store) Adapt(_ context.Context, a fairqueue.AdaptArgs) (map[string]floa
 		w.over += r.Over
 		w.refused += r.Refused
 		w.limited = w.limited || a.Limited
-		if now.Sub(w.moved) >= a.Interval && fairqueue.Ripe(w.samples, w.refused, a) {
+		down := fairqueue.Breached(w.samples, w.over, w.refused, a)
+		if now.Sub(w.moved) >= a.Interval && fairqueue.Ripe(w.samples, w.refused, a) && (!down || r.Key != "" || !s.heldBack(a.Node, now)) {
 			share, ok := s.shares[r.Key]
 			if !ok {
 				share = 1
@@ -62,6 +67,42 @@ func (s *Store) Adapt(_ context.Context, a fairqueue.AdaptArgs) (map[string]floa
 		s.shares[k], out[k] = v, v
 	}
 	return out, nil
+}
+
+// heldBack says whether the queue's share may not come down now on
+// node's report: heads were named to another node less than
+// fairqueue.HeadsTTL ago (noteHeads; the Redis store's adapt.lua).
+func (s *Store) heldBack(node string, now time.Time) bool {
+	return !s.headsAt.IsZero() && now.Sub(s.headsAt) < fairqueue.HeadsTTL && s.headsTo != node
+}
+
+// noteHeads records, after a release of ticket id under l (scaled)
+// and its dispatch, whether the Redis store's reply would name heads
+// under a learned capacity (my_heads in dispatch.lua): no fair ticket
+// waited and no holder was on an upstream before the release (shared:
+// the script reads them first), no pool and no tokens in l, no more
+// holders than l's permits, the first FIFO waiter is the releasing
+// node's, and no other node is in the queue.
+func (s *Store) noteHeads(id string, l fairqueue.Limits, shared bool, now time.Time) {
+	if !l.Learned || shared || len(l.Upstreams) > 0 || l.Tokens != 0 || l.Permits < 1 ||
+		len(s.holders) > l.Permits || len(s.nodes) > 1 || len(s.waiting) == 0 {
+		return
+	}
+	node := fairqueue.TicketNode(id)
+	if fairqueue.TicketNode(s.waiting[0].id) != node { // the heap's least seq: the head
+		return
+	}
+	s.headsAt, s.headsTo = now, node
+}
+
+// fairWaits reports whether any fair ticket waits.
+func (s *Store) fairWaits() bool {
+	for _, f := range s.flows {
+		if len(f.q) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // scaled is l under the learned shares (fairqueue.Limits.Scale).

@@ -273,8 +273,10 @@ func (s *Store) Release(_ context.Context, t fairqueue.TicketArgs) error {
 	t.Limits = s.scaled(t.Limits)
 	now := s.now()
 	s.markFreed(t.ID, t.Tombstone, t.Lease, now)
+	shared := s.fairWaits() || len(s.holderOn) > 0
 	s.release(t.ID, t.Correction, t.Cool, t.CoolFor, now)
 	s.reapAndDispatch(t.Node, t.Limits, now, out)
+	s.noteHeads(t.ID, t.Limits, shared, now)
 	return nil
 }
 

@@ -190,7 +190,7 @@ type diff struct {
 	log     []string
 	n2      diffNode2       // the second node (differential_nodes.go)
 	joined  map[string]bool // nodes that made a call that joins (noteJoin)
-	joinAt  time.Time       // when the last of them first did
+	holdAt  time.Time       // when the last call that may hold a lowering back ran (noteJoin, noteRelease)
 }
 
 type diffSide struct {

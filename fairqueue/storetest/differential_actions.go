@@ -96,6 +96,7 @@ func (d *diff) release(rt *rapid.T) {
 	}
 	tk.held = false
 	d.gone = append(d.gone, tk)
+	d.noteRelease()
 	d.eachAs(tk.node, fmt.Sprintf("release %s (correction %v, cool %q)", tk.id, args.Correction, args.Cool), func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
 		return "", nil, s.Release(context.Background(), args)
 	})
@@ -188,6 +189,7 @@ func (d *diff) heartbeatAs(rt *rapid.T, hb fairqueue.HeartbeatArgs) {
 	// A ticket counted again that the node no longer runs: the node
 	// releases it again at once.
 	for _, id := range res.Readded {
+		d.noteRelease()
 		d.eachAs(hb.Node, "release again "+id, func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
 			return "", nil, s.Release(context.Background(), fairqueue.TicketArgs{ID: id, Node: hb.Node, Limits: hb.Limits})
 		})
