@@ -135,11 +135,11 @@ type Adapter interface {
 	// Adapt adds one node's reports to the queue's windows and, for each
 	// share an interval has passed since it last moved (the store's
 	// clock), moves it by its window's reports and starts a new window.
-	// It returns every share in force, by key. A store that names heads
-	// (Transferrer) does not lower the queue's share (key "") while heads
-	// it named under a learned capacity to a node other than a.Node may
-	// still serve (HeadsTTL): the window keeps the reports, and a later
-	// report moves the share.
+	// It returns every share in force, by key. It does not lower the
+	// queue's share (key "") while heads named under a learned capacity
+	// (HeadListener; the in-process store notes where the Redis store
+	// names them) to a node other than a.Node may still serve (HeadsTTL):
+	// the window keeps the reports, and a later report moves the share.
 	Adapt(ctx context.Context, a AdaptArgs) (map[string]float64, error)
 }
 
