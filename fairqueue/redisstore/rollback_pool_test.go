@@ -10,23 +10,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
-	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
-	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
 // rollbackPoolCfg is rollbackCfg with a pool of two upstreams of one
 // permit each.
 var rollbackPoolCfg = fairqueue.Config{Permits: 2, MaxWait: 10 * time.Second, PollInterval: 100 * time.Millisecond,
 	Lease: 30 * time.Second, Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 1}, {Dial: "b:1", Permits: 1}}}
-
-// uheld reads which upstream each holder of queue name runs on.
-func uheld(t *testing.T, n *node, name string) map[string]string {
-	t.Helper()
-	tag := redisstore.New(n.rdb, name, redisstore.Options{}).Tag()
-	m, err := n.rdb.HGetAll(context.Background(), tag+":uheld").Result()
-	require.NoError(t, err)
-	return m
-}
 
 // notOn acquires with max wait d on n and asserts the request is not
 // granted on upstream dial: it waits (and times out) or runs elsewhere.
@@ -49,36 +38,27 @@ func notOn(t *testing.T, n *node, dial string, d time.Duration, why string) {
 // request waits: the other upstream runs the requeued one); Redis counts the
 // requeued request on the upstream it runs on and is left clean.
 func TestLostRequeueStillCoolsTheUpstream(t *testing.T) {
-	srv := redistest.Start(t)
-	const name = "lost-requeue-cool"
-	cfg := rollbackPoolCfg
-	n := newNode(t, srv, name, cfg)
-	admin := srv.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.MaxWait)
-	defer cancel()
+	s := oneNodeScene(t, "lost-requeue-cool", rollbackPoolCfg)
+	n := s.a
 
-	old, err := n.q.Acquire(ctx, fairqueue.Request{})
+	old, err := n.q.Acquire(s.ctx, fairqueue.Request{})
 	require.NoError(t, err)
 	refused := old.Upstream()
 	require.NotEmpty(t, refused)
 	beaten(t, n)
-	rollback := snapshot(t, admin)
-	held, err := old.Requeue(ctx, time.Minute) // the requeue, and its cooldown: lost
+	rollback := snapshot(t, s.admin)
+	held, err := old.Requeue(s.ctx, time.Minute) // the requeue, and its cooldown: lost
 	require.NoError(t, err)
 	require.NotEqual(t, refused, held.Upstream(), "the requeued request runs on the other upstream")
 	rollback(func() {
-		require.Equal(t, map[string]string{old.Ticket(): refused}, uheld(t, n, name), "the rollback brought the old grant back")
+		require.Equal(t, map[string]string{old.Ticket(): refused}, uheld(t, n, s.name), "the rollback brought the old grant back")
 	})
-	eventually(t, 5*time.Second, func() bool {
-		h := readState(t, admin, name).Holders
-		return len(h) == 1 && h[0] == held.Ticket()
-	}, "Redis does not count the requeued request in place of the old ticket")
-	assert.Equal(t, map[string]string{held.Ticket(): held.Upstream()}, uheld(t, n, name), "the requeued request, on its upstream")
+	eventually(t, 5*time.Second, s.holdsOnly(t, held.Ticket()), "Redis does not count the requeued request in place of the old ticket")
+	assert.Equal(t, map[string]string{held.Ticket(): held.Upstream()}, uheld(t, n, s.name), "the requeued request, on its upstream")
 
 	notOn(t, n, refused, 2*time.Second, "granted on the upstream that answered 429 a moment ago: its cooldown was lost with the requeue")
 	held.Release()
-	require.NoError(t, n.q.Close())
-	assert.Empty(t, srv.Keys(t, "*"), "keys left after every node left")
+	s.leave(t)
 }
 
 // A release a failover lost, of a request whose upstream failed it
@@ -86,11 +66,8 @@ func TestLostRequeueStillCoolsTheUpstream(t *testing.T) {
 // reconcile after the resubscribe, and the upstream cools, as Permit.Cool
 // promises: with the other upstream busy, the next request waits.
 func TestLostCoolingReleaseStillCoolsTheUpstream(t *testing.T) {
-	srv := redistest.Start(t)
-	const name = "lost-release-cool"
-	cfg := rollbackPoolCfg
-	n := newNode(t, srv, name, cfg)
-	admin := srv.Client(t)
+	s := oneNodeScene(t, "lost-release-cool", rollbackPoolCfg)
+	n := s.a
 	ctx := context.Background()
 	p, err := n.q.Acquire(ctx, fairqueue.Request{})
 	require.NoError(t, err)
@@ -98,19 +75,17 @@ func TestLostCoolingReleaseStillCoolsTheUpstream(t *testing.T) {
 	require.NoError(t, err)
 	failed := p.Upstream()
 	beaten(t, n)
-	rollback := snapshot(t, admin)
+	rollback := snapshot(t, s.admin)
 	p.Cool(time.Minute)
 	p.Release() // the release, and its cooldown: lost
-	alone := func() bool { return len(readState(t, admin, name).Holders) == 1 }
-	eventually(t, 5*time.Second, alone, "the release never reached Redis")
-	rollback(func() { require.Len(t, readState(t, admin, name).Holders, 2, "the rollback brought the permit back") })
-	eventually(t, 5*time.Second, alone, "the lost release was not released again")
-	assert.Equal(t, map[string]string{other.Ticket(): other.Upstream()}, uheld(t, n, name), "the request still running, on its upstream")
+	s.holding(t, 1, "the release never reached Redis")
+	rollback(func() { require.Len(t, s.state(t).Holders, 2, "the rollback brought the permit back") })
+	s.holding(t, 1, "the lost release was not released again")
+	assert.Equal(t, map[string]string{other.Ticket(): other.Upstream()}, uheld(t, n, s.name), "the request still running, on its upstream")
 
 	notOn(t, n, failed, 2*time.Second, "granted on the upstream that failed a moment ago: its cooldown was lost with the release")
 	other.Release()
-	require.NoError(t, n.q.Close())
-	assert.Empty(t, srv.Keys(t, "*"), "keys left after every node left")
+	s.leave(t)
 }
 
 // A grant a failover lost, on upstream X of a pool of two of one permit
@@ -118,25 +93,20 @@ func TestLostCoolingReleaseStillCoolsTheUpstream(t *testing.T) {
 // another node, one runs on the other upstream and the other waits for
 // X's request to end, instead of running on X beside it.
 func TestLostPoolGrantCountsOnItsUpstreamAgain(t *testing.T) {
-	srv := redistest.Start(t)
-	const name = "lost-pool-grant"
-	cfg := rollbackPoolCfg
-	a, b := warmPair(t, srv, name, cfg)
-	admin := srv.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.MaxWait)
-	defer cancel()
+	s := warmScene(t, "lost-pool-grant", rollbackPoolCfg)
+	a, b := s.a, s.b
 
-	rollback := snapshot(t, admin)
-	held, err := a.q.Acquire(ctx, fairqueue.Request{}) // the grant: lost
+	rollback := snapshot(t, s.admin)
+	held, err := a.q.Acquire(s.ctx, fairqueue.Request{}) // the grant: lost
 	require.NoError(t, err)
 	x := held.Upstream()
-	rollback(func() { require.Empty(t, uheld(t, a, name), "the rollback lost a's grant") })
-	eventually(t, 5*time.Second, func() bool { return uheld(t, a, name)[held.Ticket()] == x },
+	rollback(func() { require.Empty(t, uheld(t, a, s.name), "the rollback lost a's grant") })
+	eventually(t, 5*time.Second, func() bool { return uheld(t, a, s.name)[held.Ticket()] == x },
 		"a's request is not counted again on its upstream %s", x)
-	other, err := b.q.Acquire(ctx, fairqueue.Request{})
+	other, err := b.q.Acquire(s.ctx, fairqueue.Request{})
 	require.NoError(t, err)
 	assert.NotEqual(t, x, other.Upstream(), "b's first request runs beside a's on %s: 2 running with 1 permit", x)
-	beside := acquireAsync(b, ctx)
+	beside := acquireAsync(b, s.ctx)
 	stillWaiting(t, beside, "b's second request started: 3 running on 2 upstreams of 1 permit")
 	held.Release()
 	r := waitFor(t, beside, "b's second request")
@@ -144,7 +114,5 @@ func TestLostPoolGrantCountsOnItsUpstreamAgain(t *testing.T) {
 	assert.Equal(t, x, r.p.Upstream(), "b's second request, on the upstream a's freed")
 	r.p.Release()
 	other.Release()
-	require.NoError(t, a.q.Close())
-	require.NoError(t, b.q.Close())
-	assert.Empty(t, srv.Keys(t, "*"), "keys left after every node left")
+	s.leave(t)
 }
