@@ -1,7 +1,6 @@
 package redisstore_test
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
-	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
 // rollbackTenantCfg is rollbackCfg in fair order with two permits, one
@@ -23,31 +21,22 @@ var rollbackTenantCfg = fairqueue.Config{Permits: 2, Fair: true, MaxInFlightPerT
 // another node) waits while a permit is free, and tenant y's is served
 // meanwhile; x's is served once its first ends.
 func TestLostTenantGrantCountsForItsTenantAgain(t *testing.T) {
-	srv := redistest.Start(t)
-	const name = "lost-tenant-grant"
-	cfg := rollbackTenantCfg
-	a, b := warmPair(t, srv, name, cfg)
-	admin := srv.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.MaxWait)
-	defer cancel()
+	s := warmScene(t, "lost-tenant-grant", rollbackTenantCfg)
+	a, b, ctx := s.a, s.b, s.ctx
 
-	rollback := snapshot(t, admin)
+	rollback := snapshot(t, s.admin)
 	held, err := a.q.Acquire(ctx, fairqueue.Request{Tenant: "x"}) // the grant: lost
 	require.NoError(t, err)
-	rollback(func() { require.Empty(t, readState(t, admin, name).Holders, "the rollback lost x's grant") })
-	eventually(t, 5*time.Second, func() bool { return len(readState(t, admin, name).Holders) == 1 }, "x's request is not counted again")
+	rollback(func() { require.Empty(t, s.state(t).Holders, "the rollback lost x's grant") })
+	s.holding(t, 1, "x's request is not counted again")
 	second := acquireReq(b, ctx, fairqueue.Request{Tenant: "x"})
 	stillWaiting(t, second, "x's second request started beside its first: 2 in flight, max_in_flight_per_tenant 1")
 	y, err := b.q.Acquire(ctx, fairqueue.Request{Tenant: "y"})
 	require.NoError(t, err, "y's request, on the permit x may not take")
 	held.Release()
-	r := waitFor(t, second, "x's second request")
-	require.NoError(t, r.err)
-	r.p.Release()
+	served(t, second, "x's second request")
 	y.Release()
-	require.NoError(t, a.q.Close())
-	require.NoError(t, b.q.Close())
-	assert.Empty(t, srv.Keys(t, "*"), "keys left after every node left")
+	s.leave(t)
 }
 
 // A release a failover lost, of tenant x at its max_in_flight_per_tenant,
@@ -55,26 +44,17 @@ func TestLostTenantGrantCountsForItsTenantAgain(t *testing.T) {
 // another node, is served within its max wait (far shorter than the
 // lease).
 func TestLostTenantReleaseFreesItsTenant(t *testing.T) {
-	srv := redistest.Start(t)
-	const name = "lost-tenant-release"
-	cfg := rollbackTenantCfg
-	a, b := warmPair(t, srv, name, cfg)
-	admin := srv.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.MaxWait)
-	defer cancel()
+	s := warmScene(t, "lost-tenant-release", rollbackTenantCfg)
+	a, b, ctx := s.a, s.b, s.ctx
 
 	held, err := a.q.Acquire(ctx, fairqueue.Request{Tenant: "x"})
 	require.NoError(t, err)
-	rollback := snapshot(t, admin)
+	rollback := snapshot(t, s.admin)
 	held.Release() // the release: lost
-	eventually(t, 5*time.Second, func() bool { return len(readState(t, admin, name).Holders) == 0 }, "the release never reached Redis")
-	rollback(func() { require.Len(t, readState(t, admin, name).Holders, 1, "the rollback brought x's permit back") })
-	r := waitFor(t, acquireReq(b, ctx, fairqueue.Request{Tenant: "x"}), "x's next request")
-	require.NoError(t, r.err, "x's next request, its lost release released again")
-	r.p.Release()
-	require.NoError(t, a.q.Close())
-	require.NoError(t, b.q.Close())
-	assert.Empty(t, srv.Keys(t, "*"), "keys left after every node left")
+	s.holding(t, 0, "the release never reached Redis")
+	rollback(func() { require.Len(t, s.state(t).Holders, 1, "the rollback brought x's permit back") })
+	served(t, acquireReq(b, ctx, fairqueue.Request{Tenant: "x"}), "x's next request", "x's next request, its lost release released again")
+	s.leave(t)
 }
 
 // Waiters of the highest priority band a failover lost (their acquires)
@@ -82,14 +62,10 @@ func TestLostTenantReleaseFreesItsTenant(t *testing.T) {
 // tenant l in band 0, tenant p's two are served one after the other as
 // soon as l's first is (a band 0 flow would take turns with l).
 func TestLostPriorityWaitersKeepTheirBand(t *testing.T) {
-	srv := redistest.Start(t)
-	const name = "lost-priority"
 	cfg := rollbackCfg
 	cfg.Fair = true
-	a, b := warmPair(t, srv, name, cfg)
-	admin := srv.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.MaxWait)
-	defer cancel()
+	s := warmScene(t, "lost-priority", cfg)
+	a, b, ctx := s.a, s.b, s.ctx
 
 	held, err := a.q.Acquire(ctx, fairqueue.Request{Tenant: "h"})
 	require.NoError(t, err)
@@ -104,17 +80,17 @@ func TestLostPriorityWaitersKeepTheirBand(t *testing.T) {
 			mu.Unlock()
 			granted <- acquired{p: p, err: err}
 		}()
-		eventually(t, 5*time.Second, func() bool { return len(readState(t, admin, name).Waiting) == waiting }, "%s never queued", tenant)
+		s.waiting(t, waiting, tenant+" never queued")
 	}
 	for i := range 3 {
 		queue(a, "l", 0, i+1)
 	}
-	rollback := snapshot(t, admin)
+	rollback := snapshot(t, s.admin)
 	for i := range 2 { // lost
 		queue(b, "p", fairqueue.MaxPriority, 4+i)
 	}
-	rollback(func() { require.Len(t, readState(t, admin, name).Waiting, 3, "the rollback lost p's waiters") })
-	eventually(t, 5*time.Second, func() bool { return len(readState(t, admin, name).Waiting) == 5 }, "p's waiters were not queued again")
+	rollback(func() { require.Len(t, s.state(t).Waiting, 3, "the rollback lost p's waiters") })
+	s.waiting(t, 5, "p's waiters were not queued again")
 	held.Release()
 	var order []string
 	for range 5 {
@@ -131,7 +107,5 @@ func TestLostPriorityWaitersKeepTheirBand(t *testing.T) {
 		r.p.Release()
 	}
 	assert.Equal(t, []string{"l", "p", "p", "l", "l"}, order, "p's waiters, queued again, are of band %d", fairqueue.MaxPriority)
-	require.NoError(t, a.q.Close())
-	require.NoError(t, b.q.Close())
-	assert.Empty(t, srv.Keys(t, "*"), "keys left after every node left")
+	s.leave(t)
 }
