@@ -5,11 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
-	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
 // rollbackCfg has one permit and a lease (the default) far longer than
@@ -32,12 +30,8 @@ var lostReleaseCfg = fairqueue.Config{Permits: 1, MaxWait: 4 * time.Second, Poll
 // node is served, long before the lease would have ended, and Redis is
 // left clean.
 func TestLostReleaseIsReleasedAgainAfterTheResubscribe(t *testing.T) {
-	srv := redistest.Start(t)
-	const name = "lost-release"
-	cfg := lostReleaseCfg
-	a := newNode(t, srv, name, cfg)
-	b := newNode(t, srv, name, cfg)
-	admin := srv.Client(t)
+	s := newScene(t, "lost-release", lostReleaseCfg)
+	a, b, cfg := s.a, s.b, s.cfg
 	ctx := context.Background()
 	for _, n := range []*node{a, b} {
 		warm, err := n.q.Acquire(ctx, fairqueue.Request{}) // joined and subscribed
@@ -48,11 +42,11 @@ func TestLostReleaseIsReleasedAgainAfterTheResubscribe(t *testing.T) {
 
 	held, err := a.q.Acquire(ctx, fairqueue.Request{})
 	require.NoError(t, err)
-	rollback := snapshot(t, admin)
+	rollback := snapshot(t, s.admin)
 	held.Release() // the write the failover loses
-	eventually(t, 5*time.Second, func() bool { return len(readState(t, admin, name).Holders) == 0 }, "the release never reached Redis")
+	s.holding(t, 0, "the release never reached Redis")
 	rollback(func() {
-		require.Len(t, readState(t, admin, name).Holders, 1, "the rollback brought the released permit back")
+		require.Len(t, s.state(t).Holders, 1, "the rollback brought the released permit back")
 	})
 
 	wctx, cancel := context.WithTimeout(ctx, cfg.MaxWait)
@@ -65,7 +59,5 @@ func TestLostReleaseIsReleasedAgainAfterTheResubscribe(t *testing.T) {
 	case <-time.After(cfg.MaxWait + 5*time.Second):
 		t.Fatal("the waiter's acquire never returned")
 	}
-	require.NoError(t, a.q.Close())
-	require.NoError(t, b.q.Close())
-	assert.Empty(t, srv.Keys(t, "*"), "keys left after every node left")
+	s.leave(t)
 }

@@ -1,11 +1,9 @@
 package redisstore_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
@@ -21,18 +19,15 @@ import (
 // again when it ends), and the other node's waiter is served when it
 // ends; Redis is left clean.
 func TestLostTransferIsSortedOut(t *testing.T) {
-	srv := redistest.Start(t)
 	const name = "lost-transfer"
 	cfg := rollbackCfg
+	srv := redistest.Start(t)
 	ht := &heldTransfers{calls: make(chan string, 8), go_: make(chan struct{})}
 	a := wrappedNode(t, srv, name, cfg, func(s fairqueue.Store) fairqueue.Store { ht.Store = s; return ht })
-	b := newNode(t, srv, name, cfg)
-	admin := srv.Client(t)
+	s := sceneOf(t, srv, name, cfg, a, newNode(t, srv, name, cfg))
 	w1, w2, w2id := secondInLine(t, a, name)
-	bctx, bcancel := context.WithTimeout(context.Background(), cfg.MaxWait)
-	defer bcancel()
-	behind := acquireAsync(b, bctx)
-	eventually(t, 5*time.Second, func() bool { return len(readState(t, admin, name).Waiting) == 2 }, "b's waiter never queued")
+	behind := acquireAsync(s.b, s.fresh(t))
+	s.waiting(t, 2, "b's waiter never queued")
 
 	go w1.p.Release() // a local handoff to w2
 	select {
@@ -43,7 +38,7 @@ func TestLostTransferIsSortedOut(t *testing.T) {
 	}
 	r2 := <-w2
 	require.NoError(t, r2.err)
-	rollback := snapshot(t, admin)
+	rollback := snapshot(t, s.admin)
 	ht.go_ <- struct{}{} // the transfer: lost
 	// Any later transfer goes through.
 	go func() {
@@ -51,35 +46,24 @@ func TestLostTransferIsSortedOut(t *testing.T) {
 			ht.go_ <- struct{}{}
 		}
 	}()
-	eventually(t, 5*time.Second, func() bool {
-		h := readState(t, admin, name).Holders
-		return len(h) == 1 && h[0] == w2id
-	}, "the transfer never reached Redis")
+	eventually(t, 5*time.Second, s.holdsOnly(t, w2id), "the transfer never reached Redis")
 	rollback(func() {
-		st := readState(t, admin, name)
+		st := s.state(t)
 		require.Equal(t, []string{w1.p.Ticket()}, st.Holders, "the rollback brought the ended request back")
 		require.Contains(t, st.Waiting, w2id, "and the running one waits again")
 	})
 	sorted := func() bool {
-		st := readState(t, admin, name)
+		st := s.state(t)
 		return len(st.Holders) == 1 && st.Holders[0] == w2id && len(st.Waiting) == 1 && st.Waiting[0] != w2id
 	}
 	for deadline := time.Now().Add(cfg.Lease / 6); !sorted(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("Redis does not count the running request %s as the holder, b's as the one waiting, within %v: %+v",
-				w2id, cfg.Lease/6, readState(t, admin, name))
+				w2id, cfg.Lease/6, s.state(t))
 		}
 	}
-	select {
-	case r := <-behind:
-		t.Fatalf("b's waiter started beside a's running request (err %v): 2 running with 1 permit", r.err)
-	case <-time.After(200 * time.Millisecond):
-	}
+	stillWaiting(t, behind, "b's waiter started beside a's running request: 2 running with 1 permit")
 	r2.p.Release()
-	r := waitFor(t, behind, "b's waiter")
-	require.NoError(t, r.err, "b's waiter, once a's request ended")
-	r.p.Release()
-	require.NoError(t, a.q.Close())
-	require.NoError(t, b.q.Close())
-	assert.Empty(t, srv.Keys(t, "*"), "keys left after every node left")
+	served(t, behind, "b's waiter", "b's waiter, once a's request ended")
+	s.leave(t)
 }
