@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
-	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
@@ -23,8 +22,7 @@ import (
 func TestJoinsEveryHalfHeadsTTLDoNotHoldTheLearnedShareUp(t *testing.T) {
 	const name = "learnedchurn"
 	srv := redistest.Start(t)
-	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 10 * time.Second, Lease: 30 * time.Second,
-		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	cfg := learnedCfg(10*time.Second, 30*time.Second)
 	ctx := context.Background()
 	visit := func(n *node) { // one request through n: it joins the queue
 		p, err := n.q.Acquire(ctx, fairqueue.Request{})
@@ -34,7 +32,7 @@ func TestJoinsEveryHalfHeadsTTLDoNotHoldTheLearnedShareUp(t *testing.T) {
 	a, b := newNode(t, srv, name, cfg), newNode(t, srv, name, cfg)
 	visit(a)
 	visit(b)
-	adapt := redisstore.New(a.rdb, name, redisstore.Options{}).Tag() + ":adapt"
+	adapt := adaptKey(a, name)
 	lowered := func() bool { return a.rdb.HExists(ctx, adapt, "s:").Val() }
 
 	const reports = 3
@@ -52,8 +50,7 @@ func TestJoinsEveryHalfHeadsTTLDoNotHoldTheLearnedShareUp(t *testing.T) {
 	}
 	require.True(t, lowered(), "%d breach reports, no heads named by any reply, and the share never came down (window %v)",
 		reports, a.rdb.HGetAll(ctx, adapt).Val())
-	eventually(t, 5*time.Second, func() bool { return a.q.Share() < 1 }, "a never heard of the lowered share")
-	require.Equal(t, 0.5, a.q.Share())
+	halved(t, a, "a never heard of the lowered share")
 	// The capacity in force: 2 of the 4 permits.
 	for range 2 {
 		p, err := a.q.Acquire(ctx, fairqueue.Request{})
@@ -75,24 +72,17 @@ func TestJoinsEveryHalfHeadsTTLDoNotHoldTheLearnedShareUp(t *testing.T) {
 func TestTheNodeHeadsWereNamedToLowersTheShareAtOnce(t *testing.T) {
 	const name = "learnedowner"
 	srv := redistest.Start(t)
-	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 10 * time.Second, Lease: 3 * time.Second,
-		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	cfg := learnedCfg(10*time.Second, 3*time.Second)
 	ctx := context.Background()
 	a := newNode(t, srv, name, cfg)
 	held, w1, w2Ch, w2 := secondHeadNamed(t, a, name) // a, alone, is told w2 heads the queue
 
-	c := newNode(t, srv, name, cfg)
-	_, err := c.q.Acquire(ctx, fairqueue.Request{MaxWait: 50 * time.Millisecond}) // c joins, behind w2
-	var rej *fairqueue.RejectError
-	require.ErrorAs(t, err, &rej)
+	joinBehind(t, srv, name, cfg)    // c joins, behind w2
 	a.q.ObserveTTFT("", time.Second) // a breach seen by a, reported at once
-	adapt := redisstore.New(a.rdb, name, redisstore.Options{}).Tag() + ":adapt"
-	eventually(t, 5*time.Second, func() bool {
-		return a.rdb.HGet(ctx, adapt, "n:").Val() == "1" || a.rdb.HExists(ctx, adapt, "s:").Val()
-	}, "a's report never landed")
+	adapt := adaptKey(a, name)
+	firstReportLanded(t, a, adapt, "a's report never landed")
 	require.True(t, a.rdb.HExists(ctx, adapt, "s:").Val(), "a's own report was held back (window %v)", a.rdb.HGetAll(ctx, adapt).Val())
-	eventually(t, 5*time.Second, func() bool { return a.q.Share() < 1 }, "a never heard of the lowered share")
-	require.Equal(t, 0.5, a.q.Share())
+	halved(t, a, "a never heard of the lowered share")
 
 	held[1].Release() // 3 still run (held[2], held[3], w1): nothing more may start
 	notStarted(t, a, name, held, w1, w2Ch, w2)

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
-	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
@@ -23,8 +22,7 @@ func TestLocalHandoffKeepsToACapacityLoweredBeforeTheNextHeartbeat(t *testing.T)
 	srv := redistest.Start(t)
 	// A long lease: the node's next heartbeat is 10 s away, and it
 	// confirmed the node alive for 15 s.
-	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: time.Second, Lease: 30 * time.Second,
-		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	cfg := learnedCfg(time.Second, 30*time.Second)
 	a := newNode(t, srv, name, cfg)
 	held, w1, w2Ch, w2 := secondHeadNamed(t, a, name)
 
@@ -44,38 +42,17 @@ func TestLocalHandoffKeepsToACapacityLoweredBeforeTheNextHeartbeat(t *testing.T)
 func TestLocalHandoffKeepsToACapacityLoweredByANodeThatLeftSince(t *testing.T) {
 	const name = "learnedleft"
 	srv := redistest.Start(t)
-	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 10 * time.Second, Lease: 3 * time.Second,
-		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	cfg := learnedCfg(10*time.Second, 3*time.Second)
 	a := newNode(t, srv, name, cfg)
 	held, w1, w2Ch, w2 := secondHeadNamed(t, a, name)
 
 	b := joinAndLower(t, srv, name, cfg)
 	require.NoError(t, b.q.Close()) // b leaves; the share it lowered stays
-	left := time.Now()
-	eventually(t, 5*time.Second, func() bool {
-		c := a.q.Stats().Cluster
-		return c.At.After(left) && c.Nodes == 1
-	}, "no heartbeat of a ran after b left")
+	aloneSince(t, a, time.Now())
 	require.Equal(t, 1.0, a.q.Share(), "a has heard nothing of the share")
 
 	held[1].Release() // 3 still run (held[2], held[3], w1): nothing more may start
 	notStarted(t, a, name, held, w1, w2Ch, w2)
-}
-
-// joinAndLower starts another node of queue name, which joins the queue
-// (its request, behind the waiters there, gives up at once) and, once
-// a newcomer's report may lower the learned share (HeadsTTL after it
-// joined), reports a breach: the share halves.
-func joinAndLower(t *testing.T, srv *redistest.Server, name string, cfg fairqueue.Config) *node {
-	t.Helper()
-	b := newNode(t, srv, name, cfg)
-	_, err := b.q.Acquire(context.Background(), fairqueue.Request{MaxWait: 50 * time.Millisecond})
-	var rej *fairqueue.RejectError
-	require.ErrorAs(t, err, &rej)
-	time.Sleep(fairqueue.HeadsTTL)
-	b.q.ObserveTTFT("", time.Second) // a breach seen by b: the share halves, 2 permits
-	eventually(t, 5*time.Second, func() bool { return b.q.Share() < 1 }, "the share did not move")
-	return b
 }
 
 // While heads a reply named under a learned capacity may still serve
@@ -87,17 +64,11 @@ func joinAndLower(t *testing.T, srv *redistest.Server, name string, cfg fairqueu
 func TestANewcomersReportLowersTheShareOnceHeadsNamedBeforeItJoinedAreSpent(t *testing.T) {
 	const name = "learnednewcomer"
 	srv := redistest.Start(t)
-	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 10 * time.Second, Lease: 3 * time.Second,
-		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	cfg := learnedCfg(10*time.Second, 3*time.Second)
 	ctx := context.Background()
 	a := newNode(t, srv, name, cfg)
 	// a, alone, holds 4 permits with w1 and w2 waiting behind them.
-	var held []*fairqueue.Permit
-	for range 4 {
-		p, err := a.q.Acquire(ctx, fairqueue.Request{})
-		require.NoError(t, err)
-		held = append(held, p)
-	}
+	held := holdFour(t, a)
 	w1Ch, _ := queueWaiter(t, a, name)
 	w2Ch, _ := queueWaiter(t, a, name)
 	alive(t, a)
@@ -107,15 +78,10 @@ func TestANewcomersReportLowersTheShareOnceHeadsNamedBeforeItJoinedAreSpent(t *t
 	require.NoError(t, w1.err)
 	namedBy := time.Now() // the heads were named between named and namedBy
 
-	b := newNode(t, srv, name, cfg)
-	_, err := b.q.Acquire(ctx, fairqueue.Request{MaxWait: 50 * time.Millisecond}) // b joins, behind w2
-	var rej *fairqueue.RejectError
-	require.ErrorAs(t, err, &rej)
-	b.q.ObserveTTFT("", time.Second) // a breach seen by b, reported at once
-	adapt := redisstore.New(b.rdb, name, redisstore.Options{}).Tag() + ":adapt"
-	eventually(t, 5*time.Second, func() bool {
-		return b.rdb.HGet(ctx, adapt, "n:").Val() == "1" || b.rdb.HExists(ctx, adapt, "s:").Val()
-	}, "b's report never landed")
+	b := joinBehind(t, srv, name, cfg) // b joins, behind w2
+	b.q.ObserveTTFT("", time.Second)   // a breach seen by b, reported at once
+	adapt := adaptKey(b, name)
+	firstReportLanded(t, b, adapt, "b's report never landed")
 	if time.Since(named) >= fairqueue.HeadsTTL {
 		t.Skipf("b's report landed %s after a's heads were named: the machine is too slow to see it held back", time.Since(named))
 	}
@@ -124,8 +90,7 @@ func TestANewcomersReportLowersTheShareOnceHeadsNamedBeforeItJoinedAreSpent(t *t
 
 	time.Sleep(time.Until(namedBy.Add(fairqueue.HeadsTTL)))
 	b.q.ObserveTTFT("", 10*time.Millisecond) // below the target; the window still holds the breach (1 of 2 over)
-	eventually(t, 5*time.Second, func() bool { return b.q.Share() < 1 }, "the held breach never lowered the share")
-	require.Equal(t, 0.5, b.q.Share())
+	halved(t, b, "the held breach never lowered the share")
 
 	w1.p.Release()
 	for _, p := range held[1:] {

@@ -20,32 +20,16 @@ import (
 // that ends while more than the learned permits run.
 func TestLocalHandoffKeepsToAShareLearnedWhileTheHeadsWereOnTheirWay(t *testing.T) {
 	const name = "learnedcrossed"
-	srv := redistest.Start(t)
-	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: time.Second, Lease: 30 * time.Second,
-		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
-	hs := &heldHeadsStore{let: make(chan struct{})}
-	a := wrappedNode(t, srv, name, cfg, func(s fairqueue.Store) fairqueue.Store { hs.Store = s; return hs })
-	ctx := context.Background()
-	var held []*fairqueue.Permit
-	for range 4 {
-		p, err := a.q.Acquire(ctx, fairqueue.Request{})
-		require.NoError(t, err)
-		held = append(held, p)
-	}
+	a, hs := heldHeadsNode(t, redistest.Start(t), name, learnedCfg(time.Second, 30*time.Second))
+	held := holdFour(t, a)
 	w1Ch, _ := queueWaiter(t, a, name)
 	w2Ch, w2 := queueWaiter(t, a, name)
 	alive(t, a)
 
-	hs.hold.Store(true) // the next heads wait
-	released := make(chan struct{})
-	go func() { held[0].Release(); close(released) }() // w1 takes it; the reply names w2, held on its way
-	w1 := <-w1Ch
-	require.NoError(t, w1.err)
+	w1, arrive := headsOnTheirWay(t, hs, held, w1Ch)
 	a.q.ObserveTTFT("", time.Second) // a breach: the share halves, 2 permits
-	eventually(t, 5*time.Second, func() bool { return a.q.Share() < 1 }, "the share did not move")
-	require.Equal(t, 0.5, a.q.Share())
-	close(hs.let) // the heads Redis chose under a share of 1 arrive
-	<-released
+	halved(t, a, "the share did not move")
+	arrive() // the heads Redis chose under a share of 1 arrive
 
 	held[1].Release() // 3 still run (held[2], held[3], w1): nothing more may start
 	notStarted(t, a, name, held, w1, w2Ch, w2)
@@ -93,19 +77,11 @@ func (h *heldHeads) Heads(ids []string, permits int, sent time.Time) {
 func TestLocalHandoffKeepsToALearnedCapacityAReloadTurnedOnWhileTheHeadsWereOnTheirWay(t *testing.T) {
 	const name = "learnedreload"
 	srv := redistest.Start(t)
-	learned := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 10 * time.Second, Lease: 3 * time.Second,
-		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	learned := learnedCfg(10*time.Second, 3*time.Second)
 	plain := learned
 	plain.Adaptive = nil
-	hs := &heldHeadsStore{let: make(chan struct{})}
-	a := wrappedNode(t, srv, name, plain, func(s fairqueue.Store) fairqueue.Store { hs.Store = s; return hs })
-	ctx := context.Background()
-	var held []*fairqueue.Permit
-	for range 4 {
-		p, err := a.q.Acquire(ctx, fairqueue.Request{})
-		require.NoError(t, err)
-		held = append(held, p)
-	}
+	a, hs := heldHeadsNode(t, srv, name, plain)
+	held := holdFour(t, a)
 	// b, with the learned capacity, halves the share and leaves: the
 	// share stays in Redis.
 	b := joinAndLower(t, srv, name, learned)
@@ -113,20 +89,11 @@ func TestLocalHandoffKeepsToALearnedCapacityAReloadTurnedOnWhileTheHeadsWereOnTh
 	require.NoError(t, b.q.Close())
 	w1Ch, _ := queueWaiter(t, a, name)
 	w2Ch, w2 := queueWaiter(t, a, name)
-	left := time.Now()
-	eventually(t, 5*time.Second, func() bool {
-		c := a.q.Stats().Cluster
-		return c.At.After(left) && c.Nodes == 1
-	}, "no heartbeat of a ran after b left")
+	aloneSince(t, a, time.Now())
 
-	hs.hold.Store(true) // the next heads wait
-	released := make(chan struct{})
-	go func() { held[0].Release(); close(released) }() // w1 takes it; the reply names w2, held on its way
-	w1 := <-w1Ch
-	require.NoError(t, w1.err)
+	w1, arrive := headsOnTheirWay(t, hs, held, w1Ch)
 	require.NoError(t, a.q.Reconfigure(learned)) // a reload: 4 x 0.5 = 2 permits from now on
-	close(hs.let)
-	<-released
+	arrive()
 
 	held[1].Release() // 3 still run (held[2], held[3], w1): nothing more may start
 	notStarted(t, a, name, held, w1, w2Ch, w2)

@@ -20,14 +20,12 @@ import (
 // dispatch would not grant it (3 held, 2 allowed).
 func TestLocalHandoffKeepsToTheLearnedCapacity(t *testing.T) {
 	srv := redistest.Start(t)
-	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 10 * time.Second, Lease: 3 * time.Second,
-		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	cfg := learnedCfg(10*time.Second, 3*time.Second)
 	n := newNode(t, srv, "learnedhandoff", cfg)
 	q := n.q
 	held, w1, w2Ch, w2 := secondHeadNamed(t, n, "learnedhandoff")
 	q.ObserveTTFT("", time.Second) // a breach: the share halves, 2 permits
-	eventually(t, 5*time.Second, func() bool { return q.Share() < 1 }, "the share did not move")
-	require.Equal(t, 0.5, q.Share())
+	halved(t, n, "the share did not move")
 	held[1].Release() // 3 still run (held[2], held[3], w1): nothing more may start
 	notStarted(t, n, "learnedhandoff", held, w1, w2Ch, w2)
 }
@@ -41,8 +39,7 @@ func TestLocalHandoffKeepsToTheLearnedCapacity(t *testing.T) {
 func TestLocalHandoffKeepsToACapacityAnotherNodeLowered(t *testing.T) {
 	const name = "learnedelsewhere"
 	srv := redistest.Start(t)
-	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 10 * time.Second, Lease: 3 * time.Second,
-		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	cfg := learnedCfg(10*time.Second, 3*time.Second)
 	a := newNode(t, srv, name, cfg)
 	b := newNode(t, srv, name, cfg)
 	ctx := context.Background()
@@ -51,8 +48,7 @@ func TestLocalHandoffKeepsToACapacityAnotherNodeLowered(t *testing.T) {
 	p.Release()
 	held, w1, w2Ch, w2 := secondHeadNamed(t, a, name)
 	b.q.ObserveTTFT("", time.Second) // a breach seen by b: the share halves, 2 permits
-	eventually(t, 5*time.Second, func() bool { return b.q.Share() < 1 }, "the share did not move")
-	require.Equal(t, 0.5, b.q.Share())
+	halved(t, b, "the share did not move")
 	require.Equal(t, 1.0, a.q.Share(), "a has heard nothing of it")
 
 	// 3 still run (held[2], held[3], w1): nothing more may start. The
@@ -70,8 +66,7 @@ func TestLocalHandoffKeepsToACapacityAnotherNodeLowered(t *testing.T) {
 func TestLocalHandoffKeepsToACapacityLoweredByANodeThatJoinedSince(t *testing.T) {
 	const name = "learnedjoined"
 	srv := redistest.Start(t)
-	cfg := fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: 10 * time.Second, Lease: 3 * time.Second,
-		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+	cfg := learnedCfg(10*time.Second, 3*time.Second)
 	a := newNode(t, srv, name, cfg)
 	held, w1, w2Ch, w2 := secondHeadNamed(t, a, name)
 
@@ -90,11 +85,7 @@ func TestLocalHandoffKeepsToACapacityLoweredByANodeThatJoinedSince(t *testing.T)
 // w1, granted, and w2's channel and ticket.
 func secondHeadNamed(t *testing.T, n *node, name string) (held []*fairqueue.Permit, w1 got, w2Ch chan got, w2 string) {
 	t.Helper()
-	for range 4 {
-		p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
-		require.NoError(t, err)
-		held = append(held, p)
-	}
+	held = holdFour(t, n)
 	w1Ch, _ := queueWaiter(t, n, name)
 	w2Ch, w2 = queueWaiter(t, n, name)
 	alive(t, n)       // a heartbeat confirmed n: it may hand on locally
