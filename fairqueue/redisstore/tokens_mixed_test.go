@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -21,24 +20,19 @@ import (
 func TestAWaiterGrantedByANodeWithoutTokensStillCountsItsWeight(t *testing.T) {
 	rdb, s := openStore(t, "tokmix")
 	ctx := context.Background()
-	counted := fairqueue.Limits{Permits: 10, Tokens: 100, Lease: 10 * time.Second}
-	plain := fairqueue.Limits{Permits: 10, Lease: 10 * time.Second}
+	plain := noTokens(10)
 	w := func(id string) fairqueue.TicketArgs {
-		return fairqueue.TicketArgs{ID: "w:" + id, Node: "w", Limits: counted, Cost: 1, Tokens: 80}
+		return fairqueue.TicketArgs{ID: "w:" + id, Node: "w", Limits: tokensCounted, Cost: 1, Tokens: 80}
 	}
-	r, err := s.Acquire(ctx, w("1"))
-	require.NoError(t, err)
-	require.True(t, r.Granted)
-	r, err = s.Acquire(ctx, w("2"))
+	acquireGranted(t, s, w("1"))
+	r, err := s.Acquire(ctx, w("2"))
 	require.NoError(t, err)
 	require.False(t, r.Granted, "80 + 80 tokens do not fit 100")
 
 	// n ends a request of its own: its call, counting no tokens, grants
 	// w's waiter.
 	n1 := fairqueue.TicketArgs{ID: "n:1", Node: "n", Limits: plain, Cost: 1}
-	r, err = s.Acquire(ctx, n1)
-	require.NoError(t, err)
-	require.True(t, r.Granted)
+	acquireGranted(t, s, n1)
 	require.NoError(t, s.Release(ctx, n1))
 	require.Contains(t, readState(t, rdb, "tokmix").Holders, "w:2", "n's release granted w's waiter")
 
@@ -47,9 +41,7 @@ func TestAWaiterGrantedByANodeWithoutTokensStillCountsItsWeight(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, r.Granted, "w granted 80 tokens beside w:2's 80 under a capacity of 100")
 	require.NoError(t, s.Release(ctx, w("2")))
-	require.NoError(t, s.Leave(ctx, "w", counted))
-	require.NoError(t, s.Leave(ctx, "n", plain))
-	assert.Empty(t, rdb.Keys(ctx, s.Tag()+"*").Val())
+	bothLeave(t, rdb, s, plain)
 }
 
 // A reload that turns kv_tokens off on node n while n's waiter, weighing
@@ -62,16 +54,8 @@ func TestAWaiterGrantedByANodeWithoutTokensStillCountsItsWeight(t *testing.T) {
 func TestAWaiterHandedOnByANodeWithoutTokensStillCountsItsWeight(t *testing.T) {
 	rdb, s := openStore(t, "tokmixhandoff")
 	ctx := context.Background()
-	counted := fairqueue.Limits{Permits: 10, Tokens: 100, Lease: 10 * time.Second}
-	plain := fairqueue.Limits{Permits: 10, Lease: 10 * time.Second}
-	n1 := fairqueue.TicketArgs{ID: "n:1", Node: "n", Limits: counted, Cost: 1, Tokens: 30}
-	n2 := fairqueue.TicketArgs{ID: "n:2", Node: "n", Limits: counted, Cost: 1, Tokens: 80}
-	r, err := s.Acquire(ctx, n1)
-	require.NoError(t, err)
-	require.True(t, r.Granted)
-	r, err = s.Acquire(ctx, n2)
-	require.NoError(t, err)
-	require.False(t, r.Granted, "30 + 80 tokens do not fit 100")
+	plain := noTokens(10)
+	n1, n2, _ := thirtyThenEighty(t, s)
 
 	// n reloaded without kv_tokens: n:1 ends and n hands its permit on
 	// to n:2, the head of the queue.
@@ -79,16 +63,10 @@ func TestAWaiterHandedOnByANodeWithoutTokensStillCountsItsWeight(t *testing.T) {
 	require.NoError(t, s.Transfer(ctx, n1, "n:2"))
 	require.Equal(t, []string{"n:2"}, readState(t, rdb, "tokmixhandoff").Holders, "n's transfer gave n:2 the permit")
 
-	w1 := fairqueue.TicketArgs{ID: "w:1", Node: "w", Limits: counted, Cost: 1, Tokens: 80}
-	r, err = s.Acquire(ctx, w1)
-	require.NoError(t, err)
-	assert.False(t, r.Granted, "w granted 80 tokens beside n:2's 80 under a capacity of 100")
-	require.NoError(t, s.Cancel(ctx, w1))
+	eightyKeptOut(t, s, "n:2")
 	n2.Limits = plain
 	require.NoError(t, s.Release(ctx, n2))
-	require.NoError(t, s.Leave(ctx, "w", counted))
-	require.NoError(t, s.Leave(ctx, "n", plain))
-	assert.Empty(t, rdb.Keys(ctx, s.Tag()+"*").Val())
+	bothLeave(t, rdb, s, plain)
 }
 
 // A reload that turns kv_tokens off on node n while n's request, granted
@@ -116,12 +94,9 @@ func TestAHolderReaddedByANodeWithoutTokensStillCountsItsWeight(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			rdb, s := openStore(t, "tokmixbeat")
 			ctx := context.Background()
-			counted := fairqueue.Limits{Permits: 10, Tokens: 100, Lease: 10 * time.Second}
-			plain := fairqueue.Limits{Permits: 10, Lease: 10 * time.Second}
-			n1 := fairqueue.TicketArgs{ID: "n:1", Node: "n", Limits: counted, Cost: 1, Tokens: 80}
-			r, err := s.Acquire(ctx, n1)
-			require.NoError(t, err)
-			require.True(t, r.Granted)
+			plain := noTokens(10)
+			n1 := fairqueue.TicketArgs{ID: "n:1", Node: "n", Limits: tokensCounted, Cost: 1, Tokens: 80}
+			r := acquireGranted(t, s, n1)
 			beat := func(no uint64) fairqueue.HeartbeatResult {
 				res, err := s.Heartbeat(ctx, fairqueue.HeartbeatArgs{Node: "n", Limits: plain, Held: []string{"n:1"},
 					Tokens: map[string]int{"n:1": 80}, Epoch: r.Epoch, Beat: no})
@@ -133,16 +108,10 @@ func TestAHolderReaddedByANodeWithoutTokensStillCountsItsWeight(t *testing.T) {
 			require.NotContains(t, readState(t, rdb, "tokmixbeat").Holders, "n:1")
 			require.Equal(t, []string{"n:1"}, beat(2).Readded, "n's heartbeat counted its running request again")
 
-			w1 := fairqueue.TicketArgs{ID: "w:1", Node: "w", Limits: counted, Cost: 1, Tokens: 80}
-			r, err = s.Acquire(ctx, w1)
-			require.NoError(t, err)
-			assert.False(t, r.Granted, "w granted 80 tokens beside n:1's 80 under a capacity of 100")
-			require.NoError(t, s.Cancel(ctx, w1))
+			eightyKeptOut(t, s, "n:1")
 			n1.Limits = plain
 			require.NoError(t, s.Release(ctx, n1))
-			require.NoError(t, s.Leave(ctx, "w", counted))
-			require.NoError(t, s.Leave(ctx, "n", plain))
-			assert.Empty(t, rdb.Keys(ctx, s.Tag()+"*").Val())
+			bothLeave(t, rdb, s, plain)
 		})
 	}
 }
@@ -163,16 +132,8 @@ func TestAWaiterReinstatedByANodeWithoutTokensStillCountsItsWeight(t *testing.T)
 		t.Run(c.name, func(t *testing.T) {
 			rdb, s := openStore(t, "tokmixlost")
 			ctx := context.Background()
-			counted := fairqueue.Limits{Permits: 10, Tokens: 100, Lease: 10 * time.Second}
-			plain := fairqueue.Limits{Permits: c.permits, Lease: 10 * time.Second}
-			n1 := fairqueue.TicketArgs{ID: "n:1", Node: "n", Limits: counted, Cost: 1, Tokens: 30}
-			n2 := fairqueue.TicketArgs{ID: "n:2", Node: "n", Limits: counted, Cost: 1, Tokens: 80}
-			r, err := s.Acquire(ctx, n1)
-			require.NoError(t, err)
-			require.True(t, r.Granted)
-			r, err = s.Acquire(ctx, n2)
-			require.NoError(t, err)
-			require.False(t, r.Granted, "30 + 80 tokens do not fit 100")
+			plain := noTokens(c.permits)
+			n1, n2, epoch := thirtyThenEighty(t, s)
 
 			// Redis loses n:2's entries; n, reloaded without kv_tokens,
 			// finds it missing and queues it again.
@@ -180,7 +141,7 @@ func TestAWaiterReinstatedByANodeWithoutTokensStillCountsItsWeight(t *testing.T)
 			require.NoError(t, rdb.ZRem(ctx, tag+":waiting", "n:2").Err())
 			require.NoError(t, rdb.HDel(ctx, tag+":tok", "n:2").Err())
 			res, err := s.Heartbeat(ctx, fairqueue.HeartbeatArgs{Node: "n", Limits: plain, Held: []string{"n:1"},
-				Pending: []string{"n:2"}, Tokens: map[string]int{"n:1": 30}, Epoch: r.Epoch, Beat: 1})
+				Pending: []string{"n:2"}, Tokens: map[string]int{"n:1": 30}, Epoch: epoch, Beat: 1})
 			require.NoError(t, err)
 			require.Equal(t, []string{"n:2"}, res.Missing)
 			n1.Limits, n2.Limits = plain, plain
@@ -194,15 +155,9 @@ func TestAWaiterReinstatedByANodeWithoutTokensStillCountsItsWeight(t *testing.T)
 			}
 			require.Equal(t, []string{"n:2"}, readState(t, rdb, "tokmixlost").Holders, "n:2 runs")
 
-			w1 := fairqueue.TicketArgs{ID: "w:1", Node: "w", Limits: counted, Cost: 1, Tokens: 80}
-			r, err = s.Acquire(ctx, w1)
-			require.NoError(t, err)
-			assert.False(t, r.Granted, "w granted 80 tokens beside n:2's 80 under a capacity of 100")
-			require.NoError(t, s.Cancel(ctx, w1))
+			eightyKeptOut(t, s, "n:2")
 			require.NoError(t, s.Release(ctx, n2))
-			require.NoError(t, s.Leave(ctx, "w", counted))
-			require.NoError(t, s.Leave(ctx, "n", plain))
-			assert.Empty(t, rdb.Keys(ctx, s.Tag()+"*").Val())
+			bothLeave(t, rdb, s, plain)
 		})
 	}
 }
@@ -219,33 +174,18 @@ func TestAWaiterReinstatedByANodeWithoutTokensStillCountsItsWeight(t *testing.T)
 func TestAWaiterHandedOnAfterADataLossStillCountsItsWeight(t *testing.T) {
 	rdb, s := openStore(t, "tokmixxferlost")
 	ctx := context.Background()
-	counted := fairqueue.Limits{Permits: 10, Tokens: 100, Lease: 10 * time.Second}
-	plain := fairqueue.Limits{Permits: 10, Lease: 10 * time.Second}
-	n1 := fairqueue.TicketArgs{ID: "n:1", Node: "n", Limits: counted, Cost: 1, Tokens: 30}
-	n2 := fairqueue.TicketArgs{ID: "n:2", Node: "n", Limits: counted, Cost: 1, Tokens: 80}
-	r, err := s.Acquire(ctx, n1)
-	require.NoError(t, err)
-	require.True(t, r.Granted)
-	epoch := r.Epoch
-	r, err = s.Acquire(ctx, n2)
-	require.NoError(t, err)
-	require.False(t, r.Granted, "30 + 80 tokens do not fit 100")
+	plain := noTokens(10)
+	n1, n2, epoch := thirtyThenEighty(t, s)
 
 	require.NoError(t, rdb.FlushAll(ctx).Err())
 	n1.Limits, n2.Limits = plain, plain
 	require.NoError(t, s.Transfer(ctx, n1, "n:2"))
-	_, err = s.Heartbeat(ctx, fairqueue.HeartbeatArgs{Node: "n", Limits: plain, Held: []string{"n:2"},
+	_, err := s.Heartbeat(ctx, fairqueue.HeartbeatArgs{Node: "n", Limits: plain, Held: []string{"n:2"},
 		Tokens: map[string]int{"n:2": 80}, Epoch: epoch, Beat: 1})
 	require.NoError(t, err)
 	require.Equal(t, []string{"n:2"}, readState(t, rdb, "tokmixxferlost").Holders, "n:2 runs")
 
-	w1 := fairqueue.TicketArgs{ID: "w:1", Node: "w", Limits: counted, Cost: 1, Tokens: 80}
-	r, err = s.Acquire(ctx, w1)
-	require.NoError(t, err)
-	assert.False(t, r.Granted, "w granted 80 tokens beside n:2's 80 under a capacity of 100")
-	require.NoError(t, s.Cancel(ctx, w1))
+	eightyKeptOut(t, s, "n:2")
 	require.NoError(t, s.Release(ctx, n2))
-	require.NoError(t, s.Leave(ctx, "w", counted))
-	require.NoError(t, s.Leave(ctx, "n", plain))
-	assert.Empty(t, rdb.Keys(ctx, s.Tag()+"*").Val())
+	bothLeave(t, rdb, s, plain)
 }
