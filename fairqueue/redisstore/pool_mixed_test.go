@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,46 +20,24 @@ import (
 // beside it: 2 requests on an upstream of 1 permit (n2's static
 // upstream may be b).
 func TestANodeWithoutThePoolLeavesNoUpstreamEntryBehind(t *testing.T) {
-	rdb, s := openStore(t, "poolmix")
+	m := newPoolMix(t, "poolmix")
 	ctx := context.Background()
-	pool := fairqueue.Limits{Permits: 2, Lease: 10 * time.Second,
-		Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 1}, {Dial: "b:1", Permits: 1}}}
-	plain := fairqueue.Limits{Permits: 2, Lease: 10 * time.Second}
-	n1 := func(id string) fairqueue.TicketArgs {
-		return fairqueue.TicketArgs{ID: "n1:" + id, Node: "n1", Limits: pool, Cost: 1}
-	}
-	n2 := func(id string) fairqueue.TicketArgs {
-		return fairqueue.TicketArgs{ID: "n2:" + id, Node: "n2", Limits: plain, Cost: 1}
-	}
-	acquire := func(a fairqueue.TicketArgs) fairqueue.AcquireResult {
-		r, err := s.Acquire(ctx, a)
-		require.NoError(t, err)
-		return r
-	}
-	r := acquire(n1("1"))
-	require.Equal(t, "a:1", r.Upstream)
-	r = acquire(n1("2"))
-	require.Equal(t, "b:1", r.Upstream)
-	r = acquire(n2("1"))
-	require.False(t, r.Granted, "n2's first request waits: 2 permits held")
+	m.fillBoth(t)
 
 	// n1's release hands a on to n2's waiter; n1's second ends too.
-	require.NoError(t, s.Release(ctx, n1("1")))
-	held := readState(t, rdb, "poolmix").Holders
-	require.ElementsMatch(t, []string{"n1:2", "n2:1"}, held, "n2's waiter granted")
-	require.NoError(t, s.Release(ctx, n1("2")))
+	m.handOnToN2(t)
 
 	// n2 (no pool) ends its request and starts another, on its static
 	// upstream: it may run on a or b.
-	require.NoError(t, s.Release(ctx, n2("1")))
-	r = acquire(n2("2"))
+	require.NoError(t, m.s.Release(ctx, m.n2("1")))
+	r := m.acquire(t, m.n2("2"))
 	require.True(t, r.Granted)
 	require.Empty(t, r.Upstream, "n2 has no pool")
 
 	// n1 may grant nothing: n2's request counts on a and on b.
-	r = acquire(n1("3"))
+	r = m.acquire(t, m.n1("3"))
 	assert.False(t, r.Granted, "n1 granted %q beside n2's request that may run there: 2 requests on an upstream of 1 permit", r.Upstream)
-	uheld, err := rdb.HGetAll(ctx, s.Tag()+":uheld").Result()
+	uheld, err := m.rdb.HGetAll(ctx, m.s.Tag()+":uheld").Result()
 	require.NoError(t, err)
 	assert.NotContains(t, uheld, "n2:1", "the entry of n2's ended request is left")
 }
@@ -75,49 +52,17 @@ func TestANodeWithoutThePoolLeavesNoUpstreamEntryBehind(t *testing.T) {
 // it, 2 requests on an upstream of 1 permit where n2's static upstream is
 // b.
 func TestAWaiterOfANodeWithoutThePoolGrantedByOneWithItCountsOnEveryUpstream(t *testing.T) {
-	rdb, s := openStore(t, "poolmixgrant")
-	ctx := context.Background()
-	pool := fairqueue.Limits{Permits: 2, Lease: 10 * time.Second,
-		Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 1}, {Dial: "b:1", Permits: 1}}}
-	plain := fairqueue.Limits{Permits: 2, Lease: 10 * time.Second}
-	n1 := func(id string) fairqueue.TicketArgs {
-		return fairqueue.TicketArgs{ID: "n1:" + id, Node: "n1", Limits: pool, Cost: 1}
-	}
-	n2 := func(id string) fairqueue.TicketArgs {
-		return fairqueue.TicketArgs{ID: "n2:" + id, Node: "n2", Limits: plain, Cost: 1}
-	}
-	acquire := func(a fairqueue.TicketArgs) fairqueue.AcquireResult {
-		r, err := s.Acquire(ctx, a)
-		require.NoError(t, err)
-		return r
-	}
-	for i, l := range map[string]fairqueue.Limits{"n1": pool, "n2": plain} {
-		_, err := s.Heartbeat(ctx, fairqueue.HeartbeatArgs{Node: i, Limits: l, Beat: 1})
+	m := newPoolMix(t, "poolmixgrant")
+	for i, l := range map[string]fairqueue.Limits{"n1": m.pool, "n2": m.plain} {
+		_, err := m.s.Heartbeat(context.Background(), fairqueue.HeartbeatArgs{Node: i, Limits: l, Beat: 1})
 		require.NoError(t, err)
 	}
-	r := acquire(n1("1"))
-	require.Equal(t, "a:1", r.Upstream)
-	r = acquire(n1("2"))
-	require.Equal(t, "b:1", r.Upstream)
-	r = acquire(n2("1"))
-	require.False(t, r.Granted, "n2's first request waits: 2 permits held")
+	m.fillBoth(t)
 
 	// n1's release hands its permit on to n2's waiter, which runs on
 	// n2's static upstream; then n1's request on b ends.
-	require.NoError(t, s.Release(ctx, n1("1")))
-	require.ElementsMatch(t, []string{"n1:2", "n2:1"}, readState(t, rdb, "poolmixgrant").Holders, "n2's waiter granted")
-	require.NoError(t, s.Release(ctx, n1("2")))
+	m.handOnToN2(t)
 
 	// n1 may grant nothing while n2:1 runs: it may run on a or on b.
-	r = acquire(n1("3"))
-	assert.False(t, r.Granted, "n1 granted %q beside n2's request that may run there: 2 requests on an upstream of 1 permit", r.Upstream)
-	if r.Granted {
-		require.NoError(t, s.Release(ctx, n1("3")))
-	} else {
-		require.NoError(t, s.Cancel(ctx, n1("3")))
-	}
-	require.NoError(t, s.Release(ctx, n2("1")))
-	require.NoError(t, s.Leave(ctx, "n1", pool))
-	require.NoError(t, s.Leave(ctx, "n2", plain))
-	assert.Empty(t, rdb.Keys(ctx, s.Tag()+"*").Val())
+	m.n1GrantsNothingBeside(t)
 }
