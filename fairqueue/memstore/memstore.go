@@ -108,6 +108,15 @@ func (p pending) deliver() {
 	}
 }
 
+// join makes node alive, with its lease, marked so that its next
+// heartbeat reports it rejoined, and records its pool (dialsOf): the
+// acquire or requeue that brings a node back.
+func (s *Store) join(node string, lease time.Duration, ups []fairqueue.Upstream, now time.Time) {
+	s.nodes[node] = now.Add(lease)
+	s.members[node] = member{lease: lease}
+	s.pools[node] = dialsOf(ups)
+}
+
 func (s *Store) alive(node string, now time.Time) bool {
 	exp, ok := s.nodes[node]
 	return ok && !exp.Before(now)
@@ -192,9 +201,7 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 	if !s.alive(t.Node, now) {
 		// Brought back: its next heartbeat reports it rejoined, since
 		// its waiters may have been dropped while it was not alive.
-		s.nodes[t.Node] = now.Add(t.Lease)
-		s.members[t.Node] = member{lease: t.Lease}
-		s.pools[t.Node] = dialsOf(t.Limits.Upstreams)
+		s.join(t.Node, t.Lease, t.Limits.Upstreams, now)
 	}
 	res.Grants = s.grants
 	if _, ok := s.holders[t.ID]; ok {

@@ -33,9 +33,7 @@ func (s *Store) Requeue(_ context.Context, t fairqueue.RequeueArgs) (fairqueue.A
 	now := s.now()
 	res := fairqueue.AcquireResult{Epoch: s.epoch, Seq: t.Seq}
 	if !s.alive(t.Node, now) {
-		s.nodes[t.Node] = now.Add(t.Lease)
-		s.members[t.Node] = member{lease: t.Lease}
-		s.pools[t.Node] = dialsOf(t.Limits.Upstreams)
+		s.join(t.Node, t.Lease, t.Limits.Upstreams, now)
 	}
 	inCap := t.MaxInFlightPerTenant
 	var w *waiter
