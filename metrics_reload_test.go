@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/stretchr/testify/assert"
@@ -34,9 +35,19 @@ func TestRejectedConfigLoadKeepsTheQueueMetrics(t *testing.T) {
 		_ = caddy.Stop()
 	})
 
+	// A failed load puts the config in force back, and Caddy restarts its
+	// admin endpoint with it: a scrape sent meanwhile may meet the old
+	// listener as it closes (EOF, reset). It is sent again.
 	scrape := func() string {
 		t.Helper()
-		resp, err := http.Get("http://" + admin + "/metrics")
+		var resp *http.Response
+		var err error
+		for range 50 {
+			if resp, err = http.Get("http://" + admin + "/metrics"); err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		body, err := io.ReadAll(resp.Body)
