@@ -20,6 +20,14 @@ import (
 // granted again, and once every permit ends and the node leaves, the
 // tenant's counters are back to zero and no key is left.
 func TestAdoptedTicketStillQueuedLeavesTheQueueAndItsCounts(t *testing.T) {
+	// held: the ticket is named as held instead, by a live node: a local
+	// handoff whose transfer a failover lost (heartbeat.lua re-adds it).
+	for _, held := range []bool{false, true} {
+		t.Run(fmt.Sprintf("held=%v", held), func(t *testing.T) { adoptQueued(t, held) })
+	}
+}
+
+func adoptQueued(t *testing.T, held bool) {
 	rdb, s := openStore(t, "adoptqueued")
 	ctx := context.Background()
 	l := fairqueue.Limits{Permits: 2, Tokens: 100, TokenBound: 100, Lease: 30 * time.Second, MaxInFlightPerTenant: 1}
@@ -37,9 +45,18 @@ func TestAdoptedTicketStillQueuedLeavesTheQueueAndItsCounts(t *testing.T) {
 		require.False(t, r.Granted, "%s queued behind tenant x's cap", a.ID)
 	}
 
-	// x2 is adopted: admitted while the node could not reach Redis.
-	_, err = s.Heartbeat(ctx, fairqueue.HeartbeatArgs{Node: "n1", Limits: l, Beat: 1,
-		Held: []string{x1.ID}, Adopt: []string{x2.ID}, Tokens: map[string]int{x1.ID: 10, x2.ID: 20}})
+	// x2 is adopted: admitted while the node could not reach Redis; or
+	// named held by the live node, in its second heartbeat.
+	args := fairqueue.HeartbeatArgs{Node: "n1", Limits: l, Beat: 1,
+		Held: []string{x1.ID}, Adopt: []string{x2.ID}, Tokens: map[string]int{x1.ID: 10, x2.ID: 20}}
+	if held {
+		first := args
+		first.Adopt = nil
+		r, err := s.Heartbeat(ctx, first)
+		require.NoError(t, err)
+		args.Beat, args.Epoch, args.Held, args.Adopt = 2, r.Epoch, []string{x1.ID, x2.ID}, nil
+	}
+	_, err = s.Heartbeat(ctx, args)
 	require.NoError(t, err)
 	st := readState(t, rdb, "adoptqueued")
 	assert.ElementsMatch(t, []string{x1.ID, x2.ID}, st.Holders, "the adopted ticket holds a permit")
