@@ -58,7 +58,8 @@ type headTickets struct {
 // newcomer lowers never meets heads named before it joined, which the
 // node would hand on to before its next heartbeat shows it the
 // newcomer. The node's own report may lower it: the reply tells the
-// node, which then drops heads chosen before (inForceAt). Where no
+// node, which then drops heads chosen before (inForceAt); a report
+// that fails, its reply perhaps lost, drops them too (doubtHeads). Where no
 // heads were named that recently, joins hold no lowering back. A node
 // whose releases come further apart than this hands on through the
 // store, which names the heads again.
