@@ -257,6 +257,10 @@ type learner struct {
 	// base, on the monotonic clock): a reply to a call sent before then
 	// may have been chosen under the shares before (Queue.Heads).
 	moved atomic.Int64
+	// failed is when a report last failed here (ns since the session's
+	// base): heads named by a call sent before then may have been chosen
+	// under a share it lowered (Queue.doubtHeads).
+	failed atomic.Int64
 }
 
 // Shares returns the learned shares of the configured capacity in force,
@@ -378,6 +382,13 @@ func (q *Queue) maybeAdapt(cfg *Config) {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 		defer cancel()
 		shares, err := ad.Adapt(ctx, args)
+		if err != nil {
+			// The call may have run and its reply been lost (a timeout):
+			// this report may have lowered the share, which the node
+			// would not hear of. Before the error is recorded: whoever
+			// sees it sees the heads dropped.
+			q.doubtHeads()
+		}
 		q.health.record(q.log, err)
 		if err == nil {
 			if old := q.learn.shares.Load(); old == nil || !maps.Equal(*old, shares) {

@@ -58,7 +58,8 @@ type headTickets struct {
 // newcomer lowers never meets heads named before it joined, which the
 // node would hand on to before its next heartbeat shows it the
 // newcomer. The node's own report may lower it: the reply tells the
-// node, which then drops heads chosen before (inForceAt). Where no
+// node, which then drops heads chosen before (inForceAt); a report
+// that fails, its reply perhaps lost, drops them too (doubtHeads). Where no
 // heads were named that recently, joins hold no lowering back. A node
 // whose releases come further apart than this hands on through the
 // store, which names the heads again.
@@ -99,15 +100,30 @@ func (q *Queue) Heads(ids []string, permits int, sent time.Time) {
 	}
 	q.ho.mu.Lock()
 	defer q.ho.mu.Unlock()
-	if len(ts) == 0 || int64(sent.Sub(q.s.base)) <= q.s.reloaded {
+	if at := int64(sent.Sub(q.s.base)); len(ts) == 0 || at <= q.s.reloaded || at <= q.learn.failed.Load() {
 		// None, or chosen under the settings before a reload (the call
 		// was sent before it): the store applies the new ones, which
 		// may allow fewer (a learned capacity turned on, whose share
-		// the node has not heard of yet).
+		// the node has not heard of yet); or sent before a report of
+		// the node's failed (doubtHeads).
 		q.s.head.Store(nil)
 		return
 	}
 	q.s.head.Store(&headTickets{ts: ts, permits: q.inForceAt(permits, sent), sent: sent})
+}
+
+// doubtHeads drops the heads after a report of the node's own failed
+// (Adapter): the call may have run and its reply been lost, the share
+// lowered in the store, and the node hears of a share from its reports'
+// replies only: it would hand on above it, up to HeadsTTL. Heads named
+// by a call sent before now are dropped too (Heads): the store may have
+// chosen them before the report ran. The next reply names heads under
+// the share in force.
+func (q *Queue) doubtHeads() {
+	q.ho.mu.Lock()
+	defer q.ho.mu.Unlock()
+	q.learn.failed.Store(int64(time.Since(q.s.base)))
+	q.s.head.Store(nil)
 }
 
 // inForceAt is inForce for heads named by a call sent at sent: where the
