@@ -403,7 +403,10 @@ type Handler struct {
 
 	// LocalPermits is the permits of OnStoreError "local"'s queue in this
 	// instance, with that share of KVTokens (KVTokens / live instances where
-	// KVTokens alone bounds the queue). 0: Permits / live instances, >= 1.
+	// KVTokens alone bounds the queue). 0: this instance's part of Permits
+	// split among the live instances (parts within one of each other that
+	// add up to Permits), >= 1, and of each pool upstream's permits
+	// likewise.
 	LocalPermits int `json:"local_permits,omitempty"`
 
 	// Reject shapes the answers to requests that get no permit, per

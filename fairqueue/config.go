@@ -103,11 +103,16 @@ type Config struct {
 	// store is back; fallback permits still running are then registered
 	// there by the next heartbeat.
 	Fallback Store
-	// LocalPermits is the fallback queue's permits; 0: Permits divided by
-	// the live nodes last seen, at least 1. With KVTokens, the fallback
-	// queue counts the same share of the tokens; where tokens alone bound
-	// the queue (Permits 0), KVTokens divided by the live nodes, whatever
-	// LocalPermits says.
+	// LocalPermits is the fallback queue's permits; 0: this node's part of
+	// Permits split among the live nodes last seen (parts that differ by
+	// at most one and add up to Permits: ClusterView.Rank), at least 1,
+	// and of each of Upstreams' permits likewise, so that the nodes'
+	// fallback queues together run no upstream above its permits (unless
+	// a pool has fewer permits than live nodes: each still gets one). With
+	// KVTokens, the fallback queue counts the same share of the tokens;
+	// where tokens alone bound the queue (Permits 0), its part of KVTokens
+	// split among the live nodes, whatever LocalPermits says. A LocalPermits
+	// set scales each upstream's permits as Permits' (at least 1 each).
 	LocalPermits int
 	// StoreTimeout bounds store calls made outside a request. Default 1s.
 	StoreTimeout time.Duration

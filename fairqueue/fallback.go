@@ -191,9 +191,9 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 	// The capacity in force: the configured one under the learned shares
 	// (Adaptive), the queue's without a pool, each upstream's with one.
 	base := Limits{Permits: cfg.Permits, Tokens: cfg.KVTokens, Upstreams: cfg.Upstreams}
-	nodes := 1
+	nodes, rank := 1, 0
 	if c := q.s.cluster.Load(); c != nil && c.Nodes > 0 {
-		nodes = c.Nodes
+		nodes, rank = c.Nodes, min(max(c.Rank, 0), c.Nodes-1)
 	}
 	permits := cfg.LocalPermits
 	if permits <= 0 {
@@ -204,7 +204,9 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 				base.Permits = max(min(base.Permits, poolPermits(base.Upstreams)), 1)
 			}
 		}
-		permits = max(base.Permits/nodes, 1) // the last learned capacity (Adaptive)
+		// The node's part of the permits (of the last learned capacity
+		// under Adaptive) among the live nodes last seen.
+		permits = max(part(base.Permits, 0, rank, nodes), 1)
 	}
 	// The node's settings, but its own permits and no policy of its own:
 	// a new Config field applies to the fallback unless cleared here.
@@ -217,14 +219,18 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 		// live nodes: LocalPermits is no share of those permits.
 		lc.KVTokens = max(int(int64(max(base.Tokens, 1))*int64(permits)/int64(max(base.Permits, 1))), 1)
 		if cfg.Permits >= MaxPermits {
-			lc.KVTokens = max(base.Tokens/nodes, 1)
+			lc.KVTokens = max(part(base.Tokens, 0, rank, nodes), 1)
 		}
 	}
 	lc.FailOpen, lc.Fallback, lc.LocalPermits, lc.Adaptive = false, nil, 0, nil
 	if cfg.Observer != nil {
 		lc.Observer = localObserver{cfg.Observer}
 	}
-	lc.Upstreams = localUpstreams(base.Upstreams, permits, base.Permits)
+	if cfg.LocalPermits > 0 {
+		lc.Upstreams = localUpstreams(base.Upstreams, permits, base.Permits)
+	} else {
+		lc.Upstreams = dealtUpstreams(base.Upstreams, rank, nodes)
+	}
 	return lc, permits
 }
 

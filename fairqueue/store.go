@@ -291,6 +291,10 @@ type ClusterView struct {
 	TokensHeld int
 	// Nodes is the number of live nodes.
 	Nodes int
+	// Rank is the calling node's place, from 0, among the live nodes in
+	// the order of their IDs (a heartbeat's answer): the part of the
+	// capacity its fallback queue takes while the store is down.
+	Rank int
 	// LeaseExpirations counts the permits freed because their lease ended
 	// unrenewed (a crashed or partitioned node), since the queue's state
 	// began.

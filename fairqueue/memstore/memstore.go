@@ -386,9 +386,12 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 		s.holders[id] = now.Add(hb.Lease)
 	}
 	res.Cluster = fairqueue.ClusterView{Waiting: len(s.index), Holders: len(s.holders), TokensHeld: s.held, LeaseExpirations: s.expired}
-	for _, exp := range s.nodes {
+	for n, exp := range s.nodes {
 		if !exp.Before(now) {
 			res.Cluster.Nodes++
+			if n < hb.Node {
+				res.Cluster.Rank++
+			}
 		}
 	}
 	for id, exp := range s.gone {

@@ -85,15 +85,16 @@ func decodeTransfer(v any, to string) (handOnReply, error) {
 }
 
 // decodeHeartbeat reads heartbeat.lua's answer: {epoch, rejoined,
-// waiting, holders, nodes, expired, re-added, missing, tokens held}.
+// waiting, holders, nodes, expired, re-added, missing, tokens held, time,
+// rank}.
 func decodeHeartbeat(v []any) (fairqueue.HeartbeatResult, error) {
-	if len(v) != 10 {
+	if len(v) != 11 {
 		return fairqueue.HeartbeatResult{}, fmt.Errorf("unexpected reply %v", v)
 	}
 	epoch, _ := v[0].(string)
 	return fairqueue.HeartbeatResult{Epoch: epoch, Rejoined: toInt(v[1]) == 1,
 		Cluster: fairqueue.ClusterView{Waiting: int(toInt(v[2])), Holders: int(toInt(v[3])), Nodes: int(toInt(v[4])),
-			LeaseExpirations: toInt(v[5]), TokensHeld: int(toInt(v[8]))},
+			Rank: int(toInt(v[10])), LeaseExpirations: toInt(v[5]), TokensHeld: int(toInt(v[8]))},
 		Readded: stringList(v[6]), Missing: stringList(v[7]), At: time.UnixMilli(toInt(v[9]))}, nil
 }
 

@@ -114,6 +114,13 @@ for i = 13 + n, 12 + n + m do
   end
 end
 for i = 13 + n + m, #ARGV do add(ARGV[i]) end
+-- The live nodes, and this node's rank among them in the order of their
+-- IDs (its part of the capacity while Redis is down: ClusterView.Rank).
+local live = redis.call('ZRANGE', K.nodes, now, '+inf', 'BYSCORE')
+local rank = 0
+for _, other in ipairs(live) do
+  if other < node then rank = rank + 1 end
+end
 return {cur, rejoined, waiting(), redis.call('ZCARD', K.holders),
-  redis.call('ZCOUNT', K.nodes, now, '+inf'), tonumber(redis.call('GET', K.expired) or '0'), readded, missing,
-  held_tokens(), now}
+  #live, tonumber(redis.call('GET', K.expired) or '0'), readded, missing,
+  held_tokens(), now, rank}
