@@ -159,9 +159,10 @@ func (s *Store) reapAndDispatch(self string, l fairqueue.Limits, now time.Time, 
 			s.charge(w.flow, w.cost, held)
 		}
 		s.grants++
-		if p, ok := s.pools[node]; ok && len(p) == 0 && node != self {
+		if len(s.pools[node]) == 0 && node != self {
 			// Another node without a pool (its last heartbeat named none:
-			// in Redis, a rolling change that adds one): its request runs
+			// in Redis, a rolling change that adds one), or whose pool is
+			// not known (in Redis, lost with its key): its request runs
 			// on its route's static upstream, not on up; granted on none,
 			// it counts on every upstream.
 			up = ""

@@ -194,10 +194,12 @@ local function dispatch(self, ex)
     if alive(owner) then
       if flow then c, tn = charge(flow, cost, nil, n, tn) end
       local no = redis.call('INCR', K.grants)
-      if up and owner ~= self and redis.call('HGET', K.upool, owner) == '' then
+      if up and owner ~= self and (redis.call('HGET', K.upool, owner) or '') == '' then
         -- Another node without a pool (its last heartbeat, or the call
         -- that made it alive, named none: a rolling change that adds
-        -- one): its request runs on its route's
+        -- one), or whose pool Redis lost (K.upool evicted: it may have
+        -- none, as pool_forget takes it too, until its next heartbeat):
+        -- its request runs on its route's
         -- static upstream, which may be any of the pool, not on up.
         -- Granted on none, it counts on every upstream, as a grant that
         -- node made itself (pool_view). The calling node has a pool (up):
