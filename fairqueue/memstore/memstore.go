@@ -136,7 +136,7 @@ func (s *Store) reapAndDispatch(self string, l fairqueue.Limits, now time.Time, 
 	}
 	s.pruneCooling(now)
 	for len(s.holders) < l.Permits {
-		w, up, passed := s.candidate(l, now)
+		w, up, passed := s.candidate(l, now, self)
 		if w == nil {
 			break
 		}
@@ -159,11 +159,10 @@ func (s *Store) reapAndDispatch(self string, l fairqueue.Limits, now time.Time, 
 			s.charge(w.flow, w.cost, held)
 		}
 		s.grants++
-		if p, ok := s.pools[node]; ok && len(p) == 0 && node != self {
-			// Another node without a pool (its last heartbeat named none:
-			// in Redis, a rolling change that adds one): its request runs
-			// on its route's static upstream, not on up; granted on none,
-			// it counts on every upstream.
+		if s.bare(node, self) {
+			// Its request runs on its route's static upstream, not on up;
+			// granted on none (with room on every one: pickWaiter), it
+			// counts on every upstream.
 			up = ""
 		}
 		if on, ok := s.holderOn[w.id]; ok {

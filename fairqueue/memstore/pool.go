@@ -18,6 +18,11 @@ import (
 //     was granted under, also on an upstream no longer listed (which
 //     gets no new grants). A holder granted without a pool (before a
 //     reload added one) may run on any upstream: it counts on every one.
+//   - A waiter of another node without a pool (its last heartbeat named
+//     none: a rolling change that adds one) is granted on none, counted
+//     on every upstream, and only while every upstream has a free permit
+//     (and room for its weight), cooling or not: its request runs on its
+//     route's static upstream, which may be any of them (pickWaiter).
 //   - Among the eligible, the one with the largest free share
 //     (Permits - in flight) / Permits wins, compared exactly; ties go to
 //     the one whose last grant is oldest by the grant counter, never
@@ -73,6 +78,34 @@ func (s *Store) pickFor(l fairqueue.Limits, now time.Time, w int) (dial string, 
 		return "", false
 	}
 	return best.Dial, true
+}
+
+// bare reports whether node is another node than self without a pool
+// (its last heartbeat named none: in Redis, a rolling change that adds
+// one), or whose pool is not known (in Redis, lost with its key): its
+// request runs on its route's static upstream, which may be any of the
+// pool.
+func (s *Store) bare(node, self string) bool {
+	return node != self && len(s.pools[node]) == 0
+}
+
+// pickWaiter is pickFor for waiter w, granted by node self: a waiter of
+// a bare node counts on every upstream once granted, so it needs room
+// on every one (the upstream returned is the one pickFor chose, which
+// its grant does not name).
+func (s *Store) pickWaiter(l fairqueue.Limits, now time.Time, self string, w *waiter) (dial string, ok bool) {
+	dial, ok = s.pickFor(l, now, w.tokens)
+	if !ok || dial == "" || !s.bare(fairqueue.TicketNode(w.id), self) {
+		return dial, ok
+	}
+	anywhere := max(len(s.holders)-len(s.holderOn), 0)
+	for i := range l.Upstreams {
+		u := &l.Upstreams[i]
+		if s.inflight[u.Dial]+anywhere >= u.Permits || !s.fitsOn(l, u, w.tokens) {
+			return dial, false
+		}
+	}
+	return dial, true
 }
 
 // before reports whether a is served before b: the larger free share (of

@@ -139,8 +139,8 @@ func (s *Store) giveTokens(id, dial string) {
 // the FIFO head or the first ready flow's head, whichever arrived first;
 // with tokens, one that fits (see the rules above), or a dead node's,
 // which dispatch drops. passed reports that it is served past the first
-// flow.
-func (s *Store) candidate(l fairqueue.Limits, now time.Time) (w *waiter, up string, passed bool) {
+// flow. self is the dispatching node (pickWaiter).
+func (s *Store) candidate(l fairqueue.Limits, now time.Time, self string) (w *waiter, up string, passed bool) {
 	first := s.next(l.MaxInFlightPerTenant)
 	var fifo *waiter
 	if s.waiting.Len() > 0 {
@@ -154,7 +154,7 @@ func (s *Store) candidate(l fairqueue.Limits, now time.Time) (w *waiter, up stri
 	default:
 		return nil, "", false
 	}
-	up, ok := s.pickFor(l, now, w.tokens)
+	up, ok := s.pickWaiter(l, now, self, w)
 	if ok || !s.alive(fairqueue.TicketNode(w.id), now) {
 		return w, up, false // a dead node's waiter is dropped, whatever it weighs
 	}
@@ -166,7 +166,7 @@ func (s *Store) candidate(l fairqueue.Limits, now time.Time) (w *waiter, up stri
 		if f == first {
 			continue
 		}
-		if up, ok := s.pickFor(l, now, f.q[0].tokens); ok {
+		if up, ok := s.pickWaiter(l, now, self, f.q[0]); ok {
 			return f.q[0], up, true
 		}
 	}

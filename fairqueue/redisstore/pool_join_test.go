@@ -25,8 +25,8 @@ func TestAWaiterOfANodeNotYetBeatingWithoutThePoolCountsOnEveryUpstream(t *testi
 	require.NoError(t, err)
 	m.fillBoth(t) // n2 joins with its first request: no heartbeat of n2 yet
 
-	// n1's release hands its permit on to n2's waiter, which runs on
-	// n2's static upstream; then n1's request on b ends.
+	// n1's requests end; the second release hands its permit on to
+	// n2's waiter, which runs on n2's static upstream.
 	m.handOnToN2(t)
 
 	// n1 may grant nothing while n2:1 runs: it may run on a or on b.

@@ -24,7 +24,7 @@ func TestANodeWithoutThePoolLeavesNoUpstreamEntryBehind(t *testing.T) {
 	ctx := context.Background()
 	m.fillBoth(t)
 
-	// n1's release hands a on to n2's waiter; n1's second ends too.
+	// n1's requests end; the second release hands on to n2's waiter.
 	m.handOnToN2(t)
 
 	// n2 (no pool) ends its request and starts another, on its static
@@ -59,8 +59,8 @@ func TestAWaiterOfANodeWithoutThePoolGrantedByOneWithItCountsOnEveryUpstream(t *
 	}
 	m.fillBoth(t)
 
-	// n1's release hands its permit on to n2's waiter, which runs on
-	// n2's static upstream; then n1's request on b ends.
+	// n1's requests end; the second release hands its permit on to
+	// n2's waiter, which runs on n2's static upstream.
 	m.handOnToN2(t)
 
 	// n1 may grant nothing while n2:1 runs: it may run on a or on b.

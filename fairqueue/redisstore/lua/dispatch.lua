@@ -17,7 +17,8 @@ end
 -- fair flow with the least usage or the FIFO head, whichever arrived
 -- first (both kinds wait only while a reload turns Fair on or off).
 -- Returns the ticket and, for a fair one, its flow, cost, and the
--- permits the flow and its tenant hold if best_fair read them; nil when
+-- permits the flow and its tenant hold if best_fair read them, and what
+-- put_back needs (a FIFO ticket's score, a fair one's member); nil when
 -- nobody may be served. fair: whether flows may be ready (false: none
 -- is, and none is looked for); fifo: whether FIFO tickets may wait
 -- (false: K.waiting is missing, and not read).
@@ -25,17 +26,42 @@ local function next_waiter(fair, fifo)
   local r, flow, seq, m, n, tn
   if fair then r, flow, seq, m, n, tn = best_fair() end
   if not r then -- FIFO only: one call
-    return fifo and redis.call('ZPOPMIN', K.waiting)[1] or nil
+    local h = fifo and redis.call('ZPOPMIN', K.waiting) or {}
+    return h[1], nil, nil, nil, nil, h[2]
   end
   local h = fifo and redis.call('ZRANGE', K.waiting, 0, 0, 'WITHSCORES') or {}
   if #h == 0 or seq < tonumber(h[2]) then
     redis.call('ZREM', K.fready, r)
     take(m)
     local _, _, cost, id = parse(m)
-    return id, flow, cost, n, tn
+    return id, flow, cost, n, tn, m
   end
   redis.call('ZREM', K.waiting, h[1])
-  return h[1]
+  return h[1], nil, nil, nil, nil, h[2]
+end
+
+-- put_back returns ticket id, just taken by next_waiter and not granted,
+-- to its place: back is its FIFO score, or its member of flow.
+local function put_back(id, flow, back)
+  if flow then
+    redis.call('ZADD', K.fwait, 0, back)
+    redis.call('HSET', K.fticket, id, back)
+    redis.call('HINCRBY', K.twait, flow, 1)
+    refresh(flow)
+  else
+    redis.call('ZADD', K.waiting, back, id)
+  end
+end
+
+-- bare: node, alive or not, named no pool (K.upool: its last heartbeat,
+-- or the call that made it alive), or Redis lost the record (an
+-- eviction: it may have none, as pool_forget takes it, until its next
+-- heartbeat). Its request runs on its route's static upstream, which
+-- may be any of the pool. Read once a script per node.
+local bare_of = {}
+local function bare(node)
+  if bare_of[node] == nil then bare_of[node] = (redis.call('HGET', K.upool, node) or '') == '' end
+  return bare_of[node]
 end
 
 -- room is what one more grant needs, read now: the free permits, and
@@ -75,12 +101,15 @@ local function room(flow, cooling, w)
   end
 end
 
--- fit is where a waiter of weight w may be granted now: ok, and with a
--- pool the upstream (pick).
-local function fit(v, w)
+-- fit is where waiter id of weight w may be granted now by node self:
+-- ok, and with a pool the upstream (pick). A waiter of another node
+-- without a pool (bare) counts on every upstream once granted: it needs
+-- room on every one (everywhere).
+local function fit(v, w, id, self)
   if not fits_queue(w) then return nil, false end
   if not v then return nil, true end
   local up = pick(v, w)
+  if up and owner_of(id) ~= self and bare(owner_of(id)) then return up, everywhere(v, w) end
   return up, up ~= nil
 end
 
@@ -92,8 +121,9 @@ end
 -- later ready flow that fits, at most TOKEN_PASSES grants in a row.
 -- Returns the ticket, flow, cost, the permits the flow and its tenant
 -- hold (as next_waiter), its upstream and weight; nil when none may be
--- served now, with 'empty' when nobody waits.
-local function next_fitting(v, fair, fifo)
+-- served now, with 'empty' when nobody waits. self: the calling node
+-- (fit).
+local function next_fitting(v, fair, fifo, self)
   local r, flow, seq, m, n, tn
   if fair then r, flow, seq, m, n, tn = best_fair() end
   local h = fifo and redis.call('ZRANGE', K.waiting, 0, 0, 'WITHSCORES') or {}
@@ -101,7 +131,7 @@ local function next_fitting(v, fair, fifo)
   if not r or (#h > 0 and tonumber(h[2]) < seq) then
     local id = h[1]
     local w = tonumber(redis.call('HGET', K.tok, id) or '0')
-    local up, ok = fit(v, w)
+    local up, ok = fit(v, w, id, self)
     if not ok and alive(owner_of(id)) then return nil end
     redis.call('ZREM', K.waiting, id)
     take_weight(id)
@@ -110,7 +140,7 @@ local function next_fitting(v, fair, fifo)
   end
   local _, _, cost, id = parse(m)
   local w = tonumber(redis.call('HGET', K.tok, id) or '0')
-  local up, ok = fit(v, w)
+  local up, ok = fit(v, w, id, self)
   if ok or not alive(owner_of(id)) then
     redis.call('ZREM', K.fready, r)
     take(m)
@@ -127,7 +157,7 @@ local function next_fitting(v, fair, fifo)
     if m2 then
       local _, _, cost2, id2 = parse(m2)
       local w2 = tonumber(redis.call('HGET', K.tok, id2) or '0')
-      local up2, ok2 = fit(v, w2)
+      local up2, ok2 = fit(v, w2, id2, self)
       if ok2 and alive(owner_of(id2)) then
         redis.call('ZREM', K.fready, r2)
         take(m2)
@@ -167,15 +197,28 @@ local function dispatch(self, ex)
   local free, v = room(nil, ex.ucool)
   local skipped = 0
   while free > 0 do
-    local id, flow, cost, n, tn, up, w
+    local id, flow, cost, n, tn, up, w, live
     if tokens ~= 0 then
-      id, flow, cost, n, tn, up, w = next_fitting(v, ex.fready, ex.waiting)
+      id, flow, cost, n, tn, up, w = next_fitting(v, ex.fready, ex.waiting, self)
       if not id then return own, flow == 'empty' end
     else
       up = v and pick(v)
       if v and not up then return own, false end
-      id, flow, cost, n, tn = next_waiter(ex.fready, ex.waiting)
+      local back
+      id, flow, cost, n, tn, back = next_waiter(ex.fready, ex.waiting)
       if not id then return own, true end
+      if up and not everywhere(v) then
+        -- A waiter of another node without a pool (bare) counts on
+        -- every upstream once granted: with one of them full it waits,
+        -- at its place, and so do those behind it (next_fitting checks
+        -- it with the weight, fit).
+        local owner = owner_of(id)
+        live = alive(owner)
+        if owner ~= self and live and bare(owner) then
+          put_back(id, flow, back)
+          return own, false
+        end
+      end
       -- A weight recorded by a config that counts tokens (another
       -- node's in a rolling change) is counted with the grant.
       w = drop_weight(id)
@@ -191,17 +234,18 @@ local function dispatch(self, ex)
     end
     local owner = owner_of(id)
     local c -- the flow's counter, once charged
-    if alive(owner) then
+    if live == nil then live = alive(owner) end
+    if live then
       if flow then c, tn = charge(flow, cost, nil, n, tn) end
       local no = redis.call('INCR', K.grants)
-      if up and owner ~= self and redis.call('HGET', K.upool, owner) == '' then
-        -- Another node without a pool (its last heartbeat, or the call
-        -- that made it alive, named none: a rolling change that adds
-        -- one): its request runs on its route's
+      if up and owner ~= self and bare(owner) then
+        -- Another node without a pool (a rolling change that adds one),
+        -- or whose pool Redis lost: its request runs on its route's
         -- static upstream, which may be any of the pool, not on up.
         -- Granted on none, it counts on every upstream, as a grant that
-        -- node made itself (pool_view). The calling node has a pool (up):
-        -- its heartbeat may not have named it yet (a reload added it).
+        -- node made itself (pool_view); it was granted only with room on
+        -- every one (everywhere). The calling node has a pool (up): its
+        -- heartbeat may not have named it yet (a reload added it).
         v.anywhere = v.anywhere + 1
         up = nil
       end

@@ -102,6 +102,18 @@ local function pick(v, w)
   return best
 end
 
+-- everywhere: every upstream of the pool has a free permit (its holders
+-- and those that may run anywhere), and room for w tokens (nil: not
+-- asked), cooling or not: what a grant that counts on every upstream
+-- needs (a waiter of a node without the pool runs on its route's static
+-- upstream, whichever that is).
+local function everywhere(v, w)
+  for _, u in ipairs(pool) do
+    if u.permits - (v.inf[u.dial] or 0) - v.anywhere <= 0 or (w and not fits_on(v, u, w)) then return false end
+  end
+  return true
+end
+
 -- place records a grant of ticket id on upstream dial (grant number no).
 local function place(v, id, dial, no)
   redis.call('HSET', K.uheld, id, dial)
