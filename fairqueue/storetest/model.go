@@ -110,7 +110,7 @@ const (
 	//     leases ended: its first heartbeat back (within Lease/3 +
 	//     PollInterval: the loop ticks at the poll interval) rejoins and
 	//     re-adds nothing; the heartbeat it sends right after counts its
-	//     running permits again (docs/design.md, "Tested failures and known limits"; an engine that
+	//     running permits again (docs/failures.md, "Tested failures and known limits"; an engine that
 	//     waited Lease/3 for that second heartbeat is covered as well);
 	//   - after a restart, each node's next heartbeat (within Lease/3 +
 	//     PollInterval) re-registers its permits;
@@ -126,7 +126,7 @@ const (
 	// crashWindow is how long after a crash the crashed node's permits may
 	// still be held in the store for nobody: until their lease ends; a
 	// waiter of it granted just before its liveness ran out holds its
-	// permit one more lease (docs/design.md, "Tested failures and known limits": 2 x lease). Permits
+	// permit one more lease (docs/failures.md, "Tested failures and known limits": 2 x lease). Permits
 	// held for nobody only delay others (no over-admission), so a crash
 	// opens a window for the progress check only.
 	crashWindow = 2*modelLease + modelPoll + schedSlack
