@@ -134,6 +134,10 @@ type Config struct {
 	// of those same requests: store calls carry KVTokens, and each
 	// upstream's, less this. Same rules as Reserved.
 	ReservedTokens func() int
+
+	// running, in a fallback queue's config, is the node's requests the
+	// store granted that still run (storeRunning).
+	running *storeRunning
 }
 
 // Observer receives a Queue's events. Methods are called on the request
@@ -255,8 +259,12 @@ func (c Config) limits() Limits {
 		}
 	}
 	bound, _ := c.ClampTokens(math.MaxInt)
-	return Limits{Permits: permits, Tokens: lessTokens(c.KVTokens, c.reservedTokens()), TokenBound: bound, Learned: c.Adaptive != nil, Lease: c.Lease, MaxQueue: c.MaxQueue,
+	l := Limits{Permits: permits, Tokens: lessTokens(c.KVTokens, c.reservedTokens()), TokenBound: bound, Learned: c.Adaptive != nil, Lease: c.Lease, MaxQueue: c.MaxQueue,
 		MaxQueuePerTenant: c.MaxQueuePerTenant, MaxInFlightPerTenant: c.MaxInFlightPerTenant, Upstreams: ups}
+	if c.running != nil { // a fallback queue's
+		l = c.running.less(l)
+	}
+	return l
 }
 
 // lessTokens is a token capacity less r reserved: 0 (not counted) stays

@@ -161,6 +161,10 @@ func (q *Queue) localQueue(cfg *Config) *Queue {
 	q.localMu.Lock()
 	defer q.localMu.Unlock()
 	if q.local == nil {
+		// The store's permits still running count in the fallback queue
+		// until they end: they run on the same upstreams.
+		q.running.Store(q.newStoreRunning())
+		lc.running = q.running.Load()
 		q.local, _ = New(cfg.Fallback, lc)
 		q.local.line = newMoveLine()
 		q.log.Warn("store unreachable: queueing in this node only", zap.Int("local_permits", permits))
@@ -180,6 +184,7 @@ func (q *Queue) reconfigureLocal(lc Config) {
 	if q.local == nil {
 		return
 	}
+	lc.running = q.running.Load()
 	if lcur := q.local.Config(); lcur.Permits != lc.Permits || lcur.KVTokens != lc.KVTokens || !sameUpstreams(lcur.Upstreams, lc.Upstreams) {
 		_ = q.local.Reconfigure(lc)
 	}
@@ -300,6 +305,7 @@ func (q *Queue) retireLocal() {
 	}
 	q.moving.Store(old.line) // before the new requests see it retired (inFallback)
 	q.local = nil
+	q.running.Store(nil)
 	q.retired = append(q.retired, old)
 	q.localMu.Unlock()
 	old.RejectWaiters()

@@ -55,6 +55,9 @@ type Queue struct {
 	localMu sync.Mutex
 	local   *Queue   // fallback queue while the store is down (LocalFallback)
 	retired []*Queue // fallback queues of outages past, until their permits end
+	// running is what local counts of the node's requests the store
+	// granted that still ran when it opened (nil: none, or no local).
+	running atomic.Pointer[storeRunning]
 	// line, in a fallback queue, orders its waiters as they move into
 	// the store's queue once the store is back (moveIn).
 	line *moveLine
@@ -448,6 +451,9 @@ func (q *Queue) forget(t *ticket) {
 	q.mu.Lock()
 	delete(q.tickets, t.id)
 	q.mu.Unlock()
+	if r := q.running.Load(); r != nil {
+		r.end(t.id)
+	}
 }
 
 // background runs a store call that nobody waits for; Close waits for it.

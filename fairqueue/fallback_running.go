@@ -1,0 +1,87 @@
+package fairqueue
+
+import "sync"
+
+// storeRunning is what a fallback queue counts of the node's requests
+// that the store granted and that still ran when the fallback queue
+// opened (the outage began): they run on, unknown to the fallback
+// queue's store, and take from the node's part of the capacity, on
+// their upstreams and with their tokens, until they end (Queue.forget).
+// The other nodes' requests running then are unknown to the node, and
+// count in none of its queues.
+type storeRunning struct {
+	mu       sync.Mutex
+	reqs     map[string]runningReq // by ticket
+	n        int                   // len(reqs)
+	tokens   int                   // their tokens
+	on       map[string]int        // permits by upstream ("": none named, may run on any)
+	tokensOn map[string]int        // tokens by upstream, likewise
+}
+
+// runningReq is a request of storeRunning.
+type runningReq struct {
+	upstream string
+	tokens   int
+}
+
+// newStoreRunning counts the node's tickets that hold a permit of the
+// store (none of a fallback queue, nor admitted by fail-open): nil when
+// there are none.
+func (q *Queue) newStoreRunning() *storeRunning {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var s *storeRunning
+	for id, t := range q.tickets {
+		if t.failOpen || t.state.Load() != stateGranted {
+			continue
+		}
+		if s == nil {
+			s = &storeRunning{reqs: map[string]runningReq{}, on: map[string]int{}, tokensOn: map[string]int{}}
+		}
+		r := runningReq{upstream: upstreamOf(t), tokens: t.tokens}
+		s.reqs[id] = r
+		s.n++
+		s.tokens += r.tokens
+		s.on[r.upstream]++
+		s.tokensOn[r.upstream] += r.tokens
+	}
+	return s
+}
+
+// end takes ticket id's request out, if counted: it ended.
+func (s *storeRunning) end(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.reqs[id]
+	if !ok {
+		return
+	}
+	delete(s.reqs, id)
+	s.n--
+	s.tokens -= r.tokens
+	s.on[r.upstream]--
+	s.tokensOn[r.upstream] -= r.tokens
+}
+
+// less is l less the requests still running: the permits (at least 0),
+// the tokens (lessTokens), and each upstream's permits and tokens less
+// those running on it and those that may run on any.
+func (s *storeRunning) less(l Limits) Limits {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == 0 {
+		return l
+	}
+	l.Permits = max(l.Permits-s.n, 0)
+	l.Tokens = lessTokens(l.Tokens, s.tokens)
+	if len(l.Upstreams) > 0 {
+		ups := make([]Upstream, len(l.Upstreams))
+		for i, u := range l.Upstreams {
+			u.Permits = max(u.Permits-s.on[u.Dial]-s.on[""], 0)
+			u.KVTokens = lessTokens(u.KVTokens, s.tokensOn[u.Dial]+s.tokensOn[""])
+			ups[i] = u
+		}
+		l.Upstreams = ups
+	}
+	return l
+}
