@@ -406,7 +406,8 @@ type Handler struct {
 	// KVTokens alone bounds the queue). 0: this instance's part of Permits
 	// split among the live instances (parts within one of each other that
 	// add up to Permits), >= 1, and of each pool upstream's permits
-	// likewise.
+	// likewise. The instance's requests Redis granted that still run when
+	// it goes away count against them until they end.
 	LocalPermits int `json:"local_permits,omitempty"`
 
 	// Reject shapes the answers to requests that get no permit, per

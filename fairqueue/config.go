@@ -113,6 +113,9 @@ type Config struct {
 	// where tokens alone bound the queue (Permits 0), its part of KVTokens
 	// split among the live nodes, whatever LocalPermits says. A LocalPermits
 	// set scales each upstream's permits as Permits' (at least 1 each).
+	// The node's requests the store granted that still run when the
+	// fallback queue opens count in it, on their upstreams and with their
+	// tokens, until they end.
 	LocalPermits int
 	// StoreTimeout bounds store calls made outside a request. Default 1s.
 	StoreTimeout time.Duration
