@@ -185,7 +185,9 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 	res, fresh, err := q.send(ctx, t, req, cfg, deadline)
 	if errors.Is(err, errClosed) {
 		// The node left (Close) while the call was on its way: its
-		// leave took out whatever the call did in the store.
+		// leave took out whatever the call did in the store, and a call
+		// that reaches the store after the leave (it timed out here)
+		// does nothing there while the node's tombstone lives.
 		t.state.CompareAndSwap(statePending, stateRejected)
 		q.forget(t)
 		return nil, q.reject(ReasonShuttingDown, start, 0, nil)

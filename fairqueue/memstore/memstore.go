@@ -193,7 +193,7 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 	t.Limits = s.scaled(t.Limits)
 	now := s.now()
 	res := fairqueue.AcquireResult{Epoch: s.epoch}
-	if exp, ok := s.gone[t.ID]; ok && exp.After(now) {
+	if exp, ok := s.gone[t.ID]; (ok && exp.After(now)) || s.left(t.Node, now) {
 		res.Gone = true
 		return res, nil
 	}
@@ -330,7 +330,8 @@ func (s *Store) Cancel(_ context.Context, t fairqueue.TicketArgs) error {
 // no heartbeat on its way) is re-added and reported, as by every store,
 // and the node releases it again. A node that was forgotten (not
 // alive, or brought back by an acquire since its last heartbeat)
-// re-adds nothing in that heartbeat (it may have left); from its next
+// re-adds nothing in that heartbeat (it may have left); one that left
+// (Leave) changes nothing, adopts nothing (left.go); from its next
 // one on it counts again the permits it still holds. Its pending
 // tickets that are not here (dropped at the head while it was not
 // alive) are reported missing.
@@ -339,6 +340,9 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 	defer s.mu.Unlock()
 	hb.Limits = s.scaled(hb.Limits)
 	now := s.now()
+	if s.left(hb.Node, now) { // late, after its leave: changes nothing
+		return fairqueue.HeartbeatResult{Epoch: s.epoch, Rejoined: true, At: now, Cluster: s.view(hb.Node, now)}, nil
+	}
 	m, known := s.members[hb.Node]
 	if !known || m.mark == 0 || !s.alive(hb.Node, now) {
 		m.mark = hb.Beat
@@ -384,15 +388,7 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 		}
 		s.holders[id] = now.Add(hb.Lease)
 	}
-	res.Cluster = fairqueue.ClusterView{Waiting: len(s.index), Holders: len(s.holders), TokensHeld: s.held, LeaseExpirations: s.expired}
-	for n, exp := range s.nodes {
-		if !exp.Before(now) {
-			res.Cluster.Nodes++
-			if n < hb.Node {
-				res.Cluster.Rank++
-			}
-		}
-	}
+	res.Cluster = s.view(hb.Node, now)
 	for id, exp := range s.gone {
 		if !exp.After(now) {
 			delete(s.gone, id)
@@ -438,6 +434,7 @@ func (s *Store) Leave(_ context.Context, node string, l fairqueue.Limits) error 
 	delete(s.pools, node)
 	delete(s.listeners, node)
 	now := s.now()
+	s.markLeft(node, now)
 	s.reapAndDispatch("", l, now, out) // as leave.lua: its waiters are gone
 	s.pruneIdle()
 	s.forgetDead(now)

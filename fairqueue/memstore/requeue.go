@@ -32,6 +32,10 @@ func (s *Store) Requeue(_ context.Context, t fairqueue.RequeueArgs) (fairqueue.A
 	t.Limits = s.scaled(t.Limits)
 	now := s.now()
 	res := fairqueue.AcquireResult{Epoch: s.epoch, Seq: t.Seq}
+	if s.left(t.Node, now) { // late, after its leave: changes nothing
+		res.Gone = true
+		return res, nil
+	}
 	if !s.alive(t.Node, now) {
 		s.join(t.Node, t.Lease, t.Limits.Upstreams, now)
 	}

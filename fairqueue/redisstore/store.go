@@ -33,7 +33,9 @@ const (
 	DefaultMaxRetries   = 1
 	DefaultKeyPrefix    = "fair_queue"
 	// TombstoneTTL is how long a cancelled ticket's tombstone lives:
-	// longer than any retry of its acquire can be in flight.
+	// longer than any retry of its acquire can be in flight; and a node's
+	// that left, during which its calls that reach Redis late (sent
+	// before its leave) change nothing.
 	TombstoneTTL = 30 * time.Second
 	// inFlight is how long a fresh grant's message is given to arrive
 	// before Reconcile reports the holder as a grant to look into.
@@ -336,7 +338,9 @@ func (s *Store) Reconcile(ctx context.Context, node string, l fairqueue.Limits) 
 // Leave implements fairqueue.Store.
 func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) error {
 	since := time.Now()
-	v, err := scripts.leave.Run(ctx, s.sc, s.keys, s.args(node, l)...).Slice()
+	// The node's tombstone: a call of it that reaches Redis after the
+	// leave (sent before it, late) changes nothing.
+	v, err := scripts.leave.Run(ctx, s.sc, s.keys, s.args(node, l, TombstoneTTL.Milliseconds())...).Slice()
 	if err != nil {
 		return fmt.Errorf("leave %s: %w", s.tag, busy(err))
 	}

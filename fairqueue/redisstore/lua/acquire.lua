@@ -28,6 +28,9 @@
 -- Idempotent by ticket: a ticket that already holds a permit answers
 -- 'granted' (grant_no 0), one already waiting answers 'queued' with its
 -- place, a cancelled one (tombstone) answers 'gone'; none is changed.
+-- An acquire of a node that left (sent before its leave, come late: left
+-- in common.lua) answers 'gone' too: it would queue or grant a ticket,
+-- and bring the node back to life, for nobody.
 -- Cost: the fast path reads whether anybody waits, whether any
 -- tombstone lives and whether any upstream may be cooling in one EXISTS,
 -- and looks the ticket up only where it could be known: a holder is
@@ -58,7 +61,7 @@ if ex.gone then
   -- Tombstones (only a failed call leaves one): the ended go, so that
   -- the key soon vanishes and the check with it; a live one is ours?
   redis.call('ZREMRANGEBYSCORE', K.gone, '-inf', now)
-  if redis.call('ZSCORE', K.gone, id) then
+  if redis.call('ZSCORE', K.gone, id) or left(node) then
     return answer('gone', 0, 0, 0)
   end
 end

@@ -11,7 +11,9 @@
 --   K.epoch    random ID of this data set; missing = Redis lost its data
 --   K.grants   INCR counter: grants made
 --   K.gone     ZSET ticket -> tombstone expiry: cancelled tickets whose
---              acquire may still reach Redis late
+--              acquire may still reach Redis late; and node -> expiry:
+--              nodes that left, whose calls may still reach Redis late
+--              (left)
 --   K.vtime    fair queueing's virtual time: the largest usage counter a
 --              flow had when it was granted (the floor of a new flow)
 --   K.twait    HASH flow -> its tickets waiting
@@ -164,6 +166,19 @@ end
 local function alive(node)
   local exp = redis.call('ZSCORE', K.nodes, node)
   return exp ~= false and tonumber(exp) >= now
+end
+
+-- left tells whether node, not alive here, left (Queue.Close: leave.lua
+-- tombstones it in K.gone) no more than a tombstone's life ago: a call
+-- of it that reaches Redis now was sent before the leave and came late
+-- (its client gave up on it: a slow network, a frozen Redis that thawed).
+-- The leave gave back everything of the node; such a call changes
+-- nothing (it would count permits, queue waiters and bring the node back
+-- to life for nobody, and keep the last leave from deleting the keys).
+local function left(node)
+  if alive(node) then return false end
+  local t = redis.call('ZSCORE', K.gone, node)
+  return t ~= false and tonumber(t) > now
 end
 
 -- lease_of is node's own lease (ms): a grant to its waiter lasts as long

@@ -34,6 +34,11 @@
 -- mark is missing (a heartbeat that ran later than the node knew, after
 -- its call failed), the node releases again every ticket it released
 -- meanwhile.
+-- A heartbeat of a node that left (Queue.Close; a call sent before the
+-- leave that reached Redis after it) changes nothing: the leave gave
+-- back every permit of the node, and a late call counts none again
+-- (left in common.lua), adopted tickets included; a node only forgotten
+-- (silent past its lease) adopts them at once, as the permits it runs.
 -- The node's pool (ARGV[7]) is recorded in K.upool: what is kept of an
 -- upstream no node has any more goes (pool_forget, pool.lua).
 -- Idempotent: expiries are set to now + lease, and a re-sent heartbeat
@@ -46,6 +51,23 @@ if not cur then
   cur = ARGV[9]
   redis.call('SET', K.epoch, cur)
 end
+-- reply: the answer, with the cluster's view and this node's rank among
+-- the live nodes in the order of their IDs (its part of the capacity
+-- while Redis is down: ClusterView.Rank).
+local function reply(rejoined, readded, missing)
+  local live = redis.call('ZRANGE', K.nodes, now, '+inf', 'BYSCORE')
+  local rank = 0
+  for _, other in ipairs(live) do
+    if other < node then rank = rank + 1 end
+  end
+  return {cur, rejoined, waiting(), redis.call('ZCARD', K.holders),
+    #live, tonumber(redis.call('GET', K.expired) or '0'), readded, missing,
+    held_tokens(), now, rank}
+end
+-- A heartbeat of a node that left, sent before its leave and come late,
+-- does not bring the node back to life, and renews, re-adds and adopts
+-- nothing (left in common.lua). The node reads no reply: it left.
+if left(node) then return reply(1, {}, {}) end
 local info = redis.call('HGET', K.members, node)
 local mark = info and string.match(info, ' (%S+)$')
 if lost or not mark or mark == '0' or not alive(node) then mark = beat end
@@ -114,13 +136,4 @@ for i = 13 + n, 12 + n + m do
   end
 end
 for i = 13 + n + m, #ARGV do add(ARGV[i]) end
--- The live nodes, and this node's rank among them in the order of their
--- IDs (its part of the capacity while Redis is down: ClusterView.Rank).
-local live = redis.call('ZRANGE', K.nodes, now, '+inf', 'BYSCORE')
-local rank = 0
-for _, other in ipairs(live) do
-  if other < node then rank = rank + 1 end
-end
-return {cur, rejoined, waiting(), redis.call('ZCARD', K.holders),
-  #live, tonumber(redis.call('GET', K.expired) or '0'), readded, missing,
-  held_tokens(), now, rank}
+return reply(rejoined, readded, missing)

@@ -8,7 +8,9 @@
 -- comes back as after a Redis restart (a new epoch: it puts back its
 -- permits and waiters).
 -- KEYS: the common layout (K, see common.lua).
--- ARGV: 1 node, 2-6 common.
+-- ARGV: 1 node, 2-7 common, 8 the node's tombstone TTL ms: a call of the
+--   node that reaches Redis after this one (sent before it, late)
+--   changes nothing while it lives (left in common.lua).
 -- Returns the number of permits released, and 1 when every key of the
 -- queue was deleted (no live node left), else 0.
 -- Idempotent: a second run finds nothing of the node.
@@ -21,6 +23,7 @@ end
 redis.call('ZREM', K.nodes, ARGV[1])
 redis.call('HDEL', K.members, ARGV[1])
 redis.call('HDEL', K.upool, ARGV[1])
+redis.call('ZADD', K.gone, now + tonumber(ARGV[8]), ARGV[1])
 reap()
 dispatch('')
 drop_waiters_of(forget_dead())

@@ -20,6 +20,10 @@ local epoch = redis.call('SET', K.epoch, ARGV[9], 'NX', 'GET') or ARGV[9]
 local function answer(status, no, position, own, up)
   return {status, seq, no, position, grants(), epoch, own or {}, up or ''}
 end
+-- A requeue of a node that left (sent before its leave, come late: left
+-- in common.lua) answers 'gone' and changes nothing: the leave released
+-- the old ticket; the new one would wait, or hold, for nobody.
+if left(node) then return answer('gone', 0, 0) end
 if not alive(node) then
   redis.call('ZADD', K.nodes, now + lease, node)
   redis.call('HSET', K.members, node, lease .. ' 0')

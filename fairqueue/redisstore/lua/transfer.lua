@@ -27,12 +27,16 @@
 -- the store chose.
 -- Idempotent: sent again, it finds the holder gone and the waiter held,
 -- and changes nothing.
+-- A transfer of a node that left (sent before its leave, come late: left
+-- in common.lua) changes nothing: the leave released the holder, and the
+-- waiter would hold a permit for nobody.
 clock()
 local id, to = ARGV[1], ARGV[8]
-mark_freed(id, ARGV[9])
 local node = owner_of(id)
 local ex = present('waiting', 'fready', 'fwait', 'uheld', tokens == 0 and 'thold' or nil,
-  tokens == 0 and 'tok' or nil)
+  tokens == 0 and 'tok' or nil, 'gone')
+if ex.gone and left(node) then return {{}, {}, 0, 0} end
+mark_freed(id, ARGV[9])
 weighted, tok_kept, uheld_kept = ex.thold, ex.tok, ex.uheld
 local freed = redis.call('ZREM', K.holders, id) == 1
 if freed then unheld(id, 0, true) end

@@ -1,0 +1,48 @@
+package memstore
+
+import (
+	"time"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+// A node that left (Leave) is tombstoned, as a cancelled ticket is, in
+// s.gone under its ID (a ticket's ID holds a colon, a node's none), as
+// the Redis store does (left in lua/common.lua): a call of the node that
+// reaches the store after its leave (sent before it, late: nothing in
+// process makes one, the contract's cases do) changes nothing. The leave
+// gave back every permit of the node; such a call would count permits,
+// queue waiters and bring the node back to life for nobody.
+
+// leftTTL is how long a node that left stays tombstoned: as long as the
+// Redis store keeps it (redisstore.TombstoneTTL).
+const leftTTL = 30 * time.Second
+
+// markLeft tombstones node, which leaves.
+func (s *Store) markLeft(node string, now time.Time) {
+	s.gone[node] = now.Add(leftTTL)
+}
+
+// left reports whether node, not alive, left less than leftTTL ago.
+func (s *Store) left(node string, now time.Time) bool {
+	if s.alive(node, now) {
+		return false
+	}
+	exp, ok := s.gone[node]
+	return ok && exp.After(now)
+}
+
+// view is the cluster's view a heartbeat of node answers, node's rank
+// among the live nodes in the order of their IDs with it.
+func (s *Store) view(node string, now time.Time) fairqueue.ClusterView {
+	v := fairqueue.ClusterView{Waiting: len(s.index), Holders: len(s.holders), TokensHeld: s.held, LeaseExpirations: s.expired}
+	for n, exp := range s.nodes {
+		if !exp.Before(now) {
+			v.Nodes++
+			if n < node {
+				v.Rank++
+			}
+		}
+	}
+	return v
+}
