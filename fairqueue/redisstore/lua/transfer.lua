@@ -33,12 +33,14 @@
 clock()
 local id, to = ARGV[1], ARGV[8]
 local node = owner_of(id)
-local ex = present('waiting', 'fready', 'fwait', 'uheld', tokens == 0 and 'thold' or nil,
-  tokens == 0 and 'tok' or nil, 'gone')
-if ex.gone and left(node) then return {{}, {}, 0, 0} end
-mark_freed(id, ARGV[9])
-weighted, tok_kept, uheld_kept = ex.thold, ex.tok, ex.uheld
+-- The holder goes first: a node that left holds none (its leave released
+-- them), so only a transfer that finds none asks whether its node left.
 local freed = redis.call('ZREM', K.holders, id) == 1
+if not freed and left(node) then return {{}, {}, 0, 0} end
+mark_freed(id, ARGV[9])
+local ex = present('waiting', 'fready', 'fwait', 'uheld', tokens == 0 and 'thold' or nil,
+  tokens == 0 and 'tok' or nil)
+weighted, tok_kept, uheld_kept = ex.thold, ex.tok, ex.uheld
 if freed then unheld(id, 0, true) end
 local no, added = 0, 0
 local waited = ex.waiting and redis.call('ZREM', K.waiting, to) == 1
