@@ -41,3 +41,22 @@ func TestCaddyfileOptionInTheWrongBlockNamesItsBlock(t *testing.T) {
 		})
 	}
 }
+
+// Each block takes the options optionBlocks lists for it: a listed
+// option is never refused as unknown in its own block (its argument,
+// here a dummy, may still be refused).
+func TestCaddyfileOptionBlocksTakeTheirOptions(t *testing.T) {
+	wrap := map[string]func(string) string{
+		"":              func(o string) string { return "fair_queue {\n" + o + "\n}" },
+		"adaptive":      func(o string) string { return "fair_queue {\npermits 1\nadaptive {\n" + o + "\n}\n}" },
+		"redis":         func(o string) string { return "fair_queue {\npermits 1\nredis {\n" + o + "\n}\n}" },
+		"reject":        func(o string) string { return "fair_queue {\npermits 1\nreject {\n" + o + "\n}\n}" },
+		"reject_stream": func(o string) string { return "fair_queue {\npermits 1\nredis\nreject_stream k {\n" + o + "\n}\n}" },
+	}
+	for opt, block := range optionBlocks {
+		_, err := parse(wrap[block](opt + " x y"))
+		if err != nil {
+			assert.NotContains(t, err.Error(), "unrecognized subdirective '"+opt+"'", "block %q", block)
+		}
+	}
+}
