@@ -24,7 +24,13 @@ func parseBlock(d *caddyfile.Dispenser, opts map[string]optionParser, repeatable
 		opt := d.Val()
 		parse, ok := opts[opt]
 		if !ok {
-			return d.Errf("unrecognized subdirective '%s'%s", opt, suggest(opt, slices.Collect(maps.Keys(opts)), "'"))
+			// Spelt as another block's option: that block is the
+			// likelier meaning than a near name of this one.
+			hint := blockHint(opt)
+			if hint == "" {
+				hint = suggest(opt, slices.Collect(maps.Keys(opts)), "'")
+			}
+			return d.Errf("unrecognized subdirective '%s'%s", opt, hint)
 		}
 		if seen[opt] && !slices.Contains(repeatable, opt) {
 			return d.Errf("subdirective '%s' is given twice", opt)

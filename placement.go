@@ -7,6 +7,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"go.uber.org/zap"
 )
 
@@ -55,6 +56,12 @@ func checkPlacement(ctx caddy.Context, log *zap.Logger) {
 			"handle, route and respond blocks run before any directive of the site block, so put fair_queue inside the block of the reverse_proxy it protects, before it (see the README, \"Where fair_queue goes\")",
 			zap.String("queue", fq.name), zap.Strings("server_listen", srv.Listen), zap.Bool("reverse_proxy_before_it", fq.proxiedBefore))
 	}
+	for _, name := range w.unpooled() {
+		log.Warn("fair_queue has upstream lines, but the reverse_proxy after it does not take the granted upstream: it sends each request where its own upstreams and load balancing say, "+
+			"so no upstream is held to its permits and a requeue cools another than the one that answered; "+
+			"give that reverse_proxy no upstreams and `dynamic fair_queue` instead (see docs/pools.md)",
+			zap.String("queue", name), zap.Strings("server_listen", srv.Listen))
+	}
 }
 
 // placementWalk lists a server's handlers in the order a request meets
@@ -66,6 +73,9 @@ type placementWalk struct {
 type walkedHandler struct {
 	module string // the handler's module name: fair_queue, reverse_proxy, subroute...
 	name   string // a fair_queue's queue name
+	// pooled: a fair_queue with upstream lines, or a reverse_proxy that
+	// takes the granted upstream (dynamic fair_queue).
+	pooled bool
 }
 
 // stranded is a fair_queue after which no handler proxies.
@@ -93,6 +103,26 @@ func (w *placementWalk) stranded() []stranded {
 	return out
 }
 
+// unpooled names the fair_queues with upstream lines whose next proxying
+// handler is a reverse_proxy that does not take the granted upstream.
+func (w *placementWalk) unpooled() []string {
+	var out []string
+	for i, h := range w.handlers {
+		if h.module != "fair_queue" || !h.pooled {
+			continue
+		}
+		for _, next := range w.handlers[i+1:] {
+			if proxying[next.module] {
+				if next.module == "reverse_proxy" && !next.pooled {
+					out = append(out, h.name)
+				}
+				break
+			}
+		}
+	}
+	return out
+}
+
 // routes walks the JSON of one route's handlers.
 func (w *placementWalk) routes(handlers []json.RawMessage) {
 	for _, raw := range handlers {
@@ -102,11 +132,21 @@ func (w *placementWalk) routes(handlers []json.RawMessage) {
 			Routes  []struct {
 				Handle []json.RawMessage `json:"handle"`
 			} `json:"routes"`
+			Upstreams        []json.RawMessage `json:"upstreams"`
+			DynamicUpstreams struct {
+				Source string `json:"source"`
+			} `json:"dynamic_upstreams"`
 		}
 		if json.Unmarshal(raw, &h) != nil {
 			continue
 		}
 		w.add(h.Handler, h.Name)
+		switch h.Handler {
+		case "fair_queue":
+			w.handlers[len(w.handlers)-1].pooled = len(h.Upstreams) > 0
+		case "reverse_proxy":
+			w.handlers[len(w.handlers)-1].pooled = h.DynamicUpstreams.Source == "fair_queue"
+		}
 		if h.Handler == "subroute" {
 			for _, r := range h.Routes {
 				w.routes(r.Handle)
@@ -130,6 +170,11 @@ func (w *placementWalk) typed(handlers []caddyhttp.MiddlewareHandler) {
 			}
 		case *Handler:
 			w.add("fair_queue", h.Name)
+			w.handlers[len(w.handlers)-1].pooled = h.pooled()
+		case *reverseproxy.Handler:
+			w.add("reverse_proxy", "")
+			_, dynamic := h.DynamicUpstreams.(*Upstreams)
+			w.handlers[len(w.handlers)-1].pooled = dynamic
 		case caddy.Module:
 			w.add(caddy.GetModuleName(h), "")
 		}

@@ -17,6 +17,14 @@ import (
 // logs written to a file, and returns the placement warnings logged.
 func placementWarnings(t *testing.T, caddyfile string) []map[string]any {
 	t.Helper()
+	return provisionWarnings(t, caddyfile, "has no reverse_proxy after it")
+}
+
+// provisionWarnings validates a Caddyfile as `caddy validate` does, its
+// logs written to a file, and returns the entries logged whose message
+// holds msg.
+func provisionWarnings(t *testing.T, caddyfile, msg string) []map[string]any {
+	t.Helper()
 	var cfg map[string]any
 	require.NoError(t, json.Unmarshal([]byte(adapt(t, strings.TrimRight(caddyfile, "\n")+"\n")), &cfg))
 	logFile := filepath.Join(t.TempDir(), "caddy.log")
@@ -36,7 +44,7 @@ func placementWarnings(t *testing.T, caddyfile string) []map[string]any {
 	var warnings []map[string]any
 	for sc := bufio.NewScanner(f); sc.Scan(); {
 		var entry map[string]any
-		if json.Unmarshal(sc.Bytes(), &entry) == nil && strings.Contains(entry["msg"].(string), "has no reverse_proxy after it") {
+		if json.Unmarshal(sc.Bytes(), &entry) == nil && strings.Contains(entry["msg"].(string), msg) {
 			warnings = append(warnings, entry)
 		}
 	}

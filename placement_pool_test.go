@@ -1,0 +1,61 @@
+package caddyfairqueue
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// poolMismatchMsg is the start of the warning for a pool whose
+// reverse_proxy picks its own upstreams.
+const poolMismatchMsg = "fair_queue has upstream lines, but the reverse_proxy after it does not take the granted upstream"
+
+// A pool's grant names an upstream; only `dynamic fair_queue` sends the
+// request there. A reverse_proxy with upstreams of its own (the pool's
+// addresses copied into it, the newcomer's first try) balances on its
+// own, so no replica is held to its permits and a requeue cools the
+// wrong one, and Caddy says the config is valid: it is logged at load.
+func TestPoolWhoseReverseProxyPicksItsOwnUpstreamsIsReported(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	warnings := provisionWarnings(t, `:0 {
+	route {
+		fair_queue {
+			name llama
+			upstream 127.0.0.1:9 2
+			upstream 127.0.0.1:10 2
+			requeue_on 503
+		}
+		reverse_proxy 127.0.0.1:9 127.0.0.1:10
+	}
+}`, poolMismatchMsg)
+	require.Len(t, warnings, 1)
+	w := warnings[0]
+	assert.Equal(t, "warn", w["level"])
+	assert.Equal(t, "llama", w["queue"])
+	assert.Contains(t, w["msg"], "dynamic fair_queue")
+}
+
+func TestPoolWithDynamicFairQueueIsNotReported(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	for name, site := range map[string]string{
+		"pool, dynamic fair_queue": `route {
+		fair_queue {
+			upstream 127.0.0.1:9 2
+		}
+		reverse_proxy {
+			dynamic fair_queue
+		}
+	}`,
+		"no pool, static upstream": `route {
+		fair_queue {
+			permits 2
+		}
+		reverse_proxy 127.0.0.1:9
+	}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			assert.Empty(t, provisionWarnings(t, ":0 {\n\t"+site+"\n}", poolMismatchMsg))
+		})
+	}
+}
