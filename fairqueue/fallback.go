@@ -167,6 +167,7 @@ func (q *Queue) localQueue(cfg *Config) *Queue {
 		lc.running = q.running.Load()
 		q.local, _ = New(cfg.Fallback, lc)
 		q.local.line = newMoveLine()
+		q.reconfigureRetired(lc)
 		q.log.Warn("store unreachable: queueing in this node only", zap.Int("local_permits", permits))
 		if q.isDraining() {
 			q.local.RejectWaiters()
@@ -185,9 +186,31 @@ func (q *Queue) reconfigureLocal(lc Config) {
 		return
 	}
 	lc.running = q.running.Load()
-	if lcur := q.local.Config(); lcur.Permits != lc.Permits || lcur.KVTokens != lc.KVTokens || !sameUpstreams(lcur.Upstreams, lc.Upstreams) {
+	if lcur := q.local.Config(); !sameLocal(lcur, lc) {
 		_ = q.local.Reconfigure(lc)
 	}
+	q.reconfigureRetired(lc)
+}
+
+// reconfigureRetired gives the fallback queues of outages past whose
+// permits still run the settings lc of the fallback queue in use (with
+// q.localMu held). They share its store, and a permit of theirs that
+// ends hands that store's permits on to its waiters under their own
+// limits: under those of an earlier outage, the store's requests
+// running at this one's start uncounted (storeRunning) and the node's
+// part dealt among the live nodes of then, more waiters would run.
+func (q *Queue) reconfigureRetired(lc Config) {
+	for _, r := range q.retired {
+		if cur := r.Config(); cur.running != lc.running || !sameLocal(cur, lc) {
+			_ = r.Reconfigure(lc)
+		}
+	}
+}
+
+// sameLocal reports whether two fallback queues' configs have the same
+// capacity.
+func sameLocal(a, b Config) bool {
+	return a.Permits == b.Permits && a.KVTokens == b.KVTokens && sameUpstreams(a.Upstreams, b.Upstreams)
 }
 
 // localConfig is the fallback queue's config for the node's config cfg,

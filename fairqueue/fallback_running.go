@@ -48,19 +48,41 @@ func (q *Queue) newStoreRunning() *storeRunning {
 	return s
 }
 
-// end takes ticket id's request out, if counted: it ended.
-func (s *storeRunning) end(id string) {
+// end takes ticket id's request out, if counted: it ended. It reports
+// whether it was.
+func (s *storeRunning) end(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.reqs[id]
 	if !ok {
-		return
+		return false
 	}
 	delete(s.reqs, id)
 	s.n--
 	s.tokens -= r.tokens
 	s.on[r.upstream]--
 	s.tokensOn[r.upstream] -= r.tokens
+	return true
+}
+
+// endRunning takes ticket id's request out of those the fallback queue
+// counts, if it was, and then has the fallback queue hand the permit on
+// at once (its waiters are granted by its poll's reconcile, under the
+// limits less those still running): the store's release, which would
+// have, goes to a store that is down, and the fallback store hears of
+// no release. Without it the permit idled until the next poll, up to
+// poll_interval.
+func (q *Queue) endRunning(id string) {
+	r := q.running.Load()
+	if r == nil || !r.end(id) {
+		return
+	}
+	q.localMu.Lock()
+	l := q.local
+	q.localMu.Unlock()
+	if l != nil {
+		l.s.wake()
+	}
 }
 
 // less is l less the requests still running: the permits (at least 0),

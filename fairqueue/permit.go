@@ -200,6 +200,20 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		}
 		return q.Acquire(ctx, req)
 	}
+	if cfg := q.cfg.Load(); !q.health.up() || q.inFallback(cfg) {
+		// The store is down, or the node still serves from its fallback
+		// queue: the request waits again as an Acquire's would
+		// (on_store_error), its permit given back, its flow charged
+		// nothing for it.
+		if TicketFlow(p.t.id) != "" {
+			p.Charge(0)
+		}
+		if cool >= 0 {
+			p.Cool(cool)
+		}
+		p.releaseNow()
+		return q.unavailable(ctx, p.req, p.start, p.deadline, errStoreDown)
+	}
 	// Where no requeue gives the permit back, this release does, as the
 	// requeue would have: the refused grant ran nowhere (its charge is
 	// taken back) and its upstream cools. So does a ghost release of the
@@ -265,7 +279,10 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		if !time.Now().Before(p.deadline) {
 			return nil, q.reject(ReasonTimeout, p.start, 0, err)
 		}
-		return nil, q.reject(ReasonStoreUnavailable, p.start, 0, err)
+		// The store failed: the request waits again as an Acquire's
+		// would (on_store_error: the fallback queue, fail open, or
+		// refused as store_unavailable).
+		return q.unavailable(ctx, p.req, p.start, p.deadline, err)
 	}
 	return q.enqueue(ctx, t, res, answeredInLease(sent, args.Lease), args.Permits, p.req, p.start, p.deadline)
 }

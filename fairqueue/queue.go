@@ -453,9 +453,7 @@ func (q *Queue) forget(t *ticket) {
 	q.mu.Lock()
 	delete(q.tickets, t.id)
 	q.mu.Unlock()
-	if r := q.running.Load(); r != nil {
-		r.end(t.id)
-	}
+	q.endRunning(t.id)
 }
 
 // background runs a store call that nobody waits for; Close waits for it.

@@ -28,12 +28,15 @@ func tryAcquire(t *testing.T, nd *node, req fairqueue.Request, d time.Duration) 
 
 // runningAtTheOutage opens one instance of a queue with on_store_error
 // local, takes the permits reqs ask for from Redis, and kills Redis:
-// they run on through the outage.
+// they run on through the outage. A short poll interval, lease and max
+// wait unless cfg sets its poll interval.
 func runningAtTheOutage(t *testing.T, name string, cfg fairqueue.Config, reqs ...fairqueue.Request) (*node, []*fairqueue.Permit) {
 	t.Helper()
 	srv := redistest.Start(t)
 	cfg.Fallback = memstore.New()
-	cfg.Lease, cfg.PollInterval, cfg.MaxWait = 30*time.Second, 50*time.Millisecond, 10*time.Second
+	if cfg.PollInterval == 0 {
+		cfg.Lease, cfg.PollInterval, cfg.MaxWait = 30*time.Second, 50*time.Millisecond, 10*time.Second
+	}
 	nd := newNode(t, srv, name, cfg)
 	var running []*fairqueue.Permit
 	for _, r := range reqs {
@@ -122,4 +125,37 @@ func TestLocalFallbackCountsTheTokensRunningAtTheOutage(t *testing.T) {
 	p = tryAcquire(t, nd, fairqueue.Request{Tokens: 100}, 5*time.Second)
 	require.NotNil(t, p, "every token free again, once the running request ended")
 	p.Release()
+}
+
+// A waiter of the fallback queue gets the permit of a request running at
+// the outage as soon as that request ends, as it gets that of a local
+// one: not at the fallback queue's next poll, which comes up to
+// poll_interval later (here 30 s, the waiter's max wait).
+func TestLocalFallbackHandsOnThePermitOfARunningRequestAtItsEnd(t *testing.T) {
+	nd, running := runningAtTheOutage(t, "fbrunninghandon", fairqueue.Config{Permits: 1,
+		Lease: 90 * time.Second, PollInterval: 30 * time.Second, MaxWait: 30 * time.Second}, fairqueue.Request{})
+	got := make(chan *fairqueue.Permit, 1)
+	queued := make(chan struct{}, 1)
+	go func() {
+		p, _ := nd.q.Acquire(context.Background(), fairqueue.Request{
+			OnQueued: func(fairqueue.Waiting) { queued <- struct{}{} }})
+		got <- p // nil: refused (the queue closes once the test has failed)
+	}()
+	select {
+	case <-queued:
+	case p := <-got:
+		if p != nil {
+			p.Release()
+		}
+		t.Fatal("a request ran beside the one Redis granted, still running, for permits 1")
+	}
+	running[0].Release()
+	select {
+	case p := <-got:
+		require.NotNil(t, p, "the waiter was refused")
+		assert.True(t, p.Local())
+		p.Release()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the permit the running request freed idled: its waiter was not granted within 5 s of its end (poll_interval 30s)")
+	}
 }
