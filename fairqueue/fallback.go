@@ -17,7 +17,11 @@ import (
 // A request answered by the policy marks the store down at once, however
 // few calls failed so far: the store's up/down state (metrics, admin API)
 // then agrees with what clients were told, from the first such answer.
-func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline time.Time, cause error) (*Permit, error) {
+//
+// A request for the fallback queue enters it in its turn: turn, that of
+// a waiter of the store's queue moving there (moveOut), or else one
+// behind those still moving (joinExit).
+func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline time.Time, cause error, turn *exitTurn) (*Permit, error) {
 	q.health.outage(q.log, cause)
 	cfg := q.cfg.Load()
 	var lq *Queue
@@ -26,6 +30,16 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 	var n uint64
 	switch {
 	case cfg.Fallback != nil:
+		if turn == nil {
+			turn = q.joinExit()
+		}
+		if turn != nil {
+			defer turn.line.pass(turn.n)
+			var err error
+			if req, err = q.awaitExit(ctx, turn, req, start, deadline); err != nil {
+				return nil, err
+			}
+		}
 		req.MaxWait = time.Until(deadline)
 		if req.MaxWait <= 0 {
 			return nil, q.reject(ReasonTimeout, start, 0, cause)
@@ -150,7 +164,7 @@ func (q *Queue) backToFallback(ctx context.Context, t *ticket, req Request, star
 	t.state.CompareAndSwap(statePending, stateCancelled)
 	q.forgetUnused(t)
 	q.background(func() { q.cancelInStore(t, true, true) })
-	return q.unavailable(ctx, req, start, deadline, errStoreDown)
+	return q.unavailable(ctx, req, start, deadline, errStoreDown, nil)
 }
 
 // localQueue returns the node's fallback queue (in-process, created on

@@ -3,6 +3,7 @@ package fairqueue
 import (
 	"errors"
 	"net"
+	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -13,7 +14,11 @@ var errStoreDown = errors.New("store marked down after consecutive failures")
 // health is the store's up/down state: down after downAfter consecutive
 // failed calls, up again after one success. One failure does not flip it.
 type health struct {
-	onFail    func(error)
+	onFail func(error)
+	// onDown runs as the store is marked down, before any caller sees it
+	// down (Queue.storeDown); mu orders the marks.
+	onDown    func()
+	mu        sync.Mutex
 	downAfter atomic.Int32
 	fails     atomic.Int32
 	down      atomic.Bool
@@ -46,8 +51,8 @@ func (h *health) failed(log *zap.Logger, err error) {
 	if h.onFail != nil {
 		h.onFail(err)
 	}
-	if h.fails.Add(1) >= h.downAfter.Load() && h.down.CompareAndSwap(false, true) {
-		log.Error("store unreachable; applying on_store_error policy", zap.Error(err))
+	if h.fails.Add(1) >= h.downAfter.Load() {
+		h.markDown(log, err)
 	}
 }
 
@@ -61,7 +66,23 @@ func (h *health) outage(log *zap.Logger, err error) {
 	if !unreachable(err) {
 		return
 	}
-	if h.down.CompareAndSwap(false, true) {
-		log.Error("store unreachable; applying on_store_error policy", zap.Error(err))
+	h.markDown(log, err)
+}
+
+// markDown marks the store down, unless it is already, once onDown has
+// run: a request that finds the store down finds what onDown did too.
+func (h *health) markDown(log *zap.Logger, err error) {
+	if h.down.Load() {
+		return
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.down.Load() {
+		return
+	}
+	if h.onDown != nil {
+		h.onDown()
+	}
+	h.down.Store(true)
+	log.Error("store unreachable; applying on_store_error policy", zap.Error(err))
 }

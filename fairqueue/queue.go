@@ -64,6 +64,11 @@ type Queue struct {
 	// moving is the line of the fallback queue retired last while its
 	// waiters move in: a new request queues behind them (joinMovers).
 	moving atomic.Pointer[moveLine]
+	// exits is closed, and replaced, when the store's waiters move into
+	// the fallback queue (storeDown), and exiting is their line there: a
+	// request that comes meanwhile waits behind them (joinExit).
+	exits   atomic.Pointer[chan struct{}]
+	exiting atomic.Pointer[moveLine]
 }
 
 // New returns a Queue for cfg on store. It makes no store call: the node
@@ -84,6 +89,9 @@ func New(store Store, cfg Config) (*Queue, error) {
 		left:    make(chan struct{}),
 	}
 	q.s = newSession(q)
+	exits := make(chan struct{})
+	q.exits.Store(&exits)
+	q.health.onDown = q.storeDown
 	q.log = cfg.Logger.With(zap.String("queue", cfg.Name), zap.String("node", q.node))
 	q.health.onFail = func(err error) {
 		q.s.note(evVerify, false) // the call may have run, or Redis may be failing over
@@ -166,10 +174,10 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return q.unavailable(ctx, req, start, deadline, err)
+		return q.unavailable(ctx, req, start, deadline, err, nil)
 	}
 	if !q.health.up() || q.inFallback(cfg) {
-		return q.unavailable(ctx, req, start, deadline, errStoreDown)
+		return q.unavailable(ctx, req, start, deadline, errStoreDown, nil)
 	}
 	if l, n := q.joinMovers(from); l != nil {
 		return q.moveIn(ctx, l, n, req, start, deadline)
@@ -210,7 +218,7 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 		if !time.Now().Before(deadline) {
 			return nil, q.reject(ReasonTimeout, start, 0, err)
 		}
-		return q.unavailable(ctx, req, start, deadline, err)
+		return q.unavailable(ctx, req, start, deadline, err, nil)
 	}
 	q.health.ok(q.log)
 	if q.inFallback(cfg) {
@@ -260,59 +268,14 @@ func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, fresh
 		}
 	}
 	p, err := q.wait(ctx, t, start, deadline)
+	if err == errMovedOut {
+		return q.moveOut(ctx, t, req, start, deadline)
+	}
 	if p != nil {
 		p.req, p.deadline = req, deadline
 		return p.reweigh(ctx)
 	}
 	return p, err
-}
-
-// send asks the store to grant or queue t. A failed call is sent again
-// (the scripts are idempotent by ticket) while the store is still up and
-// the deadline allows: one failure or a busy client pool is not an
-// outage, so on_store_error does not apply to it. fresh reports whether
-// the answer came less than a lease after its call was sent
-// (answeredInLease).
-func (q *Queue) send(ctx context.Context, t *ticket, req Request, cfg *Config, deadline time.Time) (res AcquireResult, fresh bool, err error) {
-	t.scale = req.scale(cfg.PriorityFactor)
-	t.cost = charge(clampCost(req.Cost), t.scale)
-	t.tokens, _ = cfg.ClampTokens(req.Tokens)
-	args := TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Cost: t.cost, Tokens: t.tokens}
-	backoff := 10 * time.Millisecond
-	for {
-		actx, cancel := context.WithDeadline(ctx, deadline)
-		sent := time.Now()
-		err = q.beforeLeave(func() error {
-			var err error
-			res, err = q.store.Acquire(actx, args)
-			return err
-		})
-		cancel()
-		if err == nil || errors.Is(err, errClosed) {
-			return res, answeredInLease(sent, args.Lease), err
-		}
-		if ctx.Err() != nil || !time.Now().Before(callDeadline(ctx, deadline)) {
-			return res, false, err // the caller's deadline, not the store's fault
-		}
-		q.health.record(q.log, err)
-		if !q.health.up() || time.Until(deadline) <= backoff {
-			return res, false, err
-		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return res, false, err
-		}
-		backoff = min(2*backoff, 200*time.Millisecond)
-	}
-}
-
-// callDeadline is the earlier of ctx's deadline and d.
-func callDeadline(ctx context.Context, d time.Time) time.Time {
-	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
-		return cd
-	}
-	return d
 }
 
 // wait settles the race between a grant and the end of the wait with one
@@ -329,25 +292,35 @@ func (q *Queue) wait(ctx context.Context, t *ticket, start, deadline time.Time) 
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	var end int32
-	select {
-	case <-t.granted:
-		if ctx.Err() != nil {
-			// Granted as its client left (select picks either): the
-			// permit goes to the next waiter, not to nobody.
-			q.giveBack(t)
-			return nil, ctx.Err()
+	for end == statePending {
+		exits := q.exits.Load() // before the state: a move after this closes it
+		if t.state.Load() == stateMoved {
+			return nil, errMovedOut // its request waits in the fallback queue
 		}
-		return q.permit(t, start), nil
-	case <-ctx.Done():
-		end = stateCancelled
-	case <-timer.C:
-		end = stateTimedOut
-	case <-q.drainCh:
-		end = stateRejected
+		select {
+		case <-t.granted:
+			if ctx.Err() != nil {
+				// Granted as its client left (select picks either): the
+				// permit goes to the next waiter, not to nobody.
+				q.giveBack(t)
+				return nil, ctx.Err()
+			}
+			return q.permit(t, start), nil
+		case <-*exits:
+		case <-ctx.Done():
+			end = stateCancelled
+		case <-timer.C:
+			end = stateTimedOut
+		case <-q.drainCh:
+			end = stateRejected
+		}
 	}
 	q.ending.Add(1) // before the ticket leaves pending: count sees it throughout
 	if !t.state.CompareAndSwap(statePending, end) {
 		q.ending.Add(-1)
+		if t.state.Load() == stateMoved {
+			return nil, errMovedOut // its move answers the client's end
+		}
 		// Granted at the same moment. A client that is gone gives the
 		// permit back; a timeout or drain that lost the race is served.
 		<-t.granted

@@ -9,6 +9,9 @@ const (
 	stateTimedOut
 	stateCancelled
 	stateRejected
+	// stateMoved: it left the store's queue for the fallback queue
+	// (Queue.storeDown), its request waits there.
+	stateMoved
 )
 
 // ticket is one request's place in the queue, as this node knows it.
@@ -47,6 +50,9 @@ type ticket struct {
 	// (Queue.position): set when it is queued, and again when its node
 	// queues it anew after the store lost it (reinstate).
 	place atomic.Pointer[place]
+	// exit is its turn among the store's waiters moving into the
+	// fallback queue, set before it moves to stateMoved.
+	exit atomic.Pointer[exitTurn]
 	// Written before wait starts.
 	seq      int64
 	position int // its place when it was first queued; 0: granted at once

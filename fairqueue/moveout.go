@@ -1,0 +1,116 @@
+package fairqueue
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"time"
+)
+
+// The move of the store's waiters into the fallback queue
+// (Config.Fallback) when the store is marked down: they would wait there
+// for a grant that cannot come until their max wait, while the requests
+// that come during the outage are served ahead of them by the fallback
+// queue. They wait in the fallback queue instead, in the order they
+// waited in the store's (their seq), ahead of the requests that come
+// after. The way back, once the store is back, is moveIn's.
+
+// errMovedOut ends the wait of a ticket that left the store's queue for
+// the fallback queue (Queue.wait): its request waits there (moveOut).
+var errMovedOut = errors.New("fair queue: moved into the fallback queue")
+
+// exitTurn is a request's number in the line of the store's waiters
+// moving into the fallback queue.
+type exitTurn struct {
+	line *moveLine
+	n    uint64
+}
+
+// storeDown runs as the store is marked down (health.onDown), before any
+// request sees it down. With a fallback queue, each waiter of the
+// store's queue leaves it: its ticket moves from pending to moved by
+// compare-and-set, as a wait that ends does (a grant that came first
+// wins, and is served), and is cancelled in the store in the background,
+// as such a wait's is. That cancel fails while the store is down: a grant
+// the store made the ticket, or makes it later, finds the node knowing it
+// no more, and is given back (Granted, reconcile), as for any cancelled
+// ticket. The waiters are numbered in the order they waited (seq), and a
+// request that comes meanwhile numbers itself behind them (joinExit):
+// each enters the fallback queue once those before it are queued there.
+func (q *Queue) storeDown() {
+	if q.cfg.Load().Fallback == nil {
+		return
+	}
+	var ts []*ticket
+	q.mu.Lock()
+	for _, t := range q.tickets {
+		// queued: its acquire was answered (and its seq written).
+		if t.state.Load() == statePending && t.queued.Load() {
+			ts = append(ts, t)
+		}
+	}
+	q.mu.Unlock()
+	slices.SortFunc(ts, func(a, b *ticket) int { return cmp.Or(cmp.Compare(a.seq, b.seq), cmp.Compare(a.no, b.no)) })
+	line := newMoveLine()
+	for _, t := range ts {
+		turn := &exitTurn{line: line, n: line.take()}
+		t.exit.Store(turn)
+		if !t.state.CompareAndSwap(statePending, stateMoved) {
+			line.pass(turn.n) // granted, or its wait ended: it stays
+			continue
+		}
+		q.forgetUnused(t)
+		q.background(func() { q.cancelInStore(t, true, true) })
+	}
+	q.exiting.Store(line)
+	woken := make(chan struct{})
+	close(*q.exits.Swap(&woken))
+}
+
+// joinExit numbers a request that goes to the fallback queue behind the
+// store's waiters still moving there, and returns its turn; nil once
+// every one of them is queued there (or gone), and the line is
+// forgotten.
+func (q *Queue) joinExit() *exitTurn {
+	l := q.exiting.Load()
+	if l == nil {
+		return nil
+	}
+	if n, ok := l.join(); ok {
+		return &exitTurn{line: l, n: n}
+	}
+	q.exiting.CompareAndSwap(l, nil)
+	return nil
+}
+
+// moveOut sends to the fallback queue the request of t, which left the
+// store's queue (storeDown), in its turn, with what is left of its max
+// wait.
+func (q *Queue) moveOut(ctx context.Context, t *ticket, req Request, start, deadline time.Time) (*Permit, error) {
+	turn := t.exit.Load()
+	defer turn.line.pass(turn.n) // whatever answers it: a reload may have changed the policy
+	return q.unavailable(ctx, req, start, deadline, errStoreDown, turn)
+}
+
+// awaitExit waits for turn, a request's turn to enter the fallback
+// queue, and returns req, whose OnQueued lets the next one go once it is
+// queued there. The caller passes turn once the request leaves.
+func (q *Queue) awaitExit(ctx context.Context, turn *exitTurn, req Request, start, deadline time.Time) (Request, error) {
+	switch turn.line.wait(ctx, turn.n, deadline, q.drainCh) {
+	case turnCancelled:
+		return req, ctx.Err()
+	case turnTimedOut:
+		return req, q.reject(ReasonTimeout, start, 0, nil)
+	case turnDrained:
+		return req, q.reject(ReasonShuttingDown, start, 0, nil)
+	}
+	onQueued := req.OnQueued
+	req.OnQueued = func(w Waiting) {
+		turn.line.pass(turn.n) // queued in the fallback queue: the next one goes
+		if onQueued != nil {
+			onQueued(w)
+		}
+	}
+	return req, nil
+}

@@ -1,0 +1,55 @@
+package fairqueue
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// send asks the store to grant or queue t. A failed call is sent again
+// (the scripts are idempotent by ticket) while the store is still up and
+// the deadline allows: one failure or a busy client pool is not an
+// outage, so on_store_error does not apply to it. fresh reports whether
+// the answer came less than a lease after its call was sent
+// (answeredInLease).
+func (q *Queue) send(ctx context.Context, t *ticket, req Request, cfg *Config, deadline time.Time) (res AcquireResult, fresh bool, err error) {
+	t.scale = req.scale(cfg.PriorityFactor)
+	t.cost = charge(clampCost(req.Cost), t.scale)
+	t.tokens, _ = cfg.ClampTokens(req.Tokens)
+	args := TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Cost: t.cost, Tokens: t.tokens}
+	backoff := 10 * time.Millisecond
+	for {
+		actx, cancel := context.WithDeadline(ctx, deadline)
+		sent := time.Now()
+		err = q.beforeLeave(func() error {
+			var err error
+			res, err = q.store.Acquire(actx, args)
+			return err
+		})
+		cancel()
+		if err == nil || errors.Is(err, errClosed) {
+			return res, answeredInLease(sent, args.Lease), err
+		}
+		if ctx.Err() != nil || !time.Now().Before(callDeadline(ctx, deadline)) {
+			return res, false, err // the caller's deadline, not the store's fault
+		}
+		q.health.record(q.log, err)
+		if !q.health.up() || time.Until(deadline) <= backoff {
+			return res, false, err
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return res, false, err
+		}
+		backoff = min(2*backoff, 200*time.Millisecond)
+	}
+}
+
+// callDeadline is the earlier of ctx's deadline and d.
+func callDeadline(ctx context.Context, d time.Time) time.Time {
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		return cd
+	}
+	return d
+}
