@@ -212,7 +212,7 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 			p.Cool(cool)
 		}
 		p.releaseNow()
-		return q.unavailable(ctx, p.req, p.start, p.deadline, errStoreDown)
+		return q.unavailable(ctx, p.req, p.start, p.deadline, errStoreDown, nil)
 	}
 	// Where no requeue gives the permit back, this release does, as the
 	// requeue would have: the refused grant ran nowhere (its charge is
@@ -282,7 +282,7 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		// The store failed: the request waits again as an Acquire's
 		// would (on_store_error: the fallback queue, fail open, or
 		// refused as store_unavailable).
-		return q.unavailable(ctx, p.req, p.start, p.deadline, err)
+		return q.unavailable(ctx, p.req, p.start, p.deadline, err, nil)
 	}
 	return q.enqueue(ctx, t, res, answeredInLease(sent, args.Lease), args.Permits, p.req, p.start, p.deadline)
 }
