@@ -59,3 +59,45 @@ func TestPoolWithDynamicFairQueueIsNotReported(t *testing.T) {
 		})
 	}
 }
+
+// A reverse_proxy for other paths may come between a pool's fair_queue
+// and its `dynamic fair_queue` reverse_proxy: Caddy sorts a site's
+// reverse_proxy directives by their paths' length, so `/metrics` goes
+// before `/v1/*`. The pool's requests never reach it: nothing is wrong,
+// and nothing is logged. A reverse_proxy with its own upstreams that
+// they can reach still is.
+func TestPoolWhoseDynamicReverseProxyFollowsAnotherPathsIsNotReported(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	assert.Empty(t, provisionWarnings(t, `:0 {
+	fair_queue /v1/* {
+		upstream 127.0.0.1:9 2
+	}
+	reverse_proxy /v1/* {
+		dynamic fair_queue
+	}
+	reverse_proxy /metrics 127.0.0.1:11
+}`, poolMismatchMsg), "the pool's requests go to the dynamic reverse_proxy")
+
+	for name, site := range map[string]string{
+		"its own path's static reverse_proxy": `fair_queue /v1/* {
+		upstream 127.0.0.1:9 2
+	}
+	reverse_proxy /v1/* 127.0.0.1:9
+	reverse_proxy /metrics 127.0.0.1:11`,
+		"a static reverse_proxy in its handle block": `handle /v1/* {
+		fair_queue {
+			upstream 127.0.0.1:9 2
+		}
+		reverse_proxy 127.0.0.1:9
+	}
+	handle {
+		reverse_proxy {
+			dynamic fair_queue
+		}
+	}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			assert.Len(t, provisionWarnings(t, ":0 {\n\t"+site+"\n}", poolMismatchMsg), 1)
+		})
+	}
+}
