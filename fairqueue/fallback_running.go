@@ -4,6 +4,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"time"
 )
 
 // storeRunning is what a fallback queue counts of the node's requests
@@ -22,6 +23,7 @@ type storeRunning struct {
 	on       map[string]int        // permits by upstream ("": none named, may run on any)
 	tokensOn map[string]int        // tokens by upstream, likewise
 	tenants  map[string]int        // permits by tenant, of fair tickets (Limits.TenantsOutside)
+	cooling  map[string]time.Time  // upstream -> the end of its cooldown (Queue.coolLocal)
 }
 
 // runningReq is a request of storeRunning.
@@ -32,19 +34,15 @@ type runningReq struct {
 }
 
 // newStoreRunning counts the node's tickets that hold a permit of the
-// store (none of a fallback queue, nor admitted by fail-open): nil when
-// there are none.
+// store (none of a fallback queue, nor admitted by fail-open).
 func (q *Queue) newStoreRunning() *storeRunning {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	var s *storeRunning
+	s := &storeRunning{reqs: map[string]runningReq{}, on: map[string]int{}, tokensOn: map[string]int{},
+		tenants: map[string]int{}, cooling: map[string]time.Time{}}
 	for id, t := range q.tickets {
 		if t.failOpen || t.state.Load() != stateGranted {
 			continue
-		}
-		if s == nil {
-			s = &storeRunning{reqs: map[string]runningReq{}, on: map[string]int{}, tokensOn: map[string]int{},
-				tenants: map[string]int{}}
 		}
 		r := runningReq{upstream: upstreamOf(t), tokens: t.tokens, tenant: flowTenant(TicketFlow(id))}
 		s.reqs[id] = r
@@ -113,11 +111,14 @@ func (q *Queue) endRunning(id string) {
 // less is l less the requests still running: the permits (at least 0),
 // the tokens (lessTokens), each upstream's permits and tokens less
 // those running on it and those that may run on any, and, under a
-// tenant cap, each tenant's permits held (Limits.TenantsOutside).
+// tenant cap, each tenant's permits held (Limits.TenantsOutside). An
+// upstream cooling (coolLocal) has no permit until its cooldown ends.
 func (s *storeRunning) less(l Limits) Limits {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.n == 0 {
+	now := time.Now()
+	maps.DeleteFunc(s.cooling, func(_ string, end time.Time) bool { return !now.Before(end) })
+	if s.n == 0 && len(s.cooling) == 0 {
 		return l
 	}
 	if l.MaxInFlightPerTenant > 0 && len(s.tenants) > 0 {
@@ -130,9 +131,34 @@ func (s *storeRunning) less(l Limits) Limits {
 		for i, u := range l.Upstreams {
 			u.Permits = max(u.Permits-s.on[u.Dial]-s.on[""], 0)
 			u.KVTokens = lessTokens(u.KVTokens, s.tokensOn[u.Dial]+s.tokensOn[""])
+			if _, cooling := s.cooling[u.Dial]; cooling {
+				u.Permits = 0 // out of dispatch until its cooldown ends
+			}
 			ups[i] = u
 		}
 		l.Upstreams = ups
 	}
 	return l
+}
+
+// coolLocal leaves upstream up out of the fallback queue's dispatch for
+// d (cfg's Fallback; opened now if it is not yet: the request whose
+// upstream refused it waits there next). That request's permit is the
+// store's (Permit.requeue while the store is down, or after its requeue
+// call failed): its cooldown went to the store, which cannot take it,
+// and the fallback queue's store cools an upstream only at the release
+// of a permit of its own. Without it, the request was granted again on
+// the upstream that had just refused it.
+func (q *Queue) coolLocal(cfg *Config, up string, d time.Duration) {
+	if cfg.Fallback == nil || up == "" {
+		return
+	}
+	q.localQueue(cfg)
+	if r := q.running.Load(); r != nil {
+		r.mu.Lock()
+		if end := time.Now().Add(d); end.After(r.cooling[up]) {
+			r.cooling[up] = end
+		}
+		r.mu.Unlock()
+	}
 }
