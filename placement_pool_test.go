@@ -101,3 +101,67 @@ func TestPoolWhoseDynamicReverseProxyFollowsAnotherPathsIsNotReported(t *testing
 		})
 	}
 }
+
+// A named route runs where `invoke` names it, and the walk follows it
+// there: a pool in a named route whose reverse_proxy has upstreams of
+// its own, or a pool whose invoke runs such a reverse_proxy, is logged
+// as any other (neither was: invoke ended the walk, and a named route
+// was never read); one whose named route takes the granted upstream is
+// not.
+func TestPoolThroughANamedRouteIsCheckedToo(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	for name, tc := range map[string]struct {
+		caddyfile string
+		warnings  int
+	}{
+		"the pool and its static reverse_proxy in the named route": {`&(llm) {
+	fair_queue {
+		upstream 127.0.0.1:9 2
+	}
+	reverse_proxy 127.0.0.1:9
+}
+:0 {
+	invoke llm
+}`, 1},
+		"the named route's static reverse_proxy after the pool": {`&(proxy) {
+	reverse_proxy 127.0.0.1:9
+}
+:0 {
+	route {
+		fair_queue {
+			upstream 127.0.0.1:9 2
+		}
+		invoke proxy
+	}
+}`, 1},
+		"the named route's dynamic reverse_proxy after the pool": {`&(proxy) {
+	reverse_proxy {
+		dynamic fair_queue
+	}
+}
+:0 {
+	route {
+		fair_queue {
+			upstream 127.0.0.1:9 2
+		}
+		invoke proxy
+	}
+}`, 0},
+		"the pool and its dynamic reverse_proxy in the named route": {`&(llm) {
+	fair_queue {
+		upstream 127.0.0.1:9 2
+	}
+	reverse_proxy {
+		dynamic fair_queue
+	}
+}
+:0 {
+	invoke llm
+}`, 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			assert.Len(t, provisionWarnings(t, tc.caddyfile, poolMismatchMsg), tc.warnings)
+			assert.Empty(t, placementWarnings(t, tc.caddyfile), "a reverse_proxy follows the fair_queue")
+		})
+	}
+}
