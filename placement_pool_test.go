@@ -103,7 +103,8 @@ func TestPoolWhoseDynamicReverseProxyFollowsAnotherPathsIsNotReported(t *testing
 }
 
 // A named route runs where `invoke` names it, and the walk follows it
-// there: a pool in a named route whose reverse_proxy has upstreams of
+// there (its handlers in a route block: the Caddyfile adapter keeps one
+// directive of a named route's block): a pool in a named route whose reverse_proxy has upstreams of
 // its own, or a pool whose invoke runs such a reverse_proxy, is logged
 // as any other (neither was: invoke ended the walk, and a named route
 // was never read); one whose named route takes the granted upstream is
@@ -115,10 +116,12 @@ func TestPoolThroughANamedRouteIsCheckedToo(t *testing.T) {
 		warnings  int
 	}{
 		"the pool and its static reverse_proxy in the named route": {`&(llm) {
-	fair_queue {
-		upstream 127.0.0.1:9 2
+	route {
+		fair_queue {
+			upstream 127.0.0.1:9 2
+		}
+		reverse_proxy 127.0.0.1:9
 	}
-	reverse_proxy 127.0.0.1:9
 }
 :0 {
 	invoke llm
@@ -148,11 +151,13 @@ func TestPoolThroughANamedRouteIsCheckedToo(t *testing.T) {
 	}
 }`, 0},
 		"the pool and its dynamic reverse_proxy in the named route": {`&(llm) {
-	fair_queue {
-		upstream 127.0.0.1:9 2
-	}
-	reverse_proxy {
-		dynamic fair_queue
+	route {
+		fair_queue {
+			upstream 127.0.0.1:9 2
+		}
+		reverse_proxy {
+			dynamic fair_queue
+		}
 	}
 }
 :0 {
