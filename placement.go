@@ -26,7 +26,7 @@ import (
 var placementChecked sync.Map // *caddyhttp.Server -> struct{}
 
 // proxying are the handlers that pass a request on to an upstream, or
-// may (invoke runs a named route this check does not read).
+// may (an invoke of a named route this check could not read).
 var proxying = map[string]bool{"reverse_proxy": true, "invoke": true}
 
 // checkPlacement logs a warning for each fair_queue of the server being
@@ -44,7 +44,7 @@ func checkPlacement(ctx caddy.Context, log *zap.Logger) {
 	}
 	ctx.OnCancel(func() { placementChecked.Delete(srv) })
 
-	var w placementWalk
+	w := placementWalk{named: srv.NamedRoutes}
 	w.typedRoutes(srv.Routes, nil)
 	for _, fq := range w.stranded() {
 		log.Warn("fair_queue has no reverse_proxy after it: it queues requests that nothing proxies, and the requests a reverse_proxy serves are never queued; "+
@@ -64,6 +64,10 @@ func checkPlacement(ctx caddy.Context, log *zap.Logger) {
 type placementWalk struct {
 	handlers []walkedHandler
 	routeNo  int // the routes with matchers numbered so far
+	// named are the server's named routes: an invoke runs one in its
+	// place, and the walk reads it there (inlined: those it is in).
+	named   map[string]*caddyhttp.Route
+	inlined []string
 }
 
 type walkedHandler struct {
@@ -161,14 +165,33 @@ func (w *placementWalk) matchedRoute(matched []int, any bool) []int {
 // (their JSON gone), in matched (see walkedHandler).
 func (w *placementWalk) typedRoutes(routes caddyhttp.RouteList, matched []int) {
 	for i := range routes {
-		r := &routes[i]
-		m := w.matchedRoute(matched, len(r.MatcherSetsRaw) > 0 || len(r.MatcherSets) > 0)
-		if r.HandlersRaw != nil {
-			w.routes(r.HandlersRaw, m)
-		} else {
-			w.typed(r.Handlers, m)
-		}
+		w.route(&routes[i], matched)
 	}
+}
+
+// route walks one route whose handlers may be provisioned already, in
+// matched.
+func (w *placementWalk) route(r *caddyhttp.Route, matched []int) {
+	m := w.matchedRoute(matched, len(r.MatcherSetsRaw) > 0 || len(r.MatcherSets) > 0)
+	if r.HandlersRaw != nil {
+		w.routes(r.HandlersRaw, m)
+	} else {
+		w.typed(r.Handlers, m)
+	}
+}
+
+// invoke walks the named route name in the place of the invoke that
+// runs it, in matched. One not found, or invoked from within itself,
+// stays an invoke: a handler that may proxy (proxying).
+func (w *placementWalk) invoke(name string, matched []int) {
+	r := w.named[name]
+	if r == nil || slices.Contains(w.inlined, name) {
+		w.add("invoke", name, matched)
+		return
+	}
+	w.inlined = append(w.inlined, name)
+	w.route(r, matched)
+	w.inlined = w.inlined[:len(w.inlined)-1]
 }
 
 // routes walks the JSON of one route's handlers, in matched.
@@ -187,6 +210,10 @@ func (w *placementWalk) routes(handlers []json.RawMessage, matched []int) {
 			} `json:"dynamic_upstreams"`
 		}
 		if json.Unmarshal(raw, &h) != nil {
+			continue
+		}
+		if h.Handler == "invoke" {
+			w.invoke(h.Name, matched)
 			continue
 		}
 		w.add(h.Handler, h.Name, matched)
@@ -211,6 +238,8 @@ func (w *placementWalk) typed(handlers []caddyhttp.MiddlewareHandler, matched []
 		case *caddyhttp.Subroute:
 			w.add("subroute", "", matched)
 			w.typedRoutes(h.Routes, matched)
+		case *caddyhttp.Invoke:
+			w.invoke(h.Name, matched)
 		case *Handler:
 			w.add("fair_queue", h.Name, matched)
 			w.handlers[len(w.handlers)-1].pooled = h.pooled()
