@@ -1,12 +1,18 @@
 package fairqueue
 
-import "sync"
+import (
+	"maps"
+	"strings"
+	"sync"
+	"time"
+)
 
 // storeRunning is what a fallback queue counts of the node's requests
 // that the store granted and that still ran when the fallback queue
 // opened (the outage began): they run on, unknown to the fallback
 // queue's store, and take from the node's part of the capacity, on
-// their upstreams and with their tokens, until they end (Queue.forget).
+// their upstreams, with their tokens and for their tenants
+// (max_in_flight_per_tenant), until they end (Queue.forget).
 // The other nodes' requests running then are unknown to the node, and
 // count in none of its queues.
 type storeRunning struct {
@@ -16,36 +22,48 @@ type storeRunning struct {
 	tokens   int                   // their tokens
 	on       map[string]int        // permits by upstream ("": none named, may run on any)
 	tokensOn map[string]int        // tokens by upstream, likewise
+	tenants  map[string]int        // permits by tenant, of fair tickets (Limits.TenantsOutside)
+	cooling  map[string]time.Time  // upstream -> the end of its cooldown (Queue.coolLocal)
 }
 
 // runningReq is a request of storeRunning.
 type runningReq struct {
 	upstream string
 	tokens   int
+	tenant   string // of a fair ticket; "" otherwise
 }
 
 // newStoreRunning counts the node's tickets that hold a permit of the
-// store (none of a fallback queue, nor admitted by fail-open): nil when
-// there are none.
+// store (none of a fallback queue, nor admitted by fail-open).
 func (q *Queue) newStoreRunning() *storeRunning {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	var s *storeRunning
+	s := &storeRunning{reqs: map[string]runningReq{}, on: map[string]int{}, tokensOn: map[string]int{},
+		tenants: map[string]int{}, cooling: map[string]time.Time{}}
 	for id, t := range q.tickets {
 		if t.failOpen || t.state.Load() != stateGranted {
 			continue
 		}
-		if s == nil {
-			s = &storeRunning{reqs: map[string]runningReq{}, on: map[string]int{}, tokensOn: map[string]int{}}
-		}
-		r := runningReq{upstream: upstreamOf(t), tokens: t.tokens}
+		r := runningReq{upstream: upstreamOf(t), tokens: t.tokens, tenant: flowTenant(TicketFlow(id))}
 		s.reqs[id] = r
 		s.n++
 		s.tokens += r.tokens
 		s.on[r.upstream]++
 		s.tokensOn[r.upstream] += r.tokens
+		if r.tenant != "" {
+			s.tenants[r.tenant]++
+		}
 	}
 	return s
+}
+
+// flowTenant is the tenant of a fair ticket's flow (TicketFlow): the
+// flow less its priority band; "" for none.
+func flowTenant(flow string) string {
+	if i := strings.LastIndexByte(flow, '.'); i >= 0 {
+		return flow[:i]
+	}
+	return flow
 }
 
 // end takes ticket id's request out, if counted: it ended. It reports
@@ -62,6 +80,11 @@ func (s *storeRunning) end(id string) bool {
 	s.tokens -= r.tokens
 	s.on[r.upstream]--
 	s.tokensOn[r.upstream] -= r.tokens
+	if r.tenant != "" {
+		if s.tenants[r.tenant]--; s.tenants[r.tenant] <= 0 {
+			delete(s.tenants, r.tenant)
+		}
+	}
 	return true
 }
 
@@ -86,13 +109,20 @@ func (q *Queue) endRunning(id string) {
 }
 
 // less is l less the requests still running: the permits (at least 0),
-// the tokens (lessTokens), and each upstream's permits and tokens less
-// those running on it and those that may run on any.
+// the tokens (lessTokens), each upstream's permits and tokens less
+// those running on it and those that may run on any, and, under a
+// tenant cap, each tenant's permits held (Limits.TenantsOutside). An
+// upstream cooling (coolLocal) has no permit until its cooldown ends.
 func (s *storeRunning) less(l Limits) Limits {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.n == 0 {
+	now := time.Now()
+	maps.DeleteFunc(s.cooling, func(_ string, end time.Time) bool { return !now.Before(end) })
+	if s.n == 0 && len(s.cooling) == 0 {
 		return l
+	}
+	if l.MaxInFlightPerTenant > 0 && len(s.tenants) > 0 {
+		l.TenantsOutside = maps.Clone(s.tenants)
 	}
 	l.Permits = max(l.Permits-s.n, 0)
 	l.Tokens = lessTokens(l.Tokens, s.tokens)
@@ -101,9 +131,34 @@ func (s *storeRunning) less(l Limits) Limits {
 		for i, u := range l.Upstreams {
 			u.Permits = max(u.Permits-s.on[u.Dial]-s.on[""], 0)
 			u.KVTokens = lessTokens(u.KVTokens, s.tokensOn[u.Dial]+s.tokensOn[""])
+			if _, cooling := s.cooling[u.Dial]; cooling {
+				u.Permits = 0 // out of dispatch until its cooldown ends
+			}
 			ups[i] = u
 		}
 		l.Upstreams = ups
 	}
 	return l
+}
+
+// coolLocal leaves upstream up out of the fallback queue's dispatch for
+// d (cfg's Fallback; opened now if it is not yet: the request whose
+// upstream refused it waits there next). That request's permit is the
+// store's (Permit.requeue while the store is down, or after its requeue
+// call failed): its cooldown went to the store, which cannot take it,
+// and the fallback queue's store cools an upstream only at the release
+// of a permit of its own. Without it, the request was granted again on
+// the upstream that had just refused it.
+func (q *Queue) coolLocal(cfg *Config, up string, d time.Duration) {
+	if cfg.Fallback == nil || up == "" {
+		return
+	}
+	q.localQueue(cfg)
+	if r := q.running.Load(); r != nil {
+		r.mu.Lock()
+		if end := time.Now().Add(d); end.After(r.cooling[up]) {
+			r.cooling[up] = end
+		}
+		r.mu.Unlock()
+	}
 }

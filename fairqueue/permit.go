@@ -210,6 +210,7 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		}
 		if cool >= 0 {
 			p.Cool(cool)
+			q.coolLocal(cfg, p.Upstream(), coolFor(cool)) // before the release hands its permit on there
 		}
 		p.releaseNow()
 		return q.unavailable(ctx, p.req, p.start, p.deadline, errStoreDown, nil)
@@ -281,7 +282,10 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		}
 		// The store failed: the request waits again as an Acquire's
 		// would (on_store_error: the fallback queue, fail open, or
-		// refused as store_unavailable).
+		// refused as store_unavailable), its upstream cooling there too.
+		if cool >= 0 {
+			q.coolLocal(cfg, p.Upstream(), coolFor(cool))
+		}
 		return q.unavailable(ctx, p.req, p.start, p.deadline, err, nil)
 	}
 	return q.enqueue(ctx, t, res, answeredInLease(sent, args.Lease), args.Permits, p.req, p.start, p.deadline)

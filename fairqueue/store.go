@@ -160,6 +160,13 @@ type Limits struct {
 	// with free permits and not cooling, and none holds more than its
 	// Permits; Permits caps them all together. Empty: no pool.
 	Upstreams []Upstream
+	// TenantsOutside counts, by tenant (a fair ticket's flow less its
+	// priority band: TicketFlow up to its last '.'), the permits held
+	// outside the store that MaxInFlightPerTenant caps too: in a fallback
+	// queue's calls (Config.Fallback), the node's requests the shared
+	// store granted that still run. memstore counts them beside its own
+	// holders; nil: none.
+	TenantsOutside map[string]int
 }
 
 // TicketArgs identifies a ticket in a store call. A ticket ID is

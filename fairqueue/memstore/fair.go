@@ -38,6 +38,9 @@ type fairState struct {
 	idle     map[string]float64 // counter of an idle flow that left above vtime
 	tenantIn map[string]int     // tenant -> permits its fair tickets hold
 	vtime    float64            // V: the largest counter charged at a grant
+	// outside is Limits.TenantsOutside of the last call: permits the
+	// cap counts besides tenantIn.
+	outside map[string]int
 	// inCap is MaxInFlightPerTenant of the last call, for State and
 	// Inspect, which carry no Limits.
 	inCap int
@@ -65,7 +68,13 @@ func flowTenant(name string) string {
 
 // ready reports whether dispatch may serve f under the tenant cap.
 func (s *Store) ready(f *flow, inCap int) bool {
-	return f.q.Len() > 0 && (inCap <= 0 || s.tenantIn[f.tenant] < inCap)
+	return f.q.Len() > 0 && (inCap <= 0 || s.tenantHeld(f.tenant) < inCap)
+}
+
+// tenantHeld is the permits tenant holds: its fair tickets' here, and
+// those the last call counted outside (Limits.TenantsOutside).
+func (s *Store) tenantHeld(tenant string) int {
+	return s.tenantIn[tenant] + s.outside[tenant]
 }
 
 // ahead orders flows for service: the least counter first, ties by the

@@ -127,7 +127,7 @@ func (s *Store) alive(node string, now time.Time) bool {
 // the head of the next ready flow, whichever arrived first (both kinds
 // wait only while a reload toggles Fair), dropping waiters of dead nodes.
 func (s *Store) reapAndDispatch(self string, l fairqueue.Limits, now time.Time, out pending) {
-	s.inCap = l.MaxInFlightPerTenant
+	s.inCap, s.outside = l.MaxInFlightPerTenant, l.TenantsOutside
 	for id, exp := range s.holders {
 		if !exp.After(now) {
 			s.unhold(id, 0)
@@ -219,7 +219,7 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 	var f *flow
 	if name != "" {
 		f = s.flows[name]
-		free = free && (inCap <= 0 || s.tenantIn[flowTenant(name)] < inCap)
+		free = free && (inCap <= 0 || s.tenantHeld(flowTenant(name)) < inCap)
 	}
 	if !free && ((t.MaxQueue > 0 && len(s.index) >= t.MaxQueue) ||
 		(f != nil && t.MaxQueuePerTenant > 0 && f.q.Len() >= t.MaxQueuePerTenant)) {
