@@ -177,8 +177,7 @@ func (q *Queue) localQueue(cfg *Config) *Queue {
 	if q.local == nil {
 		// The store's permits still running count in the fallback queue
 		// until they end: they run on the same upstreams.
-		q.running.Store(q.newStoreRunning())
-		lc.running = q.running.Load()
+		lc.running = q.newStoreRunning()
 		q.local, _ = New(cfg.Fallback, lc)
 		q.local.line = newMoveLine()
 		q.reconfigureRetired(lc)

@@ -34,7 +34,9 @@ type runningReq struct {
 }
 
 // newStoreRunning counts the node's tickets that hold a permit of the
-// store (none of a fallback queue, nor admitted by fail-open).
+// store (none of a fallback queue, nor admitted by fail-open), and makes
+// the count the node's (Queue.running) before a ticket can leave: one
+// that ends once counted is taken out of it (Queue.forget).
 func (q *Queue) newStoreRunning() *storeRunning {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -54,6 +56,7 @@ func (q *Queue) newStoreRunning() *storeRunning {
 			s.tenants[r.tenant]++
 		}
 	}
+	q.running.Store(s)
 	return s
 }
 
