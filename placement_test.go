@@ -3,10 +3,12 @@ package caddyfairqueue
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/stretchr/testify/assert"
@@ -103,4 +105,29 @@ func TestFairQueueBeforeItsReverseProxyIsNotReported(t *testing.T) {
 	raw, err := os.ReadFile("Caddyfile.example")
 	require.NoError(t, err)
 	assert.Empty(t, placementWarnings(t, string(raw)), "the example")
+}
+
+// Named routes may invoke named routes, each one more than once (a
+// route of shared steps run for several paths): Caddy provisions each
+// named route once, and loads such a config at once. The check, which
+// reads a named route where an invoke runs it, must end too: it read
+// every run of every one, 2^32 runs of the innermost here, and `caddy
+// run`, `validate` and each reload hung at the first fair_queue.
+func TestPlacementCheckOfNamedRoutesInvokedOverAndOverEnds(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	const levels = 32
+	var b strings.Builder
+	b.WriteString("&(r0) {\n\treverse_proxy 127.0.0.1:9\n}\n")
+	for i := 1; i <= levels; i++ {
+		fmt.Fprintf(&b, "&(r%d) {\n\troute {\n\t\tinvoke r%d\n\t\tinvoke r%d\n\t}\n}\n", i, i-1, i-1)
+	}
+	fmt.Fprintf(&b, ":0 {\n\troute {\n\t\tfair_queue {\n\t\t\tpermits 1\n\t\t}\n\t\tinvoke r%d\n\t}\n}\n", levels)
+	done := make(chan []map[string]any, 1)
+	go func() { done <- placementWarnings(t, b.String()) }()
+	select {
+	case w := <-done:
+		assert.Empty(t, w, "a reverse_proxy runs after the fair_queue")
+	case <-time.After(2 * time.Minute): // milliseconds once it ends: no timing asserted
+		t.Fatal("the placement check of a config Caddy loads at once never ended")
+	}
 }
