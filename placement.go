@@ -68,7 +68,17 @@ type placementWalk struct {
 	// place, and the walk reads it there (inlined: those it is in).
 	named   map[string]*caddyhttp.Route
 	inlined []string
+	// read counts the named routes read at an invoke and the handlers
+	// met in them, up to maxNamedRead: named routes that invoke one
+	// more than once each (Caddy provisions every named route once)
+	// would be read 2^depth times.
+	read int
 }
+
+// maxNamedRead bounds what the walk reads of named routes (see
+// placementWalk.read): past it, an invoke stays an invoke, a handler
+// that may proxy, of which nothing is said.
+const maxNamedRead = 10000
 
 type walkedHandler struct {
 	module string // the handler's module name: fair_queue, reverse_proxy, subroute...
@@ -181,14 +191,16 @@ func (w *placementWalk) route(r *caddyhttp.Route, matched []int) {
 }
 
 // invoke walks the named route name in the place of the invoke that
-// runs it, in matched. One not found, or invoked from within itself,
-// stays an invoke: a handler that may proxy (proxying).
+// runs it, in matched. One not found, invoked from within itself, or
+// past what the walk reads of named routes (maxNamedRead), stays an
+// invoke: a handler that may proxy (proxying).
 func (w *placementWalk) invoke(name string, matched []int) {
 	r := w.named[name]
-	if r == nil || slices.Contains(w.inlined, name) {
+	if r == nil || slices.Contains(w.inlined, name) || w.read >= maxNamedRead {
 		w.add("invoke", name, matched)
 		return
 	}
+	w.read++
 	w.inlined = append(w.inlined, name)
 	w.route(r, matched)
 	w.inlined = w.inlined[:len(w.inlined)-1]
@@ -256,6 +268,9 @@ func (w *placementWalk) typed(handlers []caddyhttp.MiddlewareHandler, matched []
 func (w *placementWalk) add(module, name string, matched []int) {
 	if module == "fair_queue" && strings.TrimSpace(name) == "" {
 		name = DefaultName
+	}
+	if len(w.inlined) > 0 {
+		w.read++
 	}
 	w.handlers = append(w.handlers, walkedHandler{module: module, name: name, matched: matched})
 }
