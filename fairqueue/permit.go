@@ -49,7 +49,10 @@ func (p *Permit) releaseNow() {
 	if u := p.used.Load(); u != nil && p.t.scale > 0 {
 		r.correction = charge(min(max(*u, 0), MaxCost), p.t.scale) - p.t.cost
 	}
-	if d := p.cool.Load(); d != nil && p.local == nil {
+	// A local permit's cooldown goes to the store too: Redis adopted it
+	// (registered), or may, its release then a ghost's; the fallback
+	// queue's store has it (above), and Redis hands on the permit.
+	if d := p.cool.Load(); d != nil {
 		if up := upstreamOf(p.t); up != "" {
 			r.cool, r.coolFor = up, *d
 		}
