@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -66,23 +65,8 @@ func TestPermitsAdmittedDuringAnOutageCountOnTheirUpstreamOnceAdopted(t *testing
 			}, "the adopted permit was never given back")
 
 			// Both upstreams free, with all their tokens.
-			var wg sync.WaitGroup
-			got := make(chan *fairqueue.Permit, 2)
-			for _, tenant := range []string{"x", "y"} {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					p, err := b.q.Acquire(ctx, fairqueue.Request{Tenant: tenant, Tokens: 100})
-					if assert.NoError(t, err, "an upstream's permit or tokens left held after the outage") {
-						got <- p
-					}
-				}()
-			}
-			wg.Wait()
-			close(got)
-			for p := range got {
-				p.Release()
-			}
+			takeAtOnce(t, b, "an upstream's permit or tokens left held after the outage",
+				fairqueue.Request{Tenant: "x", Tokens: 100}, fairqueue.Request{Tenant: "y", Tokens: 100})
 			require.NoError(t, a.q.Close())
 			require.NoError(t, b.q.Close())
 			assert.Empty(t, srv.Keys(t, "*"), "keys left after the last instance left")

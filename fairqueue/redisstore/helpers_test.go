@@ -3,10 +3,12 @@ package redisstore_test
 import (
 	"context"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
@@ -126,4 +128,27 @@ func readState(t testing.TB, rdb *redis.Client, name string) queueState {
 	n, err := rdb.ZRange(ctx, tag+":nodes", 0, -1).Result()
 	require.NoError(t, err)
 	return queueState{Waiting: w, Holders: h, Nodes: n}
+}
+
+// takeAtOnce acquires reqs on n all at once, each of which must be
+// granted (msg says what a refusal means), then releases them.
+func takeAtOnce(t *testing.T, n *node, msg string, reqs ...fairqueue.Request) {
+	t.Helper()
+	var wg sync.WaitGroup
+	got := make(chan *fairqueue.Permit, len(reqs))
+	for _, r := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := n.q.Acquire(context.Background(), r)
+			if assert.NoError(t, err, msg) {
+				got <- p
+			}
+		}()
+	}
+	wg.Wait()
+	close(got)
+	for p := range got {
+		p.Release()
+	}
 }

@@ -105,23 +105,8 @@ func TestOutageRequestsWhoseClientsLeftAreNotCountedAfterTheAdoption(t *testing.
 
 			// Every permit and token is free: tenant x runs 2 requests of
 			// 50 tokens at once on the other instance.
-			var wg sync.WaitGroup
-			got := make(chan *fairqueue.Permit, 2)
-			for range 2 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					p, err := b.q.Acquire(ctx, fairqueue.Request{Tenant: "x", Tokens: 50})
-					if assert.NoError(t, err, "a permit or token left held after the outage") {
-						got <- p
-					}
-				}()
-			}
-			wg.Wait()
-			close(got)
-			for p := range got {
-				p.Release()
-			}
+			takeAtOnce(t, b, "a permit or token left held after the outage",
+				fairqueue.Request{Tenant: "x", Tokens: 50}, fairqueue.Request{Tenant: "x", Tokens: 50})
 			require.NoError(t, a.q.Close())
 			require.NoError(t, b.q.Close())
 			assert.Empty(t, srv.Keys(t, "*"), "keys left after the last instance left")
