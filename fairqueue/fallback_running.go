@@ -18,7 +18,6 @@ import (
 type storeRunning struct {
 	mu       sync.Mutex
 	reqs     map[string]runningReq // by ticket
-	n        int                   // len(reqs)
 	tokens   int                   // their tokens
 	on       map[string]int        // permits by upstream ("": none named, may run on any)
 	tokensOn map[string]int        // tokens by upstream, likewise
@@ -48,7 +47,6 @@ func (q *Queue) newStoreRunning() *storeRunning {
 		}
 		r := runningReq{upstream: upstreamOf(t), tokens: t.tokens, tenant: flowTenant(TicketFlow(id))}
 		s.reqs[id] = r
-		s.n++
 		s.tokens += r.tokens
 		s.on[r.upstream]++
 		s.tokensOn[r.upstream] += r.tokens
@@ -79,7 +77,6 @@ func (s *storeRunning) end(id string) bool {
 		return false
 	}
 	delete(s.reqs, id)
-	s.n--
 	s.tokens -= r.tokens
 	s.on[r.upstream]--
 	s.tokensOn[r.upstream] -= r.tokens
@@ -121,13 +118,13 @@ func (s *storeRunning) less(l Limits) Limits {
 	defer s.mu.Unlock()
 	now := time.Now()
 	maps.DeleteFunc(s.cooling, func(_ string, end time.Time) bool { return !now.Before(end) })
-	if s.n == 0 && len(s.cooling) == 0 {
+	if len(s.reqs) == 0 && len(s.cooling) == 0 {
 		return l
 	}
 	if l.MaxInFlightPerTenant > 0 && len(s.tenants) > 0 {
 		l.TenantsOutside = maps.Clone(s.tenants)
 	}
-	l.Permits = max(l.Permits-s.n, 0)
+	l.Permits = max(l.Permits-len(s.reqs), 0)
 	l.Tokens = lessTokens(l.Tokens, s.tokens)
 	if len(l.Upstreams) > 0 {
 		ups := make([]Upstream, len(l.Upstreams))
