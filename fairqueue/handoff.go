@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/headsttl"
 )
 
 // The local handoff. With a store shared by many nodes, handing a
@@ -189,7 +191,7 @@ func (q *Queue) takeHead(permits int) *ticket {
 		q.s.head.CompareAndSwap(h, nil)
 		return nil
 	}
-	if q.cfg.Load().Adaptive != nil && time.Since(h.sent) >= HeadsTTL {
+	if q.cfg.Load().Adaptive != nil && time.Since(h.sent) >= headsttl.Of(HeadsTTL) {
 		// Named while the node was alone in the queue, longer ago than
 		// the store vouches for the learned share: a node that joined
 		// since may have lowered it, before the heartbeat that would

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/internal/headsttl"
 )
 
 // adaptState is the learned capacity (fairqueue.Adaptive): each share in
@@ -73,7 +74,7 @@ func (s *Store) Adapt(_ context.Context, a fairqueue.AdaptArgs) (map[string]floa
 // node's report: heads were named to another node less than
 // fairqueue.HeadsTTL ago (noteHeads; the Redis store's adapt.lua).
 func (s *Store) heldBack(node string, now time.Time) bool {
-	return !s.headsAt.IsZero() && now.Sub(s.headsAt) < fairqueue.HeadsTTL && s.headsTo != node
+	return !s.headsAt.IsZero() && now.Sub(s.headsAt) < headsttl.Of(fairqueue.HeadsTTL) && s.headsTo != node
 }
 
 // noteHeads records, after a release of ticket id under l (scaled)

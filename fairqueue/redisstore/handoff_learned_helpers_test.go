@@ -9,6 +9,7 @@ import (
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
+	"github.com/fair-queue/caddy-fair-queue/internal/headsttl"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
@@ -18,6 +19,23 @@ import (
 func learnedCfg(poll, lease time.Duration) fairqueue.Config {
 	return fairqueue.Config{Permits: 4, MaxWait: time.Minute, PollInterval: poll, Lease: lease,
 		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
+}
+
+// longHeadsTTL is the heads' lifetime under longHeads: far longer than
+// any of the tests that set it takes to reach its check, however loaded
+// the machine.
+const longHeadsTTL = time.Minute
+
+// longHeads lengthens the lifetime of the heads (fairqueue.HeadsTTL, in
+// the queues and the stores) to longHeadsTTL until the test ends, or
+// until it calls restore, which brings back the product's: what the
+// test checks while heads named earlier may still serve then does not
+// hang on the machine's speed. Not for a test that runs in parallel.
+func longHeads(t *testing.T) (restore func()) {
+	t.Helper()
+	restore = headsttl.Lengthen(longHeadsTTL)
+	t.Cleanup(restore)
+	return restore
 }
 
 // holdFour acquires the 4 permits of n's queue.

@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/internal/headsttl"
 	"github.com/fair-queue/caddy-fair-queue/notifier"
 )
 
@@ -459,7 +460,7 @@ func (s *Store) Adapt(ctx context.Context, a fairqueue.AdaptArgs) (map[string]fl
 	}
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 	more := []any{limited, f(a.Floor), f(a.Decrease), f(a.Step), f(a.BreachShare), a.Interval.Milliseconds(), max(a.MinSamples, 1),
-		fairqueue.HeadsTTL.Milliseconds()}
+		headsttl.Of(fairqueue.HeadsTTL).Milliseconds()}
 	for _, r := range a.Reports {
 		more = append(more, r.Key, r.Samples, r.Over, r.Refused)
 	}
