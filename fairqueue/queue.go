@@ -271,6 +271,10 @@ func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, fresh
 	if err == errMovedOut {
 		return q.moveOut(ctx, t, req, start, deadline)
 	}
+	if err == errGrantInFallback {
+		// Its permit given back (served): it waits in the fallback queue.
+		return q.unavailable(ctx, req, start, deadline, errStoreDown, nil)
+	}
 	if p != nil {
 		p.req, p.deadline = req, deadline
 		return p.reweigh(ctx)
@@ -285,7 +289,7 @@ func (q *Queue) wait(ctx context.Context, t *ticket, start, deadline time.Time) 
 	if ctx.Err() == nil {
 		select {
 		case <-t.granted: // granted at once: no timer needed
-			return q.permit(t, start), nil
+			return q.served(t, start)
 		default:
 		}
 	}
@@ -305,7 +309,7 @@ func (q *Queue) wait(ctx context.Context, t *ticket, start, deadline time.Time) 
 				q.giveBack(t)
 				return nil, ctx.Err()
 			}
-			return q.permit(t, start), nil
+			return q.served(t, start)
 		case <-*exits:
 		case <-ctx.Done():
 			end = stateCancelled
@@ -325,7 +329,7 @@ func (q *Queue) wait(ctx context.Context, t *ticket, start, deadline time.Time) 
 		// permit back; a timeout or drain that lost the race is served.
 		<-t.granted
 		if end != stateCancelled {
-			return q.permit(t, start), nil
+			return q.served(t, start)
 		}
 		q.giveBack(t)
 		return nil, ctx.Err()
