@@ -38,15 +38,16 @@ func TestAnOllamaBodyOfManyMessagesCostsAboutItsSize(t *testing.T) {
 	t.Cleanup(func() { _ = caddy.Stop() })
 	url := fmt.Sprintf("http://127.0.0.1:%d/api/chat", port)
 
-	for _, tc := range []struct{ name, first, again string }{
-		{"one messages key", `"messages":[`, ``},
-		{"messages twice", `"messages":[`, `,"MESSAGES":[0]`},
+	for _, tc := range []struct{ name, el, again string }{
+		{"one messages key", `0,`, ``},
+		{"messages twice", `0,`, `,"MESSAGES":[0]`},
+		{"messages with images twice", `{"images":[0]},`, `,"Messages":[{}]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer
-			b.WriteString(`{"model":"other",` + tc.first)
+			b.WriteString(`{"model":"other","messages":[`)
 			for b.Len() < 2<<20 {
-				b.WriteString(`0,`)
+				b.WriteString(tc.el)
 			}
 			b.WriteString(`0]` + tc.again + `}`)
 			body := b.Bytes()
