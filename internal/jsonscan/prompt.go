@@ -36,67 +36,100 @@ type message struct {
 // text, or Ollama's "images" of a message, makes the prompt one with
 // media.
 //
-// prev are the messages a "messages" key before this one left, and the
-// second result those this one leaves (foldedKeys only). Go's
-// encoding/json, which reads Ollama's requests, decodes a repeated array
-// into the elements of the one before: a message whose repeat has no
-// content, or a null one, keeps the content it had, and elements past a
-// shorter repeat's end may come back with a longer one. So an element
-// starts from the one before at its index; its tool calls (an array,
-// decoded into the one before too) count the longer of the two, and the
-// elements past the end are kept for a later repeat. That may count more
-// than Ollama runs for such a body, never less. An empty array or a null
-// starts afresh, as in Go. As Go's decoder, a repeat reads into prev in
-// place: a short repeat of a long array costs its own length, not the
-// long one's.
-func messagesText(val []byte, k keys, prev []message) (prompt, []message) {
-	if val[0] != '[' {
-		return prompt{}, nil
+// b is the body, and at are where the values of the "messages" keys
+// that count start in it, in order: the last one, or with foldedKeys the
+// arrays with elements since the last empty array or null (one of those
+// is a prompt of its own, and counts alone). Go's encoding/json, which
+// reads Ollama's requests, decodes a repeated array into the elements of
+// the one before: a message whose repeat has no content, or a null one,
+// keeps the content it had, and elements past a shorter repeat's end may
+// come back with a longer one. So the message at an index of the last
+// array is that of each array long enough, in turn, each starting from
+// the one before; its tool calls (an array, decoded into the one before
+// too) count the longer of the two. That may count more than Ollama runs
+// for such a body, never less. The arrays are walked side by side, an
+// index at a time, each dropped at its end: a short repeat of a long
+// array costs its own length, not the long one's, and nothing is kept
+// per message, only where each array is (a body of many messages under
+// two keys costs two ints, not a record per message).
+func messagesText(b []byte, at []int, k keys) prompt {
+	if len(at) == 0 || b[at[0]] != '[' {
+		return prompt{}
 	}
-	fold := k == foldedKeys
-	if !fold {
-		prev = nil
-	}
-	ms, i := prev, 0 // ms[:i]: this array's messages; ms[i:], those past its end
 	p := prompt{found: true}
-	eachElement(val, func(msg []byte) {
+	for j := range at {
+		at[j]++ // past the '['
+	}
+	for {
 		var m message
-		again := i < len(ms) // decoded into the message of a repeat before
-		if again {
-			m = ms[i]
-		}
-		if msg[0] == '{' {
-			eachMember(msg, func(key, v []byte) {
-				switch {
-				case k.is(key, "content"):
-					if !k.keepsOnNull("content", v) {
-						m.content, m.media = contentText(v, k)
-					}
-				case k.is(key, "tool_calls"):
-					calls := toolsText(v)
-					if again && hasElements(v) {
-						calls = max(calls, m.calls)
-					}
-					m.calls = calls
-				case k.is(key, "images"):
-					m.images = hasElements(v)
+		again, live := false, at[:0]
+		for j, i := range at {
+			msg, next, ok := element(b, i)
+			if !ok {
+				if j == len(at)-1 {
+					return p // the last array has ended: so has the prompt
 				}
-			})
+				continue
+			}
+			m = m.read(msg, again, k)
+			again = true
+			live = append(live, next)
 		}
 		p.n += m.content + m.calls
 		p.media = p.media || m.media || m.images
-		switch {
-		case again:
-			ms[i] = m
-		case fold:
-			ms = append(ms, m)
-		}
-		i++
-	})
-	if i == 0 {
-		return p, nil
+		at = live
 	}
-	return p, ms
+}
+
+// read is m, the message at its index of the arrays before (again: there
+// is one), with msg, the element of the next array, decoded into it.
+func (m message) read(msg []byte, again bool, k keys) message {
+	if msg[0] != '{' {
+		return m
+	}
+	eachMember(msg, func(key, v []byte) {
+		switch {
+		case k.is(key, "content"):
+			if !k.keepsOnNull("content", v) {
+				m.content, m.media = contentText(v, k)
+			}
+		case k.is(key, "tool_calls"):
+			calls := toolsText(v)
+			if again && hasElements(v) {
+				calls = max(calls, m.calls)
+			}
+			m.calls = calls
+		case k.is(key, "images"):
+			m.images = hasElements(v)
+		}
+	})
+	return m
+}
+
+// element is the element of a valid JSON array at i of b (after its
+// '[' or an element's ','), and where the next starts, if the array has
+// one there.
+func element(b []byte, i int) (el []byte, next int, ok bool) {
+	s := scanner{b: b, i: i}
+	s.space()
+	if s.i >= len(s.b) || s.peek() == ']' {
+		return nil, 0, false
+	}
+	start := s.i
+	s.value()
+	el = s.b[start:s.i]
+	s.space()
+	if s.peek() == ',' {
+		s.i++
+	}
+	return el, s.i, true
+}
+
+// emptyArray reports whether val is an array without elements.
+func emptyArray(val []byte) bool {
+	s := scanner{b: val, i: 1}
+	s.space()
+	return val[0] == '[' && s.peek() == ']'
 }
 
 // hasElements reports whether val is an array with an element (Ollama's

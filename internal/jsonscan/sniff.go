@@ -110,7 +110,7 @@ func sniff(b []byte, k keys) Fields {
 	var context int64     // Ollama's "context": token ids
 	var tools [2]int64    // tools, functions: bytes of JSON
 	var images bool       // Ollama's generate: "images"
-	var messages []message
+	var messages []int    // where the "messages" that count start (messagesText)
 	eachMember(b, func(key, val []byte) {
 		name := k.name(key)
 		if k.keepsOnNull(name, val) {
@@ -143,7 +143,10 @@ func sniff(b []byte, k keys) Fields {
 				tokens[3] = n
 			}
 		case "messages":
-			prompts[0], messages = messagesText(val, k, messages)
+			if val[0] != '[' || emptyArray(val) || k == exactKeys {
+				messages = messages[:0] // replaced, or decoded afresh
+			}
+			messages = append(messages, cap(b)-cap(val)) // val lies in b
 		case "prompt":
 			prompts[1] = promptText(val)
 		case "system":
@@ -166,6 +169,10 @@ func sniff(b []byte, k keys) Fields {
 			tools[1] = toolsAgain(tools[1], val, k)
 		}
 	})
+	if len(messages) > 1 && (b[messages[0]] != '[' || emptyArray(b[messages[0]:])) {
+		messages = messages[1:] // the arrays after a null or an empty one
+	}
+	prompts[0] = messagesText(b, messages, k)
 	info.MaxTokens = max(tokens[0], tokens[1], tokens[2])
 	info.Budget = cmp.Or(tokens[1], tokens[2], tokens[0])
 	info.NumPredict = tokens[3]
