@@ -23,6 +23,7 @@ type storeRunning struct {
 	tokensOn map[string]int        // tokens by upstream, likewise
 	tenants  map[string]int        // permits by tenant, of fair tickets (Limits.TenantsOutside)
 	cooling  map[string]time.Time  // upstream -> the end of its cooldown (Queue.coolLocal)
+	hold     *exitTurn             // no permit until its line passed its number (Queue.holdLocal)
 }
 
 // runningReq is a request of storeRunning.
@@ -40,7 +41,7 @@ func (q *Queue) newStoreRunning() *storeRunning {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	s := &storeRunning{reqs: map[string]runningReq{}, on: map[string]int{}, tokensOn: map[string]int{},
-		tenants: map[string]int{}, cooling: map[string]time.Time{}}
+		tenants: map[string]int{}, cooling: map[string]time.Time{}, hold: q.entering}
 	for id, t := range q.tickets {
 		if t.failOpen || t.state.Load() != stateGranted {
 			continue
@@ -100,6 +101,12 @@ func (q *Queue) endRunning(id string) {
 	if r == nil || !r.end(id) {
 		return
 	}
+	q.wakeLocal()
+}
+
+// wakeLocal has the fallback queue in use, if any, reconcile at once: a
+// permit it may give is free.
+func (q *Queue) wakeLocal() {
 	q.localMu.Lock()
 	l := q.local
 	q.localMu.Unlock()
@@ -112,10 +119,20 @@ func (q *Queue) endRunning(id string) {
 // the tokens (lessTokens), each upstream's permits and tokens less
 // those running on it and those that may run on any, and, under a
 // tenant cap, each tenant's permits held (Limits.TenantsOutside). An
-// upstream cooling (coolLocal) has no permit until its cooldown ends.
+// upstream cooling (coolLocal) has no permit until its cooldown ends, and
+// none has under a hold (Queue.holdLocal).
 func (s *storeRunning) less(l Limits) Limits {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	l = s.lessRunning(l)
+	if s.holding() {
+		return held(l)
+	}
+	return l
+}
+
+// lessRunning is less but for the hold (with s.mu held).
+func (s *storeRunning) lessRunning(l Limits) Limits {
 	now := time.Now()
 	maps.DeleteFunc(s.cooling, func(_ string, end time.Time) bool { return !now.Before(end) })
 	if len(s.reqs) == 0 && len(s.cooling) == 0 {

@@ -20,6 +20,13 @@ type moveLine struct {
 	head   uint64              // every number up to head has passed
 	passed map[uint64]struct{} // the numbers beyond head that passed
 	moved  chan struct{}       // closed, and replaced, when head moves on
+	hooks  []lineHook          // run once head reaches their number (whenPassed)
+}
+
+// lineHook is a function to run once every number up to n has passed.
+type lineHook struct {
+	n uint64
+	f func()
 }
 
 func newMoveLine() *moveLine {
@@ -66,7 +73,15 @@ func (q *Queue) joinMovers(from *moveLine) (*moveLine, uint64) {
 }
 
 // pass lets the requests behind n go; a second pass of n does nothing.
+// The hooks (whenPassed) the pass reaches run after it, outside the
+// line's lock.
 func (l *moveLine) pass(n uint64) {
+	var due []lineHook
+	defer func() {
+		for _, h := range due {
+			h.f()
+		}
+	}()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if n <= l.head {
@@ -85,7 +100,44 @@ func (l *moveLine) pass(n uint64) {
 		l.head = head
 		close(l.moved)
 		l.moved = make(chan struct{})
+		due = l.reached()
 	}
+}
+
+// reached takes out, and returns, the hooks whose number the head has
+// reached (with l.mu held).
+func (l *moveLine) reached() []lineHook {
+	var due []lineHook
+	keep := l.hooks[:0]
+	for _, h := range l.hooks {
+		if h.n <= l.head {
+			due = append(due, h)
+		} else {
+			keep = append(keep, h)
+		}
+	}
+	l.hooks = keep
+	return due
+}
+
+// whenPassed runs f once every number up to n has passed: at once if
+// they have, or else after the pass that moves the head to n.
+func (l *moveLine) whenPassed(n uint64, f func()) {
+	l.mu.Lock()
+	if l.head < n {
+		l.hooks = append(l.hooks, lineHook{n: n, f: f})
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	f()
+}
+
+// passedTo reports whether every number up to n has passed.
+func (l *moveLine) passedTo(n uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.head >= n
 }
 
 // turnEnd is how a wait for a turn ended.

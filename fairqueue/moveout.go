@@ -12,9 +12,9 @@ import (
 // (Config.Fallback) when the store is marked down: they would wait there
 // for a grant that cannot come until their max wait, while the requests
 // that come during the outage are served ahead of them by the fallback
-// queue. They wait in the fallback queue instead, in the order they
-// waited in the store's (their seq), ahead of the requests that come
-// after. The way back, once the store is back, is moveIn's.
+// queue. They wait in the fallback queue instead, entering it in the
+// order they waited in the store's (their seq), ahead of the requests
+// that come after, and are served there in its order (fair or FIFO). The way back, once the store is back, is moveIn's.
 
 // errMovedOut ends the wait of a ticket that left the store's queue for
 // the fallback queue (Queue.wait): its request waits there (moveOut).
@@ -37,7 +37,9 @@ type exitTurn struct {
 // no more, and is given back (Granted, reconcile), as for any cancelled
 // ticket. The waiters are numbered in the order they waited (seq), and a
 // request that comes meanwhile numbers itself behind them (joinExit):
-// each enters the fallback queue once those before it are queued there.
+// each enters the fallback queue once those before it are queued there,
+// and the fallback queue grants none of them until all are
+// (holdLocal).
 func (q *Queue) storeDown() {
 	if q.cfg.Load().Fallback == nil {
 		return
@@ -53,6 +55,9 @@ func (q *Queue) storeDown() {
 	q.mu.Unlock()
 	slices.SortFunc(ts, func(a, b *ticket) int { return cmp.Or(cmp.Compare(a.seq, b.seq), cmp.Compare(a.no, b.no)) })
 	line := newMoveLine()
+	if len(ts) > 0 {
+		q.holdLocal(&exitTurn{line: line, n: uint64(len(ts))}) // numbered 1 to len(ts) below
+	}
 	for _, t := range ts {
 		turn := &exitTurn{line: line, n: line.take()}
 		t.exit.Store(turn)
@@ -66,6 +71,70 @@ func (q *Queue) storeDown() {
 	q.exiting.Store(line)
 	woken := make(chan struct{})
 	close(*q.exits.Swap(&woken))
+}
+
+// holdLocal has the fallback queue (the one in use, or the one opened
+// next) give no permit until every number of line h.line up to h.n has
+// passed: until each of the store's waiters moving there is queued (or
+// gone). Entering one by one while it had a permit free, the first to
+// enter was granted at once, whatever the fair order (Config.Fair:
+// tenants, priority bands) would have served: those entering once it
+// was granted queued behind it, a later tenant's or band's waiter
+// starting level with those still waiting and ranked by its arrival.
+// Queued together, they are served in the fallback queue's fair order,
+// as the store's queue would have served them from equal usage. Once
+// they are, the fallback queue is woken to grant them.
+func (q *Queue) holdLocal(h *exitTurn) {
+	q.localMu.Lock()
+	q.entering = h
+	if r := q.running.Load(); r != nil {
+		r.holdFor(h)
+	}
+	q.localMu.Unlock()
+	h.line.whenPassed(h.n, q.wakeLocal)
+}
+
+// holdFor makes h the hold of s (Queue.holdLocal).
+func (s *storeRunning) holdFor(h *exitTurn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hold = h
+}
+
+// holding reports whether s's hold (Queue.holdLocal) is on, forgetting it
+// once it is over (with s.mu held).
+func (s *storeRunning) holding() bool {
+	if s.hold == nil {
+		return false
+	}
+	if s.hold.line.passedTo(s.hold.n) {
+		s.hold = nil
+		return false
+	}
+	return true
+}
+
+// held is l under a hold (Queue.holdLocal): no permit, on no upstream;
+// the queue caps raised by the permits held back, so that the waiters
+// queue that entering one by one would have been granted at once.
+func held(l Limits) Limits {
+	free := l.Permits
+	if l.MaxQueue > 0 {
+		l.MaxQueue += free
+	}
+	if l.MaxQueuePerTenant > 0 {
+		l.MaxQueuePerTenant += free
+	}
+	l.Permits = 0
+	if len(l.Upstreams) > 0 {
+		ups := make([]Upstream, len(l.Upstreams))
+		for i, u := range l.Upstreams {
+			u.Permits = 0
+			ups[i] = u
+		}
+		l.Upstreams = ups
+	}
+	return l
 }
 
 // joinExit numbers a request that goes to the fallback queue behind the

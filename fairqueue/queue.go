@@ -69,6 +69,9 @@ type Queue struct {
 	// request that comes meanwhile waits behind them (joinExit).
 	exits   atomic.Pointer[chan struct{}]
 	exiting atomic.Pointer[moveLine]
+	// entering is the hold of the last move of the store's waiters
+	// (holdLocal), for the fallback queue opened next (localMu).
+	entering *exitTurn
 }
 
 // New returns a Queue for cfg on store. It makes no store call: the node
