@@ -36,12 +36,14 @@ type runningReq struct {
 // newStoreRunning counts the node's tickets that hold a permit of the
 // store (none of a fallback queue, nor admitted by fail-open), and makes
 // the count the node's (Queue.running) before a ticket can leave: one
-// that ends once counted is taken out of it (Queue.forget).
+// that ends once counted is taken out of it (Queue.forget). It starts
+// with the node's cooldowns not yet over (cooledLocal) and the hold of
+// the last move of the store's waiters (holdLocal). With q.localMu held.
 func (q *Queue) newStoreRunning() *storeRunning {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	s := &storeRunning{reqs: map[string]runningReq{}, on: map[string]int{}, tokensOn: map[string]int{},
-		tenants: map[string]int{}, cooling: map[string]time.Time{}, hold: q.entering}
+		tenants: map[string]int{}, cooling: q.cooledLocal(), hold: q.entering}
 	for id, t := range q.tickets {
 		if t.failOpen || t.state.Load() != stateGranted {
 			continue
@@ -165,17 +167,42 @@ func (s *storeRunning) lessRunning(l Limits) Limits {
 // call failed): its cooldown went to the store, which cannot take it,
 // and the fallback queue's store cools an upstream only at the release
 // of a permit of its own. Without it, the request was granted again on
-// the upstream that had just refused it.
+// the upstream that had just refused it. The node keeps the cooldown
+// too (localCool): the fallback queue of a later outage within it opens
+// with it (cooledLocal).
 func (q *Queue) coolLocal(cfg *Config, up string, d time.Duration) {
 	if cfg.Fallback == nil || up == "" {
 		return
 	}
+	end := time.Now().Add(d)
+	q.localMu.Lock()
+	if q.localCool == nil {
+		q.localCool = map[string]time.Time{}
+	}
+	if end.After(q.localCool[up]) {
+		q.localCool[up] = end
+	}
+	q.localMu.Unlock()
 	q.localQueue(cfg)
 	if r := q.running.Load(); r != nil {
 		r.mu.Lock()
-		if end := time.Now().Add(d); end.After(r.cooling[up]) {
+		if end.After(r.cooling[up]) {
 			r.cooling[up] = end
 		}
 		r.mu.Unlock()
 	}
+}
+
+// cooledLocal is the cooldowns of coolLocal not yet over, for a new
+// fallback queue (with q.localMu held). Kept by the fallback queue alone,
+// they ended with it: Redis, back for a moment, then gone again within
+// the cooldown, the next fallback queue granted the upstream that had
+// refused at once. The fallback store has the cooldowns of its own
+// permits.
+func (q *Queue) cooledLocal() map[string]time.Time {
+	now := time.Now()
+	maps.DeleteFunc(q.localCool, func(_ string, end time.Time) bool { return !now.Before(end) })
+	cooling := make(map[string]time.Time, len(q.localCool))
+	maps.Copy(cooling, q.localCool)
+	return cooling
 }

@@ -72,6 +72,9 @@ type Queue struct {
 	// entering is the hold of the last move of the store's waiters
 	// (holdLocal), for the fallback queue opened next (localMu).
 	entering *exitTurn
+	// localCool is the cooldowns of coolLocal: upstream -> its end
+	// (localMu), for the fallback queues opened within it.
+	localCool map[string]time.Time
 }
 
 // New returns a Queue for cfg on store. It makes no store call: the node
