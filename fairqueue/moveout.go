@@ -114,17 +114,11 @@ func (s *storeRunning) holding() bool {
 	return true
 }
 
-// held is l under a hold (Queue.holdLocal): no permit, on no upstream;
-// the queue caps raised by the permits held back, so that the waiters
-// queue that entering one by one would have been granted at once.
+// held is l under a hold (Queue.holdLocal): no permit, on no upstream.
+// The queue caps stand: the waiters moving in are at most those the
+// store's queue held under them, and the requests that come meanwhile
+// enter behind them, once the hold is over (joinExit).
 func held(l Limits) Limits {
-	free := l.Permits
-	if l.MaxQueue > 0 {
-		l.MaxQueue += free
-	}
-	if l.MaxQueuePerTenant > 0 {
-		l.MaxQueuePerTenant += free
-	}
 	l.Permits = 0
 	if len(l.Upstreams) > 0 {
 		ups := make([]Upstream, len(l.Upstreams))
