@@ -37,3 +37,25 @@ func TestMoveLineTurnComesOnceEveryoneBeforeHasPassed(t *testing.T) {
 	assert.Empty(t, l.passed, "numbers passed behind the head are kept once it moved past them")
 	assert.Equal(t, three, l.head)
 }
+
+// A hook (whenPassed) runs once, after the pass that moves the head to
+// its number, whatever the order of the passes; at once where the head
+// is there already.
+func TestMoveLineHookRunsOnceTheHeadReachesItsNumber(t *testing.T) {
+	l := newMoveLine()
+	one, two, three := l.take(), l.take(), l.take()
+	runs := 0
+	l.whenPassed(two, func() { runs++ })
+	l.pass(two)
+	l.pass(three)
+	assert.Equal(t, 0, runs, "one has not passed")
+	assert.False(t, l.passedTo(two))
+	l.pass(one)
+	assert.Equal(t, 1, runs)
+	assert.True(t, l.passedTo(three))
+	l.pass(one)
+	assert.Equal(t, 1, runs, "a hook runs once")
+	assert.Empty(t, l.hooks)
+	l.whenPassed(three, func() { runs++ })
+	assert.Equal(t, 2, runs, "the head is there already")
+}
