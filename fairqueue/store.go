@@ -92,10 +92,12 @@ type HeadListener interface {
 }
 
 // TokenPasses bounds how many grants in a row, in fair order, may pass
-// a ready flow whose head does not fit the free tokens (Limits.Tokens):
-// then dispatch waits until the head fits. So a heavy request at the
-// front of the fair order waits for at most TokenPasses lighter grants
-// and the end of requests already running.
+// a ready flow whose head does not fit the free tokens (Limits.Tokens),
+// or whose head is a waiter of another node without a pool that cannot
+// be placed (it needs room on every upstream of the pool: a rolling
+// change that adds one): then dispatch waits until the head fits. So a
+// heavy request at the front of the fair order waits for at most
+// TokenPasses lighter grants and the end of requests already running.
 const TokenPasses = 8
 
 // IdleFlows bounds the idle usage counters a store keeps per queue (fair

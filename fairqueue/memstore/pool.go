@@ -23,6 +23,9 @@ import (
 //     on every upstream, and only while every upstream has a free permit
 //     (and room for its weight), cooling or not: its request runs on its
 //     route's static upstream, which may be any of them (pickWaiter).
+//     Meanwhile it keeps its place; in fair order a later ready flow's
+//     head may pass it, as one whose weight does not fit (candidate,
+//     tokens.go), with or without tokens.
 //   - Among the eligible, the one with the largest free share
 //     (Permits - in flight) / Permits wins, compared exactly; ties go to
 //     the one whose last grant is oldest by the grant counter, never

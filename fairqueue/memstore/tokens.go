@@ -25,7 +25,8 @@ import (
 //     not fit, a later ready flow whose head fits may be served instead,
 //     at most fairqueue.TokenPasses grants in a row; then dispatch waits
 //     until the first flow's head fits. The count starts again at every
-//     grant to the flow served first.
+//     grant that passes nobody. A head of a bare node that cannot be
+//     placed (pool.go) is passed the same way, with or without tokens.
 //   - The fast path needs room too.
 
 // tokenState is the store's token accounting; guarded by Store.mu.
@@ -138,8 +139,10 @@ func (s *Store) giveTokens(id, dial string) {
 // candidate is the waiter dispatch serves next and its upstream, or nil:
 // the FIFO head or the first ready flow's head, whichever arrived first;
 // with tokens, one that fits (see the rules above), or a dead node's,
-// which dispatch drops. passed reports that it is served past the first
-// flow. self is the dispatching node (pickWaiter).
+// which dispatch drops. A first flow's head of a bare node that cannot be
+// placed (pickWaiter) is passed as one that does not fit, with or
+// without tokens. passed reports that it is served past the first flow.
+// self is the dispatching node (pickWaiter).
 func (s *Store) candidate(l fairqueue.Limits, now time.Time, self string) (w *waiter, up string, passed bool) {
 	first := s.next(l.MaxInFlightPerTenant)
 	var fifo *waiter
@@ -158,8 +161,12 @@ func (s *Store) candidate(l fairqueue.Limits, now time.Time, self string) (w *wa
 	if ok || !s.alive(fairqueue.TicketNode(w.id), now) {
 		return w, up, false // a dead node's waiter is dropped, whatever it weighs
 	}
-	if l.Tokens == 0 || w.flow == nil || s.passes >= fairqueue.TokenPasses {
-		return nil, "", false // strict FIFO; or the first flow's turn
+	if w.flow == nil || s.passes >= fairqueue.TokenPasses || (l.Tokens == 0 && up == "") {
+		// Strict FIFO; or the first flow's turn; or, where tokens do not
+		// count, no upstream has room: only a waiter of a bare node that
+		// cannot be placed (up named, no room on every upstream) is
+		// passed then.
+		return nil, "", false
 	}
 	ready, _ := s.readyFlows(l.MaxInFlightPerTenant)
 	for _, f := range ready {

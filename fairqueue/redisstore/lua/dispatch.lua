@@ -170,6 +170,35 @@ local function next_fitting(v, fair, fifo, self)
   return nil
 end
 
+-- pass_bare is the waiter to serve, where tokens do not count, past the
+-- first flow's head, a waiter of another node without a pool (bare) that
+-- cannot be placed now (no room on every upstream; put back at its
+-- place): the head of a later ready flow that is not one too, as
+-- next_fitting passes a head that does not fit, and under the same bound
+-- (K.tpass: at most TOKEN_PASSES grants in a row, then dispatch waits
+-- until every upstream has room for it). Taken out of the queue, as
+-- next_waiter returns it; nil when none may pass. self: the calling node.
+local function pass_bare(self)
+  if tonumber(redis.call('GET', K.tpass) or '0') >= TOKEN_PASSES then return nil end
+  for _, r2 in ipairs(redis.call('ZRANGE', K.fready, 1, TOKEN_SCAN)) do
+    local flow2 = string.match(r2, '^[^|]*|(.*)$')
+    local n2, tn2
+    if tenant_cap > 0 then n2, tn2 = inflight(flow2) end
+    local m2 = not capped(tenant_of(flow2), tn2) and head_of(flow2)
+    if m2 then
+      local _, _, cost2, id2 = parse(m2)
+      local owner = owner_of(id2)
+      if alive(owner) and (owner == self or not bare(owner)) then
+        redis.call('ZREM', K.fready, r2)
+        take(m2)
+        redis.call('INCR', K.tpass)
+        return id2, flow2, cost2, n2, tn2
+      end
+    end
+  end
+  return nil
+end
+
 -- dispatch hands free permits to the head of the queue, in order, and
 -- tells each grantee's node on its own channel ("<ticket> <grant no>
 -- <Redis time ms>/<permits> [<upstream>]", the permits the calling
@@ -187,17 +216,19 @@ end
 -- Without a waiter it reads nothing more than one EXISTS (empty sets do
 -- not exist), or nothing when the caller read that EXISTS already (ex:
 -- present's answer for waiting, fready and, with a pool, ucool, still
--- true); with one, O(1) per grant whatever the number waiting.
+-- true; with a pool where tokens do not count, tpass too, or nil: not
+-- read); with one, O(1) per grant whatever the number waiting.
 local function dispatch(self, ex)
   local own = {}
   local passes_reset = false
-  ex = ex or present('waiting', 'fready', #pool > 0 and 'ucool' or nil, tokens == 0 and 'tok' or nil)
+  ex = ex or present('waiting', 'fready', #pool > 0 and 'ucool' or nil, tokens == 0 and 'tok' or nil,
+    #pool > 0 and tokens == 0 and 'tpass' or nil)
   if ex.tok ~= nil then tok_kept = ex.tok end
   if not (ex.waiting or ex.fready) then return own, true end
   local free, v = room(nil, ex.ucool)
   local skipped = 0
   while free > 0 do
-    local id, flow, cost, n, tn, up, w, live
+    local id, flow, cost, n, tn, up, w, live, passed
     if tokens ~= 0 then
       id, flow, cost, n, tn, up, w = next_fitting(v, ex.fready, ex.waiting, self)
       if not id then return own, flow == 'empty' end
@@ -210,24 +241,29 @@ local function dispatch(self, ex)
       if up and not everywhere(v) then
         -- A waiter of another node without a pool (bare) counts on
         -- every upstream once granted: with one of them full it waits,
-        -- at its place, and so do those behind it (next_fitting checks
-        -- it with the weight, fit).
+        -- at its place; in FIFO order so do those behind it, in fair
+        -- order a later flow's head may pass it (pass_bare; next_fitting
+        -- checks it with the weight, fit).
         local owner = owner_of(id)
         live = alive(owner)
         if owner ~= self and live and bare(owner) then
           put_back(id, flow, back)
-          return own, false
+          if flow then id, flow, cost, n, tn = pass_bare(self) end
+          if not flow then return own, false end
+          passed, passes_reset, ex.tpass = true, false, true
         end
       end
       -- A weight recorded by a config that counts tokens (another
       -- node's in a rolling change) is counted with the grant.
       w = drop_weight(id)
-      if flow and tok_kept and not passes_reset then
-        -- A grant to the first flow, made where tokens do not count: the
-        -- passes of a head that does not fit (next_fitting) start again,
-        -- as at any grant to the first flow (a reload may count them again).
-        -- Passes are counted only past a head with a weight (K.tok): with
-        -- none recorded there is no such head, and no command is spent.
+      if not passed and (tok_kept or (#pool > 0 and ex.tpass ~= false)) and not passes_reset then
+        -- A grant that passes nobody, made where tokens do not count: the
+        -- passes of a head that does not fit (next_fitting) or cannot be
+        -- placed (pass_bare) start again, as at any such grant (a reload
+        -- may count them again). Passes are counted only past a head
+        -- with a weight (K.tok) or, with a pool, where K.tpass exists
+        -- (ex.tpass: present's answer, or nil when the caller did not
+        -- ask): with neither no command is spent.
         redis.call('DEL', K.tpass)
         passes_reset = true
       end

@@ -9,7 +9,9 @@
 --   - FIFO is strict: a head that does not fit waits, nothing passes it;
 --     in fair order a later ready flow whose head fits may pass the first
 --     flow's head that does not, at most TOKEN_PASSES grants in a row
---     (K.tpass), then dispatch waits for room for that head.
+--     (K.tpass), then dispatch waits for room for that head; a head of a
+--     node without the pool that cannot be placed is passed the same
+--     way, with or without tokens (pass_bare, dispatch.lua).
 -- Keys:
 --   K.tok    HASH waiting ticket -> its weight (TicketArgs.Tokens, > 0)
 --   K.thold  HASH holder -> the weight it holds
