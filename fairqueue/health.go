@@ -26,6 +26,19 @@ type health struct {
 
 func (h *health) up() bool { return !h.down.Load() }
 
+// markedDown reports whether the store is marked down, once a mark on
+// its way has run its onDown: a ticket queued (Queue.missedMove) before
+// a mark that starts after this returns false is one that mark's onDown
+// finds queued.
+func (h *health) markedDown() bool {
+	if h.down.Load() {
+		return true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.down.Load()
+}
+
 // unreachable reports whether err is a failed dial of the store.
 func unreachable(err error) bool {
 	var op *net.OpError

@@ -73,6 +73,29 @@ func (q *Queue) storeDown() {
 	close(*q.exits.Swap(&woken))
 }
 
+// missedMove takes t, just queued in the store's queue, out of it when
+// the store was marked down since its call was answered: storeDown moves
+// the waiters it finds queued, and one whose answer came in as it ran
+// was not yet (the node's acquire saw the store up and no fallback
+// queue): it waited in the store's queue for a grant that cannot come
+// until its max wait, while the fallback queue served the requests that
+// came after it. It leaves as storeDown's waiters do (a grant that came
+// first wins, and is served; one storeDown moved goes as they do), its
+// ticket cancelled in the store in the background. It reports whether t
+// left: its request waits in the fallback queue, behind those storeDown
+// moves (joinExit).
+func (q *Queue) missedMove(t *ticket) bool {
+	if q.cfg.Load().Fallback == nil || !q.health.markedDown() {
+		return false
+	}
+	if !t.state.CompareAndSwap(statePending, stateCancelled) {
+		return false // granted, or moved by storeDown: its wait answers it
+	}
+	q.forgetUnused(t)
+	q.background(func() { q.cancelInStore(t, true, true) })
+	return true
+}
+
 // holdLocal has the fallback queue (the one in use, or the one opened
 // next) give no permit until every number of line h.line up to h.n has
 // passed: until each of the store's waiters moving there is queued (or

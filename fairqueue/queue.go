@@ -265,6 +265,9 @@ func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, fresh
 			// once has none to show (the fast path allocates none).
 			q.place(t, res.Position, res.Grants)
 			t.queued.Store(true)
+			if q.missedMove(t) {
+				return q.unavailable(ctx, req, start, deadline, errStoreDown, nil)
+			}
 		}
 		if q.cfg.Load().Adaptive != nil {
 			q.learn.limited.Store(true)
