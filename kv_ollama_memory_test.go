@@ -64,7 +64,10 @@ func TestAnOllamaBodyOfManyMessagesCostsAboutItsSize(t *testing.T) {
 			assert.Equal(t, http.StatusNotFound, resp.StatusCode, "a model not in names: %s", answer)
 			assert.Equal(t, `{"error":"The model this request names is not served here."}`, string(answer))
 			allocated := after.TotalAlloc - before.TotalAlloc
-			assert.Less(t, allocated, uint64(4*len(body)),
+			// About 3x here (the body read into a buffer, then sniffed); the
+			// bound leaves room for what else the process allocates
+			// meanwhile, far below the 70x of a record kept per message.
+			assert.Less(t, allocated, uint64(8*len(body)),
 				"bytes allocated to answer one body of %d bytes (read into a buffer that doubles, then sniffed)", len(body))
 			t.Logf("body %d KiB: %d KiB allocated", len(body)>>10, allocated>>10)
 		})
