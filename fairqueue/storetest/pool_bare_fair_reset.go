@@ -1,0 +1,81 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+// The count of the grants that passed a fair waiter of a node without
+// the pool starts again at every grant that passes nobody, whichever
+// node makes it: also one made by the node without the pool itself
+// (its release hands its permit on with no pool in its limits).
+func init() {
+	cases = append(cases,
+		testCase{"FairBarePassesStartAgainAtAGrantOfTheNodeWithoutThePool", bareFairResetByBare},
+	)
+}
+
+// n1 has the pool (a with 2 permits, b with 1), n2 not (1 permit, the
+// smallest upstream's). n2's request y0 runs anywhere: b is full, a has
+// one free permit. n2's waiter y1, first in fair order, is passed by
+// tenant z's waiters on a fairqueue.TokenPasses times; then n2's release
+// of y0 grants y1, passing nobody: the count starts again, and n2's next
+// waiter y2, first in fair order while y1 keeps b full, is passed again
+// by z's next waiter on a.
+func bareFairResetByBare(t *testing.T, h Harness) {
+	b := newBareFairWith(t, h, "barefairreset",
+		fairqueue.Limits{Permits: 3, Lease: time.Minute,
+			Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 2}, {Dial: "b:1", Permits: 1}}},
+		fairqueue.Limits{Permits: 1, Lease: time.Minute})
+	y0 := b.ticket("n2", "y")
+	ok, _ := b.acquire(t, y0)
+	require.True(t, ok, "n2's first request: the fast path")
+	z0 := b.ticket("n1", "z")
+	z0.Cost = 3 // z's usage above y's: y's flow comes first
+	ok, up := b.acquire(t, z0)
+	require.True(t, ok)
+	require.Equal(t, "a:1", up)
+	y1 := b.ticket("n2", "y")
+	ok, _ = b.acquire(t, y1)
+	require.False(t, ok)
+	zs := []fairqueue.TicketArgs{}
+	for range fairqueue.TokenPasses + 2 {
+		zs = append(zs, b.ticket("n1", "z"))
+		ok, _ = b.acquire(t, zs[len(zs)-1])
+		require.False(t, ok)
+	}
+	running := z0
+	for i := range fairqueue.TokenPasses {
+		b.release(t, running)
+		running = zs[i]
+		require.Equal(t, map[string]string{y0.ID: "", running.ID: "a:1"}, b.holders(t),
+			"pass %d: z's next waiter granted on a past n2's", i+1)
+	}
+	b.release(t, running)
+	require.Equal(t, map[string]string{y0.ID: ""}, b.holders(t),
+		"after %d passes a's free permit is kept for n2's waiter", fairqueue.TokenPasses)
+
+	// n2 releases y0: its own dispatch, with no pool, grants y1, which
+	// passes nobody.
+	b.release(t, y0)
+	require.Equal(t, map[string]string{y1.ID: ""}, b.holders(t), "n2's release grants its waiter, first in fair order")
+	y2 := b.ticket("n2", "y")
+	ok, _ = b.acquire(t, y2)
+	require.False(t, ok)
+	_, err := b.s1.Reconcile(bg, "n1", b.pool)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{y1.ID: "", zs[fairqueue.TokenPasses].ID: "a:1"}, b.holders(t),
+		"the grant of y1 passed nobody: z's next waiter passes n2's y2 on a again (the count started again)")
+
+	for _, w := range zs[fairqueue.TokenPasses:] {
+		require.NoError(t, b.store(w).Cancel(bg, w))
+	}
+	require.NoError(t, b.s2.Cancel(bg, y2))
+	b.release(t, y1)
+	b.leave(t)
+}
