@@ -17,6 +17,7 @@ import (
 func init() {
 	cases = append(cases,
 		testCase{"FairBarePassesStartAgainAtAGrantOfTheNodeWithoutThePool", bareFairResetByBare},
+		testCase{"FairBarePassesForgottenWhenEveryNodeLeft", bareFairForgottenAfterLeave},
 	)
 }
 
@@ -77,5 +78,72 @@ func bareFairResetByBare(t *testing.T, h Harness) {
 	}
 	require.NoError(t, b.s2.Cancel(bg, y2))
 	b.release(t, y1)
+	b.leave(t)
+}
+
+// n2's waiter is passed fairqueue.TokenPasses times, then cancelled;
+// every node leaves, and the queue, empty everywhere, forgets its state.
+// Back again, n2's new waiter, first in fair order and not placeable, is
+// passed by tenant z's waiter on b, as the first time: the count of
+// passes went with the rest.
+func bareFairForgottenAfterLeave(t *testing.T, h Harness) {
+	b := newBareFair(t, h, "barefairleave")
+	x := b.ticket("n1", "x")
+	ok, _ := b.acquire(t, x)
+	require.True(t, ok)
+	z := b.ticket("n1", "z")
+	ok, _ = b.acquire(t, z)
+	require.True(t, ok)
+	y := b.ticket("n2", "y")
+	ok, _ = b.acquire(t, y)
+	require.False(t, ok)
+	zs := []fairqueue.TicketArgs{}
+	for range fairqueue.TokenPasses + 1 {
+		zs = append(zs, b.ticket("n1", "z"))
+		ok, _ = b.acquire(t, zs[len(zs)-1])
+		require.False(t, ok)
+	}
+	running := z
+	for i := range fairqueue.TokenPasses {
+		b.release(t, running)
+		running = zs[i]
+	}
+	b.release(t, running)
+	require.Equal(t, map[string]string{x.ID: "a:1"}, b.holders(t),
+		"after %d passes b is kept for n2's waiter", fairqueue.TokenPasses)
+	require.NoError(t, b.s2.Cancel(bg, y))
+	require.NoError(t, b.s1.Cancel(bg, zs[fairqueue.TokenPasses]))
+	b.release(t, x)
+	b.leave(t)
+
+	// Back: the same rolling change, on a queue that starts afresh.
+	_, err := b.s1.Heartbeat(bg, fairqueue.HeartbeatArgs{Node: "n1", Limits: b.pool, Beat: 2})
+	require.NoError(t, err)
+	_, err = b.s2.Heartbeat(bg, fairqueue.HeartbeatArgs{Node: "n2", Limits: b.plain, Beat: 2})
+	require.NoError(t, err)
+	x2 := b.ticket("n1", "x")
+	ok, up := b.acquire(t, x2)
+	require.True(t, ok)
+	require.Equal(t, "a:1", up)
+	y2 := b.ticket("n2", "y")
+	ok, _ = b.acquire(t, y2)
+	require.False(t, ok)
+	z2 := b.ticket("n1", "z")
+	ok, up = b.acquire(t, z2)
+	granted := ok
+	if !ok {
+		_, err = b.s1.Reconcile(bg, "n1", b.pool)
+		require.NoError(t, err)
+		up, granted = b.holders(t)[z2.ID]
+	}
+	assert.True(t, granted && up == "b:1",
+		"z's waiter passes n2's on b, as on a queue never used: the passes of before the leave are forgotten")
+	if !granted {
+		require.NoError(t, b.s1.Cancel(bg, z2))
+	} else {
+		b.release(t, z2)
+	}
+	require.NoError(t, b.s2.Cancel(bg, y2))
+	b.release(t, x2)
 	b.leave(t)
 }
