@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -116,34 +117,44 @@ func bareFairForgottenAfterLeave(t *testing.T, h Harness) {
 	b.release(t, x)
 	b.leave(t)
 
-	// Back: the same rolling change, on a queue that starts afresh.
-	_, err := b.s1.Heartbeat(bg, fairqueue.HeartbeatArgs{Node: "n1", Limits: b.pool, Beat: 2})
+	// Back: the same rolling change, on a queue that starts afresh (new
+	// nodes: those that left are gone for their tombstone's life).
+	c := &bareFair{s1: store(t, h, "barefairleave", "n3"), s2: store(t, h, "barefairleave", "n4"),
+		in: b.in, pool: b.pool, plain: b.plain, n: b.n}
+	_, err := c.s1.Heartbeat(bg, fairqueue.HeartbeatArgs{Node: "n3", Limits: c.pool, Beat: 1})
 	require.NoError(t, err)
-	_, err = b.s2.Heartbeat(bg, fairqueue.HeartbeatArgs{Node: "n2", Limits: b.plain, Beat: 2})
+	_, err = c.s2.Heartbeat(bg, fairqueue.HeartbeatArgs{Node: "n4", Limits: c.plain, Beat: 1})
 	require.NoError(t, err)
-	x2 := b.ticket("n1", "x")
-	ok, up := b.acquire(t, x2)
-	require.True(t, ok)
-	require.Equal(t, "a:1", up)
-	y2 := b.ticket("n2", "y")
-	ok, _ = b.acquire(t, y2)
-	require.False(t, ok)
-	z2 := b.ticket("n1", "z")
-	ok, up = b.acquire(t, z2)
-	granted := ok
-	if !ok {
-		_, err = b.s1.Reconcile(bg, "n1", b.pool)
+	on := func(node, tenant string, l fairqueue.Limits) fairqueue.TicketArgs {
+		c.n++
+		return fairqueue.TicketArgs{ID: fmt.Sprintf("%s:%d:%s.0", node, c.n, fairqueue.TenantKey(tenant)),
+			Node: node, Limits: l, Cost: 1}
+	}
+	x2 := on("n3", "x", c.pool)
+	r, err := c.s1.Acquire(bg, x2)
+	require.NoError(t, err)
+	require.True(t, r.Granted)
+	require.Equal(t, "a:1", r.Upstream)
+	y2 := on("n4", "y", c.plain)
+	r, err = c.s2.Acquire(bg, y2)
+	require.NoError(t, err)
+	require.False(t, r.Granted)
+	z2 := on("n3", "z", c.pool)
+	r, err = c.s1.Acquire(bg, z2)
+	require.NoError(t, err)
+	if !r.Granted {
+		_, err = c.s1.Reconcile(bg, "n3", c.pool)
 		require.NoError(t, err)
-		up, granted = b.holders(t)[z2.ID]
 	}
-	assert.True(t, granted && up == "b:1",
-		"z's waiter passes n2's on b, as on a queue never used: the passes of before the leave are forgotten")
-	if !granted {
-		require.NoError(t, b.s1.Cancel(bg, z2))
+	assert.Equal(t, map[string]string{x2.ID: "a:1", z2.ID: "b:1"}, c.holders(t),
+		"z's waiter passes n4's on b, as on a queue never used: the passes of before the leave are forgotten")
+	if _, granted := c.holders(t)[z2.ID]; granted {
+		require.NoError(t, c.s1.Release(bg, z2))
 	} else {
-		b.release(t, z2)
+		require.NoError(t, c.s1.Cancel(bg, z2))
 	}
-	require.NoError(t, b.s2.Cancel(bg, y2))
-	b.release(t, x2)
-	b.leave(t)
+	require.NoError(t, c.s2.Cancel(bg, y2))
+	require.NoError(t, c.s1.Release(bg, x2))
+	require.NoError(t, c.s1.Leave(bg, "n3", c.pool))
+	require.NoError(t, c.s2.Leave(bg, "n4", c.plain))
 }
