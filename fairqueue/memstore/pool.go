@@ -251,11 +251,13 @@ func (s *Store) poolOf(node string, ups []fairqueue.Upstream) {
 	maps.DeleteFunc(s.windows, func(dial string, _ *adaptWindow) bool { return gone(dial) })
 }
 
-// forgetIfEmpty drops the pool state when the queue is empty everywhere:
-// no waiter, no holder, no node.
+// forgetIfEmpty drops the pool state and the count of passes
+// (tokens.go) when the queue is empty everywhere: no waiter, no holder,
+// no node.
 func (s *Store) forgetIfEmpty() {
 	if len(s.index) == 0 && len(s.holders) == 0 && len(s.nodes) == 0 {
 		s.poolState = newPoolState()
+		s.passes = 0 // as K.tpass goes with the queue's keys in Redis
 	}
 }
 

@@ -36,10 +36,15 @@ type bareFair struct {
 
 func newBareFair(t *testing.T, h Harness, name string) *bareFair {
 	t.Helper()
-	b := &bareFair{s1: store(t, h, name, "n1"), s2: store(t, h, name, "n2"),
-		pool: fairqueue.Limits{Permits: 2, Lease: time.Minute,
-			Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 1}, {Dial: "b:1", Permits: 1}}},
-		plain: fairqueue.Limits{Permits: 1, Lease: time.Minute}}
+	return newBareFairWith(t, h, name, fairqueue.Limits{Permits: 2, Lease: time.Minute,
+		Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 1}, {Dial: "b:1", Permits: 1}}},
+		fairqueue.Limits{Permits: 1, Lease: time.Minute})
+}
+
+// newBareFairWith is newBareFair with n1's limits pool and n2's plain.
+func newBareFairWith(t *testing.T, h Harness, name string, pool, plain fairqueue.Limits) *bareFair {
+	t.Helper()
+	b := &bareFair{s1: store(t, h, name, "n1"), s2: store(t, h, name, "n2"), pool: pool, plain: plain}
 	in, ok := b.s1.(fairqueue.Inspector)
 	if !ok {
 		t.Skip("the store has no Inspect")

@@ -216,13 +216,13 @@ end
 -- Without a waiter it reads nothing more than one EXISTS (empty sets do
 -- not exist), or nothing when the caller read that EXISTS already (ex:
 -- present's answer for waiting, fready and, with a pool, ucool, still
--- true; with a pool where tokens do not count, tpass too, or nil: not
--- read); with one, O(1) per grant whatever the number waiting.
+-- true; where tokens do not count, tpass too, or nil: not read); with
+-- one, O(1) per grant whatever the number waiting.
 local function dispatch(self, ex)
   local own = {}
   local passes_reset = false
   ex = ex or present('waiting', 'fready', #pool > 0 and 'ucool' or nil, tokens == 0 and 'tok' or nil,
-    #pool > 0 and tokens == 0 and 'tpass' or nil)
+    tokens == 0 and 'tpass' or nil)
   if ex.tok ~= nil then tok_kept = ex.tok end
   if not (ex.waiting or ex.fready) then return own, true end
   local free, v = room(nil, ex.ucool)
@@ -256,14 +256,14 @@ local function dispatch(self, ex)
       -- A weight recorded by a config that counts tokens (another
       -- node's in a rolling change) is counted with the grant.
       w = drop_weight(id)
-      if not passed and (tok_kept or (#pool > 0 and ex.tpass ~= false)) and not passes_reset then
-        -- A grant that passes nobody, made where tokens do not count: the
-        -- passes of a head that does not fit (next_fitting) or cannot be
-        -- placed (pass_bare) start again, as at any such grant (a reload
-        -- may count them again). Passes are counted only past a head
-        -- with a weight (K.tok) or, with a pool, where K.tpass exists
-        -- (ex.tpass: present's answer, or nil when the caller did not
-        -- ask): with neither no command is spent.
+      if not passed and ex.tpass ~= false and not passes_reset then
+        -- A grant that passes nobody, made where tokens do not count,
+        -- with a pool or without (the node without the pool granting its
+        -- own waiter that was passed): the passes of a head that does not
+        -- fit (next_fitting) or cannot be placed (pass_bare) start again,
+        -- as at any such grant (a reload may count them again). Only
+        -- where K.tpass exists (ex.tpass: present's answer, or nil when
+        -- the caller did not ask): else no command is spent.
         redis.call('DEL', K.tpass)
         passes_reset = true
       end

@@ -29,7 +29,7 @@ mark_freed(id, ARGV[11])
 local was = redis.call('ZREM', K.holders, id) == 1
 if was then cool(ARGV[9], ARGV[10]) end
 local ex = present('waiting', 'fready', 'fwait', #pool > 0 and 'ucool' or nil, 'uheld',
-  tokens == 0 and 'thold' or nil, tokens == 0 and 'tok' or nil, #pool > 0 and tokens == 0 and 'tpass' or nil)
+  tokens == 0 and 'thold' or nil, tokens == 0 and 'tok' or nil, tokens == 0 and 'tpass' or nil)
 weighted, uheld_kept = ex.thold, ex.uheld
 if was and unheld(id, tonumber(ARGV[8]), not ex.fwait) then
   ex.fready = true
