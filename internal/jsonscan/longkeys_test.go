@@ -1,10 +1,14 @@
 package jsonscan
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -16,13 +20,27 @@ import (
 // is a \u escape, which a key in any case (Ollama's) must be decoded to
 // be compared.
 func hugeKeysBody(size int, escaped bool) []byte {
+	key := hugeText(size/2, escaped)
+	return []byte(`{"model":"m","messages":[{"role":"user","` + key + `":0,"content":"hi"}],"` +
+		key + `":1,"stream":true,"max_tokens":256}`)
+}
+
+// hugeValuesBody is hugeKeysBody with the huge texts as the values of
+// short keys that are not read: what skipping them costs.
+func hugeValuesBody(size int, escaped bool) []byte {
+	text := hugeText(size/2, escaped)
+	return []byte(`{"model":"m","messages":[{"role":"user","x":"` + text + `","content":"hi"}],"x":"` +
+		text + `","stream":true,"max_tokens":256}`)
+}
+
+// hugeText is the inside of a JSON string of about size bytes: the
+// letter a, or its \u escape.
+func hugeText(size int, escaped bool) string {
 	letter := "a"
 	if escaped {
 		letter = `\u0061`
 	}
-	key := strings.Repeat(letter, size/2/len(letter))
-	return []byte(`{"model":"m","messages":[{"role":"user","` + key + `":0,"content":"hi"}],"` +
-		key + `":1,"stream":true,"max_tokens":256}`)
+	return strings.Repeat(letter, size/len(letter))
 }
 
 // ordinaryBody is a chat body of about size bytes: prose as clients
@@ -91,8 +109,10 @@ func TestTheLongestKeyIsReadEscaped(t *testing.T) {
 }
 
 // BenchmarkSniffHugeKeys reads bodies of max_body's default size (8
-// MiB): an ordinary chat body, and one of two huge keys, escaped or not,
-// with keys read exactly (vLLM, SGLang) and in any case (Ollama).
+// MiB): an ordinary chat body, one of two huge keys, escaped or not,
+// and one of the same texts as values of keys not read (what skipping
+// them costs), with keys read exactly (vLLM, SGLang) and in any case
+// (Ollama).
 func BenchmarkSniffHugeKeys(b *testing.B) {
 	const size = 8 << 20
 	for _, body := range []struct {
@@ -102,6 +122,8 @@ func BenchmarkSniffHugeKeys(b *testing.B) {
 		{"ordinary", ordinaryBody(size)},
 		{"keys", hugeKeysBody(size, false)},
 		{"escaped_keys", hugeKeysBody(size, true)},
+		{"values", hugeValuesBody(size, false)},
+		{"escaped_values", hugeValuesBody(size, true)},
 	} {
 		for _, k := range []keys{exactKeys, foldedKeys} {
 			mode := "exact"
@@ -119,4 +141,42 @@ func BenchmarkSniffHugeKeys(b *testing.B) {
 			})
 		}
 	}
+}
+
+// maxKeyText holds every key read, each letter sent as a \u escape.
+func TestMaxKeyTextHoldsEveryKeyRead(t *testing.T) {
+	for _, name := range append(slices.Clone(sniffedKeys), "num_predict") {
+		assert.LessOrEqual(t, 6*len(name), maxKeyText, name)
+	}
+}
+
+// FuzzKeyTextAsGo: a key's text is what encoding/json decodes it to,
+// but for the invalid UTF-8 bytes of a key without escapes, left as
+// they are (as U+FFFD would, they equal no letter of a key read).
+func FuzzKeyTextAsGo(f *testing.F) {
+	for _, s := range []string{
+		`"model"`, `"\u006d\u006f\u0064\u0065\u006c"`, `"\ud83d\ude00\ud800\u0061\udc00"`,
+		`"\b\f\n\r\t\/\\\""`, "\"\xff\\u212a\"", `"max_to\u212Aens"`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		tok := []byte(s)
+		var want string
+		if len(tok) < 2 || tok[0] != '"' || tok[len(tok)-1] != '"' || !Valid(tok) || json.Unmarshal(tok, &want) != nil {
+			return
+		}
+		var buf [3 * maxKeyText]byte
+		text, ok := keyText(tok, &buf)
+		inner := tok[1 : len(tok)-1]
+		switch {
+		case len(inner) > maxKeyText:
+			assert.False(t, ok, "a key of %d bytes", len(inner))
+		case bytes.IndexByte(inner, '\\') >= 0 || utf8.Valid(inner):
+			assert.True(t, ok)
+			assert.Equal(t, want, string(text), "text of %q", s)
+		default:
+			assert.Equal(t, string(inner), string(text), "text of %q", s)
+		}
+	})
 }
