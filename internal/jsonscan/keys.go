@@ -33,7 +33,7 @@ var sniffedKeys = []string{
 // may hold and still be a key that is read: the longest of sniffedKeys
 // and "num_predict" with each of its letters sent as a \u escape, 6
 // bytes, the longest a letter can be (with foldedKeys, 'k' may be the
-// Kelvin sign and 's' the long s, 3 bytes each, or their escapes; no
+// Kelvin sign (3 bytes) and 's' the long s (2), or their escapes; no
 // other rune folds to an ASCII letter, nor does a surrogate pair or an
 // invalid byte's U+FFFD). A longer key is none of them: it is neither
 // copied nor decoded, and costs what skipping it does.
