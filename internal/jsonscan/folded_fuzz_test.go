@@ -52,6 +52,7 @@ func FuzzSniffFoldedAsGo(f *testing.F) {
 		`{"model":"m","Model":null,"prompt":"abc","PROMPT":null,"options":{"num_predict":9},"options":null}`,
 		`{"messages":[{"content":"abcd","CONTENT":null}],"system":"s","system":null}`,
 		`{"messages":[{"content":"a0"},{"content":"a1"}],"messages":[{}],"Messages":[{},{"content":null}]}`,
+		`{"\u006d\u004f\u0064\u0065\u006c":"m","\u004d\u0045\u0053\u0053\u0041\u0047\u0045\u0053":[{"\u0043\u006f\u006e\u0074\u0065\u006e\u0074":"abc"}]}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -1,6 +1,10 @@
 package jsonscan
 
-import "strings"
+import (
+	"bytes"
+	"unicode/utf16"
+	"unicode/utf8"
+)
 
 // keys is how a backend matches a body's keys to the fields it reads.
 type keys bool
@@ -25,33 +29,114 @@ var sniffedKeys = []string{
 	"refusal",
 }
 
-// name is the key token (quoted) as the field it names: itself with
-// exactKeys; with foldedKeys, the sniffed key it equals
-// case-insensitively, if one does.
+// maxKeyText is the most bytes a key token's text (between its quotes)
+// may hold and still be a key that is read: the longest of sniffedKeys
+// and "num_predict" with each of its letters sent as a \u escape, 6
+// bytes, the longest a letter can be (with foldedKeys, 'k' may be the
+// Kelvin sign (3 bytes) and 's' the long s (2), or their escapes; no
+// other rune folds to an ASCII letter, nor does a surrogate pair or an
+// invalid byte's U+FFFD). A longer key is none of them: it is neither
+// copied nor decoded, and costs what skipping it does.
+const maxKeyText = 6 * len("max_completion_tokens")
+
+// name is the key token (quoted) as the field it names: the sniffed key
+// it is (exactKeys) or equals case-insensitively (foldedKeys), "" if
+// none. It allocates nothing.
 func (k keys) name(tok []byte) string {
-	s := unquote(tok)
-	if k == foldedKeys {
-		for _, name := range sniffedKeys {
-			if strings.EqualFold(s, name) {
-				return name
-			}
+	var buf [3 * maxKeyText]byte
+	text, ok := keyText(tok, &buf)
+	if !ok {
+		return ""
+	}
+	for _, name := range sniffedKeys {
+		if k.equal(text, name) {
+			return name
 		}
 	}
-	return s
+	return ""
 }
 
 // is reports whether the key token (quoted) names the field name, an
-// ASCII name, without allocating unless the key has escapes or, with
-// foldedKeys, is another spelling.
+// ASCII name. It allocates nothing.
 func (k keys) is(tok []byte, name string) bool {
-	if k == exactKeys {
-		return keyIs(tok, name)
+	var buf [3 * maxKeyText]byte
+	text, ok := keyText(tok, &buf)
+	return ok && k.equal(text, name)
+}
+
+// equal reports whether a key's decoded text is the field name.
+func (k keys) equal(text []byte, name string) bool {
+	if k == foldedKeys {
+		return bytes.EqualFold(text, []byte(name))
 	}
+	return string(text) == name
+}
+
+// keyText is the text of the key token tok (quoted), its escapes
+// decoded into buf as encoding/json decodes them; false for a key longer
+// than maxKeyText, which is none of the keys read (nothing is decoded).
+// Each byte of the text decodes to at most 3 (an invalid UTF-8 byte is
+// U+FFFD), so that buf holds it.
+func keyText(tok []byte, buf *[3 * maxKeyText]byte) ([]byte, bool) {
 	inner := tok[1 : len(tok)-1]
-	if len(inner) == len(name) && strings.EqualFold(string(inner), name) {
-		return true
+	if len(inner) > maxKeyText {
+		return nil, false
 	}
-	return k.name(tok) == name
+	if bytes.IndexByte(inner, '\\') < 0 {
+		// An invalid UTF-8 byte, U+FFFD once decoded, equals no
+		// letter of an ASCII name, in any case, as it stands.
+		return inner, true
+	}
+	return unescape(buf[:0], inner), true
+}
+
+// unescape appends the text of a valid JSON string's inside s to dst,
+// decoded as encoding/json decodes it (see textLen).
+func unescape(dst, s []byte) []byte {
+	for r := 0; r < len(s); {
+		c := s[r]
+		switch {
+		case c == '\\' && s[r+1] == 'u':
+			rr := escapedRune(s[r+2:])
+			r += 6
+			if utf16.IsSurrogate(rr) {
+				if r+6 <= len(s) && s[r] == '\\' && s[r+1] == 'u' {
+					if dec := utf16.DecodeRune(rr, escapedRune(s[r+2:])); dec != utf8.RuneError {
+						dst, r = utf8.AppendRune(dst, dec), r+6
+						continue
+					}
+				}
+				rr = utf8.RuneError
+			}
+			dst = utf8.AppendRune(dst, rr)
+		case c == '\\':
+			dst, r = append(dst, escapedByte(s[r+1])), r+2
+		case c < utf8.RuneSelf:
+			dst, r = append(dst, c), r+1
+		default:
+			rr, size := utf8.DecodeRune(s[r:])
+			dst, r = utf8.AppendRune(dst, rr), r+size
+		}
+	}
+	return dst
+}
+
+// escapedByte is the byte a JSON escape other than \u stands for, c
+// the letter after its backslash.
+func escapedByte(c byte) byte {
+	switch c {
+	case 'b':
+		return '\b'
+	case 'f':
+		return '\f'
+	case 'n':
+		return '\n'
+	case 'r':
+		return '\r'
+	case 't':
+		return '\t'
+	}
+	return c // '"', '\\', '/'
 }
 
 // keepsOnNull reports whether a null value val of the field name leaves

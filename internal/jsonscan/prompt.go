@@ -321,7 +321,7 @@ func numPredict(val []byte) (n int64, found bool) {
 		return 0, false
 	}
 	eachMember(val, func(key, v []byte) {
-		if keyIs(key, "num_predict") {
+		if exactKeys.is(key, "num_predict") {
 			n, found = tokenCount(v), true
 		}
 	})
@@ -369,16 +369,6 @@ func eachElement(arr []byte, f func(el []byte)) {
 		}
 		s.i++
 	}
-}
-
-// keyIs reports whether the key token (quoted) is name, an ASCII name,
-// without allocating unless the key has escapes.
-func keyIs(tok []byte, name string) bool {
-	inner := tok[1 : len(tok)-1]
-	if bytes.IndexByte(inner, '\\') < 0 {
-		return string(inner) == name
-	}
-	return unquote(tok) == name
 }
 
 // textLen is the length in bytes of a JSON string token (quotes
