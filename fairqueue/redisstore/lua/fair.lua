@@ -288,6 +288,15 @@ local function unheld(id, correction, nowait)
     if m and not capped(tenant, tn) then
       ready(flow, m, c)
       readied = true
+    elseif m and c and correction ~= 0 then
+      -- Its tenant holds its cap: the flow is not made ready, but an
+      -- entry it still has in the ready set (left there when a reload
+      -- lowered the cap, or by another instance's call under a higher
+      -- one in a rolling change) takes the corrected counter. Else it
+      -- would be served by the counter before the correction once the
+      -- cap allows it again: recount keeps the entries when no flow
+      -- with waiters is missing from the set.
+      redis.call('ZADD', K.fready, 'XX', num(c), ready_key(flow, m))
     end
   else
     rest(flow, c)
