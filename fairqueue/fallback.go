@@ -223,7 +223,7 @@ func (q *Queue) reconfigureRetired(lc Config) {
 // sameLocal reports whether two fallback queues' configs have the same
 // capacity.
 func sameLocal(a, b Config) bool {
-	return a.Permits == b.Permits && a.KVTokens == b.KVTokens && sameUpstreams(a.Upstreams, b.Upstreams)
+	return a.Permits == b.Permits && a.KVTokens == b.KVTokens && a.none == b.none && sameUpstreams(a.Upstreams, b.Upstreams)
 }
 
 // localConfig is the fallback queue's config for the node's config cfg,
@@ -233,9 +233,11 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 	// (Adaptive), the queue's without a pool, each upstream's with one.
 	base := Limits{Permits: cfg.Permits, Tokens: cfg.KVTokens, Upstreams: cfg.Upstreams}
 	nodes, rank := 1, 0
+	var view ClusterView // what the live nodes held at the last heartbeat
 	if c := q.s.cluster.Load(); c != nil && c.Nodes > 0 {
-		nodes, rank = c.Nodes, min(max(c.Rank, 0), c.Nodes-1)
+		nodes, rank, view = c.Nodes, min(max(c.Rank, 0), c.Nodes-1), *c
 	}
+	none := false // the node's share is no permit at all (Config.none)
 	permits := cfg.LocalPermits
 	if permits <= 0 {
 		if m := q.learn.shares.Load(); cfg.Adaptive != nil && m != nil {
@@ -245,9 +247,13 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 				base.Permits = max(min(base.Permits, poolPermits(base.Upstreams)), 1)
 			}
 		}
-		// The node's part of the permits (of the last learned capacity
-		// under Adaptive) among the live nodes last seen.
-		permits = max(part(base.Permits, 0, rank, nodes), 1)
+		// What the node held, and its part of the permits (of the last
+		// learned capacity under Adaptive) free then, among the live
+		// nodes last seen (share).
+		permits = share(base.Permits, view.Holders, view.Mine, rank, nodes)
+		if permits == 0 {
+			permits, none = 1, true
+		}
 	}
 	// The node's settings, but its own permits and no policy of its own:
 	// a new Config field applies to the fallback unless cleared here.
@@ -259,8 +265,13 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 		// alone bound the queue (its permits stand for no bound), of the
 		// live nodes: LocalPermits is no share of those permits.
 		lc.KVTokens = max(int(int64(max(base.Tokens, 1))*int64(permits)/int64(max(base.Permits, 1))), 1)
-		if cfg.Permits >= MaxPermits {
-			lc.KVTokens = max(part(base.Tokens, 0, rank, nodes), 1)
+		if cfg.Permits >= MaxPermits || cfg.LocalPermits <= 0 {
+			// What the node's holders weighed, and its part of the
+			// tokens free then.
+			lc.KVTokens = share(base.Tokens, view.TokensHeld, view.MineTokens, rank, nodes)
+			if lc.KVTokens == 0 {
+				lc.KVTokens, none = 1, true
+			}
 		}
 	}
 	lc.FailOpen, lc.Fallback, lc.LocalPermits, lc.Adaptive = false, nil, 0, nil
@@ -269,9 +280,10 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 	}
 	if cfg.LocalPermits > 0 {
 		lc.Upstreams = localUpstreams(base.Upstreams, permits, base.Permits)
-	} else {
-		lc.Upstreams = dealtUpstreams(base.Upstreams, rank, nodes)
+	} else if lc.Upstreams = dealtUpstreams(base.Upstreams, view.OnUpstreams, rank, nodes); len(base.Upstreams) > 0 && len(lc.Upstreams) == 0 {
+		lc.Upstreams, none = localUpstreams(base.Upstreams, 1, max(base.Permits, 1)), true
 	}
+	lc.none = none
 	return lc, permits
 }
 

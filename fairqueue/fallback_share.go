@@ -22,17 +22,35 @@ func part(total, offset, rank, n int) int {
 	return (total-first-1)/n + 1
 }
 
-// dealtUpstreams is the node's part of each upstream of a pool among the
-// n live nodes (it is rank among them), its tokens with it: every
-// upstream's permits are dealt in turn, in the order of their addresses
+// share is the node's share of a capacity of total while the store is
+// down: what it held (mine) at its last view, and its part (rank among
+// n) of what was free then (total less all held, at least 0). The
+// nodes' shares add up to total where all held no more than it and
+// their last views agree: an instance that held more than its part
+// keeps room for those requests, and the others do not take it. Where
+// total is fewer than n, a node dealt no unit of the plain deal still
+// gets one (part: every node serves, as without anything held).
+func share(total, held, mine, rank, n int) int {
+	if part(total, 0, rank, n) == 0 {
+		return max(min(mine, total), 1)
+	}
+	return min(mine, total) + part(max(total-held, 0), 0, rank, n)
+}
+
+// dealtUpstreams is the node's share of each upstream of a pool among
+// the n live nodes (it is rank among them), its tokens with it: what it
+// held on the upstream at its last view (on; nil: nothing held) and its
+// part of the upstream's permits free then (share). Every upstream's
+// free permits are dealt in turn, in the order of their addresses
 // (the same in every node whatever the order they are configured in), so
 // that the nodes' parts of an upstream add up to its permits and each
 // node's parts of the pool to its share of it. An upstream none of
 // whose permits fall to the node is left out of its fallback queue. A
 // node none of the pool's permits fall to (fewer permits than live
-// nodes) still gets one, on the upstream the units would deal it next:
+// nodes) still gets one (one that held nothing where the others held
+// all the rest gets none: nil), on the upstream the units would deal it next:
 // the fallback queue admits at least one request, as without a pool.
-func dealtUpstreams(us []Upstream, rank, n int) []Upstream {
+func dealtUpstreams(us []Upstream, on map[string]HeldOn, rank, n int) []Upstream {
 	if len(us) == 0 {
 		return nil
 	}
@@ -42,18 +60,20 @@ func dealtUpstreams(us []Upstream, rank, n int) []Upstream {
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(us[a].Dial, us[b].Dial) })
 	offsets := make([]int, len(us))
-	total := 0
+	total, free := 0, 0
 	for _, i := range order {
-		offsets[i] = total
+		offsets[i] = free
 		total += us[i].Permits
+		free += max(us[i].Permits-on[us[i].Dial].All, 0)
 	}
 	out := make([]Upstream, 0, len(us))
 	for i, u := range us {
-		if p := part(u.Permits, offsets[i], rank, n); p > 0 {
+		h := on[u.Dial]
+		if p := min(h.Mine, u.Permits) + part(max(u.Permits-h.All, 0), offsets[i], rank, n); p > 0 {
 			out = append(out, partOf(u, p))
 		}
 	}
-	if len(out) == 0 && total > 0 {
+	if len(out) == 0 && total > 0 && rank >= total {
 		unit := rank % total
 		for i, u := range us {
 			if unit >= offsets[i] && unit < offsets[i]+u.Permits {

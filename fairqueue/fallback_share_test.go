@@ -37,8 +37,8 @@ func TestDealtUpstreamsSplitEachUpstreamAmongTheNodes(t *testing.T) {
 		tokens := map[string]int{}
 		lo, hi := 6, 0
 		for r := range n {
-			got := dealtUpstreams(pool, r, n)
-			assert.ElementsMatch(t, got, dealtUpstreams(reversed, r, n), "%d nodes, rank %d: the order of the upstreams changed the deal", n, r)
+			got := dealtUpstreams(pool, nil, r, n)
+			assert.ElementsMatch(t, got, dealtUpstreams(reversed, nil, r, n), "%d nodes, rank %d: the order of the upstreams changed the deal", n, r)
 			sum := 0
 			for _, u := range got {
 				per[u.Dial] += u.Permits
@@ -55,6 +55,37 @@ func TestDealtUpstreamsSplitEachUpstreamAmongTheNodes(t *testing.T) {
 	}
 	// 8 nodes, 6 permits: ranks 6 and 7 get one each, on a and b (units
 	// 0 and 1 again).
-	assert.Equal(t, []Upstream{{Dial: "a", Permits: 1}}, dealtUpstreams(pool, 6, 8))
-	assert.Equal(t, []Upstream{{Dial: "b", Permits: 1, KVTokens: 10}}, dealtUpstreams(pool, 7, 8))
+	assert.Equal(t, []Upstream{{Dial: "a", Permits: 1}}, dealtUpstreams(pool, nil, 6, 8))
+	assert.Equal(t, []Upstream{{Dial: "b", Permits: 1, KVTokens: 10}}, dealtUpstreams(pool, nil, 7, 8))
+}
+
+// The shares of nodes that held permits unevenly at their last view add
+// up to the permits, each keeping room for what it held: 5 permits over
+// 3 nodes holding 4, 1 and 0 are 4, 1 and 0 plus the free one dealt, not
+// 2, 2 and 1 less each one's own (7 at once).
+func TestSharesCountWhatEveryNodeHeld(t *testing.T) {
+	for _, held := range [][]int{{4, 1, 0}, {0, 0, 5}, {3, 0, 0}, {1, 1, 1}, {0, 0, 0}} {
+		sum := 0
+		for r, mine := range held {
+			s := share(5, held[0]+held[1]+held[2], mine, r, 3)
+			assert.GreaterOrEqual(t, s, mine, "held %v: rank %d keeps no room for its own", held, r)
+			sum += s
+		}
+		assert.Equal(t, 5, sum, "held %v: the shares", held)
+	}
+	// Per upstream: a holds 2 of 3 permits on node 0, 1 held elsewhere
+	// on b (of 3): node 0 keeps 2 on a, the free ones are dealt.
+	pool := []Upstream{{Dial: "a", Permits: 3}, {Dial: "b", Permits: 3}}
+	on := map[string]HeldOn{"a": {All: 2, Mine: 2}, "b": {All: 1}}
+	per := map[string]int{}
+	for r := range 2 {
+		mine := on
+		if r == 1 {
+			mine = map[string]HeldOn{"a": {All: 2}, "b": {All: 1, Mine: 1}}
+		}
+		for _, u := range dealtUpstreams(pool, mine, r, 2) {
+			per[u.Dial] += u.Permits
+		}
+	}
+	assert.Equal(t, map[string]int{"a": 3, "b": 3}, per)
 }

@@ -304,6 +304,17 @@ type ClusterView struct {
 	// the order of their IDs (a heartbeat's answer): the part of the
 	// capacity its fallback queue takes while the store is down.
 	Rank int
+	// Mine is the permits of Holders the calling node's tickets hold
+	// (TicketNode), and MineTokens their tokens (of TokensHeld): its
+	// fallback queue takes, while the store is down, what it held plus
+	// its part (Rank) of what was free (Config.LocalPermits).
+	Mine       int
+	MineTokens int
+	// OnUpstreams is, by each upstream of the calling node's pool
+	// (Limits.Upstreams), the permits held on it, the node's among them:
+	// a holder without an upstream counts on every one, as dispatch
+	// counts it. nil without a pool.
+	OnUpstreams map[string]HeldOn
 	// LeaseExpirations counts the permits freed because their lease ended
 	// unrenewed (a crashed or partitioned node), since the queue's state
 	// began.
@@ -311,6 +322,12 @@ type ClusterView struct {
 	// At is when this node received the view (its heartbeat's answer);
 	// zero in a store's reply.
 	At time.Time
+}
+
+// HeldOn is the permits held on one upstream of a pool
+// (ClusterView.OnUpstreams): All, by every node, Mine by the calling one.
+type HeldOn struct {
+	All, Mine int
 }
 
 // ReconcileResult is the answer to Store.Reconcile.

@@ -33,8 +33,9 @@ func (s *Store) left(node string, now time.Time) bool {
 }
 
 // view is the cluster's view a heartbeat of node answers, node's rank
-// among the live nodes in the order of their IDs with it.
-func (s *Store) view(node string, now time.Time) fairqueue.ClusterView {
+// among the live nodes in the order of their IDs with it, and what node
+// holds, in all and on each upstream of its pool.
+func (s *Store) view(node string, pool []fairqueue.Upstream, now time.Time) fairqueue.ClusterView {
 	v := fairqueue.ClusterView{Waiting: len(s.index), Holders: len(s.holders), TokensHeld: s.held, LeaseExpirations: s.expired}
 	for n, exp := range s.nodes {
 		if !exp.Before(now) {
@@ -42,6 +43,26 @@ func (s *Store) view(node string, now time.Time) fairqueue.ClusterView {
 			if n < node {
 				v.Rank++
 			}
+		}
+	}
+	mineOn, mineAny := map[string]int{}, 0
+	for id := range s.holders {
+		if fairqueue.TicketNode(id) != node {
+			continue
+		}
+		v.Mine++
+		v.MineTokens += s.weight[id]
+		if up, ok := s.holderOn[id]; ok {
+			mineOn[up]++
+		} else {
+			mineAny++
+		}
+	}
+	if len(pool) > 0 {
+		anywhere := max(len(s.holders)-len(s.holderOn), 0)
+		v.OnUpstreams = make(map[string]fairqueue.HeldOn, len(pool))
+		for _, u := range pool {
+			v.OnUpstreams[u.Dial] = fairqueue.HeldOn{All: s.inflight[u.Dial] + anywhere, Mine: mineOn[u.Dial] + mineAny}
 		}
 	}
 	return v

@@ -86,15 +86,24 @@ func decodeTransfer(v any, to string) (handOnReply, error) {
 
 // decodeHeartbeat reads heartbeat.lua's answer: {epoch, rejoined,
 // waiting, holders, nodes, expired, re-added, missing, tokens held, time,
-// rank}.
+// rank, mine, mine's tokens, {dial, held, mine, ...} of the pool}.
 func decodeHeartbeat(v []any) (fairqueue.HeartbeatResult, error) {
-	if len(v) != 11 {
+	if len(v) != 14 {
 		return fairqueue.HeartbeatResult{}, fmt.Errorf("unexpected reply %v", v)
 	}
 	epoch, _ := v[0].(string)
+	var on map[string]fairqueue.HeldOn
+	if ups := asList(v[13]); len(ups) >= 3 {
+		on = make(map[string]fairqueue.HeldOn, len(ups)/3)
+		for i := 0; i+2 < len(ups); i += 3 {
+			dial, _ := ups[i].(string)
+			on[dial] = fairqueue.HeldOn{All: int(toInt(ups[i+1])), Mine: int(toInt(ups[i+2]))}
+		}
+	}
 	return fairqueue.HeartbeatResult{Epoch: epoch, Rejoined: toInt(v[1]) == 1,
 		Cluster: fairqueue.ClusterView{Waiting: int(toInt(v[2])), Holders: int(toInt(v[3])), Nodes: int(toInt(v[4])),
-			Rank: int(toInt(v[10])), LeaseExpirations: toInt(v[5]), TokensHeld: int(toInt(v[8]))},
+			Rank: int(toInt(v[10])), LeaseExpirations: toInt(v[5]), TokensHeld: int(toInt(v[8])),
+			Mine: int(toInt(v[11])), MineTokens: int(toInt(v[12])), OnUpstreams: on},
 		Readded: stringList(v[6]), Missing: stringList(v[7]), At: time.UnixMilli(toInt(v[9]))}, nil
 }
 

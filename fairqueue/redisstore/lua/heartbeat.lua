@@ -10,7 +10,8 @@
 --   adopted, it counts on its pool upstream (pool.lua) and weighs its
 --   tokens (tokens.lua) too.
 -- Returns {epoch, rejoined, waiting, holders, nodes, expired, re-added,
--- missing, tokens held, Redis ms}: waiting to expired, and tokens held, are the
+-- missing, tokens held, Redis ms, rank, mine, mine's tokens, the pool's
+-- upstreams held} (mine below): waiting to expired, and tokens held, are the
 -- cluster's view (queue length, permits held, live nodes, leases that
 -- ended unrenewed since the queue began, the holders' weights); rejoined = 1 when Redis had forgotten the node (it lost its
 -- data, the node was silent longer than its lease, or an acquire brought
@@ -51,18 +52,57 @@ if not cur then
   cur = ARGV[9]
   redis.call('SET', K.epoch, cur)
 end
--- reply: the answer, with the cluster's view and this node's rank among
--- the live nodes in the order of their IDs (its part of the capacity
--- while Redis is down: ClusterView.Rank).
+-- mine: the permits this node's tickets hold (a ticket's ID names its
+-- node: "<node>:..."), their weights, and, by each upstream of the
+-- node's pool, {dial, held, mine, ...}: the permits held on it and this
+-- node's, a holder without an upstream counted on every one, as
+-- dispatch counts it (pool_view). What the node's fallback queue takes
+-- while Redis is down: ClusterView.Mine. O(holders).
+local function mine()
+  local ids = redis.call('ZRANGE', K.holders, 0, -1)
+  local own, prefix = {}, node .. ':'
+  for _, id in ipairs(ids) do
+    if string.sub(id, 1, #prefix) == prefix then own[#own + 1] = id end
+  end
+  local tokens = 0
+  if #own > 0 and redis.call('EXISTS', K.thold) == 1 then
+    for _, w in ipairs(redis.call('HMGET', K.thold, unpack(own))) do tokens = tokens + (tonumber(w) or 0) end
+  end
+  local ups = {}
+  if #pool > 0 then
+    local on, of = {}, {}
+    local placed = redis.call('HGETALL', K.uheld)
+    for i = 1, #placed, 2 do
+      on[placed[i + 1]] = (on[placed[i + 1]] or 0) + 1
+      of[placed[i]] = placed[i + 1]
+    end
+    local anywhere = math.max(#ids - #placed / 2, 0)
+    local mine_on, mine_any = {}, 0
+    for _, id in ipairs(own) do
+      local u = of[id]
+      if u then mine_on[u] = (mine_on[u] or 0) + 1 else mine_any = mine_any + 1 end
+    end
+    for _, u in ipairs(pool) do
+      ups[#ups + 1] = u.dial
+      ups[#ups + 1] = (on[u.dial] or 0) + anywhere
+      ups[#ups + 1] = (mine_on[u.dial] or 0) + mine_any
+    end
+  end
+  return #own, tokens, ups
+end
+-- reply: the answer, with the cluster's view, this node's rank among
+-- the live nodes in the order of their IDs and what it holds (its part
+-- of the capacity while Redis is down: ClusterView.Rank, Mine).
 local function reply(rejoined, readded, missing)
   local live = redis.call('ZRANGE', K.nodes, now, '+inf', 'BYSCORE')
   local rank = 0
   for _, other in ipairs(live) do
     if other < node then rank = rank + 1 end
   end
+  local own, own_tokens, ups = mine()
   return {cur, rejoined, waiting(), redis.call('ZCARD', K.holders),
     #live, tonumber(redis.call('GET', K.expired) or '0'), readded, missing,
-    held_tokens(), now, rank}
+    held_tokens(), now, rank, own, own_tokens, ups}
 end
 -- A heartbeat of a node that left, sent before its leave and come late,
 -- does not bring the node back to life, and renews, re-adds and adopts
