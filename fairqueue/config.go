@@ -103,19 +103,26 @@ type Config struct {
 	// store is back; fallback permits still running are then registered
 	// there by the next heartbeat.
 	Fallback Store
-	// LocalPermits is the fallback queue's permits; 0: this node's part of
-	// Permits split among the live nodes last seen (parts that differ by
-	// at most one and add up to Permits: ClusterView.Rank), at least 1,
-	// and of each of Upstreams' permits likewise, so that the nodes'
-	// fallback queues together run no upstream above its permits (unless
-	// a pool has fewer permits than live nodes: each still gets one). With
-	// KVTokens, the fallback queue counts the same share of the tokens;
-	// where tokens alone bound the queue (Permits 0), its part of KVTokens
-	// split among the live nodes, whatever LocalPermits says. A LocalPermits
-	// set scales each upstream's permits as Permits' (at least 1 each).
-	// The node's requests the store granted that still run when the
-	// fallback queue opens count in it, on their upstreams and with their
-	// tokens, until they end.
+	// LocalPermits is the fallback queue's permits; 0: this node's share
+	// as of its last heartbeat: the permits it held then
+	// (ClusterView.Mine) plus its part of those free then (Permits less
+	// ClusterView.Holders) dealt among the live nodes (parts that differ
+	// by at most one: ClusterView.Rank), and of each of Upstreams'
+	// permits likewise (ClusterView.OnUpstreams), so that the nodes'
+	// shares add up to the permits and their fallback queues together run
+	// no upstream above its permits, counting the requests the store
+	// granted that run on any node, as far as their last views agree
+	// (unless the permits are fewer than the live nodes: each then gets
+	// one). A node that held nothing where the others held all the rest
+	// gets none. With KVTokens, the tokens its holders weighed
+	// (ClusterView.MineTokens) plus its part of those free; a LocalPermits
+	// set: its share of the tokens as of its permits, but where tokens
+	// alone bound the queue (Permits 0): the same held and free tokens'
+	// share, whatever LocalPermits says. A LocalPermits set scales each
+	// upstream's permits as Permits' (at least 1 each); a pool upstream's
+	// tokens follow its permits' share. The node's requests the store
+	// granted that still run when the fallback queue opens count in it,
+	// on their upstreams and with their tokens, until they end.
 	LocalPermits int
 	// StoreTimeout bounds store calls made outside a request. Default 1s.
 	StoreTimeout time.Duration
