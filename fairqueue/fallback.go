@@ -227,7 +227,7 @@ func sameLocal(a, b Config) bool {
 }
 
 // localConfig is the fallback queue's config for the node's config cfg,
-// and its permits.
+// and its permits (0: none, Config.none).
 func (q *Queue) localConfig(cfg *Config) (Config, int) {
 	// The capacity in force: the configured one under the learned shares
 	// (Adaptive), the queue's without a pool, each upstream's with one.
@@ -284,6 +284,9 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 		lc.Upstreams, none = localUpstreams(base.Upstreams, 1, max(base.Permits, 1)), true
 	}
 	lc.none = none
+	if none {
+		permits = 0
+	}
 	return lc, permits
 }
 
