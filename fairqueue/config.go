@@ -148,11 +148,6 @@ type Config struct {
 	// running, in a fallback queue's config, is the node's requests the
 	// store granted that still run (storeRunning).
 	running *storeRunning
-	// none, in a fallback queue's config, is set where the node's share
-	// of the capacity (Queue.localConfig) is no permit at all: the other
-	// nodes held all but what was dealt to them. Its Permits is then 1
-	// (the least valid), and its limits grant nothing.
-	none bool
 }
 
 // Observer receives a Queue's events. Methods are called on the request
@@ -278,9 +273,6 @@ func (c Config) limits() Limits {
 		MaxQueuePerTenant: c.MaxQueuePerTenant, MaxInFlightPerTenant: c.MaxInFlightPerTenant, Upstreams: ups}
 	if c.running != nil { // a fallback queue's
 		l = c.running.less(l)
-	}
-	if c.none {
-		l = held(l)
 	}
 	return l
 }

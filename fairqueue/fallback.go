@@ -223,11 +223,11 @@ func (q *Queue) reconfigureRetired(lc Config) {
 // sameLocal reports whether two fallback queues' configs have the same
 // capacity.
 func sameLocal(a, b Config) bool {
-	return a.Permits == b.Permits && a.KVTokens == b.KVTokens && a.none == b.none && sameUpstreams(a.Upstreams, b.Upstreams)
+	return a.Permits == b.Permits && a.KVTokens == b.KVTokens && sameUpstreams(a.Upstreams, b.Upstreams)
 }
 
 // localConfig is the fallback queue's config for the node's config cfg,
-// and its permits (0: none, Config.none).
+// and its permits.
 func (q *Queue) localConfig(cfg *Config) (Config, int) {
 	// The capacity in force: the configured one under the learned shares
 	// (Adaptive), the queue's without a pool, each upstream's with one.
@@ -237,7 +237,6 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 	if c := q.s.cluster.Load(); c != nil && c.Nodes > 0 {
 		nodes, rank, view = c.Nodes, min(max(c.Rank, 0), c.Nodes-1), *c
 	}
-	none := false // the node's share is no permit at all (Config.none)
 	permits := cfg.LocalPermits
 	if permits <= 0 {
 		if m := q.learn.shares.Load(); cfg.Adaptive != nil && m != nil {
@@ -247,13 +246,10 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 				base.Permits = max(min(base.Permits, poolPermits(base.Upstreams)), 1)
 			}
 		}
-		// What the node held, and its part of the permits (of the last
-		// learned capacity under Adaptive) free then, among the live
-		// nodes last seen (share).
-		permits = share(base.Permits, view.Holders, view.Mine, rank, nodes)
-		if permits == 0 {
-			permits, none = 1, true
-		}
+		// What the node held, and the permits (of the last learned
+		// capacity under Adaptive) free then dealt to it among the live
+		// nodes last seen (deal); at least one (the floor).
+		permits = max(deal(base.Permits, view.Holders, 0, view.HeldBy, rank, nodes), 1)
 	}
 	// The node's settings, but its own permits and no policy of its own:
 	// a new Config field applies to the fallback unless cleared here.
@@ -266,12 +262,10 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 		// live nodes: LocalPermits is no share of those permits.
 		lc.KVTokens = max(int(int64(max(base.Tokens, 1))*int64(permits)/int64(max(base.Permits, 1))), 1)
 		if cfg.Permits >= MaxPermits || cfg.LocalPermits <= 0 {
-			// What the node's holders weighed, and its part of the
-			// tokens free then.
-			lc.KVTokens = share(base.Tokens, view.TokensHeld, view.MineTokens, rank, nodes)
-			if lc.KVTokens == 0 {
-				lc.KVTokens, none = 1, true
-			}
+			// What the node's holders weighed, and the tokens free then
+			// dealt to it; at least one (the floor: a ticket weighs at
+			// most the fallback queue's tokens, so one runs at a time).
+			lc.KVTokens = max(deal(base.Tokens, view.TokensHeld, 0, view.TokensBy, rank, nodes), 1)
 		}
 	}
 	lc.FailOpen, lc.Fallback, lc.LocalPermits, lc.Adaptive = false, nil, 0, nil
@@ -280,12 +274,8 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 	}
 	if cfg.LocalPermits > 0 {
 		lc.Upstreams = localUpstreams(base.Upstreams, permits, base.Permits)
-	} else if lc.Upstreams = dealtUpstreams(base.Upstreams, view.OnUpstreams, rank, nodes); len(base.Upstreams) > 0 && len(lc.Upstreams) == 0 {
-		lc.Upstreams, none = localUpstreams(base.Upstreams, 1, max(base.Permits, 1)), true
-	}
-	lc.none = none
-	if none {
-		permits = 0
+	} else {
+		lc.Upstreams = dealtUpstreams(base.Upstreams, view.OnUpstreams, rank, nodes)
 	}
 	return lc, permits
 }

@@ -22,34 +22,68 @@ func part(total, offset, rank, n int) int {
 	return (total-first-1)/n + 1
 }
 
-// share is the node's share of a capacity of total while the store is
-// down: what it held (mine) at its last view, and its part (rank among
-// n) of what was free then (total less all held, at least 0). The
-// nodes' shares add up to total where all held no more than it and
-// their last views agree: an instance that held more than its part
-// keeps room for those requests, and the others do not take it. Where
-// total is fewer than n, a node dealt no unit of the plain deal still
-// gets one (part: every node serves, as without anything held).
-func share(total, held, mine, rank, n int) int {
-	if part(total, 0, rank, n) == 0 {
-		return max(min(mine, total), 1)
+// deal is the share of a capacity of total that falls to the live node
+// of the given rank among n while the store is down, from what the live
+// nodes held at its last view (held, by rank; nil: none) and all held
+// (by every node, live or not): what the node held, and of the free
+// units (total less all held) as many as its deficit, its plain part
+// (part from offset) less what it held, dealt to the nodes short of
+// their part: one first to each that held nothing, in rank order, then
+// the rest in rank order up to each one's deficit. The deficits add up
+// to the free units at least, so every free unit is dealt, and none to
+// a node at or above its part: the nodes' shares add up to total where
+// all held no more than it, as far as their last views agree. A node
+// gets 0 only where it held nothing and fewer units were free than
+// nodes that held nothing (the capacity saturated at the outage, or
+// nearly), or total is fewer than n: the caller gives it one (the
+// floor), the only way the shares exceed total. O(n).
+func deal(total, all, offset int, held []int, rank, n int) int {
+	at := func(j int) int {
+		if j < len(held) {
+			return max(held[j], 0)
+		}
+		return 0
 	}
-	return min(mine, total) + part(max(total-held, 0), 0, rank, n)
+	deficit := func(j int) int { return max(part(total, offset, j, n)-at(j), 0) }
+	free := max(total-all, 0)
+	// One to each node that held nothing, short of its part.
+	got := 0
+	for j := 0; j < n && free > 0; j++ {
+		if at(j) == 0 && deficit(j) > 0 {
+			free--
+			if j == rank {
+				got = 1
+			}
+		}
+	}
+	// The rest up to each one's deficit, in rank order.
+	for j := 0; j < n && free > 0; j++ {
+		first := 0
+		if at(j) == 0 && deficit(j) > 0 {
+			first = 1
+		}
+		more := min(deficit(j)-first, free)
+		free -= more
+		if j == rank {
+			got += more
+			break
+		}
+	}
+	return min(at(rank), max(total, 0)) + got
 }
 
 // dealtUpstreams is the node's share of each upstream of a pool among
 // the n live nodes (it is rank among them), its tokens with it: what it
-// held on the upstream at its last view (on; nil: nothing held) and its
-// part of the upstream's permits free then (share). Every upstream's
-// free permits are dealt in turn, in the order of their addresses
-// (the same in every node whatever the order they are configured in), so
-// that the nodes' parts of an upstream add up to its permits and each
-// node's parts of the pool to its share of it. An upstream none of
-// whose permits fall to the node is left out of its fallback queue. A
-// node none of the pool's permits fall to (fewer permits than live
-// nodes) still gets one (one that held nothing where the others held
-// all the rest gets none: nil), on the upstream the units would deal it next:
-// the fallback queue admits at least one request, as without a pool.
+// held on the upstream at its last view (on; nil: nothing held) and the
+// free permits dealt to it (deal), each node's plain part of an
+// upstream dealt in turn, in the order of their addresses (the same in
+// every node whatever the order they are configured in), so that the
+// nodes' parts of an upstream add up to its permits. An upstream none
+// of whose permits fall to the node is left out of its fallback queue.
+// A node none of the pool's permits fall to (fewer permits than live
+// nodes, or the others held all the rest) still gets one (the floor),
+// on the upstream the units would deal it next: the fallback queue
+// admits at least one request, as without a pool.
 func dealtUpstreams(us []Upstream, on map[string]HeldOn, rank, n int) []Upstream {
 	if len(us) == 0 {
 		return nil
@@ -60,20 +94,19 @@ func dealtUpstreams(us []Upstream, on map[string]HeldOn, rank, n int) []Upstream
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(us[a].Dial, us[b].Dial) })
 	offsets := make([]int, len(us))
-	total, free := 0, 0
+	total := 0
 	for _, i := range order {
-		offsets[i] = free
+		offsets[i] = total
 		total += us[i].Permits
-		free += max(us[i].Permits-on[us[i].Dial].All, 0)
 	}
 	out := make([]Upstream, 0, len(us))
 	for i, u := range us {
 		h := on[u.Dial]
-		if p := min(h.Mine, u.Permits) + part(max(u.Permits-h.All, 0), offsets[i], rank, n); p > 0 {
+		if p := deal(u.Permits, h.All, offsets[i], h.By, rank, n); p > 0 {
 			out = append(out, partOf(u, p))
 		}
 	}
-	if len(out) == 0 && total > 0 && rank >= total {
+	if len(out) == 0 && total > 0 {
 		unit := rank % total
 		for i, u := range us {
 			if unit >= offsets[i] && unit < offsets[i]+u.Permits {
