@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,4 +99,41 @@ func TestLocalFallbacksCountEachUpstreamsPermitsEveryInstanceHeld(t *testing.T) 
 	}
 	assert.Equal(t, []int{0, 1, 1}, each, "with 4 of its 6 permits running on the first instance, the 3 instances' "+
 		"fallback queues admitted %v at once on the upstream: %d running on it", each, 4+admitted)
+}
+
+// An instance that held nothing where the others held every permit (a
+// saturated queue at the outage) still serves its clients while Redis is
+// down, one at a time (the floor), not a timeout at max_wait for every
+// one: 2 permits over 2 instances, the first running both.
+func TestLocalFallbackOfAnInstanceThatHeldNoneServesOneAtATime(t *testing.T) {
+	nodes, running := heldAtTheOutage(t, "fbheldnone", 2, 2, fairqueue.Config{Permits: 2})
+	for _, p := range running {
+		defer p.Release()
+	}
+	got := admitAll(t, nodes[1])
+	for _, p := range got {
+		p.Release()
+	}
+	require.Len(t, got, 1, "the instance that held none admits one at once")
+	// Its clients, 4 at once, are all served, one at a time.
+	var now, most atomic.Int32
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			p, err := nodes[1].q.Acquire(context.Background(), fairqueue.Request{})
+			if err == nil {
+				n := now.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(20 * time.Millisecond) // room for a second one to overlap
+				now.Add(-1)
+				p.Release()
+			}
+			errs <- err
+		}()
+	}
+	for range 4 {
+		assert.NoError(t, <-errs, "a client of the instance that held none")
+	}
+	assert.Equal(t, int32(1), most.Load(), "requests the instance that held none ran at once")
 }
