@@ -16,10 +16,10 @@ import (
 
 // heldAtTheOutage opens n instances of one queue with on_store_error
 // local, has the first take held permits from Redis (grants uneven: it
-// holds more than its part), lets every instance see them and the n live
+// holds more than its part), each weighing weight tokens, lets every instance see them and the n live
 // instances in a heartbeat, then kills Redis: the held requests run on
 // through the outage.
-func heldAtTheOutage(t *testing.T, name string, n, held int, cfg fairqueue.Config) ([]*node, []*fairqueue.Permit) {
+func heldAtTheOutage(t *testing.T, name string, n, held, weight int, cfg fairqueue.Config) ([]*node, []*fairqueue.Permit) {
 	t.Helper()
 	srv := redistest.Start(t)
 	cfg.Lease, cfg.PollInterval, cfg.MaxWait = 3*time.Second, 50*time.Millisecond, 5*time.Second
@@ -34,7 +34,7 @@ func heldAtTheOutage(t *testing.T, name string, n, held int, cfg fairqueue.Confi
 	}
 	var running []*fairqueue.Permit
 	for range held {
-		p, err := nodes[0].q.Acquire(context.Background(), fairqueue.Request{})
+		p, err := nodes[0].q.Acquire(context.Background(), fairqueue.Request{Tokens: weight})
 		require.NoError(t, err)
 		require.False(t, p.Local(), "granted by Redis")
 		running = append(running, p)
@@ -56,7 +56,7 @@ func heldAtTheOutage(t *testing.T, name string, n, held int, cfg fairqueue.Confi
 // (not the 2, 2 and 1 dealt, less each one's own: 3 or 4 more), and the
 // first its 3 again once its requests end.
 func TestLocalFallbacksCountThePermitsEveryInstanceHeld(t *testing.T) {
-	nodes, running := heldAtTheOutage(t, "fbheld", 3, 3, fairqueue.Config{Permits: 5})
+	nodes, running := heldAtTheOutage(t, "fbheld", 3, 3, 0, fairqueue.Config{Permits: 5})
 	var each []int
 	admitted := 0
 	for _, nd := range nodes {
@@ -84,7 +84,7 @@ func TestLocalFallbacksCountThePermitsEveryInstanceHeld(t *testing.T) {
 // queues admit 2 more between them, one on each instance that held none
 // (not 2 each less their own: 4).
 func TestLocalFallbacksCountEachUpstreamsPermitsEveryInstanceHeld(t *testing.T) {
-	nodes, _ := heldAtTheOutage(t, "fbheldpool", 3, 4, fairqueue.Config{
+	nodes, _ := heldAtTheOutage(t, "fbheldpool", 3, 4, 0, fairqueue.Config{
 		Upstreams: []fairqueue.Upstream{{Dial: "u1:1", Permits: 6}}})
 	var each []int
 	admitted := 0
@@ -106,34 +106,48 @@ func TestLocalFallbacksCountEachUpstreamsPermitsEveryInstanceHeld(t *testing.T) 
 // down, one at a time (the floor), not a timeout at max_wait for every
 // one: 2 permits over 2 instances, the first running both.
 func TestLocalFallbackOfAnInstanceThatHeldNoneServesOneAtATime(t *testing.T) {
-	nodes, running := heldAtTheOutage(t, "fbheldnone", 2, 2, fairqueue.Config{Permits: 2})
-	for _, p := range running {
-		defer p.Release()
-	}
-	got := admitAll(t, nodes[1])
-	for _, p := range got {
-		p.Release()
-	}
-	require.Len(t, got, 1, "the instance that held none admits one at once")
-	// Its clients, 4 at once, are all served, one at a time.
-	var now, most atomic.Int32
-	errs := make(chan error, 4)
-	for range 4 {
-		go func() {
-			p, err := nodes[1].q.Acquire(context.Background(), fairqueue.Request{})
-			if err == nil {
-				n := now.Add(1)
-				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-				}
-				time.Sleep(20 * time.Millisecond) // room for a second one to overlap
-				now.Add(-1)
-				p.Release()
+	for _, tc := range []struct {
+		name           string
+		weight, tokens int
+		cfg            fairqueue.Config
+	}{
+		{"permits", 0, 0, fairqueue.Config{Permits: 2}},
+		// kv_tokens alone: the first's 2 requests weigh all 100; the
+		// other's share is 1 token, and a request weighs at most its
+		// fallback queue's tokens.
+		{"tokens", 50, 40, fairqueue.Config{KVTokens: 100}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes, running := heldAtTheOutage(t, "fbheldnone"+tc.name, 2, 2, tc.weight, tc.cfg)
+			for _, p := range running {
+				defer p.Release()
 			}
-			errs <- err
-		}()
+			// The first request finds Redis down, and is served.
+			p, err := nodes[1].q.Acquire(context.Background(), fairqueue.Request{Tokens: tc.tokens})
+			require.NoError(t, err, "the instance that held none serves none")
+			require.True(t, p.Local(), "admitted by the local fallback")
+			p.Release()
+			// Its clients, 4 at once, are all served, one at a time.
+			var now, most atomic.Int32
+			errs := make(chan error, 4)
+			for range 4 {
+				go func() {
+					p, err := nodes[1].q.Acquire(context.Background(), fairqueue.Request{Tokens: tc.tokens})
+					if err == nil {
+						n := now.Add(1)
+						for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+						}
+						time.Sleep(20 * time.Millisecond) // room for a second one to overlap
+						now.Add(-1)
+						p.Release()
+					}
+					errs <- err
+				}()
+			}
+			for range 4 {
+				assert.NoError(t, <-errs, "a client of the instance that held none")
+			}
+			assert.Equal(t, int32(1), most.Load(), "requests the instance that held none ran at once")
+		})
 	}
-	for range 4 {
-		assert.NoError(t, <-errs, "a client of the instance that held none")
-	}
-	assert.Equal(t, int32(1), most.Load(), "requests the instance that held none ran at once")
 }
