@@ -96,7 +96,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    }
 //
 //	    on_store_error fail_open|fail_closed|local   # default fail_open
-//	    local_permits <n>                  # with local; default permits split among the live instances, at least 1
+//	    local_permits <n>                  # with local; default its share of what is free and what it held (failures.md)
 //
 //	    # no reason: defaults for every reason; repeat per reason
 //	    reject [timeout|queue_full|shutting_down|store_unavailable...] {

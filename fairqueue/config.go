@@ -103,19 +103,33 @@ type Config struct {
 	// store is back; fallback permits still running are then registered
 	// there by the next heartbeat.
 	Fallback Store
-	// LocalPermits is the fallback queue's permits; 0: this node's part of
-	// Permits split among the live nodes last seen (parts that differ by
-	// at most one and add up to Permits: ClusterView.Rank), at least 1,
-	// and of each of Upstreams' permits likewise, so that the nodes'
-	// fallback queues together run no upstream above its permits (unless
-	// a pool has fewer permits than live nodes: each still gets one). With
-	// KVTokens, the fallback queue counts the same share of the tokens;
-	// where tokens alone bound the queue (Permits 0), its part of KVTokens
-	// split among the live nodes, whatever LocalPermits says. A LocalPermits
-	// set scales each upstream's permits as Permits' (at least 1 each).
-	// The node's requests the store granted that still run when the
-	// fallback queue opens count in it, on their upstreams and with their
-	// tokens, until they end.
+	// LocalPermits is the fallback queue's permits; 0: this node's share
+	// as of its last heartbeat: the permits it held then
+	// (ClusterView.HeldBy) plus the permits free then (Permits less
+	// ClusterView.Holders) dealt by deficit among the live nodes: each
+	// node's plain part (parts that differ by at most one and add up to
+	// Permits, in the order of their IDs: ClusterView.Rank) less what it
+	// held is its deficit, and the free permits go to the nodes with one,
+	// one first to each that held nothing, then in rank order up to each
+	// deficit; of each of Upstreams' permits likewise
+	// (ClusterView.OnUpstreams). So the nodes' shares add up to the
+	// permits and their fallback queues together run no upstream above
+	// its permits, counting the requests the store granted that run on
+	// any node, as far as their last views agree, but for the floor: a
+	// node dealt nothing (it held nothing and fewer permits were free
+	// than nodes that held nothing: the queue saturated at the outage, or
+	// nearly; or fewer permits than live nodes) still gets one, at most
+	// one request over the permits per such node, so that its clients
+	// are served one at a time rather than all time out. With KVTokens,
+	// the tokens its holders weighed (ClusterView.TokensBy) plus the free
+	// tokens dealt the same way, at least 1; a LocalPermits set: its
+	// share of the tokens as of its permits, but where tokens alone bound
+	// the queue (Permits 0): the same held and free tokens' share,
+	// whatever LocalPermits says. A LocalPermits set scales each
+	// upstream's permits as Permits' (at least 1 each); a pool upstream's
+	// tokens follow its permits' share. The node's requests the store
+	// granted that still run when the fallback queue opens count in it,
+	// on their upstreams and with their tokens, until they end.
 	LocalPermits int
 	// StoreTimeout bounds store calls made outside a request. Default 1s.
 	StoreTimeout time.Duration

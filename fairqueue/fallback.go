@@ -233,8 +233,9 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 	// (Adaptive), the queue's without a pool, each upstream's with one.
 	base := Limits{Permits: cfg.Permits, Tokens: cfg.KVTokens, Upstreams: cfg.Upstreams}
 	nodes, rank := 1, 0
+	var view ClusterView // what the live nodes held at the last heartbeat
 	if c := q.s.cluster.Load(); c != nil && c.Nodes > 0 {
-		nodes, rank = c.Nodes, min(max(c.Rank, 0), c.Nodes-1)
+		nodes, rank, view = c.Nodes, min(max(c.Rank, 0), c.Nodes-1), *c
 	}
 	permits := cfg.LocalPermits
 	if permits <= 0 {
@@ -245,9 +246,10 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 				base.Permits = max(min(base.Permits, poolPermits(base.Upstreams)), 1)
 			}
 		}
-		// The node's part of the permits (of the last learned capacity
-		// under Adaptive) among the live nodes last seen.
-		permits = max(part(base.Permits, 0, rank, nodes), 1)
+		// What the node held, and the permits (of the last learned
+		// capacity under Adaptive) free then dealt to it among the live
+		// nodes last seen (deal); at least one (the floor).
+		permits = max(deal(base.Permits, view.Holders, 0, view.HeldBy, rank, nodes), 1)
 	}
 	// The node's settings, but its own permits and no policy of its own:
 	// a new Config field applies to the fallback unless cleared here.
@@ -259,8 +261,11 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 		// alone bound the queue (its permits stand for no bound), of the
 		// live nodes: LocalPermits is no share of those permits.
 		lc.KVTokens = max(int(int64(max(base.Tokens, 1))*int64(permits)/int64(max(base.Permits, 1))), 1)
-		if cfg.Permits >= MaxPermits {
-			lc.KVTokens = max(part(base.Tokens, 0, rank, nodes), 1)
+		if cfg.Permits >= MaxPermits || cfg.LocalPermits <= 0 {
+			// What the node's holders weighed, and the tokens free then
+			// dealt to it; at least one (the floor: a ticket weighs at
+			// most the fallback queue's tokens, so one runs at a time).
+			lc.KVTokens = max(deal(base.Tokens, view.TokensHeld, 0, view.TokensBy, rank, nodes), 1)
 		}
 	}
 	lc.FailOpen, lc.Fallback, lc.LocalPermits, lc.Adaptive = false, nil, 0, nil
@@ -270,7 +275,7 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 	if cfg.LocalPermits > 0 {
 		lc.Upstreams = localUpstreams(base.Upstreams, permits, base.Permits)
 	} else {
-		lc.Upstreams = dealtUpstreams(base.Upstreams, rank, nodes)
+		lc.Upstreams = dealtUpstreams(base.Upstreams, view.OnUpstreams, rank, nodes)
 	}
 	return lc, permits
 }

@@ -304,6 +304,18 @@ type ClusterView struct {
 	// the order of their IDs (a heartbeat's answer): the part of the
 	// capacity its fallback queue takes while the store is down.
 	Rank int
+	// HeldBy is, by the rank (Rank) of each live node, the permits of
+	// Holders its tickets hold (TicketNode), and TokensBy their tokens
+	// (of TokensHeld); both nil where no live node holds any. While the
+	// store is down, each node's fallback queue takes what it held and
+	// the free permits dealt to the nodes short of their part
+	// (Config.LocalPermits).
+	HeldBy, TokensBy []int
+	// OnUpstreams is, by each upstream of the calling node's pool
+	// (Limits.Upstreams), the permits held on it: a holder without an
+	// upstream counts on every one, as dispatch counts it. nil without a
+	// pool.
+	OnUpstreams map[string]HeldOn
 	// LeaseExpirations counts the permits freed because their lease ended
 	// unrenewed (a crashed or partitioned node), since the queue's state
 	// began.
@@ -311,6 +323,14 @@ type ClusterView struct {
 	// At is when this node received the view (its heartbeat's answer);
 	// zero in a store's reply.
 	At time.Time
+}
+
+// HeldOn is the permits held on one upstream of a pool
+// (ClusterView.OnUpstreams): All by every node, By by each live node's
+// rank (nil where none holds any).
+type HeldOn struct {
+	All int
+	By  []int
 }
 
 // ReconcileResult is the answer to Store.Reconcile.

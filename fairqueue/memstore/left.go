@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"slices"
 	"time"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
@@ -33,15 +34,66 @@ func (s *Store) left(node string, now time.Time) bool {
 }
 
 // view is the cluster's view a heartbeat of node answers, node's rank
-// among the live nodes in the order of their IDs with it.
-func (s *Store) view(node string, now time.Time) fairqueue.ClusterView {
+// among the live nodes in the order of their IDs with it, and what each
+// live node holds, in all and on each upstream of node's pool, as
+// heartbeat.lua answers it.
+func (s *Store) view(node string, pool []fairqueue.Upstream, now time.Time) fairqueue.ClusterView {
 	v := fairqueue.ClusterView{Waiting: len(s.index), Holders: len(s.holders), TokensHeld: s.held, LeaseExpirations: s.expired}
+	var live []string
 	for n, exp := range s.nodes {
 		if !exp.Before(now) {
+			live = append(live, n)
 			v.Nodes++
 			if n < node {
 				v.Rank++
 			}
+		}
+	}
+	slices.Sort(live)
+	rank := make(map[string]int, len(live))
+	for i, n := range live {
+		rank[n] = i
+	}
+	held, tokens := make([]int, len(live)), make([]int, len(live))
+	on, anywhere := map[string][]int{}, make([]int, len(live))
+	some := false
+	for id := range s.holders {
+		r, ok := rank[fairqueue.TicketNode(id)]
+		if !ok {
+			continue
+		}
+		some = true
+		held[r]++
+		tokens[r] += s.weight[id]
+		if up, ok := s.holderOn[id]; ok {
+			if on[up] == nil {
+				on[up] = make([]int, len(live))
+			}
+			on[up][r]++
+		} else {
+			anywhere[r]++
+		}
+	}
+	if some {
+		v.HeldBy, v.TokensBy = held, tokens
+	}
+	if len(pool) > 0 {
+		all := max(len(s.holders)-len(s.holderOn), 0)
+		v.OnUpstreams = make(map[string]fairqueue.HeldOn, len(pool))
+		for _, u := range pool {
+			h := fairqueue.HeldOn{All: s.inflight[u.Dial] + all}
+			by, has := make([]int, len(live)), false
+			for r := range live {
+				by[r] = anywhere[r]
+				if on[u.Dial] != nil {
+					by[r] += on[u.Dial][r]
+				}
+				has = has || by[r] > 0
+			}
+			if has {
+				h.By = by
+			}
+			v.OnUpstreams[u.Dial] = h
 		}
 	}
 	return v

@@ -341,7 +341,7 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 	hb.Limits = s.scaled(hb.Limits)
 	now := s.now()
 	if s.left(hb.Node, now) { // late, after its leave: changes nothing
-		return fairqueue.HeartbeatResult{Epoch: s.epoch, Rejoined: true, At: now, Cluster: s.view(hb.Node, now)}, nil
+		return fairqueue.HeartbeatResult{Epoch: s.epoch, Rejoined: true, At: now, Cluster: s.view(hb.Node, hb.Limits.Upstreams, now)}, nil
 	}
 	m, known := s.members[hb.Node]
 	if !known || m.mark == 0 || !s.alive(hb.Node, now) {
@@ -388,7 +388,7 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 		}
 		s.holders[id] = now.Add(hb.Lease)
 	}
-	res.Cluster = s.view(hb.Node, now)
+	res.Cluster = s.view(hb.Node, hb.Limits.Upstreams, now)
 	for id, exp := range s.gone {
 		if !exp.After(now) {
 			delete(s.gone, id)

@@ -86,15 +86,45 @@ func decodeTransfer(v any, to string) (handOnReply, error) {
 
 // decodeHeartbeat reads heartbeat.lua's answer: {epoch, rejoined,
 // waiting, holders, nodes, expired, re-added, missing, tokens held, time,
-// rank}.
+// rank, {rank, permits, tokens, ...} of the live nodes that hold any,
+// {{dial, held, rank, held by it, ...}, ...} of the pool}.
 func decodeHeartbeat(v []any) (fairqueue.HeartbeatResult, error) {
-	if len(v) != 11 {
+	if len(v) != 13 {
 		return fairqueue.HeartbeatResult{}, fmt.Errorf("unexpected reply %v", v)
 	}
 	epoch, _ := v[0].(string)
-	return fairqueue.HeartbeatResult{Epoch: epoch, Rejoined: toInt(v[1]) == 1,
-		Cluster: fairqueue.ClusterView{Waiting: int(toInt(v[2])), Holders: int(toInt(v[3])), Nodes: int(toInt(v[4])),
-			Rank: int(toInt(v[10])), LeaseExpirations: toInt(v[5]), TokensHeld: int(toInt(v[8]))},
+	nodes := int(toInt(v[4]))
+	c := fairqueue.ClusterView{Waiting: int(toInt(v[2])), Holders: int(toInt(v[3])), Nodes: nodes,
+		Rank: int(toInt(v[10])), LeaseExpirations: toInt(v[5]), TokensHeld: int(toInt(v[8]))}
+	if by := asList(v[11]); len(by) >= 3 {
+		c.HeldBy, c.TokensBy = make([]int, nodes), make([]int, nodes)
+		for i := 0; i+2 < len(by); i += 3 {
+			if r := int(toInt(by[i])); r >= 0 && r < nodes {
+				c.HeldBy[r], c.TokensBy[r] = int(toInt(by[i+1])), int(toInt(by[i+2]))
+			}
+		}
+	}
+	if ups := asList(v[12]); len(ups) > 0 {
+		c.OnUpstreams = make(map[string]fairqueue.HeldOn, len(ups))
+		for _, e := range ups {
+			l := asList(e)
+			if len(l) < 2 {
+				continue
+			}
+			dial, _ := l[0].(string)
+			h := fairqueue.HeldOn{All: int(toInt(l[1]))}
+			if len(l) >= 4 {
+				h.By = make([]int, nodes)
+				for i := 2; i+1 < len(l); i += 2 {
+					if r := int(toInt(l[i])); r >= 0 && r < nodes {
+						h.By[r] = int(toInt(l[i+1]))
+					}
+				}
+			}
+			c.OnUpstreams[dial] = h
+		}
+	}
+	return fairqueue.HeartbeatResult{Epoch: epoch, Rejoined: toInt(v[1]) == 1, Cluster: c,
 		Readded: stringList(v[6]), Missing: stringList(v[7]), At: time.UnixMilli(toInt(v[9]))}, nil
 }
 

@@ -180,8 +180,8 @@ func (d *diff) heartbeatAs(rt *rapid.T, hb fairqueue.HeartbeatArgs) {
 		var err error
 		res, err = s.Heartbeat(context.Background(), hb)
 		c := res.Cluster
-		return fmt.Sprintf("rejoined %v, readded %v, missing %v, waiting %d, holders %d, tokens %d, nodes %d, rank %d",
-			res.Rejoined, res.Readded, res.Missing, c.Waiting, c.Holders, c.TokensHeld, c.Nodes, c.Rank), nil, err
+		return fmt.Sprintf("rejoined %v, readded %v, missing %v, waiting %d, holders %d, tokens %d, nodes %d, rank %d, held by %v (tokens %v), on upstreams %v",
+			res.Rejoined, res.Readded, res.Missing, c.Waiting, c.Holders, c.TokensHeld, c.Nodes, c.Rank, c.HeldBy, c.TokensBy, c.OnUpstreams), nil, err
 	})
 	if adopted != nil {
 		adopted.held = true

@@ -10,7 +10,8 @@
 --   adopted, it counts on its pool upstream (pool.lua) and weighs its
 --   tokens (tokens.lua) too.
 -- Returns {epoch, rejoined, waiting, holders, nodes, expired, re-added,
--- missing, tokens held, Redis ms}: waiting to expired, and tokens held, are the
+-- missing, tokens held, Redis ms, rank, held by each live node, held on
+-- each upstream of the pool} (holdings below): waiting to expired, and tokens held, are the
 -- cluster's view (queue length, permits held, live nodes, leases that
 -- ended unrenewed since the queue began, the holders' weights); rejoined = 1 when Redis had forgotten the node (it lost its
 -- data, the node was silent longer than its lease, or an acquire brought
@@ -51,18 +52,87 @@ if not cur then
   cur = ARGV[9]
   redis.call('SET', K.epoch, cur)
 end
--- reply: the answer, with the cluster's view and this node's rank among
--- the live nodes in the order of their IDs (its part of the capacity
--- while Redis is down: ClusterView.Rank).
+-- holdings: what each live node holds (live: their IDs, in order; a
+-- ticket's ID names its node: "<node>:..."): {rank, permits, tokens,
+-- ...} for each live node that holds any, in rank order, and, by each
+-- upstream of the calling node's pool, {dial, held on it, rank, held on
+-- it by that node, ...}: a holder without an upstream counted on every
+-- one, as dispatch counts it (pool_view). What each node's fallback
+-- queue takes while Redis is down, and what is free to deal
+-- (ClusterView.HeldBy). O(holders + nodes), and the nodes that hold any
+-- once per upstream.
+local function holdings(live)
+  local rank_of = {}
+  for i, id in ipairs(live) do rank_of[id] = i - 1 end
+  local ids = redis.call('ZRANGE', K.holders, 0, -1)
+  local w = {}
+  if redis.call('EXISTS', K.thold) == 1 then
+    local h = redis.call('HGETALL', K.thold)
+    for i = 1, #h, 2 do w[h[i]] = tonumber(h[i + 1]) or 0 end
+  end
+  local held, tok, rank_by_id = {}, {}, {}
+  for _, id in ipairs(ids) do
+    local r = rank_of[string.match(id, '^[^:]*')]
+    if r then
+      held[r] = (held[r] or 0) + 1
+      tok[r] = (tok[r] or 0) + (w[id] or 0)
+      rank_by_id[id] = r
+    end
+  end
+  local by, ranks = {}, {}
+  for r = 0, #live - 1 do
+    if held[r] then
+      ranks[#ranks + 1] = r
+      by[#by + 1] = r
+      by[#by + 1] = held[r]
+      by[#by + 1] = tok[r]
+    end
+  end
+  local ups = {}
+  if #pool > 0 then
+    local on, on_rank, placed_by, nplaced = {}, {}, {}, 0
+    local placed = redis.call('HGETALL', K.uheld)
+    for i = 1, #placed, 2 do
+      local id, u = placed[i], placed[i + 1]
+      on[u] = (on[u] or 0) + 1
+      nplaced = nplaced + 1
+      local r = rank_by_id[id]
+      if r then
+        on_rank[u] = on_rank[u] or {}
+        on_rank[u][r] = (on_rank[u][r] or 0) + 1
+        placed_by[r] = (placed_by[r] or 0) + 1
+      end
+    end
+    local anywhere = math.max(#ids - nplaced, 0)
+    for _, u in ipairs(pool) do
+      local e, mine = {u.dial, (on[u.dial] or 0) + anywhere}, on_rank[u.dial] or {}
+      for _, r in ipairs(ranks) do
+        local n = (mine[r] or 0) + held[r] - (placed_by[r] or 0)
+        if n > 0 then
+          e[#e + 1] = r
+          e[#e + 1] = n
+        end
+      end
+      ups[#ups + 1] = e
+    end
+  end
+  return by, ups
+end
+-- reply: the answer, with the cluster's view, this node's rank among
+-- the live nodes in the order of their IDs and what each holds (the
+-- capacity each node's fallback queue takes while Redis is down:
+-- ClusterView.Rank, HeldBy).
 local function reply(rejoined, readded, missing)
   local live = redis.call('ZRANGE', K.nodes, now, '+inf', 'BYSCORE')
   local rank = 0
   for _, other in ipairs(live) do
     if other < node then rank = rank + 1 end
   end
+  table.sort(live)
+  local by, ups = holdings(live)
   return {cur, rejoined, waiting(), redis.call('ZCARD', K.holders),
     #live, tonumber(redis.call('GET', K.expired) or '0'), readded, missing,
-    held_tokens(), now, rank}
+    held_tokens(), now, rank, by, ups}
 end
 -- A heartbeat of a node that left, sent before its leave and come late,
 -- does not bring the node back to life, and renews, re-adds and adopts
