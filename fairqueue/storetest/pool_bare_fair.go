@@ -102,6 +102,33 @@ func (b *bareFair) holders(t *testing.T) map[string]string {
 }
 
 // leave ends both nodes.
+// queued queues k waiters of tenant on node, each refused at once.
+func (b *bareFair) queued(t *testing.T, node, tenant string, k int) []fairqueue.TicketArgs {
+	ws := make([]fairqueue.TicketArgs, 0, k)
+	for range k {
+		ws = append(ws, b.ticket(node, tenant))
+		ok, _ := b.acquire(t, ws[len(ws)-1])
+		require.False(t, ok)
+	}
+	return ws
+}
+
+// passes releases running, then each of the first TokenPasses of ws in
+// turn, each granted past a waiter that cannot be placed; after each
+// release the holders are want(the one now running), where want is not
+// nil. It returns the last one running.
+func (b *bareFair) passes(t *testing.T, running fairqueue.TicketArgs, ws []fairqueue.TicketArgs,
+	want func(running fairqueue.TicketArgs) map[string]string) fairqueue.TicketArgs {
+	for i := range fairqueue.TokenPasses {
+		b.release(t, running)
+		running = ws[i]
+		if want != nil {
+			require.Equal(t, want(running), b.holders(t), "pass %d: the next waiter granted past the one that cannot be placed", i+1)
+		}
+	}
+	return running
+}
+
 func (b *bareFair) leave(t *testing.T) {
 	t.Helper()
 	require.NoError(t, b.s1.Leave(bg, "n1", b.pool))
@@ -160,19 +187,10 @@ func bareFairBounded(t *testing.T, h Harness) {
 	y := b.ticket("n2", "y")
 	ok, _ = b.acquire(t, y)
 	require.False(t, ok)
-	zs := []fairqueue.TicketArgs{}
-	for range fairqueue.TokenPasses + 2 {
-		zs = append(zs, b.ticket("n1", "z"))
-		ok, _ = b.acquire(t, zs[len(zs)-1])
-		require.False(t, ok)
-	}
-	running := z
-	for i := range fairqueue.TokenPasses {
-		b.release(t, running)
-		running = zs[i]
-		require.Equal(t, map[string]string{x.ID: "a:1", running.ID: "b:1"}, b.holders(t),
-			"pass %d: z's next waiter granted on b past n2's", i+1)
-	}
+	zs := b.queued(t, "n1", "z", fairqueue.TokenPasses+2)
+	running := b.passes(t, z, zs, func(r fairqueue.TicketArgs) map[string]string {
+		return map[string]string{x.ID: "a:1", r.ID: "b:1"} // z's next waiter on b, past n2's
+	})
 	b.release(t, running)
 	assert.Equal(t, map[string]string{x.ID: "a:1"}, b.holders(t),
 		"after %d passes b is kept for n2's waiter", fairqueue.TokenPasses)

@@ -45,19 +45,10 @@ func bareFairResetByBare(t *testing.T, h Harness) {
 	y1 := b.ticket("n2", "y")
 	ok, _ = b.acquire(t, y1)
 	require.False(t, ok)
-	zs := []fairqueue.TicketArgs{}
-	for range fairqueue.TokenPasses + 2 {
-		zs = append(zs, b.ticket("n1", "z"))
-		ok, _ = b.acquire(t, zs[len(zs)-1])
-		require.False(t, ok)
-	}
-	running := z0
-	for i := range fairqueue.TokenPasses {
-		b.release(t, running)
-		running = zs[i]
-		require.Equal(t, map[string]string{y0.ID: "", running.ID: "a:1"}, b.holders(t),
-			"pass %d: z's next waiter granted on a past n2's", i+1)
-	}
+	zs := b.queued(t, "n1", "z", fairqueue.TokenPasses+2)
+	running := b.passes(t, z0, zs, func(r fairqueue.TicketArgs) map[string]string {
+		return map[string]string{y0.ID: "", r.ID: "a:1"} // z's next waiter on a, past n2's
+	})
 	b.release(t, running)
 	require.Equal(t, map[string]string{y0.ID: ""}, b.holders(t),
 		"after %d passes a's free permit is kept for n2's waiter", fairqueue.TokenPasses)
@@ -98,17 +89,8 @@ func bareFairForgottenAfterLeave(t *testing.T, h Harness) {
 	y := b.ticket("n2", "y")
 	ok, _ = b.acquire(t, y)
 	require.False(t, ok)
-	zs := []fairqueue.TicketArgs{}
-	for range fairqueue.TokenPasses + 1 {
-		zs = append(zs, b.ticket("n1", "z"))
-		ok, _ = b.acquire(t, zs[len(zs)-1])
-		require.False(t, ok)
-	}
-	running := z
-	for i := range fairqueue.TokenPasses {
-		b.release(t, running)
-		running = zs[i]
-	}
+	zs := b.queued(t, "n1", "z", fairqueue.TokenPasses+1)
+	running := b.passes(t, z, zs, nil)
 	b.release(t, running)
 	require.Equal(t, map[string]string{x.ID: "a:1"}, b.holders(t),
 		"after %d passes b is kept for n2's waiter", fairqueue.TokenPasses)
