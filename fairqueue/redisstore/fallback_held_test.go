@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
-	"github.com/fair-queue/caddy-fair-queue/fairqueue/memstore"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
@@ -22,16 +21,7 @@ import (
 func heldAtTheOutage(t *testing.T, name string, n, held, weight int, cfg fairqueue.Config) ([]*node, []*fairqueue.Permit) {
 	t.Helper()
 	srv := redistest.Start(t)
-	cfg.Lease, cfg.PollInterval, cfg.MaxWait = 3*time.Second, 50*time.Millisecond, 5*time.Second
-	nodes := make([]*node, n)
-	for i := range nodes {
-		c := cfg
-		c.Fallback = memstore.New()
-		nodes[i] = newNode(t, srv, name, c)
-		p, err := nodes[i].q.Acquire(context.Background(), fairqueue.Request{})
-		require.NoError(t, err)
-		p.Release()
-	}
+	nodes := joinOutageNodes(t, srv, name, n, cfg)
 	var running []*fairqueue.Permit
 	for range held {
 		p, err := nodes[0].q.Acquire(context.Background(), fairqueue.Request{Tokens: weight})

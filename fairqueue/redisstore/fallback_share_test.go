@@ -20,6 +20,20 @@ import (
 func outageNodes(t *testing.T, name string, n int, cfg fairqueue.Config) []*node {
 	t.Helper()
 	srv := redistest.Start(t)
+	nodes := joinOutageNodes(t, srv, name, n, cfg)
+	for i, nd := range nodes {
+		eventually(t, 10*time.Second, func() bool { return nd.q.Stats().Cluster.Nodes == n },
+			"instance %d never saw the %d live instances in a heartbeat", i, n)
+	}
+	srv.Kill()
+	return nodes
+}
+
+// joinOutageNodes opens n instances of one queue on srv with
+// on_store_error local (each its own in-process fallback, as each Caddy
+// has), each joined by a request it took and gave back.
+func joinOutageNodes(t *testing.T, srv *redistest.Server, name string, n int, cfg fairqueue.Config) []*node {
+	t.Helper()
 	cfg.Lease, cfg.PollInterval, cfg.MaxWait = 3*time.Second, 50*time.Millisecond, 5*time.Second
 	nodes := make([]*node, n)
 	for i := range nodes {
@@ -30,11 +44,6 @@ func outageNodes(t *testing.T, name string, n int, cfg fairqueue.Config) []*node
 		require.NoError(t, err)
 		p.Release()
 	}
-	for i, nd := range nodes {
-		eventually(t, 10*time.Second, func() bool { return nd.q.Stats().Cluster.Nodes == n },
-			"instance %d never saw the %d live instances in a heartbeat", i, n)
-	}
-	srv.Kill()
 	return nodes
 }
 
