@@ -44,7 +44,13 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 		if req.MaxWait <= 0 {
 			return nil, q.reject(ReasonTimeout, start, 0, cause)
 		}
-		lq = q.localQueue(cfg)
+		if lq = q.localQueue(cfg, !errors.Is(cause, errStoreDown)); lq == nil {
+			// The node went back to the store while the request waited
+			// for its turn (awaitExit), or for the fallback queue that
+			// retired since (retireLocal): it waits in the store's queue,
+			// which counts every permit of the node again.
+			return q.acquire(ctx, req, start, deadline, nil)
+		}
 		line, n = lq.line, lq.line.take()
 		// Passed as it leaves the fallback queue, or once it moved.
 		defer line.pass(n)
@@ -169,11 +175,20 @@ func (q *Queue) backToFallback(ctx context.Context, t *ticket, req Request, star
 
 // localQueue returns the node's fallback queue (in-process, created on
 // first use), sized to the configured local permits, or else to this
-// node's share of the permits among the live nodes last seen.
-func (q *Queue) localQueue(cfg *Config) *Queue {
+// node's share of the permits among the live nodes last seen. failed:
+// a store call of the caller's just failed. Otherwise none is opened
+// while the store is up (nil): the node serves from the store again
+// (retireLocal), and a fallback queue opened then, for a request that
+// waited for its turn through the return (a move's, awaitExit) or was
+// sent there as the last one retired, would run its permits beside the
+// store's grants, which count them only from the next heartbeat.
+func (q *Queue) localQueue(cfg *Config, failed bool) *Queue {
 	lc, permits := q.localConfig(cfg)
 	q.localMu.Lock()
 	defer q.localMu.Unlock()
+	if q.local == nil && !failed && q.health.up() {
+		return nil
+	}
 	if q.local == nil {
 		// The store's permits still running count in the fallback queue
 		// until they end: they run on the same upstreams.

@@ -169,8 +169,9 @@ func (s *storeRunning) lessRunning(l Limits) Limits {
 // of a permit of its own. Without it, the request was granted again on
 // the upstream that had just refused it. The node keeps the cooldown
 // too (localCool): the fallback queue of a later outage within it opens
-// with it (cooledLocal).
-func (q *Queue) coolLocal(cfg *Config, up string, d time.Duration) {
+// with it (cooledLocal). failed: the request's store call failed
+// (localQueue).
+func (q *Queue) coolLocal(cfg *Config, up string, d time.Duration, failed bool) {
 	if cfg.Fallback == nil || up == "" {
 		return
 	}
@@ -183,7 +184,7 @@ func (q *Queue) coolLocal(cfg *Config, up string, d time.Duration) {
 		q.localCool[up] = end
 	}
 	q.localMu.Unlock()
-	q.localQueue(cfg)
+	q.localQueue(cfg, failed)
 	if r := q.running.Load(); r != nil {
 		r.mu.Lock()
 		if end.After(r.cooling[up]) {
