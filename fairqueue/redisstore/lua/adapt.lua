@@ -30,10 +30,19 @@ clock()
 local floor, decrease, step, breach, interval, min_samples, heads_ttl =
   tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]),
   tonumber(ARGV[15])
--- held_back: the queue's share may not come down now (see above).
+-- held_back: the queue's share may not come down now (see above). A
+-- record ahead of the clock (Redis' clock stepped back since it was
+-- written) counts from now: the heads serve HeadsTTL at most, by their
+-- node's own clock, so the hold ends HeadsTTL after the step is seen,
+-- not once the clock has caught up with the record.
 local function held_back()
   local at, to = string.match(redis.call('HGET', K.members, 'h') or '', '^(%d+) (.*)$')
-  return at ~= nil and now - tonumber(at) < heads_ttl and to ~= ARGV[1]
+  if at == nil or to == ARGV[1] then return false end
+  if tonumber(at) > now then
+    at = now
+    redis.call('HSET', K.members, 'h', now .. ' ' .. to)
+  end
+  return now - tonumber(at) < heads_ttl
 end
 for i = 16, #ARGV - 4, 5 do
   local k = ARGV[i]
