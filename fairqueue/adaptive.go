@@ -155,6 +155,21 @@ type AdaptArgs struct {
 	Floor, Decrease, Step, BreachShare float64
 	Interval                           time.Duration
 	MinSamples                         int
+	// Known are the shares the node last heard of (Queue.Shares): a
+	// reported key whose share the store lacks while the node knows one
+	// below 1 (the store lost its data: a restart without persistence, a
+	// failover) starts from the node's, not from the ceiling.
+	Known map[string]float64
+}
+
+// KnownShare is the share a store that lacks key's starts it from
+// (AdaptArgs.Known): the node's, where it knows one in (0, 1); else 0,
+// none (the ceiling).
+func (a AdaptArgs) KnownShare(key string) float64 {
+	if s, ok := a.Known[key]; ok && s > 0 && s < 1 {
+		return s
+	}
+	return 0
 }
 
 // AdaptReport is what a node saw of one share's requests in an interval.
@@ -375,9 +390,45 @@ func (q *Queue) maybeAdapt(cfg *Config) {
 	if now-last < int64(a.Interval) || !q.s.isOpen() || !q.learn.sent.CompareAndSwap(last, now) {
 		return // a node that never joined reports nothing: its leave would not clean up
 	}
-	args := AdaptArgs{Node: q.node, Reports: q.learn.take(), Limited: q.learn.limited.Swap(false),
+	q.sendAdapt(ad, cfg, q.learn.take(), q.learn.limited.Swap(false))
+}
+
+// restoreShares tells the store, after it lost its data (a heartbeat
+// found a new data set), the shares the node last heard of, for the keys
+// its config reports under: the store starts them from there, not from
+// the ceiling (AdaptArgs.Known). The first node to tell it sets them; a
+// node's report does so too, if it comes first.
+func (q *Queue) restoreShares(cfg *Config) {
+	ad, ok := q.store.(Adapter)
+	m := q.learn.shares.Load()
+	if !ok || cfg.Adaptive == nil || m == nil {
+		return
+	}
+	keys := []string{""}
+	if len(cfg.Upstreams) > 0 {
+		keys = keys[:0]
+		for _, u := range cfg.Upstreams {
+			keys = append(keys, u.Dial)
+		}
+	}
+	var reports []AdaptReport
+	for _, k := range keys {
+		if s, ok := (*m)[k]; ok && s < 1 {
+			reports = append(reports, AdaptReport{Key: k}) // nothing observed: the window does not move
+		}
+	}
+	if len(reports) > 0 {
+		q.sendAdapt(ad, cfg, reports, false)
+	}
+}
+
+// sendAdapt sends reports to the store in the background, with the
+// shares the node knows, and keeps the shares its reply says.
+func (q *Queue) sendAdapt(ad Adapter, cfg *Config, reports []AdaptReport, limited bool) {
+	a := cfg.Adaptive.withDefaults()
+	args := AdaptArgs{Node: q.node, Reports: reports, Limited: limited,
 		Floor: a.Floor, Decrease: a.Decrease, Step: a.Step, BreachShare: a.BreachShare, Interval: a.Interval,
-		MinSamples: a.MinSamples}
+		MinSamples: a.MinSamples, Known: q.Shares()}
 	q.background(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 		defer cancel()

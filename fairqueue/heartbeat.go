@@ -113,6 +113,12 @@ func (s *session) heartbeat(cfg *Config) (ok bool) {
 	if s.epoch != "" && res.Epoch != s.epoch {
 		q.log.Warn("store lost its data; re-registered this node's permits", zap.Int("held", len(held)))
 	}
+	if args.Epoch != "" && res.Epoch != args.Epoch {
+		// A new data set, also where this node's first heartbeat finds
+		// it (the epoch its calls saw is gone): the learned shares went
+		// with the old one.
+		q.restoreShares(cfg)
+	}
 	s.epoch = res.Epoch
 	s.seen.Store(&res.Epoch)
 	if res.Rejoined {

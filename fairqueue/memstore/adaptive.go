@@ -40,6 +40,11 @@ func (s *Store) Adapt(_ context.Context, a fairqueue.AdaptArgs) (map[string]floa
 		s.shares, s.windows = make(map[string]float64), make(map[string]*adaptWindow)
 	}
 	for _, r := range a.Reports {
+		if _, ok := s.shares[r.Key]; !ok {
+			if k := a.KnownShare(r.Key); k > 0 {
+				s.shares[r.Key] = k // a share the store lacks starts from the node's (AdaptArgs.Known)
+			}
+		}
 		w := s.windows[r.Key]
 		if w == nil {
 			w = &adaptWindow{}

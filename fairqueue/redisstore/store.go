@@ -462,7 +462,11 @@ func (s *Store) Adapt(ctx context.Context, a fairqueue.AdaptArgs) (map[string]fl
 	more := []any{limited, f(a.Floor), f(a.Decrease), f(a.Step), f(a.BreachShare), a.Interval.Milliseconds(), max(a.MinSamples, 1),
 		headsttl.Of(fairqueue.HeadsTTL).Milliseconds()}
 	for _, r := range a.Reports {
-		more = append(more, r.Key, r.Samples, r.Over, r.Refused)
+		known := ""
+		if k := a.KnownShare(r.Key); k > 0 {
+			known = f(k)
+		}
+		more = append(more, r.Key, r.Samples, r.Over, r.Refused, known)
 	}
 	v, err := scripts.adapt.Run(ctx, s.sc, s.keys, s.args(a.Node, fairqueue.Limits{}, more...)...).StringSlice()
 	if err != nil {

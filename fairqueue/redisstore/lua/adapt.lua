@@ -8,7 +8,9 @@
 --   9 floor, 10 decrease, 11 step, 12 breach share, 13 interval ms,
 --   14 min samples (fairqueue.Ripe), 15 heads TTL ms (fairqueue.HeadsTTL),
 --   then per share: its key ('' : the queue's, else an upstream's dial), the
---   TTFTs measured, those above the target, the requests refused.
+--   TTFTs measured, those above the target, the requests refused, and the
+--   share the node last heard of ('' : none; fairqueue.AdaptArgs.Known): a
+--   share K.adapt lacks (Redis lost its data) starts from it, not from 1.
 -- The queue's share is not lowered (its window keeps its reports until a
 -- later call) on a node's report while heads a reply named under a
 -- learned capacity to another node may still serve (K.members' field h,
@@ -28,13 +30,23 @@ clock()
 local floor, decrease, step, breach, interval, min_samples, heads_ttl =
   tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]),
   tonumber(ARGV[15])
--- held_back: the queue's share may not come down now (see above).
+-- held_back: the queue's share may not come down now (see above). A
+-- record ahead of the clock (Redis' clock stepped back since it was
+-- written) counts from now: the heads serve HeadsTTL at most, by their
+-- node's own clock, so the hold ends HeadsTTL after the step is seen,
+-- not once the clock has caught up with the record.
 local function held_back()
   local at, to = string.match(redis.call('HGET', K.members, 'h') or '', '^(%d+) (.*)$')
-  return at ~= nil and now - tonumber(at) < heads_ttl and to ~= ARGV[1]
+  if at == nil or to == ARGV[1] then return false end
+  if tonumber(at) > now then
+    at = now
+    redis.call('HSET', K.members, 'h', now .. ' ' .. to)
+  end
+  return now - tonumber(at) < heads_ttl
 end
-for i = 16, #ARGV - 3, 4 do
+for i = 16, #ARGV - 4, 5 do
   local k = ARGV[i]
+  if ARGV[i + 4] ~= '' then redis.call('HSETNX', K.adapt, 's:' .. k, ARGV[i + 4]) end
   local n = redis.call('HINCRBY', K.adapt, 'n:' .. k, ARGV[i + 1])
   local o = redis.call('HINCRBY', K.adapt, 'o:' .. k, ARGV[i + 2])
   local r = redis.call('HINCRBY', K.adapt, 'r:' .. k, ARGV[i + 3])
