@@ -10,7 +10,6 @@ import (
 	"crypto/rand"
 	"embed"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -21,7 +20,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
-	"github.com/fair-queue/caddy-fair-queue/internal/headsttl"
 	"github.com/fair-queue/caddy-fair-queue/notifier"
 )
 
@@ -136,6 +134,10 @@ type Store struct {
 	name, prefix, registry string
 	deadAfter              time.Duration
 	registered             atomic.Int64 // when a heartbeat last named the queue, ms
+	// unsure is when a call last failed with no answer from Redis (unix
+	// ms; 0: none since a later call's answer): Redis may still run it,
+	// late (failed, settled).
+	unsure atomic.Int64
 
 	mu          sync.Mutex
 	node        string // the node Open is for, until Close: another is refused
@@ -208,11 +210,13 @@ func (s *Store) deliver(l fairqueue.Limits, gs []fairqueue.Grant) {
 
 // Acquire implements fairqueue.Store.
 func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.AcquireResult, error) {
+	u := s.unsure.Load()
 	v, err := scripts.acquire.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch(),
 		costArg(t), t.MaxQueue, t.MaxQueuePerTenant)...).Slice()
 	if err != nil {
-		return fairqueue.AcquireResult{}, fmt.Errorf("acquire %s: %w", s.tag, busy(err))
+		return fairqueue.AcquireResult{}, fmt.Errorf("acquire %s: %w", s.tag, s.failed(err))
 	}
+	s.settled(u)
 	res, own, err := decodeAcquire(v)
 	if err != nil {
 		return res, fmt.Errorf("acquire %s: %w", s.tag, err)
@@ -224,11 +228,13 @@ func (s *Store) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.
 // Release implements fairqueue.Store.
 func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
 	sent := time.Now()
+	u := s.unsure.Load()
 	v, err := scripts.release.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits,
 		strconv.FormatFloat(t.Correction, 'g', -1, 64), t.Cool, t.CoolFor.Milliseconds(), mark(t.Tombstone))...).Result()
 	if err != nil {
-		return fmt.Errorf("release %s: %w", s.tag, busy(err))
+		return fmt.Errorf("release %s: %w", s.tag, s.failed(err))
 	}
+	s.settled(u)
 	r, err := decodeRelease(v)
 	if err != nil {
 		return fmt.Errorf("release %s: %w", s.tag, err)
@@ -241,10 +247,12 @@ func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
 // Transfer implements fairqueue.Transferrer.
 func (s *Store) Transfer(ctx context.Context, t fairqueue.TicketArgs, to string) error {
 	sent := time.Now()
+	u := s.unsure.Load()
 	v, err := scripts.transfer.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits, to, mark(t.Tombstone))...).Result()
 	if err != nil {
-		return fmt.Errorf("transfer %s: %w", s.tag, busy(err))
+		return fmt.Errorf("transfer %s: %w", s.tag, s.failed(err))
 	}
+	s.settled(u)
 	r, err := decodeTransfer(v, to)
 	if err != nil {
 		return fmt.Errorf("transfer %s: %w", s.tag, err)
@@ -280,11 +288,13 @@ func (s *Store) Cancel(ctx context.Context, t fairqueue.TicketArgs) error {
 	if t.Tombstone {
 		ttl = TombstoneTTL.Milliseconds()
 	}
+	u := s.unsure.Load()
 	v, err := scripts.cancel.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits, ttl,
 		strconv.FormatFloat(t.Correction, 'g', -1, 64))...).Result()
 	if err != nil {
-		return fmt.Errorf("cancel %s: %w", s.tag, busy(err))
+		return fmt.Errorf("cancel %s: %w", s.tag, s.failed(err))
 	}
+	s.settled(u)
 	s.deliver(t.Limits, decodeGrants(v))
 	return nil
 }
@@ -307,10 +317,12 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 			more = append(more, arg)
 		}
 	}
+	u := s.unsure.Load()
 	v, err := scripts.heartbeat.Run(ctx, s.sc, s.keys, s.args(hb.Node, hb.Limits, more...)...).Slice()
 	if err != nil {
-		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: %w", s.tag, busy(err))
+		return fairqueue.HeartbeatResult{}, fmt.Errorf("heartbeat %s: %w", s.tag, s.failed(err))
 	}
+	s.settled(u)
 	res, err := decodeHeartbeat(v)
 	if err != nil {
 		return res, fmt.Errorf("heartbeat %s: %w", s.tag, err)
@@ -324,10 +336,12 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 
 // Reconcile implements fairqueue.Store.
 func (s *Store) Reconcile(ctx context.Context, node string, l fairqueue.Limits) (fairqueue.ReconcileResult, error) {
+	u := s.unsure.Load()
 	v, err := scripts.reconcile.Run(ctx, s.sc, s.keys, s.args(node, l, inFlight.Milliseconds())...).Slice()
 	if err != nil {
-		return fairqueue.ReconcileResult{}, fmt.Errorf("reconcile %s: %w", s.tag, busy(err))
+		return fairqueue.ReconcileResult{}, fmt.Errorf("reconcile %s: %w", s.tag, s.failed(err))
 	}
+	s.settled(u)
 	res, own, err := decodeReconcile(v)
 	if err != nil {
 		return res, fmt.Errorf("reconcile %s: %w", s.tag, err)
@@ -340,8 +354,14 @@ func (s *Store) Reconcile(ctx context.Context, node string, l fairqueue.Limits) 
 func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) error {
 	since := time.Now()
 	// The node's tombstone: a call of it that reaches Redis after the
-	// leave (sent before it, late) changes nothing.
-	v, err := scripts.leave.Run(ctx, s.sc, s.keys, s.args(node, l, TombstoneTTL.Milliseconds())...).Slice()
+	// leave (sent before it, late) changes nothing. Where a call of the
+	// store may still be on its way, the last leave keeps the tombstones
+	// (a key that expires by itself) for such a call to find.
+	late := "0"
+	if u := s.unsure.Load(); u != 0 && time.Since(time.UnixMilli(u)) < TombstoneTTL {
+		late = "1"
+	}
+	v, err := scripts.leave.Run(ctx, s.sc, s.keys, s.args(node, l, TombstoneTTL.Milliseconds(), late)...).Slice()
 	if err != nil {
 		return fmt.Errorf("leave %s: %w", s.tag, busy(err))
 	}
@@ -356,15 +376,6 @@ func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) erro
 		_ = s.unregisterAfterLeave(ctx, since)
 	}
 	return nil
-}
-
-// busy marks an error that says this process has no free connection:
-// the client is overloaded, Redis is not (necessarily) down.
-func busy(err error) error {
-	if errors.Is(err, redis.ErrPoolTimeout) {
-		return fmt.Errorf("%w: %w", fairqueue.ErrStoreBusy, err)
-	}
-	return err
 }
 
 // epochPrefix and epochCount make epoch candidates: unique across
@@ -410,12 +421,14 @@ var (
 
 // Requeue implements fairqueue.Store.
 func (s *Store) Requeue(ctx context.Context, t fairqueue.RequeueArgs) (fairqueue.AcquireResult, error) {
+	u := s.unsure.Load()
 	v, err := scripts.requeue.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch(),
 		costArg(t.TicketArgs), t.Old, t.Seq,
 		strconv.FormatFloat(t.Correction, 'g', -1, 64), t.Cool, t.CoolFor.Milliseconds(), mark(t.Tombstone))...).Slice()
 	if err != nil {
-		return fairqueue.AcquireResult{}, fmt.Errorf("requeue %s: %w", s.tag, busy(err))
+		return fairqueue.AcquireResult{}, fmt.Errorf("requeue %s: %w", s.tag, s.failed(err))
 	}
+	s.settled(u)
 	res, own, err := decodeAcquire(v)
 	if err != nil {
 		return res, fmt.Errorf("requeue %s: %w", s.tag, err)
@@ -451,36 +464,3 @@ func costArg(t fairqueue.TicketArgs) string {
 	}
 	return c
 }
-
-// Adapt implements fairqueue.Adapter with one script.
-func (s *Store) Adapt(ctx context.Context, a fairqueue.AdaptArgs) (map[string]float64, error) {
-	limited := 0
-	if a.Limited {
-		limited = 1
-	}
-	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
-	more := []any{limited, f(a.Floor), f(a.Decrease), f(a.Step), f(a.BreachShare), a.Interval.Milliseconds(), max(a.MinSamples, 1),
-		headsttl.Of(fairqueue.HeadsTTL).Milliseconds()}
-	for _, r := range a.Reports {
-		known := ""
-		if k := a.KnownShare(r.Key); k > 0 {
-			known = f(k)
-		}
-		more = append(more, r.Key, r.Samples, r.Over, r.Refused, known)
-	}
-	v, err := scripts.adapt.Run(ctx, s.sc, s.keys, s.args(a.Node, fairqueue.Limits{}, more...)...).StringSlice()
-	if err != nil {
-		return nil, fmt.Errorf("adapt %s: %w", s.tag, busy(err))
-	}
-	shares := make(map[string]float64, len(v)/2)
-	for i := 0; i+1 < len(v); i += 2 {
-		share, err := strconv.ParseFloat(v[i+1], 64)
-		if err != nil {
-			return nil, fmt.Errorf("adapt %s: unexpected reply %q", s.tag, v)
-		}
-		shares[v[i]] = share
-	}
-	return shares, nil
-}
-
-var _ fairqueue.Adapter = (*Store)(nil)

@@ -27,6 +27,9 @@
 -- K.adapt: HASH, per share key k: s:k share, m:k when it moved (ms),
 --   n:k samples, o:k over, r:k refused, l:k limited (its window).
 clock()
+-- A report of a node that left (sent before its leave, come late: left
+-- in common.lua) counts nothing: after the last leave, it writes no key.
+if left(ARGV[1]) then return {} end
 local floor, decrease, step, breach, interval, min_samples, heads_ttl =
   tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]),
   tonumber(ARGV[15])

@@ -13,7 +13,7 @@
 clock()
 local id = ARGV[1]
 if tonumber(ARGV[8]) > 0 then
-  redis.call('ZADD', K.gone, now + tonumber(ARGV[8]), id)
+  tombstone(id, tonumber(ARGV[8]))
 end
 if redis.call('ZREM', K.waiting, id) == 0 then unqueue(id) end
 take_weight(id)

@@ -181,6 +181,19 @@ local function left(node)
   return t ~= false and tonumber(t) > now
 end
 
+-- tombstone adds member (a ticket, a node or the mark '!late': see
+-- leave.lua) to K.gone for ttl ms. The key has no expiry while live
+-- nodes use the queue; where it has one (kept by the last leave), or is
+-- new with no live node (a cancel that ran late, after the last leave),
+-- it lasts as long as its longest tombstone, and so goes by itself.
+local function tombstone(member, ttl)
+  local p = redis.call('PTTL', K.gone)
+  redis.call('ZADD', K.gone, now + ttl, member)
+  if (p >= 0 and p < ttl) or (p == -2 and redis.call('ZCOUNT', K.nodes, now, '+inf') == 0) then
+    redis.call('PEXPIRE', K.gone, ttl)
+  end
+end
+
 -- lease_of is node's own lease (ms): a grant to its waiter lasts as long
 -- as the owner renews it, not as long as the granting node would.
 local function lease_of(node)

@@ -48,7 +48,12 @@ clock()
 local node, beat = ARGV[1], ARGV[10]
 local cur = redis.call('GET', K.epoch)
 local lost = (not cur) or (ARGV[8] ~= '' and cur ~= ARGV[8])
-if not cur then
+-- A heartbeat of a node that left (see below) sets no epoch: after the
+-- last leave, it writes no key.
+local gone = left(node)
+if gone then
+  cur = cur or ''
+elseif not cur then
   cur = ARGV[9]
   redis.call('SET', K.epoch, cur)
 end
@@ -137,7 +142,7 @@ end
 -- A heartbeat of a node that left, sent before its leave and come late,
 -- does not bring the node back to life, and renews, re-adds and adopts
 -- nothing (left in common.lua). The node reads no reply: it left.
-if left(node) then return reply(1, {}, {}) end
+if gone then return reply(1, {}, {}) end
 local info = redis.call('HGET', K.members, node)
 local mark = info and string.match(info, ' (%S+)$')
 if lost or not mark or mark == '0' or not alive(node) then mark = beat end

@@ -16,14 +16,16 @@
 -- Idempotent by both tickets.
 clock()
 local id, node, old, seq = ARGV[1], ARGV[8], ARGV[11], tonumber(ARGV[12])
-local epoch = redis.call('SET', K.epoch, ARGV[9], 'NX', 'GET') or ARGV[9]
+local epoch = ''
 local function answer(status, no, position, own, up)
   return {status, seq, no, position, grants(), epoch, own or {}, up or ''}
 end
 -- A requeue of a node that left (sent before its leave, come late: left
 -- in common.lua) answers 'gone' and changes nothing: the leave released
--- the old ticket; the new one would wait, or hold, for nobody.
+-- the old ticket; the new one would wait, or hold, for nobody. Checked
+-- before the epoch is set: after the last leave, it writes no key.
 if left(node) then return answer('gone', 0, 0) end
+epoch = redis.call('SET', K.epoch, ARGV[9], 'NX', 'GET') or ARGV[9]
 if not alive(node) then
   redis.call('ZADD', K.nodes, now + lease, node)
   redis.call('HSET', K.members, node, lease .. ' 0')
