@@ -99,10 +99,19 @@ func chatBody(size int, stream bool) string {
 	return head + strings.Repeat("x", size-len(head)-2) + `"}`
 }
 
+// waitingHead is what the head of a request of newRequest, its body of
+// bodyLen bytes read, counts against max_waiting_bytes.
+func waitingHead(bodyLen int) int64 {
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	r.Header.Set("Content-Length", strconv.Itoa(bodyLen))
+	return waitingSize(r, 0)
+}
+
 func TestHandlerRejectsWaitersBeyondMaxWaitingBytesUntilTheyDrain(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
 	rds := redistest.Start(t)
-	h := provision(t, newContext(t), rds.Addr(), &Handler{Name: "bytes", Permits: 1, MaxBody: 1000, MaxWaitingBytes: 1500})
+	h := provision(t, newContext(t), rds.Addr(), &Handler{Name: "bytes", Permits: 1, MaxBody: 1000,
+		MaxWaitingBytes: 1500 + waitingHead(1000) + waitingHead(400)})
 	next := newHolder()
 	ctx := context.Background()
 	base := waitingBytes.Load()
@@ -112,9 +121,10 @@ func TestHandlerRejectsWaitersBeyondMaxWaitingBytesUntilTheyDrain(t *testing.T) 
 	holding := newRequest(ctx, `{}`).start(h, next)
 	next.waitEntered(t)
 	a := newRequest(ctx, chatBody(1000, false)).start(h, next)
-	require.Eventually(t, func() bool { return waitingBytes.Load() == base+1000 }, 10*time.Second, time.Millisecond, "a's body is not counted")
+	require.Eventually(t, func() bool { return waitingBytes.Load() == base+1000+waitingHead(1000) }, 10*time.Second, time.Millisecond, "a's body is not counted")
 
-	// b's body would take the waiting bodies to 2000 bytes, beyond 1500:
+	// b's body would take the waiting bodies to 2000 bytes, beyond 1500
+	// (and the requests' heads):
 	// rejected at once, JSON or SSE as any reject, while a waits.
 	b := newRequest(ctx, chatBody(1000, false)).start(h, next).wait(t)
 	require.NoError(t, b.err)
@@ -132,16 +142,16 @@ func TestHandlerRejectsWaitersBeyondMaxWaitingBytesUntilTheyDrain(t *testing.T) 
 	assert.Equal(t, rejected+2, testutil.ToFloat64(rejects), "rejects_total counts both")
 	// A body that fits still waits.
 	small := newRequest(ctx, chatBody(400, false)).start(h, next)
-	require.Eventually(t, func() bool { return waitingBytes.Load() == base+1400 }, 10*time.Second, time.Millisecond, "a body that fits is not waiting")
+	require.Eventually(t, func() bool { return waitingBytes.Load() == base+1400+waitingHead(1000)+waitingHead(400) }, 10*time.Second, time.Millisecond, "a body that fits is not waiting")
 
 	// The permit goes to a: its bytes are no longer waiting, and a new
 	// body of 1000 bytes waits again.
 	next.release <- struct{}{}
 	holding.wait(t)
 	next.waitEntered(t)
-	require.Eventually(t, func() bool { return waitingBytes.Load() == base+400 }, 10*time.Second, time.Millisecond, "a's body still counted once granted")
+	require.Eventually(t, func() bool { return waitingBytes.Load() == base+400+waitingHead(400) }, 10*time.Second, time.Millisecond, "a's body still counted once granted")
 	d := newRequest(ctx, chatBody(1000, false)).start(h, next)
-	require.Eventually(t, func() bool { return waitingBytes.Load() == base+1400 }, 10*time.Second, time.Millisecond, "d is not waiting")
+	require.Eventually(t, func() bool { return waitingBytes.Load() == base+1400+waitingHead(1000)+waitingHead(400) }, 10*time.Second, time.Millisecond, "d is not waiting")
 	for _, req := range []*request{a, small, d} {
 		next.release <- struct{}{}
 		req.wait(t)
@@ -176,7 +186,7 @@ func TestMaxWaitingBytesDefaultsToAtLeastMaxBody(t *testing.T) {
 // beyond it gets 429 queue_full at once.
 func TestRequeuedRequestsBodyCountsAgainstMaxWaitingBytes(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
-	h := provisionLocal(t, newContext(t), &Handler{Name: "bytes-requeue", MaxBody: 1000, MaxWaitingBytes: 1500,
+	h := provisionLocal(t, newContext(t), &Handler{Name: "bytes-requeue", MaxBody: 1000, MaxWaitingBytes: 1500 + waitingHead(1000),
 		Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 1}}, RequeueOn: []int{503},
 		UpstreamCooldown: caddy.Duration(time.Minute), MaxWait: caddy.Duration(5 * time.Second)})
 	next := &pooled{answer: func(_ int, _ string, w http.ResponseWriter) error {
@@ -196,7 +206,7 @@ func TestRequeuedRequestsBodyCountsAgainstMaxWaitingBytes(t *testing.T) {
 		defer next.mu.Unlock()
 		return len(next.calls) == 1 && engineOf(t, h).q.Stats().Waiting == 1
 	}, 10*time.Second, time.Millisecond, "a is not refused and requeued")
-	assert.Equal(t, base+1000, waitingBytes.Load(), "a's body waits again")
+	assert.Equal(t, base+1000+waitingHead(1000), waitingBytes.Load(), "a's body waits again")
 
 	b := pool(chatBody(1000, false)).start(h, next).wait(t)
 	require.NoError(t, b.err)

@@ -168,7 +168,7 @@ func (c *call) overflow(err error) error {
 // sse_keepalive is set. The body waits with the request, bounded per
 // process (max_waiting_bytes).
 func (c *call) wait() error {
-	n := int64(c.bodyLen)
+	n := waitingSize(c.r, c.bodyLen)
 	if !holdWaiting(n, c.h.MaxWaitingBytes) {
 		return c.h.waitingFull(c.name)
 	}

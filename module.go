@@ -197,8 +197,10 @@ type Handler struct {
 
 	// MaxWaitingBytes bounds the memory that waiting requests hold: the
 	// size of the bodies of the requests waiting for a permit in this
-	// Caddy process, every fair_queue handler and queue together. A
-	// request whose body would take that sum beyond this handler's value
+	// Caddy process, every fair_queue handler and queue together, each
+	// with its head (its target, and its header fields at their name,
+	// value and 64 bytes each). A request whose body and head would take
+	// that sum beyond this handler's value
 	// is rejected at once with reason queue_full (429 and Retry-After by
 	// default). A body counts from its read until its request is granted
 	// (one granted at once counts for the store's round trip) or leaves

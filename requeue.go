@@ -149,10 +149,10 @@ func (c *call) requeue(rf *refusal) error {
 	}
 	ka := c.startKeepalive()
 	c.feed.use(ka)
-	// Its body waits again: counted against max_waiting_bytes, whatever
+	// Its body and headers wait again: counted against max_waiting_bytes, whatever
 	// the count (the request is in, and its client must not see the
 	// refusal), so that new bodies are refused while it waits.
-	n := int64(c.bodyLen)
+	n := waitingSize(c.r, c.bodyLen)
 	holdWaitingAnyway(n)
 	defer releaseWaiting(n)
 	p, err := c.permit.Requeue(c.r.Context(), rf.cool)

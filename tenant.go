@@ -36,10 +36,12 @@ func (h *Handler) fairRequest(repl *caddy.Replacer, info jsonscan.Fields) fairqu
 }
 
 // tenantValue cuts a tenant value to maxTenantLen bytes, so that the
-// hash (and a weight lookup) of a huge header costs no more than that.
+// hash (and a weight lookup) of a huge header costs no more than that,
+// and a copy, so that the request does not keep the whole value while
+// it waits.
 func tenantValue(v string) string {
 	if len(v) > maxTenantLen {
-		return v[:maxTenantLen]
+		return strings.Clone(v[:maxTenantLen])
 	}
 	return v
 }

@@ -1,6 +1,7 @@
 package caddyfairqueue
 
 import (
+	"bytes"
 	"encoding/json"
 	"regexp"
 	"strconv"
@@ -42,13 +43,23 @@ func (u *usageWriter) readCounts(tail []byte) {
 // characters) and the event's sequence_number.
 const sseTail = 16 << 10
 
-// usageKey finds a "usage" key whose value is an object.
-var usageKey = regexp.MustCompile(`"usage"\s*:\s*\{`)
-
 // usageAt are the objects a usage in a tail is read from: the line's
 // object (an OpenAI chunk's usage), or an object in it (a Responses API
 // event's response).
 var usageAt = []string{`{"usage":`, `{"response":{"usage":`}
+
+const (
+	// maxUsageTries is how many "usage" keys of a tail, from its end,
+	// are tried as its usage: the real one is the last, or has after it
+	// a few deeper in the response (a format's schema). Each try reads
+	// the rest of the tail, so that a tail of nothing but keys would
+	// cost its length squared.
+	maxUsageTries = 8
+	// maxUsageDepth is the deepest nesting a usage and what follows it
+	// may have (a usage is an object of objects of numbers): a deeper
+	// one is not tried, so that validating it allocates no parser state.
+	maxUsageDepth = 32
+)
 
 // readUsageTail reads the usage in the tail of an over-long SSE data
 // line. A tail is not JSON; what it takes for the usage is the last
@@ -59,21 +70,72 @@ var usageAt = []string{`{"usage":`, `{"response":{"usage":`}
 // tool call's arguments) is escaped ("\"usage\"") and never a key; one
 // deeper in the response (a tool's schema) is followed by more than the
 // closing of two objects, or by an array's. A usage cut by the tail's
-// start is not read: the estimate stands.
+// start is not read: the estimate stands. Of the keys, the last
+// maxUsageTries are tried, in one buffer: a tail costs a few times its
+// length, whatever it holds.
 func (u *usageWriter) readUsageTail(tail []byte) {
-	keys := usageKey.FindAllIndex(tail, -1)
-	for i := len(keys) - 1; i >= 0; i-- {
-		at, obj := keys[i][0], tail[keys[i][1]-1:]
-		if escaped(tail, at) {
+	var doc []byte
+	end, tries := len(tail), 0
+	for tries < maxUsageTries {
+		at := bytes.LastIndex(tail[:end], []byte(`"usage"`))
+		if at < 0 {
+			return
+		}
+		end = at
+		obj, ok := objectAfterKey(tail[at+len(`"usage"`):])
+		if !ok || escaped(tail, at) {
 			continue
 		}
+		tries++
+		if !shallow(obj, maxUsageDepth) {
+			continue
+		}
+		if doc == nil {
+			doc = make([]byte, 0, len(usageAt[len(usageAt)-1])+len(tail))
+		}
 		for _, open := range usageAt {
-			if doc := append([]byte(open), obj...); json.Valid(doc) {
+			doc = append(append(doc[:0], open...), obj...)
+			if json.Valid(doc) {
 				u.read(doc)
 				return
 			}
 		}
 	}
+}
+
+// objectAfterKey returns what follows a key from its value on, if the
+// value is an object: b is what follows the key's closing quote.
+func objectAfterKey(b []byte) ([]byte, bool) {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	if len(b) == 0 || b[0] != ':' {
+		return nil, false
+	}
+	b = bytes.TrimLeft(b[1:], " \t\r\n")
+	return b, len(b) > 0 && b[0] == '{'
+}
+
+// shallow reports whether the brackets of b, outside its strings, nest
+// no deeper than limit (closing brackets beyond its opening ones are
+// the tail's enclosing objects).
+func shallow(b []byte, limit int) bool {
+	depth, inString := 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '{' || c == '[':
+			if depth++; depth > limit {
+				return false
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return true
 }
 
 // escaped reports whether the byte at i of b is escaped: an odd run of

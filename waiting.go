@@ -2,6 +2,7 @@ package caddyfairqueue
 
 import (
 	"errors"
+	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +16,25 @@ import (
 // every queue together, since they share the process's memory (see
 // Handler.MaxWaitingBytes).
 var waitingBytes atomic.Int64
+
+// headerFieldCost is what each header field of a request costs in
+// memory beyond its name and value (its map entry and slice).
+const headerFieldCost = 64
+
+// waitingSize is what a request holds in memory while it waits: its
+// body of bodyLen bytes, its target, and its header fields, each its
+// name, its value and headerFieldCost. A client's headers (up to the
+// server's max_header_bytes, 1 MiB by default) cost as much as a body
+// of that size, and count as one.
+func waitingSize(r *http.Request, bodyLen int) int64 {
+	n := int64(bodyLen) + int64(len(r.RequestURI)+len(r.URL.Path)+len(r.URL.RawQuery)+len(r.Host))
+	for name, values := range r.Header {
+		for _, v := range values {
+			n += int64(len(name) + len(v) + headerFieldCost)
+		}
+	}
+	return n
+}
 
 // errWaitingBytes is the cause of a queue_full reject for want of memory.
 var errWaitingBytes = errors.New("request bodies waiting in this instance reached max_waiting_bytes")

@@ -111,6 +111,7 @@ func sniff(b []byte, k keys) Fields {
 	var tools [2]int64    // tools, functions: bytes of JSON
 	var images bool       // Ollama's generate: "images"
 	var messages []int    // where the "messages" that count start (messagesText)
+	var model []byte      // the "model" string that counts
 	eachMember(b, func(key, val []byte) {
 		name := k.name(key)
 		if k.keepsOnNull(name, val) {
@@ -121,9 +122,9 @@ func sniff(b []byte, k keys) Fields {
 			info.Stream = string(val) == "true"
 			info.NoStream = string(val) == "false"
 		case "model":
-			info.Model = ""
+			model = nil // decoded once, the last (modelText)
 			if val[0] == '"' {
-				info.Model = unquote(val)
+				model = val
 			}
 		case "max_tokens":
 			tokens[0] = tokenCount(val)
@@ -172,6 +173,9 @@ func sniff(b []byte, k keys) Fields {
 	if len(messages) > 1 && (b[messages[0]] != '[' || emptyArray(b[messages[0]:])) {
 		messages = messages[1:] // the arrays after a null or an empty one
 	}
+	if model != nil {
+		info.Model = modelText(model)
+	}
 	prompts[0] = messagesText(b, messages, k)
 	info.MaxTokens = max(tokens[0], tokens[1], tokens[2])
 	info.Budget = cmp.Or(tokens[1], tokens[2], tokens[0])
@@ -206,6 +210,9 @@ const MaxTokenCount = 1 << 53
 // zero, a negative number).
 func tokenCount(val []byte) int64 {
 	if len(val) > 0 && val[0] == '"' {
+		if !utf8.Valid(val) {
+			return 0 // an invalid byte decodes as U+FFFD: not a count
+		}
 		return tokenCountText(unquote(val))
 	}
 	if len(val) == 0 || (val[0] != '-' && (val[0] < '0' || val[0] > '9')) {
@@ -332,6 +339,38 @@ func (s *scanner) value() {
 			s.i++
 		}
 	}
+}
+
+// maxModelJSON is the most of a "model" string that is decoded: no
+// queue name is that long (names are at most 200 bytes; 4 KiB of JSON
+// decode to at least 682), so that a model of megabytes names none
+// either way, and costs no more than that to decode.
+const maxModelJSON = 4 << 10
+
+// modelText decodes a "model" string token, cut to its first
+// maxModelJSON bytes of JSON (at a whole character or escape).
+func modelText(tok []byte) string {
+	inner := tok[1 : len(tok)-1]
+	if len(inner) <= maxModelJSON {
+		return unquote(tok)
+	}
+	end := 0
+	for end < len(inner) {
+		n := 1
+		if inner[end] == '\\' {
+			n = 2
+			if inner[end+1] == 'u' {
+				n = 6
+			}
+		}
+		if end+n > maxModelJSON {
+			break
+		}
+		end += n
+	}
+	cut := make([]byte, 0, end+2)
+	cut = append(append(append(cut, '"'), inner[:end]...), '"')
+	return unquote(cut)
 }
 
 // unquote decodes a JSON string token (quotes included).

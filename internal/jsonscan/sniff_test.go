@@ -349,3 +349,22 @@ func BenchmarkSniff(b *testing.B) {
 		})
 	}
 }
+
+// A "model" is decoded once, the last one, and a huge one from its
+// first maxModelJSON bytes of JSON, cut at a whole escape: no queue name
+// is that long, and the name it gives is longer than any.
+func TestSniffDecodesTheLastModelCutAtMaxModelJSON(t *testing.T) {
+	assert.Equal(t, "b", Sniff([]byte(`{"model":"a","model":"b"}`)).Model)
+	assert.Equal(t, "b", SniffFolded([]byte(`{"model":"b","MODEL":null}`)).Model, "Go keeps a string on null")
+	assert.Equal(t, "", Sniff([]byte(`{"model":"b","model":null}`)).Model)
+
+	long := strings.Repeat("a", maxModelJSON-1) + `\u00e9` + strings.Repeat("b", 100)
+	m := Sniff([]byte(`{"model":"` + long + `"}`)).Model
+	assert.Equal(t, strings.Repeat("a", maxModelJSON-1), m, "cut before the escape that crosses the bound")
+	m = Sniff([]byte(`{"model":"` + strings.Repeat(`\u0061`, 1000) + `"}`)).Model
+	assert.Equal(t, strings.Repeat("a", maxModelJSON/6), m)
+	assert.Greater(t, len(m), 200, "longer than any queue name")
+	assert.Equal(t, "\ufffd", Sniff([]byte("{\"model\":\"\xff\"}")).Model, "an invalid byte as Go decodes it")
+	assert.Equal(t, int64(0), Sniff([]byte("{\"n\":\"1\xff\"}")).Completions)
+	assert.Equal(t, int64(12), Sniff([]byte(`{"n":" 1_2 "}`)).Completions)
+}
