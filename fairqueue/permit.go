@@ -254,7 +254,13 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		return err
 	})
 	cancel()
-	q.health.record(q.log, err)
+	if err == nil || (ctx.Err() == nil && time.Now().Before(callDeadline(ctx, p.deadline))) {
+		// A call cut by the request's own end (its client left, its max
+		// wait passed while its upstream ran it) is not the store's
+		// failure, as in send: counted, two at once would mark a healthy
+		// store down, and on_store_error would admit past every permit.
+		q.health.record(q.log, err)
+	}
 	if err == nil || errors.Is(err, errClosed) {
 		settled() // landed (or taken out by the leave): the old permit is given back
 	}
