@@ -39,11 +39,12 @@ func TestGhostPermitInTheLastViewLetsNoFallbackRunAboveThePermits(t *testing.T) 
 		}
 	}()
 
-	// The late heartbeat of A: it adopts a permit of A that has ended.
+	// The late heartbeat of A: it adopts a permit of A that has ended
+	// (a lease long enough for both instances to see it on a slow machine).
 	s := redisstore.New(srv.Client(t), name, redisstore.Options{})
 	ghost := fairqueue.TicketID{Node: a.q.Node(), Counter: 1 << 40}.String()
 	_, err := s.Heartbeat(context.Background(), fairqueue.HeartbeatArgs{Node: a.q.Node(), Beat: 1 << 40,
-		Limits: fairqueue.Limits{Permits: 4, Lease: 3 * time.Second}, Adopt: []string{ghost}})
+		Limits: fairqueue.Limits{Permits: 4, Lease: 30 * time.Second}, Adopt: []string{ghost}})
 	require.NoError(t, err)
 	for i, nd := range nodes {
 		eventually(t, 10*time.Second, func() bool { return nd.q.Stats().Cluster.Holders == 5 },
