@@ -120,7 +120,10 @@ type Config struct {
 	// than nodes that held nothing: the queue saturated at the outage, or
 	// nearly; or fewer permits than live nodes) still gets one, at most
 	// one request over the permits per such node, so that its clients
-	// are served one at a time rather than all time out. With KVTokens,
+	// are served one at a time rather than all time out. Where the view
+	// counted more held than the permits (a permit counted that ran
+	// nowhere, or a lowered capacity), the excess comes off what each
+	// node held. With KVTokens,
 	// the tokens its holders weighed (ClusterView.TokensBy) plus the free
 	// tokens dealt the same way, at least 1; a LocalPermits set: its
 	// share of the tokens as of its permits, but where tokens alone bound

@@ -37,12 +37,25 @@ func part(total, offset, rank, n int) int {
 // nodes that held nothing (the capacity saturated at the outage, or
 // nearly), or total is fewer than n: the caller gives it one (the
 // floor), the only way the shares exceed total. O(n).
+//
+// Where all held more than total, the excess (all less total) is taken
+// off what each node held: the view counted permits that run nowhere (a
+// ghost: a heartbeat that reached the store late adopted a fail-open
+// permit that had ended, or counted again one released meanwhile) or
+// more than total really ran (a lowered capacity: a reload, a learned
+// share that came down). Whichever node the ghosts are counted for,
+// and however many, the nodes' fallback queues then run no more than
+// total between them, nor more than ran then: a node that kept what it
+// held would run its ghost's permit for real.
 func deal(total, all, offset int, held []int, rank, n int) int {
 	at := func(j int) int {
 		if j < len(held) {
 			return max(held[j], 0)
 		}
 		return 0
+	}
+	if excess := all - max(total, 0); excess > 0 {
+		return max(min(at(rank), max(total, 0))-excess, 0)
 	}
 	deficit := func(j int) int { return max(part(total, offset, j, n)-at(j), 0) }
 	free := max(total-all, 0)

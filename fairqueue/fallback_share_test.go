@@ -94,7 +94,8 @@ func TestSharesCountWhatEveryNodeHeld(t *testing.T) {
 // part, none to a node that held none while a free one is left for each
 // such node, and, with the floor of one for a node dealt none, exceed
 // the permits by at most the number of such nodes (the gone node's
-// requests counted: they still run).
+// requests counted: they still run). Where all held more, see
+// TestDealTakesTheExcessOffWhatEachHeld.
 func TestDealGivesTheFreePermitsByDeficit(t *testing.T) {
 	for n := 1; n <= 4; n++ {
 		for total := 0; total <= 6; total++ {
@@ -113,8 +114,10 @@ func TestDealGivesTheFreePermitsByDeficit(t *testing.T) {
 					}
 					for r := range n {
 						s := deal(total, all, 0, held, r, n)
-						assert.GreaterOrEqual(t, s, min(held[r], total), "%d permits, held %v (+%d gone): rank %d lost its own", total, held, gone, r)
-						if held[r] >= part(total, 0, r, n) {
+						if all <= total { // else the excess comes off (TestDealTakesTheExcessOffWhatEachHeld)
+							assert.GreaterOrEqual(t, s, held[r], "%d permits, held %v (+%d gone): rank %d lost its own", total, held, gone, r)
+						}
+						if all <= total && held[r] >= part(total, 0, r, n) {
 							assert.Equal(t, min(held[r], total), s, "%d permits, held %v (+%d gone): rank %d at its part %d got free ones", total, held, gone, r, part(total, 0, r, n))
 						}
 						sum += s
@@ -161,4 +164,63 @@ func TestDealGivesTheFreePermitsByDeficit(t *testing.T) {
 	for r, want := range []int{1, 3, 1} {
 		assert.Equal(t, want, deal(5, 3, 0, []int{0, 3, 0}, r, 3), "rank %d", r)
 	}
+}
+
+// Where the last view counted more permits held than the capacity (a
+// ghost: a late heartbeat adopted a fail-open permit that had ended, or
+// counted again one released meanwhile; or a capacity lowered below what
+// ran), the fallback queues together run no more than the capacity, nor
+// more than ran then: whichever node the excess was counted for (its
+// ghosts: none of them runs), the requests running during the outage
+// (each node's share, or what it still runs where that is more) are at
+// most the permits, or what really ran where that was more. Before,
+// each node kept what it held: 4 permits, instances holding 3 (one a
+// ghost) and 2 kept 3 and 2, and 5 requests ran at once.
+func TestDealTakesTheExcessOffWhatEachHeld(t *testing.T) {
+	for n := 1; n <= 4; n++ {
+		for total := 0; total <= 6; total++ {
+			for gone := 0; gone <= 2; gone++ {
+				held := make([]int, n)
+				for {
+					all := gone
+					for _, h := range held {
+						all += h
+					}
+					if all > total {
+						shares := make([]int, n)
+						for r := range n {
+							shares[r] = deal(total, all, 0, held, r, n)
+						}
+						for j := range n { // the excess counted for node j
+							ran, running := gone, gone
+							for r := range n {
+								real := held[r]
+								if r == j {
+									real = max(held[r]-(all-total), 0)
+								}
+								ran += real
+								running += max(shares[r], real)
+							}
+							if !assert.LessOrEqual(t, running, max(total, ran),
+								"%d permits, held %v (+%d gone), the excess counted for rank %d: shares %v", total, held, gone, j, shares) {
+								return
+							}
+						}
+					}
+					i := 0
+					for ; i < n; i++ {
+						if held[i]++; held[i] <= total+2 {
+							break
+						}
+						held[i] = 0
+					}
+					if i == n {
+						break
+					}
+				}
+			}
+		}
+	}
+	assert.Equal(t, 2, deal(4, 5, 0, []int{3, 2}, 0, 2), "the instance the ghost is counted for")
+	assert.Equal(t, 1, deal(4, 5, 0, []int{3, 2}, 1, 2))
 }

@@ -364,6 +364,7 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 				s.countTokens(hb.Limits, id, hb.Tokens[id], s.holderOn[id])
 			}
 		} else if !rejoined && !s.freed(id, now) {
+			s.leaveQueue(id)
 			s.holders[id] = now.Add(hb.Lease)
 			s.heldAgain(id)
 			s.holdOn(id, hb.Upstreams[id])
@@ -382,6 +383,7 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 			continue
 		}
 		if _, ok := s.holders[id]; !ok {
+			s.leaveQueue(id)
 			s.heldAgain(id)
 			s.holdOn(id, hb.Upstreams[id])
 			s.countTokens(hb.Limits, id, hb.Tokens[id], hb.Upstreams[id])
@@ -395,6 +397,19 @@ func (s *Store) Heartbeat(_ context.Context, hb fairqueue.HeartbeatArgs) (fairqu
 		}
 	}
 	return res, nil
+}
+
+// leaveQueue takes id out of the queue where a heartbeat counts it as a
+// holder (adopted, or re-added, while still queued): its request runs,
+// once; left queued it would count in every position and be granted
+// again, after it ended (as in heartbeat.lua).
+func (s *Store) leaveQueue(id string) {
+	if w, ok := s.index[id]; ok {
+		s.unqueue(w)
+		if w.flow != nil {
+			s.settle(w.flow)
+		}
+	}
 }
 
 // Reconcile implements fairqueue.Store.
