@@ -140,7 +140,9 @@ func TestRequeuePastMaxWaitIsNotAStoreFailure(t *testing.T) {
 	rdb := rds.Client(t)
 	require.Eventually(t, func() bool {
 		n, _ := rdb.ZCard(context.Background(), "{fair_queue:"+name+"}:waiting").Result()
-		return u.most.Load() > 2 || (u.now.Load() == 2 && n == 1)
+		// The third waits, or has already waited its max_wait out (a
+		// loaded machine may take longer than that to start the two).
+		return u.most.Load() > 2 || (u.now.Load() == 2 && (n == 1 || len(served) == 1))
 	}, 30*time.Second, 2*time.Millisecond, "two run, one waits")
 	u.open()
 	for range 3 {
