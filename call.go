@@ -173,10 +173,7 @@ func (c *call) wait() error {
 		return c.h.waitingFull(c.name)
 	}
 	c.start = time.Now()
-	// The keepalive ends the wait of a client that takes nothing.
-	ctx, leave := context.WithCancel(c.r.Context())
-	defer leave()
-	ka := c.startKeepalive(leave)
+	ka, ctx := c.startKeepalive()
 	c.feed = newKeepaliveFeed(ka)
 	c.req.OnQueued = c.feed.onQueued()
 	p, err := c.acquire(ctx)

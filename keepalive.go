@@ -144,14 +144,16 @@ func (f *keepaliveFeed) use(k *keepalive) {
 // startKeepalive starts feeding the client while the request waits,
 // when it streams and sse_keepalive is set; otherwise it returns nil
 // (whose halt is a no-op). A requeued request's second wait starts on
-// the stream the first one committed. leave ends the wait; the
-// keepalive calls it when its client takes nothing.
-func (c *call) startKeepalive(leave context.CancelFunc) *keepalive {
+// the stream the first one committed. The wait is to run in ctx: the
+// keepalive ends it when its client takes nothing, and halt at the
+// latest.
+func (c *call) startKeepalive() (k *keepalive, ctx context.Context) {
 	h := c.h
 	if !c.streaming || h.SSEKeepalive <= 0 {
-		return nil
+		return nil, c.r.Context()
 	}
-	k := &keepalive{
+	ctx, leave := context.WithCancel(c.r.Context())
+	k = &keepalive{
 		// A requeued request's: beneath the answer's writers, which time
 		// and read the upstream's answer, not the queue's comments.
 		w:        c.beneath(),
@@ -168,7 +170,7 @@ func (c *call) startKeepalive(leave context.CancelFunc) *keepalive {
 		committed: c.committed,
 	}
 	go k.run()
-	return k
+	return k, ctx
 }
 
 func (k *keepalive) run() {
@@ -268,5 +270,6 @@ func (k *keepalive) halt() (committed, abandoned bool) {
 	}
 	close(k.stop)
 	<-k.done
+	k.leave() // the wait has ended
 	return k.committed, k.gaveUp.Load()
 }

@@ -1,7 +1,6 @@
 package caddyfairqueue
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"reflect"
@@ -148,9 +147,7 @@ func (c *call) requeue(rf *refusal) error {
 	if c.r.GetBody != nil { // the buffered body, sent again unchanged
 		c.r.Body, _ = c.r.GetBody()
 	}
-	ctx, leave := context.WithCancel(c.r.Context()) // the keepalive's to end
-	defer leave()
-	ka := c.startKeepalive(leave)
+	ka, ctx := c.startKeepalive()
 	c.feed.use(ka)
 	// Its body and headers wait again: counted against max_waiting_bytes, whatever
 	// the count (the request is in, and its client must not see the
