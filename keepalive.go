@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -87,8 +86,8 @@ type keepalive struct {
 	// leave ends the request's wait: called when the client has not
 	// taken a comment within frameTimeout.
 	leave context.CancelFunc
-	// gaveUp: a comment was not taken within frameTimeout, and the
-	// response is lost. Set before done is closed.
+	// gaveUp: a comment was not taken within frameTimeout (or failed),
+	// and the response is lost. Set before done is closed.
 	gaveUp atomic.Bool
 	// committed: the header is sent. Written by run, read by halt after
 	// done is closed.
@@ -189,25 +188,19 @@ func (k *keepalive) run() {
 	}
 }
 
-// errStuck: the client took nothing of a comment within frameTimeout.
-var errStuck = errors.New("the client took no keepalive comment within the frame bound")
-
 // sendWithin is send, given up when the client has not taken the
-// comment within frameTimeout (see stuckclient.go): the response is then
-// lost, and the request leaves the queue at once, rather than keep its
-// place (and a permit once granted) for a client that reads nothing.
+// comment within frameTimeout (see stuckclient.go), or when it fails:
+// the response is then lost, and the request leaves the queue at once,
+// rather than keep its place (and a permit once granted) for a client
+// that reads nothing. The bound is set and lifted here, in the
+// keepalive's goroutine, the writer's only user meanwhile.
 func (k *keepalive) sendWithin() error {
-	fired := make(chan struct{})
-	watch := time.AfterFunc(frameTimeout, func() {
-		defer close(fired)
-		k.gaveUp.Store(true)
-		abortWrites(k.w)
-		k.leave()
-	})
+	lift := boundWrites(k.w)
 	err := k.send()
-	if !watch.Stop() {
-		<-fired // given up, as the comment went out perhaps: the response is lost either way
-		return errStuck
+	lift()
+	if err != nil {
+		k.gaveUp.Store(true)
+		k.leave()
 	}
 	return err
 }
@@ -256,7 +249,9 @@ func (k *keepalive) bound(eta, waited time.Duration) time.Duration {
 
 // halt stops the keepalive and waits for its goroutine to end, so that
 // the caller is the response's only writer again: within frameTimeout,
-// as a comment being written is given up by then. It reports whether
+// as a comment being written is given up by then (its own write
+// deadline: nothing sets one from another goroutine, as Caddy's writers
+// are not safe for that). It reports whether
 // the response's header was sent: then only SSE events may follow. A
 // comment that the client has not taken within frameTimeout is given up
 // (see stuckclient.go), whether the request still waited or was just

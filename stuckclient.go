@@ -30,10 +30,3 @@ func boundWrites(w http.ResponseWriter) (lift func()) {
 	}
 	return func() { _ = rc.SetWriteDeadline(time.Time{}) }
 }
-
-// abortWrites makes a write to w that is blocked on its client fail now.
-// The response is lost: call it only on a client that took nothing for
-// frameTimeout.
-func abortWrites(w http.ResponseWriter) {
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now())
-}
