@@ -173,10 +173,10 @@ func (c *call) wait() error {
 		return c.h.waitingFull(c.name)
 	}
 	c.start = time.Now()
-	ka := c.startKeepalive()
+	ka, ctx := c.startKeepalive()
 	c.feed = newKeepaliveFeed(ka)
 	c.req.OnQueued = c.feed.onQueued()
-	p, err := c.acquire()
+	p, err := c.acquire(ctx)
 	releaseWaiting(n)
 	c.permit, c.granted = p, time.Now()
 	c.committed, c.abandoned = ka.halt()

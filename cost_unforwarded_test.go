@@ -41,10 +41,10 @@ func TestGrantNeverForwardedChargesItsTenantNothing(t *testing.T) {
 	}
 }
 
-// frozenWriter is a client that takes nothing, on a connection whose
-// write deadlines only end a write at once (abortWrites): the keepalive's
-// comment stays blocked when the grant comes, and the request is given
-// up (abandoned) rather than forwarded.
+// frozenWriter is a client that takes nothing: the keepalive's comment
+// blocks until its bound (frameTimeout) passes, and the request is given
+// up (abandoned) rather than forwarded, whether the grant came while the
+// comment was blocked or the request left the queue first.
 type frozenWriter struct {
 	*stuckWriter
 	writing chan struct{} // a write has started (and blocks)
@@ -62,13 +62,6 @@ func (f *frozenWriter) Write(b []byte) (int, error) {
 	default:
 	}
 	return f.stuckWriter.Write(b)
-}
-
-func (f *frozenWriter) SetWriteDeadline(t time.Time) error {
-	if t.After(time.Now()) {
-		return nil
-	}
-	return f.stuckWriter.SetWriteDeadline(t)
 }
 
 // A grant to a waiting stream whose client takes nothing is not

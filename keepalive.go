@@ -2,6 +2,7 @@ package caddyfairqueue
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -82,6 +83,12 @@ type keepalive struct {
 	start    time.Time // when the request joined the queue
 	stop     chan struct{}
 	done     chan struct{}
+	// leave ends the request's wait: called when the client has not
+	// taken a comment within frameTimeout.
+	leave context.CancelFunc
+	// gaveUp: a comment was not taken within frameTimeout (or failed),
+	// and the response is lost. Set before done is closed.
+	gaveUp atomic.Bool
 	// committed: the header is sent. Written by run, read by halt after
 	// done is closed.
 	committed bool
@@ -136,13 +143,16 @@ func (f *keepaliveFeed) use(k *keepalive) {
 // startKeepalive starts feeding the client while the request waits,
 // when it streams and sse_keepalive is set; otherwise it returns nil
 // (whose halt is a no-op). A requeued request's second wait starts on
-// the stream the first one committed.
-func (c *call) startKeepalive() *keepalive {
+// the stream the first one committed. The wait is to run in ctx: the
+// keepalive ends it when its client takes nothing, and halt at the
+// latest.
+func (c *call) startKeepalive() (k *keepalive, ctx context.Context) {
 	h := c.h
 	if !c.streaming || h.SSEKeepalive <= 0 {
-		return nil
+		return nil, c.r.Context()
 	}
-	k := &keepalive{
+	ctx, leave := context.WithCancel(c.r.Context())
+	k = &keepalive{
 		// A requeued request's: beneath the answer's writers, which time
 		// and read the upstream's answer, not the queue's comments.
 		w:        c.beneath(),
@@ -154,11 +164,12 @@ func (c *call) startKeepalive() *keepalive {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		maxWait:  time.Duration(h.MaxWait),
+		leave:    leave,
 
 		committed: c.committed,
 	}
 	go k.run()
-	return k
+	return k, ctx
 }
 
 func (k *keepalive) run() {
@@ -171,10 +182,27 @@ func (k *keepalive) run() {
 			return
 		case <-tick.C:
 		}
-		if err := k.send(); err != nil {
-			return // the client is gone: Acquire sees it through the context
+		if err := k.sendWithin(); err != nil {
+			return // the client is gone or stuck: Acquire sees it through the context
 		}
 	}
+}
+
+// sendWithin is send, given up when the client has not taken the
+// comment within frameTimeout (see stuckclient.go), or when it fails:
+// the response is then lost, and the request leaves the queue at once,
+// rather than keep its place (and a permit once granted) for a client
+// that reads nothing. The bound is set and lifted here, in the
+// keepalive's goroutine, the writer's only user meanwhile.
+func (k *keepalive) sendWithin() error {
+	lift := boundWrites(k.w)
+	err := k.send()
+	lift()
+	if err != nil {
+		k.gaveUp.Store(true)
+		k.leave()
+	}
+	return err
 }
 
 // send commits the response on its first call, then writes the comment
@@ -220,24 +248,23 @@ func (k *keepalive) bound(eta, waited time.Duration) time.Duration {
 }
 
 // halt stops the keepalive and waits for its goroutine to end, so that
-// the caller is the response's only writer again. It reports whether the
-// response's header was sent: then only SSE events may follow. A comment
-// that the client has not taken within frameTimeout is given up (see
-// stuckclient.go): the response is lost (abandoned), and the request
-// goes on to its end at once, as if its client had left: over HTTP/2
-// giving up resets the stream and so ends the request's context, over
-// HTTP/1 and HTTP/3 nothing tells the request.
+// the caller is the response's only writer again: within frameTimeout,
+// as a comment being written is given up by then (its own write
+// deadline: nothing sets one from another goroutine, as Caddy's writers
+// are not safe for that). It reports whether
+// the response's header was sent: then only SSE events may follow. A
+// comment that the client has not taken within frameTimeout is given up
+// (see stuckclient.go), whether the request still waited or was just
+// granted: the response is lost (abandoned), and the request goes on to
+// its end at once, as if its client had left: over HTTP/2 giving up
+// resets the stream and so ends the request's context, over HTTP/1 and
+// HTTP/3 nothing tells the request.
 func (k *keepalive) halt() (committed, abandoned bool) {
 	if k == nil {
 		return false, false
 	}
 	close(k.stop)
-	select {
-	case <-k.done:
-	case <-time.After(frameTimeout):
-		abortWrites(k.w)
-		<-k.done
-		abandoned = true
-	}
-	return k.committed, abandoned
+	<-k.done
+	k.leave() // the wait has ended
+	return k.committed, k.gaveUp.Load()
 }

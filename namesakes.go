@@ -1,6 +1,7 @@
 package caddyfairqueue
 
 import (
+	"context"
 	"errors"
 	"math"
 	"slices"
@@ -326,9 +327,9 @@ var grantArrived = func(*engine) {}
 // tokens in e.tokens) before it leaves e.waits, so that a namesake in
 // another store that reads waits, then running, never misses it (see
 // retiredSum).
-func (c *call) waitIn(e *engine, req fairqueue.Request) (*fairqueue.Permit, error) {
+func (c *call) waitIn(ctx context.Context, e *engine, req fairqueue.Request) (*fairqueue.Permit, error) {
 	defer e.waits.add(c.h)()
-	p, err := e.q.Acquire(c.r.Context(), req)
+	p, err := e.q.Acquire(ctx, req)
 	if err == nil {
 		grantArrived(e)
 		c.running = true
@@ -343,14 +344,14 @@ func (c *call) waitIn(e *engine, req fairqueue.Request) (*fairqueue.Permit, erro
 // reload moves the queue to another store meanwhile, the request waits
 // on in the new queue: c.e and c.done then name that queue's engine and
 // the exit from both.
-func (c *call) acquire() (*fairqueue.Permit, error) {
+func (c *call) acquire(ctx context.Context) (*fairqueue.Permit, error) {
 	req := c.req
 	maxWait := time.Duration(c.h.MaxWait)
 	if req.MaxWait > 0 && req.MaxWait < maxWait {
 		maxWait = req.MaxWait
 	}
 	for {
-		p, err := c.waitIn(c.e, req)
+		p, err := c.waitIn(ctx, c.e, req)
 		if err == nil || !c.e.moved.Load() || !errors.Is(err, fairqueue.ErrShuttingDown) {
 			return p, err
 		}

@@ -75,8 +75,13 @@ func (c *call) relayEnd(cw *committedWriter, err error) error {
 		return flush(c.w)
 	}
 	// The event is the queue's, not the upstream's answer: it goes
-	// beneath the writers that time and read that answer.
-	_ = writeFrame(c.beneath(), c.api.errorFrame(c.api.upstreamErrorBody(status, cw.errBody.Bytes()))) // fails only when the client is gone
+	// beneath the writers that time and read that answer, and, as the
+	// queue's other frames, within frameTimeout: a client that takes
+	// nothing would hold the permit with it (stuckclient.go).
+	w := c.beneath()
+	lift := boundWrites(w)
+	_ = writeFrame(w, c.api.errorFrame(c.api.upstreamErrorBody(status, cw.errBody.Bytes()))) // fails only when the client is gone or stuck
+	lift()
 	return nil
 }
 

@@ -147,7 +147,7 @@ func (c *call) requeue(rf *refusal) error {
 	if c.r.GetBody != nil { // the buffered body, sent again unchanged
 		c.r.Body, _ = c.r.GetBody()
 	}
-	ka := c.startKeepalive()
+	ka, ctx := c.startKeepalive()
 	c.feed.use(ka)
 	// Its body and headers wait again: counted against max_waiting_bytes, whatever
 	// the count (the request is in, and its client must not see the
@@ -155,7 +155,7 @@ func (c *call) requeue(rf *refusal) error {
 	n := waitingSize(c.r, c.bodyLen)
 	holdWaitingAnyway(n)
 	defer releaseWaiting(n)
-	p, err := c.permit.Requeue(c.r.Context(), rf.cool)
+	p, err := c.permit.Requeue(ctx, rf.cool)
 	if err != nil && c.e.moved.Load() && errors.Is(err, fairqueue.ErrShuttingDown) {
 		// A reload moved the queue to another store (its permit is given
 		// back): the request waits on in the queue in force, as the
@@ -165,7 +165,7 @@ func (c *call) requeue(rf *refusal) error {
 			c.e.running.Add(-1)
 			c.e.tokens.Add(-c.tokens)
 		}
-		p, err = c.acquire()
+		p, err = c.acquire(ctx)
 	}
 	c.permit, c.granted = p, time.Now()
 	committed, abandoned := ka.halt()

@@ -12,7 +12,9 @@ import (
 // and the request's queue among the handler's queues, past max_wait:
 // the queue gives up on a frame the client has not taken within
 // frameTimeout. A healthy client takes these few bytes at once: they
-// fit the smallest window and socket buffer.
+// fit the smallest window and socket buffer. A keepalive comment not
+// taken in time also ends the request's wait: the request leaves the
+// queue as if its client had gone (keepalive.sendWithin).
 
 // frameTimeout bounds a write of the queue's own frame to a client.
 const frameTimeout = time.Second
@@ -27,11 +29,4 @@ func boundWrites(w http.ResponseWriter) (lift func()) {
 		return func() {}
 	}
 	return func() { _ = rc.SetWriteDeadline(time.Time{}) }
-}
-
-// abortWrites makes a write to w that is blocked on its client fail now.
-// The response is lost: call it only on a client that took nothing for
-// frameTimeout.
-func abortWrites(w http.ResponseWriter) {
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now())
 }

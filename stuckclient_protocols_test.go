@@ -90,3 +90,63 @@ func grantToAClientThatReadsNothing(t *testing.T, proto string, stuck func(*tlsC
 	assert.Equal(t, http.StatusOK, a.status)
 	assert.Equal(t, int32(2), up.total.Load(), "the stuck stream's request ran upstream")
 }
+
+// A waiting stream whose client takes none of its keepalive's comments
+// (its stream's window left at 1 byte) leaves the queue once a comment
+// has not been taken within the frame bound, not at max_wait: with
+// max_queue 1 a real request then waits in its place and is served.
+// Before, the stuck stream kept its place (and its queue among the
+// handler's, and its share of max_queue_per_tenant) for the whole of
+// max_wait, and the real request was refused queue_full.
+func TestAWaitingStreamWhoseClientReadsNothingLeavesTheQueueOverEachProtocol(t *testing.T) {
+	for _, proto := range []string{"h2", "h3"} {
+		t.Run(proto, func(t *testing.T) {
+			t.Cleanup(func() { poolEmpty(t) })
+			up := newHeldUpstream(t)
+			name := "stuck-waiter-" + proto
+			s := runTLSCaddy(t, fmt.Sprintf(`{"handler":"fair_queue","name":%q,"permits":1,"max_queue":1,"max_wait":"60s","sse_keepalive":"100ms"}`, name), up.proxy())
+			c := s.client(t, proto)
+			first := chat(context.Background(), c, s.url, `{"model":"m"}`)
+			require.Eventually(t, func() bool { return up.run.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
+
+			var tr http.RoundTripper
+			if proto == "h3" {
+				h3 := &http3.Transport{TLSClientConfig: &tls.Config{RootCAs: s.roots, ServerName: "localhost"},
+					QUICConfig: &quic.Config{InitialStreamReceiveWindow: 1, MaxStreamReceiveWindow: 1},
+					Dial: func(ctx context.Context, _ string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
+						return quic.DialAddrEarly(ctx, s.addr, tc, qc)
+					}}
+				t.Cleanup(func() { _ = h3.Close() })
+				tr = h3
+			} else {
+				h2 := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: s.roots, ServerName: "localhost"},
+					Protocols: new(http.Protocols), HTTP2: &http.HTTP2Config{MaxReceiveBufferPerStream: 1},
+					DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+						return (&net.Dialer{}).DialContext(ctx, network, s.addr)
+					}}
+				h2.Protocols.SetHTTP2(true)
+				t.Cleanup(h2.CloseIdleConnections)
+				tr = h2
+			}
+			go func() {
+				req, _ := http.NewRequest(http.MethodPost, s.url+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))
+				req.Header.Set("Accept", "text/event-stream")
+				_, _ = tr.RoundTrip(req) // the body is never read
+			}()
+			waitQueueWaiting(t, name, 1)
+			require.Eventually(t, func() bool { return queueWaiting(t, name) == 0 }, 30*time.Second, 10*time.Millisecond,
+				"the stream whose client reads nothing still waits in the queue")
+
+			real := chat(context.Background(), c, s.url, `{"model":"real"}`)
+			waitQueueWaiting(t, name, 1)
+			up.release <- struct{}{}
+			up.release <- struct{}{}
+			for _, ch := range []<-chan answer{first, real} {
+				a := got(t, ch)
+				require.NoError(t, a.err)
+				assert.Equal(t, http.StatusOK, a.status)
+			}
+			assert.Equal(t, int32(2), up.total.Load(), "the stuck stream's request ran upstream")
+		})
+	}
+}
