@@ -284,3 +284,77 @@ func waitingIn(t *testing.T, c *harness.Caddy, name string) int {
 	}
 	return n
 }
+
+// A reload that reshapes a pool while its requests run and others wait:
+// A loses a permit (2 to 1), B gains one (1 to 2), C joins with one, and
+// a client running on A leaves right after. A starts nothing while one
+// runs there, B never runs above 2, C above 1; everyone else is served.
+func TestAReloadThatReshapesAPoolAsAClientLeavesKeepsEachUpstreamWithinItsPermits(t *testing.T) {
+	eachStore(t, func(t *testing.T, redis bool) {
+		rds := redistest.Start(t)
+		store := ""
+		if redis {
+			store = fmt.Sprintf("redis {\n\t\t\turl redis://%s/0\n\t\t}", rds.Addr())
+		}
+		cfg := mockllm.Config{Tokens: lowerTokens, Delay: lowerDelay}
+		a, b, cr := startWatchedReplica(t, "a", cfg), startWatchedReplica(t, "b", cfg), startWatchedReplica(t, "c", cfg)
+		pool := func(lines string) string {
+			return fmt.Sprintf(`
+	fair_queue {
+		name llm
+		max_wait 60s
+		%s
+		%s
+	}
+	reverse_proxy {
+		dynamic fair_queue
+		flush_interval -1
+	}`, lines, store)
+		}
+		c := harness.StartCaddy(t, "caddy", pool(fmt.Sprintf("upstream %s 2\n\t\tupstream %s 1", a.addr, b.addr)),
+			harness.CaddyOptions{GracePeriod: 30 * time.Second})
+		client := newClient(t)
+		var all collect
+		cancels := map[string]context.CancelFunc{}
+		for i := range 8 {
+			ctx, cancel := context.WithCancel(context.Background())
+			seq := "c" + strconv.Itoa(i)
+			cancels[seq] = cancel
+			all.send(ctx, client, c.URL(), seq, Chat{Stream: true, Seq: seq})
+		}
+		require.True(t, eventually(10*time.Second, func() bool {
+			return len(a.Arrivals()) == 2 && len(b.Arrivals()) == 1 && localStats(t, c, "llm").Waiting == 5
+		}), "not 3 running and 5 waiting: %+v", localStats(t, c, "llm"))
+		require.NoError(t, c.Load(pool(fmt.Sprintf("upstream %s 1\n\t\tupstream %s 2\n\t\tupstream %s 1", a.addr, b.addr, cr.addr))))
+		loaded := time.Now()
+		leaver := a.Arrivals()[0].seq
+		cancels[leaver]()
+		results := all.wait(t, 2*time.Minute)
+		require.Len(t, results, 8)
+		for name, r := range results {
+			if name != leaver {
+				requireFullStream(t, r, lowerTokens, "client %s", name)
+			}
+		}
+		for _, x := range []struct {
+			r             *watchedReplica
+			before, after int
+		}{{a, 2, 1}, {b, 1, 2}, {cr, 0, 1}} {
+			for _, arr := range x.r.Arrivals() {
+				n := 1
+				for _, o := range arr.others {
+					if o != leaver {
+						n++
+					}
+				}
+				limit := x.before
+				if !arr.at.Before(loaded) {
+					limit = x.after
+				}
+				assert.LessOrEqual(t, n, limit, "%s arrived at %s beside %v (left: %s)", arr.seq, x.r.name, arr.others, leaver)
+			}
+		}
+		c.Stop()
+		assert.Empty(t, rds.Keys(t, "*"), "keys left in Redis")
+	})
+}
