@@ -363,3 +363,68 @@ func TestAReloadThatReshapesAPoolAsAClientLeavesKeepsEachUpstreamWithinItsPermit
 		assert.Empty(t, rds.Keys(t, "*"), "keys left in Redis")
 	})
 }
+
+// Two store switches in quick succession while the waiters move: to
+// another store and back (the first queue, retired, is still open with
+// the old requests in it), or on to a third; with or without a request
+// after each load (which makes the new config serve and the waiters
+// move). Every client is served in full, the upstream never runs two at
+// once, and Redis holds no key once Caddy stops.
+func TestTwoQuickStoreSwitchesWhileTheWaitersMoveKeepThePermits(t *testing.T) {
+	const local, redisA, redisB = "", "redis {\n\t\t\turl redis://%s/0\n\t\t}", "redis {\n\t\t\turl redis://%s/0\n\t\t\tkey_prefix other\n\t\t}"
+	for _, tc := range []struct {
+		name    string
+		stores  []string
+		request bool
+	}{
+		{"local, redis, local, requests between", []string{local, redisA, local}, true},
+		{"local, redis, local", []string{local, redisA, local}, false},
+		{"redis, local, redis, requests between", []string{redisA, local, redisA}, true},
+		{"redis, other prefix, local, requests between", []string{redisA, redisB, local}, true},
+		{"redis, other prefix, redis", []string{redisA, redisB, redisA}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rds := redistest.Start(t)
+			store := func(f string) string {
+				if f == "" {
+					return ""
+				}
+				return fmt.Sprintf(f, rds.Addr())
+			}
+			rep := startWatchedReplica(t, "a", mockllm.Config{Tokens: lowerTokens, Delay: lowerDelay / 3})
+			site := lowerSite("permits 1")
+			c := harness.StartCaddy(t, "caddy", site(rep.addr, store(tc.stores[0])), harness.CaddyOptions{GracePeriod: 30 * time.Second})
+			client := newClient(t)
+			var all collect
+			for i := range 6 {
+				seq := "c" + strconv.Itoa(i)
+				all.send(context.Background(), client, c.URL(), seq, Chat{Stream: true, Seq: seq})
+				require.True(t, eventually(10*time.Second, func() bool {
+					return len(rep.Arrivals()) == 1 && localStats(t, c, "llm").Waiting >= i
+				}), "client %d not in: %+v", i, localStats(t, c, "llm"))
+			}
+			sent := 6
+			for i, s := range tc.stores[1:] {
+				require.NoError(t, c.Load(site(rep.addr, store(s))))
+				if tc.request {
+					seq := "n" + strconv.Itoa(i)
+					all.sendAcrossSwap(context.Background(), client, c.URL(), seq, Chat{Stream: true, Seq: seq})
+					sent++
+					require.True(t, eventually(10*time.Second, func() bool {
+						return len(rep.Arrivals())+waitingIn(t, c, "llm") >= sent
+					}), "%s did not queue", seq)
+				}
+			}
+			results := all.wait(t, 2*time.Minute)
+			require.Len(t, results, sent)
+			for name, r := range results {
+				requireFullStream(t, r, lowerTokens, "client %s", name)
+			}
+			for _, a := range rep.Arrivals() {
+				assert.Empty(t, a.others, "%s arrived beside %v", a.seq, a.others)
+			}
+			c.Stop()
+			assert.Empty(t, rds.Keys(t, "*"), "keys left in Redis")
+		})
+	}
+}
