@@ -238,3 +238,74 @@ func TestAStoreSwitchThatReshapesAPoolKeepsEachUpstreamWithinItsPermits(t *testi
 		})
 	}
 }
+
+// Waiters keep the max_wait they arrived with across reloads that
+// change it, the store, or both, twice: a holder runs 10 s, three
+// waiters of a 2 s max_wait are answered timeout (not served once the
+// holder ends, under a later config's 60 s), and the new config's
+// request waits its own max_wait and is served.
+func TestWaitersKeepTheirMaxWaitAcrossQuickStoreSwitches(t *testing.T) {
+	const local, redisA, redisB = "", "redis {\n\t\t\turl redis://%s/0\n\t\t}", "redis {\n\t\t\turl redis://%s/0\n\t\t\tkey_prefix other\n\t\t}"
+	for _, tc := range []struct {
+		name   string
+		stores []string
+	}{
+		{"same store", []string{local, local, local}},
+		{"local, redis, other prefix", []string{local, redisA, redisB}},
+		{"redis, local, redis", []string{redisA, local, redisA}},
+		{"local, redis, local", []string{local, redisA, local}},
+		{"redis, local, other prefix", []string{redisA, local, redisB}},
+		{"redis, other prefix, redis", []string{redisA, redisB, redisA}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rds := redistest.Start(t)
+			store := func(f string) string {
+				if f == "" {
+					return ""
+				}
+				return fmt.Sprintf(f, rds.Addr())
+			}
+			rep := startWatchedReplica(t, "a", mockllm.Config{Tokens: 4, Delay: 10 * time.Millisecond})
+			site := func(maxWait, s string) string {
+				return proxySite(rep.addr, fmt.Sprintf(`
+	fair_queue {
+		name llm
+		permits 1
+		max_wait %s
+		%s
+	}`, maxWait, store(s)))
+			}
+			c := harness.StartCaddy(t, "caddy", site("2s", tc.stores[0]), harness.CaddyOptions{GracePeriod: 30 * time.Second})
+			client := newClient(t)
+			var all collect
+			all.send(context.Background(), client, c.URL(), "holder", Chat{Stream: true, Seq: "holder", Tokens: 50, Delay: 200 * time.Millisecond})
+			require.True(t, eventually(10*time.Second, func() bool { return len(rep.Arrivals()) == 1 }), "the holder did not start")
+			for i := range 3 {
+				seq := "w" + strconv.Itoa(i)
+				all.send(context.Background(), client, c.URL(), seq, Chat{Seq: seq})
+			}
+			require.True(t, eventually(10*time.Second, func() bool {
+				return localStats(t, c, "llm").Waiting == 3
+			}), "the waiters did not queue: %+v", localStats(t, c, "llm"))
+			for i, s := range tc.stores[1:] {
+				require.NoError(t, c.Load(site("60s", s)))
+				seq := "n" + strconv.Itoa(i)
+				all.sendAcrossSwap(context.Background(), client, c.URL(), seq, Chat{Seq: seq})
+			}
+			results := all.wait(t, 2*time.Minute)
+			require.Len(t, results, 6)
+			requireFullStream(t, results["holder"], 50, "the holder")
+			for i := range 3 {
+				requireJSONReject(t, results["w"+strconv.Itoa(i)], http.StatusTooManyRequests, "timeout")
+			}
+			for _, n := range []string{"n0", "n1"} {
+				assert.Equal(t, http.StatusOK, results[n].Status, "%s: %s", n, results[n])
+			}
+			for _, a := range rep.Arrivals() {
+				assert.Empty(t, a.others, "%s arrived beside %v", a.seq, a.others)
+			}
+			c.Stop()
+			assert.Empty(t, rds.Keys(t, "*"), "keys left in Redis")
+		})
+	}
+}
