@@ -340,6 +340,10 @@ func (c *call) waitIn(ctx context.Context, e *engine, req fairqueue.Request) (*f
 	return p, err
 }
 
+// movedOut runs as a request leaves a queue a reload moved, before it
+// looks for the queue to wait on in; tests use it to hold that moment.
+var movedOut = func(*engine) {}
+
 // acquire waits for a permit of the queue of c.e for the request. If a
 // reload moves the queue to another store meanwhile, the request waits
 // on in the new queue: c.e and c.done then name that queue's engine and
@@ -355,10 +359,17 @@ func (c *call) acquire(ctx context.Context) (*fairqueue.Permit, error) {
 		if err == nil || !c.e.moved.Load() || !errors.Is(err, fairqueue.ErrShuttingDown) {
 			return p, err
 		}
+		movedOut(c.e)
 		next := namesakes.successor(c.e)
 		if next == nil {
-			// Moved, and its successor gone since (another reload):
-			// refused here, and counted here (engineObserver).
+			// Its successor was retired since by a reload back to c.e's
+			// own store (c.e moved out, then the config in force opened
+			// the store again beside it): the request waits on there.
+			next = namesakes.live(c.e.name)
+		}
+		if next == nil {
+			// Moved, and no queue of its name in force (another reload
+			// removed it): refused here, and counted here (engineObserver).
 			metrics.rejects.WithLabelValues(c.name, string(fairqueue.ReasonShuttingDown)).Inc()
 			return nil, &fairqueue.RejectError{Reason: fairqueue.ReasonShuttingDown, Waited: time.Since(c.start), RetryAfter: time.Second, Err: errMoved}
 		}
