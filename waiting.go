@@ -41,11 +41,13 @@ var errWaitingBytes = errors.New("request bodies waiting in this instance reache
 
 // holdWaiting counts a waiting request's body of n bytes, unless the
 // bodies already waiting and this one would exceed limit: then it
-// counts nothing and reports false.
+// counts nothing and reports false. A request that would wait alone is
+// let in whatever its size: limit is at least max_body, and a body of
+// max_body with its head (its headers) must still be able to wait.
 func holdWaiting(n, limit int64) bool {
 	for {
 		held := waitingBytes.Load()
-		if held+n > limit {
+		if held > 0 && held+n > limit {
 			return false
 		}
 		if waitingBytes.CompareAndSwap(held, held+n) {

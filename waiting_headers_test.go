@@ -60,3 +60,48 @@ func TestACutTenantValueKeepsNotTheWholeHeader(t *testing.T) {
 	assert.Equal(t, v[:maxTenantLen], cut)
 	assert.NotSame(t, unsafe.StringData(v), unsafe.StringData(cut), "the cut value shares the header's memory")
 }
+
+// A body of max_body still waits where max_waiting_bytes is max_body
+// (the least it may be, and its default where max_body is over 256
+// MiB): alone in the queue, it is let in with its head. Counting the
+// head made such a request refused queue_full every time, with nothing
+// else waiting.
+func TestABodyOfMaxBodyWaitsAloneWithItsHead(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	h := provisionLocal(t, newContext(t), &Handler{Name: "maxbody-alone", Permits: 1, MaxBody: 1000, MaxWaitingBytes: 1000,
+		MaxWait: caddy.Duration(10 * time.Second)})
+	next := newHolder()
+	ctx := context.Background()
+	require.Zero(t, waitingBytes.Load(), "something else waits")
+	body := `{"p":"` + strings.Repeat("x", 1000-len(`{"p":""}`)) + `"}`
+	require.Len(t, body, 1000)
+
+	holding := newRequest(ctx, `{}`).start(h, next)
+	next.waitEntered(t)
+	a := newRequest(ctx, body).start(h, next)
+	ended := func() bool {
+		select {
+		case <-a.done:
+			return true
+		default:
+			return false
+		}
+	}
+	require.Eventually(t, func() bool { return queueWaiting(t, "maxbody-alone") == 1 || ended() },
+		10*time.Second, time.Millisecond, "a neither waits nor ends")
+
+	next.release <- struct{}{}
+	holding.wait(t)
+	require.NoError(t, holding.err)
+	assert.Equal(t, http.StatusOK, holding.w.Code)
+	if ended() {
+		t.Fatalf("a body of max_body was refused with nothing else waiting: %d %s", a.w.Code, a.w.Header().Get("Fair-Queue-Reason"))
+	}
+	next.waitEntered(t)
+	next.release <- struct{}{}
+	a.wait(t)
+	require.NoError(t, a.err)
+	assert.Equal(t, http.StatusOK, a.w.Code)
+	assert.Zero(t, waitingBytes.Load(), "bytes left counted")
+	settled(t, h)
+}

@@ -39,7 +39,11 @@ if redis.call('ZCOUNT', K.nodes, now, '+inf') == 0 then
   if late and tonumber(late) > now then
     -- A call of a node that left may still reach Redis: the tombstones
     -- stay for it to find (it then changes nothing), and expire with the
-    -- longest of them (tombstone in common.lua).
+    -- longest of them: also a key written while nodes lived, which has
+    -- no expiry (tombstone in common.lua).
+    redis.call('ZREMRANGEBYSCORE', K.gone, '-inf', now)
+    local last = redis.call('ZRANGE', K.gone, -1, -1, 'WITHSCORES')
+    redis.call('PEXPIRE', K.gone, math.max(tonumber(last[2]) - now, 1))
     local others = {}
     for _, k in ipairs(KEYS) do
       if k ~= K.gone then others[#others + 1] = k end
