@@ -341,6 +341,19 @@ func (c *collect) send(ctx context.Context, client *http.Client, base, name stri
 	}()
 }
 
+// sendStreams sends n streaming chats, c0 to c<n-1> (their names and
+// seqs), each with a cancel of its own: the map's, by name.
+func (c *collect) sendStreams(client *http.Client, base string, n int) map[string]context.CancelFunc {
+	cancels := make(map[string]context.CancelFunc, n)
+	for i := range n {
+		ctx, cancel := context.WithCancel(context.Background())
+		seq := "c" + strconv.Itoa(i)
+		cancels[seq] = cancel
+		c.send(ctx, client, base, seq, Chat{Stream: true, Seq: seq})
+	}
+	return cancels
+}
+
 // sendAcrossSwap is send for a request sent as a reload swaps Caddy's
 // listeners: a connection the swap resets before any answer (Caddy's, not
 // the queue's; TestChaos and the reload chaos test allow it too) is sent

@@ -240,13 +240,7 @@ func TestAReloadThatReshapesAPoolAsAClientLeavesKeepsEachUpstreamWithinItsPermit
 			harness.CaddyOptions{GracePeriod: 30 * time.Second})
 		client := newClient(t)
 		var all collect
-		cancels := map[string]context.CancelFunc{}
-		for i := range 8 {
-			ctx, cancel := context.WithCancel(context.Background())
-			seq := "c" + strconv.Itoa(i)
-			cancels[seq] = cancel
-			all.send(ctx, client, c.URL(), seq, Chat{Stream: true, Seq: seq})
-		}
+		cancels := all.sendStreams(client, c.URL(), 8)
 		require.True(t, eventually(10*time.Second, func() bool {
 			return len(a.Arrivals()) == 2 && len(b.Arrivals()) == 1 && localStats(t, c, "llm").Waiting == 5
 		}), "not 3 running and 5 waiting: %+v", localStats(t, c, "llm"))

@@ -34,12 +34,7 @@ func TestAStoreSwitchWhoseMovedWaiterLeavesKeepsThePermitsAndLeavesNoKey(t *test
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rds := redistest.Start(t)
-			store := func(f string) string {
-				if f == "" {
-					return ""
-				}
-				return fmt.Sprintf(f, rds.Addr())
-			}
+			store := storeBlocks(rds)
 			rep := startWatchedReplica(t, "a", mockllm.Config{Tokens: lowerTokens, Delay: lowerDelay / 3})
 			site := lowerSite("permits 1")
 			c := harness.StartCaddy(t, "caddy", site(rep.addr, store(tc.before)), harness.CaddyOptions{GracePeriod: 30 * time.Second})
@@ -121,12 +116,7 @@ func TestTwoQuickStoreSwitchesWhileTheWaitersMoveKeepThePermits(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rds := redistest.Start(t)
-			store := func(f string) string {
-				if f == "" {
-					return ""
-				}
-				return fmt.Sprintf(f, rds.Addr())
-			}
+			store := storeBlocks(rds)
 			rep := startWatchedReplica(t, "a", mockllm.Config{Tokens: lowerTokens, Delay: lowerDelay / 3})
 			site := lowerSite("permits 1")
 			c := harness.StartCaddy(t, "caddy", site(rep.addr, store(tc.stores[0])), harness.CaddyOptions{GracePeriod: 30 * time.Second})
@@ -179,13 +169,10 @@ func TestAStoreSwitchThatReshapesAPoolKeepsEachUpstreamWithinItsPermits(t *testi
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rds := redistest.Start(t)
+			store := storeBlocks(rds)
 			cfg := mockllm.Config{Tokens: lowerTokens, Delay: lowerDelay}
 			a, b, cr := startWatchedReplica(t, "a", cfg), startWatchedReplica(t, "b", cfg), startWatchedReplica(t, "c", cfg)
 			pool := func(x, y *watchedReplica, f string) string {
-				store := ""
-				if f != "" {
-					store = fmt.Sprintf(f, rds.Addr())
-				}
 				return fmt.Sprintf(`
 	fair_queue {
 		name llm
@@ -197,18 +184,12 @@ func TestAStoreSwitchThatReshapesAPoolKeepsEachUpstreamWithinItsPermits(t *testi
 	reverse_proxy {
 		dynamic fair_queue
 		flush_interval -1
-	}`, x.addr, y.addr, store)
+	}`, x.addr, y.addr, store(f))
 			}
 			c := harness.StartCaddy(t, "caddy", pool(a, b, tc.before), harness.CaddyOptions{GracePeriod: 30 * time.Second})
 			client := newClient(t)
 			var all collect
-			cancels := map[string]context.CancelFunc{}
-			for i := range 6 {
-				ctx, cancel := context.WithCancel(context.Background())
-				seq := "c" + strconv.Itoa(i)
-				cancels[seq] = cancel
-				all.send(ctx, client, c.URL(), seq, Chat{Stream: true, Seq: seq})
-			}
+			cancels := all.sendStreams(client, c.URL(), 6)
 			require.True(t, eventually(10*time.Second, func() bool {
 				return len(a.Arrivals()) == 1 && len(b.Arrivals()) == 1 && localStats(t, c, "llm").Waiting == 4
 			}), "not 2 running and 4 waiting: %+v", localStats(t, c, "llm"))
@@ -259,12 +240,7 @@ func TestWaitersKeepTheirMaxWaitAcrossQuickStoreSwitches(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rds := redistest.Start(t)
-			store := func(f string) string {
-				if f == "" {
-					return ""
-				}
-				return fmt.Sprintf(f, rds.Addr())
-			}
+			store := storeBlocks(rds)
 			rep := startWatchedReplica(t, "a", mockllm.Config{Tokens: 4, Delay: 10 * time.Millisecond})
 			site := func(maxWait, s string) string {
 				return proxySite(rep.addr, fmt.Sprintf(`
@@ -307,5 +283,16 @@ func TestWaitersKeepTheirMaxWaitAcrossQuickStoreSwitches(t *testing.T) {
 			c.Stop()
 			assert.Empty(t, rds.Keys(t, "*"), "keys left in Redis")
 		})
+	}
+}
+
+// storeBlocks fills a store block of the cases (a format naming rds'
+// address, or "" for the in-process store) with rds' address.
+func storeBlocks(rds *redistest.Server) func(string) string {
+	return func(f string) string {
+		if f == "" {
+			return ""
+		}
+		return fmt.Sprintf(f, rds.Addr())
 	}
 }
