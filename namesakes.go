@@ -279,6 +279,23 @@ func (r *engineRegistry) settingsRoute(e *engine) *route {
 	return nil
 }
 
+// lastPlainRoute is the plain route recorded last, by the newest
+// handler, on e or on another engine of its name and data (a retired
+// queue of the same store takes a newer one's settings: adopt, whose
+// handler recorded its route there); nil if none.
+func (r *engineRegistry) lastPlainRoute(e *engine) *route {
+	r.mu.Lock()
+	all := append([]*engine{e}, r.byName[e.name]...)
+	r.mu.Unlock()
+	var last *route
+	for _, o := range all {
+		if rt := o.routes.plain.Load(); o.data == e.data && rt != nil && (last == nil || rt.h.gen > last.h.gen) {
+			last = rt
+		}
+	}
+	return last
+}
+
 // newestLive is the newest live engine of the name for which ok holds
 // (called under r.mu: it must take no lock), nil if none.
 func (r *engineRegistry) newestLive(name string, ok func(*engine) bool) *engine {
