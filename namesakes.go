@@ -279,6 +279,23 @@ func (r *engineRegistry) settingsRoute(e *engine) *route {
 	return nil
 }
 
+// lastPlainRoute is the plain route recorded last, by the newest
+// handler, on e or on another engine of its name and data (a retired
+// queue of the same store takes a newer one's settings: adopt, whose
+// handler recorded its route there); nil if none.
+func (r *engineRegistry) lastPlainRoute(e *engine) *route {
+	r.mu.Lock()
+	all := append([]*engine{e}, r.byName[e.name]...)
+	r.mu.Unlock()
+	var last *route
+	for _, o := range all {
+		if rt := o.routes.plain.Load(); o.data == e.data && rt != nil && (last == nil || rt.h.gen > last.h.gen) {
+			last = rt
+		}
+	}
+	return last
+}
+
 // newestLive is the newest live engine of the name for which ok holds
 // (called under r.mu: it must take no lock), nil if none.
 func (r *engineRegistry) newestLive(name string, ok func(*engine) bool) *engine {
@@ -344,6 +361,46 @@ func (c *call) waitIn(ctx context.Context, e *engine, req fairqueue.Request) (*f
 // looks for the queue to wait on in; tests use it to hold that moment.
 var movedOut = func(*engine) {}
 
+// awaitsRoute runs as a request moved out of c.e starts to wait for the
+// live queue of its name to be served (nextQueue); tests use it to see
+// that moment.
+var awaitsRoute = func(*engine) {}
+
+// nextQueue is the queue a request moved out of c.e waits on in: its
+// successor, else, where a reload brought the queue back to c.e's own
+// store (c.e moved out, then the config in force opened the store again
+// beside it; its successor was retired since), the live queue of its
+// name once a handler of it has served (its route is known: until then,
+// a grant of its settings, a pool's, would have no route of its shape
+// and run on the request's own). nil: no queue of its name in force.
+// It waits no longer than the request's max_wait.
+func (c *call) nextQueue(ctx context.Context, maxWait time.Duration) (*engine, error) {
+	var tick *time.Ticker
+	for {
+		if next := namesakes.successor(c.e); next != nil {
+			return next, nil
+		}
+		next := namesakes.live(c.e.name)
+		if next == nil || next.routes.known() {
+			return next, nil
+		}
+		if time.Since(c.start) >= maxWait {
+			metrics.rejects.WithLabelValues(c.name, string(fairqueue.ReasonTimeout)).Inc()
+			return nil, &fairqueue.RejectError{Reason: fairqueue.ReasonTimeout, Waited: time.Since(c.start), RetryAfter: time.Second, Err: errMoved}
+		}
+		if tick == nil {
+			awaitsRoute(next)
+			tick = time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
 // acquire waits for a permit of the queue of c.e for the request. If a
 // reload moves the queue to another store meanwhile, the request waits
 // on in the new queue: c.e and c.done then name that queue's engine and
@@ -360,12 +417,9 @@ func (c *call) acquire(ctx context.Context) (*fairqueue.Permit, error) {
 			return p, err
 		}
 		movedOut(c.e)
-		next := namesakes.successor(c.e)
-		if next == nil {
-			// Its successor was retired since by a reload back to c.e's
-			// own store (c.e moved out, then the config in force opened
-			// the store again beside it): the request waits on there.
-			next = namesakes.live(c.e.name)
+		next, err := c.nextQueue(ctx, maxWait)
+		if err != nil {
+			return nil, err
 		}
 		if next == nil {
 			// Moved, and no queue of its name in force (another reload

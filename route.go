@@ -157,7 +157,6 @@ func (e *engine) staticInForce(h *Handler, p *fairqueue.Permit) *route {
 	}
 	r, live := e.routes.get(false)
 	if !live {
-		last := r
 		if r = namesakes.route(e.name, false); r == nil {
 			// The route of a config cleaned up since whose settings the
 			// queue still has (the config in force has not served it):
@@ -165,14 +164,17 @@ func (e *engine) staticInForce(h *Handler, p *fairqueue.Permit) *route {
 			if r = namesakes.settingsRoute(e); r == nil {
 				// The queue has a pool's settings now (a later config's):
 				// a plain grant was made under the plain settings before
-				// them, whose handler recorded the queue's plain route
-				// last (its grant may reach the request after the pool's
-				// config served). h's own route may be one that no config
-				// since lets run anything.
-				if last == nil || len(e.q.Config().Upstreams) == 0 {
+				// them, whose handler recorded its route last, on e or on
+				// a queue of its store whose settings e took (its grant
+				// may reach the request after the pool's config served).
+				// h's own route may be one that no config since lets run
+				// anything.
+				if len(e.q.Config().Upstreams) == 0 {
 					return nil
 				}
-				r = last
+				if r = namesakes.lastPlainRoute(e); r == nil {
+					return nil
+				}
 			}
 		}
 	}
