@@ -3,7 +3,6 @@ package caddyfairqueue
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
@@ -85,24 +83,5 @@ func TestAGrantMadeUnderASameStoreNamesakesSettingsTakesTheirRouteAfterAReloadTo
 		t.Fatal("the waiter was not granted")
 	}
 	require.NoError(t, caddy.Load([]byte(sameStorePoolConfig(port, rds.Addr(), "4s", 0, nil, map[*gateUpstream]int{r1: 2, r2: 1})), false))
-	third := postSP(context.Background(), port) // applies the pool's settings
-	select {
-	case code := <-third:
-		assert.Equal(t, http.StatusOK, code, "the third config's request")
-	case <-time.After(30 * time.Second):
-		t.Fatal("the third config's request not answered")
-	}
-	released.Do(func() { close(release) })
-	r0.release <- struct{}{} // the waiter, should it run on r0, is not held there
-
-	for name, ch := range map[string]<-chan int{"the holder": holder, "the waiter": waiter} {
-		select {
-		case code := <-ch:
-			assert.Equal(t, http.StatusOK, code, "%s", name)
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s not answered", name)
-		}
-	}
-	assert.EqualValues(t, 1, r0.arrivals.Load(), "arrivals at r0 (the holder only): the waiter's grant was made for r2")
-	assert.EqualValues(t, 2, r1.arrivals.Load()+r2.arrivals.Load(), "arrivals at r1 and r2")
+	servedUnderThePool(t, port, func() { released.Do(func() { close(release) }) }, holder, waiter, r0, r1, r2)
 }

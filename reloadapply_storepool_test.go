@@ -161,6 +161,15 @@ func TestAGrantMadeUnderAMovedQueuesSettingsTakesTheirRouteAfterAReloadToAPool(t
 		t.Fatal("the moved waiter was not granted")
 	}
 	require.NoError(t, caddy.Load([]byte(storePoolConfig(port, rds.Addr(), 0, nil, map[*gateUpstream]int{r1: 2, r2: 1})), false))
+	servedUnderThePool(t, port, func() { released.Do(func() { close(release) }) }, holder, waiter, r0, r1, r2)
+}
+
+// servedUnderThePool ends the cases where a held grant meets a pool's
+// config: a request serves the pool's settings, then the grant goes on
+// (release), the holder ends; every client is served, r0 ran the holder
+// only, and the pool's upstreams the waiter and that request.
+func servedUnderThePool(t *testing.T, port int, release func(), holder, waiter <-chan int, r0, r1, r2 *gateUpstream) {
+	t.Helper()
 	third := postSP(context.Background(), port) // applies the pool's settings
 	select {
 	case code := <-third:
@@ -168,7 +177,7 @@ func TestAGrantMadeUnderAMovedQueuesSettingsTakesTheirRouteAfterAReloadToAPool(t
 	case <-time.After(30 * time.Second):
 		t.Fatal("the third config's request not answered")
 	}
-	released.Do(func() { close(release) })
+	release()
 	r0.release <- struct{}{} // the waiter, should it run on r0, is not held there
 
 	for name, ch := range map[string]<-chan int{"the holder": holder, "the waiter": waiter} {
