@@ -283,6 +283,12 @@ func TestWaitersKeepTheirMaxWaitAcrossQuickStoreSwitches(t *testing.T) {
 				requireJSONReject(t, results["w"+strconv.Itoa(i)], http.StatusTooManyRequests, "timeout")
 			}
 			for _, n := range []string{"n0", "n1"} {
+				if r := results[n]; r.Status == 0 && swapReset(r.Err) {
+					// Cut twice by the listener swaps of the two reloads
+					// back to back (sent again once): Caddy's, before any
+					// handler saw it, as the chaos tests allow.
+					continue
+				}
 				assert.Equal(t, http.StatusOK, results[n].Status, "%s: %s", n, results[n])
 			}
 			for _, a := range rep.Arrivals() {
