@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,17 +49,7 @@ func TestAGrantMadeUnderASameStoreNamesakesSettingsTakesTheirRouteAfterAReloadTo
 
 	// The first grant (the waiter's) is held before it reaches the
 	// request.
-	held, release := make(chan struct{}), make(chan struct{})
-	var first atomic.Bool
-	grantArrived = func(e *engine) {
-		if e.name == "sp" && e.remote && first.CompareAndSwap(false, true) {
-			close(held)
-			<-release
-		}
-	}
-	t.Cleanup(func() { grantArrived = func(*engine) {} })
-	var released sync.Once
-	defer released.Do(func() { close(release) })
+	held, release := holdFirstRemoteGrant(t)
 
 	require.NoError(t, caddy.Load([]byte(sameStorePoolConfig(port, rds.Addr(), "4s", 1, r2, nil)), false))
 	// The second config serves (its settings apply, and the retired
@@ -83,5 +71,5 @@ func TestAGrantMadeUnderASameStoreNamesakesSettingsTakesTheirRouteAfterAReloadTo
 		t.Fatal("the waiter was not granted")
 	}
 	require.NoError(t, caddy.Load([]byte(sameStorePoolConfig(port, rds.Addr(), "4s", 0, nil, map[*gateUpstream]int{r1: 2, r2: 1})), false))
-	servedUnderThePool(t, port, func() { released.Do(func() { close(release) }) }, holder, waiter, r0, r1, r2)
+	servedUnderThePool(t, port, release, holder, waiter, r0, r1, r2)
 }

@@ -130,17 +130,7 @@ func TestAGrantMadeUnderAMovedQueuesSettingsTakesTheirRouteAfterAReloadToAPool(t
 
 	// The first grant in Redis (the waiter's) is held before it reaches
 	// the request.
-	held, release := make(chan struct{}), make(chan struct{})
-	var first atomic.Bool
-	grantArrived = func(e *engine) {
-		if e.name == "sp" && e.remote && first.CompareAndSwap(false, true) {
-			close(held)
-			<-release
-		}
-	}
-	t.Cleanup(func() { grantArrived = func(*engine) {} })
-	var released sync.Once
-	defer released.Do(func() { close(release) })
+	held, release := holdFirstRemoteGrant(t)
 
 	require.NoError(t, caddy.Load([]byte(storePoolConfig(port, rds.Addr(), 1, r2, nil)), false))
 	// The second config serves: its request moves the waiter to Redis,
@@ -161,7 +151,7 @@ func TestAGrantMadeUnderAMovedQueuesSettingsTakesTheirRouteAfterAReloadToAPool(t
 		t.Fatal("the moved waiter was not granted")
 	}
 	require.NoError(t, caddy.Load([]byte(storePoolConfig(port, rds.Addr(), 0, nil, map[*gateUpstream]int{r1: 2, r2: 1})), false))
-	servedUnderThePool(t, port, func() { released.Do(func() { close(release) }) }, holder, waiter, r0, r1, r2)
+	servedUnderThePool(t, port, release, holder, waiter, r0, r1, r2)
 }
 
 // servedUnderThePool ends the cases where a held grant meets a pool's
@@ -190,4 +180,23 @@ func servedUnderThePool(t *testing.T, port int, release func(), holder, waiter <
 	}
 	assert.EqualValues(t, 1, r0.arrivals.Load(), "arrivals at r0 (the holder only): the waiter's grant was made for r2")
 	assert.EqualValues(t, 2, r1.arrivals.Load()+r2.arrivals.Load(), "arrivals at r1 and r2")
+}
+
+// holdFirstRemoteGrant holds the first grant queue "sp" gets from its
+// store before it reaches its request: held closes then, and release
+// lets it go on (at the test's end at the latest).
+func holdFirstRemoteGrant(t *testing.T) (held <-chan struct{}, release func()) {
+	h, r := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	grantArrived = func(e *engine) {
+		if e.name == "sp" && e.remote && first.CompareAndSwap(false, true) {
+			close(h)
+			<-r
+		}
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { close(r) }) }
+	t.Cleanup(func() { grantArrived = func(*engine) {} })
+	t.Cleanup(release)
+	return h, release
 }
