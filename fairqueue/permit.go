@@ -297,5 +297,8 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		}
 		return q.unavailable(ctx, p.req, p.start, p.deadline, err, nil)
 	}
+	if args.Cool != "" {
+		q.s.cooled(args.CoolFor) // the request (and any waiter) runs as it ends
+	}
 	return q.enqueue(ctx, t, res, answeredInLease(sent, args.Lease), args.Permits, p.req, p.start, p.deadline)
 }

@@ -29,6 +29,9 @@ func (q *Queue) release(args TicketArgs) {
 	defer cancel()
 	err := q.store.Release(ctx, args)
 	q.health.record(q.log, err)
+	if args.Cool != "" {
+		q.s.cooled(args.CoolFor) // its permit is handed on as it ends
+	}
 	if err != nil {
 		// The permit may still be held in the store, for nobody (the node
 		// forgot the ticket), and a node without waiters does not

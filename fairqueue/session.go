@@ -48,6 +48,9 @@ type session struct {
 	resync  bool   // evResync taken and not yet acted on
 	sweep   bool   // evSweep taken and not yet acted on
 	recheck bool   // evRecheck taken and not yet acted on
+	coolEnd bool   // evCoolEnd taken and not yet acted on
+
+	coolEnds coolEnds // the cooldowns the node started, until they end (cooldown_end.go)
 
 	seen    atomic.Pointer[string]      // the last data-set ID any store call saw
 	cluster atomic.Pointer[ClusterView] // from the last heartbeat
@@ -119,6 +122,9 @@ const (
 	// grant still there, and later heartbeats name only the oldest
 	// waiter.
 	evRecheck
+	// evCoolEnd: a cooldown the node started ended: reconcile at once,
+	// which hands on the permits its upstream kept (cooldown_end.go).
+	evCoolEnd
 )
 
 func newSession(q *Queue) *session {
@@ -149,6 +155,7 @@ func (s *session) take() {
 	s.resync = s.resync || e&evResync != 0
 	s.sweep = s.sweep || e&evSweep != 0
 	s.recheck = s.recheck || e&evRecheck != 0
+	s.coolEnd = s.coolEnd || e&evCoolEnd != 0
 }
 
 // takeResync reports and clears a pending resync. Loop only.
@@ -342,6 +349,7 @@ func (s *session) leave() error {
 func (s *session) loop() {
 	q := s.q
 	defer close(s.done)
+	defer s.coolEnds.stop()
 	// A tick at least every Lease/3 too: a heartbeat is due then, and a
 	// node is alive only while its heartbeats are on time. Precisely, a
 	// heartbeat is due a third of the shortest lease among the one in
@@ -417,9 +425,9 @@ func (s *session) loop() {
 			s.sweep = false
 			sweepUntil = time.Now().Add(cfg.Lease / 3) // a failed transfer may leave a ghost
 		}
-		recheck := s.recheck
-		s.recheck = false
-		if waiting > 0 || !up || recheck || time.Now().Before(sweepUntil) {
+		recheck, coolEnd := s.recheck, s.coolEnd
+		s.recheck, s.coolEnd = false, false
+		if waiting > 0 || !up || recheck || coolEnd || time.Now().Before(sweepUntil) {
 			s.reconcile(cfg)
 		}
 		if recheck {
