@@ -55,6 +55,7 @@ func (s *Store) Open(ctx context.Context, node string, h fairqueue.Listener) (er
 	s.mu.Lock()
 	s.sub, s.h, s.closed = sub, h, false
 	s.mu.Unlock()
+	s.leftAt.Store(0)
 	s.register(ctx, true)
 	return nil
 }

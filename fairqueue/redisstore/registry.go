@@ -81,7 +81,14 @@ func (s *Store) register(ctx context.Context, force bool) {
 		return
 	}
 	if s.registryCall(ctx, func() error {
-		return s.rdb.ZAdd(ctx, s.registry, redis.Z{Score: float64(now.UnixMilli()), Member: registryName(s.name)}).Err()
+		err := s.rdb.ZAdd(ctx, s.registry, redis.Z{Score: float64(now.UnixMilli()), Member: registryName(s.name)}).Err()
+		if since := s.leftAt.Load(); err == nil && since != 0 {
+			// The call outlived its context (bounded) and ran once this
+			// store's leave, the last, had deleted the keys: it may have
+			// named the queue after the leave took it out, for good.
+			_ = Unregister(context.WithoutCancel(ctx), s.rdb, s.prefix, registryName(s.name), time.UnixMilli(since))
+		}
+		return err
 	}) == nil {
 		s.registered.Store(now.UnixMilli())
 	}
@@ -98,9 +105,11 @@ func (s *Store) registryCall(ctx context.Context, call func() error) error {
 }
 
 // unregisterAfterLeave takes the queue out of the registry once the leave
-// that started at since deleted its keys (with DeadQueueAfter negative
-// too: another instance may have named it).
+// deleted its keys, unless an instance named it later than since, read
+// after the leave's script (with DeadQueueAfter negative too: another
+// instance may have named it).
 func (s *Store) unregisterAfterLeave(ctx context.Context, since time.Time) error {
+	s.leftAt.Store(since.UnixMilli()) // before the unregister: see register
 	if err := Unregister(ctx, s.sc, s.prefix, registryName(s.name), since); err != nil {
 		return fmt.Errorf("leave %s: %w", s.tag, err)
 	}

@@ -134,6 +134,10 @@ type Store struct {
 	name, prefix, registry string
 	deadAfter              time.Duration
 	registered             atomic.Int64 // when a heartbeat last named the queue, ms
+	// leftAt is the since (ms) of this store's leave that deleted the
+	// queue's keys, until the next Open: a register still on its way
+	// then takes the name out again (register).
+	leftAt atomic.Int64
 	// unsure is when a call last failed with no answer from Redis (unix
 	// ms; 0: none since a later call's answer): Redis may still run it,
 	// late (failed, settled).
@@ -328,7 +332,10 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 		return res, fmt.Errorf("heartbeat %s: %w", s.tag, err)
 	}
 	// A changed data set or a node forgotten meanwhile may have seen the
-	// queue's keys (and its name in the registry) deleted: named now.
+	// queue's keys (and its name in the registry) deleted: named now. So
+	// is the node's first heartbeat (Rejoined too): the last leave of
+	// another instance may have taken out the name this store's Open put
+	// there.
 	s.register(ctx, res.Rejoined || res.Epoch != hb.Epoch)
 	s.maybeSweep()
 	return res, nil
@@ -352,7 +359,6 @@ func (s *Store) Reconcile(ctx context.Context, node string, l fairqueue.Limits) 
 
 // Leave implements fairqueue.Store.
 func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) error {
-	since := time.Now()
 	// The node's tombstone: a call of it that reaches Redis after the
 	// leave (sent before it, late) changes nothing. Where a call of the
 	// store may still be on its way, the last leave keeps the tombstones
@@ -366,6 +372,12 @@ func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) erro
 		return fmt.Errorf("leave %s: %w", s.tag, busy(err))
 	}
 	if len(v) > 1 && toInt(v[1]) == 1 { // no live node left: every key deleted
+		// Read once the script has run, not before it: an instance that
+		// named the queue while this leave was on its way (a heartbeat,
+		// an Open) and left before it, the leave then the last, named it
+		// before the keys went; only a name put there after (an instance
+		// that opened the queue again) stays.
+		since := time.Now()
 		if s.deadAfter >= 0 {
 			return s.unregisterAfterLeave(ctx, since)
 		}
