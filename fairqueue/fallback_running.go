@@ -169,8 +169,9 @@ func (s *storeRunning) lessRunning(l Limits) Limits {
 // of a permit of its own. Without it, the request was granted again on
 // the upstream that had just refused it. The node keeps the cooldown
 // too (localCool): the fallback queue of a later outage within it opens
-// with it (cooledLocal). failed: the request's store call failed
-// (localQueue).
+// with it (cooledLocal). The fallback queue reconciles as the cooldown
+// ends (its waiters are granted then, not at its next poll). failed: the
+// request's store call failed (localQueue).
 func (q *Queue) coolLocal(cfg *Config, up string, d time.Duration, failed bool) {
 	if cfg.Fallback == nil || up == "" {
 		return
@@ -184,13 +185,18 @@ func (q *Queue) coolLocal(cfg *Config, up string, d time.Duration, failed bool) 
 		q.localCool[up] = end
 	}
 	q.localMu.Unlock()
-	q.localQueue(cfg, failed)
+	l := q.localQueue(cfg, failed)
 	if r := q.running.Load(); r != nil {
 		r.mu.Lock()
 		if end.After(r.cooling[up]) {
 			r.cooling[up] = end
 		}
 		r.mu.Unlock()
+	}
+	if l != nil {
+		// Its permits there are handed on as the cooldown ends, not at
+		// the fallback queue's next poll (cooldown_end.go).
+		l.s.cooled(d)
 	}
 }
 
