@@ -195,6 +195,11 @@ func (q *Queue) localQueue(cfg *Config, failed bool) *Queue {
 		lc.running = q.newStoreRunning()
 		q.local, _ = New(cfg.Fallback, lc)
 		q.local.line = newMoveLine()
+		for _, end := range q.localCool {
+			// A cooldown of an earlier outage (cooledLocal) hands on as
+			// it ends too (coolLocal).
+			q.local.s.cooled(time.Until(end))
+		}
 		q.reconfigureRetired(lc)
 		q.log.Warn("store unreachable: queueing in this node only", zap.Int("local_permits", permits))
 		if q.isDraining() {
