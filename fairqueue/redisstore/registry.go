@@ -45,6 +45,20 @@ end
 return 0
 `)
 
+// register names ARGV[1] in the registry KEYS[1] at ARGV[2] unless a
+// later score stands: a register that reaches Redis late (a bounded
+// call that outlived its context) must not write its earlier time over
+// that of an instance that named the queue since, which the unregister
+// following a register run after its store's last leave would then take
+// out (Store.register).
+var register = redis.NewScript(`
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not s or tonumber(s) < tonumber(ARGV[2]) then
+  return redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+end
+return 0
+`)
+
 // Unregister takes name out of the registry under prefix ("":
 // DefaultKeyPrefix) unless an instance named it later than since (it
 // opened the queue again): for the tools that delete a queue's keys, such
@@ -81,7 +95,7 @@ func (s *Store) register(ctx context.Context, force bool) {
 		return
 	}
 	if s.registryCall(ctx, func() error {
-		err := s.rdb.ZAdd(ctx, s.registry, redis.Z{Score: float64(now.UnixMilli()), Member: registryName(s.name)}).Err()
+		err := register.Run(ctx, s.rdb, []string{s.registry}, registryName(s.name), now.UnixMilli()).Err()
 		if since := s.leftAt.Load(); err == nil && since != 0 {
 			// The call outlived its context (bounded) and ran once this
 			// store's leave, the last, had deleted the keys: it may have

@@ -178,16 +178,16 @@ func TestTheFirstHeartbeatNamesAQueueWhoseNameALeaveTookOut(t *testing.T) {
 // its first heartbeat; that call outlives the heartbeat's context and
 // reaches Redis only after the store's leave, the last, deleted the keys
 // and took the name out. The name must not stay: nothing of the queue is
-// left. The hook lets the held ZADD go on without its context's end, as
+// left. The hook lets the held register go on without its context's end, as
 // a call written to its connection before the end that Redis runs late
 // (go-redis sends nothing once the context ended). (Failed before the
-// fix: the late ZADD brought the name back for good, "keys left after
+// fix: the late register brought the name back for good, "keys left after
 // the last leave: [{fair_queue}:queues]".)
 func TestARegisterRunAfterTheLastLeaveLeavesNoNameForGood(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t) // ContextTimeoutEnabled off: calls bounded by the store
-	hold := newHoldScript("zadd")
+	hold := newHoldRegistry()
 	rdb.AddHook(hold)
 	l := fairqueue.Limits{Permits: 1, Lease: 20 * time.Second}
 	s := redisstore.New(rdb, "q", redisstore.Options{})
