@@ -16,8 +16,13 @@ import (
 )
 
 // cliRedis makes a client for the command line: a single server, short
-// timeouts, the password from REDISCLI_AUTH when the URL has none.
+// timeouts, one dial per attempt (as Caddy's clients, redis.go), the
+// password from REDISCLI_AUTH when the URL has none. go-redis's own log
+// lines are dropped: every error the command meets is its answer, and
+// go-redis would print each failed dial again on stderr, with its
+// source file and line.
 func cliRedis(rawURL string) (*redis.Client, error) {
+	routeRedisLogs.Do(func() { redis.SetLogger(quietRedisLogger{}) })
 	o, err := parseRedisURL(rawURL)
 	if err != nil {
 		return nil, err
@@ -31,8 +36,18 @@ func cliRedis(rawURL string) (*redis.Client, error) {
 		}
 	}
 	o.MaxRetries = 1
+	o.DialerRetries = 1
 	return redis.NewClient(o), nil
 }
+
+// quietRedisLogger drops go-redis's log lines, for the command line.
+// go-redis has one logger per process: in the process of a command
+// nothing else dials Redis (where a Caddy server dialled first, its
+// redisLogger stays).
+type quietRedisLogger struct{}
+
+// Printf implements go-redis's logging interface.
+func (quietRedisLogger) Printf(context.Context, string, ...any) {}
 
 // cliClient is cliRedis' client, or, when the server is a node of a
 // Redis Cluster (it answers CLUSTER INFO), a client of that cluster
@@ -62,7 +77,7 @@ func cliClient(ctx context.Context, rawURL string) (rdb redis.UniversalClient, d
 	return redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs: []string{o.Addr}, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
 		Protocol: o.Protocol, DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
-		WriteTimeout: o.WriteTimeout, MaxRetries: o.MaxRetries,
+		WriteTimeout: o.WriteTimeout, MaxRetries: o.MaxRetries, DialerRetries: o.DialerRetries,
 	}), desc, nil
 }
 

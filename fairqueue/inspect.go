@@ -20,7 +20,9 @@ type Inspector interface {
 type Snapshot struct {
 	// Waiting is the number of tickets queued.
 	Waiting int `json:"waiting"`
-	// Head lists the first tickets in grant order.
+	// Head lists the first tickets in grant order: in a fair queue
+	// (tenants or priority bands) the first ticket of each flow that may
+	// be served now, then the FIFO tickets.
 	Head []string `json:"head"`
 	// Holders are the tickets holding a permit.
 	Holders []Holder `json:"holders"`

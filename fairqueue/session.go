@@ -33,6 +33,8 @@ type session struct {
 	opened       bool
 	openFailedAt time.Time
 	openErr      error
+	retrying     bool          // rejoin runs: an open failed
+	retryDone    chan struct{} // closed when rejoin has stopped
 
 	stop chan struct{} // closed when the loop must stop
 	done chan struct{} // closed when the loop has stopped
@@ -307,6 +309,10 @@ func (s *session) join(ctx context.Context) error {
 	if err := q.store.Open(octx, q.node, q); err != nil {
 		s.openFailedAt, s.openErr = time.Now(), err
 		q.health.failed(q.log, err)
+		if !s.retrying {
+			s.retrying, s.retryDone = true, make(chan struct{})
+			go s.rejoin()
+		}
 		return err
 	}
 	s.opened = true
@@ -316,15 +322,21 @@ func (s *session) join(ctx context.Context) error {
 	return nil
 }
 
-// end stops the loop, if the node joined, and reports whether it had.
-// Queue.leave calls it once.
+// end stops the loop, if the node joined, and rejoin, if an open failed,
+// and reports whether the node had joined. Queue.leave calls it once,
+// closed set: no join succeeds after it read opened.
 func (s *session) end() (joined bool) {
 	s.openMu.Lock()
-	joined = s.opened
+	joined, retrying := s.opened, s.retrying
 	s.openMu.Unlock()
-	if joined {
+	if joined || retrying {
 		close(s.stop)
+	}
+	if joined {
 		<-s.done
+	}
+	if retrying {
+		<-s.retryDone
 	}
 	return joined
 }
