@@ -113,3 +113,54 @@ func TestFrozenRedisIsAnsweredByOnStoreErrorBeforeMaxWait(t *testing.T) {
 		})
 	}
 }
+
+// docs/failures.md, "When Redis fails": a call cut short by its
+// request's own end (here its client gone) is no store failure: it
+// neither counts in store_errors_total nor marks the store down, however
+// many such calls follow each other on a frozen Redis. A poll_interval
+// and a lease of minutes keep the instance's own polls and heartbeats,
+// which would fail on the frozen Redis, out of the freeze.
+func TestCallsCutShortByTheirClientOnAFrozenRedisAreNoStoreFailure(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	const name = "frozen-cut-short"
+	const poll = 10 * time.Second // the freeze below lasts about 4 s
+	h := provision(t, newContext(t), rds.Addr(), &Handler{Name: name, Permits: 1, OnStoreError: FailClosed,
+		MaxWait: caddy.Duration(poll), PollInterval: caddy.Duration(poll),
+		Lease: caddy.Duration(10 * time.Minute)})
+	require.Equal(t, outcomeGranted, newRequest(context.Background(), `{}`).start(h, okHandler).wait(t).placeholder(phOutcome))
+	settled(t, h)
+	errs := metrics.storeErrors.WithLabelValues(name)
+	e0 := testutil.ToFloat64(errs)
+
+	rds.Freeze()
+	thawed := false
+	t.Cleanup(func() {
+		if !thawed {
+			rds.Thaw()
+		}
+	})
+	for i := range 3 {
+		ctx, cancel := context.WithCancel(context.Background())
+		gone := newRequest(ctx, `{}`).start(h, okHandler)
+		time.AfterFunc(100*time.Millisecond, cancel)
+		gone.wait(t)
+		cancel()
+		assert.Equal(t, outcomeCancelled, gone.placeholder(phOutcome), "client gone %d", i)
+	}
+	// Whatever the requests left to do in the background (their cancels)
+	// has had time to fail: twice the client's timeouts.
+	time.Sleep(2 * time.Second)
+	assert.True(t, storeUp(h), "calls cut short by their requests marked the store down")
+	assert.Equal(t, e0, testutil.ToFloat64(errs), "calls cut short by their requests counted in store_errors_total")
+
+	rds.Thaw()
+	thawed = true
+	// A call that reached Redis once it thawed may have been granted to
+	// nobody: the instance gives that permit back at its next poll.
+	start := time.Now()
+	r := newRequest(context.Background(), `{}`).start(h, okHandler)
+	r.waitFor(t, start, 3*poll)
+	assert.Equal(t, outcomeGranted, r.placeholder(phOutcome), "Redis grants again")
+	assert.True(t, storeUp(h))
+}
