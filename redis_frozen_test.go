@@ -164,3 +164,63 @@ func TestCallsCutShortByTheirClientOnAFrozenRedisAreNoStoreFailure(t *testing.T)
 	assert.Equal(t, outcomeGranted, r.placeholder(phOutcome), "Redis grants again")
 	assert.True(t, storeUp(h))
 }
+
+// docs/failures.md, "When Redis fails": on Redis Cluster the client
+// follows a timed-out call to the slot's master a few more times, so a
+// frozen cluster is answered later than a frozen server (about 2.7 s),
+// yet still by on_store_error and before max_wait; a max_wait shorter
+// than that still bounds the request, which gets the timeout reject.
+func TestFrozenRedisClusterIsAnsweredBeforeMaxWait(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	cluster := redistest.StartCluster(t, 3)
+	seeds := cluster.Addrs()
+	ctx := newContext(t)
+	mk := func(name string, maxWait time.Duration) *Handler {
+		return provision(t, ctx, "", &Handler{Name: name, Permits: 1, OnStoreError: FailClosed,
+			MaxWait: caddy.Duration(maxWait), Lease: caddy.Duration(10 * time.Minute),
+			Redis: &RedisConfig{Mode: ModeCluster, Addresses: seeds[:1]}})
+	}
+	long := mk("frozen-cluster-long", frozenMaxWait)
+	short := mk("frozen-cluster-short", time.Second)
+	for _, h := range []*Handler{long, short} {
+		require.Equal(t, outcomeGranted, newRequest(context.Background(), `{}`).start(h, okHandler).wait(t).placeholder(phOutcome))
+		settled(t, h)
+	}
+
+	for _, n := range cluster.Nodes() {
+		n.Freeze()
+	}
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			for _, n := range cluster.Nodes() {
+				n.Thaw()
+			}
+		}
+	}
+	t.Cleanup(thaw)
+	for _, tc := range []struct {
+		h       *Handler
+		maxWait time.Duration
+		code    int
+		reason  string
+	}{
+		{short, time.Second, http.StatusTooManyRequests, "timeout"},
+		{long, frozenMaxWait, http.StatusServiceUnavailable, "store_unavailable"},
+	} {
+		start := time.Now()
+		req := newRequest(context.Background(), `{}`).start(tc.h, okHandler)
+		took := req.waitFor(t, start, 2*frozenMaxWait)
+		t.Logf("max_wait %v on a frozen cluster: %d %q after %v", tc.maxWait, req.w.Code, req.w.Header().Get("Fair-Queue-Reason"), took)
+		assert.Less(t, took, tc.maxWait+500*time.Millisecond, "answered past its max_wait")
+		assert.Equal(t, tc.code, req.w.Code)
+		assert.Equal(t, tc.reason, req.w.Header().Get("Fair-Queue-Reason"))
+	}
+	thaw()
+	for _, h := range []*Handler{long, short} {
+		require.Eventually(t, func() bool {
+			return newRequest(context.Background(), `{}`).start(h, okHandler).wait(t).placeholder(phOutcome) == outcomeGranted
+		}, 15*time.Second, 50*time.Millisecond, "Redis grants again")
+	}
+}
