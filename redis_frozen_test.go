@@ -2,7 +2,10 @@ package caddyfairqueue
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"net/http"
+	"syscall"
 	"testing"
 	"time"
 
@@ -222,5 +225,54 @@ func TestFrozenRedisClusterIsAnsweredBeforeMaxWait(t *testing.T) {
 		require.Eventually(t, func() bool {
 			return newRequest(context.Background(), `{}`).start(h, okHandler).wait(t).placeholder(phOutcome) == outcomeGranted
 		}, 15*time.Second, 50*time.Millisecond, "Redis grants again")
+	}
+}
+
+// hangingAddr returns an address whose connections hang: a listener
+// with a backlog of one that never accepts, its backlog taken, so that
+// the kernel drops every further SYN (a firewall that drops, a host
+// gone from the network).
+func hangingAddr(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	require.NoError(t, syscall.Listen(fd, 0))
+	sa, err := syscall.Getsockname(fd)
+	require.NoError(t, err)
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second) // takes the backlog
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	_, err = net.DialTimeout("tcp", addr, 100*time.Millisecond)
+	require.Error(t, err, "a connection to the full listener was not left hanging")
+	return addr
+}
+
+// docs/failures.md, "When Redis fails": where connecting to Redis hangs
+// (dropped SYNs), a request is answered by on_store_error (fail_closed:
+// 503 store_unavailable) after the dial timeouts, before its max_wait:
+// also the first request of an instance, which waits for the join
+// (bounded by the store's timeout, not its max_wait). The store reads
+// down from then on, and the next request is answered alike.
+func TestHangingConnectToRedisIsAnsweredByOnStoreErrorBeforeMaxWait(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	const name = "hanging-connect"
+	ctx := newContext(t)
+	h := provision(t, ctx, hangingAddr(t), &Handler{Name: name, Permits: 1,
+		OnStoreError: FailClosed, MaxWait: caddy.Duration(frozenMaxWait)})
+	for i := range 2 {
+		start := time.Now()
+		req := newRequest(context.Background(), `{}`).start(h, okHandler)
+		took := req.waitFor(t, start, 2*frozenMaxWait)
+		t.Logf("request %d: %d %q after %v", i, req.w.Code, req.w.Header().Get("Fair-Queue-Reason"), took)
+		assert.Less(t, took, frozenMaxWait, "answered at or past its max_wait")
+		assert.Equal(t, http.StatusServiceUnavailable, req.w.Code, "request %d", i)
+		assert.Equal(t, "store_unavailable", req.w.Header().Get("Fair-Queue-Reason"), "request %d", i)
+		up, ok := gauge(t, ctx.GetMetricsRegistry(), "caddy_fair_queue_store_up", name)
+		assert.True(t, ok && up == 0, "store_up reads %v (reported %v) after request %d", up, ok, i)
+		assert.NotEmpty(t, h.engineList())
+		assert.False(t, storeUp(h), "the admin API reads the store down after request %d", i)
 	}
 }
