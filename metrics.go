@@ -193,7 +193,7 @@ var (
 	descNodeInFlight = newStateDesc("node_in_flight",
 		"Permits held by requests of this instance (fail-open admissions included).")
 	descStoreUp = newStateDesc("store_up",
-		"1 while this instance reaches the queue's store; 0 from the first request answered by on_store_error because the store could not be dialled, or once consecutive calls failed.")
+		"1 while this instance reaches the queue's store; 0 from the first request answered by on_store_error because the store could not be dialled or joined, or once consecutive calls failed.")
 	descClusterWaiting = newStateDesc("cluster_waiting",
 		"Requests waiting in the whole queue, all instances, as the store reported at this instance's last heartbeat. Every instance that reaches the store reports it, idle or not (its heartbeats run every lease/3, so it is at most lease/3 old); take max by queue.")
 	descClusterInFlight = newStateDesc("cluster_in_flight",

@@ -2,9 +2,12 @@ package caddyfairqueue
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
@@ -49,4 +52,28 @@ func TestRedisUserWithTheDocumentedRightsQueuesAndLeavesNothing(t *testing.T) {
 	require.NoError(t, h.Cleanup()) // the config is unloaded
 	require.Eventually(t, func() bool { return len(srv.Keys(t, "*")) == 0 }, 10*time.Second, 20*time.Millisecond,
 		"keys left after the config was unloaded: %v", srv.Keys(t, "*"))
+}
+
+// docs/reference.md (redis): a Redis user without the queue's channels
+// (Redis 7's default acl-pubsub-default resetchannels) cannot queue: the
+// first request meets on_store_error (here fail_closed: 503
+// store_unavailable), before its max_wait, and so do the next ones.
+func TestRedisUserWithoutTheChannelsMeetsOnStoreError(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	srv := redistest.Start(t)
+	require.NoError(t, srv.Client(t).Do(context.Background(), "ACL", "SETUSER", "fq", "on", ">fq-secret",
+		"resetkeys", "resetchannels", "~{fair_queue:*", "~{fair_queue}:*", "+@all", "-@dangerous").Err())
+	const maxWait = 20 * time.Second
+	h := provision(t, newContext(t), "", &Handler{Name: "nochannels", Permits: 1, OnStoreError: FailClosed,
+		MaxWait: caddy.Duration(maxWait),
+		Redis:   &RedisConfig{Addresses: []string{srv.Addr()}, Username: "fq", Password: "fq-secret"}})
+	for i := range 2 {
+		start := time.Now()
+		req := newRequest(context.Background(), `{}`).start(h, okHandler)
+		took := req.waitFor(t, start, 2*maxWait)
+		t.Logf("request %d: %d %q after %v", i, req.w.Code, req.w.Header().Get("Fair-Queue-Reason"), took)
+		assert.Less(t, took, maxWait, "answered at or past its max_wait")
+		assert.Equal(t, http.StatusServiceUnavailable, req.w.Code, "request %d", i)
+		assert.Equal(t, "store_unavailable", req.w.Header().Get("Fair-Queue-Reason"), "request %d", i)
+	}
 }

@@ -309,6 +309,12 @@ func (s *session) join(ctx context.Context) error {
 	if err := q.store.Open(octx, q.node, q); err != nil {
 		s.openFailedAt, s.openErr = time.Now(), err
 		q.health.failed(q.log, err)
+		// Every request until the next try (retryOpenAfter) is answered
+		// by the store-error policy without a call: the store is down for
+		// them, and reads so from the first, also where the open ran out
+		// of time (a dial that hangs, a frozen store) rather than being
+		// refused.
+		q.health.markDown(q.log, err)
 		if !s.retrying {
 			s.retrying, s.retryDone = true, make(chan struct{})
 			go s.rejoin()
