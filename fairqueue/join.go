@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // rejoin tries to open the store again once per retryOpenAfter, from
@@ -25,4 +27,79 @@ func (s *session) rejoin() {
 			return
 		}
 	}
+}
+
+// join opens the store (subscribing this node to its grants) before the
+// node's first acquire, so no grant can slip between the two, and starts
+// the loop.
+func (s *session) join(ctx context.Context) error {
+	q := s.q
+	// After a failed open the store reads down: a request that comes
+	// while the next open is on its way (rejoin's, in the background, or
+	// another request's) is answered by the store-error policy at once
+	// rather than after that open, which takes up to the store's timeout
+	// where Redis hangs.
+	if s.joining.Load() {
+		if err := s.failedErr.Load(); err != nil {
+			return *err
+		}
+	}
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	if s.opened {
+		return nil
+	}
+	if q.closed.Load() {
+		return errClosed
+	}
+	if !s.openFailedAt.IsZero() && time.Since(s.openFailedAt) < retryOpenAfter {
+		return s.openErr
+	}
+	cfg := q.cfg.Load()
+	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.StoreTimeout)
+	defer cancel()
+	s.confirmed.Store(&confirmation{sent: time.Since(s.base)}) // before the first grant can come
+	s.joining.Store(true)
+	defer s.joining.Store(false)
+	if err := q.store.Open(octx, q.node, q); err != nil {
+		s.openFailedAt, s.openErr = time.Now(), err
+		s.failedErr.Store(&err)
+		q.health.failed(q.log, err)
+		// Every request until the next try (retryOpenAfter) is answered
+		// by the store-error policy without a call: the store is down for
+		// them, and reads so from the first, also where the open ran out
+		// of time (a dial that hangs, a frozen store) rather than being
+		// refused.
+		q.health.markDown(q.log, err)
+		if !s.retrying {
+			s.retrying, s.retryDone = true, make(chan struct{})
+			go s.rejoin()
+		}
+		return err
+	}
+	s.opened = true
+	s.failedErr.Store(nil)
+	q.health.ok(q.log) // the store answered: a down mark from failed opens ends
+	q.log.Info("node joined queue", zap.Int("permits", cfg.Permits))
+	go s.loop()
+	return nil
+}
+
+// end stops the loop, if the node joined, and rejoin, if an open failed,
+// and reports whether the node had joined. Queue.leave calls it once,
+// closed set: no join succeeds after it read opened.
+func (s *session) end() (joined bool) {
+	s.openMu.Lock()
+	joined, retrying := s.opened, s.retrying
+	s.openMu.Unlock()
+	if joined || retrying {
+		close(s.stop)
+	}
+	if joined {
+		<-s.done
+	}
+	if retrying {
+		<-s.retryDone
+	}
+	return joined
 }

@@ -200,3 +200,48 @@ func TestCloseWhileTheBackgroundJoinIsOnItsWayLeavesNoKey(t *testing.T) {
 	assert.Equal(t, opens, h.opens.Load(), "a join tried after Close")
 	assert.Empty(t, srv.Keys(t, "*"), "keys written after the node left")
 }
+
+// A request that comes while the background join is on its way is
+// answered by on_store_error at once (the store reads down from the
+// failed join), not after that join: with Redis hanging (a frozen
+// Redis, dropped SYNs), the join takes the store's timeout, and the
+// background one runs nearly always.
+func TestRequestIsAnsweredAtOnceWhileTheBackgroundJoinIsOnItsWay(t *testing.T) {
+	srv := redistest.Start(t)
+	const name = "rejoin-inflight"
+	n, h, release := heldOpenNode(t, srv, name, fairqueue.Config{Permits: 1, Lease: 30 * time.Second,
+		PollInterval: 50 * time.Millisecond, MaxWait: 60 * time.Second})
+	_, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	require.Error(t, err, "fail_closed while the join fails")
+	h.armed.Store(true)
+	h.fail.Store(false)
+	select {
+	case <-h.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no background join")
+	}
+	answered := make(chan error, 1)
+	go func() {
+		p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+		if p != nil {
+			p.Release()
+		}
+		answered <- err
+	}()
+	select {
+	case err := <-answered:
+		var re *fairqueue.RejectError
+		require.ErrorAs(t, err, &re)
+		assert.Equal(t, fairqueue.ReasonStoreUnavailable, re.Reason)
+	case <-time.After(10 * time.Second):
+		release()
+		<-answered
+		t.Fatal("the request waited for the background join (10 s and more) rather than being answered by on_store_error")
+	}
+	release()
+	eventually(t, 20*time.Second, func() bool { return n.q.Stats().StoreUp }, "never joined")
+	p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	p.Release()
+	assert.Equal(t, int32(1), h.joined.Load(), "opens that succeeded")
+}
