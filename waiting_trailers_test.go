@@ -85,11 +85,12 @@ func TestWaitingTrailersCountAgainstMaxWaitingBytesOverHTTP2AndHTTP3(t *testing.
 
 			up.release <- struct{}{}
 			up.release <- struct{}{}
-			for _, ch := range []<-chan answer{running, a} {
-				ans := got(t, ch)
-				require.NoError(t, ans.err)
-				assert.Equal(t, http.StatusOK, ans.status, ans.body)
-			}
+			ans := got(t, running)
+			require.NoError(t, ans.err)
+			assert.Equal(t, http.StatusOK, ans.status, ans.body)
+			// a is granted and forwarded; its answer may be a 502: the test
+			// upstream (HTTP/1) takes 4 KiB of trailers, not 64.
+			require.NoError(t, got(t, a).err)
 			require.Eventually(t, func() bool { return waitingBytes.Load() == 0 }, 10*time.Second, 5*time.Millisecond, "bytes left counted")
 		})
 	}
