@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
@@ -21,14 +22,53 @@ var waitingBytes atomic.Int64
 // memory beyond its name and value (its map entry and slice).
 const headerFieldCost = 64
 
-// waitingSize is what a request holds in memory while it waits: its
-// body of bodyLen bytes, its target, and its header fields, each its
-// name, its value and headerFieldCost. A client's headers (up to the
-// server's max_header_bytes, 1 MiB by default) cost as much as a body
-// of that size, and count as one.
+// waiterCost is what a waiting request holds in memory beyond its body
+// and head, whatever they are: its goroutines' stacks, its connection's
+// buffers (HTTP/1) or stream's, Caddy's state of the request, the
+// queue's ticket (measured: 38 KiB over HTTP/1). max_queue has no
+// default, so that max_waiting_bytes is what bounds how many requests
+// wait: a request of `{}` counted as its 100 bytes would let millions
+// wait within the default 256 MiB.
+const waiterCost = 32 << 10
+
+// waitingSize is what a request holds in memory while it waits:
+// waiterCost, its body of bodyLen bytes, its target, and its header and
+// trailer fields, each its name, its value and headerFieldCost. A
+// client's headers (up to the server's max_header_bytes) cost as much as
+// a body of that size, and count as one; so do its trailers (over
+// HTTP/2 and HTTP/3 as many bytes again, read with the body).
 func waitingSize(r *http.Request, bodyLen int) int64 {
-	n := int64(bodyLen) + int64(len(r.RequestURI)+len(r.URL.Path)+len(r.URL.RawQuery)+len(r.Host))
-	for name, values := range r.Header {
+	n := waiterCost + int64(bodyLen) + int64(len(r.RequestURI)+len(r.URL.Path)+len(r.URL.RawQuery)+len(r.Host))
+	return n + fieldsSize(r.Header) + trailersSize(r)
+}
+
+// trailersSize is what r's trailer fields hold. Over HTTP/1 and HTTP/2
+// they are in r.Trailer once the body is read; over HTTP/3 the server
+// keeps them on its own copy of the request, and r.Trailer holds only
+// the names the client announced: such a request is counted at the
+// server's max_header_bytes, the most its trailers may hold.
+func trailersSize(r *http.Request) int64 {
+	n := fieldsSize(r.Trailer)
+	if r.ProtoMajor != 3 || len(r.Trailer) == 0 {
+		return n
+	}
+	for _, values := range r.Trailer {
+		if len(values) > 0 {
+			return n
+		}
+	}
+	limit := int64(http.DefaultMaxHeaderBytes)
+	if srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok && srv.MaxHeaderBytes > 0 {
+		limit = int64(srv.MaxHeaderBytes)
+	}
+	return max(n, limit)
+}
+
+// fieldsSize is what header (or trailer) fields h hold in memory: each
+// field's name, value and headerFieldCost.
+func fieldsSize(h http.Header) int64 {
+	var n int64
+	for name, values := range h {
 		for _, v := range values {
 			n += int64(len(name) + len(v) + headerFieldCost)
 		}

@@ -20,7 +20,7 @@ import (
 // thousand such waiters: a GiB).
 func TestWaitingHeadersCountAgainstMaxWaitingBytes(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
-	h := provisionLocal(t, newContext(t), &Handler{Name: "headers", Permits: 1, MaxBody: 1000, MaxWaitingBytes: 4000,
+	h := provisionLocal(t, newContext(t), &Handler{Name: "headers", Permits: 1, MaxBody: 1000, MaxWaitingBytes: 4000 + 2*waitingHead(2),
 		MaxWait: caddy.Duration(3 * time.Second)})
 	next := newHolder()
 	ctx := context.Background()

@@ -167,7 +167,7 @@ func TestWaitingBodiesBeyondMaxWaitingBytesGetQueueFullUntilTheyDrain(t *testing
 		permits 1
 		max_wait 60s
 		max_body 16KiB
-		max_waiting_bytes 24KiB
+		max_waiting_bytes 88KiB
 		redis redis://%s/0
 	}`, rds.Addr())), harness.CaddyOptions{})
 	q := Queue{rdb: rds.Client(t), name: "bytes"}
