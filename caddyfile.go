@@ -51,7 +51,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    poll_interval <duration>           # default 200ms (max_wait if shorter); at least 50ms, at most max_wait
 //	    max_body      <size>               # default 8MiB (e.g. 1MiB, 512KB); larger bodies get 413
 //	    body_timeout  <duration>           # default 30s; at least 100ms; a body not read in full by then gets 408
-//	    max_waiting_bytes <size>           # bodies of waiting requests, this process; beyond: 429 queue_full. default 256MiB, at least max_body
+//	    max_waiting_bytes <size>           # bodies, heads and 32KiB each of waiting requests, this process; beyond: 429 queue_full. default 256MiB, at least max_body
 //	    lease         <duration>           # default 30s; at least 1s
 //	    abort_grace   <duration>|off       # a permit's hold after its client left mid-answer; default 50ms, at most 1m
 //

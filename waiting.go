@@ -43,19 +43,16 @@ func waitingSize(r *http.Request, bodyLen int) int64 {
 }
 
 // trailersSize is what r's trailer fields hold. Over HTTP/1 and HTTP/2
-// they are in r.Trailer once the body is read; over HTTP/3 the server
-// keeps them on its own copy of the request, and r.Trailer holds only
-// the names the client announced: such a request is counted at the
-// server's max_header_bytes, the most its trailers may hold.
+// they are in r.Trailer once the body is read. Over HTTP/3 the server
+// keeps them on its own copy of the request, whether the client
+// announced them (r.Trailer holds only the names it announced) or not
+// (r.Trailer is empty): a request whose body is read (all but a
+// CONNECT's) is counted at the server's max_header_bytes, the most its
+// trailers may hold.
 func trailersSize(r *http.Request) int64 {
 	n := fieldsSize(r.Trailer)
-	if r.ProtoMajor != 3 || len(r.Trailer) == 0 {
+	if r.ProtoMajor != 3 || r.Method == http.MethodConnect {
 		return n
-	}
-	for _, values := range r.Trailer {
-		if len(values) > 0 {
-			return n
-		}
 	}
 	limit := int64(http.DefaultMaxHeaderBytes)
 	if srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok && srv.MaxHeaderBytes > 0 {
