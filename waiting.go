@@ -42,16 +42,20 @@ func waitingSize(r *http.Request, bodyLen int) int64 {
 	return n + fieldsSize(r.Header) + trailersSize(r)
 }
 
-// trailersSize is what r's trailer fields hold. Over HTTP/1 and HTTP/2
-// they are in r.Trailer once the body is read. Over HTTP/3 the server
-// keeps them on its own copy of the request, whether the client
-// announced them (r.Trailer holds only the names it announced) or not
-// (r.Trailer is empty): a request whose body is read (all but a
-// CONNECT's) is counted at the server's max_header_bytes, the most its
-// trailers may hold.
+// trailersSize is what r's trailer fields hold. Over HTTP/1 they are in
+// r.Trailer once the body is read (those it did not announce, 4 KiB at
+// most, are not). Over HTTP/2 the server keeps every field of a request
+// that announced trailers and shows r.Trailer only those it announced;
+// one that announced none has the rest dropped. Over HTTP/3 the server
+// keeps them on its own copy of the request, announced or not, and
+// r.Trailer holds only the names announced. A request whose trailers
+// the handler cannot see (HTTP/2 that announced some, HTTP/3 whose body
+// is read: all but a CONNECT) is counted at the server's
+// max_header_bytes, the most they may hold.
 func trailersSize(r *http.Request) int64 {
 	n := fieldsSize(r.Trailer)
-	if r.ProtoMajor != 3 || r.Method == http.MethodConnect {
+	unseen := r.ProtoMajor == 3 || r.ProtoMajor == 2 && len(r.Trailer) > 0
+	if !unseen || r.Method == http.MethodConnect {
 		return n
 	}
 	limit := int64(http.DefaultMaxHeaderBytes)

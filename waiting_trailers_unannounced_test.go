@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -107,4 +109,74 @@ func TestUnannouncedTrailersCountAgainstMaxWaitingBytesOverHTTP3(t *testing.T) {
 	ans := got(t, running)
 	require.NoError(t, ans.err)
 	assert.Equal(t, 200, ans.status, ans.body)
+}
+
+// lateTrailers is a request body that, as it ends, adds to its
+// request's trailers fields of about size bytes in all: Go's client
+// sends them, though its Trailer header announced only the fields set
+// before the request was sent.
+type lateTrailers struct {
+	body    io.Reader
+	trailer http.Header
+	size    int
+}
+
+func (l *lateTrailers) Read(p []byte) (int, error) {
+	n, err := l.body.Read(p)
+	if err == io.EOF {
+		pad := strings.Repeat("t", 4096)
+		for i := range l.size / len(pad) {
+			l.trailer.Set(fmt.Sprintf("X-Pad-%d", i), pad)
+		}
+	}
+	return n, err
+}
+
+// Over HTTP/2 a client that announces one trailer field may send
+// others: Go's server keeps them all (up to max_header_bytes) while the
+// request runs, and shows the handler only those announced. A request
+// that announces trailers is counted as one that may send
+// max_header_bytes of them. Before, one that announced a field and sent
+// 64 KiB of others counted none of them.
+func TestUnannouncedTrailersCountAgainstMaxWaitingBytesOverHTTP2(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	up := newHeldUpstream(t)
+	name := "trailers-unannounced-h2"
+	s := runTLSCaddyWith(t, `"max_header_bytes":1048576,`, fmt.Sprintf(`{"handler":"fair_queue","name":%q,"permits":1,"max_body":1000,"max_waiting_bytes":100000,"max_wait":"30s"}`, name), up.proxy())
+	c, closeConns := s.closableClient(t, "h2")
+	running := chat(context.Background(), s.client(t, "h2"), s.url, `{"model":"m"}`)
+	require.Eventually(t, func() bool { return up.run.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
+
+	req, err := http.NewRequest(http.MethodPost, s.url+"/v1/chat/completions", nil)
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Trailer = http.Header{"X-A": nil}
+	req.Body = io.NopCloser(&lateTrailers{body: strings.NewReader(`{"model":"m"}`), trailer: req.Trailer, size: 64 << 10})
+	req.ContentLength = -1
+	done := make(chan error, 1)
+	go func() {
+		resp, err := c.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return queueWaiting(t, name) == 1 }, 10*time.Second, 5*time.Millisecond, "a is not waiting")
+	assert.GreaterOrEqual(t, waitingBytes.Load(), int64(waiterCost+64<<10), "a's unannounced trailers are not counted")
+
+	// a's client goes away: its count is given back.
+	closeConns()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's request did not end with its connection")
+	}
+	require.Eventually(t, func() bool { return queueWaiting(t, name) == 0 }, 10*time.Second, 5*time.Millisecond, "a still waits")
+	require.Eventually(t, func() bool { return waitingBytes.Load() == 0 }, 10*time.Second, 5*time.Millisecond, "bytes left counted")
+
+	up.release <- struct{}{}
+	ans := got(t, running)
+	require.NoError(t, ans.err)
+	assert.Equal(t, http.StatusOK, ans.status, ans.body)
 }
