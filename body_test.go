@@ -30,9 +30,17 @@ func TestReadBodyRestoresTheSameBytesAndLength(t *testing.T) {
 		{"exactly max_body, chunked", 4096, 4096, true, false},
 		{"max_body plus one", 4097, 4096, false, true},
 		{"max_body plus one, chunked", 4097, 4096, true, true},
+		// Past the first 4 KiB buffer: the buffer doubles, its bytes kept in order.
+		{"exactly max_body past the first buffer", 100<<10 + 3, 100<<10 + 3, false, false},
+		{"exactly max_body past the first buffer, chunked", 100<<10 + 3, 100<<10 + 3, true, false},
+		{"a mebibyte, chunked", 1 << 20, 8 << 20, true, false},
+		{"max_body plus one past the first buffer, chunked", 100<<10 + 4, 100<<10 + 3, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			payload := bytes.Repeat([]byte("a"), tc.size)
+			payload := make([]byte, tc.size)
+			for i := range payload {
+				payload[i] = byte(i % 251) // bytes out of place show
+			}
 			var body io.Reader = bytes.NewReader(payload)
 			if tc.chunked {
 				body = io.MultiReader(body) // hides the length
