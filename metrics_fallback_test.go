@@ -101,4 +101,7 @@ func TestWaitersMovedBackFromTheLocalFallbackAreNoRejects(t *testing.T) {
 	require.Equal(t, "granted", running.placeholder(phOutcome))
 	require.Equal(t, "granted", waiting.placeholder(phOutcome), "the waiter was served")
 	assert.Equal(t, before, rejects(), "no request was refused")
+	// It counted against max_waiting_bytes once, in the fallback and in
+	// Redis alike: given back once.
+	assert.Zero(t, waitingBytes.Load(), "bytes left counted")
 }

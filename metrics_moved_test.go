@@ -25,7 +25,8 @@ func queueRejects(queue string) float64 {
 // A reload that moves a queue to another store moves its waiters into
 // the new queue, where they wait on and are served: no client is
 // refused, so rejects_total counts nothing. The old queue's end of their
-// wait (shutting_down) was counted as a reject.
+// wait (shutting_down) was counted as a reject. What they count against
+// max_waiting_bytes returns to nothing once they are served.
 func TestWaitersMovedByAReloadAreNoRejects(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
 	const name = "moved-rejects"
@@ -38,6 +39,7 @@ func TestWaitersMovedByAReloadAreNoRejects(t *testing.T) {
 	next.waitEntered(t)
 	waiting := newRequest(context.Background(), `{}`).start(old, next)
 	waitingIn(t, old, 1)
+	require.Positive(t, waitingBytes.Load(), "the waiter is not counted against max_waiting_bytes")
 
 	// The reload: the new config keeps the queue in this process, serves
 	// a request, and the old config is cleaned up (its queue moves).
@@ -54,4 +56,7 @@ func TestWaitersMovedByAReloadAreNoRejects(t *testing.T) {
 		require.Equal(t, "granted", r.placeholder(phOutcome), "every request is served")
 	}
 	assert.Equal(t, before, queueRejects(name), "no request was refused")
+	// What the moved waiter counted against max_waiting_bytes is given
+	// back once, as it was counted once.
+	assert.Zero(t, waitingBytes.Load(), "bytes left counted")
 }

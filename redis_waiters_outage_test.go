@@ -58,6 +58,9 @@ func TestWaitersQueuedInRedisKeepWaitingUpToMaxWaitWhenRedisDies(t *testing.T) {
 			assert.Equal(t, tc.newReason, other.w.Header().Get("Fair-Queue-Reason"))
 			close(next.release)
 			held.wait(t)
+			// The waiter timed out, the newcomer was answered by the policy:
+			// nothing is left counted against max_waiting_bytes.
+			assert.Zero(t, waitingBytes.Load(), "bytes left counted")
 		})
 	}
 }
