@@ -198,8 +198,11 @@ type Handler struct {
 	// MaxWaitingBytes bounds the memory that waiting requests hold: the
 	// size of the bodies of the requests waiting for a permit in this
 	// Caddy process, every fair_queue handler and queue together, each
-	// with its head (its target, and its header fields at their name,
-	// value and 64 bytes each). A request whose body and head would take
+	// with its head (its target, and its header and trailer fields at
+	// their name, value and 64 bytes each; trailers the handler cannot
+	// see, over HTTP/3 or over HTTP/2 where some are announced, at the
+	// server's max_header_bytes) and 32 KiB, what a waiting request holds
+	// whatever its size. A request whose body and head would take
 	// that sum beyond this handler's value
 	// is rejected at once with reason queue_full (429 and Retry-After by
 	// default). A body counts from its read until its request is granted

@@ -12,8 +12,8 @@ import (
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 )
 
-// waitingBytes is the size of the request bodies held by requests
-// waiting for a permit in this process: every fair_queue handler and
+// waitingBytes is what requests waiting for a permit in this process
+// hold, each counted as waitingSize: every fair_queue handler and
 // every queue together, since they share the process's memory (see
 // Handler.MaxWaitingBytes).
 var waitingBytes atomic.Int64
