@@ -142,7 +142,9 @@ func (e *engine) forGrant(h *Handler, p *fairqueue.Permit, next caddyhttp.Handle
 }
 
 // staticInForce is the route of the config in force for plain grant p of
-// a request of h, whose config was replaced since (see above), or of the
+// a request of h, whose config was replaced since (see above; also
+// while h's config is not yet cleaned up, once the later config's
+// handler has served the queue), or of the
 // config replaced since whose settings the queue still has (the config
 // in force has not served it yet: the grant was made under them); nil
 // where h's own route serves it: h's config is in force, or no handler
@@ -152,11 +154,16 @@ func (e *engine) forGrant(h *Handler, p *fairqueue.Permit, next caddyhttp.Handle
 // or either config counts tokens or learns its capacity, or the grant
 // was made under more permits than that route's (or unknown ones).
 func (e *engine) staticInForce(h *Handler, p *fairqueue.Permit) *route {
-	if h.live() {
-		return nil
-	}
 	r, live := e.routes.get(false)
-	if !live {
+	if h.live() {
+		// h's config is in force, unless a later config's handler serves
+		// the queue too: Caddy starts the new config before it stops the
+		// old one, and the new config's first request applies its
+		// settings, under which h's waiters are granted meanwhile.
+		if r == nil || !live || r.h.gen <= h.gen {
+			return nil
+		}
+	} else if !live {
 		if r = namesakes.route(e.name, false); r == nil {
 			// The route of a config cleaned up since whose settings the
 			// queue still has (the config in force has not served it):
