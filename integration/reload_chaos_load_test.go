@@ -33,6 +33,7 @@ type watchedReplica struct {
 	nextID   int
 	running  map[int]string // request id -> X-Client-Seq
 	arrivals []replicaArrival
+	gate     chan struct{} // while open (not nil, not closed), arrivals wait before answering
 }
 
 // replicaArrival is one completion request arriving at a replica.
@@ -51,8 +52,13 @@ func startWatchedReplica(t *testing.T, name string, cfg mockllm.Config) *watched
 			h.ServeHTTP(w, req)
 			return
 		}
-		id := r.arrive(req.Header.Get(mockllm.HeaderClientSeq))
+		id, gate := r.arrive(req.Header.Get(mockllm.HeaderClientSeq))
 		defer r.leave(id)
+		select {
+		case <-gate: // closed at once where no gate holds
+		case <-req.Context().Done():
+			return
+		}
 		h.ServeHTTP(w, req)
 	}))
 	t.Cleanup(srv.Close)
@@ -60,9 +66,32 @@ func startWatchedReplica(t *testing.T, name string, cfg mockllm.Config) *watched
 	return r
 }
 
-func (r *watchedReplica) arrive(seq string) int {
+// hold makes the requests that arrive from now on wait, counted as
+// running, before their answer starts, until the returned release is
+// called (also at the test's end): the test's setup then takes as long
+// as it does without the first request ending meanwhile.
+func (r *watchedReplica) hold(t *testing.T) (release func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	g := make(chan struct{})
+	r.gate = g
+	var once sync.Once
+	release = func() { once.Do(func() { close(g) }) }
+	t.Cleanup(release)
+	return release
+}
+
+func (r *watchedReplica) arrive(seq string) (int, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var gate <-chan struct{}
+	if r.gate != nil {
+		gate = r.gate
+	} else {
+		closed := make(chan struct{})
+		close(closed)
+		gate = closed
+	}
 	others := make([]string, 0, len(r.running))
 	for _, s := range r.running {
 		others = append(others, s)
@@ -70,7 +99,7 @@ func (r *watchedReplica) arrive(seq string) int {
 	r.arrivals = append(r.arrivals, replicaArrival{at: time.Now(), seq: seq, others: others})
 	r.nextID++
 	r.running[r.nextID] = seq
-	return r.nextID
+	return r.nextID, gate
 }
 
 func (r *watchedReplica) leave(id int) {

@@ -56,6 +56,9 @@ func runLower(t *testing.T, tc lowerCase) {
 		c := harness.StartCaddy(t, "caddy", tc.before(rep.addr, store), harness.CaddyOptions{GracePeriod: 30 * time.Second})
 		client := newClient(t)
 		var all collect
+		// The first ones run, held, until all are in: on a loaded
+		// machine queueing them may take longer than an answer.
+		release := rep.hold(t)
 		cancels := make([]context.CancelFunc, len(tc.clients))
 		for i, h := range tc.clients {
 			ctx, cancel := context.WithCancel(context.Background())
@@ -70,6 +73,7 @@ func runLower(t *testing.T, tc lowerCase) {
 		require.True(t, eventually(10*time.Second, func() bool {
 			return len(rep.Arrivals()) == tc.running && localStats(t, c, "llm").Waiting == tc.wait
 		}), "not %d running and %d waiting: %d arrivals, %+v", tc.running, tc.wait, len(rep.Arrivals()), localStats(t, c, "llm"))
+		release()
 		// The client leaving is the first that runs.
 		leaver := rep.Arrivals()[0].seq
 		li, _ := strconv.Atoi(leaver[1:])
@@ -240,10 +244,14 @@ func TestAReloadThatReshapesAPoolAsAClientLeavesKeepsEachUpstreamWithinItsPermit
 			harness.CaddyOptions{GracePeriod: 30 * time.Second})
 		client := newClient(t)
 		var all collect
+		// The first three run, held, until all eight are in.
+		releaseA, releaseB := a.hold(t), b.hold(t)
 		cancels := all.sendStreams(client, c.URL(), 8)
 		require.True(t, eventually(10*time.Second, func() bool {
 			return len(a.Arrivals()) == 2 && len(b.Arrivals()) == 1 && localStats(t, c, "llm").Waiting == 5
 		}), "not 3 running and 5 waiting: %+v", localStats(t, c, "llm"))
+		releaseA()
+		releaseB()
 		require.NoError(t, c.Load(pool(fmt.Sprintf("upstream %s 1\n\t\tupstream %s 2\n\t\tupstream %s 1", a.addr, b.addr, cr.addr))))
 		loaded := time.Now()
 		leaver := a.Arrivals()[0].seq

@@ -41,6 +41,9 @@ func TestAStoreSwitchWhoseMovedWaiterLeavesKeepsThePermitsAndLeavesNoKey(t *test
 			client := newClient(t)
 			var all collect
 			cancels := map[string]context.CancelFunc{}
+			// c0 runs, held, until all six are in: on a loaded machine
+			// queueing them may take longer than an answer.
+			release := rep.hold(t)
 			for i := range 6 {
 				ctx, cancel := context.WithCancel(context.Background())
 				seq := "c" + strconv.Itoa(i)
@@ -50,10 +53,13 @@ func TestAStoreSwitchWhoseMovedWaiterLeavesKeepsThePermitsAndLeavesNoKey(t *test
 					return len(rep.Arrivals()) == 1 && localStats(t, c, "llm").Waiting >= i
 				}), "client %d not in: %+v", i, localStats(t, c, "llm"))
 			}
+			release()
 			require.NoError(t, c.Load(site(rep.addr, store(tc.after))))
 			all.sendAcrossSwap(context.Background(), client, c.URL(), "n0", Chat{Stream: true, Seq: "n0"})
 			require.True(t, eventually(10*time.Second, func() bool {
-				return waitingIn(t, c, "llm") == 5 // c1..c4 and n0, in either queue
+				// Seven sent: n0 is in once they have arrived or wait,
+				// in either queue.
+				return len(rep.Arrivals())+waitingIn(t, c, "llm") >= 7
 			}), "the new request did not queue")
 			cancels["c4"]() // a waiter, moved or on its way
 			results := all.wait(t, 2*time.Minute)
@@ -124,6 +130,7 @@ func TestTwoQuickStoreSwitchesWhileTheWaitersMoveKeepThePermits(t *testing.T) {
 			c := harness.StartCaddy(t, "caddy", site(rep.addr, store(tc.stores[0])), harness.CaddyOptions{GracePeriod: 30 * time.Second})
 			client := newClient(t)
 			var all collect
+			release := rep.hold(t) // c0 runs, held, until all six are in
 			for i := range 6 {
 				seq := "c" + strconv.Itoa(i)
 				all.send(context.Background(), client, c.URL(), seq, Chat{Stream: true, Seq: seq})
@@ -131,6 +138,7 @@ func TestTwoQuickStoreSwitchesWhileTheWaitersMoveKeepThePermits(t *testing.T) {
 					return len(rep.Arrivals()) == 1 && localStats(t, c, "llm").Waiting >= i
 				}), "client %d not in: %+v", i, localStats(t, c, "llm"))
 			}
+			release()
 			sent := 6
 			for i, s := range tc.stores[1:] {
 				require.NoError(t, c.Load(site(rep.addr, store(s))))
@@ -197,10 +205,14 @@ func TestAStoreSwitchThatReshapesAPoolKeepsEachUpstreamWithinItsPermits(t *testi
 			c := harness.StartCaddy(t, "caddy", pool(a, b, tc.before), harness.CaddyOptions{GracePeriod: 30 * time.Second})
 			client := newClient(t)
 			var all collect
+			// The first two run, held, until all six are in.
+			releaseA, releaseB := a.hold(t), b.hold(t)
 			cancels := all.sendStreams(client, c.URL(), 6)
 			require.True(t, eventually(10*time.Second, func() bool {
 				return len(a.Arrivals()) == 1 && len(b.Arrivals()) == 1 && localStats(t, c, "llm").Waiting == 4
 			}), "not 2 running and 4 waiting: %+v", localStats(t, c, "llm"))
+			releaseA()
+			releaseB()
 			require.NoError(t, c.Load(pool(b, cr, tc.after)))
 			loaded := time.Now()
 			all.sendAcrossSwap(context.Background(), client, c.URL(), "n0", Chat{Stream: true, Seq: "n0"})
