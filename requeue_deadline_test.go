@@ -21,12 +21,13 @@ import (
 )
 
 // lateRefuser answers a request with X-Refuse 429 once refuse is
-// closed, and any other one 200 once release is closed, counting the
-// requests it runs at once.
+// closed, one with X-Quick 200 at once, and any other one 200 once
+// release is closed, counting the requests it runs at once.
 type lateRefuser struct {
 	srv             *httptest.Server
 	refuse, release chan struct{}
 	refusing        atomic.Int64 // requests with X-Refuse in
+	lastRefusing    atomic.Int64 // when the last of them came in (UnixNano)
 	now, most       atomic.Int64
 	once            sync.Once
 }
@@ -40,7 +41,12 @@ func newLateRefuser(t *testing.T) *lateRefuser {
 		defer u.now.Add(-1)
 		for m := u.most.Load(); n > m && !u.most.CompareAndSwap(m, n); m = u.most.Load() {
 		}
+		if r.Header.Get("X-Quick") != "" {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
 		if r.Header.Get("X-Refuse") != "" {
+			u.lastRefusing.Store(time.Now().UnixNano())
 			u.refusing.Add(1)
 			<-u.refuse
 			w.WriteHeader(http.StatusTooManyRequests)
@@ -94,11 +100,11 @@ func TestRequeuePastMaxWaitIsNotAStoreFailure(t *testing.T) {
 		code int
 		body string
 	}
-	send := func(refuse bool, out chan<- answer) {
+	send := func(kind string, out chan<- answer) {
 		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"model":"m","messages":[]}`))
 		req.Header.Set("Content-Type", "application/json")
-		if refuse {
-			req.Header.Set("X-Refuse", "1")
+		if kind != "" {
+			req.Header.Set(kind, "1")
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -110,15 +116,26 @@ func TestRequeuePastMaxWaitIsNotAStoreFailure(t *testing.T) {
 		out <- answer{resp.StatusCode, string(b)}
 	}
 
+	// The instance joins its queue first, with requests answered at once
+	// until one is granted: the first request waits for the join, which
+	// may take longer than the max_wait below on a loaded machine (it is
+	// bounded by the store's timeout, 1s), and the two below would be
+	// rejected before reaching the upstream.
+	require.Eventually(t, func() bool {
+		warm := make(chan answer, 1)
+		send("X-Quick", warm)
+		return (<-warm).code == http.StatusOK
+	}, 30*time.Second, 10*time.Millisecond, "never joined")
+
 	// Two requests run on the upstream, which refuses them only once
-	// their max_wait (500ms from their arrival) has passed.
+	// their max_wait (500ms from their arrival, which is before the
+	// upstream saw them) has passed.
 	refused := make(chan answer, 2)
-	sent := time.Now()
 	for range 2 {
-		go send(true, refused)
+		go send("X-Refuse", refused)
 	}
 	require.Eventually(t, func() bool { return u.refusing.Load() == 2 }, 30*time.Second, 5*time.Millisecond)
-	time.Sleep(time.Until(sent.Add(time.Second))) // past their max_wait: a deadline, not a speed
+	time.Sleep(time.Until(time.Unix(0, u.lastRefusing.Load()).Add(500*time.Millisecond + 100*time.Millisecond))) // past their max_wait: a deadline, not a speed
 	close(u.refuse)
 	for range 2 {
 		select {
@@ -135,7 +152,7 @@ func TestRequeuePastMaxWaitIsNotAStoreFailure(t *testing.T) {
 	assert.Equal(t, e0, testutil.ToFloat64(errs), "store errors counted for requeues past max_wait")
 	served := make(chan answer, 3)
 	for range 3 {
-		go send(false, served)
+		go send("", served)
 	}
 	rdb := rds.Client(t)
 	require.Eventually(t, func() bool {
