@@ -23,27 +23,45 @@ func (s *session) rejoin() {
 			return
 		case <-t.C:
 		}
-		if err := s.join(context.Background()); err == nil || errors.Is(err, errClosed) {
+		if err := s.open(context.Background(), true); err == nil || errors.Is(err, errClosed) {
 			return
 		}
 	}
 }
 
+// joinWait is the longest a request waits for an open on its way after
+// one failed (join): long enough for an open to a store that answers
+// again, short against one to a store that hangs (up to StoreTimeout).
+const joinWait = 50 * time.Millisecond
+
 // join opens the store (subscribing this node to its grants) before the
 // node's first acquire, so no grant can slip between the two, and starts
 // the loop.
 func (s *session) join(ctx context.Context) error {
-	q := s.q
 	// After a failed open the store reads down: a request that comes
 	// while the next open is on its way (rejoin's, in the background, or
-	// another request's) is answered by the store-error policy at once
-	// rather than after that open, which takes up to the store's timeout
-	// where Redis hangs.
-	if s.joining.Load() {
-		if err := s.failedErr.Load(); err != nil {
-			return *err
+	// another request's) waits for it at most joinWait, then is answered
+	// by the store-error policy with the failed open's error, rather than
+	// after that open, which takes up to the store's timeout where Redis
+	// hangs. An open that succeeds meanwhile serves it.
+	if ch := s.joining.Load(); ch != nil {
+		t := time.NewTimer(joinWait)
+		select {
+		case <-*ch:
+		case <-t.C:
+			if err := s.failedErr.Load(); err != nil {
+				return *err
+			}
 		}
+		t.Stop()
 	}
+	return s.open(ctx, false)
+}
+
+// open is join's open; paced (rejoin's, once per retryOpenAfter) it
+// does not wait out retryOpenAfter after the last failed one.
+func (s *session) open(ctx context.Context, paced bool) error {
+	q := s.q
 	s.openMu.Lock()
 	defer s.openMu.Unlock()
 	if s.opened {
@@ -52,15 +70,18 @@ func (s *session) join(ctx context.Context) error {
 	if q.closed.Load() {
 		return errClosed
 	}
-	if !s.openFailedAt.IsZero() && time.Since(s.openFailedAt) < retryOpenAfter {
+	if !paced && !s.openFailedAt.IsZero() && time.Since(s.openFailedAt) < retryOpenAfter {
 		return s.openErr
 	}
 	cfg := q.cfg.Load()
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.StoreTimeout)
 	defer cancel()
 	s.confirmed.Store(&confirmation{sent: time.Since(s.base)}) // before the first grant can come
-	s.joining.Store(true)
-	defer s.joining.Store(false)
+	if s.failedErr.Load() != nil {
+		ch := make(chan struct{})
+		s.joining.Store(&ch)
+		defer func() { s.joining.Store(nil); close(ch) }()
+	}
 	if err := q.store.Open(octx, q.node, q); err != nil {
 		s.openFailedAt, s.openErr = time.Now(), err
 		s.failedErr.Store(&err)

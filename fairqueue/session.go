@@ -35,10 +35,10 @@ type session struct {
 	openErr      error
 	retrying     bool          // rejoin runs: an open failed
 	retryDone    chan struct{} // closed when rejoin has stopped
-	// joining is set while an open is on its way after one failed
-	// (failedErr, its error): a request then does not wait for it
-	// (join).
-	joining   atomic.Bool
+	// joining is closed when the open on its way after one failed
+	// ends (nil: none on its way), failedErr that failed open's error:
+	// a request waits for such an open at most joinWait (join).
+	joining   atomic.Pointer[chan struct{}]
 	failedErr atomic.Pointer[error]
 
 	stop chan struct{} // closed when the loop must stop

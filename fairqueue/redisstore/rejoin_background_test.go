@@ -245,3 +245,40 @@ func TestRequestIsAnsweredAtOnceWhileTheBackgroundJoinIsOnItsWay(t *testing.T) {
 	p.Release()
 	assert.Equal(t, int32(1), h.joined.Load(), "opens that succeeded")
 }
+
+// A request that comes while a join is on its way to a store that
+// answers again (the join lands within a few ms) is served by it, not
+// answered by on_store_error with the failed join's error: a request
+// waits for a join on its way up to a short bound (50 ms), only a join
+// to a store that hangs is left to run alone (above).
+func TestRequestWhileAJoinThatSucceedsIsOnItsWayIsServed(t *testing.T) {
+	srv := redistest.Start(t)
+	const name = "rejoin-lands"
+	n, h, release := heldOpenNode(t, srv, name, fairqueue.Config{Permits: 1, Lease: 30 * time.Second,
+		PollInterval: 50 * time.Millisecond, MaxWait: 60 * time.Second})
+	_, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	require.Error(t, err, "fail_closed while the join fails")
+	h.armed.Store(true)
+	h.fail.Store(false)
+	select {
+	case <-h.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no background join")
+	}
+	answered := make(chan error, 1)
+	go func() {
+		p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+		if p != nil {
+			p.Release()
+		}
+		answered <- err
+	}()
+	time.Sleep(5 * time.Millisecond)
+	release()
+	select {
+	case err := <-answered:
+		require.NoError(t, err, "a request refused while the join that served it was landing")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request was never answered")
+	}
+}
