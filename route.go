@@ -160,7 +160,9 @@ func (e *engine) staticInForce(h *Handler, p *fairqueue.Permit) *route {
 		// the queue too: Caddy starts the new config before it stops the
 		// old one, and the new config's first request applies its
 		// settings, under which h's waiters are granted meanwhile.
-		if r == nil || !live || r.h.gen <= h.gen {
+		// Another handler of h's own config (another route that shares
+		// the queue) replaced nothing.
+		if r == nil || !live || r.h.gen <= h.gen || r.h.load == h.load {
 			return nil
 		}
 	} else if !live {
