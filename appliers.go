@@ -159,6 +159,9 @@ func (e *engine) restore(h *Handler) (none, fresh bool) {
 		return false, false
 	}
 	if y, r := e.appliers.newestLoaded(); y != nil {
+		if f := e.routes.plain.Load(); f != nil && f.h == h && y.gen < h.gen {
+			e.routes.failed.Store(f) // h's config failed: see staticInForce
+		}
 		e.routes.restore(r)
 		y.applySettings(e)
 		return false, false

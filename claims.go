@@ -1,6 +1,7 @@
 package caddyfairqueue
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -19,7 +20,15 @@ var claims = struct {
 	// named counts, per config load and queue, the handlers that name
 	// the queue, in any store (soleClaimant).
 	named map[namedKey]*claimants
-}{m: make(map[claimKey]*claim), named: make(map[namedKey]*claimants)}
+	// fromReq lists, per config load, its handlers that name their
+	// queue from the request (soleClaimant).
+	fromReq map[<-chan struct{}]*fromRequest
+}{m: make(map[claimKey]*claim), named: make(map[namedKey]*claimants), fromReq: make(map[<-chan struct{}]*fromRequest)}
+
+// fromRequest are the handlers of a config load that name their queue
+// from the request, as provisioned (a cleanup drops none: a handler
+// cleaned up tells what its config had). Under claims' lock.
+type fromRequest struct{ hs []*Handler }
 
 // namedKey is a queue of a config load, in any store.
 type namedKey struct {
@@ -114,11 +123,49 @@ func (h *Handler) dropClaim() {
 }
 
 // soleClaimant reports whether the handler is the only one of its config
-// that names its queue (statically, in any store; one that names it
-// from the request claims none), also after its cleanup and its other
-// handlers'.
+// that may serve its queue: the only one that names it (statically, in
+// any store; one that names it from the request claims none), and no
+// handler of its config names queues from the request that may name it
+// too (one without names, or whose names list it), also after its
+// cleanup and its other handlers'.
 func (h *Handler) soleClaimant() bool {
 	claims.Lock()
 	defer claims.Unlock()
-	return h.claimants != nil && h.claimants.n == 1
+	if h.claimants == nil || h.claimants.n != 1 {
+		return false
+	}
+	if h.fromReq != nil {
+		for _, x := range h.fromReq.hs {
+			if x.serves(h.Name) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// joinLoad shares the list of its config load's handlers that name their
+// queue from the request with h, and adds h to it if h is one. The list
+// goes from claims when the load's context ends; its handlers keep it.
+func (h *Handler) joinLoad(ctx caddy.Context) {
+	if h.load == nil {
+		return
+	}
+	claims.Lock()
+	defer claims.Unlock()
+	f := claims.fromReq[h.load]
+	if f == nil {
+		f = &fromRequest{}
+		claims.fromReq[h.load] = f
+		load := h.load
+		context.AfterFunc(ctx, func() {
+			claims.Lock()
+			defer claims.Unlock()
+			delete(claims.fromReq, load)
+		})
+	}
+	h.fromReq = f
+	if h.dynamic {
+		f.hs = append(f.hs, h)
+	}
 }

@@ -457,7 +457,8 @@ type Handler struct {
 	load      <-chan struct{}   // its config load (ctx.Done, see claims): namesakes.use
 	srv       *caddyhttp.Server // its server, if any: what follows it there (reloadapply.go)
 	claim     *claimKey
-	claimants *claimants // its config's handlers naming its queue (under claims' lock)
+	claimants *claimants   // its config's handlers naming its queue (under claims' lock)
+	fromReq   *fromRequest // its config's handlers naming queues from the request (claims)
 	names     map[string]bool
 
 	mu      sync.Mutex

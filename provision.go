@@ -59,6 +59,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 	h.dynamic = strings.Contains(h.Name, "{")
 	h.names = nameSet(h.Names)
+	h.joinLoad(ctx)
 	if h.dynamic {
 		h.addTemplate()
 		return nil

@@ -46,6 +46,11 @@ type route struct {
 // each shape of grant.
 type engineRoutes struct {
 	pooled, plain atomic.Pointer[route]
+	// failed is the plain route of the last handler whose settings were
+	// in force until its cleanup handed the queue back to an older
+	// config's (a config that failed to load once it had served): a
+	// grant made under its settings may reach its request only then.
+	failed atomic.Pointer[route]
 }
 
 // pooled reports whether the handler's grants name an upstream.
@@ -63,6 +68,7 @@ func (h *Handler) live() bool {
 // called at h's first use of the engine, before h's settings apply.
 func (rs *engineRoutes) record(h *Handler, next caddyhttp.Handler) {
 	rs.restore(&route{h: h, next: next, of: h})
+	rs.failed.Store(nil) // a config since serves: grants are made under its settings
 }
 
 // restore records r again for r.h, if live: a failed config's handler
@@ -160,8 +166,17 @@ func (e *engine) staticInForce(h *Handler, p *fairqueue.Permit) *route {
 		// the queue too: Caddy starts the new config before it stops the
 		// old one, and the new config's first request applies its
 		// settings, under which h's waiters are granted meanwhile.
-		if r == nil || !live || r.h.gen <= h.gen {
-			return nil
+		// Another handler of h's own config (another route that shares
+		// the queue) replaced nothing.
+		if r == nil || !live || r.h.gen <= h.gen || r.h.load == h.load {
+			// A grant made under more permits than h's, those of a later
+			// config that failed to load once it had served, reaching h's
+			// request as that config is cleaned up: that config's route.
+			f := e.routes.failed.Load()
+			if f == nil || f.h.gen <= h.gen || f.h.load == h.load || p.GrantedUnder() <= h.Permits {
+				return nil
+			}
+			r = f
 		}
 	} else if !live {
 		if r = namesakes.route(e.name, false); r == nil {
