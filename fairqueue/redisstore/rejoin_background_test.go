@@ -167,6 +167,35 @@ func heldOpenNode(t *testing.T, srv *redistest.Server, name string, cfg fairqueu
 	return n, h, release
 }
 
+// requestWhileJoinHeld starts a node of queue name whose first join
+// fails and whose background join, the next, is held (heldOpen) until
+// release, and sends a request once that join is on its way: its
+// answer comes on answered (nil: served).
+func requestWhileJoinHeld(t *testing.T, name string) (*node, *heldOpen, func(), <-chan error) {
+	t.Helper()
+	srv := redistest.Start(t)
+	n, h, release := heldOpenNode(t, srv, name, fairqueue.Config{Permits: 1, Lease: 30 * time.Second,
+		PollInterval: 50 * time.Millisecond, MaxWait: 60 * time.Second})
+	_, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	require.Error(t, err, "fail_closed while the join fails")
+	h.armed.Store(true)
+	h.fail.Store(false)
+	select {
+	case <-h.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no background join")
+	}
+	answered := make(chan error, 1)
+	go func() {
+		p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+		if p != nil {
+			p.Release()
+		}
+		answered <- err
+	}()
+	return n, h, release, answered
+}
+
 // Close while the background join is on its way: the join that lands
 // then is left again (no key stays in Redis), and no join runs after
 // Close returned.
@@ -207,27 +236,7 @@ func TestCloseWhileTheBackgroundJoinIsOnItsWayLeavesNoKey(t *testing.T) {
 // Redis, dropped SYNs), the join takes the store's timeout, and the
 // background one runs nearly always.
 func TestRequestIsAnsweredAtOnceWhileTheBackgroundJoinIsOnItsWay(t *testing.T) {
-	srv := redistest.Start(t)
-	const name = "rejoin-inflight"
-	n, h, release := heldOpenNode(t, srv, name, fairqueue.Config{Permits: 1, Lease: 30 * time.Second,
-		PollInterval: 50 * time.Millisecond, MaxWait: 60 * time.Second})
-	_, err := n.q.Acquire(context.Background(), fairqueue.Request{})
-	require.Error(t, err, "fail_closed while the join fails")
-	h.armed.Store(true)
-	h.fail.Store(false)
-	select {
-	case <-h.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no background join")
-	}
-	answered := make(chan error, 1)
-	go func() {
-		p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
-		if p != nil {
-			p.Release()
-		}
-		answered <- err
-	}()
+	n, h, release, answered := requestWhileJoinHeld(t, "rejoin-inflight")
 	select {
 	case err := <-answered:
 		var re *fairqueue.RejectError
@@ -252,27 +261,7 @@ func TestRequestIsAnsweredAtOnceWhileTheBackgroundJoinIsOnItsWay(t *testing.T) {
 // waits for a join on its way up to a short bound (50 ms), only a join
 // to a store that hangs is left to run alone (above).
 func TestRequestWhileAJoinThatSucceedsIsOnItsWayIsServed(t *testing.T) {
-	srv := redistest.Start(t)
-	const name = "rejoin-lands"
-	n, h, release := heldOpenNode(t, srv, name, fairqueue.Config{Permits: 1, Lease: 30 * time.Second,
-		PollInterval: 50 * time.Millisecond, MaxWait: 60 * time.Second})
-	_, err := n.q.Acquire(context.Background(), fairqueue.Request{})
-	require.Error(t, err, "fail_closed while the join fails")
-	h.armed.Store(true)
-	h.fail.Store(false)
-	select {
-	case <-h.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no background join")
-	}
-	answered := make(chan error, 1)
-	go func() {
-		p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
-		if p != nil {
-			p.Release()
-		}
-		answered <- err
-	}()
+	_, _, release, answered := requestWhileJoinHeld(t, "rejoin-lands")
 	time.Sleep(5 * time.Millisecond)
 	release()
 	select {
