@@ -85,25 +85,7 @@ func TestALateRegisterAfterTheLastLeaveKeepsTheNameOfAQueueOpenedAgain(t *testin
 	require.NoError(t, a.Open(ctx, "a", nopListener{}))
 	t.Cleanup(func() { _ = a.Close() })
 
-	hold.armed.Store(true)
-	hctx, cancel := context.WithCancel(ctx)
-	beat := make(chan error, 1)
-	go func() {
-		_, err := a.Heartbeat(hctx, fairqueue.HeartbeatArgs{Node: "a", Limits: l, Beat: 1})
-		beat <- err
-	}()
-	select {
-	case <-hold.held: // the heartbeat ran; its register is held
-	case <-time.After(10 * time.Second):
-		t.Fatal("the first heartbeat did not name the queue")
-	}
-	cancel()
-	select {
-	case err := <-beat:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the heartbeat did not end at its context's end")
-	}
+	heartbeatRegisterHeld(t, a, hold, l)
 	require.NoError(t, a.Leave(ctx, "a", l))
 	left := time.Now().UnixMilli()
 	require.Empty(t, srv.Keys(t, "*"), "keys left after A's leave")

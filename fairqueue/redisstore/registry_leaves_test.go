@@ -194,8 +194,25 @@ func TestARegisterRunAfterTheLastLeaveLeavesNoNameForGood(t *testing.T) {
 	require.NoError(t, s.Open(ctx, "a", nopListener{}))
 	t.Cleanup(func() { _ = s.Close() })
 
+	heartbeatRegisterHeld(t, s, hold, l)
+	require.NoError(t, s.Leave(ctx, "a", l))
+	close(hold.release) // the register reaches Redis now
+	select {
+	case <-hold.ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held register did not run")
+	}
+	eventually(t, 10*time.Second, func() bool { return len(srv.Keys(t, "*")) == 0 },
+		"keys left after the last leave: %v", srv.Keys(t, "*"))
+}
+
+// heartbeatRegisterHeld runs s's first heartbeat (of node "a", under l)
+// with its register held by hold, and cuts the heartbeat's context: the
+// heartbeat ends, its register still on its way (until hold.release).
+func heartbeatRegisterHeld(t *testing.T, s *redisstore.Store, hold *holdRegistry, l fairqueue.Limits) {
+	t.Helper()
 	hold.armed.Store(true)
-	hctx, cancel := context.WithCancel(ctx)
+	hctx, cancel := context.WithCancel(context.Background())
 	beat := make(chan error, 1)
 	go func() {
 		_, err := s.Heartbeat(hctx, fairqueue.HeartbeatArgs{Node: "a", Limits: l, Beat: 1})
@@ -213,13 +230,4 @@ func TestARegisterRunAfterTheLastLeaveLeavesNoNameForGood(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the heartbeat did not end at its context's end")
 	}
-	require.NoError(t, s.Leave(ctx, "a", l))
-	close(hold.release) // the register reaches Redis now
-	select {
-	case <-hold.ran:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the held register did not run")
-	}
-	eventually(t, 10*time.Second, func() bool { return len(srv.Keys(t, "*")) == 0 },
-		"keys left after the last leave: %v", srv.Keys(t, "*"))
 }
