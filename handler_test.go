@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -95,6 +96,20 @@ type holder struct {
 	entered chan struct{}
 	release chan struct{}
 	count   atomic.Int32
+	once    sync.Once
+}
+
+// let releases the requests h holds and every later one (once; close
+// h.release directly where let is not used).
+func (h *holder) let() { h.once.Do(func() { close(h.release) }) }
+
+// letAtCleanup lets each of hs go when t ends, if the test has not.
+func letAtCleanup(t *testing.T, hs ...*holder) {
+	t.Cleanup(func() {
+		for _, h := range hs {
+			h.let()
+		}
+	})
 }
 
 func newHolder() *holder {

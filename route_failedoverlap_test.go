@@ -28,13 +28,7 @@ func TestAWaiterGrantedUnderAFailedConfigsPermitsNeverRunsOnItsOwnRouteBesideIts
 				return &Handler{Name: "route-failed-overlap", Permits: permits, MaxWait: caddy.Duration(time.Minute)}
 			}
 			a, b := newHolder(), newHolder()
-			released := false
-			t.Cleanup(func() {
-				if !released {
-					close(a.release)
-					close(b.release)
-				}
-			})
+			letAtCleanup(t, a, b)
 			cur := provisionLocal(t, newContext(t), in(1))
 			r0 := newRequest(context.Background(), `{}`).start(cur, a)
 			a.waitEntered(t)
@@ -69,9 +63,8 @@ func TestAWaiterGrantedUnderAFailedConfigsPermitsNeverRunsOnItsOwnRouteBesideIts
 			unhold()
 			require.Eventually(t, func() bool { return a.count.Load()+b.count.Load() == 3 }, 10*time.Second, time.Millisecond)
 			assert.Equal(t, int32(1), a.count.Load(), "A ran a waiter granted under the failed config's permits beside r0, above its 1 permit")
-			close(a.release)
-			close(b.release)
-			released = true
+			a.let()
+			b.let()
 			for _, r := range []*request{r0, w1, n1} {
 				r.wait(t)
 				assert.Equal(t, http.StatusOK, r.w.Code)

@@ -26,14 +26,8 @@ func TestAWaiterOfTheOldestOfThreeConfigsRunsOnTheRouteOfTheOneThatServed(t *tes
 				return &Handler{Name: "route-three", Permits: permits, MaxWait: caddy.Duration(time.Minute)}
 			}
 			a, b, c := newHolder(), newHolder(), newHolder()
-			t.Cleanup(func() { close(b.release) })
-			released := false
-			t.Cleanup(func() {
-				if !released {
-					close(a.release)
-					close(c.release)
-				}
-			})
+			t.Cleanup(func() { b.let() })
+			letAtCleanup(t, a, c)
 			n := provisionLocal(t, newContext(t), in(1))
 			r0 := newRequest(context.Background(), `{}`).start(n, a)
 			a.waitEntered(t)
@@ -51,9 +45,8 @@ func TestAWaiterOfTheOldestOfThreeConfigsRunsOnTheRouteOfTheOneThatServed(t *tes
 			assert.Equal(t, int32(0), b.count.Load())
 			assert.Equal(t, int32(2), c.count.Load())
 			require.NoError(t, n.Cleanup())
-			close(a.release)
-			close(c.release)
-			released = true
+			a.let()
+			c.let()
 			for _, r := range []*request{r0, w1, n1} {
 				r.wait(t)
 				assert.Equal(t, http.StatusOK, r.w.Code)
@@ -72,13 +65,7 @@ func TestAGrantUnderMorePermitsThanTheLaterConfigsKeepsItsOwnRouteWhileBothRun(t
 		return &Handler{Name: "route-fewer", Permits: permits, MaxWait: caddy.Duration(time.Minute)}
 	}
 	a, b := newHolder(), newHolder()
-	released := false
-	t.Cleanup(func() {
-		if !released {
-			close(a.release)
-			close(b.release)
-		}
-	})
+	letAtCleanup(t, a, b)
 	old := provisionLocal(t, newContext(t), in(2))
 	r0 := newRequest(context.Background(), `{}`).start(old, a)
 	r1 := newRequest(context.Background(), `{}`).start(old, a)
@@ -113,10 +100,9 @@ func TestAGrantUnderMorePermitsThanTheLaterConfigsKeepsItsOwnRouteWhileBothRun(t
 		"w1 runs on A, its own route")
 	assert.Equal(t, int32(0), b.count.Load(), "B ran a grant made under the old config's 2 permits, above its own 1 once n1 runs")
 	require.NoError(t, old.Cleanup())
-	close(a.release)
+	a.let()
 	b.waitEntered(t)
-	close(b.release)
-	released = true
+	b.let()
 	for _, r := range []*request{r0, r1, w1, n1} {
 		r.wait(t)
 		assert.Equal(t, http.StatusOK, r.w.Code)

@@ -27,13 +27,7 @@ func TestAWaiterOfAQueueMovedToAnotherStoreNeverRunsOnItsOwnRouteBesideItsReques
 		return &Handler{Name: "route-moved-store", Permits: permits, MaxWait: caddy.Duration(time.Minute)}
 	}
 	a, b := newHolder(), newHolder()
-	released := false
-	t.Cleanup(func() {
-		if !released {
-			close(a.release)
-			close(b.release)
-		}
-	})
+	letAtCleanup(t, a, b)
 	old := provisionLocal(t, newContext(t), in(1))
 	r0 := newRequest(context.Background(), `{}`).start(old, a)
 	a.waitEntered(t)
@@ -51,9 +45,8 @@ func TestAWaiterOfAQueueMovedToAnotherStoreNeverRunsOnItsOwnRouteBesideItsReques
 	require.Eventually(t, func() bool { return a.count.Load()+b.count.Load() == 3 }, 10*time.Second, time.Millisecond)
 	assert.Equal(t, int32(1), a.count.Load(), "A ran the moved waiter beside r0, above its 1 permit")
 	assert.Equal(t, int32(2), b.count.Load())
-	close(a.release)
-	close(b.release)
-	released = true
+	a.let()
+	b.let()
 	for _, r := range []*request{r0, w1, n1} {
 		r.wait(t)
 		assert.Equal(t, http.StatusOK, r.w.Code)

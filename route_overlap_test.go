@@ -22,13 +22,7 @@ func TestAWaiterGrantedUnderTheNewPermitsBeforeTheOldConfigsCleanupRunsOnTheNewR
 		return &Handler{Name: "route-moved-overlap", Permits: permits, MaxWait: caddy.Duration(time.Minute)}
 	}
 	a, b := newHolder(), newHolder()
-	released := false
-	t.Cleanup(func() {
-		if !released {
-			close(a.release)
-			close(b.release)
-		}
-	})
+	letAtCleanup(t, a, b)
 	old := provisionLocal(t, newContext(t), in(1))
 	r0 := newRequest(context.Background(), `{}`).start(old, a)
 	a.waitEntered(t)
@@ -45,9 +39,8 @@ func TestAWaiterGrantedUnderTheNewPermitsBeforeTheOldConfigsCleanupRunsOnTheNewR
 	assert.Equal(t, int32(1), a.count.Load(), "A ran a waiter of the old config beside r0, above its 1 permit")
 	assert.Equal(t, int32(2), b.count.Load())
 	require.NoError(t, old.Cleanup())
-	close(a.release)
-	close(b.release)
-	released = true
+	a.let()
+	b.let()
 	for _, r := range []*request{r0, w1, n1} {
 		r.wait(t)
 		assert.Equal(t, http.StatusOK, r.w.Code)

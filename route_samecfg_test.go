@@ -22,13 +22,7 @@ import (
 func TestAWaiterOfAnotherRouteOfTheSameConfigKeepsItsOwnRoute(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
 	a, b := newHolder(), newHolder()
-	released := false
-	t.Cleanup(func() {
-		if !released {
-			close(a.release)
-			close(b.release)
-		}
-	})
+	letAtCleanup(t, a, b)
 	ctx := newContext(t)
 	byModel := provisionLocal(t, ctx, &Handler{Name: "{http.fair_queue.model}", Permits: 1, MaxWait: caddy.Duration(time.Minute)})
 	static := provisionLocal(t, ctx, &Handler{Name: "route-samecfg", Permits: 1, MaxWait: caddy.Duration(time.Minute)})
@@ -43,12 +37,11 @@ func TestAWaiterOfAnotherRouteOfTheSameConfigKeepsItsOwnRoute(t *testing.T) {
 	n1 := newRequest(context.Background(), `{}`).start(static, b) // the static handler serves: its route recorded
 	waitingIn(t, static, 2)
 
-	close(a.release) // r0 ends: w1 is granted, then n1
+	a.let() // r0 ends: w1 is granted, then n1
 	b.waitEntered(t)
 	assert.Equal(t, int32(2), a.count.Load(), "a request of the by-model route ran on B, the static route's upstream")
 	assert.Equal(t, int32(1), b.count.Load())
-	close(b.release)
-	released = true
+	b.let()
 	for _, r := range []*request{r0, w1, n1} {
 		r.wait(t)
 		assert.Equal(t, http.StatusOK, r.w.Code)
@@ -67,14 +60,7 @@ func TestAWaiterKeepsItsRouteWhereTheNewConfigAlsoNamesTheQueueFromTheRequest(t 
 		t.Run(map[bool]string{false: "overlap", true: "cleaned"}[cleaned], func(t *testing.T) {
 			t.Cleanup(func() { poolEmpty(t) })
 			a, a2, b := newHolder(), newHolder(), newHolder()
-			released := false
-			t.Cleanup(func() {
-				if !released {
-					close(a.release)
-					close(b.release)
-				}
-				close(a2.release)
-			})
+			letAtCleanup(t, a, b, a2)
 			in := func(name string) *Handler {
 				return &Handler{Name: name, Permits: 1, MaxWait: caddy.Duration(time.Minute)}
 			}
@@ -95,12 +81,11 @@ func TestAWaiterKeepsItsRouteWhereTheNewConfigAlsoNamesTheQueueFromTheRequest(t 
 				require.NoError(t, old.Cleanup())
 			}
 
-			close(a.release) // r0 ends: w1 is granted, then n1
+			a.let() // r0 ends: w1 is granted, then n1
 			b.waitEntered(t)
 			assert.Equal(t, int32(2), a.count.Load(), "a waiter of the by-model route ran on B, the static route's upstream")
 			assert.Equal(t, int32(1), b.count.Load())
-			close(b.release)
-			released = true
+			b.let()
 			for _, r := range []*request{r0, w1, n1} {
 				r.wait(t)
 				assert.Equal(t, http.StatusOK, r.w.Code)
