@@ -25,13 +25,7 @@ func TestAWaiterOfAReplacedConfigIsServedByTheRouteInForce(t *testing.T) {
 		return &Handler{Name: "route-moved", Permits: permits, MaxWait: caddy.Duration(time.Minute)}
 	}
 	a, b := newHolder(), newHolder()
-	released := false
-	t.Cleanup(func() {
-		if !released {
-			close(a.release)
-			close(b.release)
-		}
-	})
+	letAtCleanup(t, a, b)
 	old := provisionLocal(t, newContext(t), in(1))
 	r0 := newRequest(context.Background(), `{}`).start(old, a)
 	a.waitEntered(t)
@@ -50,9 +44,8 @@ func TestAWaiterOfAReplacedConfigIsServedByTheRouteInForce(t *testing.T) {
 	require.Eventually(t, func() bool { return a.count.Load()+b.count.Load() == 4 }, 10*time.Second, time.Millisecond)
 	assert.Equal(t, int32(1), a.count.Load(), "A ran a waiter of the old config beside r0, above its 1 permit")
 	assert.Equal(t, int32(3), b.count.Load())
-	close(a.release)
-	close(b.release)
-	released = true
+	a.let()
+	b.let()
 	for _, r := range []*request{r0, w1, w2, n1} {
 		r.wait(t)
 		assert.Equal(t, http.StatusOK, r.w.Code)
@@ -116,13 +109,7 @@ func TestAWaiterGrantedUnderTheOldConfigsPermitsKeepsItsRoute(t *testing.T) {
 	require.NoError(t, err)
 
 	a, b := newHolder(), newHolder()
-	released := false
-	t.Cleanup(func() {
-		if !released {
-			close(a.release)
-			close(b.release)
-		}
-	})
+	letAtCleanup(t, a, b)
 	old := provision(t, newContext(t), rds.Addr(), in(3))
 	r0 := newRequest(ctx, `{}`).start(old, a)
 	a.waitEntered(t)
@@ -142,9 +129,8 @@ func TestAWaiterGrantedUnderTheOldConfigsPermitsKeepsItsRoute(t *testing.T) {
 	assert.Equal(t, int32(2), a.count.Load(), "w1, granted under 3 permits, ran on B, whose config allows 1")
 	assert.Zero(t, b.count.Load())
 
-	close(a.release)
-	close(b.release)
-	released = true
+	a.let()
+	b.let()
 	x2.Release()
 	for _, r := range []*request{r0, w1, n1} {
 		r.wait(t)
