@@ -167,15 +167,13 @@ func heldOpenNode(t *testing.T, srv *redistest.Server, name string, cfg fairqueu
 	return n, h, release
 }
 
-// requestWhileJoinHeld starts a node of queue name whose first join
-// fails and whose background join, the next, is held (heldOpen) until
-// release, and sends a request once that join is on its way: its
-// answer comes on answered (nil: served).
-func requestWhileJoinHeld(t *testing.T, name string) (*node, *heldOpen, func(), <-chan error) {
+// backgroundJoinHeld starts a node of queue name (max wait maxWait)
+// whose first join fails and whose background join, the next, is held
+// (heldOpen) until release, and returns once that join is on its way.
+func backgroundJoinHeld(t *testing.T, srv *redistest.Server, name string, maxWait time.Duration) (*node, *heldOpen, func()) {
 	t.Helper()
-	srv := redistest.Start(t)
 	n, h, release := heldOpenNode(t, srv, name, fairqueue.Config{Permits: 1, Lease: 30 * time.Second,
-		PollInterval: 50 * time.Millisecond, MaxWait: 60 * time.Second})
+		PollInterval: 50 * time.Millisecond, MaxWait: maxWait})
 	_, err := n.q.Acquire(context.Background(), fairqueue.Request{})
 	require.Error(t, err, "fail_closed while the join fails")
 	h.armed.Store(true)
@@ -185,6 +183,16 @@ func requestWhileJoinHeld(t *testing.T, name string) (*node, *heldOpen, func(), 
 	case <-time.After(10 * time.Second):
 		t.Fatal("no background join")
 	}
+	return n, h, release
+}
+
+// requestWhileJoinHeld starts a node of queue name whose first join
+// fails and whose background join, the next, is held (heldOpen) until
+// release, and sends a request once that join is on its way: its
+// answer comes on answered (nil: served).
+func requestWhileJoinHeld(t *testing.T, name string) (*node, *heldOpen, func(), <-chan error) {
+	t.Helper()
+	n, h, release := backgroundJoinHeld(t, redistest.Start(t), name, time.Minute)
 	answered := make(chan error, 1)
 	go func() {
 		p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
@@ -201,18 +209,7 @@ func requestWhileJoinHeld(t *testing.T, name string) (*node, *heldOpen, func(), 
 // Close returned.
 func TestCloseWhileTheBackgroundJoinIsOnItsWayLeavesNoKey(t *testing.T) {
 	srv := redistest.Start(t)
-	const name = "rejoin-close"
-	n, h, release := heldOpenNode(t, srv, name, fairqueue.Config{Permits: 1, Lease: 30 * time.Second,
-		PollInterval: 50 * time.Millisecond, MaxWait: 5 * time.Second})
-	_, err := n.q.Acquire(context.Background(), fairqueue.Request{})
-	require.Error(t, err, "fail_closed while the join fails")
-	h.armed.Store(true)
-	h.fail.Store(false)
-	select {
-	case <-h.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no background join")
-	}
+	n, h, release := backgroundJoinHeld(t, srv, "rejoin-close", 5*time.Second)
 	closed := make(chan error, 1)
 	go func() { closed <- n.q.Close() }()
 	time.Sleep(100 * time.Millisecond) // Close on its way, waiting for the join
