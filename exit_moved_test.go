@@ -83,7 +83,7 @@ func TestExitEndsARequestMovedToRedisWhileRequeuedBeforeAnotherInstanceGetsItsPe
 
 	// The reload keeps queue a in Redis; the new config's first request
 	// records its route, and the requeued request moves there.
-	require.NoError(t, caddy.Load([]byte(config(remote)), false))
+	reload(t, config(remote))
 	// It may be granted before the moved request or wait behind it (the
 	// moved request's stream never ends): either is right, and at the exit
 	// a waiting one is answered or served before the other instance.

@@ -2,6 +2,7 @@ package caddyfairqueue
 
 import (
 	"strings"
+	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -84,11 +85,19 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return nil
 }
 
+// shutdownsSeen counts the handlers' onShutdown calls. Go's server makes
+// them once its listeners are closed, and Caddy's reload returns before
+// its old servers get there: a connection accepted meanwhile reaches the
+// old config's handler. Tests read it to know when a reload's new config
+// alone accepts connections.
+var shutdownsSeen atomic.Int64
+
 // onShutdown runs when the server starts shutting down. On exit every
 // waiter of the handler's queues is answered with shutting_down at once,
 // so that the grace period serves only running responses; on a reload
 // nothing happens: the new config's handlers share the queues.
 func (h *Handler) onShutdown(exiting bool) {
+	shutdownsSeen.Add(1)
 	if !exiting {
 		return
 	}

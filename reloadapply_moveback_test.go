@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
@@ -63,14 +61,14 @@ func moveBack(t *testing.T, fromRedis bool) {
 	}
 	t.Cleanup(func() { movedOut = func(*engine) {} })
 
-	require.NoError(t, caddy.Load([]byte(moveBackConfig(port, middle, a)), false))
+	reload(t, moveBackConfig(port, middle, a))
 	served := sendOlder(t, port, "/0", 1) // the second config serves: the waiter moves out
 	select {
 	case <-entered:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter was not moved out of the Redis queue")
+		t.Fatal("the waiter was not moved out of its first store's queue")
 	}
-	require.NoError(t, caddy.Load([]byte(moveBackConfig(port, first, a)), false))
+	reload(t, moveBackConfig(port, first, a))
 	close(release)
 	later := sendOlder(t, port, "/0", 1)
 	a.open()

@@ -48,7 +48,7 @@ func TestAWaiterMovedOutAsAReloadBringsTheQueueBackWithAPoolKeepsR0WithinItsPerm
 	t.Cleanup(func() { movedOut = func(*engine) {} })
 	defer released.Do(func() { close(release) })
 
-	require.NoError(t, caddy.Load([]byte(storePoolConfig(port, "", 1, r0, nil)), false))
+	reload(t, storePoolConfig(port, "", 1, r0, nil))
 	// The second config serves: its request moves the waiter out of
 	// Redis, waits behind the holder in the local store, then leaves.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -63,7 +63,7 @@ func TestAWaiterMovedOutAsAReloadBringsTheQueueBackWithAPoolKeepsR0WithinItsPerm
 	<-mover
 	require.Eventually(t, func() bool { return spWaiting(false) == 0 }, 10*time.Second, 5*time.Millisecond, "the second config's request left")
 
-	require.NoError(t, caddy.Load([]byte(storePoolConfig(port, rds.Addr(), 0, nil, map[*gateUpstream]int{r1: 2, r2: 1})), false))
+	reload(t, storePoolConfig(port, rds.Addr(), 0, nil, map[*gateUpstream]int{r1: 2, r2: 1}))
 	awaiting := make(chan struct{})
 	var awaited sync.Once
 	awaitsRoute = func(*engine) { awaited.Do(func() { close(awaiting) }) }

@@ -51,7 +51,7 @@ func TestAGrantMadeUnderASameStoreNamesakesSettingsTakesTheirRouteAfterAReloadTo
 	// request.
 	held, release := holdFirstRemoteGrant(t)
 
-	require.NoError(t, caddy.Load([]byte(sameStorePoolConfig(port, rds.Addr(), "4s", 1, r2, nil)), false))
+	reload(t, sameStorePoolConfig(port, rds.Addr(), "4s", 1, r2, nil))
 	// The second config serves (its settings apply, and the retired
 	// queue takes them); its request waits behind the holder, then
 	// leaves.
@@ -70,6 +70,6 @@ func TestAGrantMadeUnderASameStoreNamesakesSettingsTakesTheirRouteAfterAReloadTo
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter was not granted")
 	}
-	require.NoError(t, caddy.Load([]byte(sameStorePoolConfig(port, rds.Addr(), "4s", 0, nil, map[*gateUpstream]int{r1: 2, r2: 1})), false))
+	reload(t, sameStorePoolConfig(port, rds.Addr(), "4s", 0, nil, map[*gateUpstream]int{r1: 2, r2: 1}))
 	servedUnderThePool(t, port, release, holder, waiter, r0, r1, r2)
 }

@@ -132,7 +132,7 @@ func TestAGrantMadeUnderAMovedQueuesSettingsTakesTheirRouteAfterAReloadToAPool(t
 	// the request.
 	held, release := holdFirstRemoteGrant(t)
 
-	require.NoError(t, caddy.Load([]byte(storePoolConfig(port, rds.Addr(), 1, r2, nil)), false))
+	reload(t, storePoolConfig(port, rds.Addr(), 1, r2, nil))
 	// The second config serves: its request moves the waiter to Redis,
 	// where both wait behind the holder (counted there); it then leaves.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -150,7 +150,7 @@ func TestAGrantMadeUnderAMovedQueuesSettingsTakesTheirRouteAfterAReloadToAPool(t
 	case <-time.After(10 * time.Second):
 		t.Fatal("the moved waiter was not granted")
 	}
-	require.NoError(t, caddy.Load([]byte(storePoolConfig(port, rds.Addr(), 0, nil, map[*gateUpstream]int{r1: 2, r2: 1})), false))
+	reload(t, storePoolConfig(port, rds.Addr(), 0, nil, map[*gateUpstream]int{r1: 2, r2: 1}))
 	servedUnderThePool(t, port, release, holder, waiter, r0, r1, r2)
 }
 

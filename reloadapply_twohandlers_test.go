@@ -53,7 +53,7 @@ func TestHandingOnMorePermitsToTwoHandlersKeepsTheWaitersOfAConfigBeforeTheLastT
 	port := freePort(t)
 	onA, waiters := holdAndQueue(t, port, olderConfig(port, 1, a), a, 3)
 
-	require.NoError(t, caddy.Load([]byte(olderConfig(port, 1, b)), false))
+	reload(t, olderConfig(port, 1, b))
 	onB := sendOlder(t, port, "/0", 1) // the second config serves: its route, B
 	require.Eventually(t, func() bool { return olderWaiting() == 4 }, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, caddy.Load([]byte(olderConfig(port, 3, b, b)), false))

@@ -43,7 +43,7 @@ func TestARetiredQueueOfTheSameStoreGrantsUnderAdoptedSettingsOnTheirRoute(t *te
 	port := freePort(t)
 	onA, waiters := holdAndQueue(t, port, sameStoreConfig(port, 1, rds.Addr(), "1s", false, a), a, 2)
 
-	require.NoError(t, caddy.Load([]byte(sameStoreConfig(port, 2, rds.Addr(), "2s", false, b)), false))
+	reload(t, sameStoreConfig(port, 2, rds.Addr(), "2s", false, b))
 	onB := sendOlder(t, port, "/0", 1) // the second config serves: its route and 2 permits
 	require.Eventually(t, func() bool { return b.now.Load() == 1 && olderWaiting() == 2 }, 10*time.Second,
 		5*time.Millisecond, "a first waiter on B, the second and the new request waiting")

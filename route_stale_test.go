@@ -24,7 +24,7 @@ func TestAGrantUnderTheSettingsOfACleanedUpConfigTakesThatConfigsRoute(t *testin
 	port := freePort(t)
 	onA, waiters := holdAndQueue(t, port, olderConfig(port, 1, a), a, 2)
 
-	require.NoError(t, caddy.Load([]byte(olderConfig(port, 2, b)), false))
+	reload(t, olderConfig(port, 2, b))
 	onB := sendOlder(t, port, "/0", 1) // the second config serves: its route and 2 permits
 	require.Eventually(t, func() bool { return b.now.Load() == 1 && olderWaiting() == 2 }, 10*time.Second,
 		5*time.Millisecond, "a first waiter on B, the second and the new request waiting")
@@ -44,7 +44,7 @@ func TestLoweredPermitsHandedOnAtACleanupKeepTheOldRouteForOlderWaiters(t *testi
 	port := freePort(t)
 	onA, waiters := holdAndQueue(t, port, olderConfig(port, 1, a), a, 4)
 
-	require.NoError(t, caddy.Load([]byte(olderConfig(port, 3, b)), false))
+	reload(t, olderConfig(port, 3, b))
 	onB := sendOlder(t, port, "/0", 1) // the second config serves: its route and 3 permits
 	require.Eventually(t, func() bool { return b.now.Load() == 2 && olderWaiting() == 3 }, 10*time.Second,
 		5*time.Millisecond, "two waiters on B, two and the new request waiting")
