@@ -25,7 +25,7 @@ func TestAGrantUnderTheSettingsOfAConfigWithTwoHandlersOfTheQueueKeepsItsOwnRout
 	port := freePort(t)
 	onA, waiters := holdAndQueue(t, port, olderConfig(port, 1, a), a, 2)
 
-	require.NoError(t, caddy.Load([]byte(olderConfig(port, 1, b, c)), false))
+	reload(t, olderConfig(port, 1, b, c))
 	onC := sendOlder(t, port, "/1", 1) // the second config's /1 serves: its route, C
 	require.Eventually(t, func() bool { return olderWaiting() == 3 }, 10*time.Second, 5*time.Millisecond)
 
