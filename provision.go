@@ -85,19 +85,22 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// shutdownsSeen counts the handlers' onShutdown calls. Go's server makes
-// them once its listeners are closed, and Caddy's reload returns before
-// its old servers get there: a connection accepted meanwhile reaches the
-// old config's handler. Tests read it to know when a reload's new config
-// alone accepts connections.
-var shutdownsSeen atomic.Int64
+// shutDown, if set, runs as a handler's server starts shutting down
+// (onShutdown): Go's server calls it once its listeners are closed, and
+// Caddy's reload returns before its old servers get there, so that a
+// connection accepted meanwhile reaches the old config's handler. Tests
+// set it to know when the server of a config load they replaced no
+// longer accepts connections (the handler's load tells which).
+var shutDown atomic.Pointer[func(*Handler)]
 
 // onShutdown runs when the server starts shutting down. On exit every
 // waiter of the handler's queues is answered with shutting_down at once,
 // so that the grace period serves only running responses; on a reload
 // nothing happens: the new config's handlers share the queues.
 func (h *Handler) onShutdown(exiting bool) {
-	shutdownsSeen.Add(1)
+	if f := shutDown.Load(); f != nil {
+		(*f)(h)
+	}
 	if !exiting {
 		return
 	}

@@ -1,6 +1,7 @@
 package caddyfairqueue
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -15,11 +16,28 @@ import (
 // between reaches the old config's handler (cleaned up: its request waits
 // in the queue in force without serving it as the new config would), and
 // a test whose next request must be the new config's first fails on a
-// loaded machine.
+// loaded machine. Only a server of the config replaced counts: the
+// shutdown of an earlier config's server (an earlier test's, whose
+// caddy.Stop returned before it) may come later still. Where the config
+// replaced has several servers with a fair_queue handler, the first of
+// them to close its listeners ends the wait.
 func reload(t *testing.T, config string) {
 	t.Helper()
-	before := shutdownsSeen.Load()
+	old := caddy.ActiveContext().Done()
+	require.NotNil(t, old, "no config in force to replace")
+	closed := make(chan struct{})
+	var once sync.Once
+	seen := func(h *Handler) {
+		if h.load == old {
+			once.Do(func() { close(closed) })
+		}
+	}
+	shutDown.Store(&seen)
+	defer shutDown.Store(nil)
 	require.NoError(t, caddy.Load([]byte(config), false))
-	require.Eventually(t, func() bool { return shutdownsSeen.Load() > before }, 10*time.Second, time.Millisecond,
-		"the old config's server never closed its listeners")
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the old config's server never closed its listeners")
+	}
 }
