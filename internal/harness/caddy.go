@@ -250,7 +250,29 @@ func (c *Caddy) Load(site string) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("load %s: %s: %s", c.name, resp.Status, body)
 	}
-	return nil
+	return c.awaitOldListenerClosed()
+}
+
+// awaitOldListenerClosed waits until one socket listens on c's HTTP
+// port. Caddy answers a load as its old servers start shutting down,
+// before they close their listeners, and each config listens on a
+// socket of its own (SO_REUSEPORT): until the old one closes, the
+// kernel hands new connections to either, so that a request sent right
+// after the load may reach the old config (its settings, its reject
+// answers). Where the sockets cannot be read (not Linux) it returns at
+// once.
+func (c *Caddy) awaitOldListenerClosed() error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, ok := tcpListeners(c.ports.HTTP)
+		if !ok || n <= 1 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("load %s: %d sockets still listen on port %d 10s after the load", c.name, n, c.ports.HTTP)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // Signal sends sig to the Caddy process, failing the test if it has
