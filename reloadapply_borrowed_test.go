@@ -26,41 +26,7 @@ import (
 // for the new config to serve, then run on the pool. Before, it ran on
 // r0 at once.
 func TestARequestReachingTheOldHandlerAfterAReloadToAPoolInAnotherStoreKeepsR0WithinItsPermits(t *testing.T) {
-	t.Cleanup(func() { poolEmpty(t) })
-	rds := redistest.Start(t)
-	r0, r1, r2 := newGateUpstream(t, true), newGateUpstream(t, false), newGateUpstream(t, false)
-	port := freePort(t)
-
-	require.NoError(t, caddy.Load([]byte(storePoolConfig(port, "", 1, r0, nil)), false))
-	t.Cleanup(func() { _ = caddy.Stop() })
-	holder := postSP(context.Background(), port)
-	require.Eventually(t, func() bool { return r0.now.Load() == 1 }, 10*time.Second, 5*time.Millisecond, "the holder on r0")
-
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	body, send := io.Pipe()
-	t.Cleanup(func() { _ = send.Close() })
-	late := make(chan int, 1)
-	go func() {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/", port), body)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			late <- 0
-			return
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		late <- resp.StatusCode
-	}()
-	// The body begins: the first config's handler has the request.
-	_, err := io.WriteString(send, `{"messages":[`)
-	require.NoError(t, err)
-	time.Sleep(time.Second) // the server has read its header
-
-	reload(t, storePoolConfig(port, rds.Addr(), 0, nil, map[*gateUpstream]int{r1: 2, r2: 2}))
-	_, err = io.WriteString(send, `]}`)
-	require.NoError(t, err)
-	require.NoError(t, send.Close())
+	r0, r1, r2, holder, late, port := lateAfterAReloadToAPool(t)
 	time.Sleep(500 * time.Millisecond) // time for the late request to be granted and reach an upstream
 	assert.EqualValues(t, 1, r0.pk.Load(), "requests at r0 at once: the late request ran beside the holder")
 	assert.Zero(t, r1.arrivals.Load()+r2.arrivals.Load(), "the late request ran on the pool before its config served")
@@ -84,4 +50,83 @@ func TestARequestReachingTheOldHandlerAfterAReloadToAPoolInAnotherStoreKeepsR0Wi
 	}
 	assert.EqualValues(t, 1, r0.arrivals.Load(), "arrivals at r0 (the holder only)")
 	assert.EqualValues(t, 2, r1.arrivals.Load()+r2.arrivals.Load(), "arrivals at r1 and r2")
+}
+
+// As above, but the process exits before any request of the new config:
+// the late request, held until the new config serves, is answered at
+// once (the new config's cleanup retires the queue it waits for), not
+// left until its max_wait (1m).
+func TestARequestHeldForTheNewConfigAfterAReloadIsAnsweredAtTheExit(t *testing.T) {
+	r0, _, _, holder, late, _ := lateAfterAReloadToAPool(t)
+	t.Cleanup(func() { exitingForTest.Store(false) })
+	exitingForTest.Store(true) // the process exits (SIGTERM, caddy stop)
+	stopped := make(chan error, 1)
+	go func() { stopped <- caddy.Stop() }()
+	select {
+	case code := <-late:
+		assert.Equal(t, http.StatusServiceUnavailable, code, "the late request")
+	case <-time.After(10 * time.Second):
+		t.Error("the late request was not answered within 10s of the exit (max_wait 1m)")
+	}
+	r0.release <- struct{}{} // the holder ends
+	r0.release <- struct{}{} // the late request, should it run on r0, is not held there
+	for name, ch := range map[string]<-chan int{"the holder": holder, "caddy.Stop": errDone(stopped)} {
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s did not return", name)
+		}
+	}
+}
+
+// errDone yields a value once ch has.
+func errDone(ch <-chan error) <-chan int {
+	out := make(chan int, 1)
+	go func() { <-ch; out <- 0 }()
+	return out
+}
+
+// lateAfterAReloadToAPool loads the first config (the local store, static
+// r0, 1 permit), whose holder runs on r0, and sends a request whose body
+// is still arriving as a reload to the second config (Redis, a pool of
+// r1 and r2, 2 permits each) runs; then the body ends: the first
+// config's handler, cleaned up, has the late request.
+func lateAfterAReloadToAPool(t *testing.T) (r0, r1, r2 *gateUpstream, holder, late <-chan int, port int) {
+	t.Helper()
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	r0, r1, r2 = newGateUpstream(t, true), newGateUpstream(t, false), newGateUpstream(t, false)
+	port = freePort(t)
+
+	require.NoError(t, caddy.Load([]byte(storePoolConfig(port, "", 1, r0, nil)), false))
+	t.Cleanup(func() { _ = caddy.Stop() })
+	holder = postSP(context.Background(), port)
+	require.Eventually(t, func() bool { return r0.now.Load() == 1 }, 10*time.Second, 5*time.Millisecond, "the holder on r0")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	body, send := io.Pipe()
+	t.Cleanup(func() { _ = send.Close() })
+	lateCode := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/", port), body)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			lateCode <- 0
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		lateCode <- resp.StatusCode
+	}()
+	// The body begins: the first config's handler has the request.
+	_, err := io.WriteString(send, `{"messages":[`)
+	require.NoError(t, err)
+	time.Sleep(time.Second) // the server has read its header
+
+	reload(t, storePoolConfig(port, rds.Addr(), 0, nil, map[*gateUpstream]int{r1: 2, r2: 2}))
+	_, err = io.WriteString(send, `]}`)
+	require.NoError(t, err)
+	require.NoError(t, send.Close())
+	return r0, r1, r2, holder, lateCode, port
 }
