@@ -407,11 +407,12 @@ func (c *call) nextQueue(ctx context.Context, maxWait time.Duration) (*engine, e
 // route is known), as nextQueue holds a waiter that a reload moved:
 // until then a grant of c.e's settings, a pool's, has no route of its
 // shape and would run on the request's own route, on an upstream that
-// the config in force may not count. It waits no longer than the
+// the config in force may not count; it does not wait where such a grant
+// fits its own route (grantsFitRouteOf). It waits no longer than the
 // request's max_wait; a c.e retired meanwhile (another reload) moves its
 // waiters on (acquire).
 func (c *call) awaitRoute(ctx context.Context, maxWait time.Duration) error {
-	if c.e.data == c.h.backend.dataID() || c.e.routes.known() {
+	if c.e.data == c.h.backend.dataID() || c.e.routes.known() || c.e.grantsFitRouteOf(c.h) {
 		return nil
 	}
 	awaitsRoute(c.e)

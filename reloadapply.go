@@ -157,6 +157,36 @@ func (e *engine) handsOnSafely(h, y *Handler) bool {
 	return false
 }
 
+// grantsFitRouteOf reports whether a grant of e's settings runs where
+// it is counted on the route of h, a handler cleaned up since whose
+// request Handler.use sent on to e, the live queue of its name in
+// another store, before any handler of the config in force has served e
+// (awaitRoute): e's settings are still those of y, the one handler of
+// that config that names the queue, which opened e at its provisioning,
+// and a grant of them would take h's route alike once y serves: the
+// grant names its upstream (a pool on both sides), or a plain grant
+// takes its own route then too (tokens, a learned capacity: see
+// staticInForce), or what follows h is alike to what follows y (the
+// same upstreams). Otherwise the request waits for y's route.
+func (e *engine) grantsFitRouteOf(h *Handler) bool {
+	y := e.appliers.newestHolder()
+	if y == nil || !y.soleClaimant() {
+		return false
+	}
+	if gen := e.settingsOf(); gen != 0 && gen != y.gen {
+		return false // another handler's settings (one opened e before y)
+	}
+	switch {
+	case h.pooled() != y.pooled():
+		return false // a grant of the other shape needs y's route
+	case h.pooled():
+		return true
+	case h.KVTokens > 0 || h.Adaptive != nil || y.KVTokens > 0 || y.Adaptive != nil:
+		return true
+	}
+	return followedAlike(h, y)
+}
+
 // waitersFollowedAlike reports whether what follows each handler whose
 // requests wait in e's queue here, or in a retired queue of its store
 // that takes its settings (adopt), is alike to what follows y.
