@@ -1,0 +1,62 @@
+package caddyfairqueue
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
+)
+
+// As in TestARequestReachingTheOldHandlerAfterAReloadToAPoolInAnotherStoreKeepsR0WithinItsPermits,
+// a late request of the first config (static r0) waits for the second
+// config (a pool in Redis) to serve; before it does, a third reload
+// moves the queue to another Redis (static r3, 2 permits: the holder counts against them). The pool's queue,
+// retired before any of its requests recorded a route, must not grant
+// the late request a pool's upstream on its own route (r0, beside the
+// holder): the request waits on for the config in force, and runs
+// under it once it serves. Before, the retired queue granted it at once
+// and it ran on r0 (at the exit too, where the retired queue closes,
+// TestARequestHeldForTheNewConfigAfterAReloadIsAnsweredAtTheExit now and
+// then saw it cut there, 499, instead of answered 503).
+func TestARequestHeldForTheNewConfigKeepsR0WithinItsPermitsWhenAnotherReloadRetiresTheQueue(t *testing.T) {
+	held := make(chan struct{}, 4)
+	awaitsRoute = func(*engine) { held <- struct{}{} }
+	t.Cleanup(func() { awaitsRoute = func(*engine) {} })
+	r0, r1, r2, holder, late, port := lateAfterAReloadToAPool(t)
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the late request never waited for the new config's route")
+	}
+	rds := redistest.Start(t)
+	r3 := newGateUpstream(t, false)
+	reload(t, storePoolConfig(port, rds.Addr(), 2, r3, nil))
+	time.Sleep(500 * time.Millisecond) // time for the late request to be granted and reach an upstream
+	assert.EqualValues(t, 1, r0.pk.Load(), "requests at r0 at once: the late request ran beside the holder")
+
+	third := postSP(context.Background(), port) // the third config serves
+	select {
+	case code := <-third:
+		assert.Equal(t, http.StatusOK, code, "the third config's request")
+	case <-time.After(30 * time.Second):
+		t.Error("the third config's request not answered")
+	}
+	r0.release <- struct{}{} // the holder ends
+	r0.release <- struct{}{} // the late request, should it run on r0, is not held there
+	for name, ch := range map[string]<-chan int{"the late request": late, "the holder": holder} {
+		select {
+		case code := <-ch:
+			assert.Equal(t, http.StatusOK, code, "%s", name)
+		case <-time.After(30 * time.Second):
+			require.Failf(t, "not answered", "%s", name)
+		}
+	}
+	assert.EqualValues(t, 1, r0.arrivals.Load(), "arrivals at r0 (the holder only)")
+	assert.Zero(t, r1.arrivals.Load()+r2.arrivals.Load(), "arrivals at the pool, which no config in force has")
+	assert.EqualValues(t, 2, r3.arrivals.Load(), "arrivals at r3")
+}
