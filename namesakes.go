@@ -401,37 +401,6 @@ func (c *call) nextQueue(ctx context.Context, maxWait time.Duration) (*engine, e
 	}
 }
 
-// awaitRoute holds a request of a config cleaned up since, which
-// Handler.use sent on to c.e, the live queue of its name in another
-// store, until a handler of the config in force has served c.e (its
-// route is known), as nextQueue holds a waiter that a reload moved:
-// until then a grant of c.e's settings, a pool's, has no route of its
-// shape and would run on the request's own route, on an upstream that
-// the config in force may not count; it does not wait where such a grant
-// fits its own route (grantsFitRouteOf). It waits no longer than the
-// request's max_wait; a c.e retired meanwhile (another reload) moves its
-// waiters on (acquire).
-func (c *call) awaitRoute(ctx context.Context, maxWait time.Duration) error {
-	if c.e.data == c.h.backend.dataID() || c.e.routes.known() || c.e.grantsFitRouteOf(c.h) {
-		return nil
-	}
-	awaitsRoute(c.e)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !c.e.routes.known() && !c.e.retiredFlag.Load() {
-		if time.Since(c.start) >= maxWait {
-			metrics.rejects.WithLabelValues(c.name, string(fairqueue.ReasonTimeout)).Inc()
-			return &fairqueue.RejectError{Reason: fairqueue.ReasonTimeout, Waited: time.Since(c.start), RetryAfter: time.Second, Err: errMoved}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
-	return nil
-}
-
 // acquire waits for a permit of the queue of c.e for the request. If a
 // reload moves the queue to another store meanwhile, the request waits
 // on in the new queue: c.e and c.done then name that queue's engine and
@@ -442,22 +411,26 @@ func (c *call) acquire(ctx context.Context) (*fairqueue.Permit, error) {
 	if req.MaxWait > 0 && req.MaxWait < maxWait {
 		maxWait = req.MaxWait
 	}
-	if err := c.awaitRoute(ctx, maxWait); err != nil {
-		return nil, err
-	}
 	for {
-		p, err := c.waitIn(ctx, c.e, req)
-		if err == nil || !c.e.moved.Load() || !errors.Is(err, fairqueue.ErrShuttingDown) {
-			return p, err
+		retired, err := c.awaitRoute(ctx, maxWait)
+		if err != nil {
+			return nil, err
 		}
-		movedOut(c.e)
+		if !retired {
+			p, err := c.waitIn(ctx, c.e, req)
+			if err == nil || !c.e.moved.Load() || !errors.Is(err, fairqueue.ErrShuttingDown) {
+				return p, err
+			}
+			movedOut(c.e)
+		}
 		next, err := c.nextQueue(ctx, maxWait)
 		if err != nil {
 			return nil, err
 		}
 		if next == nil {
-			// Moved, and no queue of its name in force (another reload
-			// removed it): refused here, and counted here (engineObserver).
+			// Moved, or retired before it served (awaitRoute), and no
+			// queue of its name in force (another reload removed it, or
+			// the exit): refused here, and counted here (engineObserver).
 			metrics.rejects.WithLabelValues(c.name, string(fairqueue.ReasonShuttingDown)).Inc()
 			return nil, &fairqueue.RejectError{Reason: fairqueue.ReasonShuttingDown, Waited: time.Since(c.start), RetryAfter: time.Second, Err: errMoved}
 		}
