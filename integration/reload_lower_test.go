@@ -244,16 +244,20 @@ func TestAReloadThatReshapesAPoolAsAClientLeavesKeepsEachUpstreamWithinItsPermit
 			harness.CaddyOptions{GracePeriod: 30 * time.Second})
 		client := newClient(t)
 		var all collect
-		// The first three run, held, until all eight are in.
+		// The first three run, held, until all eight are in and the new
+		// config is in force: nothing ends under the old config once the
+		// load is sent, so every arrival from then on is the new config's
+		// grant. It may come before the load's answer: the new config
+		// grants B's and C's new permits as it takes over.
 		releaseA, releaseB := a.hold(t), b.hold(t)
 		cancels := all.sendStreams(client, c.URL(), 8)
 		require.True(t, eventually(10*time.Second, func() bool {
 			return len(a.Arrivals()) == 2 && len(b.Arrivals()) == 1 && localStats(t, c, "llm").Waiting == 5
 		}), "not 3 running and 5 waiting: %+v", localStats(t, c, "llm"))
+		loaded := time.Now()
+		require.NoError(t, c.Load(pool(fmt.Sprintf("upstream %s 1\n\t\tupstream %s 2\n\t\tupstream %s 1", a.addr, b.addr, cr.addr))))
 		releaseA()
 		releaseB()
-		require.NoError(t, c.Load(pool(fmt.Sprintf("upstream %s 1\n\t\tupstream %s 2\n\t\tupstream %s 1", a.addr, b.addr, cr.addr))))
-		loaded := time.Now()
 		leaver := a.Arrivals()[0].seq
 		cancels[leaver]()
 		results := all.wait(t, 2*time.Minute)
