@@ -1,13 +1,10 @@
 package caddyfairqueue
 
 import (
-	"context"
-	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
@@ -36,27 +33,7 @@ func TestARequestHeldForTheNewConfigKeepsR0WithinItsPermitsWhenAnotherReloadReti
 	rds := redistest.Start(t)
 	r3 := newGateUpstream(t, false)
 	reload(t, storePoolConfig(port, rds.Addr(), 2, r3, nil))
-	time.Sleep(500 * time.Millisecond) // time for the late request to be granted and reach an upstream
-	assert.EqualValues(t, 1, r0.pk.Load(), "requests at r0 at once: the late request ran beside the holder")
-
-	third := postSP(context.Background(), port) // the third config serves
-	select {
-	case code := <-third:
-		assert.Equal(t, http.StatusOK, code, "the third config's request")
-	case <-time.After(30 * time.Second):
-		t.Error("the third config's request not answered")
-	}
-	r0.release <- struct{}{} // the holder ends
-	r0.release <- struct{}{} // the late request, should it run on r0, is not held there
-	for name, ch := range map[string]<-chan int{"the late request": late, "the holder": holder} {
-		select {
-		case code := <-ch:
-			assert.Equal(t, http.StatusOK, code, "%s", name)
-		case <-time.After(30 * time.Second):
-			require.Failf(t, "not answered", "%s", name)
-		}
-	}
-	assert.EqualValues(t, 1, r0.arrivals.Load(), "arrivals at r0 (the holder only)")
+	lateServedByTheNewConfig(t, port, holder, late, r0, []*gateUpstream{r3})
 	assert.Zero(t, r1.arrivals.Load()+r2.arrivals.Load(), "arrivals at the pool, which no config in force has")
 	assert.EqualValues(t, 2, r3.arrivals.Load(), "arrivals at r3")
 }

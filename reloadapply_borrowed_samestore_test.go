@@ -50,6 +50,11 @@ func lateServedByTheNewConfig(t *testing.T, port int, holder, late <-chan int, r
 	t.Helper()
 	time.Sleep(500 * time.Millisecond) // time for the late request to be granted and reach an upstream
 	assert.EqualValues(t, 1, r0.pk.Load(), "requests at r0 at once: the late request ran beside the holder")
+	var early int32
+	for _, u := range ups {
+		early += u.arrivals.Load()
+	}
+	assert.Zero(t, early, "the late request ran on the new config's upstreams before that config served")
 
 	third := postSP(context.Background(), port) // the new config serves
 	select {
