@@ -140,13 +140,10 @@ func (t *templateRegistry) successor(e *engine, h *Handler) *Handler {
 // h's chain does not tell). Where y's permits are more, see also
 // takesOverRoute.
 func (e *engine) handsOnSafely(h, y *Handler) bool {
+	if fits, settled := grantShapeFits(h, y); settled {
+		return fits
+	}
 	switch {
-	case h.pooled() != y.pooled():
-		return false // a grant of the other shape needs y's route
-	case h.pooled():
-		return true
-	case h.KVTokens > 0 || h.Adaptive != nil || y.KVTokens > 0 || y.Adaptive != nil:
-		return true
 	case y.Permits <= h.Permits:
 		return true
 	case !y.soleClaimant():
@@ -176,15 +173,29 @@ func (e *engine) grantsFitRouteOf(h *Handler) bool {
 	if gen := e.settingsOf(); gen != 0 && gen != y.gen {
 		return false // another handler's settings (one opened e before y)
 	}
-	switch {
-	case h.pooled() != y.pooled():
-		return false // a grant of the other shape needs y's route
-	case h.pooled():
-		return true
-	case h.KVTokens > 0 || h.Adaptive != nil || y.KVTokens > 0 || y.Adaptive != nil:
-		return true
+	if fits, settled := grantShapeFits(h, y); settled {
+		return fits
 	}
 	return followedAlike(h, y)
+}
+
+// grantShapeFits settles, where the grant's shape alone decides it,
+// whether a grant of y's settings fits h's route: not where one has a
+// pool and the other not (a grant of the other shape needs y's route);
+// yes where both have one (the grant names its upstream), or where
+// either counts tokens or learns its capacity (a plain grant then takes
+// its own route: see staticInForce). settled is false where the
+// upstreams after each handler decide.
+func grantShapeFits(h, y *Handler) (fits, settled bool) {
+	switch {
+	case h.pooled() != y.pooled():
+		return false, true
+	case h.pooled():
+		return true, true
+	case h.KVTokens > 0 || h.Adaptive != nil || y.KVTokens > 0 || y.Adaptive != nil:
+		return true, true
+	}
+	return false, false
 }
 
 // waitersFollowedAlike reports whether what follows each handler whose

@@ -213,9 +213,10 @@ func TestAStoreSwitchThatReshapesAPoolKeepsEachUpstreamWithinItsPermits(t *testi
 			}), "not 2 running and 4 waiting: %+v", localStats(t, c, "llm"))
 			releaseA()
 			releaseB()
-			// n0 must reach the new config: its first request moves the
+			// n0 must reach the new config (Load returns once the old
+			// config's listener has closed): its first request moves the
 			// waiters out of the old queue, which would grant them on A.
-			require.NoError(t, c.Reload(pool(b, cr, tc.after)))
+			require.NoError(t, c.Load(pool(b, cr, tc.after)))
 			loaded := time.Now()
 			all.sendAcrossSwap(context.Background(), client, c.URL(), "n0", Chat{Stream: true, Seq: "n0"})
 			leaver := b.Arrivals()[0].seq

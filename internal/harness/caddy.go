@@ -61,9 +61,8 @@ type Caddy struct {
 	grace     time.Duration
 	caddyfile func(*Caddy) string // the config for c's ports
 
-	mu     sync.Mutex
-	proc   *Proc  // the latest start attempt
-	config string // the Caddyfile in force: the one started with, or the last loaded
+	mu   sync.Mutex
+	proc *Proc // the latest start attempt
 }
 
 // StartCaddy starts Caddy serving site, the body of a site block
@@ -126,13 +125,9 @@ func start(t testing.TB, name string, caddyfile func(*Caddy) string, opts CaddyO
 
 func (c *Caddy) start(bin, dir string) error {
 	path := filepath.Join(c.home, "Caddyfile")
-	config := c.caddyfile(c)
-	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(c.caddyfile(c)), 0o644); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	c.config = config
-	c.mu.Unlock()
 	if err := appendLine(c.logPath, fmt.Sprintf("--- harness: starting %s on :%d (admin :%d)", c.name, c.ports.HTTP, c.ports.Admin)); err != nil {
 		return err
 	}
@@ -239,11 +234,9 @@ func (c *Caddy) Caddyfile(site string) string {
 // Load replaces the running config with the Caddyfile serving site, as
 // an operator's `caddy reload` does: POST /load to the admin endpoint.
 // On Linux it returns once the old config's server has closed its
-// listeners (awaitOldListenerClosed); elsewhere it may return before
-// (Reload waits for that on every system).
+// listeners (awaitOldListenerClosed); elsewhere it may return before.
 func (c *Caddy) Load(site string) error {
-	config := c.Caddyfile(site)
-	req, err := http.NewRequest(http.MethodPost, c.AdminURL()+"/load", strings.NewReader(config))
+	req, err := http.NewRequest(http.MethodPost, c.AdminURL()+"/load", strings.NewReader(c.Caddyfile(site)))
 	if err != nil {
 		return err
 	}
@@ -259,9 +252,6 @@ func (c *Caddy) Load(site string) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("load %s: %s: %s", c.name, resp.Status, body)
 	}
-	c.mu.Lock()
-	c.config = config
-	c.mu.Unlock()
 	return c.awaitOldListenerClosed()
 }
 
@@ -285,13 +275,6 @@ func (c *Caddy) awaitOldListenerClosed() error {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// inForce returns the Caddyfile in force.
-func (c *Caddy) inForce() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.config
 }
 
 // Signal sends sig to the Caddy process, failing the test if it has
