@@ -201,8 +201,9 @@ func (l Limits) Scale(shares map[string]float64) Limits {
 		// reload added the pool is reported by nobody and never moves).
 		l.Permits, l.Tokens = sc(l.Permits, ""), sc(l.Tokens, "")
 	}
-	// The bound on one ticket follows the largest share in force: a heavy
-	// ticket still fits, alone, where the capacity is largest. The shares
+	// The bound on one ticket follows the largest share in force, and the
+	// largest capacity in force (below): a heavy ticket still fits,
+	// alone, where the capacity is largest. The shares
 	// in force are the queue's without a pool, each upstream's with one;
 	// a key without a share is at 1 (all of it).
 	most := 0.0
@@ -220,8 +221,29 @@ func (l Limits) Scale(shares map[string]float64) Limits {
 		}
 		most = max(most, s)
 	}
-	if l.TokenBound > 0 && most > 0 && most < 1 {
-		l.TokenBound = max(int(math.Floor(float64(l.TokenBound)*most)), 1)
+	bound := l.TokenBound
+	if bound > 0 && most > 0 && most < 1 {
+		l.TokenBound = max(int(math.Floor(float64(bound)*most)), 1)
+	}
+	// With a pool whose every upstream sets its own KVTokens, the largest
+	// capacity in force is the largest of theirs, each under its own
+	// share: unequal caches make it another upstream's than the one of
+	// the largest share (a large cache learned down beside a small one at
+	// all of its own), and a ticket bounded above it would fit nowhere.
+	if bound > 0 && len(l.Upstreams) > 0 {
+		inForce := 0
+		for _, u := range l.Upstreams {
+			if u.KVTokens == 0 {
+				inForce = 0 // bounded by the queue's capacity alone
+				break
+			}
+			if u.KVTokens > 0 {
+				inForce = max(inForce, sc(min(u.KVTokens, bound), u.Dial))
+			}
+		}
+		if inForce > 0 {
+			l.TokenBound = min(l.TokenBound, inForce)
+		}
 	}
 	if len(l.Upstreams) > 0 {
 		ups := make([]Upstream, len(l.Upstreams))

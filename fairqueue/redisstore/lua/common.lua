@@ -119,7 +119,29 @@ if learned then
     most = math.max(most, shares[dial] or 1)
   end
   if not any then most = shares[''] or 1 end
+  local bound = token_bound
   if most < 1 and token_bound > 0 then token_bound = math.max(math.floor(token_bound * most), 1) end
+  -- With a pool whose every upstream sets its own kv_tokens, the bound
+  -- is at most the largest of theirs in force, each under its own share
+  -- (unequal caches: it may be another upstream's than the largest
+  -- share's), so that a heavy ticket fits somewhere.
+  local in_force = 0
+  if bound > 0 and next(shares) ~= nil then -- none learned: as configured (fairqueue.Limits.Scale)
+    for dial, kv in string.gmatch(ARGV[7] or '', '(%S+) %d+/?(%-?%d*)') do
+      local c = tonumber(kv) or 0
+      if c == 0 then
+        in_force = 0
+        break
+      end
+      if c > 0 then
+        c = math.min(c, bound)
+        local share = shares[dial]
+        if share and share < 1 then c = math.max(math.floor(c * share), 1) end
+        in_force = math.max(in_force, c)
+      end
+    end
+  end
+  if in_force > 0 then token_bound = math.min(token_bound, in_force) end
 end
 -- scale is capacity n under the share of key ('' : the queue's).
 local function scale(n, key)
