@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -29,6 +30,11 @@ import (
 // showed none, while requests waited, moves it up. A value starting
 // with "/" is a path on each pool upstream (http://<dial><path>); else it
 // is the URL of the one backend of a queue without a pool.
+
+// maxReadPreemptions bounds the preemptions one read counts: far above
+// any real engine's, and summed over a window's reads (the Redis store
+// adds them with HINCRBY) still far from overflowing.
+const maxReadPreemptions = 1 << 30
 
 // gaugeWatch reads an engine's backend gauges until stopped.
 type gaugeWatch struct {
@@ -76,11 +82,17 @@ func watchGauges(e *engine) *gaugeWatch {
 					e.log.Debug("backend gauges unread", zap.String("url", url), zap.Error(err))
 					continue
 				}
-				prev, seen := last[url]
-				last[url] = g.preemptions
 				n := 0
-				if seen && g.preemptions > prev {
-					n = int(g.preemptions - prev) // each preempted request
+				// A counter that is no number (+Inf, NaN) says nothing of
+				// this read's preemptions: the next read counts from the
+				// last one that did. One past what an int holds counts as
+				// maxReadPreemptions: converted, it would turn negative
+				// and drop the reading.
+				if prev, seen := last[url]; !math.IsInf(g.preemptions, 0) && !math.IsNaN(g.preemptions) {
+					last[url] = g.preemptions
+					if seen && g.preemptions > prev {
+						n = int(min(g.preemptions-prev, maxReadPreemptions)) // each preempted request
+					}
 				}
 				if g.waiting > 0 {
 					n++ // a reading of requests queued in the backend
