@@ -55,3 +55,51 @@ func TestAReloadThatMovesTheStoreCountsTheTokensRunningInTheOld(t *testing.T) {
 		})
 	}
 }
+
+// A reload that moves a queue from the local store to Redis, or back,
+// and turns kv_tokens on (150: one chat of ~101 tokens at a time) while
+// the old config's requests, which counted no tokens, wait: they move to
+// the new queue and, granted there, weigh their tokens, so two of them
+// never run at once.
+func TestAReloadThatMovesTheStoreAndTurnsKVTokensOnWeighsTheMovedWaiters(t *testing.T) {
+	for _, toRedis := range []bool{false, true} {
+		t.Run(map[bool]string{false: "redis to local", true: "local to redis"}[toRedis], func(t *testing.T) {
+			t.Cleanup(func() { poolEmpty(t) })
+			rds := redistest.Start(t)
+			up := newHolder()
+			letAtCleanup(t, up)
+			in := func(redis bool, kvTokens int) *Handler {
+				h := &Handler{Name: "kv-moved-on", Permits: 1, KVTokens: kvTokens, MaxWait: caddy.Duration(time.Minute)}
+				if kvTokens > 0 {
+					h.Permits = 4
+				}
+				if redis {
+					return provision(t, newContext(t), rds.Addr(), h)
+				}
+				return provisionLocal(t, newContext(t), h)
+			}
+			old := in(!toRedis, 0)
+			all := []*request{newRequest(context.Background(), kvChat).start(old, up)}
+			up.waitEntered(t)
+			for i := range 3 { // the old config's waiters
+				all = append(all, newRequest(context.Background(), kvChat).start(old, up))
+				waitingIn(t, old, i+1)
+			}
+			cur := in(toRedis, 150)
+			require.NoError(t, old.Cleanup())
+			up.release <- struct{}{} // the old config's running chat ends
+			for i := range 3 {       // each moved waiter runs alone
+				up.waitEntered(t)
+				time.Sleep(300 * time.Millisecond)
+				assert.Equal(t, int32(2+i), up.count.Load(), "two chats of ~101 tokens ran at once, above kv_tokens 150")
+				up.release <- struct{}{}
+			}
+			up.let()
+			for _, r := range all {
+				r.wait(t)
+				assert.Equal(t, http.StatusOK, r.w.Code)
+			}
+			require.NoError(t, cur.Cleanup())
+		})
+	}
+}
