@@ -34,8 +34,10 @@ type Config struct {
 	Name string
 	// Permits is the number of tickets that may hold a permit at once,
 	// across every node of the queue. Required, at least 1, unless
-	// Upstreams are given: then it defaults to (and may lower) the sum
-	// of their permits.
+	// Upstreams are given: then it defaults to the sum of their permits
+	// (and may lower it); the default caps nothing their own do not, so
+	// a holder on an upstream a Reconfigure took out of the pool counts
+	// on that upstream alone.
 	Permits int
 	// Upstreams is a pool of backends, each with its own permits: a grant
 	// names the upstream its request goes to (Permit.Upstream), the one
@@ -62,7 +64,8 @@ type Config struct {
 	// Request.Tokens besides a free permit. 0: tokens are not counted.
 	// With Upstreams, each upstream's own Upstream.KVTokens also applies
 	// (KVTokens caps them all together; 0 here: their sum, if every one
-	// sets it; Validate refuses 0 here with only some setting it).
+	// sets it, which like Permits' caps nothing theirs do not; Validate
+	// refuses 0 here with only some setting it).
 	KVTokens int
 	// Adaptive, when set, makes the queue learn its capacity from the
 	// backend's time to first token (see Adaptive): the capacity in force
@@ -158,6 +161,11 @@ type Config struct {
 	// running, in a fallback queue's config, is the node's requests the
 	// store granted that still run (storeRunning).
 	running *storeRunning
+	// poolPermits and poolTokens are the Permits and KVTokens that
+	// withDefaults took from the pool (their sums, none set); 0: set by
+	// the caller. A cap taken from the pool caps nothing its upstreams'
+	// own do not (see limits).
+	poolPermits, poolTokens int
 }
 
 // Observer receives a Queue's events. Methods are called on the request
@@ -198,9 +206,11 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Permits == 0 && len(c.Upstreams) > 0 {
 		c.Permits = poolPermits(c.Upstreams)
+		c.poolPermits = c.Permits
 	}
 	if c.KVTokens == 0 && len(c.Upstreams) > 0 {
 		c.KVTokens = poolTokens(c.Upstreams)
+		c.poolTokens = c.KVTokens
 	}
 	if c.Permits == 0 && c.KVTokens > 0 {
 		c.Permits = MaxPermits // tokens alone bound the queue
@@ -261,6 +271,17 @@ func (c Config) Validate() error {
 
 func (c Config) limits() Limits {
 	permits, ups := c.Permits, c.Upstreams
+	kvTokens := c.KVTokens
+	// A cap the pool's sum gave (none set) leaves the upstreams' own to
+	// bound it: counted as a cap, the requests still running on an
+	// upstream a reload took out of the pool would keep the upstreams
+	// left idle, their caches and permits free, until they end.
+	if len(ups) > 0 && c.poolPermits > 0 && permits == c.poolPermits {
+		permits = MaxPermits
+	}
+	if len(ups) > 0 && c.poolTokens > 0 && kvTokens == c.poolTokens {
+		kvTokens = poolUncapped
+	}
 	if n := c.reserved(); n > 0 {
 		// The permits held elsewhere may run on any upstream: each
 		// counts them.
@@ -279,13 +300,18 @@ func (c Config) limits() Limits {
 		}
 	}
 	bound, _ := c.ClampTokens(math.MaxInt)
-	l := Limits{Permits: permits, Tokens: lessTokens(c.KVTokens, c.reservedTokens()), TokenBound: bound, Learned: c.Adaptive != nil, Lease: c.Lease, MaxQueue: c.MaxQueue,
+	l := Limits{Permits: permits, Tokens: lessTokens(kvTokens, c.reservedTokens()), TokenBound: bound, Learned: c.Adaptive != nil, Lease: c.Lease, MaxQueue: c.MaxQueue,
 		MaxQueuePerTenant: c.MaxQueuePerTenant, MaxInFlightPerTenant: c.MaxInFlightPerTenant, Upstreams: ups}
 	if c.running != nil { // a fallback queue's
 		l = c.running.less(l)
 	}
 	return l
 }
+
+// poolUncapped is the token capacity store calls carry for a queue whose
+// KVTokens is its pool's sum: more than its upstreams' together, so that
+// theirs alone bound it.
+const poolUncapped = math.MaxInt32
 
 // lessTokens is a token capacity less r reserved: 0 (not counted) stays
 // 0, and a capacity used up entirely is -1 (counted, no room), never 0.

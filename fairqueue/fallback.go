@@ -289,6 +289,7 @@ func (q *Queue) localConfig(cfg *Config) (Config, int) {
 		}
 	}
 	lc.FailOpen, lc.Fallback, lc.LocalPermits, lc.Adaptive = false, nil, 0, nil
+	lc.poolPermits, lc.poolTokens = 0, 0 // its share caps it, whatever its upstreams'
 	if cfg.Observer != nil {
 		lc.Observer = localObserver{cfg.Observer}
 	}
