@@ -1,0 +1,124 @@
+package caddyfairqueue
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// Go's HTTP/1 server notices that a client has closed its connection by
+// a read in the background, once the request's body is read; but a byte
+// that arrives there (the start of a next, pipelined request) ends that
+// read, and the server then watches the connection no more. A client
+// that sends a request, a byte more and closes its connection would so
+// wait in the queue until max_wait, unseen, and be forwarded to the
+// upstream when granted, for nobody. The handler watches such a
+// connection itself while its request waits: it looks at the socket,
+// without reading from it, for the client's end of the connection
+// (hungUp, Linux; elsewhere the server's read alone).
+
+// hangupEvery is how often a waiting HTTP/1 request's connection is
+// looked at for its client's close.
+const hangupEvery = 500 * time.Millisecond
+
+// connCtxKey holds the request's connection in its context, as
+// registerConnContext puts it there.
+type connCtxKey struct{}
+
+// registerConnContext has the server of the handler being provisioned
+// (in ctx) keep each connection in its requests' context, for hungUp.
+func registerConnContext(ctx caddy.Context) {
+	srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if !ok || srv == nil {
+		return
+	}
+	srv.RegisterConnContext(func(ctx context.Context, c net.Conn) context.Context {
+		if ctx.Value(connCtxKey{}) != nil { // another handler of the server put it there
+			return ctx
+		}
+		return context.WithValue(ctx, connCtxKey{}, c)
+	})
+}
+
+// rawConnOf is the socket beneath r's HTTP/1 connection, through TLS
+// and the listener wrappers that show what they wrap; nil where there is
+// none (HTTP/2 and HTTP/3 streams, whose resets the server sees).
+func rawConnOf(r *http.Request) syscall.RawConn {
+	if r.ProtoMajor != 1 {
+		return nil
+	}
+	c, _ := r.Context().Value(connCtxKey{}).(net.Conn)
+	for range 8 { // wrappers around wrappers, up to a bound
+		switch v := c.(type) {
+		case nil:
+			return nil
+		case syscall.Conn:
+			if rc, err := v.SyscallConn(); err == nil {
+				return rc
+			}
+			return nil
+		case *tls.Conn:
+			c = v.NetConn()
+		case interface{ NetConn() net.Conn }:
+			c = v.NetConn()
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// hangupWatch cancels the context of a waiting HTTP/1 request whose
+// client has closed its connection.
+type hangupWatch struct {
+	rc     syscall.RawConn
+	cancel context.CancelFunc
+	timer  *time.Timer
+	gone   atomic.Bool
+	halted atomic.Bool
+}
+
+// watchHangup watches r's connection while ctx lasts, until stop: a
+// context that ends when the client's end of the connection is seen
+// closed. A request without a socket to watch gets ctx and a nil watch.
+func watchHangup(ctx context.Context, r *http.Request) (context.Context, *hangupWatch) {
+	rc := rawConnOf(r)
+	if rc == nil || !canSeeHangup {
+		return ctx, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	w := &hangupWatch{rc: rc, cancel: cancel}
+	w.timer = time.AfterFunc(hangupEvery, w.look)
+	return ctx, w
+}
+
+func (w *hangupWatch) look() {
+	if w.halted.Load() {
+		return
+	}
+	if hungUp(w.rc) {
+		w.gone.Store(true)
+		w.cancel()
+		return
+	}
+	w.timer.Reset(hangupEvery)
+}
+
+// stop ends the watch; it reports whether the client was seen gone, or
+// is now.
+func (w *hangupWatch) stop() (gone bool) {
+	if w == nil {
+		return false
+	}
+	w.halted.Store(true)
+	w.timer.Stop()
+	w.cancel()
+	return w.gone.Load() || hungUp(w.rc)
+}
