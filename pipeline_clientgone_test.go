@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -18,9 +19,10 @@ import (
 // request while its request waits, then closes its connection, leaves
 // the queue at once like any client that leaves, and is never
 // forwarded: Go's server stops watching a connection for its close once
-// a pipelined byte arrives. Over plain TCP and TLS.
+// a pipelined byte arrives. Over plain TCP, TLS, and behind
+// proxy_protocol.
 func TestAWaiterThatPipelinesAByteAndLeavesLeavesTheQueueOverHTTP1(t *testing.T) {
-	for _, tc := range []string{"plain", "tls"} {
+	for _, tc := range []string{"plain", "tls", "proxy_protocol"} {
 		t.Run(tc, func(t *testing.T) {
 			t.Cleanup(func() { poolEmpty(t) })
 			up := newHeldUpstream(t)
@@ -29,10 +31,22 @@ func TestAWaiterThatPipelinesAByteAndLeavesLeavesTheQueueOverHTTP1(t *testing.T)
 			var url string
 			var client *http.Client
 			var dial func() (net.Conn, error)
-			if tc == "plain" {
+			switch tc {
+			case "plain":
 				url, client = runCaddy(t, handlers...), http.DefaultClient
 				dial = func() (net.Conn, error) { return net.Dial("tcp", strings.TrimPrefix(url, "http://")) }
-			} else {
+			case "proxy_protocol":
+				url = runCaddyWith(t, `"listener_wrappers":[{"wrapper":"proxy_protocol","allow":["127.0.0.1/32"]}],`, handlers...)
+				addr := strings.TrimPrefix(url, "http://")
+				dial = func() (net.Conn, error) {
+					c, err := net.Dial("tcp", addr)
+					if err == nil {
+						_, err = io.WriteString(c, "PROXY TCP4 192.0.2.1 127.0.0.1 1234 80\r\n")
+					}
+					return c, err
+				}
+				client = &http.Client{Transport: &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) { return dial() }}}
+			default:
 				s := runTLSCaddy(t, handlers...)
 				url, client = s.url, s.client(t, "h1")
 				dial = func() (net.Conn, error) {
