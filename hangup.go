@@ -48,7 +48,7 @@ func registerConnContext(ctx caddy.Context) {
 }
 
 // rawConnOf is the socket beneath r's HTTP/1 connection, through TLS
-// and the listener wrappers that show what they wrap; nil where there is
+// and the listener wrappers that show what they wrap (proxy_protocol); nil where there is
 // none (HTTP/2 and HTTP/3 streams, whose resets the server sees).
 func rawConnOf(r *http.Request) syscall.RawConn {
 	if r.ProtoMajor != 1 {
@@ -68,6 +68,8 @@ func rawConnOf(r *http.Request) syscall.RawConn {
 			c = v.NetConn()
 		case interface{ NetConn() net.Conn }:
 			c = v.NetConn()
+		case interface{ Raw() net.Conn }: // proxy_protocol's
+			c = v.Raw()
 		default:
 			return nil
 		}
