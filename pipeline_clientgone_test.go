@@ -81,3 +81,31 @@ func TestAWaiterThatPipelinesAByteAndLeavesLeavesTheQueueOverHTTP1(t *testing.T)
 		})
 	}
 }
+
+// Granted and running, such a client is seen leaving too: its request
+// is cancelled towards the upstream, as any client's that leaves, and
+// the permit goes on to the next request.
+func TestARunningRequestWhoseClientPipelinesAByteAndLeavesIsCancelledOverHTTP1(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	up := newHeldUpstream(t)
+	url := runCaddy(t, `{"handler":"fair_queue","name":"pipeline-gone-running","permits":1,"max_wait":"60s"}`, up.proxy())
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	require.NoError(t, err)
+	body := `{"model":"gone"}`
+	_, err = fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return up.run.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
+	_, err = conn.Write([]byte("P")) // a pipelined request starts
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond) // the byte arrives on its own
+	require.NoError(t, conn.Close())
+
+	require.Eventually(t, func() bool { return up.run.Load() == 0 }, 10*time.Second, 5*time.Millisecond,
+		"the upstream still runs the request of a client that pipelined a byte and left")
+	next := chat(context.Background(), http.DefaultClient, url, `{"model":"next"}`)
+	require.Eventually(t, func() bool { return up.run.Load() == 1 }, 10*time.Second, 5*time.Millisecond,
+		"the permit was not handed on")
+	up.release <- struct{}{}
+	assert.Equal(t, http.StatusOK, got(t, next).status)
+}
