@@ -19,10 +19,10 @@ import (
 // request while its request waits, then closes its connection, leaves
 // the queue at once like any client that leaves, and is never
 // forwarded: Go's server stops watching a connection for its close once
-// a pipelined byte arrives. Over plain TCP, TLS, and behind
-// proxy_protocol.
+// a pipelined byte arrives. Over plain TCP, TLS, behind proxy_protocol,
+// and on a server of HTTP/1 alone (Caddy wraps its connections then).
 func TestAWaiterThatPipelinesAByteAndLeavesLeavesTheQueueOverHTTP1(t *testing.T) {
-	for _, tc := range []string{"plain", "tls", "proxy_protocol"} {
+	for _, tc := range []string{"plain", "tls", "proxy_protocol", "h1 alone"} {
 		t.Run(tc, func(t *testing.T) {
 			t.Cleanup(func() { poolEmpty(t) })
 			up := newHeldUpstream(t)
@@ -34,6 +34,9 @@ func TestAWaiterThatPipelinesAByteAndLeavesLeavesTheQueueOverHTTP1(t *testing.T)
 			switch tc {
 			case "plain":
 				url, client = runCaddy(t, handlers...), http.DefaultClient
+				dial = func() (net.Conn, error) { return net.Dial("tcp", strings.TrimPrefix(url, "http://")) }
+			case "h1 alone":
+				url, client = runCaddyWith(t, `"protocols":["h1"],`, handlers...), http.DefaultClient
 				dial = func() (net.Conn, error) { return net.Dial("tcp", strings.TrimPrefix(url, "http://")) }
 			case "proxy_protocol":
 				url = runCaddyWith(t, `"listener_wrappers":[{"wrapper":"proxy_protocol","allow":["127.0.0.1/32"]}],`, handlers...)
