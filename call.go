@@ -207,6 +207,7 @@ func (c *call) serve() error {
 	c.record(outcome, reason, c.permit.Waited(), c.permit.Position())
 	c.forwarded = true
 	c.cuttable()
+	defer watchRunning(c.r, c.cut).stop()
 	c.fb = newFirstByteWriter(c.w)
 	c.w = c.fb
 	c.fb.forwarded, c.fb.upstream = time.Now(), c.permit.Upstream()
@@ -276,9 +277,10 @@ func (c *call) servePool() (served bool, err error) {
 // later one once a reload moved its queue there while it waited again.
 // A request granted on a pool's upstream may wait again, so it takes a
 // context that can be ended at its first forwarding in any store: r is
-// written only then (cancelable).
+// written only then (cancelable). So does an HTTP/1 request whose
+// connection serve watches for its client's close (watchRunning).
 func (c *call) cuttable() {
-	if c.cut == nil && (c.e.remote || c.permit.Upstream() != "") {
+	if c.cut == nil && (c.e.remote || c.permit.Upstream() != "" || hangupWatchable(c.r)) {
 		c.cut = cancelable(c.r)
 	}
 	if c.e.remote && c.uncut == nil { // c.cut is set: the queue is remote

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"net"
 	"net/http"
+	"reflect"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -19,8 +20,9 @@ import (
 // read, and the server then watches the connection no more. A client
 // that sends a request, a byte more and closes its connection would so
 // wait in the queue until max_wait, unseen, and be forwarded to the
-// upstream when granted, for nobody. The handler watches such a
-// connection itself while its request waits: it looks at the socket,
+// upstream when granted, for nobody; and a running request's would run
+// on upstream to its end. The handler watches such a connection itself
+// while its request waits and while it runs: it looks at the socket,
 // without reading from it, for the client's end of the connection
 // (hungUp, Linux; elsewhere the server's read alone).
 
@@ -48,7 +50,8 @@ func registerConnContext(ctx caddy.Context) {
 }
 
 // rawConnOf is the socket beneath r's HTTP/1 connection, through TLS
-// and the listener wrappers that show what they wrap (proxy_protocol); nil where there is
+// and the listener wrappers that show what they wrap (proxy_protocol,
+// Caddy's own: embeddedConn); nil where there is
 // none (HTTP/2 and HTTP/3 streams, whose resets the server sees).
 func rawConnOf(r *http.Request) syscall.RawConn {
 	if r.ProtoMajor != 1 {
@@ -71,23 +74,46 @@ func rawConnOf(r *http.Request) syscall.RawConn {
 		case interface{ Raw() net.Conn }: // proxy_protocol's
 			c = v.Raw()
 		default:
-			return nil
+			c = embeddedConn(v)
 		}
 	}
 	return nil
 }
 
-// hangupWatch cancels the context of a waiting HTTP/1 request whose
-// client has closed its connection.
+// connType is net.Conn's type.
+var connType = reflect.TypeFor[net.Conn]()
+
+// embeddedConn is the net.Conn that c embeds, as Caddy's own wrappers
+// do (its http2 listener's, its http_redirect's): a struct, or a
+// pointer to one, whose exported field Conn is a net.Conn; else nil.
+func embeddedConn(c net.Conn) net.Conn {
+	v := reflect.ValueOf(c)
+	if v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return nil
+	}
+	f := v.FieldByName("Conn")
+	if !f.IsValid() || f.Type() != connType || !f.CanInterface() {
+		return nil
+	}
+	inner, _ := f.Interface().(net.Conn)
+	return inner
+}
+
+// hangupWatch calls its cancel when the client of an HTTP/1 request
+// is seen to have closed its connection.
 type hangupWatch struct {
 	rc     syscall.RawConn
 	cancel context.CancelFunc
+	own    bool // cancel is the watch's own context's: stop calls it
 	timer  *time.Timer
 	gone   atomic.Bool
 	halted atomic.Bool
 }
 
-// watchHangup watches r's connection while ctx lasts, until stop: a
+// watchHangup watches r's connection while r waits, until stop: a
 // context that ends when the client's end of the connection is seen
 // closed. A request without a socket to watch gets ctx and a nil watch.
 func watchHangup(ctx context.Context, r *http.Request) (context.Context, *hangupWatch) {
@@ -96,9 +122,28 @@ func watchHangup(ctx context.Context, r *http.Request) (context.Context, *hangup
 		return ctx, nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	w := &hangupWatch{rc: rc, cancel: cancel}
+	return ctx, startHangupWatch(rc, cancel, true)
+}
+
+// watchRunning watches r's connection while next runs it, until stop:
+// cut, which ends r's context (cancelable), is called when the client's
+// end of the connection is seen closed. Nil: nothing to watch.
+func watchRunning(r *http.Request, cut context.CancelFunc) *hangupWatch {
+	rc := rawConnOf(r)
+	if rc == nil || !canSeeHangup || cut == nil {
+		return nil
+	}
+	return startHangupWatch(rc, cut, false)
+}
+
+// hangupWatchable reports whether r's connection can be watched (an
+// HTTP/1 request with a socket beneath, on Linux).
+func hangupWatchable(r *http.Request) bool { return canSeeHangup && rawConnOf(r) != nil }
+
+func startHangupWatch(rc syscall.RawConn, cancel context.CancelFunc, own bool) *hangupWatch {
+	w := &hangupWatch{rc: rc, cancel: cancel, own: own}
 	w.timer = time.AfterFunc(hangupEvery, w.look)
-	return ctx, w
+	return w
 }
 
 func (w *hangupWatch) look() {
@@ -121,6 +166,8 @@ func (w *hangupWatch) stop() (gone bool) {
 	}
 	w.halted.Store(true)
 	w.timer.Stop()
-	w.cancel()
+	if w.own {
+		w.cancel()
+	}
 	return w.gone.Load() || hungUp(w.rc)
 }
