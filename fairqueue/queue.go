@@ -188,6 +188,15 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 	if l, n := q.joinMovers(from); l != nil {
 		return q.moveIn(ctx, l, n, req, start, deadline)
 	}
+	if ctx.Err() != nil {
+		// The caller left before its call went out (an HTTP/2 stream
+		// reset just after its body): nothing to send, and nothing to
+		// cancel. A call sent with the ended context would fail at once
+		// and be cancelled in the background with a tombstone, one store
+		// call and one mark kept for TombstoneTTL per request: a flood
+		// of such streams would cost the store that many.
+		return nil, ctx.Err()
+	}
 	flow := ""
 	if cfg.Fair {
 		flow = req.flow()
