@@ -207,7 +207,7 @@ func (c *call) serve() error {
 	c.record(outcome, reason, c.permit.Waited(), c.permit.Position())
 	c.forwarded = true
 	c.cuttable()
-	defer watchRunning(c.r, c.cut).stop()
+	defer watchRunning(c.r, c.cut).stop() // also while a requeued request waits again
 	c.fb = newFirstByteWriter(c.w)
 	c.w = c.fb
 	c.fb.forwarded, c.fb.upstream = time.Now(), c.permit.Upstream()

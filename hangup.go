@@ -22,7 +22,8 @@ import (
 // wait in the queue until max_wait, unseen, and be forwarded to the
 // upstream when granted, for nobody; and a running request's would run
 // on upstream to its end. The handler watches such a connection itself
-// while its request waits and while it runs: it looks at the socket,
+// while its request waits and while it runs (a requeued request's wait
+// again included): it looks at the socket,
 // without reading from it, for the client's end of the connection
 // (hungUp, Linux; elsewhere the server's read alone).
 

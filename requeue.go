@@ -148,7 +148,6 @@ func (c *call) requeue(rf *refusal) error {
 		c.r.Body, _ = c.r.GetBody()
 	}
 	ka, ctx := c.startKeepalive()
-	ctx, hangup := watchHangup(ctx, c.r)
 	c.feed.use(ka)
 	// Its body and headers wait again: counted against max_waiting_bytes, whatever
 	// the count (the request is in, and its client must not see the
@@ -171,7 +170,7 @@ func (c *call) requeue(rf *refusal) error {
 	c.permit, c.granted = p, time.Now()
 	committed, abandoned := ka.halt()
 	c.committed = committed || c.committed
-	c.abandoned = hangup.stop() || abandoned || c.abandoned
+	c.abandoned = abandoned || c.abandoned
 	return err
 }
 
