@@ -159,16 +159,18 @@ func (w *hangupWatch) look() {
 	w.timer.Reset(hangupEvery)
 }
 
-// stop ends the watch; it reports whether the client was seen gone, or
-// is now.
+// stop ends the watch; it reports whether the client was seen gone, or,
+// for a waiting request's watch (watchHangup: it is about to be
+// forwarded), is now.
 func (w *hangupWatch) stop() (gone bool) {
 	if w == nil {
 		return false
 	}
 	w.halted.Store(true)
 	w.timer.Stop()
-	if w.own {
-		w.cancel()
+	if !w.own {
+		return w.gone.Load()
 	}
+	w.cancel()
 	return w.gone.Load() || hungUp(w.rc)
 }
