@@ -27,9 +27,26 @@ import (
 // without reading from it, for the client's end of the connection
 // (hungUp, Linux; elsewhere the server's read alone).
 
-// hangupEvery is how often a waiting HTTP/1 request's connection is
-// looked at for its client's close.
-const hangupEvery = 500 * time.Millisecond
+// hangupEvery is how often a waiting or running HTTP/1 request's
+// connection is looked at for its client's close, while few are: the
+// looks of every watch together are at most hangupLooksPerSecond (one
+// poll each), so with many waiting each watch looks less often (50,000
+// waiting: every 25 s), and the watches cost the instance about the
+// same CPU however many wait. Go's server sees most clients leave at
+// once; these looks are for the few it stopped watching.
+const (
+	hangupEvery          = 500 * time.Millisecond
+	hangupLooksPerSecond = 2000
+)
+
+// hangupWatches counts the watches running, for hangupInterval.
+var hangupWatches atomic.Int64
+
+// hangupInterval is the time to a watch's next look, with n watches
+// running.
+func hangupInterval(n int64) time.Duration {
+	return max(hangupEvery, time.Duration(n)*time.Second/hangupLooksPerSecond)
+}
 
 // connCtxKey holds the request's connection in its context, as
 // registerConnContext puts it there.
@@ -143,7 +160,7 @@ func hangupWatchable(r *http.Request) bool { return canSeeHangup && rawConnOf(r)
 
 func startHangupWatch(rc syscall.RawConn, cancel context.CancelFunc, own bool) *hangupWatch {
 	w := &hangupWatch{rc: rc, cancel: cancel, own: own}
-	w.timer = time.AfterFunc(hangupEvery, w.look)
+	w.timer = time.AfterFunc(hangupInterval(hangupWatches.Add(1)), w.look)
 	return w
 }
 
@@ -156,7 +173,7 @@ func (w *hangupWatch) look() {
 		w.cancel()
 		return
 	}
-	w.timer.Reset(hangupEvery)
+	w.timer.Reset(hangupInterval(hangupWatches.Load()))
 }
 
 // stop ends the watch; it reports whether the client was seen gone, or,
@@ -166,7 +183,9 @@ func (w *hangupWatch) stop() (gone bool) {
 	if w == nil {
 		return false
 	}
-	w.halted.Store(true)
+	if w.halted.CompareAndSwap(false, true) {
+		hangupWatches.Add(-1)
+	}
 	w.timer.Stop()
 	if !w.own {
 		return w.gone.Load()
