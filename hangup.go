@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -125,7 +126,8 @@ func embeddedConn(c net.Conn) net.Conn {
 type hangupWatch struct {
 	rc     syscall.RawConn
 	cancel context.CancelFunc
-	own    bool // cancel is the watch's own context's: stop calls it
+	own    bool       // cancel is the watch's own context's: stop calls it
+	mu     sync.Mutex // guards timer, set once its first look is due
 	timer  *time.Timer
 	gone   atomic.Bool
 	halted atomic.Bool
@@ -160,6 +162,8 @@ func hangupWatchable(r *http.Request) bool { return canSeeHangup && rawConnOf(r)
 
 func startHangupWatch(rc syscall.RawConn, cancel context.CancelFunc, own bool) *hangupWatch {
 	w := &hangupWatch{rc: rc, cancel: cancel, own: own}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.timer = time.AfterFunc(hangupInterval(hangupWatches.Add(1)), w.look)
 	return w
 }
@@ -173,7 +177,9 @@ func (w *hangupWatch) look() {
 		w.cancel()
 		return
 	}
+	w.mu.Lock()
 	w.timer.Reset(hangupInterval(hangupWatches.Load()))
+	w.mu.Unlock()
 }
 
 // stop ends the watch; it reports whether the client was seen gone, or,
@@ -186,7 +192,9 @@ func (w *hangupWatch) stop() (gone bool) {
 	if w.halted.CompareAndSwap(false, true) {
 		hangupWatches.Add(-1)
 	}
+	w.mu.Lock()
 	w.timer.Stop()
+	w.mu.Unlock()
 	if !w.own {
 		return w.gone.Load()
 	}
