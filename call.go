@@ -44,7 +44,7 @@ type call struct {
 	start     time.Time // when the request joined the queue
 	feed      *keepaliveFeed
 	committed bool // the keepalive sent the header of an event stream
-	abandoned bool // the keepalive gave up on a client that took nothing: the response is lost
+	abandoned bool // the keepalive gave up on a client that took nothing, or its connection closed as it waited: the response is lost
 
 	permit    *fairqueue.Permit
 	granted   time.Time     // when the permit came
@@ -174,12 +174,14 @@ func (c *call) wait() error {
 	}
 	c.start = time.Now()
 	ka, ctx := c.startKeepalive()
+	ctx, hangup := watchHangup(ctx, c.r)
 	c.feed = newKeepaliveFeed(ka)
 	c.req.OnQueued = c.feed.onQueued()
 	p, err := c.acquire(ctx)
 	releaseWaiting(n)
 	c.permit, c.granted = p, time.Now()
 	c.committed, c.abandoned = ka.halt()
+	c.abandoned = hangup.stop() || c.abandoned
 	return err
 }
 
@@ -205,6 +207,7 @@ func (c *call) serve() error {
 	c.record(outcome, reason, c.permit.Waited(), c.permit.Position())
 	c.forwarded = true
 	c.cuttable()
+	defer watchRunning(c.r, c.cut).stop() // also while a requeued request waits again
 	c.fb = newFirstByteWriter(c.w)
 	c.w = c.fb
 	c.fb.forwarded, c.fb.upstream = time.Now(), c.permit.Upstream()
@@ -274,9 +277,10 @@ func (c *call) servePool() (served bool, err error) {
 // later one once a reload moved its queue there while it waited again.
 // A request granted on a pool's upstream may wait again, so it takes a
 // context that can be ended at its first forwarding in any store: r is
-// written only then (cancelable).
+// written only then (cancelable). So does an HTTP/1 request whose
+// connection serve watches for its client's close (watchRunning).
 func (c *call) cuttable() {
-	if c.cut == nil && (c.e.remote || c.permit.Upstream() != "") {
+	if c.cut == nil && (c.e.remote || c.permit.Upstream() != "" || hangupWatchable(c.r)) {
 		c.cut = cancelable(c.r)
 	}
 	if c.e.remote && c.uncut == nil { // c.cut is set: the queue is remote
@@ -325,7 +329,8 @@ func (c *call) runNext(w http.ResponseWriter) error {
 }
 
 // left reports whether the client has gone: its request's context
-// ended, or its response was given up (abandoned).
+// ended, or its response was given up (abandoned: the keepalive gave
+// up on it, or its connection was seen closed as it waited).
 func (c *call) left() bool { return c.abandoned || c.r.Context().Err() != nil }
 
 // readsUsage reports whether the answer's usage is read (cost tokens,

@@ -21,6 +21,7 @@ import (
 // (reloadapply.go).
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
+	registerConnContext(ctx)
 	h.gen = provisions.Add(1)
 	h.load = ctx.Done()
 	h.engines = make(map[engineKey]*engineRef)

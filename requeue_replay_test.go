@@ -18,9 +18,16 @@ import (
 // handlers (JSON objects, in order); it returns the server's URL.
 func runCaddy(t *testing.T, handlers ...string) string {
 	t.Helper()
+	return runCaddyWith(t, "", handlers...)
+}
+
+// runCaddyWith is runCaddy with more fields of the server (JSON, each
+// followed by a comma).
+func runCaddyWith(t *testing.T, server string, handlers ...string) string {
+	t.Helper()
 	port := freePort(t)
 	cfg := fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
-	"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[%s]}]}}}}}`, port, strings.Join(handlers, ","))
+	"apps":{"http":{"servers":{"s":{%s"listen":["127.0.0.1:%d"],"routes":[{"handle":[%s]}]}}}}}`, server, port, strings.Join(handlers, ","))
 	require.NoError(t, caddy.Load([]byte(cfg), false))
 	t.Cleanup(func() { _ = caddy.Stop() })
 	return fmt.Sprintf("http://127.0.0.1:%d", port)

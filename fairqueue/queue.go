@@ -176,6 +176,16 @@ func (q *Queue) Acquire(ctx context.Context, req Request) (*Permit, error) {
 // it moves in from (moveIn), nil for a new request.
 func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.Time, from *moveLine) (*Permit, error) {
 	cfg := q.cfg.Load()
+	if ctx.Err() != nil {
+		// The caller left before its call went out (an HTTP/2 stream
+		// reset just after its body): nothing to send, nothing to cancel,
+		// and no need to join (a new queue's node, its subscription and
+		// keys, for nobody). A call sent with the ended context would
+		// fail at once and be cancelled in the background with a
+		// tombstone: one store call and one mark kept for TombstoneTTL
+		// per request, as many as a flood of such streams sends.
+		return nil, ctx.Err()
+	}
 	if err := q.s.join(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
