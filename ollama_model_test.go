@@ -1,0 +1,37 @@
+package caddyfairqueue
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestOllamaModelWithoutATagIsItsLatestTag: Ollama reads a model named
+// without a tag ("llama3") as its "latest" tag, so on Ollama's native API
+// {http.fair_queue.model} is the name with ":latest" added: a queue per
+// model is one queue for both spellings (not two, each with the model's
+// permits), and names lists the names `ollama list` shows. An
+// OpenAI-compatible path keeps the name as sent.
+func TestOllamaModelWithoutATagIsItsLatestTag(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	h := provisionLocal(t, newContext(t), &Handler{
+		Name: "{http.fair_queue.model}", Names: []string{"llama3:latest", "qwen2.5:7b", "gpt-4o"}, Permits: 1,
+	})
+	for _, tc := range []struct{ path, model, queue string }{
+		{"/api/chat", "llama3", "llama3:latest"},
+		{"/api/generate", "llama3:latest", "llama3:latest"},
+		{"/ollama/api/embed", "llama3", "llama3:latest"},
+		{"/api/chat", "qwen2.5:7b", "qwen2.5:7b"},
+		{"/v1/chat/completions", "gpt-4o", "gpt-4o"},
+	} {
+		req := newRequest(context.Background(), `{"model":"`+tc.model+`","stream":false}`)
+		req.r.URL.Path = tc.path
+		req.start(h, okHandler).wait(t)
+		require.Equal(t, http.StatusOK, req.w.Code, "%s %s: %s", tc.path, tc.model, req.w.Body.String())
+		assert.Equal(t, tc.queue, req.placeholder(phQueue), "%s %s", tc.path, tc.model)
+		assert.Equal(t, tc.queue, req.placeholder(phModel), "%s %s", tc.path, tc.model)
+	}
+}
