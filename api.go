@@ -49,6 +49,28 @@ func apiOf(r *http.Request) api {
 // ollama reports whether a is one of Ollama's native endpoints.
 func (a api) ollama() bool { return a != apiOpenAI }
 
+// modelName is the model a request of a names, as its backend reads it:
+// on Ollama's native API, ollamaModel; on an OpenAI-compatible path, as
+// sent.
+func (a api) modelName(model string) string {
+	if a.ollama() {
+		return ollamaModel(model)
+	}
+	return model
+}
+
+// ollamaModel is model as Ollama reads it: a name without a tag
+// ("llama3", "team/llama3") is its "latest" tag ("llama3:latest"), the
+// name `ollama list` shows. The tag follows the last colon after the
+// last slash (a registry's port comes before it); a name pinned by
+// digest ("llama3@sha256:...") and an empty one are kept as they are.
+func ollamaModel(model string) string {
+	if model == "" || strings.ContainsAny(model[strings.LastIndexByte(model, '/')+1:], ":@") {
+		return model
+	}
+	return model + ":latest"
+}
+
 // sniff reads the fields of a request body of a as its backend reads
 // them: Ollama's native API with Go's encoding/json, whose keys match
 // case-insensitively; an OpenAI-compatible one (vLLM, SGLang: pydantic)

@@ -85,7 +85,7 @@ func (c *call) read() (answered bool, err error) {
 	info := c.api.sniff(body)
 	c.streaming = c.api.streams(info, c.r)
 	c.model = info.Model
-	repl.Set(phModel, info.Model)
+	repl.Set(phModel, c.api.modelName(info.Model))
 	repl.Set(phStreaming, c.streaming)
 	c.bodyLen = len(body)
 	c.weight = newWeight(info, c.api, len(body), h.defaultMaxTokens())

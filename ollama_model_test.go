@@ -35,3 +35,17 @@ func TestOllamaModelWithoutATagIsItsLatestTag(t *testing.T) {
 		assert.Equal(t, tc.queue, req.placeholder(phModel), "%s %s", tc.path, tc.model)
 	}
 }
+
+func TestOllamaModelNameTakesATagOnlyWhereItHasNone(t *testing.T) {
+	for in, want := range map[string]string{
+		"llama3":                               "llama3:latest",
+		"llama3:8b":                            "llama3:8b",
+		"library/llama3":                       "library/llama3:latest",
+		"registry.example:5000/team/llama3":    "registry.example:5000/team/llama3:latest",
+		"registry.example:5000/team/llama3:q4": "registry.example:5000/team/llama3:q4",
+		"llama3@sha256:0123456789abcdef":       "llama3@sha256:0123456789abcdef",
+		"":                                     "",
+	} {
+		assert.Equal(t, want, ollamaModel(in), in)
+	}
+}
