@@ -34,7 +34,9 @@ Shows the live state of fair_queue queues, or clears a broken one.
   status  reads the admin endpoint of a running Caddy (--admin, default
           localhost:2019) and prints the queues it serves: permits,
           waiting requests, permits in flight, live instances, the head
-          of the queue and the holders. With --redis it reads Redis
+          of the queue and the holders; a pool's upstreams (permits, in
+          flight, cooling) and, with adaptive, the capacity in force of
+          the configured permits. With --redis it reads Redis
           directly instead (every queue under --key-prefix, or --queue).
 
   purge   deletes every key of one queue in Redis, for an operator
@@ -308,10 +310,11 @@ func printQueueDetail(w io.Writer, q queueReport) error {
 		_, err := fmt.Fprintf(w, "\n%s: %s\n", termCell(q.Name), termText(cmp.Or(q.Error, "no state")))
 		return err
 	}
-	if len(s.Head) == 0 && len(s.Holders) == 0 && q.KV == nil {
+	if len(s.Head) == 0 && len(s.Holders) == 0 && q.KV == nil && len(s.Upstreams) == 0 && !learned(s.LearnedShare) {
 		return nil
 	}
 	fmt.Fprintf(w, "\n%s\n", termCell(q.Name))
+	printLearnedCapacity(w, q)
 	if kv := q.KV; kv != nil {
 		if kv.Capacity > 0 {
 			fmt.Fprintf(w, "  kv tokens: %d held of %d\n", kv.TokensHeld, kv.Capacity)
@@ -320,6 +323,9 @@ func printQueueDetail(w io.Writer, q queueReport) error {
 		if kv.CompletionBudget > 0 {
 			fmt.Fprintf(w, "  completion budget: %d tokens, from %d answers\n", kv.CompletionBudget, kv.CompletionSamples)
 		}
+	}
+	if err := printUpstreams(w, s.Upstreams); err != nil {
+		return err
 	}
 	if len(s.Head) > 0 {
 		head := make([]string, len(s.Head))
