@@ -71,6 +71,18 @@ func ollamaModel(model string) string {
 	return model + ":latest"
 }
 
+// ollamaUntagged is model, as ollamaModel names it, without its
+// ":latest" ("llama3:latest": "llama3"), the other spelling Ollama reads
+// as the same model; ok false where there is none (another tag, a
+// digest, no name).
+func ollamaUntagged(model string) (untagged string, ok bool) {
+	untagged, ok = strings.CutSuffix(ollamaModel(model), ":latest")
+	if !ok || untagged == "" || strings.ContainsAny(untagged[strings.LastIndexByte(untagged, '/')+1:], ":@") {
+		return "", false
+	}
+	return untagged, true
+}
+
 // sniff reads the fields of a request body of a as its backend reads
 // them: Ollama's native API with Go's encoding/json, whose keys match
 // case-insensitively; an OpenAI-compatible one (vLLM, SGLang: pydantic)

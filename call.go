@@ -100,12 +100,31 @@ func (c *call) read() (answered bool, err error) {
 	if h.dynamic {
 		// The name may come from client input: make it valid UTF-8, as
 		// logs and metric labels require.
-		if c.name = strings.ToValidUTF8(repl.ReplaceAll(h.Name, ""), "\uFFFD"); c.name == "" {
-			c.name = DefaultName
+		c.name = h.queueName(repl)
+		if other, ok := ollamaUntagged(info.Model); ok && c.api.ollama() && !h.serves(c.name) {
+			// names lists the model without its tag ("llama3"), which
+			// Ollama reads as the same model: the queue of that one, for
+			// either spelling.
+			repl.Set(phModel, other)
+			if n := h.queueName(repl); h.serves(n) {
+				c.name = n
+			} else {
+				repl.Set(phModel, c.api.modelName(info.Model))
+			}
 		}
 	}
 	repl.Set(phQueue, c.name)
 	return false, nil
+}
+
+// queueName is the queue name h.Name resolves to for a request: valid
+// UTF-8 (it may come from client input, and logs and metric labels
+// require it), DefaultName where it resolves to nothing.
+func (h *Handler) queueName(repl *caddy.Replacer) string {
+	if n := strings.ToValidUTF8(repl.ReplaceAll(h.Name, ""), "\uFFFD"); n != "" {
+		return n
+	}
+	return DefaultName
 }
 
 // enter enters the engine of the request's queue, and weighs the

@@ -49,3 +49,53 @@ func TestOllamaModelNameTakesATagOnlyWhereItHasNone(t *testing.T) {
 		assert.Equal(t, want, ollamaModel(in), in)
 	}
 }
+
+// TestOllamaModelNamesListedWithoutATagStillServeIt: names that list a
+// model without its tag ("llama3", as written before the native API's
+// names took ":latest") serve both spellings on Ollama's native API, in
+// the listed name's one queue; an OpenAI-compatible path takes the name
+// as sent.
+func TestOllamaModelNamesListedWithoutATagStillServeIt(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	h := provisionLocal(t, newContext(t), &Handler{
+		Name: "ollama-{http.fair_queue.model}", Names: []string{"ollama-llama3", "ollama-qwen2.5:latest"}, Permits: 1,
+	})
+	for _, tc := range []struct {
+		path, model string
+		code        int
+		queue       string
+	}{
+		{"/api/chat", "llama3", http.StatusOK, "ollama-llama3"},
+		{"/api/generate", "llama3:latest", http.StatusOK, "ollama-llama3"},
+		{"/api/chat", "qwen2.5", http.StatusOK, "ollama-qwen2.5:latest"},
+		{"/api/chat", "qwen2.5:latest", http.StatusOK, "ollama-qwen2.5:latest"},
+		{"/api/chat", "llama3:8b", http.StatusNotFound, ""},
+		{"/v1/chat/completions", "llama3:latest", http.StatusNotFound, ""},
+	} {
+		req := newRequest(context.Background(), `{"model":"`+tc.model+`","stream":false}`)
+		req.r.URL.Path = tc.path
+		req.start(h, okHandler).wait(t)
+		require.Equal(t, tc.code, req.w.Code, "%s %s: %s", tc.path, tc.model, req.w.Body.String())
+		if tc.code == http.StatusOK {
+			assert.Equal(t, tc.queue, req.placeholder(phQueue), "%s %s", tc.path, tc.model)
+		}
+	}
+}
+
+func TestOllamaUntagged(t *testing.T) {
+	for in, want := range map[string]string{
+		"llama3":                         "llama3",
+		"llama3:latest":                  "llama3",
+		"team/llama3:latest":             "team/llama3",
+		"host:5000/team/llama3:latest":   "host:5000/team/llama3",
+		"host:5000/team/llama3":          "host:5000/team/llama3",
+		"llama3:8b":                      "",
+		"llama3@sha256:0123456789abcdef": "",
+		":latest":                        "",
+		"":                               "",
+	} {
+		got, ok := ollamaUntagged(in)
+		assert.Equal(t, want, got, in)
+		assert.Equal(t, want != "", ok, in)
+	}
+}
