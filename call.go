@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -85,7 +84,7 @@ func (c *call) read() (answered bool, err error) {
 	info := c.api.sniff(body)
 	c.streaming = c.api.streams(info, c.r)
 	c.model = info.Model
-	repl.Set(phModel, c.api.modelName(info.Model))
+	repl.Set(phModel, c.api.modelName(info.Model)) // queueName may set another spelling
 	repl.Set(phStreaming, c.streaming)
 	c.bodyLen = len(body)
 	c.weight = newWeight(info, c.api, len(body), h.defaultMaxTokens())
@@ -96,35 +95,9 @@ func (c *call) read() (answered bool, err error) {
 	c.weight.open = c.weight.open && !embed && h.learnsBudget()
 	c.req = h.fairRequest(repl, info)
 
-	c.name = h.Name
-	if h.dynamic {
-		// The name may come from client input: make it valid UTF-8, as
-		// logs and metric labels require.
-		c.name = h.queueName(repl)
-		if other, ok := ollamaUntagged(info.Model); ok && c.api.ollama() && !h.serves(c.name) {
-			// names lists the model without its tag ("llama3"), which
-			// Ollama reads as the same model: the queue of that one, for
-			// either spelling.
-			repl.Set(phModel, other)
-			if n := h.queueName(repl); h.serves(n) {
-				c.name = n
-			} else {
-				repl.Set(phModel, c.api.modelName(info.Model))
-			}
-		}
-	}
+	c.name = h.queueName(repl, c.api, info.Model)
 	repl.Set(phQueue, c.name)
 	return false, nil
-}
-
-// queueName is the queue name h.Name resolves to for a request: valid
-// UTF-8 (it may come from client input, and logs and metric labels
-// require it), DefaultName where it resolves to nothing.
-func (h *Handler) queueName(repl *caddy.Replacer) string {
-	if n := strings.ToValidUTF8(repl.ReplaceAll(h.Name, ""), "\uFFFD"); n != "" {
-		return n
-	}
-	return DefaultName
 }
 
 // enter enters the engine of the request's queue, and weighs the

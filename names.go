@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2"
@@ -73,4 +74,36 @@ func (h *Handler) notServed(w http.ResponseWriter, r *http.Request, repl *caddy.
 	body := a.errorBody("The model this request names is not served here.", "invalid_request_error", outcomeUnknownName)
 	_ = writeJSON(w, http.StatusNotFound, body)
 	return nil
+}
+
+// queueName is the queue name h.Name resolves to for a request of a
+// whose body names model (repl holds its placeholders): with
+// placeholders, valid UTF-8 (the name may come from client input, and
+// logs and metric labels require it), DefaultName where it resolves to
+// nothing. On Ollama's native API, where Names lists the model without
+// its tag ("llama3", which Ollama reads as "llama3:latest", the name the
+// model placeholder takes), the queue of that spelling: one queue for
+// either, and the placeholder is set to it.
+func (h *Handler) queueName(repl *caddy.Replacer, a api, model string) string {
+	if !h.dynamic {
+		return h.Name
+	}
+	name := h.resolveName(repl)
+	if untagged, ok := ollamaUntagged(model); ok && a.ollama() && !h.serves(name) {
+		repl.Set(phModel, untagged)
+		if n := h.resolveName(repl); h.serves(n) {
+			return n
+		}
+		repl.Set(phModel, a.modelName(model))
+	}
+	return name
+}
+
+// resolveName is h.Name with repl's placeholders replaced: valid UTF-8,
+// DefaultName where it resolves to nothing.
+func (h *Handler) resolveName(repl *caddy.Replacer) string {
+	if n := strings.ToValidUTF8(repl.ReplaceAll(h.Name, ""), "\uFFFD"); n != "" {
+		return n
+	}
+	return DefaultName
 }
