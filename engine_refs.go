@@ -67,7 +67,7 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 			h.borrowed[key] = true
 		}
 		h.mu.Unlock()
-		if live := namesakes.live(name); live != nil && live.data != h.backend.dataID() {
+		if live := namesakes.movedFrom(h, name); live != nil {
 			// The config in force keeps this queue in another store: the
 			// request waits there (a queue opened here for it would count
 			// nobody else's requests).

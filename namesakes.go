@@ -237,6 +237,35 @@ func (r *engineRegistry) successor(e *engine) *engine {
 	return r.newestLive(e.name, other)
 }
 
+// movedFrom is the live queue of name, the newest, in another store than
+// that of h, a handler cleaned up since, where the config in force keeps
+// the queue there; nil where a config loaded since h's keeps it in h's
+// store (a live engine of it that a handler of such a config uses): a
+// queue of the name in another store is then another site's, apart by
+// the operator's choice.
+func (r *engineRegistry) movedFrom(h *Handler, name string) *engine {
+	data := h.backend.dataID()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	all := r.byName[name]
+	for _, o := range all {
+		if o.data != data || o.retiredFlag.Load() {
+			continue
+		}
+		for l, n := range o.loads {
+			if l != h.load && n > 0 {
+				return nil
+			}
+		}
+	}
+	for i := len(all) - 1; i >= 0; i-- {
+		if o := all[i]; !o.retiredFlag.Load() && o.data != data {
+			return o
+		}
+	}
+	return nil
+}
+
 // live is the newest live engine of the name, nil if none.
 func (r *engineRegistry) live(name string) *engine {
 	return r.newestLive(name, func(*engine) bool { return true })
