@@ -87,6 +87,10 @@ type engine struct {
 	// loads counts, by config load, the live handlers that hold a
 	// reference to the engine (namesakes.use); under namesakes.mu.
 	loads map[<-chan struct{}]int
+	// apart are the namesakes in other stores that a config load used
+	// beside it (two sites, apart by the operator's choice); under
+	// namesakes.mu (namesakes_apart.go).
+	apart map[*engine]bool
 
 	// remote: releasing a permit is a store round trip (Redis), so
 	// finish runs it in the background.
