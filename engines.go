@@ -87,6 +87,10 @@ type engine struct {
 	// loads counts, by config load, the live handlers that hold a
 	// reference to the engine (namesakes.use); under namesakes.mu.
 	loads map[<-chan struct{}]int
+	// apart are the namesakes in other stores that a config load used
+	// beside it (two sites, apart by the operator's choice); under
+	// namesakes.mu (namesakes_apart.go).
+	apart map[*engine]bool
 
 	// remote: releasing a permit is a store round trip (Redis), so
 	// finish runs it in the background.
@@ -98,6 +102,11 @@ type engine struct {
 	retired bool // the registry dropped its last reference
 	// retiredFlag is retired, read without mu (reserved).
 	retiredFlag atomic.Bool
+	// stayWith, set before retiredFlag, are the handlers of configs
+	// loaded then that name queues from the request in its store and
+	// serve its name: while one is loaded the queue did not move
+	// (namesakes_apart.go).
+	stayWith []*Handler
 	// moved: the queue's waiters moved to a namesake in another store,
 	// and its new ones go there (namesakes.go).
 	moved atomic.Bool
@@ -218,7 +227,9 @@ func (e *engine) exit() {
 // it closes when its last request is done, or when the process exits
 // (exit.go).
 func (e *engine) Destruct() error {
+	stay := templates.servingIn(e.data, e.name) // before e.mu: it takes the handlers' mu
 	e.mu.Lock()
+	e.stayWith = stay
 	e.retired = true
 	e.retiredFlag.Store(true)
 	now := e.active == 0 || exiting()

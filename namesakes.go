@@ -37,7 +37,8 @@ import (
 // releases hand permits on under the settings in force. Two live
 // queues of one name in different stores used by one config (two sites)
 // are apart by the operator's choice and do not count each other: a
-// queue records the config loads whose live handlers use it. The count
+// queue records the config loads whose live handlers use it, and stays
+// apart from the other once one of them moves (namesakes_apart.go). The count
 // is this instance's: in a cluster that changes store, each instance
 // counts its own old requests.
 
@@ -103,6 +104,7 @@ func (r *engineRegistry) use(e *engine, load <-chan struct{}) {
 		e.loads = make(map[<-chan struct{}]int)
 	}
 	e.loads[load]++
+	r.markApart(e, load)
 }
 
 func (r *engineRegistry) unuse(e *engine, load <-chan struct{}) {
@@ -125,6 +127,9 @@ func (r *engineRegistry) remove(e *engine) (last bool) {
 		return false
 	}
 	rest := slices.DeleteFunc(slices.Clone(r.byName[e.name]), func(o *engine) bool { return o == e })
+	for _, o := range rest {
+		delete(o.apart, e)
+	}
 	r.relist(e.name, rest)
 	return len(rest) == 0
 }
@@ -174,7 +179,7 @@ func (e *engine) retiredSum(count func(*engine) int64) int {
 	defer namesakes.mu.Unlock()
 	var n int64
 	for _, o := range namesakes.byName[e.name] {
-		if o.data != e.data && (o.retiredFlag.Load() || !sharesLoad(e, o)) {
+		if o.data != e.data && (o.retiredFlag.Load() || !sharesLoad(e, o)) && !namesakes.keptApart(e, o) {
 			// First: a grant leaves the list once counted.
 			if theirs, ok := o.waits.busy(); ok && (!waits || theirs < mine) {
 				return allReserved
@@ -225,16 +230,50 @@ func (r *engineRegistry) liveSameStore(e *engine) *engine {
 // successor is the live queue of e's name in another store, the newest,
 // if e is retired; nil if none.
 func (r *engineRegistry) successor(e *engine) *engine {
-	if !e.retiredFlag.Load() {
+	if !e.retiredFlag.Load() || e.stays() {
 		return nil
 	}
-	other := func(o *engine) bool { return o.data != e.data }
+	// Not another site's queue, where e has a namesake that is not (see
+	// keptApart).
+	other := func(o *engine) bool { return o.data != e.data && !e.apart[o] }
+	if r.newestLive(e.name, other) == nil {
+		other = func(o *engine) bool { return o.data != e.data }
+	}
 	// One whose route is known first: a newer one may belong to a config
 	// still being loaded (or one that fails to), which serves nothing.
 	if s := r.newestLive(e.name, func(o *engine) bool { return other(o) && o.routes.known() }); s != nil {
 		return s
 	}
 	return r.newestLive(e.name, other)
+}
+
+// movedFrom is the live queue of name, the newest, in another store than
+// that of h, a handler cleaned up since, where the config in force keeps
+// the queue there; nil where a config loaded since h's keeps it in h's
+// store (a live engine of it that a handler of such a config uses): a
+// queue of the name in another store is then another site's, apart by
+// the operator's choice.
+func (r *engineRegistry) movedFrom(h *Handler, name string) *engine {
+	data := h.backend.dataID()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	all := r.byName[name]
+	for _, o := range all {
+		if o.data != data || o.retiredFlag.Load() {
+			continue
+		}
+		for l, n := range o.loads {
+			if l != h.load && n > 0 {
+				return nil
+			}
+		}
+	}
+	for i := len(all) - 1; i >= 0; i-- {
+		if o := all[i]; !o.retiredFlag.Load() && o.data != data {
+			return o
+		}
+	}
+	return nil
 }
 
 // live is the newest live engine of the name, nil if none.
@@ -316,7 +355,7 @@ func (r *engineRegistry) moveRetired(e *engine) {
 	r.mu.Lock()
 	var old []*engine
 	for _, o := range r.byName[e.name] {
-		if o.data != e.data && o.retiredFlag.Load() {
+		if o.data != e.data && o.retiredFlag.Load() && !r.keptApart(e, o) {
 			old = append(old, o)
 		}
 	}

@@ -1,0 +1,77 @@
+package caddyfairqueue
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
+)
+
+// Two sites of one config may name one queue in two stores (the local
+// store and Redis): two queues, apart by the operator's choice, each
+// counting its own upstream (namesakes.go). A reload that adds the
+// second site must leave the first site's requests in the first site's
+// queue and on its route: a queue of the name in another store is a
+// successor only where the config in force no longer uses the request's
+// own store for it.
+
+// sitesConfig is queue "sp" of site 1 (port, the local store, static
+// u1 with p1 permits) and, where port2 is not 0, queue "sp" of site 2
+// (port2, Redis at addr, static u2 with p2 permits).
+func sitesConfig(port, p1 int, u1 *gateUpstream, port2 int, addr string, p2 int, u2 *gateUpstream) string {
+	server := func(name string, port, permits int, redis string, u *gateUpstream) string {
+		fq := fmt.Sprintf(`{"handler":"fair_queue","name":"sp","max_wait":"1m","permits":%d%s}`, permits, redis)
+		rp := fmt.Sprintf(`{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}`, u.dial())
+		return fmt.Sprintf(`%q:{"listen":["127.0.0.1:%d"],"routes":[{"handle":[%s,%s]}]}`, name, port, fq, rp)
+	}
+	servers := server("s", port, p1, "", u1)
+	if port2 != 0 {
+		servers += "," + server("s2", port2, p2, fmt.Sprintf(`,"redis":{"addresses":[%q]}`, addr), u2)
+	}
+	return fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
+	"apps":{"http":{"servers":{%s}}}}`, servers)
+}
+
+// allAnswered waits for the status of each request named.
+func allAnswered(t *testing.T, chs map[string]<-chan int) {
+	t.Helper()
+	for name, ch := range chs {
+		select {
+		case code := <-ch:
+			assert.Equal(t, http.StatusOK, code, "%s", name)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s not answered", name)
+		}
+	}
+}
+
+// A request of site 1's first config (the local store, r0, 1 permit,
+// which a holder runs) reaches its handler after a reload that added
+// site 2 (queue "sp" in Redis, r2): it waited in site 2's queue (for
+// site 2's first request: without one it would have been rejected at
+// its max_wait while its own queue served), was granted there and ran
+// on r0 beside the holder, which site 1's queue counts alone. It waits
+// in site 1's queue, and runs on r0 once the holder ends.
+func TestALateRequestOfASiteStaysInItsQueueWhenAReloadAddsASiteWithItsNameInAnotherStore(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	r0, r2 := newGateUpstream(t, true), newGateUpstream(t, false)
+	port, port2 := freePort(t), freePort(t)
+	holder, late := lateAcrossAReload(t, port, sitesConfig(port, 1, r0, 0, "", 0, nil),
+		sitesConfig(port, 1, r0, port2, rds.Addr(), 1, r2), r0)
+
+	allAnswered(t, map[string]<-chan int{"site 2's request": postSP(context.Background(), port2)})
+	time.Sleep(500 * time.Millisecond) // time for the late request to be granted and reach an upstream
+	assert.EqualValues(t, 1, r2.arrivals.Load(), "arrivals at r2 (site 2's request only)")
+	r0.release <- struct{}{} // the holder ends
+	r0.release <- struct{}{} // the late request
+	allAnswered(t, map[string]<-chan int{"the late request": late, "the holder": holder})
+	assert.EqualValues(t, 2, r0.arrivals.Load(), "arrivals at r0 (the holder and the late request)")
+	assert.EqualValues(t, 1, r0.pk.Load(), "requests at r0 at once")
+	assert.EqualValues(t, 1, r2.arrivals.Load(), "arrivals at r2 (site 2's request only)")
+}
