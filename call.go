@@ -199,8 +199,10 @@ func (c *call) serve() error {
 	c.record(outcome, reason, c.permit.Waited(), c.permit.Position())
 	c.forwarded = true
 	c.cuttable()
-	defer watchRunning(c.r, c.cut).stop() // also while a requeued request waits again
+	watch := watchRunning(c.r, c.cut)
+	defer watch.stop() // also while a requeued request waits again
 	c.fb = newFirstByteWriter(c.w)
+	c.fb.watch = watch // until an upgrade takes the connection
 	c.w = c.fb
 	c.fb.forwarded, c.fb.upstream = time.Now(), c.permit.Upstream()
 	if c.readsUsage() {

@@ -23,6 +23,7 @@ type firstByteWriter struct {
 	first                           time.Duration // 0 until the first byte
 	status                          int           // the answer's status, once written
 	hijacked                        bool          // an upgrade (a WebSocket) took the connection
+	watch                           *hangupWatch  // the running request's watch, stopped by a hijack
 }
 
 // WriteHeader notes the answer's status.
@@ -63,10 +64,15 @@ func (f *firstByteWriter) FlushError() error {
 }
 
 // Hijack hands the connection to reverse_proxy for an upgraded one (a
-// WebSocket), and notes it.
+// WebSocket), and notes it. The tunnel sees its client's end itself, and
+// a client's half-close there is no leaving (reverse_proxy passes it on
+// and keeps the other way open): the running request's watch stops.
 func (f *firstByteWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, brw, err := http.NewResponseController(f.ResponseWriter).Hijack()
-	f.hijacked = f.hijacked || err == nil
+	if err == nil {
+		f.hijacked = true
+		f.watch.stop()
+	}
 	return conn, brw, err
 }
 
