@@ -17,14 +17,24 @@ func init() {
 	)
 }
 
-// learnHalfOfA has q (a pool with a:1) learn a share of 0.5 for a:1.
-func learnHalfOfA(t *testing.T, q *fairqueue.Queue) {
+// learnHalf has q (a pool with dials) learn a share of 0.5 for each of
+// dials.
+func learnHalf(t *testing.T, q *fairqueue.Queue, dials ...string) {
 	t.Helper()
 	p, err := q.Acquire(bg, fairqueue.Request{Tokens: 1}) // joins the queue
 	require.NoError(t, err)
 	p.Release()
-	q.ObserveTTFT("a:1", time.Second)
-	eventually(t, 10*time.Second, func() bool { return q.Shares()["a:1"] == 0.5 }, "a's share did not move")
+	for _, d := range dials {
+		// A node reports once an interval, at an observation: observe
+		// until the report went out and moved the share (one window).
+		eventually(t, 10*time.Second, func() bool {
+			if q.Shares()[d] == 0.5 {
+				return true
+			}
+			q.ObserveTTFT(d, time.Second)
+			return false
+		}, "%s's share did not move: %v", d, q.Shares())
+	}
 }
 
 // heavyWeighs acquires a ticket of tokens on q's idle queue and reports
@@ -40,17 +50,20 @@ func heavyWeighs(t *testing.T, q *fairqueue.Queue, tokens int) (string, int) {
 }
 
 // A reload takes a (1000 tokens, learned at 0.5: 500 in force, the
-// largest) out of the pool and adds c (300); a's share is still kept.
-// The largest capacity in force is now c's 300, b's 100 beside it: an
-// 800-token ticket weighs 300 and runs on c.
+// largest) out of the pool, leaving b (100) and c (600, learned at 0.5:
+// 300 in force); a's share is still kept. The configured bound is c's
+// 600 and b's share, all of its own, the largest; but the largest
+// capacity in force is now c's 300: an 800-token ticket weighs 300 and
+// runs on c (not a's 500, nor 600, where it would fit nowhere).
 func learnedPoolHeavyLargestRemoved(t *testing.T, h Harness) {
 	const name = "learnedpoollargestout"
-	cfg := fairqueue.Config{Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 4, KVTokens: 1000}, {Dial: "b:1", Permits: 4, KVTokens: 100}},
+	b, c := fairqueue.Upstream{Dial: "b:1", Permits: 4, KVTokens: 100}, fairqueue.Upstream{Dial: "c:1", Permits: 4, KVTokens: 600}
+	cfg := fairqueue.Config{Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 4, KVTokens: 1000}, b, c},
 		MaxWait: 3 * time.Second, PollInterval: 50 * time.Millisecond,
 		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
 	q := h.NewNode(t, name, cfg)
-	learnHalfOfA(t, q)
-	cfg.Upstreams = []fairqueue.Upstream{{Dial: "b:1", Permits: 4, KVTokens: 100}, {Dial: "c:1", Permits: 4, KVTokens: 300}}
+	learnHalf(t, q, "a:1", "c:1")
+	cfg.Upstreams = []fairqueue.Upstream{b, c}
 	require.NoError(t, q.Reconfigure(cfg))
 	up, held := heavyWeighs(t, q, 800)
 	assert.Equal(t, "c:1", up, "the largest capacity in force is c's")
@@ -66,7 +79,7 @@ func learnedPoolHeavyOneUncounted(t *testing.T, h Harness) {
 		KVTokens: 1000, MaxWait: 3 * time.Second, PollInterval: 50 * time.Millisecond,
 		Adaptive: &fairqueue.Adaptive{TargetTTFT: 100 * time.Millisecond, Interval: 100 * time.Millisecond, Decrease: 0.5, MinSamples: 1}}
 	q := h.NewNode(t, name, cfg)
-	learnHalfOfA(t, q)
+	learnHalf(t, q, "a:1")
 	up, held := heavyWeighs(t, q, 800)
 	assert.Equal(t, "b:1", up, "800 fit b only (a's capacity in force is 500)")
 	assert.Equal(t, 800, held, "b is bounded by the queue's capacity alone")
