@@ -22,6 +22,12 @@ import (
 // reaches the client. fair_queue's watch for clients that left must not
 // take that end for the client's leaving and cut the tunnel.
 func TestAnUpgradedConnectionThatTheClientHalfClosesStillAnswersOverHTTP1(t *testing.T) {
+	for _, pool := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pool=%v", pool), func(t *testing.T) { upgradedHalfClose(t, pool) })
+	}
+}
+
+func upgradedHalfClose(t *testing.T, pool bool) {
 	t.Cleanup(func() { poolEmpty(t) })
 	// The upstream reads what the client sends up to its end, thinks a
 	// while (the watch looks every 500 ms), then answers and closes.
@@ -42,8 +48,15 @@ func TestAnUpgradedConnectionThatTheClientHalfClosesStillAnswersOverHTTP1(t *tes
 		_ = brw.Flush()
 	}))
 	t.Cleanup(srv.Close)
-	url := runCaddy(t, `{"handler":"fair_queue","name":"upgrade-halfclose","permits":1,"max_wait":"60s"}`,
-		fmt.Sprintf(`{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}`, strings.TrimPrefix(srv.URL, "http://")))
+	dial := strings.TrimPrefix(srv.URL, "http://")
+	name := fmt.Sprintf("upgrade-halfclose-%v", pool)
+	handlers := []string{fmt.Sprintf(`{"handler":"fair_queue","name":%q,"permits":1,"max_wait":"60s"}`, name),
+		fmt.Sprintf(`{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}`, dial)}
+	if pool {
+		handlers = []string{fmt.Sprintf(`{"handler":"fair_queue","name":%q,"upstreams":[{"dial":%q,"permits":1}],"max_wait":"60s"}`, name, dial),
+			`{"handler":"reverse_proxy","dynamic_upstreams":{"source":"fair_queue"}}`}
+	}
+	url := runCaddy(t, handlers...)
 
 	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "http://"), 10*time.Second)
 	require.NoError(t, err)
