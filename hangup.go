@@ -127,7 +127,7 @@ type hangupWatch struct {
 	rc     syscall.RawConn
 	cancel context.CancelFunc
 	own    bool       // cancel is the watch's own context's: stop calls it
-	mu     sync.Mutex // guards timer, set once its first look is due
+	mu     sync.Mutex // guards timer, set once its first look is due; a look and stop hold it
 	timer  *time.Timer
 	gone   atomic.Bool
 	halted atomic.Bool
@@ -169,6 +169,11 @@ func startHangupWatch(rc syscall.RawConn, cancel context.CancelFunc, own bool) *
 }
 
 func (w *hangupWatch) look() {
+	// Under mu, as stop halts the watch: once stop has returned, no look
+	// cancels (a hijack stops the watch of a running request before its
+	// client can half-close the tunnel).
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.halted.Load() {
 		return
 	}
@@ -177,9 +182,7 @@ func (w *hangupWatch) look() {
 		w.cancel()
 		return
 	}
-	w.mu.Lock()
 	w.timer.Reset(hangupInterval(hangupWatches.Load()))
-	w.mu.Unlock()
 }
 
 // stop ends the watch; it reports whether the client was seen gone, or,
@@ -189,10 +192,10 @@ func (w *hangupWatch) stop() (gone bool) {
 	if w == nil {
 		return false
 	}
+	w.mu.Lock()
 	if w.halted.CompareAndSwap(false, true) {
 		hangupWatches.Add(-1)
 	}
-	w.mu.Lock()
 	w.timer.Stop()
 	w.mu.Unlock()
 	if !w.own {
