@@ -1,6 +1,7 @@
 package caddyfairqueue
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -111,4 +112,41 @@ func TestARunningRequestWhoseClientPipelinesAByteAndLeavesIsCancelledOverHTTP1(t
 		"the permit was not handed on")
 	up.release <- struct{}{}
 	assert.Equal(t, http.StatusOK, got(t, next).status)
+}
+
+// A client that pipelines its next request while the first runs, and
+// stays, is no client that left: the first runs to its end across the
+// watch's looks, and both are answered in order.
+func TestAPipeliningClientThatStaysGetsBothAnswersOverHTTP1(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	up := newHeldUpstream(t)
+	url := runCaddy(t, `{"handler":"fair_queue","name":"pipeline-stays","permits":1,"max_wait":"60s"}`, up.proxy())
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(30*time.Second)))
+	req := func(model string) string {
+		body := fmt.Sprintf(`{"model":%q}`, model)
+		return fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"+
+			"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	}
+	_, err = io.WriteString(conn, req("first")+req("second"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return up.run.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // the watch looks at the connection meanwhile
+	require.Equal(t, int32(1), up.run.Load(), "the first request was cut")
+	up.release <- struct{}{}
+	br := bufio.NewReader(conn)
+	for _, model := range []string{"first", "second"} {
+		if model == "second" {
+			require.Eventually(t, func() bool { return up.total.Load() == 2 }, 10*time.Second, 5*time.Millisecond)
+			up.release <- struct{}{}
+		}
+		resp, err := http.ReadResponse(br, nil)
+		require.NoError(t, err, "the answer to %s", model)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, model)
+	}
+	assert.Equal(t, []string{`{"model":"first"}`, `{"model":"second"}`}, []string{up.nextBody(t), up.nextBody(t)})
 }
