@@ -34,17 +34,15 @@ import (
 // poll each), so with many waiting each watch looks less often (50,000
 // waiting: every 25 s), and the watches cost the instance about the
 // same CPU however many wait. Go's server sees most clients leave at
-// once; these looks are for the few it stopped watching.
+// once; these looks are for the few it stopped watching. One goroutine
+// looks (hangup_sweep.go): a request costs its watch no timer.
 const (
 	hangupEvery          = 500 * time.Millisecond
 	hangupLooksPerSecond = 2000
 )
 
-// hangupWatches counts the watches running, for hangupInterval.
-var hangupWatches atomic.Int64
-
-// hangupInterval is the time to a watch's next look, with n watches
-// running.
+// hangupInterval is the time between two looks of a watch, with n
+// watches running.
 func hangupInterval(n int64) time.Duration {
 	return max(hangupEvery, time.Duration(n)*time.Second/hangupLooksPerSecond)
 }
@@ -127,10 +125,10 @@ type hangupWatch struct {
 	rc     syscall.RawConn
 	cancel context.CancelFunc
 	own    bool       // cancel is the watch's own context's: stop calls it
-	mu     sync.Mutex // guards timer, set once its first look is due; a look and stop hold it
-	timer  *time.Timer
+	mu     sync.Mutex // a look and stop hold it
 	gone   atomic.Bool
 	halted atomic.Bool
+	at     int // its place in hangups.ws; under hangups.mu
 }
 
 // watchHangup watches r's connection while r waits, until stop: a
@@ -162,12 +160,11 @@ func hangupWatchable(r *http.Request) bool { return canSeeHangup && rawConnOf(r)
 
 func startHangupWatch(rc syscall.RawConn, cancel context.CancelFunc, own bool) *hangupWatch {
 	w := &hangupWatch{rc: rc, cancel: cancel, own: own}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.timer = time.AfterFunc(hangupInterval(hangupWatches.Add(1)), w.look)
+	hangups.add(w)
 	return w
 }
 
+// look looks at w's connection once (hangups' goroutine).
 func (w *hangupWatch) look() {
 	// Under mu, as stop halts the watch: once stop has returned, no look
 	// cancels (a hijack stops the watch of a running request before its
@@ -180,9 +177,7 @@ func (w *hangupWatch) look() {
 	if hungUp(w.rc) {
 		w.gone.Store(true)
 		w.cancel()
-		return
 	}
-	w.timer.Reset(hangupInterval(hangupWatches.Load()))
 }
 
 // stop ends the watch; it reports whether the client was seen gone, or,
@@ -193,11 +188,11 @@ func (w *hangupWatch) stop() (gone bool) {
 		return false
 	}
 	w.mu.Lock()
-	if w.halted.CompareAndSwap(false, true) {
-		hangupWatches.Add(-1)
-	}
-	w.timer.Stop()
+	halting := w.halted.CompareAndSwap(false, true)
 	w.mu.Unlock()
+	if halting {
+		hangups.remove(w)
+	}
 	if !w.own {
 		return w.gone.Load()
 	}

@@ -34,7 +34,7 @@ func TestHangupWatchesEndWithTheirRequests(t *testing.T) {
 	up.release <- struct{}{}
 	require.Equal(t, http.StatusOK, got(t, warm).status)
 	client.CloseIdleConnections()
-	require.Eventually(t, func() bool { return hangupWatches.Load() == 0 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return hangups.count.Load() == 0 }, 10*time.Second, 10*time.Millisecond)
 	base := queueGoroutines()
 
 	const rounds = 5
@@ -77,7 +77,7 @@ func TestHangupWatchesEndWithTheirRequests(t *testing.T) {
 		wg.Wait()
 	}
 	client.CloseIdleConnections()
-	require.Eventually(t, func() bool { return hangupWatches.Load() == 0 }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return hangups.count.Load() == 0 }, 10*time.Second, 10*time.Millisecond,
 		"watches still counted after every request ended")
 	require.Eventually(t, func() bool { return queueGoroutines() <= base }, 20*time.Second, 50*time.Millisecond,
 		"goroutines of fair_queue left after the requests ended")
