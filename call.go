@@ -379,6 +379,22 @@ func (c *call) answered(a attempt) error {
 	return nil
 }
 
+// statusClientClosedRequest is the status of a request whose client
+// left, as reverse_proxy records it (nginx's 499).
+const statusClientClosedRequest = 499
+
+// leftUnserved records a request whose client left before it was
+// forwarded: outcome cancelled, and status 499 in the access log, as
+// reverse_proxy records a client that leaves while it runs (else the
+// log shows a status 0, an answer never sent); where the keepalive sent
+// a header already, that one.
+func (c *call) leftUnserved(waited time.Duration, position int) {
+	c.record(outcomeCancelled, "", waited, position)
+	if !c.committed {
+		c.w.WriteHeader(statusClientClosedRequest)
+	}
+}
+
 // notGranted answers a request whose wait for a permit (Acquire, or a
 // requeue's) failed with err.
 func (c *call) notGranted(err error) error {
@@ -387,7 +403,7 @@ func (c *call) notGranted(err error) error {
 	}
 	if c.left() {
 		// The client left while waiting; there is nobody to answer.
-		c.record(outcomeCancelled, "", time.Since(c.start), 0)
+		c.leftUnserved(time.Since(c.start), 0)
 		return nil
 	}
 	err = fmt.Errorf("fair_queue %s: %w", c.name, err)

@@ -52,7 +52,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		// left just after): forwarded, the request would run upstream
 		// for nobody, beside the requests of live clients. The deferred
 		// finish hands the permit to the next waiter as this returns.
-		c.record(outcomeCancelled, "", c.permit.Waited(), c.permit.Position())
+		c.leftUnserved(c.permit.Waited(), c.permit.Position())
 		return nil
 	}
 	return c.serve()
