@@ -93,9 +93,7 @@ func (c *call) read() (answered bool, err error) {
 		c.weight.budget = 0 // it generates none, whatever budget its body sets
 	}
 	c.weight.open = c.weight.open && !embed && h.learnsBudget()
-	c.req = h.fairRequest(repl, info)
-
-	c.name = h.queueName(repl, c.api, info.Model)
+	c.nameQueue(info)
 	repl.Set(phQueue, c.name)
 	return false, nil
 }

@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/jsonscan"
 )
 
 // The names a handler serves (Names): a queue name resolved from the
@@ -76,6 +78,19 @@ func (h *Handler) notServed(w http.ResponseWriter, r *http.Request, repl *caddy.
 	return nil
 }
 
+// nameQueue sets the request's tenant, weight and priority (c.req) and
+// its queue name, from the request's placeholders. Where the queue name
+// takes the model's other spelling (queueName), the tenant, weight and
+// priority templates are read again: they see the model as the queue
+// name and the handlers after do.
+func (c *call) nameQueue(info jsonscan.Fields) {
+	c.req = c.h.fairRequest(c.repl, info)
+	var respelled bool
+	if c.name, respelled = c.h.queueName(c.repl, c.api, info.Model); respelled {
+		c.req = c.h.fairRequest(c.repl, info)
+	}
+}
+
 // queueName is the queue name h.Name resolves to for a request of a
 // whose body names model (repl holds its placeholders): with
 // placeholders, valid UTF-8 (the name may come from client input, and
@@ -83,20 +98,20 @@ func (h *Handler) notServed(w http.ResponseWriter, r *http.Request, repl *caddy.
 // nothing. On Ollama's native API, where Names lists the model without
 // its tag ("llama3", which Ollama reads as "llama3:latest", the name the
 // model placeholder takes), the queue of that spelling: one queue for
-// either, and the placeholder is set to it.
-func (h *Handler) queueName(repl *caddy.Replacer, a api, model string) string {
+// either, and the placeholder is set to it (respelled).
+func (h *Handler) queueName(repl *caddy.Replacer, a api, model string) (name string, respelled bool) {
 	if !h.dynamic {
-		return h.Name
+		return h.Name, false
 	}
-	name := h.resolveName(repl)
+	name = h.resolveName(repl)
 	if untagged, ok := ollamaUntagged(model); ok && a.ollama() && !h.serves(name) {
 		repl.Set(phModel, untagged)
 		if n := h.resolveName(repl); h.serves(n) {
-			return n
+			return n, true
 		}
 		repl.Set(phModel, a.modelName(model))
 	}
-	return name
+	return name, false
 }
 
 // resolveName is h.Name with repl's placeholders replaced: valid UTF-8,
