@@ -41,12 +41,6 @@ const (
 	hangupLooksPerSecond = 2000
 )
 
-// hangupInterval is the time between two looks of a watch, with n
-// watches running.
-func hangupInterval(n int64) time.Duration {
-	return max(hangupEvery, time.Duration(n)*time.Second/hangupLooksPerSecond)
-}
-
 // connCtxKey holds the request's connection in its context, as
 // registerConnContext puts it there.
 type connCtxKey struct{}

@@ -9,8 +9,9 @@ import (
 // The watches of every request (hangup.go) are looked at by one
 // goroutine, which runs while there are any: every hangupEvery it looks
 // at the next hangupLooksPerSecond/2 of them in turn, so each is looked
-// at every hangupInterval. A request adds its watch to a list and takes
-// it out: no timer and no goroutine of its own.
+// at every hangupEvery, or every n/hangupLooksPerSecond seconds with n
+// watches (more than hangupBatch). A request adds its watch to a list
+// and takes it out: no timer and no goroutine of its own.
 
 // hangups is the list of watches running.
 var hangups hangupList
