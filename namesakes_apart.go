@@ -31,9 +31,10 @@ func (r *engineRegistry) markApart(e *engine, load <-chan struct{}) {
 
 // keptApart reports whether a and b, namesakes in other stores, stay
 // apart: either is retired but kept in its store (stays), or a config
-// load used them side by side and either has a live
-// namesake besides the other, in a store not its own, that it is not
-// apart from (the queue that took its place). Under r.mu.
+// load used them side by side and either has a live namesake besides
+// the other that it is not apart from (the queue that took its place:
+// in another store, or in its own, where a reload brought it back).
+// Under r.mu.
 func (r *engineRegistry) keptApart(a, b *engine) bool {
 	if a.stays() || b.stays() {
 		return true
@@ -44,11 +45,12 @@ func (r *engineRegistry) keptApart(a, b *engine) bool {
 	return r.hasSuccessor(a, b) || r.hasSuccessor(b, a)
 }
 
-// hasSuccessor reports whether e has a live namesake, neither other nor
-// in e's store, that it is not apart from. Under r.mu.
+// hasSuccessor reports whether e has a live namesake, neither e nor
+// other, that it is not apart from; one in e's own store counts (a
+// reload that moved e's queue away and back). Under r.mu.
 func (r *engineRegistry) hasSuccessor(e, other *engine) bool {
 	for _, x := range r.byName[e.name] {
-		if x != other && x.data != e.data && !x.retiredFlag.Load() && !e.apart[x] {
+		if x != other && x != e && !x.retiredFlag.Load() && !e.apart[x] {
 			return true
 		}
 	}
