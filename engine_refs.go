@@ -67,17 +67,7 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 			h.borrowed[key] = true
 		}
 		h.mu.Unlock()
-		// A handler of the config in force that names queues from the
-		// request in this store keeps the queue here: the request counts
-		// as its config's (another site's queue of the name in another
-		// store is apart from it, see namesakes_apart.go).
-		var keep <-chan struct{}
-		if h.dynamic {
-			if ys := templates.servingIn(h.backend.dataID(), name); len(ys) > 0 {
-				keep = ys[0].load
-			}
-		}
-		if live := namesakes.movedFrom(h, name); keep == nil && live != nil {
+		if live := namesakes.movedFrom(h, name); live != nil {
 			// The config in force keeps this queue in another store: the
 			// request waits there (a queue opened here for it would count
 			// nobody else's requests).
@@ -89,14 +79,12 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 			return nil, nil, err
 		}
 		e.enter()
-		namesakes.use(e, keep)
 		// Its server was shut down for the reload, not for the exit: no
 		// handler's onShutdown answers its waiters when the process exits.
 		e.borrows.Add(1)
 		watchExit()
 		return e, func() {
 			e.borrows.Add(-1)
-			namesakes.unuse(e, keep)
 			e.exit()
 			h.dropEngine(key)
 		}, nil

@@ -102,11 +102,6 @@ type engine struct {
 	retired bool // the registry dropped its last reference
 	// retiredFlag is retired, read without mu (reserved).
 	retiredFlag atomic.Bool
-	// stayWith, set before retiredFlag, are the handlers of configs
-	// loaded then that name queues from the request in its store and
-	// serve its name: while one is loaded the queue did not move
-	// (namesakes_apart.go).
-	stayWith []*Handler
 	// moved: the queue's waiters moved to a namesake in another store,
 	// and its new ones go there (namesakes.go).
 	moved atomic.Bool
@@ -227,9 +222,7 @@ func (e *engine) exit() {
 // it closes when its last request is done, or when the process exits
 // (exit.go).
 func (e *engine) Destruct() error {
-	stay := templates.servingIn(e.data, e.name) // before e.mu: it takes the handlers' mu
 	e.mu.Lock()
-	e.stayWith = stay
 	e.retired = true
 	e.retiredFlag.Store(true)
 	now := e.active == 0 || exiting()

@@ -230,7 +230,7 @@ func (r *engineRegistry) liveSameStore(e *engine) *engine {
 // successor is the live queue of e's name in another store, the newest,
 // if e is retired; nil if none.
 func (r *engineRegistry) successor(e *engine) *engine {
-	if !e.retiredFlag.Load() || e.stays() {
+	if !e.retiredFlag.Load() {
 		return nil
 	}
 	// Not another site's queue, where e has a namesake that is not (see

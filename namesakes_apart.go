@@ -30,15 +30,11 @@ func (r *engineRegistry) markApart(e *engine, load <-chan struct{}) {
 }
 
 // keptApart reports whether a and b, namesakes in other stores, stay
-// apart: either is retired but kept in its store (stays), or a config
-// load used them side by side and either has a live namesake besides
-// the other that it is not apart from (the queue that took its place:
-// in another store, or in its own, where a reload brought it back).
-// Under r.mu.
+// apart: a config load used them side by side, and either has a live
+// namesake besides the other that it is not apart from (the queue that
+// took its place: in another store, or in its own, where a reload
+// brought it back). Under r.mu.
 func (r *engineRegistry) keptApart(a, b *engine) bool {
-	if a.stays() || b.stays() {
-		return true
-	}
 	if !a.apart[b] {
 		return false
 	}
@@ -51,51 +47,6 @@ func (r *engineRegistry) keptApart(a, b *engine) bool {
 func (r *engineRegistry) hasSuccessor(e, other *engine) bool {
 	for _, x := range r.byName[e.name] {
 		if x != other && x != e && !x.retiredFlag.Load() && !e.apart[x] {
-			return true
-		}
-	}
-	return false
-}
-
-// A queue named from the request is retired at a reload that keeps it in
-// its store as soon as the old handler's reference goes (the new
-// config's handler takes one at its first request): it did not move, and
-// while its old requests run, a namesake in another store (another
-// site's) must neither count them nor take its waiters.
-
-// servingIn lists the handlers of loaded configs that name queues from
-// the request in store data and serve name.
-func (t *templateRegistry) servingIn(data, name string) []*Handler {
-	t.Lock()
-	var all []*Handler
-	for k, hs := range t.m {
-		if k.data != data {
-			continue
-		}
-		for x := range hs {
-			all = append(all, x)
-		}
-	}
-	t.Unlock()
-	var out []*Handler
-	for _, x := range all { // liveness takes x.mu: read with t unlocked
-		if x.loaded() && x.serves(name) {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
-// stays reports whether e, retired, is kept in its store by a handler of
-// a config still loaded (stayWith). It takes no lock.
-func (e *engine) stays() bool {
-	if !e.retiredFlag.Load() {
-		return false
-	}
-	for _, x := range e.stayWith {
-		select {
-		case <-x.load:
-		default:
 			return true
 		}
 	}

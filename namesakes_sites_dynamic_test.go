@@ -17,14 +17,15 @@ import (
 // permit), site 2 names the same queue, "sPOST", in Redis (r2, 1
 // permit). A reload that changes only a max_wait drops site 1's
 // reference to its queue (the new config's handler takes one at its
-// first request), and the queue, retired, still ran site 1's holder:
-// site 2's queue counted it as the running request of a queue moved to
-// its store, and its request, its queue idle and r2 free, waited until
-// the holder ended (and a waiter of site 1 would have moved into site
-// 2's queue). A handler of the config in force names the queue from the
-// request in site 1's store: it did not move, and site 2's queue counts
-// none of it.
-func TestAReloadLeavesASiteNamingItsQueueFromTheRequestApartFromAnotherSitesQueueOfTheName(t *testing.T) {
+// first request), and the queue, retired, still runs site 1's holder.
+// r0 never runs more than its permit. Known limit (docs/operations.md):
+// site 2's queue counts the holder as the running request of a queue
+// moved to its store, so its request may wait until the holder ends;
+// telling which site a retired queue named from the request belongs to
+// would need more than its name and store, and in doubt the queue counts
+// (the other choice let an upstream run above its permits where two
+// sites share the queue).
+func TestAReloadOfASiteNamingItsQueueFromTheRequestBesideAnotherSitesQueueOfTheNameKeepsR0WithinItsPermit(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
 	rds := redistest.Start(t)
 	r0, r2 := newGateUpstream(t, true), newGateUpstream(t, false)
@@ -46,16 +47,10 @@ func TestAReloadLeavesASiteNamingItsQueueFromTheRequestApartFromAnotherSitesQueu
 
 	reload(t, config(59))
 	site2 := postSP(context.Background(), port2)
-	select {
-	case code := <-site2:
-		assert.Equal(t, 200, code, "site 2's request")
-	case <-time.After(10 * time.Second):
-		t.Errorf("site 2's request (its queue idle, r2 free) not answered while site 1's old holder runs")
-		r0.release <- struct{}{} // the holder ends
-		allAnswered(t, map[string]<-chan int{"site 2's request": site2})
-	}
-	r0.release <- struct{}{} // the holder ends (if it still runs)
-	allAnswered(t, map[string]<-chan int{"the holder": holder})
+	time.Sleep(500 * time.Millisecond) // time for site 2's request to reach r2, or wait
+	assert.EqualValues(t, 1, r0.pk.Load(), "requests at r0 at once")
+	r0.release <- struct{}{} // the holder ends
+	allAnswered(t, map[string]<-chan int{"the holder": holder, "site 2's request": site2})
 	assert.EqualValues(t, 1, r0.arrivals.Load(), "arrivals at r0")
 	assert.EqualValues(t, 1, r2.arrivals.Load(), "arrivals at r2")
 }
@@ -63,11 +58,10 @@ func TestAReloadLeavesASiteNamingItsQueueFromTheRequestApartFromAnotherSitesQueu
 // A request of site 1's first config (its queue named from the request,
 // "sPOST", in the local store, r0, 1 permit, which a holder runs)
 // reaches its handler after a reload that added site 2 (queue "sPOST"
-// in Redis, r2): it waited in site 2's queue, for site 2's first
-// request, and, granted there, ran on r0 beside the holder. It waits in
-// site 1's queue, which a handler of the config in force names alike,
-// and runs on r0 once the holder ends; site 2's queue serves meanwhile.
-func TestALateRequestOfASiteNamingItsQueueFromTheRequestStaysInItsQueueWhenAReloadAddsASite(t *testing.T) {
+// in Redis, r2): it never runs on r0 beside the holder. (It may wait in
+// site 2's queue, and site 2's request behind site 1's: the known limit
+// above.)
+func TestALateRequestOfASiteNamingItsQueueFromTheRequestKeepsR0WithinItsPermitWhenAReloadAddsASite(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
 	rds := redistest.Start(t)
 	r0, r2 := newGateUpstream(t, true), newGateUpstream(t, false)
@@ -86,20 +80,11 @@ func TestALateRequestOfASiteNamingItsQueueFromTheRequestStaysInItsQueueWhenARelo
 		config(site1+","+site("s2", "sPOST", port2, fmt.Sprintf(`,"redis":{"addresses":[%q]}`, rds.Addr()), r2)), r0)
 
 	site2 := postSP(context.Background(), port2)
-	select {
-	case code := <-site2:
-		assert.Equal(t, 200, code, "site 2's request")
-	case <-time.After(10 * time.Second):
-		t.Errorf("site 2's request (its queue idle, r2 free) not answered while site 1's requests run and wait")
-		r0.release <- struct{}{} // the holder ends
-		r0.release <- struct{}{} // the late request
-		allAnswered(t, map[string]<-chan int{"site 2's request": site2})
-	}
 	time.Sleep(500 * time.Millisecond) // time for the late request to be granted and reach an upstream
 	assert.EqualValues(t, 1, r0.pk.Load(), "requests at r0 at once: the late request ran beside the holder")
 	r0.release <- struct{}{} // the holder ends
 	r0.release <- struct{}{} // the late request
-	allAnswered(t, map[string]<-chan int{"the late request": late, "the holder": holder})
+	allAnswered(t, map[string]<-chan int{"the late request": late, "the holder": holder, "site 2's request": site2})
 	assert.EqualValues(t, 1, r0.pk.Load(), "requests at r0 at once")
 	assert.EqualValues(t, 2, r0.arrivals.Load(), "arrivals at r0 (the holder and the late request)")
 	assert.EqualValues(t, 1, r2.arrivals.Load(), "arrivals at r2 (site 2's request only)")

@@ -1,0 +1,90 @@
+package caddyfairqueue
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
+)
+
+// Sites A (r0) and B (r2) both name their queue from the request in the
+// local store: one queue "sPOST", 1 permit, a holder of A on r0. A
+// reload moves A's queue to Redis (still r0); B stays. A's new queue
+// must count A's holder, which runs on r0.
+func TestOneSiteOfTwoSharingAQueueNamedFromTheRequestMovesOutWithinItsPermits(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	r0, r2 := newGateUpstream(t, true), newGateUpstream(t, false)
+	port, port2 := freePort(t), freePort(t)
+	server := func(server string, port int, redis bool, u *gateUpstream) string {
+		r := ""
+		if redis {
+			r = fmt.Sprintf(`,"redis":{"addresses":[%q]}`, rds.Addr())
+		}
+		fq := fmt.Sprintf(`{"handler":"fair_queue","name":"s{http.request.method}","max_wait":"1m","permits":1%s}`, r)
+		rp := fmt.Sprintf(`{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}`, u.dial())
+		return fmt.Sprintf(`%q:{"listen":["127.0.0.1:%d"],"routes":[{"handle":[%s,%s]}]}`, server, port, fq, rp)
+	}
+	config := func(servers string) string {
+		return fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
+	"apps":{"http":{"servers":{%s}}}}`, servers)
+	}
+	require.NoError(t, caddy.Load([]byte(config(server("s", port, false, r0)+","+server("s2", port2, false, r2))), false))
+	t.Cleanup(func() { _ = caddy.Stop() })
+	holder := postSP(context.Background(), port)
+	require.Eventually(t, func() bool { return r0.now.Load() == 1 }, 10*time.Second, 5*time.Millisecond, "the holder on r0")
+
+	reload(t, config(server("s", port, true, r0)+","+server("s2", port2, false, r2)))
+	site1 := postSP(context.Background(), port)
+	time.Sleep(time.Second)
+	assert.EqualValues(t, 1, r0.pk.Load(), "requests at r0 at once")
+	r0.release <- struct{}{}
+	r0.release <- struct{}{}
+	allAnswered(t, map[string]<-chan int{"the holder": holder, "site 1's new request": site1})
+	assert.EqualValues(t, 1, r0.pk.Load(), "requests at r0 at once")
+}
+
+// Site 1 names its queue from the request ("sPOST", in the local store,
+// r0, 1 permit, which a holder runs): a reload moves site 1's queue to
+// Redis (still r0) and adds site 2 naming its queue from the request in
+// the local store (r2). Site 1's new queue must count the holder, which
+// runs on r0: the old queue moved, whichever handler names its name in
+// its store since.
+func TestASiteMovedOutBesideASiteAddedInItsStoreKeepsItsUpstreamWithinItsPermits(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	r0, r2 := newGateUpstream(t, true), newGateUpstream(t, false)
+	port, port2 := freePort(t), freePort(t)
+	server := func(server string, port int, redis bool, u *gateUpstream) string {
+		r := ""
+		if redis {
+			r = fmt.Sprintf(`,"redis":{"addresses":[%q]}`, rds.Addr())
+		}
+		fq := fmt.Sprintf(`{"handler":"fair_queue","name":"s{http.request.method}","max_wait":"1m","permits":1%s}`, r)
+		rp := fmt.Sprintf(`{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}`, u.dial())
+		return fmt.Sprintf(`%q:{"listen":["127.0.0.1:%d"],"routes":[{"handle":[%s,%s]}]}`, server, port, fq, rp)
+	}
+	config := func(servers string) string {
+		return fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
+	"apps":{"http":{"servers":{%s}}}}`, servers)
+	}
+	require.NoError(t, caddy.Load([]byte(config(server("s", port, false, r0))), false))
+	t.Cleanup(func() { _ = caddy.Stop() })
+	holder := postSP(context.Background(), port)
+	require.Eventually(t, func() bool { return r0.now.Load() == 1 }, 10*time.Second, 5*time.Millisecond, "the holder on r0")
+
+	reload(t, config(server("s", port, true, r0)+","+server("s2", port2, false, r2)))
+	site1 := postSP(context.Background(), port)
+	time.Sleep(time.Second)
+	assert.EqualValues(t, 1, r0.pk.Load(), "requests at r0 at once")
+	r0.release <- struct{}{}
+	r0.release <- struct{}{}
+	allAnswered(t, map[string]<-chan int{"the holder": holder, "site 1's new request": site1})
+	assert.EqualValues(t, 1, r0.pk.Load(), "requests at r0 at once")
+}
