@@ -31,13 +31,10 @@ func TestAReloadOfASiteNamingItsQueueFromTheRequestBesideAnotherSitesQueueOfTheN
 	r0, r2 := newGateUpstream(t, true), newGateUpstream(t, false)
 	port, port2 := freePort(t), freePort(t)
 	server := func(server, name string, port, maxWait int, redis string, u *gateUpstream) string {
-		fq := fmt.Sprintf(`{"handler":"fair_queue","name":%q,"max_wait":"%ds","permits":1%s}`, name, maxWait, redis)
-		rp := fmt.Sprintf(`{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}`, u.dial())
-		return fmt.Sprintf(`%q:{"listen":["127.0.0.1:%d"],"routes":[{"handle":[%s,%s]}]}`, server, port, fq, rp)
+		return siteServer(server, port, name, fmt.Sprintf("%ds", maxWait), 1, redis, u)
 	}
 	config := func(maxWait int) string {
-		return fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
-	"apps":{"http":{"servers":{%s,%s}}}}`, server("s", "s{http.request.method}", port, maxWait, "", r0),
+		return serversConfig(server("s", "s{http.request.method}", port, maxWait, "", r0) + "," +
 			server("s2", "sPOST", port2, maxWait, fmt.Sprintf(`,"redis":{"addresses":[%q]}`, rds.Addr()), r2))
 	}
 	require.NoError(t, caddy.Load([]byte(config(60)), false))
@@ -67,17 +64,11 @@ func TestALateRequestOfASiteNamingItsQueueFromTheRequestKeepsR0WithinItsPermitWh
 	r0, r2 := newGateUpstream(t, true), newGateUpstream(t, false)
 	port, port2 := freePort(t), freePort(t)
 	site := func(server, name string, port int, redis string, u *gateUpstream) string {
-		fq := fmt.Sprintf(`{"handler":"fair_queue","name":%q,"max_wait":"1m","permits":1%s}`, name, redis)
-		rp := fmt.Sprintf(`{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}`, u.dial())
-		return fmt.Sprintf(`%q:{"listen":["127.0.0.1:%d"],"routes":[{"handle":[%s,%s]}]}`, server, port, fq, rp)
-	}
-	config := func(servers string) string {
-		return fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
-	"apps":{"http":{"servers":{%s}}}}`, servers)
+		return siteServer(server, port, name, "1m", 1, redis, u)
 	}
 	site1 := site("s", "s{http.request.method}", port, "", r0)
-	holder, late := lateAcrossAReload(t, port, config(site1),
-		config(site1+","+site("s2", "sPOST", port2, fmt.Sprintf(`,"redis":{"addresses":[%q]}`, rds.Addr()), r2)), r0)
+	holder, late := lateAcrossAReload(t, port, serversConfig(site1),
+		serversConfig(site1+","+site("s2", "sPOST", port2, fmt.Sprintf(`,"redis":{"addresses":[%q]}`, rds.Addr()), r2)), r0)
 
 	site2 := postSP(context.Background(), port2)
 	time.Sleep(500 * time.Millisecond) // time for the late request to be granted and reach an upstream

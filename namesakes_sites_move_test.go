@@ -32,13 +32,10 @@ func TestAStoreSwitchOfOneSiteLeavesAnotherSitesQueueOfItsNameApart(t *testing.T
 		if prefix != "" {
 			redis = fmt.Sprintf(`,"redis":{"addresses":[%q],"key_prefix":%q}`, rds.Addr(), prefix)
 		}
-		fq := fmt.Sprintf(`{"handler":"fair_queue","name":"sp","max_wait":"1m","permits":1%s}`, redis)
-		rp := fmt.Sprintf(`{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}`, u.dial())
-		return fmt.Sprintf(`%q:{"listen":["127.0.0.1:%d"],"routes":[{"handle":[%s,%s]}]}`, server, port, fq, rp)
+		return siteServer(server, port, "sp", "1m", 1, redis, u)
 	}
 	config := func(prefix1 string, u1 *gateUpstream) string {
-		return fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
-	"apps":{"http":{"servers":{%s,%s}}}}`, server("s", port, prefix1, u1), server("s2", port2, "a", r2))
+		return serversConfig(server("s", port, prefix1, u1) + "," + server("s2", port2, "a", r2))
 	}
 	require.NoError(t, caddy.Load([]byte(config("", r0)), false))
 	t.Cleanup(func() { _ = caddy.Stop() })

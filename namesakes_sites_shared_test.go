@@ -27,20 +27,14 @@ func TestOneSiteOfTwoSharingAQueueNamedFromTheRequestMovesOutWithinItsPermits(t 
 		if redis {
 			r = fmt.Sprintf(`,"redis":{"addresses":[%q]}`, rds.Addr())
 		}
-		fq := fmt.Sprintf(`{"handler":"fair_queue","name":"s{http.request.method}","max_wait":"1m","permits":1%s}`, r)
-		rp := fmt.Sprintf(`{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}`, u.dial())
-		return fmt.Sprintf(`%q:{"listen":["127.0.0.1:%d"],"routes":[{"handle":[%s,%s]}]}`, server, port, fq, rp)
+		return siteServer(server, port, "s{http.request.method}", "1m", 1, r, u)
 	}
-	config := func(servers string) string {
-		return fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
-	"apps":{"http":{"servers":{%s}}}}`, servers)
-	}
-	require.NoError(t, caddy.Load([]byte(config(server("s", port, false, r0)+","+server("s2", port2, false, r2))), false))
+	require.NoError(t, caddy.Load([]byte(serversConfig(server("s", port, false, r0)+","+server("s2", port2, false, r2))), false))
 	t.Cleanup(func() { _ = caddy.Stop() })
 	holder := postSP(context.Background(), port)
 	require.Eventually(t, func() bool { return r0.now.Load() == 1 }, 10*time.Second, 5*time.Millisecond, "the holder on r0")
 
-	reload(t, config(server("s", port, true, r0)+","+server("s2", port2, false, r2)))
+	reload(t, serversConfig(server("s", port, true, r0)+","+server("s2", port2, false, r2)))
 	site1 := postSP(context.Background(), port)
 	time.Sleep(time.Second)
 	assert.EqualValues(t, 1, r0.pk.Load(), "requests at r0 at once")
@@ -66,20 +60,14 @@ func TestASiteMovedOutBesideASiteAddedInItsStoreKeepsItsUpstreamWithinItsPermits
 		if redis {
 			r = fmt.Sprintf(`,"redis":{"addresses":[%q]}`, rds.Addr())
 		}
-		fq := fmt.Sprintf(`{"handler":"fair_queue","name":"s{http.request.method}","max_wait":"1m","permits":1%s}`, r)
-		rp := fmt.Sprintf(`{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}`, u.dial())
-		return fmt.Sprintf(`%q:{"listen":["127.0.0.1:%d"],"routes":[{"handle":[%s,%s]}]}`, server, port, fq, rp)
+		return siteServer(server, port, "s{http.request.method}", "1m", 1, r, u)
 	}
-	config := func(servers string) string {
-		return fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
-	"apps":{"http":{"servers":{%s}}}}`, servers)
-	}
-	require.NoError(t, caddy.Load([]byte(config(server("s", port, false, r0))), false))
+	require.NoError(t, caddy.Load([]byte(serversConfig(server("s", port, false, r0))), false))
 	t.Cleanup(func() { _ = caddy.Stop() })
 	holder := postSP(context.Background(), port)
 	require.Eventually(t, func() bool { return r0.now.Load() == 1 }, 10*time.Second, 5*time.Millisecond, "the holder on r0")
 
-	reload(t, config(server("s", port, true, r0)+","+server("s2", port2, false, r2)))
+	reload(t, serversConfig(server("s", port, true, r0)+","+server("s2", port2, false, r2)))
 	site1 := postSP(context.Background(), port)
 	time.Sleep(time.Second)
 	assert.EqualValues(t, 1, r0.pk.Load(), "requests at r0 at once")

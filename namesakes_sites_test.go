@@ -24,15 +24,25 @@ import (
 // u1 with p1 permits) and, where port2 is not 0, queue "sp" of site 2
 // (port2, Redis at addr, static u2 with p2 permits).
 func sitesConfig(port, p1 int, u1 *gateUpstream, port2 int, addr string, p2 int, u2 *gateUpstream) string {
-	server := func(name string, port, permits int, redis string, u *gateUpstream) string {
-		fq := fmt.Sprintf(`{"handler":"fair_queue","name":"sp","max_wait":"1m","permits":%d%s}`, permits, redis)
-		rp := fmt.Sprintf(`{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}`, u.dial())
-		return fmt.Sprintf(`%q:{"listen":["127.0.0.1:%d"],"routes":[{"handle":[%s,%s]}]}`, name, port, fq, rp)
-	}
-	servers := server("s", port, p1, "", u1)
+	servers := siteServer("s", port, "sp", "1m", p1, "", u1)
 	if port2 != 0 {
-		servers += "," + server("s2", port2, p2, fmt.Sprintf(`,"redis":{"addresses":[%q]}`, addr), u2)
+		servers += "," + siteServer("s2", port2, "sp", "1m", p2, fmt.Sprintf(`,"redis":{"addresses":[%q]}`, addr), u2)
 	}
+	return serversConfig(servers)
+}
+
+// siteServer is Caddy server server on port whose route is fair_queue
+// (queue name, max_wait, permits, and store: "" the local one, else the
+// handler's JSON fields for it, such as `,"redis":{...}`) before a
+// static reverse_proxy to u.
+func siteServer(server string, port int, name, maxWait string, permits int, store string, u *gateUpstream) string {
+	fq := fmt.Sprintf(`{"handler":"fair_queue","name":%q,"max_wait":%q,"permits":%d%s}`, name, maxWait, permits, store)
+	rp := fmt.Sprintf(`{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}`, u.dial())
+	return fmt.Sprintf(`%q:{"listen":["127.0.0.1:%d"],"routes":[{"handle":[%s,%s]}]}`, server, port, fq, rp)
+}
+
+// serversConfig is a config of servers (siteServer's, comma-joined).
+func serversConfig(servers string) string {
 	return fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
 	"apps":{"http":{"servers":{%s}}}}`, servers)
 }
