@@ -130,14 +130,14 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	err := parseBlock(d, map[string]optionParser{
 		"name":                     opt(&h.Name, stringArg),
 		"names":                    h.parseNames,
-		"permits":                  opt(&h.Permits, intArg(1)),
+		"permits":                  opt(&h.Permits, intRangeArg(1, fairqueue.MaxPermits)),
 		"kv_tokens":                opt(&h.KVTokens, intArg(1)),
 		"default_max_tokens":       opt(&h.DefaultMaxTokens, intArg(1)),
 		"adaptive":                 opt(&h.Adaptive, parseAdaptive),
 		"max_wait":                 opt(&h.MaxWait, durationArg(fairqueue.MinPollInterval)),
 		"poll_interval":            opt(&h.PollInterval, durationArg(fairqueue.MinPollInterval)),
 		"lease":                    opt(&h.Lease, durationArg(fairqueue.MinLease)),
-		"abort_grace":              opt(&h.AbortGrace, offDurationArg),
+		"abort_grace":              opt(&h.AbortGrace, within(offDurationArg, checkAbortGrace)),
 		"max_body":                 opt(&h.MaxBody, sizeArg),
 		"body_timeout":             opt(&h.BodyTimeout, durationArg(minBodyTimeout)),
 		"tenant":                   opt(&h.Tenant, stringArg),
@@ -159,7 +159,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"upstream":                 h.parseUpstream,
 		"requeue_on":               h.parseRequeueOn,
 		"max_requeues":             h.parseMaxRequeues,
-		"upstream_cooldown":        opt(&h.UpstreamCooldown, durationArg(minDuration)),
+		"upstream_cooldown":        opt(&h.UpstreamCooldown, within(durationArg(minDuration), checkCooldown)),
 		"reject": func(d *caddyfile.Dispenser) error {
 			rc, err := parseReject(d)
 			if err != nil {

@@ -120,6 +120,12 @@ func optionArg(d *caddyfile.Dispenser) (opt, v string, err error) {
 
 // intArg reads one integer argument of at least minimum.
 func intArg(minimum int) func(*caddyfile.Dispenser) (int, error) {
+	return intRangeArg(minimum, math.MaxInt)
+}
+
+// intRangeArg reads one integer argument of at least minimum and at most
+// maximum.
+func intRangeArg(minimum, maximum int) func(*caddyfile.Dispenser) (int, error) {
 	return func(d *caddyfile.Dispenser) (int, error) {
 		opt, v, err := optionArg(d)
 		if err != nil {
@@ -132,7 +138,27 @@ func intArg(minimum int) func(*caddyfile.Dispenser) (int, error) {
 		if n < minimum {
 			return 0, d.Errf("%s must be at least %d, got %d", opt, minimum, n)
 		}
+		if n > maximum {
+			return 0, d.Errf("%s must be at most %d, got %d", opt, maximum, n)
+		}
 		return n, nil
+	}
+}
+
+// within reads an argument with read and checks it with rule, the
+// option's own bound, so that a value out of it is refused at the
+// option's line rather than at the line that closes the block, where
+// the rules that join options are checked.
+func within[T any](read func(*caddyfile.Dispenser) (T, error), rule func(T) error) func(*caddyfile.Dispenser) (T, error) {
+	return func(d *caddyfile.Dispenser) (T, error) {
+		v, err := read(d)
+		if err != nil {
+			return v, err
+		}
+		if err := rule(v); err != nil {
+			return v, d.Err(err.Error())
+		}
+		return v, nil
 	}
 }
 

@@ -3,6 +3,7 @@ package caddyfairqueue
 import (
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
@@ -52,6 +53,12 @@ func (h *Handler) parseUpstream(d *caddyfile.Dispenser) error {
 	if n < 1 {
 		return d.Errf("upstream %s: permits must be at least 1, got %d", args[0], n)
 	}
+	if strings.ContainsAny(args[0], " \t\r\n|") {
+		return d.Errf("upstream %q: the dial address must not contain spaces or '|'", args[0])
+	}
+	if err := checkDial(args[0]); err != nil {
+		return d.Errf("upstream %s: %v", args[0], err)
+	}
 	if slices.ContainsFunc(h.Upstreams, func(u fairqueue.Upstream) bool { return u.Dial == args[0] }) {
 		return d.Errf("upstream %s is given twice", args[0])
 	}
@@ -80,7 +87,7 @@ func (h *Handler) parseRequeueOn(d *caddyfile.Dispenser) error {
 
 // parseMaxRequeues parses `max_requeues <n>`.
 func (h *Handler) parseMaxRequeues(d *caddyfile.Dispenser) error {
-	n, err := intArg(0)(d)
+	n, err := within(intArg(0), checkMaxRequeues)(d)
 	if err != nil {
 		return err
 	}

@@ -75,8 +75,8 @@ func (h *Handler) validate() error {
 		return fmt.Errorf("lease must be at least %s, got %s", fairqueue.MinLease, time.Duration(h.Lease))
 	case h.AbortGrace > 0 && time.Duration(h.AbortGrace) < minDuration: // negative: off
 		return fmt.Errorf("abort_grace: want a duration of at least %s or off, got %s", minDuration, time.Duration(h.AbortGrace))
-	case time.Duration(h.AbortGrace) > maxAbortGrace:
-		return fmt.Errorf("abort_grace must be at most %s, got %s", maxAbortGrace, time.Duration(h.AbortGrace))
+	case checkAbortGrace(h.AbortGrace) != nil:
+		return checkAbortGrace(h.AbortGrace)
 	case h.MaxBody < 0:
 		return fmt.Errorf("max_body must be positive, got %d", h.MaxBody)
 	case h.BodyTimeout != 0 && time.Duration(h.BodyTimeout) < minBodyTimeout:
@@ -137,6 +137,14 @@ func (h *Handler) validate() error {
 		}
 	}
 	return checkWeights(h.Weights)
+}
+
+// checkAbortGrace is the upper bound of abort_grace.
+func checkAbortGrace(g caddy.Duration) error {
+	if time.Duration(g) > maxAbortGrace {
+		return fmt.Errorf("abort_grace must be at most %s, got %s", maxAbortGrace, time.Duration(g))
+	}
+	return nil
 }
 
 // checkOneOf is the rule of an option that takes one of a few values.

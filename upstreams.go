@@ -58,13 +58,13 @@ func (h *Handler) checkPool() error {
 			return err
 		}
 	}
-	if n := h.MaxRequeues; n != nil && (*n < 0 || *n > maxMaxRequeues) {
-		return fmt.Errorf("max_requeues must be 0 to %d, got %d", maxMaxRequeues, *n)
+	if n := h.MaxRequeues; n != nil {
+		if err := checkMaxRequeues(*n); err != nil {
+			return err
+		}
 	}
-	if d := time.Duration(h.UpstreamCooldown); d < 0 || d > fairqueue.MaxCooldown {
-		return fmt.Errorf("upstream_cooldown must be positive and at most %s, got %s", fairqueue.MaxCooldown, d)
-	} else if d > 0 && d < minDuration {
-		return fmt.Errorf("upstream_cooldown must be at least %s, got %s", minDuration, d)
+	if err := checkCooldown(h.UpstreamCooldown); err != nil {
+		return err
 	}
 	sum, tokens, withTokens := 0, 0, 0
 	for _, u := range h.Upstreams {
@@ -118,6 +118,24 @@ func checkDial(dial string) error {
 // is set on it or on an upstream of its pool.
 func (h *Handler) countsTokens() bool {
 	return h.KVTokens > 0 || slices.ContainsFunc(h.Upstreams, func(u fairqueue.Upstream) bool { return u.KVTokens > 0 })
+}
+
+// checkMaxRequeues is the rule of max_requeues.
+func checkMaxRequeues(n int) error {
+	if n < 0 || n > maxMaxRequeues {
+		return fmt.Errorf("max_requeues must be 0 to %d, got %d", maxMaxRequeues, n)
+	}
+	return nil
+}
+
+// checkCooldown is the rule of upstream_cooldown (0: the default).
+func checkCooldown(c caddy.Duration) error {
+	if d := time.Duration(c); d < 0 || d > fairqueue.MaxCooldown {
+		return fmt.Errorf("upstream_cooldown must be positive and at most %s, got %s", fairqueue.MaxCooldown, d)
+	} else if d > 0 && d < minDuration {
+		return fmt.Errorf("upstream_cooldown must be at least %s, got %s", minDuration, d)
+	}
+	return nil
 }
 
 // checkRequeueStatus is the rule of one requeue_on status.
