@@ -42,9 +42,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        floor        <share>           # least share of permits / kv_tokens in force, (0, 1]; default 0.0625
 //	        interval     <duration>        # how often the capacity may move, cluster-wide; default 1s, at least 100ms
 //	        decrease     <factor>          # share x this on a breach (or a 429/503), (0, 1); default 0.9
-//	        step         <share>           # share + this after an interval under target while requests waited; default 0.015625
+//	        step         <share>           # share + this after an interval under target while requests waited, (0, 1]; default 0.015625
 //	        breach_share <share>           # share of TTFTs above target that is a breach, (0, 1); default 0.01
-//	        min_samples  <n>               # TTFTs a window needs before the target is judged; default 1/breach_share within 10..100
+//	        min_samples  <n>               # TTFTs a window needs before the target is judged, at least 1; default 1/breach_share within 10..100
 //	        backend_metrics <path>|<url>   # read the backend's vLLM or SGLang gauges every interval: a path on each pool upstream, or the URL of the one backend
 //	    }
 //	    max_wait      <duration>           # default 20s; at least 50ms
