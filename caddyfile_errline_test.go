@@ -31,3 +31,22 @@ func TestCaddyfileBoundsErrorsNameTheOptionsLine(t *testing.T) {
 		})
 	}
 }
+
+// The same holds for an option of a block inside fair_queue's: a Redis
+// URL that is not one, or a backend_metrics that is neither a path nor
+// an http(s) URL, is refused at its own line (5), not at the line that
+// closes its block (7) or fair_queue's (9).
+func TestCaddyfileBlockOptionErrorsNameTheOptionsLine(t *testing.T) {
+	for name, tc := range map[string]struct{ block, option string }{
+		"redis url":       {"redis {\n\t\t\turl bogus://10.0.0.5:6379\n\t\t\tkey_prefix a\n\t\t}", "url"},
+		"backend_metrics": {"adaptive {\n\t\t\tbackend_metrics ftp://10.0.0.5/metrics\n\t\t\ttarget_ttft 1s\n\t\t}", "backend_metrics"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			caddyfile := ":8080 {\n\tfair_queue {\n\t\tpermits 1\n\t\t" + tc.block + "\n\t\tname q\n\t}\n\treverse_proxy 127.0.0.1:8000\n}\n"
+			_, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), nil)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.option, "the error names the option")
+			assert.Contains(t, err.Error(), "Caddyfile:5", "the error names the option's own line")
+		})
+	}
+}
