@@ -1,9 +1,12 @@
 package caddyfairqueue
 
 import (
+	"fmt"
 	"math"
+	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -83,7 +86,7 @@ func parseAdaptive(d *caddyfile.Dispenser) (*AdaptiveConfig, error) {
 		"step":            opt(&a.Step, shareArg(true)),
 		"breach_share":    opt(&a.BreachShare, shareArg(false)),
 		"min_samples":     opt(&a.MinSamples, intArg(1)),
-		"backend_metrics": opt(&a.BackendMetrics, stringArg),
+		"backend_metrics": opt(&a.BackendMetrics, within(stringArg, checkBackendMetrics)),
 	})
 	if err != nil {
 		return nil, err
@@ -92,6 +95,20 @@ func parseAdaptive(d *caddyfile.Dispenser) (*AdaptiveConfig, error) {
 		return nil, d.Err("adaptive: target_ttft is required")
 	}
 	return a, nil
+}
+
+// checkBackendMetrics is the rule of backend_metrics alone: a path (read
+// on each pool upstream) or the backend's http:// or https:// URL. Which
+// of the two the queue needs (a pool or not) is checked with the other
+// options.
+func checkBackendMetrics(v string) error {
+	if strings.HasPrefix(v, "/") {
+		return nil
+	}
+	if u, err := url.Parse(v); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		return nil
+	}
+	return fmt.Errorf("adaptive: backend_metrics %q: want a path on each pool upstream (/metrics) or the backend's http:// or https:// URL", v)
 }
 
 // shareArg reads one number in (0, 1), or in (0, 1] when one is allowed:

@@ -12,13 +12,16 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 		if d.NextArg() {
 			return nil, d.ArgErr()
 		}
+		if err := checkRedisURL(rc.URL); err != nil {
+			return nil, d.Err(err.Error())
+		}
 	}
 	err := parseBlock(d, map[string]optionParser{
 		"url": func(d *caddyfile.Dispenser) (err error) {
 			if rc.URL != "" {
 				return d.Err("redis: url is given twice")
 			}
-			rc.URL, err = stringArg(d)
+			rc.URL, err = within(stringArg, checkRedisURL)(d)
 			return err
 		},
 		"mode":              checkedOpt(&rc.Mode, checkMode),

@@ -160,11 +160,20 @@ func (cfg *RedisConfig) check() error {
 			return fmt.Errorf("redis: %s must be at least %s, got %s", t.name, minDuration, time.Duration(t.v))
 		}
 	}
-	if cfg.URL != "" && !strings.Contains(cfg.URL, "{") {
-		_, err := parseRedisURL(cfg.URL)
-		return err
+	if cfg.URL != "" {
+		return checkRedisURL(cfg.URL)
 	}
 	return nil
+}
+
+// checkRedisURL is the rule of url alone: a URL go-redis reads, unless
+// it holds a placeholder (replaced at load).
+func checkRedisURL(s string) error {
+	if strings.Contains(s, "{") {
+		return nil
+	}
+	_, err := parseRedisURL(s)
+	return err
 }
 
 // redisBackend is a resolved RedisConfig.
