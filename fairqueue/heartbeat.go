@@ -190,7 +190,7 @@ func (s *session) reinstate(cfg *Config, lost []string) {
 		t.reinstated.Store(true) // at the tail now: no local handoff to it
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 		sent := time.Now()
-		r, err := q.store.Acquire(ctx, TicketArgs{ID: id, Node: q.node, Limits: l, Cost: t.cost, Tokens: t.tokens})
+		r, err := q.store.Acquire(ctx, TicketArgs{ID: id, Node: q.node, Limits: l, Cost: t.cost, Tokens: t.tokens, Asks: t.asks})
 		cancel()
 		q.health.record(q.log, err)
 		if err != nil {

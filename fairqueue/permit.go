@@ -241,9 +241,9 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		settled()
 		return nil, q.reject(ReasonShuttingDown, p.start, 0, nil)
 	}
-	t.seq, t.cost, t.scale, t.tokens = p.t.seq, p.t.cost, p.t.scale, tokens
+	t.seq, t.cost, t.scale, t.tokens, t.asks = p.t.seq, p.t.cost, p.t.scale, tokens, asks(p.req.Tokens, tokens)
 	args := RequeueArgs{Old: p.t.id, Seq: p.t.seq, TicketArgs: TicketArgs{ID: t.id, Node: q.node,
-		Limits: cfg.limits(), Cost: t.cost, Tokens: t.tokens, Correction: -p.t.cost, Tombstone: q.s.beatOnItsWay(),
+		Limits: cfg.limits(), Cost: t.cost, Tokens: t.tokens, Asks: t.asks, Correction: -p.t.cost, Tombstone: q.s.beatOnItsWay(),
 		Cool: rel.Cool, CoolFor: rel.CoolFor}}
 	actx, cancel := context.WithDeadline(ctx, p.deadline)
 	var res AcquireResult

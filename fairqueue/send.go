@@ -16,7 +16,8 @@ func (q *Queue) send(ctx context.Context, t *ticket, req Request, cfg *Config, d
 	t.scale = req.scale(cfg.PriorityFactor)
 	t.cost = charge(clampCost(req.Cost), t.scale)
 	t.tokens, _ = cfg.ClampTokens(req.Tokens)
-	args := TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Cost: t.cost, Tokens: t.tokens}
+	t.asks = asks(req.Tokens, t.tokens)
+	args := TicketArgs{ID: t.id, Node: q.node, Limits: cfg.limits(), Cost: t.cost, Tokens: t.tokens, Asks: t.asks}
 	backoff := 10 * time.Millisecond
 	for {
 		actx, cancel := context.WithDeadline(ctx, deadline)
@@ -52,4 +53,13 @@ func callDeadline(ctx context.Context, d time.Time) time.Time {
 		return cd
 	}
 	return d
+}
+
+// asks is TicketArgs.Asks for a request of n tokens weighing w: n where
+// w counts (the config counts tokens) and is n clamped, else 0.
+func asks(n, w int) int {
+	if w > 0 && n > w {
+		return n
+	}
+	return 0
 }

@@ -195,6 +195,14 @@ type TicketArgs struct {
 	// upstream's Upstream.KVTokens): Request.Tokens, clamped. Carried by
 	// Acquire and Requeue (the new ticket); 0: weighs nothing.
 	Tokens int
+	// Asks, with Tokens, is Request.Tokens unclamped where it is above
+	// Tokens (0: Tokens): a store call whose limits count tokens
+	// (Limits.Tokens) weighs the ticket it grants by Asks, bounded by the
+	// capacity in force then (its Limits.TokenBound), so a waiter queued
+	// clamped to a smaller capacity that a reload raised is granted at
+	// its full weight, and nothing that fits beside its old weight only
+	// passes it; a call that counts no tokens counts Tokens.
+	Asks int
 	// Correction, on Release, is what the ticket really used minus Cost,
 	// in the same units: added to its flow's usage counter when the
 	// permit is released (0: the estimate stands). On Cancel, it is

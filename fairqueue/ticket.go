@@ -35,6 +35,7 @@ type ticket struct {
 	cost                       float64 // TicketArgs.Cost, to queue it again with the same cost
 	scale                      float64 // what one unit of Request.Cost adds to its flow's counter
 	tokens                     int     // TicketArgs.Tokens: Request.Tokens, clamped
+	asks                       int     // TicketArgs.Asks: Request.Tokens where clamped, else 0
 
 	// upstream is the pool upstream of its grant (Config.Upstreams).
 	upstream atomic.Pointer[string]

@@ -80,6 +80,7 @@ type waiter struct {
 	seq    int64
 	cost   float64 // TicketArgs.Cost (fair)
 	tokens int     // TicketArgs.Tokens
+	asks   int     // TicketArgs.Asks
 	flow   *flow   // nil: a FIFO ticket
 	i      int
 }
@@ -169,7 +170,7 @@ func (s *Store) reapAndDispatch(self string, l fairqueue.Limits, now time.Time, 
 			up = on // adopted while it waited: it runs there
 		}
 		s.granted(w.id, up, s.grants)
-		s.countTokens(l, w.id, w.tokens, up)
+		s.countTokens(l, w.id, w.weight(l), up)
 		if h := s.listeners[node]; h != nil {
 			out[h] = append(out[h], fairqueue.Grant{Ticket: w.id, No: s.grants, At: now, Upstream: up, Permits: l.Permits})
 		}
@@ -214,7 +215,8 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 	}
 	s.reapAndDispatch(t.Node, t.Limits, now, out)
 	name := fairqueue.TicketFlow(t.ID)
-	up, eligible := s.pickFor(t.Limits, now, t.Tokens)
+	weight := asked(t.Limits, t.Tokens, t.Asks)
+	up, eligible := s.pickFor(t.Limits, now, weight)
 	free := eligible && len(s.holders) < t.Permits && s.waiting.Len() == 0 && s.next(inCap) == nil
 	var f *flow
 	if name != "" {
@@ -235,11 +237,11 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 		}
 		s.grants++
 		s.granted(t.ID, up, s.grants)
-		s.countTokens(t.Limits, t.ID, t.Tokens, up) // a waiter queued again keeps its weight
+		s.countTokens(t.Limits, t.ID, weight, up) // a waiter queued again keeps its weight
 		res.Granted, res.GrantNo, res.Grants, res.Upstream = true, s.grants, s.grants, up
 		return res, nil
 	}
-	w := &waiter{id: t.ID, seq: s.seq, cost: t.Cost, tokens: t.Tokens}
+	w := &waiter{id: t.ID, seq: s.seq, cost: t.Cost, tokens: t.Tokens, asks: t.Asks}
 	res.Grants = s.grants
 	if name != "" {
 		res.Position = s.enqueue(w, name, inCap)

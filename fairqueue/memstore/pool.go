@@ -97,14 +97,15 @@ func (s *Store) bare(node, self string) bool {
 // on every one (the upstream returned is the one pickFor chose, which
 // its grant does not name).
 func (s *Store) pickWaiter(l fairqueue.Limits, now time.Time, self string, w *waiter) (dial string, ok bool) {
-	dial, ok = s.pickFor(l, now, w.tokens)
+	weight := w.weight(l)
+	dial, ok = s.pickFor(l, now, weight)
 	if !ok || dial == "" || !s.bare(fairqueue.TicketNode(w.id), self) {
 		return dial, ok
 	}
 	anywhere := max(len(s.holders)-len(s.holderOn), 0)
 	for i := range l.Upstreams {
 		u := &l.Upstreams[i]
-		if s.inflight[u.Dial]+anywhere >= u.Permits || !s.fitsOn(l, u, w.tokens) {
+		if s.inflight[u.Dial]+anywhere >= u.Permits || !s.fitsOn(l, u, weight) {
 			return dial, false
 		}
 	}

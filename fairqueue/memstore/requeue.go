@@ -46,7 +46,7 @@ func (s *Store) Requeue(_ context.Context, t fairqueue.RequeueArgs) (fairqueue.A
 	} else if _, ok := s.holders[t.ID]; ok {
 		res.Granted, res.Upstream = true, s.holderOn[t.ID]
 	} else if w = s.index[t.ID]; w == nil {
-		w = &waiter{id: t.ID, seq: t.Seq, cost: t.Cost, tokens: t.Tokens}
+		w = &waiter{id: t.ID, seq: t.Seq, cost: t.Cost, tokens: t.Tokens, asks: t.Asks}
 		s.seq = max(s.seq, t.Seq) // a store that lost its data numbers on after it
 		if name := fairqueue.TicketFlow(t.ID); name != "" {
 			s.enqueue(w, name, inCap)

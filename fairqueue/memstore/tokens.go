@@ -10,7 +10,9 @@ import (
 // Redis store's Lua scripts follow too:
 //
 //   - Every holder carries a weight, its ticket's TicketArgs.Tokens at the
-//     grant, bounded by the capacity in force then (Limits.Tokens and,
+//     grant (TicketArgs.Asks where the grant's limits count tokens: what
+//     it asks, unclamped; see asked), bounded by the capacity in force
+//     then (Limits.Tokens and,
 //     with a pool whose upstreams all set KVTokens, the largest of those;
 //     see weigh): a ticket heavier than that runs alone. A grant needs
 //     room for its weight besides a free permit: the weights held plus
@@ -50,6 +52,22 @@ func bounded(w, capacity int) int {
 	}
 	return w
 }
+
+// asked is what a ticket of weight tokens, asking asks (TicketArgs.Asks),
+// weighs before weigh bounds it under l: a call whose limits count tokens
+// weighs what it asks, so that a waiter queued clamped to a capacity a
+// reload raised since is granted at its full weight at once (its node
+// would queue it again weighing that: nothing passes it meanwhile); one
+// that counts none keeps the weight its node's config gave it.
+func asked(l fairqueue.Limits, tokens, asks int) int {
+	if l.Tokens != 0 && asks > tokens {
+		return asks
+	}
+	return tokens
+}
+
+// weight is what waiter w weighs in a grant under l (asked).
+func (w *waiter) weight(l fairqueue.Limits) int { return asked(l, w.tokens, w.asks) }
 
 // weigh is the weight a ticket of w tokens is counted with under l: w
 // bounded by l.TokenBound (the configured capacity: a ticket waits for
