@@ -468,11 +468,15 @@ func poolArg(us []fairqueue.Upstream) string {
 }
 
 // costArg is the scripts' form of a ticket's cost and weight: "<cost>",
-// or "<cost> <tokens>" when it weighs tokens.
+// or "<cost> <tokens>" when it weighs tokens, "<cost> <tokens> <asks>"
+// when it asks more (TicketArgs.Asks).
 func costArg(t fairqueue.TicketArgs) string {
 	c := strconv.FormatFloat(t.Cost, 'g', -1, 64)
 	if t.Tokens > 0 {
 		c += " " + strconv.Itoa(t.Tokens)
+		if t.Asks > t.Tokens {
+			c += " " + strconv.Itoa(t.Asks)
+		}
 	}
 	return c
 }

@@ -209,6 +209,7 @@ type dTicket struct {
 	cost    float64
 	scale   float64 // what one unit of cost adds to its flow's counter
 	tokens  int
+	asks    int // TicketArgs.Asks: what it asks where its weight was clamped
 	up      string
 	held    bool
 	waiting bool

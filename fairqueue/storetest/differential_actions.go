@@ -38,13 +38,19 @@ func (d *diff) acquireAs(rt *rapid.T, node string, lim func(*dTicket) fairqueue.
 	tk.old = d.roll != nil && rapid.Bool().Draw(rt, "oldSettings")
 	l := lim(tk)
 	if l.TokenBound > 0 {
-		tk.tokens = min(rapid.IntRange(0, l.TokenBound+2).Draw(rt, "ticketTokens"), l.TokenBound)
+		// Clamped as a Queue clamps it; what it asks goes with it (a
+		// reload that raises the bound weighs that at the grant).
+		n := rapid.IntRange(0, l.TokenBound+4).Draw(rt, "ticketTokens")
+		tk.tokens = min(n, l.TokenBound)
+		if tk.tokens > 0 && n > tk.tokens {
+			tk.asks = n
+		}
 	}
 	d.tickets = append(d.tickets, tk)
-	args := fairqueue.TicketArgs{ID: tk.id, Node: node, Limits: l, Cost: tk.cost, Tokens: tk.tokens}
+	args := fairqueue.TicketArgs{ID: tk.id, Node: node, Limits: l, Cost: tk.cost, Tokens: tk.tokens, Asks: tk.asks}
 	var res fairqueue.AcquireResult
 	d.noteJoin(node)
-	d.eachAs(node, fmt.Sprintf("acquire %s (tokens %d)", tk.id, tk.tokens), func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
+	d.eachAs(node, fmt.Sprintf("acquire %s (tokens %d, asks %d)", tk.id, tk.tokens, tk.asks), func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
 		var err error
 		res, err = s.Acquire(context.Background(), args)
 		var own []fairqueue.Grant
@@ -232,7 +238,7 @@ func (d *diff) adapt(rt *rapid.T) {
 // answer) of a ticket waiting or holding: it changes nothing.
 func (d *diff) resend(rt *rapid.T) {
 	tk := d.pick(rt, "ticket", func(t *dTicket) bool { return t.held || t.waiting })
-	args := fairqueue.TicketArgs{ID: tk.id, Node: tk.node, Limits: d.ticketLimits(tk), Cost: tk.cost, Tokens: tk.tokens}
+	args := fairqueue.TicketArgs{ID: tk.id, Node: tk.node, Limits: d.ticketLimits(tk), Cost: tk.cost, Tokens: tk.tokens, Asks: tk.asks}
 	d.eachAs(tk.node, "acquire again "+tk.id, func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
 		res, err := s.Acquire(context.Background(), args)
 		return fmtResult(res), nil, err
@@ -259,13 +265,13 @@ func (d *diff) requeue(rt *rapid.T) {
 	oid, _ := fairqueue.ParseTicketID(old.id)
 	nid := fairqueue.TicketID{Node: old.node, Counter: d.counter, Flow: oid.Flow}.String()
 	args := fairqueue.RequeueArgs{TicketArgs: fairqueue.TicketArgs{ID: nid, Node: old.node, Limits: d.ticketLimits(old), Cost: old.cost,
-		Tokens: old.tokens, Correction: -old.cost}, Old: old.id, Seq: old.seq}
+		Tokens: old.tokens, Asks: old.asks, Correction: -old.cost}, Old: old.id, Seq: old.seq}
 	if old.up != "" && rapid.Bool().Draw(rt, "cool") {
 		args.Cool, args.CoolFor = old.up, time.Minute
 	}
 	old.held = false
-	d.tickets = append(d.tickets, &dTicket{id: nid, node: old.node, seq: old.seq, cost: old.cost, scale: old.scale, tokens: old.tokens, waiting: true,
-		old: old.old})
+	d.tickets = append(d.tickets, &dTicket{id: nid, node: old.node, seq: old.seq, cost: old.cost, scale: old.scale, tokens: old.tokens, asks: old.asks,
+		waiting: true, old: old.old})
 	d.noteJoin(old.node)
 	d.eachAs(old.node, fmt.Sprintf("requeue %s as %s at seq %d (cool %q)", old.id, nid, old.seq, args.Cool), func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
 		res, err := s.Requeue(context.Background(), args)

@@ -3,7 +3,7 @@
 -- ARGV: 1 ticket, 2-7 common, 8 node, 9 epoch candidate, 10 the ticket's
 --   cost (fair queueing, see fair.lua; a ticket without a flow is
 --   ordered by arrival), followed by " <tokens>" when it weighs tokens
---   (tokens.lua), 11 max waiting (0: no cap), 12 max waiting per flow
+--   (tokens.lua) and " <asks>" when it asks more (TicketArgs.Asks), 11 max waiting (0: no cap), 12 max waiting per flow
 --   (0: no cap). A weight counts whatever this call's limits: only a
 --   config that counts tokens gives a ticket one, and a waiter Redis lost
 --   that its node queues again after a reload turned kv_tokens off keeps
@@ -40,8 +40,8 @@
 clock()
 local id, node = ARGV[1], ARGV[8]
 local flow = flow_of(id) -- a tenant in one band
-local cost, weight = string.match(ARGV[10], '^(%S+) ?(%d*)$')
-cost, weight = tonumber(cost), tonumber(weight) or 0
+local cost, weight, asks = string.match(ARGV[10], '^(%S+) ?(%d*) ?(%d*)$')
+cost, weight, asks = tonumber(cost), tonumber(weight) or 0, tonumber(asks)
 -- epoch: the data set's, read (or set where missing, when the node is
 -- not alive here: see below). Always in the reply: a heartbeat that made
 -- the node alive in a new data set may answer after this call does, and
@@ -80,7 +80,7 @@ end
 -- n, tn: the permits the flow and its tenant hold, if room read them
 local own, free, view, up, n, tn = {}, 0, nil, nil, nil, nil
 if quiet then
-  free, view, up, n, tn = room(flow, ex.ucool, weight)
+  free, view, up, n, tn = room(flow, ex.ucool, asked(weight, asks))
 end
 if free == 0 then
   -- Not the fast path: the ticket may be known (a re-sent acquire).
@@ -98,7 +98,7 @@ if free == 0 then
   if not quiet then
     local idle
     own, idle = dispatch(node)
-    if idle then free, view, up, n, tn = room(flow, ex.ucool, weight) end
+    if idle then free, view, up, n, tn = room(flow, ex.ucool, asked(weight, asks)) end
   end
 end
 if free == 0 then
@@ -123,11 +123,11 @@ if free > 0 then
   end
   local no = redis.call('INCR', K.grants)
   if up then place(view, id, up, no) end
-  take_tokens(id, weight, up, view, true)
+  take_tokens(id, asked(weight, asks), up, view, true)
   return answer('granted', seq, no, 0, own, up, no)
 end
 local seq = redis.call('INCR', K.seq)
-set_weight(id, weight, true)
+set_weight(id, weight, true, asks)
 if flow then
   local m = enqueue(flow, seq, cost, id)
   return answer('queued', seq, 0, fposition(flow, m), own)

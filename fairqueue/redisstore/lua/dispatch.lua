@@ -130,7 +130,7 @@ local function next_fitting(v, fair, fifo, self)
   if not r and #h == 0 then return nil, 'empty' end
   if not r or (#h > 0 and tonumber(h[2]) < seq) then
     local id = h[1]
-    local w = tonumber(redis.call('HGET', K.tok, id) or '0')
+    local w = weight_of(id)
     local up, ok = fit(v, w, id, self)
     if not ok and alive(owner_of(id)) then return nil end
     redis.call('ZREM', K.waiting, id)
@@ -139,7 +139,7 @@ local function next_fitting(v, fair, fifo, self)
     return id, nil, nil, nil, nil, up, w
   end
   local _, _, cost, id = parse(m)
-  local w = tonumber(redis.call('HGET', K.tok, id) or '0')
+  local w = weight_of(id)
   local up, ok = fit(v, w, id, self)
   if ok or not alive(owner_of(id)) then
     redis.call('ZREM', K.fready, r)
@@ -156,7 +156,7 @@ local function next_fitting(v, fair, fifo, self)
     local m2 = not capped(tenant_of(flow2), tn2) and head_of(flow2)
     if m2 then
       local _, _, cost2, id2 = parse(m2)
-      local w2 = tonumber(redis.call('HGET', K.tok, id2) or '0')
+      local w2 = weight_of(id2)
       local up2, ok2 = fit(v, w2, id2, self)
       if ok2 and alive(owner_of(id2)) then
         redis.call('ZREM', K.fready, r2)

@@ -20,6 +20,10 @@ token_recount()
 pool_tidy()
 local own = (dispatch(ARGV[1]))
 drop_waiters_of(forget_dead())
+-- What a ticket asks is left behind where a node of an earlier version
+-- granted it (tokens.lua): once nobody waits, K.tok holds nothing else.
+local queued = waiting()
+if queued == 0 then redis.call('DEL', K.tok) end
 redis.call('ZREMRANGEBYSCORE', K.gone, '-inf', now)
 redis.call('ZREMRANGEBYSCORE', K.fidle, '-inf', num(vtime()))
 local held = mine(ARGV[1], tonumber(ARGV[8]))
@@ -33,4 +37,4 @@ local ups = {}
 if #held > 0 and redis.call('EXISTS', K.uheld) == 1 then
   for i, u in ipairs(redis.call('HMGET', K.uheld, unpack(held))) do ups[i] = u or '' end
 end
-return {redis.call('GET', K.epoch) or '', grants(), waiting(), held, own, ups}
+return {redis.call('GET', K.epoch) or '', grants(), queued, held, own, ups}

@@ -4,7 +4,7 @@
 -- (fairqueue.Permit.Requeue).
 -- KEYS: the common layout (K, see common.lua).
 -- ARGV: 1 new ticket, 2-7 common, 8 node, 9 epoch candidate, 10 the new
---   ticket's cost [and " <tokens>", as acquire's], 11 the old ticket, 12 its arrival order (the new
+--   ticket's cost [and " <tokens>" [" <asks>"], as acquire's], 11 the old ticket, 12 its arrival order (the new
 --   ticket's place: before every ticket that arrived later), 13 the old
 --   ticket's correction (usually minus its cost: its grant is undone),
 --   14 an upstream to cool ('' : none), 15 for how many ms, 16 '1' to
@@ -39,8 +39,8 @@ local known = gone or redis.call('ZSCORE', K.holders, id) or redis.call('ZSCORE'
 -- The new ticket first: its flow, still holding the old permit, stays
 -- active and keeps its counter.
 if not known then
-  local cost, weight = string.match(ARGV[10], '^(%S+) ?(%d*)$')
-  set_weight(id, tonumber(weight), true)
+  local cost, weight, asks = string.match(ARGV[10], '^(%S+) ?(%d*) ?(%d*)$')
+  set_weight(id, tonumber(weight), true, tonumber(asks))
   if flow then
     unready(flow) -- its head may change
     enqueue(flow, seq, tonumber(cost), id)

@@ -1,8 +1,9 @@
 -- tokens.lua: capacity in tokens (Limits.Tokens, Upstream.KVTokens),
 -- prepended to every script after common.lua. The rules are memstore's
 -- (fairqueue/memstore/tokens.go):
---   - a holder weighs its ticket's tokens, bounded by the capacity in
---     force at its grant (a heavier ticket runs alone); a grant needs
+--   - a holder weighs its ticket's tokens (what it asks, unclamped,
+--     where the grant's limits count tokens: asked), bounded by the
+--     capacity in force at its grant (a heavier ticket runs alone); a grant needs
 --     room for its weight besides a free permit: on the queue, and on
 --     the upstream it names;
 --   - a release (cancel, lease end, leave) returns the weight;
@@ -13,7 +14,12 @@
 --     node without the pool that cannot be placed is passed the same
 --     way, with or without tokens (pass_bare, dispatch.lua).
 -- Keys:
---   K.tok    HASH waiting ticket -> its weight (TicketArgs.Tokens, > 0)
+--   K.tok    HASH waiting ticket -> its weight (TicketArgs.Tokens, > 0),
+--            and '+' .. ticket -> what it asks (TicketArgs.Asks) where
+--            that is more (written by this version on; a node of an
+--            earlier version reads the weight alone and leaves the ask
+--            when it grants the ticket: reconcile drops it once nobody
+--            waits)
 --   K.thold  HASH holder -> the weight it holds
 --   K.tsum   the weights of all holders (one number: O(1) per grant)
 --   K.tup    HASH upstream -> the weights of its holders
@@ -65,18 +71,44 @@ local function fits_queue(w)
   return held_tokens() + weigh(w) <= tokens
 end
 
--- set_weight records waiting ticket id's weight (where tokens count, or
--- with keep wherever it is known: a requeued ticket's weight, put back
--- under settings that count none, counts when a later call that counts
--- them grants it, as the local store's does).
-local function set_weight(id, w, keep)
-  if (tokens ~= 0 or keep) and w and w > 0 then redis.call('HSET', K.tok, id, w) end
+-- asked is what a ticket of weight w asking a (TicketArgs.Asks; nil or
+-- 0: none) weighs before weigh bounds it: a call whose limits count
+-- tokens weighs what it asks, so that a waiter queued clamped to a
+-- capacity a reload raised since is granted at its full weight at once
+-- (its node would queue it again weighing that: nothing passes it
+-- meanwhile); one that counts none keeps the weight its node's config
+-- gave it (memstore's asked).
+local function asked(w, a)
+  if tokens ~= 0 and a and a > w then return a end
+  return w
 end
 
--- take_weight removes waiting ticket id's weight and returns it (0: none).
+-- set_weight records waiting ticket id's weight w and what it asks a
+-- (where tokens count, or with keep wherever it is known: a requeued
+-- ticket's weight, put back under settings that count none, counts when
+-- a later call that counts them grants it, as the local store's does).
+local function set_weight(id, w, keep, a)
+  if (tokens ~= 0 or keep) and w and w > 0 then
+    if a and a > w then
+      redis.call('HSET', K.tok, id, w, '+' .. id, a)
+    else
+      redis.call('HSET', K.tok, id, w)
+    end
+  end
+end
+
+-- weight_of is what waiting ticket id weighs in a grant by this call
+-- (asked; 0: nothing), read with one command.
+local function weight_of(id)
+  local r = redis.call('HMGET', K.tok, id, '+' .. id)
+  return asked(tonumber(r[1] or '0') or 0, tonumber(r[2] or ''))
+end
+
+-- take_weight removes waiting ticket id's weight (and what it asks) and
+-- returns the weight (0: none).
 local function take_weight(id)
   local w = tonumber(redis.call('HGET', K.tok, id) or '0')
-  if w > 0 then redis.call('HDEL', K.tok, id) end
+  if w > 0 then redis.call('HDEL', K.tok, id, '+' .. id) end
   return w
 end
 

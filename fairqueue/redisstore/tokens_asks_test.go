@@ -1,0 +1,52 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+// What a waiter asks (TicketArgs.Asks) is kept beside its weight in the
+// tok hash; a node of an earlier version that grants the waiter takes
+// the weight alone and leaves the ask. Reconcile drops such leftovers
+// once nobody waits, and keeps the asks of tickets still waiting.
+func TestReconcileDropsTheAsksAnEarlierVersionLeft(t *testing.T) {
+	rdb, s := openStore(t, "asksleft")
+	ctx := context.Background()
+	five := fairqueue.Limits{Permits: 10, Lease: 10 * time.Second, Tokens: 5, TokenBound: 5}
+	eight := fairqueue.Limits{Permits: 10, Lease: 10 * time.Second, Tokens: 8, TokenBound: 8}
+	tok := s.Tag() + ":tok"
+	n1 := fairqueue.TicketArgs{ID: "n1:1", Node: "n1", Limits: five, Cost: 1, Tokens: 1}
+	n2 := fairqueue.TicketArgs{ID: "n1:2", Node: "n1", Limits: five, Cost: 1, Tokens: 5, Asks: 7}
+	acquireGranted(t, s, n1)
+	r, err := s.Acquire(ctx, n2)
+	require.NoError(t, err)
+	require.False(t, r.Granted, "1 + 5 tokens do not fit 5")
+	assert.Equal(t, map[string]string{"n1:2": "5", "+n1:2": "7"}, rdb.HGetAll(ctx, tok).Val())
+
+	// An earlier version granted n1:9, which asked 12, and left its ask.
+	require.NoError(t, rdb.HSet(ctx, tok, "+n1:9", 12).Err())
+	_, err = s.Reconcile(ctx, "n1", five)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"n1:2": "5", "+n1:2": "7", "+n1:9": "12"}, rdb.HGetAll(ctx, tok).Val(),
+		"kept while a ticket waits")
+
+	// The capacity was raised: n1:2 is granted weighing what it asks.
+	require.NoError(t, s.Release(ctx, fairqueue.TicketArgs{ID: n1.ID, Node: "n1", Limits: eight}))
+	assert.Equal(t, map[string]string{"+n1:9": "12"}, rdb.HGetAll(ctx, tok).Val(), "n1:2's weight and ask taken out")
+	snap, err := s.Inspect(ctx, 0, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 7, snap.TokensHeld)
+
+	_, err = s.Reconcile(ctx, "n1", eight)
+	require.NoError(t, err)
+	assert.Zero(t, rdb.Exists(ctx, tok).Val(), "nobody waits: the leftover ask is dropped")
+	require.NoError(t, s.Release(ctx, fairqueue.TicketArgs{ID: n2.ID, Node: "n1", Limits: eight}))
+	require.NoError(t, s.Leave(ctx, "n1", eight))
+	assert.Empty(t, rdb.Keys(ctx, s.Tag()+"*").Val())
+}
