@@ -165,7 +165,12 @@ func (p *Permit) Requeue(ctx context.Context, cool time.Duration) (*Permit, erro
 // under a config that counted none (a reload turned KVTokens on while it
 // waited) or clamped it to a smaller capacity (a reload raised it), and
 // run as granted it would hold the difference uncounted, beside grants
-// that fill the capacity. Otherwise it returns p.
+// that fill the capacity. A grant made under the raised capacity weighed
+// it in full already (TicketArgs.Asks), and nothing passed it: the
+// requeue finds it first, with room. One made under the old capacity
+// (another instance's in a rolling reload, a call sent before the
+// reload) did not, nor one under a config that counted none. Otherwise
+// it returns p.
 func (p *Permit) reweigh(ctx context.Context) (*Permit, error) {
 	if p.local != nil || p.t.failOpen {
 		return p, nil
