@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,32 +11,37 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
 // The node's background loop reads the settings, heartbeats, and then,
 // while it has waiters, reconciles: a dispatch of the permits free in
-// the store. A reload that lands while the heartbeat is on its way must
-// not leave that reconcile to dispatch under the settings before it: a
+// the store; the heartbeat itself queues again the waiters the store
+// lost, a dispatch too. A reload that lands while the heartbeat is on
+// its way must not leave them to dispatch under the settings before it: a
 // waiter would start above the permits the reload allows (a lowered
 // setting, or a learned capacity turned on whose share is in Redis),
 // where every other call of the node keeps to them from the reload on.
-func TestReconcileAfterAReloadKeepsToItsPermits(t *testing.T) {
+func TestDispatchAfterAHeartbeatKeepsToAReloadsPermits(t *testing.T) {
 	plain := learnedCfg(10*time.Second, 3*time.Second) // a tick, a heartbeat and a reconcile every second
 	plain.Adaptive = nil
 	lowered := plain
 	lowered.Permits = 2
-	for _, c := range []struct {
+	for i, c := range []struct {
 		name   string
 		reload fairqueue.Config
-		// lower, if set, lowers the learned share in Redis first.
-		lower bool
+		// lower, if set, lowers the learned share in Redis first; lose
+		// takes the waiter out of Redis while the heartbeat, which names
+		// it, is on its way: the node queues it again.
+		lower, lose bool
 	}{
 		{name: "a lowered permits setting", reload: lowered},
 		{name: "a learned capacity turned on", reload: learnedCfg(10*time.Second, 3*time.Second), lower: true},
+		{name: "a waiter the store lost queued again", reload: lowered, lose: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			name := "reconcilereload" + map[bool]string{false: "permits", true: "learned"}[c.lower]
+			name := fmt.Sprintf("reconcilereload%d", i)
 			srv := redistest.Start(t)
 			hs := &heldBeatStore{entered: make(chan struct{}), let: make(chan struct{}), reconciled: make(chan struct{})}
 			a := wrappedNode(t, srv, name, plain, func(s fairqueue.Store) fairqueue.Store { hs.Store = s; return hs })
@@ -58,6 +64,10 @@ func TestReconcileAfterAReloadKeepsToItsPermits(t *testing.T) {
 			require.NoError(t, a.q.Reconfigure(c.reload)) // 2 permits from now on
 			held[0].Release()                             // 3 still run: nothing may start
 			require.Len(t, readState(t, a.rdb, name).Holders, 3)
+			if c.lose {
+				tag := redisstore.New(a.rdb, name, redisstore.Options{}).Tag()
+				require.NoError(t, a.rdb.ZRem(context.Background(), tag+":waiting", w).Err())
+			}
 			hs.watch.Store(true)
 			close(hs.let) // the heartbeat returns, and the loop reconciles
 			select {
@@ -67,7 +77,7 @@ func TestReconcileAfterAReloadKeepsToItsPermits(t *testing.T) {
 			}
 
 			st := readState(t, a.rdb, name)
-			assert.NotContains(t, st.Holders, w, "w started by a reconcile with 3 running under 2 permits")
+			assert.NotContains(t, st.Holders, w, "w started with 3 running under 2 permits")
 			assert.Len(t, st.Holders, 3)
 			for _, p := range held[1:] {
 				p.Release()
