@@ -56,9 +56,13 @@ func TestLocalHandoffKeepsToALearnedCapacityAReloadTurnedOnWhileItsTransferWasOn
 	case <-time.After(30 * time.Second):
 		t.Fatal("the local handoff sent no transfer")
 	}
+	reloaded := time.Now()
 	require.NoError(t, a.q.Reconfigure(learned)) // a reload: 4 x 0.5 = 2 permits from now on
 	close(ts.let)                                // the transfer goes, under the settings before the reload
 	<-released
+	// A reconcile of a sent before the reload, which grants under all the
+	// permits, lands before the release below.
+	beatAfter(t, a, reloaded)
 
 	held[2].Release() // 3 still run (held[3], w1, w2): nothing more may start
 	st := readState(t, a.rdb, name)
