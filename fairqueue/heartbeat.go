@@ -154,7 +154,7 @@ func (s *session) heartbeat(cfg *Config) (ok bool) {
 			s.wake()
 		}
 		q.log.Warn("store had lost waiters of this node; queueing them again", zap.Int("waiting", len(res.Missing)))
-		s.reinstate(cfg, res.Missing)
+		s.reinstate(res.Missing)
 	}
 	// Alive in the store, and its waiters there: not rejoined, none
 	// missing, no doubt left (a failed call, a new subscription).
@@ -177,9 +177,12 @@ func (q *Queue) releaseEnded(ts []*ticket) {
 // reinstate queues again, at the tail, waiters the store lost, with
 // their cost. Queue caps do not apply: each was admitted once. A waiter
 // that ended while its acquire was on its way is cancelled again, since
-// its own cancel may have reached the store first.
-func (s *session) reinstate(cfg *Config, lost []string) {
+// its own cancel may have reached the store first. Its acquires, which
+// dispatch, go under the settings in force now, not those the heartbeat
+// was sent with: a reload meanwhile may allow fewer permits.
+func (s *session) reinstate(lost []string) {
 	q := s.q
+	cfg := q.cfg.Load()
 	l := cfg.limits()
 	l.MaxQueue, l.MaxQueuePerTenant = 0, 0
 	for _, id := range lost {

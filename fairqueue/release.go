@@ -1,6 +1,9 @@
 package fairqueue
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // The release of a permit in the store by the node, outside a Permit's
 // own Release: a ticket the node forgot, a ghost holder, a permit given
@@ -15,9 +18,14 @@ func (q *Queue) releaseID(id string, r refund) {
 	q.release(args)
 }
 
-// releaseArgs are the arguments of a release of ticket id.
+// releaseArgs are the arguments of a release of ticket id, or of a
+// transfer of its permit (a local handoff). Stamped before the settings
+// are read (LimitsRead): a reload that the read missed comes after the
+// stamp, and heads the reply names under the settings before it go
+// (Heads), however late the call is sent.
 func (q *Queue) releaseArgs(id string) TicketArgs {
-	return TicketArgs{ID: id, Node: q.node, Limits: q.cfg.Load().limits(), Tombstone: q.s.beatOnItsWay()}
+	read := time.Now()
+	return TicketArgs{ID: id, Node: q.node, Limits: q.cfg.Load().limits(), Tombstone: q.s.beatOnItsWay(), LimitsRead: read}
 }
 
 // release gives a permit back in the store (bounded by StoreTimeout).

@@ -390,7 +390,7 @@ func (s *session) loop() {
 		recheck, coolEnd := s.recheck, s.coolEnd
 		s.recheck, s.coolEnd = false, false
 		if waiting > 0 || !up || recheck || coolEnd || time.Now().Before(sweepUntil) {
-			s.reconcile(cfg)
+			s.reconcile()
 		}
 		if recheck {
 			s.verify = true // the next heartbeat, at once, names every waiter
@@ -407,8 +407,13 @@ func (s *session) loop() {
 // store's holders of this node with local tickets: a pending ticket found
 // there was granted and its message lost; an unknown one is a ghost (its
 // ticket ended while its grant or release was in flight) and is released.
-func (s *session) reconcile(cfg *Config) {
+// It dispatches under the settings in force as it is sent, not those the
+// loop read before its heartbeat: a reload that landed meanwhile may allow
+// fewer permits (a lowered setting, a learned capacity turned on), which
+// every call sent from the reload on keeps to.
+func (s *session) reconcile() {
 	q := s.q
+	cfg := q.cfg.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 	defer cancel()
 	sent := time.Now()

@@ -85,8 +85,8 @@ type Transferrer interface {
 // and each the head once those before it have gone. permits is the
 // Limits.Permits of the call whose reply named them: they were chosen
 // under that setting. sent is when that call was sent (before the store
-// ran it): under a learned capacity the heads serve for HeadsTTL from
-// then.
+// ran it), or its TicketArgs.LimitsRead if earlier: under a learned
+// capacity the heads serve for HeadsTTL from then.
 type HeadListener interface {
 	Heads(tickets []string, permits int, sent time.Time)
 }
@@ -213,6 +213,12 @@ type TicketArgs struct {
 	// request: dispatch leaves it out for CoolFor, across the cluster.
 	Cool    string
 	CoolFor time.Duration
+	// LimitsRead, on Release and Transfer, is when the node read Limits
+	// (its settings) for the call: the heads its reply names
+	// (HeadListener) count as named by a call sent then, under the
+	// settings of then, for a reload may land between the read and the
+	// call. Zero: when the call is sent.
+	LimitsRead time.Time
 }
 
 // AcquireResult is the answer to Store.Acquire.

@@ -106,6 +106,17 @@ func aloneSince(t *testing.T, a *node, left time.Time) {
 	}, "no heartbeat of a ran after b left")
 }
 
+// beatAfter waits for a heartbeat of n answered after at. The node's
+// background loop heartbeats and then reconciles, a dispatch, one after
+// the other: the reconcile on its way at at, which may carry the
+// settings before a reload at at (a call sent before a reload dispatches
+// under them, whenever it lands), has landed by then, and the ones after
+// read the settings in force.
+func beatAfter(t *testing.T, n *node, at time.Time) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() bool { return n.q.Stats().Cluster.At.After(at) }, "no heartbeat of the node ran after the reload")
+}
+
 // heldHeadsNode is wrappedNode with a heldHeadsStore between the Queue
 // and its Redis store.
 func heldHeadsNode(t *testing.T, srv *redistest.Server, name string, cfg fairqueue.Config) (*node, *heldHeadsStore) {

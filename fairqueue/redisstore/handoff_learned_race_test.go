@@ -75,6 +75,7 @@ func (h *heldHeads) Heads(ids []string, permits int, sent time.Time) {
 // local handoff must not start a waiter above the learned permits,
 // which Redis' own dispatch keeps to from the reload on.
 func TestLocalHandoffKeepsToALearnedCapacityAReloadTurnedOnWhileTheHeadsWereOnTheirWay(t *testing.T) {
+	longHeads(t) // the heads, if taken, still serve once the loop's reconcile has landed
 	const name = "learnedreload"
 	srv := redistest.Start(t)
 	learned := learnedCfg(10*time.Second, 3*time.Second)
@@ -92,7 +93,11 @@ func TestLocalHandoffKeepsToALearnedCapacityAReloadTurnedOnWhileTheHeadsWereOnTh
 	aloneSince(t, a, time.Now())
 
 	w1, arrive := headsOnTheirWay(t, hs, held, w1Ch)
+	reloaded := time.Now()
 	require.NoError(t, a.q.Reconfigure(learned)) // a reload: 4 x 0.5 = 2 permits from now on
+	// A reconcile of a sent before the reload, which grants under all the
+	// permits, lands before the release below (the heads stay held).
+	beatAfter(t, a, reloaded)
 	arrive()
 
 	held[1].Release() // 3 still run (held[2], held[3], w1): nothing more may start

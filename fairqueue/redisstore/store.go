@@ -244,7 +244,7 @@ func (s *Store) Release(ctx context.Context, t fairqueue.TicketArgs) error {
 		return fmt.Errorf("release %s: %w", s.tag, err)
 	}
 	s.deliver(t.Limits, r.own)
-	s.heads(r.heads, t.Permits, sent)
+	s.heads(r.heads, t, sent)
 	return nil
 }
 
@@ -262,7 +262,7 @@ func (s *Store) Transfer(ctx context.Context, t fairqueue.TicketArgs, to string)
 		return fmt.Errorf("transfer %s: %w", s.tag, err)
 	}
 	s.deliver(t.Limits, r.own)
-	s.heads(r.heads, t.Permits, sent)
+	s.heads(r.heads, t, sent)
 	return nil
 }
 
@@ -276,13 +276,18 @@ func mark(b bool) string {
 
 // heads tells the Listener, if it takes local handoffs, which of its
 // tickets head the queue (ids, in order; none: another node's does),
-// chosen under permits by a call sent at sent.
-func (s *Store) heads(ids []string, permits int, sent time.Time) {
+// chosen under t's settings by a call sent at sent: at t.LimitsRead, if
+// earlier, when the node read those settings (a reload may have landed
+// since, and the node drops heads named by calls sent before it).
+func (s *Store) heads(ids []string, t fairqueue.TicketArgs, sent time.Time) {
+	if !t.LimitsRead.IsZero() && t.LimitsRead.Before(sent) {
+		sent = t.LimitsRead
+	}
 	s.mu.Lock()
 	h := s.h
 	s.mu.Unlock()
 	if hh, ok := h.(fairqueue.HeadListener); ok {
-		hh.Heads(ids, permits, sent)
+		hh.Heads(ids, t.Permits, sent)
 	}
 }
 
