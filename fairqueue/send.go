@@ -44,6 +44,11 @@ func (q *Queue) send(ctx context.Context, t *ticket, req Request, cfg *Config, d
 			return res, false, err
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
+		// Sent again under the settings in force now: a reload while the
+		// call failed may allow fewer permits, which the store would
+		// otherwise dispatch above (the ticket is the same: the scripts
+		// are idempotent by it).
+		args.Limits = q.cfg.Load().limits()
 	}
 }
 
