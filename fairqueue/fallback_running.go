@@ -38,8 +38,10 @@ type runningReq struct {
 // the count the node's (Queue.running) before a ticket can leave: one
 // that ends once counted is taken out of it (Queue.forget). It starts
 // with the node's cooldowns not yet over (cooledLocal) and the hold of
-// the last move of the store's waiters (holdLocal). With q.localMu held.
-func (q *Queue) newStoreRunning() *storeRunning {
+// the last move of the store's waiters (holdLocal). Each weighs its
+// tokens as the store may have counted them under cfg (heldWeight).
+// With q.localMu held.
+func (q *Queue) newStoreRunning(cfg *Config) *storeRunning {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	s := &storeRunning{reqs: map[string]runningReq{}, on: map[string]int{}, tokensOn: map[string]int{},
@@ -48,7 +50,7 @@ func (q *Queue) newStoreRunning() *storeRunning {
 		if t.failOpen || t.state.Load() != stateGranted {
 			continue
 		}
-		r := runningReq{upstream: upstreamOf(t), tokens: t.tokens, tenant: flowTenant(TicketFlow(id))}
+		r := runningReq{upstream: upstreamOf(t), tokens: heldWeight(cfg, t), tenant: flowTenant(TicketFlow(id))}
 		s.reqs[id] = r
 		s.tokens += r.tokens
 		s.on[r.upstream]++
@@ -59,6 +61,26 @@ func (q *Queue) newStoreRunning() *storeRunning {
 	}
 	q.running.Store(s)
 	return s
+}
+
+// heldWeight is what ticket t, granted by the store, weighs for the
+// node under cfg: its tokens, or, where it was clamped (ticket.asks),
+// what it asks clamped by cfg where that is more. The store weighs a
+// waiter at its grant by what it asks, bounded by the capacity of the
+// call that grants it (TicketArgs.Asks): a grant by another node whose
+// kv_tokens a reload raised first holds more than the node clamped it
+// to, and the node's reweigh, under the capacity it had then, left it
+// so. Counted lighter, the node's fallback queue, dealt its part from
+// what its requests held in the store, would admit the difference above
+// that part. Where the grant counted less (made under the old
+// capacity), the count errs on the safe side.
+func heldWeight(cfg *Config, t *ticket) int {
+	if t.asks > t.tokens {
+		if w, _ := cfg.ClampTokens(t.asks); w > t.tokens {
+			return w
+		}
+	}
+	return t.tokens
 }
 
 // flowTenant is the tenant of a fair ticket's flow (TicketFlow): the
