@@ -192,7 +192,7 @@ func (q *Queue) localQueue(cfg *Config, failed bool) *Queue {
 	if q.local == nil {
 		// The store's permits still running count in the fallback queue
 		// until they end: they run on the same upstreams.
-		lc.running = q.newStoreRunning()
+		lc.running = q.newStoreRunning(cfg)
 		q.local, _ = New(cfg.Fallback, lc)
 		q.local.line = newMoveLine()
 		for _, end := range q.localCool {

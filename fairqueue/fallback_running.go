@@ -38,8 +38,10 @@ type runningReq struct {
 // the count the node's (Queue.running) before a ticket can leave: one
 // that ends once counted is taken out of it (Queue.forget). It starts
 // with the node's cooldowns not yet over (cooledLocal) and the hold of
-// the last move of the store's waiters (holdLocal). With q.localMu held.
-func (q *Queue) newStoreRunning() *storeRunning {
+// the last move of the store's waiters (holdLocal). Each weighs its
+// tokens as the store may have counted them under cfg (heldWeight).
+// With q.localMu held.
+func (q *Queue) newStoreRunning(cfg *Config) *storeRunning {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	s := &storeRunning{reqs: map[string]runningReq{}, on: map[string]int{}, tokensOn: map[string]int{},
@@ -48,7 +50,7 @@ func (q *Queue) newStoreRunning() *storeRunning {
 		if t.failOpen || t.state.Load() != stateGranted {
 			continue
 		}
-		r := runningReq{upstream: upstreamOf(t), tokens: t.tokens, tenant: flowTenant(TicketFlow(id))}
+		r := runningReq{upstream: upstreamOf(t), tokens: heldWeight(cfg, t), tenant: flowTenant(TicketFlow(id))}
 		s.reqs[id] = r
 		s.tokens += r.tokens
 		s.on[r.upstream]++

@@ -55,7 +55,7 @@ func (s *session) heartbeat(cfg *Config) (ok bool) {
 	s.verify = false
 	s.beats++
 	args := HeartbeatArgs{Node: q.node, Limits: cfg.limits(), Held: ids(held), Adopt: ids(adopt),
-		Upstreams: upstreamsOf(held, adopt), Tokens: tokensOf(held, adopt), Epoch: s.epoch, Beat: s.beats}
+		Upstreams: upstreamsOf(held, adopt), Tokens: tokensOf(cfg, held, adopt), Epoch: s.epoch, Beat: s.beats}
 	var more []string // pending tickets for further calls of this heartbeat
 	if verify {
 		// In the order made: those the store lost are queued again in

@@ -67,3 +67,24 @@ type place struct {
 	grants0  int64
 	epoch    *string // Queue.grantsOf when placed
 }
+
+// heldWeight is what ticket t, granted by the store, weighs for the
+// node under cfg: its tokens, or, where it was clamped (ticket.asks),
+// what it asks clamped by cfg where that is more. The store weighs a
+// waiter at its grant by what it asks, bounded by the capacity of the
+// call that grants it (TicketArgs.Asks): a grant by another node whose
+// kv_tokens a reload raised first holds more than the node clamped it
+// to, and the node's reweigh, under the capacity it had then, left it
+// so. Counted lighter, the node's fallback queue (dealt its part from
+// what its requests held in the store) would admit the difference above
+// that part, and a store that lost the grant would count it again
+// (heartbeat) lighter than it granted it. Where the grant counted less
+// (made under the old capacity), the count errs on the safe side.
+func heldWeight(cfg *Config, t *ticket) int {
+	if t.asks > t.tokens {
+		if w, _ := cfg.ClampTokens(t.asks); w > t.tokens {
+			return w
+		}
+	}
+	return t.tokens
+}

@@ -166,17 +166,18 @@ func upstreamsOf(ts ...[]*ticket) map[string]string {
 	return m
 }
 
-// tokensOf maps the tickets of ts that weigh tokens to their weight (nil
-// when none does).
-func tokensOf(ts ...[]*ticket) map[string]int {
+// tokensOf maps the tickets of ts that weigh tokens to their weight
+// under cfg (heldWeight: a store that counts one again, having lost it,
+// counts it as its grant may have; nil when none weighs any).
+func tokensOf(cfg *Config, ts ...[]*ticket) map[string]int {
 	var m map[string]int
 	for _, l := range ts {
 		for _, t := range l {
-			if t.tokens > 0 {
+			if w := heldWeight(cfg, t); w > 0 {
 				if m == nil {
 					m = make(map[string]int)
 				}
-				m[t.id] = t.tokens
+				m[t.id] = w
 			}
 		}
 	}
