@@ -41,15 +41,21 @@ func TestStreamsResetWithTheirBodyLeaveNoTombstonesInRedis(t *testing.T) {
 	running := chat(context.Background(), s.client(t, "h2"), s.url, `{}`) // the queue is open and joined
 	require.Eventually(t, func() bool { return up.run.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
 
-	headers, reset := resetStreams(t, s)
+	headers, reset, settled := resetStreams(t, s)
 	const n = 200
 	for i := range n {
 		reset(uint32(2*i+1), nil)
 	}
-	// A last stream on the connection, not reset: once it waits, the
-	// server has handled every reset before it; once no handler runs,
-	// the handlers of the reset streams are done.
+	// A last stream on the connection, not reset. Once the server
+	// answers a ping sent after it, it has handled every reset: no reset
+	// stream can be granted for its client from then on. A waiter seen
+	// before that may be a reset stream whose handler ran ahead of the
+	// server's reading of its reset (on a loaded machine): released to,
+	// it would reach the upstream and take the release meant for the
+	// last stream. Once no handler runs, the handlers of the reset
+	// streams are done.
 	headers(2*n+1, nil)
+	settled()
 	waitQueueWaiting(t, name, 1)
 	up.release <- struct{}{}
 	assert.Equal(t, http.StatusOK, got(t, running).status)
@@ -73,9 +79,11 @@ func TestStreamsResetWithTheirBodyLeaveNoTombstonesInRedis(t *testing.T) {
 
 // resetStreams opens an HTTP/2 connection to s whose frames are written
 // by hand: headers sends a request on stream id with a body of {} (and
-// extra header fields), reset sends one and resets it at once. The
-// server's frames are read and dropped.
-func resetStreams(t *testing.T, s *tlsCaddy) (headers, reset func(id uint32, extra [][2]string)) {
+// extra header fields), reset sends one and resets it at once, settled
+// pings the server and waits for its answer: the server has then
+// handled every frame sent before (each reset stream's context has
+// ended). The server's other frames are read and dropped.
+func resetStreams(t *testing.T, s *tlsCaddy) (headers, reset func(id uint32, extra [][2]string), settled func()) {
 	t.Helper()
 	conn, err := tls.Dial("tcp", s.addr, &tls.Config{RootCAs: s.roots, ServerName: "localhost", NextProtos: []string{"h2"}})
 	require.NoError(t, err)
@@ -84,10 +92,15 @@ func resetStreams(t *testing.T, s *tlsCaddy) (headers, reset func(id uint32, ext
 	require.NoError(t, err)
 	fr := http2.NewFramer(conn, conn)
 	require.NoError(t, fr.WriteSettings())
+	pongs := make(chan [8]byte, 16)
 	go func() {
 		for {
-			if _, err := fr.ReadFrame(); err != nil {
+			f, err := fr.ReadFrame()
+			if err != nil {
 				return
+			}
+			if p, ok := f.(*http2.PingFrame); ok && p.IsAck() {
+				pongs <- p.Data
 			}
 		}
 	}()
@@ -106,7 +119,24 @@ func resetStreams(t *testing.T, s *tlsCaddy) (headers, reset func(id uint32, ext
 		headers(id, extra)
 		require.NoError(t, fr.WriteRSTStream(id, http2.ErrCodeCancel))
 	}
-	return headers, reset
+	var pings byte
+	settled = func() {
+		pings++
+		sent := [8]byte{pings}
+		require.NoError(t, fr.WritePing(false, sent))
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case pong := <-pongs:
+				if pong == sent {
+					return
+				}
+			case <-timeout:
+				t.Fatal("the server did not answer a ping within 10s")
+			}
+		}
+	}
+	return headers, reset, settled
 }
 
 // Streams reset with their body, each naming a queue of its own (a
@@ -123,7 +153,7 @@ func TestStreamsResetWithTheirBodyJoinNoQueueInRedis(t *testing.T) {
 	up := newHeldUpstream(t)
 	s := runTLSCaddy(t, fmt.Sprintf(`{"handler":"fair_queue","name":"{http.request.header.X-Queue}","permits":1,"max_wait":"60s",
 		"redis":{"addresses":[%q]}}`, rds.Addr()), up.proxy())
-	headers, reset := resetStreams(t, s)
+	headers, reset, _ := resetStreams(t, s)
 	const n = 50
 	for i := range n {
 		reset(uint32(2*i+1), [][2]string{{"x-queue", fmt.Sprintf("made-up-%d", i)}})
