@@ -337,8 +337,12 @@ func (q *Queue) handingOn(id string) bool {
 }
 
 // transfer tells the store of local handoff x; it reports whether the
-// store answered.
+// store answered. It goes under the settings in force as it is sent,
+// not those its release read: queued behind others, it may go out round
+// trips later, after a reload, and where its waiter was granted
+// meanwhile it dispatches the freed permit (inForceNow).
 func (q *Queue) transfer(tr Transferrer, x transfer) bool {
+	q.inForceNow(&x.args)
 	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Load().StoreTimeout)
 	defer cancel()
 	err := tr.Transfer(ctx, x.args, x.t.id)
@@ -349,8 +353,8 @@ func (q *Queue) transfer(tr Transferrer, x transfer) bool {
 	}
 	x.t.moving.Store(false)
 	if q.cfg.Load().Lease != x.args.Lease {
-		// The transfer wrote the waiter's entry with the lease of the
-		// release that started it, and a reload changed the lease since:
+		// The transfer wrote the waiter's entry with the lease it
+		// carried, and a reload changed the lease since:
 		// the heartbeat that change sent at once left the waiter to its
 		// transfer (it was moving). Renew it now, under the lease in force,
 		// not a third of the new lease from then (past the old one).

@@ -177,19 +177,20 @@ func (q *Queue) releaseEnded(ts []*ticket) {
 // reinstate queues again, at the tail, waiters the store lost, with
 // their cost. Queue caps do not apply: each was admitted once. A waiter
 // that ended while its acquire was on its way is cancelled again, since
-// its own cancel may have reached the store first. Its acquires, which
-// dispatch, go under the settings in force now, not those the heartbeat
-// was sent with: a reload meanwhile may allow fewer permits.
+// its own cancel may have reached the store first. Each of its acquires,
+// which dispatch, goes under the settings in force as it is sent, not
+// those the heartbeat was sent with, nor those the acquire before it
+// was: a reload meanwhile may allow fewer permits.
 func (s *session) reinstate(lost []string) {
 	q := s.q
-	cfg := q.cfg.Load()
-	l := cfg.limits()
-	l.MaxQueue, l.MaxQueuePerTenant = 0, 0
 	for _, id := range lost {
 		t := q.lookup(id)
 		if t == nil || t.state.Load() != statePending {
 			continue
 		}
+		cfg := q.cfg.Load()
+		l := cfg.limits()
+		l.MaxQueue, l.MaxQueuePerTenant = 0, 0
 		t.reinstated.Store(true) // at the tail now: no local handoff to it
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 		sent := time.Now()

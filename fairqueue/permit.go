@@ -285,6 +285,7 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		rel.Tombstone = rel.Tombstone || q.s.beatOnItsWay()
 		q.background(func() {
 			q.cancelInStore(t, true, true)
+			q.inForceNow(&rel) // read before the requeue: a reload may have landed since
 			q.release(rel)
 			settled()
 		})

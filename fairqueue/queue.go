@@ -192,6 +192,10 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 		}
 		return q.unavailable(ctx, req, start, deadline, err, nil)
 	}
+	// The settings in force once joined: the join may have waited (for
+	// an open on its way, its round trips), and a reload meanwhile may
+	// allow fewer permits, which the acquire below dispatches under.
+	cfg = q.cfg.Load()
 	if !q.health.up() || q.inFallback(cfg) {
 		return q.unavailable(ctx, req, start, deadline, errStoreDown, nil)
 	}

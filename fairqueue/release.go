@@ -28,6 +28,18 @@ func (q *Queue) releaseArgs(id string) TicketArgs {
 	return TicketArgs{ID: id, Node: q.node, Limits: q.cfg.Load().limits(), Tombstone: q.s.beatOnItsWay(), LimitsRead: read}
 }
 
+// inForceNow sets in args, the arguments of a release or transfer read
+// some time before (releaseArgs), the settings in force now, stamped
+// (LimitsRead) as releaseArgs stamps them: a call that waited for
+// others before it goes out (a transfer queued behind those on their
+// way, a release after a failed requeue and its cancel) dispatches
+// under the settings a reload allows since, as every call sent from the
+// reload on does, not under those before it.
+func (q *Queue) inForceNow(args *TicketArgs) {
+	args.LimitsRead = time.Now()
+	args.Limits = q.cfg.Load().limits()
+}
+
 // release gives a permit back in the store (bounded by StoreTimeout).
 func (q *Queue) release(args TicketArgs) {
 	if q.closed.Load() {
