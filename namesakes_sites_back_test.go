@@ -2,15 +2,12 @@ package caddyfairqueue
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
 // Site 1 (queue "sp" in the local store, r0, 1 permit, which a holder
@@ -23,23 +20,11 @@ import (
 // and r2 free, waited until the holder ended). It counts none of it.
 func TestAStoreSwitchOfOneSiteAndBackLeavesAnotherSitesQueueOfItsNameApart(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
-	rds := redistest.Start(t)
-	r0, r1, r2 := newGateUpstream(t, true), newGateUpstream(t, false), newGateUpstream(t, false)
-	port, port2 := freePort(t), freePort(t)
-	server := func(server string, port int, prefix string, u *gateUpstream) string {
-		redis := ""
-		if prefix != "" {
-			redis = fmt.Sprintf(`,"redis":{"addresses":[%q],"key_prefix":%q}`, rds.Addr(), prefix)
-		}
-		return siteServer(server, port, "sp", "1m", 1, redis, u)
-	}
-	config := func(prefix1 string, u1 *gateUpstream) string {
-		return serversConfig(server("s", port, prefix1, u1) + "," + server("s2", port2, "a", r2))
-	}
+	s := newSwitchingSites(t)
+	r0, r1, r2, port, port2, config := s.r0, s.r1, s.r2, s.port, s.port2, s.config
 	require.NoError(t, caddy.Load([]byte(config("", r0)), false))
 	t.Cleanup(func() { _ = caddy.Stop() })
-	holder := postSP(context.Background(), port)
-	require.Eventually(t, func() bool { return r0.now.Load() == 1 }, 10*time.Second, 5*time.Millisecond, "the holder on r0")
+	holder := holderOn(t, port, r0)
 
 	reload(t, config("b", r1))
 	reload(t, config("", r0))
@@ -67,23 +52,11 @@ func TestAStoreSwitchOfOneSiteAndBackLeavesAnotherSitesQueueOfItsNameApart(t *te
 // upstream free, waited for it. It stays in site 1's store.
 func TestAStoreSwitchOfOneSiteAndBackLeavesItsWaiterOutOfAnotherSitesQueue(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
-	rds := redistest.Start(t)
-	r0, r1, r2 := newGateUpstream(t, true), newGateUpstream(t, false), newGateUpstream(t, false)
-	port, port2 := freePort(t), freePort(t)
-	server := func(server string, port int, prefix string, u *gateUpstream) string {
-		redis := ""
-		if prefix != "" {
-			redis = fmt.Sprintf(`,"redis":{"addresses":[%q],"key_prefix":%q}`, rds.Addr(), prefix)
-		}
-		return siteServer(server, port, "sp", "1m", 1, redis, u)
-	}
-	config := func(prefix1 string, u1 *gateUpstream) string {
-		return serversConfig(server("s", port, prefix1, u1) + "," + server("s2", port2, "a", r2))
-	}
+	s := newSwitchingSites(t)
+	r0, r1, r2, port, port2, config := s.r0, s.r1, s.r2, s.port, s.port2, s.config
 	require.NoError(t, caddy.Load([]byte(config("", r0)), false))
 	t.Cleanup(func() { _ = caddy.Stop() })
-	holder := postSP(context.Background(), port)
-	require.Eventually(t, func() bool { return r0.now.Load() == 1 }, 10*time.Second, 5*time.Millisecond, "the holder on r0")
+	holder := holderOn(t, port, r0)
 	waiter := postSP(context.Background(), port)
 	require.Eventually(t, func() bool { return spWaiting(false) == 1 }, 10*time.Second, 5*time.Millisecond, "the waiter")
 

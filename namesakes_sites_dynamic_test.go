@@ -35,12 +35,11 @@ func TestAReloadOfASiteNamingItsQueueFromTheRequestBesideAnotherSitesQueueOfTheN
 	}
 	config := func(maxWait int) string {
 		return serversConfig(server("s", "s{http.request.method}", port, maxWait, "", r0) + "," +
-			server("s2", "sPOST", port2, maxWait, fmt.Sprintf(`,"redis":{"addresses":[%q]}`, rds.Addr()), r2))
+			server("s2", "sPOST", port2, maxWait, redisAt(rds, ""), r2))
 	}
 	require.NoError(t, caddy.Load([]byte(config(60)), false))
 	t.Cleanup(func() { _ = caddy.Stop() })
-	holder := postSP(context.Background(), port)
-	require.Eventually(t, func() bool { return r0.now.Load() == 1 }, 10*time.Second, 5*time.Millisecond, "the holder on r0")
+	holder := holderOn(t, port, r0)
 
 	reload(t, config(59))
 	site2 := postSP(context.Background(), port2)
@@ -68,7 +67,7 @@ func TestALateRequestOfASiteNamingItsQueueFromTheRequestKeepsR0WithinItsPermitWh
 	}
 	site1 := site("s", "s{http.request.method}", port, "", r0)
 	holder, late := lateAcrossAReload(t, port, serversConfig(site1),
-		serversConfig(site1+","+site("s2", "sPOST", port2, fmt.Sprintf(`,"redis":{"addresses":[%q]}`, rds.Addr()), r2)), r0)
+		serversConfig(site1+","+site("s2", "sPOST", port2, redisAt(rds, ""), r2)), r0)
 
 	site2 := postSP(context.Background(), port2)
 	time.Sleep(500 * time.Millisecond) // time for the late request to be granted and reach an upstream

@@ -2,7 +2,6 @@ package caddyfairqueue
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -25,14 +24,13 @@ func TestOneSiteOfTwoSharingAQueueNamedFromTheRequestMovesOutWithinItsPermits(t 
 	server := func(server string, port int, redis bool, u *gateUpstream) string {
 		r := ""
 		if redis {
-			r = fmt.Sprintf(`,"redis":{"addresses":[%q]}`, rds.Addr())
+			r = redisAt(rds, "")
 		}
 		return siteServer(server, port, "s{http.request.method}", "1m", 1, r, u)
 	}
 	require.NoError(t, caddy.Load([]byte(serversConfig(server("s", port, false, r0)+","+server("s2", port2, false, r2))), false))
 	t.Cleanup(func() { _ = caddy.Stop() })
-	holder := postSP(context.Background(), port)
-	require.Eventually(t, func() bool { return r0.now.Load() == 1 }, 10*time.Second, 5*time.Millisecond, "the holder on r0")
+	holder := holderOn(t, port, r0)
 
 	reload(t, serversConfig(server("s", port, true, r0)+","+server("s2", port2, false, r2)))
 	site1 := postSP(context.Background(), port)
@@ -58,14 +56,13 @@ func TestASiteMovedOutBesideASiteAddedInItsStoreKeepsItsUpstreamWithinItsPermits
 	server := func(server string, port int, redis bool, u *gateUpstream) string {
 		r := ""
 		if redis {
-			r = fmt.Sprintf(`,"redis":{"addresses":[%q]}`, rds.Addr())
+			r = redisAt(rds, "")
 		}
 		return siteServer(server, port, "s{http.request.method}", "1m", 1, r, u)
 	}
 	require.NoError(t, caddy.Load([]byte(serversConfig(server("s", port, false, r0))), false))
 	t.Cleanup(func() { _ = caddy.Stop() })
-	holder := postSP(context.Background(), port)
-	require.Eventually(t, func() bool { return r0.now.Load() == 1 }, 10*time.Second, 5*time.Millisecond, "the holder on r0")
+	holder := holderOn(t, port, r0)
 
 	reload(t, serversConfig(server("s", port, true, r0)+","+server("s2", port2, false, r2)))
 	site1 := postSP(context.Background(), port)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
@@ -45,6 +46,50 @@ func siteServer(server string, port int, name, maxWait string, permits int, stor
 func serversConfig(servers string) string {
 	return fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
 	"apps":{"http":{"servers":{%s}}}}`, servers)
+}
+
+// redisAt is siteServer's store for Redis at rds, under key prefix
+// prefix ("": the default one).
+func redisAt(rds *redistest.Server, prefix string) string {
+	if prefix == "" {
+		return fmt.Sprintf(`,"redis":{"addresses":[%q]}`, rds.Addr())
+	}
+	return fmt.Sprintf(`,"redis":{"addresses":[%q],"key_prefix":%q}`, rds.Addr(), prefix)
+}
+
+// holderOn starts a request of the site on port and waits until it runs
+// on u (a gate upstream that holds it); its status arrives on the
+// channel once u lets it go.
+func holderOn(t *testing.T, port int, u *gateUpstream) <-chan int {
+	t.Helper()
+	holder := postSP(context.Background(), port)
+	require.Eventually(t, func() bool { return u.now.Load() == 1 }, 10*time.Second, 5*time.Millisecond, "the holder on its upstream")
+	return holder
+}
+
+// switchingSites is site 1 (queue "sp", 1 permit, on port) whose store
+// a test switches, beside site 2 (queue "sp" in Redis under key prefix
+// "a", r2, 1 permit, on port2); r0 holds its requests.
+type switchingSites struct {
+	rds         *redistest.Server
+	r0, r1, r2  *gateUpstream
+	port, port2 int
+}
+
+func newSwitchingSites(t *testing.T) *switchingSites {
+	return &switchingSites{rds: redistest.Start(t), r0: newGateUpstream(t, true), r1: newGateUpstream(t, false),
+		r2: newGateUpstream(t, false), port: freePort(t), port2: freePort(t)}
+}
+
+// config has site 1 in the local store (prefix1 "") or in Redis under
+// key prefix prefix1, before a static reverse_proxy to u1.
+func (s *switchingSites) config(prefix1 string, u1 *gateUpstream) string {
+	store1 := ""
+	if prefix1 != "" {
+		store1 = redisAt(s.rds, prefix1)
+	}
+	return serversConfig(siteServer("s", s.port, "sp", "1m", 1, store1, u1) + "," +
+		siteServer("s2", s.port2, "sp", "1m", 1, redisAt(s.rds, "a"), s.r2))
 }
 
 // allAnswered waits for the status of each request named.
