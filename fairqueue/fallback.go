@@ -24,12 +24,7 @@ import (
 func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline time.Time, cause error, turn *exitTurn) (*Permit, error) {
 	q.health.outage(q.log, cause)
 	cfg := q.cfg.Load()
-	var lq *Queue
-	var inner *Permit
-	var line *moveLine
-	var n uint64
-	switch {
-	case cfg.Fallback != nil:
+	if cfg.Fallback != nil {
 		if turn == nil {
 			turn = q.joinExit()
 		}
@@ -39,16 +34,28 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 			if req, err = q.awaitExit(ctx, turn, req, start, deadline); err != nil {
 				return nil, err
 			}
+			// The settings in force once its turn came: a reload may
+			// have landed while it waited (its policy, flow, tokens).
+			cfg = q.cfg.Load()
 		}
+	}
+	var lq *Queue
+	var inner *Permit
+	var line *moveLine
+	var n uint64
+	switch {
+	case cfg.Fallback != nil:
 		req.MaxWait = time.Until(deadline)
 		if req.MaxWait <= 0 {
 			return nil, q.reject(ReasonTimeout, start, 0, cause)
 		}
-		if lq = q.localQueue(cfg, !errors.Is(cause, errStoreDown)); lq == nil {
+		if lq = q.localQueue(!errors.Is(cause, errStoreDown)); lq == nil {
 			// The node went back to the store while the request waited
 			// for its turn (awaitExit), or for the fallback queue that
 			// retired since (retireLocal): it waits in the store's queue,
-			// which counts every permit of the node again.
+			// which counts every permit of the node again. So does one
+			// whose policy a reload changed meanwhile: the store, down,
+			// answers it with the new one.
 			return q.acquire(ctx, req, start, deadline, nil)
 		}
 		line, n = lq.line, lq.line.take()
@@ -181,14 +188,22 @@ func (q *Queue) backToFallback(ctx context.Context, t *ticket, req Request, star
 // (retireLocal), and a fallback queue opened then, for a request that
 // waited for its turn through the return (a move's, awaitExit) or was
 // sent there as the last one retired, would run its permits beside the
-// store's grants, which count them only from the next heartbeat.
-func (q *Queue) localQueue(cfg *Config, failed bool) *Queue {
-	lc, permits := q.localConfig(cfg)
+// store's grants, which count them only from the next heartbeat. Nil
+// too where the settings in force have no fallback queue (a reload).
+//
+// Sized by the settings in force, read with q.localMu held, as
+// Reconfigure applies them: settings a caller read before a wait (its
+// turn, a store call) set the fallback queue back to those a reload
+// had replaced meanwhile, until the next request came: local_permits
+// lowered from 3 to 1, it granted 3 at once.
+func (q *Queue) localQueue(failed bool) *Queue {
 	q.localMu.Lock()
 	defer q.localMu.Unlock()
-	if q.local == nil && !failed && q.health.up() {
+	cfg := q.cfg.Load()
+	if cfg.Fallback == nil || (q.local == nil && !failed && q.health.up()) {
 		return nil
 	}
+	lc, permits := q.localConfig(cfg)
 	if q.local == nil {
 		// The store's permits still running count in the fallback queue
 		// until they end: they run on the same upstreams.

@@ -187,7 +187,7 @@ func (q *Queue) coolLocal(cfg *Config, up string, d time.Duration, failed bool) 
 		q.localCool[up] = end
 	}
 	q.localMu.Unlock()
-	l := q.localQueue(cfg, failed)
+	l := q.localQueue(failed)
 	if r := q.running.Load(); r != nil {
 		r.mu.Lock()
 		if end.After(r.cooling[up]) {

@@ -124,12 +124,15 @@ func (q *Queue) Reconfigure(cfg Config) error {
 	}
 	cfg = cfg.withDefaults()
 	old := q.cfg.Swap(&cfg)
-	if cfg.Fallback != nil {
-		lc, _ := q.localConfig(&cfg)
-		q.localMu.Lock()
+	// Read and applied with localMu held, as localQueue does: of two
+	// reloads, or a reload and a request, the fallback queue ends with
+	// the settings swapped in last.
+	q.localMu.Lock()
+	if in := q.cfg.Load(); in.Fallback != nil {
+		lc, _ := q.localConfig(in)
 		q.reconfigureLocal(lc)
-		q.localMu.Unlock()
 	}
+	q.localMu.Unlock()
 	q.health.downAfter.Store(int32(cfg.DownAfter))
 	// Heads read under the old settings (permits, pool, fair, adaptive)
 	// go, and so do those of a reply to a call sent before now, which
