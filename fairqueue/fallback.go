@@ -75,6 +75,10 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 		if err != nil {
 			return nil, err
 		}
+		// The settings in force once served: a reload while it waited
+		// may count tokens, more of them, or fair flows, which its
+		// ticket weighs once the store counts it (adopted).
+		cfg = q.cfg.Load()
 	case !cfg.FailOpen:
 		return nil, q.reject(ReasonStoreUnavailable, start, 0, cause)
 	}
