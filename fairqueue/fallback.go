@@ -260,9 +260,17 @@ func (q *Queue) reconfigureRetired(lc Config) {
 }
 
 // sameLocal reports whether two fallback queues' configs have the same
-// capacity.
+// settings: the capacity, and every other a reload may change (the
+// tenant and queue caps, fair queueing, the intervals). Compared on the
+// capacity alone, a reload that lowered max_in_flight_per_tenant and
+// nothing else left the fallback queue running a tenant to the old cap.
+// A new Config field a reload may change belongs here too.
 func sameLocal(a, b Config) bool {
-	return a.Permits == b.Permits && a.KVTokens == b.KVTokens && sameUpstreams(a.Upstreams, b.Upstreams)
+	return a.Permits == b.Permits && a.KVTokens == b.KVTokens && sameUpstreams(a.Upstreams, b.Upstreams) &&
+		a.MaxInFlightPerTenant == b.MaxInFlightPerTenant && a.MaxQueue == b.MaxQueue &&
+		a.MaxQueuePerTenant == b.MaxQueuePerTenant && a.Fair == b.Fair && a.PriorityFactor == b.PriorityFactor &&
+		a.MaxWait == b.MaxWait && a.PollInterval == b.PollInterval && a.Lease == b.Lease &&
+		a.StoreTimeout == b.StoreTimeout && a.DownAfter == b.DownAfter && a.Name == b.Name
 }
 
 // localConfig is the fallback queue's config for the node's config cfg,
