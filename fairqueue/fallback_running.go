@@ -173,9 +173,14 @@ func (s *storeRunning) lessRunning(l Limits) Limits {
 // too (localCool): the fallback queue of a later outage within it opens
 // with it (cooledLocal). The fallback queue reconciles as the cooldown
 // ends (its waiters are granted then, not at its next poll). failed: the
-// request's store call failed (localQueue).
-func (q *Queue) coolLocal(cfg *Config, up string, d time.Duration, failed bool) {
-	if cfg.Fallback == nil || up == "" {
+// request's store call failed (localQueue). The policy is the one in
+// force now, not one read before the request's call to the store: a
+// reload that set on_store_error local while the call was on its way
+// sends the request to the fallback queue, and its cooldown goes there
+// too (read before, the request was granted again at once on the
+// upstream that had just refused it).
+func (q *Queue) coolLocal(up string, d time.Duration, failed bool) {
+	if q.cfg.Load().Fallback == nil || up == "" {
 		return
 	}
 	end := time.Now().Add(d)

@@ -218,7 +218,7 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		}
 		if cool >= 0 {
 			p.Cool(cool)
-			q.coolLocal(cfg, p.Upstream(), coolFor(cool), false) // before the release hands its permit on there
+			q.coolLocal(p.Upstream(), coolFor(cool), false) // before the release hands its permit on there
 		}
 		p.releaseNow()
 		return q.unavailable(ctx, p.req, p.start, p.deadline, errStoreDown, nil)
@@ -299,7 +299,7 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		// would (on_store_error: the fallback queue, fail open, or
 		// refused as store_unavailable), its upstream cooling there too.
 		if cool >= 0 {
-			q.coolLocal(cfg, p.Upstream(), coolFor(cool), true)
+			q.coolLocal(p.Upstream(), coolFor(cool), true)
 		}
 		return q.unavailable(ctx, p.req, p.start, p.deadline, err, nil)
 	}
