@@ -57,7 +57,7 @@ func TestLocalFallbackMoverWhoseTurnComesOnceRedisIsBackWaitsInRedis(t *testing.
 	cfg := fairqueue.Config{Permits: 2, LocalPermits: 1, Fallback: fb,
 		Lease: 30 * time.Second, PollInterval: 50 * time.Millisecond, MaxWait: 30 * time.Second}
 	na, nb, px := cutOffPair(t, srv, "fbstutter", cfg, fairqueue.Request{}, fairqueue.Request{})
-	var bHeld atomic.Int32
+	var bHeld, aRunning atomic.Int32 // b's Redis permits held, a's requests served and running
 	var held []*fairqueue.Permit
 	for range 2 {
 		p, err := nb.q.Acquire(context.Background(), fairqueue.Request{})
@@ -68,7 +68,7 @@ func TestLocalFallbackMoverWhoseTurnComesOnceRedisIsBackWaitsInRedis(t *testing.
 	}
 	type served struct {
 		outcome
-		bHeld int32 // b's Redis permits held as it was served
+		atOnce int32 // b's Redis permits held and a's requests running as it was served, itself included
 	}
 	out := make(chan served, 2)
 	for i := range 2 {
@@ -84,7 +84,11 @@ func TestLocalFallbackMoverWhoseTurnComesOnceRedisIsBackWaitsInRedis(t *testing.
 				out <- served{outcome: outcome{i: i, err: err}}
 				return
 			}
-			out <- served{outcome: outcome{i: i, local: p.Local()}, bHeld: bHeld.Load()}
+			// Counted until its release, which may hand its permit to
+			// the other before b releases its second one.
+			running := aRunning.Add(1)
+			out <- served{outcome: outcome{i: i, local: p.Local()}, atOnce: bHeld.Load() + running}
+			aRunning.Add(-1)
 			p.Release()
 		}()
 		select {
@@ -137,6 +141,6 @@ func TestLocalFallbackMoverWhoseTurnComesOnceRedisIsBackWaitsInRedis(t *testing.
 	for i, s := range answered {
 		require.NoError(t, s.err, "request %d", i)
 		assert.False(t, s.local, "request %d served by a fallback queue after a went back to Redis", i)
-		assert.Zero(t, s.bHeld, "request %d served while b ran its 2 Redis permits: %d at once on permits 2", i, s.bHeld+1)
+		assert.LessOrEqual(t, s.atOnce, int32(2), "request %d served beside b's Redis permits: %d at once on permits 2", i, s.atOnce)
 	}
 }
