@@ -50,3 +50,33 @@ func TestReconcileDropsTheAsksAnEarlierVersionLeft(t *testing.T) {
 	require.NoError(t, s.Leave(ctx, "n1", eight))
 	assert.Empty(t, rdb.Keys(ctx, s.Tag()+"*").Val())
 }
+
+// Reconcile drops the tok hash only where nobody waits: a fair waiter
+// whose ticket index (K.fticket) Redis evicted under maxmemory still
+// waits in its flow's order (K.fwait), and dispatch grants it from
+// there. Its weight, and what it asks, stay: granted weighing nothing,
+// it would hold its tokens uncounted beside grants that fill the
+// capacity.
+func TestReconcileKeepsTheWeightsOfWaitersWhoseIndexWasEvicted(t *testing.T) {
+	rdb, s := openStore(t, "asksevicted")
+	ctx := context.Background()
+	five := fairqueue.Limits{Permits: 1, Lease: 10 * time.Second, Tokens: 5, TokenBound: 5}
+	eight := fairqueue.Limits{Permits: 1, Lease: 10 * time.Second, Tokens: 8, TokenBound: 8}
+	holder := fairqueue.TicketArgs{ID: "n1:1:a.0", Node: "n1", Limits: five, Cost: 1, Tokens: 1}
+	acquireGranted(t, s, holder)
+	waiter := fairqueue.TicketArgs{ID: "n1:2:a.0", Node: "n1", Limits: five, Cost: 1, Tokens: 5, Asks: 7}
+	r, err := s.Acquire(ctx, waiter)
+	require.NoError(t, err)
+	require.False(t, r.Granted, "no permit free")
+	require.NoError(t, rdb.Del(ctx, s.Tag()+":fticket").Err()) // evicted
+
+	_, err = s.Reconcile(ctx, "n1", five)
+	require.NoError(t, err)
+	holder.Limits = eight
+	require.NoError(t, s.Release(ctx, holder))
+	snap, err := s.Inspect(ctx, 0, 0)
+	require.NoError(t, err)
+	require.Len(t, snap.Holders, 1)
+	require.Equal(t, waiter.ID, snap.Holders[0].Ticket, "the waiter is granted from its flow's order")
+	assert.Equal(t, 7, snap.TokensHeld, "the waiter granted weighing what it asks")
+}
