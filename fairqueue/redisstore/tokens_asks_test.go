@@ -80,3 +80,33 @@ func TestReconcileKeepsTheWeightsOfWaitersWhoseIndexWasEvicted(t *testing.T) {
 	require.Equal(t, waiter.ID, snap.Holders[0].Ticket, "the waiter is granted from its flow's order")
 	assert.Equal(t, 7, snap.TokensHeld, "the waiter granted weighing what it asks")
 }
+
+// A fair waiter whose flow's order (K.fwait) Redis evicted waits
+// nowhere: the heartbeat that names it takes its index entry out, so
+// that its node queues it again, and its weight and what it asks go with
+// it. Left behind, they outlived its grant on the fast path (nobody else
+// waiting): the tok hash stayed in Redis for as long as the queue lived,
+// nobody waiting.
+func TestAWaiterWhoseOrderWasEvictedLeavesNoWeightBehind(t *testing.T) {
+	rdb, s := openStore(t, "orderevicted")
+	ctx := context.Background()
+	five := fairqueue.Limits{Permits: 1, Lease: 10 * time.Second, Tokens: 5, TokenBound: 5}
+	holder := fairqueue.TicketArgs{ID: "n1:1:a.0", Node: "n1", Limits: five, Cost: 1, Tokens: 1}
+	r := acquireGranted(t, s, holder)
+	waiter := fairqueue.TicketArgs{ID: "n1:2:a.0", Node: "n1", Limits: five, Cost: 1, Tokens: 5, Asks: 7}
+	q, err := s.Acquire(ctx, waiter)
+	require.NoError(t, err)
+	require.False(t, q.Granted, "no permit free")
+	require.NoError(t, rdb.Del(ctx, s.Tag()+":fwait").Err()) // evicted
+
+	hb, err := s.Heartbeat(ctx, fairqueue.HeartbeatArgs{Node: "n1", Limits: five, Epoch: r.Epoch, Beat: 1,
+		Held: []string{holder.ID}, Pending: []string{waiter.ID}})
+	require.NoError(t, err)
+	require.Equal(t, []string{waiter.ID}, hb.Missing, "the waiter waits nowhere")
+	require.NoError(t, s.Release(ctx, holder))
+	acquireGranted(t, s, waiter) // queued again, granted at once
+	assert.Empty(t, rdb.HGetAll(ctx, s.Tag()+":tok").Val(), "weights left for tickets no longer waiting")
+	snap, err := s.Inspect(ctx, 0, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 5, snap.TokensHeld)
+}
