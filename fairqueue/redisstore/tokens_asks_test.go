@@ -124,7 +124,7 @@ func TestEveryEndOfAWaiterTakesWhatItAsksWithIt(t *testing.T) {
 	rdb, s := openStore(t, "asksends")
 	ctx := context.Background()
 	lim := func(tokens int) fairqueue.Limits {
-		return fairqueue.Limits{Permits: 2, Lease: 10 * time.Second, Tokens: tokens, TokenBound: tokens}
+		return fairqueue.Limits{Permits: 2, Lease: time.Minute, Tokens: tokens, TokenBound: tokens}
 	}
 	five, eight, off := lim(5), lim(8), lim(0)
 	asking := func(id string, l fairqueue.Limits) fairqueue.TicketArgs {
