@@ -181,11 +181,20 @@ func (q *Queue) backToFallback(ctx context.Context, t *ticket, req Request, star
 // (retireLocal), and a fallback queue opened then, for a request that
 // waited for its turn through the return (a move's, awaitExit) or was
 // sent there as the last one retired, would run its permits beside the
-// store's grants, which count them only from the next heartbeat.
+// store's grants, which count them only from the next heartbeat. It
+// sizes the fallback queue by the settings in force, read under
+// q.localMu, not by cfg where that still has a fallback: the caller read
+// cfg before its turn to enter (awaitExit) or before a store call that
+// failed (Permit.requeue), and a reload since gave the fallback queue
+// its own settings (Reconfigure, under q.localMu too), which cfg would
+// undo until the next request came.
 func (q *Queue) localQueue(cfg *Config, failed bool) *Queue {
-	lc, permits := q.localConfig(cfg)
 	q.localMu.Lock()
 	defer q.localMu.Unlock()
+	if cur := q.cfg.Load(); cur.Fallback != nil {
+		cfg = cur
+	}
+	lc, permits := q.localConfig(cfg)
 	if q.local == nil && !failed && q.health.up() {
 		return nil
 	}
