@@ -193,13 +193,15 @@ func (q *Queue) backToFallback(ctx context.Context, t *ticket, req Request, star
 // waited for its turn through the return (a move's, awaitExit) or was
 // sent there as the last one retired, would run its permits beside the
 // store's grants, which count them only from the next heartbeat. Nil
-// too where the settings in force have no fallback queue (a reload).
+// too where the settings in force have no fallback queue (a reload): the
+// request is answered by the policy in force.
 //
-// Sized by the settings in force, read with q.localMu held, as
-// Reconfigure applies them: settings a caller read before a wait (its
-// turn, a store call) set the fallback queue back to those a reload
-// had replaced meanwhile, until the next request came: local_permits
-// lowered from 3 to 1, it granted 3 at once.
+// It sizes the fallback queue by the settings in force, read under
+// q.localMu, as Reconfigure applies them: a caller read its settings
+// before its turn to enter (awaitExit) or before a store call that
+// failed (Permit.requeue), and a reload since gave the fallback queue
+// its own settings, which the caller's would undo until the next
+// request came (TestARequestWaitingItsTurnIntoTheFallbackKeepsAReloadsLocalPermits).
 func (q *Queue) localQueue(failed bool) *Queue {
 	q.localMu.Lock()
 	defer q.localMu.Unlock()

@@ -213,7 +213,7 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 	if t == nil {
 		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
 	}
-	res, fresh, err := q.send(ctx, t, req, cfg, deadline)
+	res, fresh, permits, err := q.send(ctx, t, req, cfg, deadline)
 	if errors.Is(err, errClosed) {
 		// The node left (Close) while the call was on its way: its
 		// leave took out whatever the call did in the store, and a call
@@ -247,7 +247,7 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 	if q.inFallback(cfg) {
 		return q.backToFallback(ctx, t, req, start, deadline)
 	}
-	return q.enqueue(ctx, t, res, fresh, cfg.limits().Permits, req, start, deadline)
+	return q.enqueue(ctx, t, res, fresh, permits, req, start, deadline)
 }
 
 // enqueue is the one path of a ticket the store answered, from Acquire

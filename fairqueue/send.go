@@ -11,8 +11,10 @@ import (
 // the deadline allows: one failure or a busy client pool is not an
 // outage, so on_store_error does not apply to it. fresh reports whether
 // the answer came less than a lease after its call was sent
-// (answeredInLease).
-func (q *Queue) send(ctx context.Context, t *ticket, req Request, cfg *Config, deadline time.Time) (res AcquireResult, fresh bool, err error) {
+// (answeredInLease); permits, the permits setting of the call answered
+// (sent again, it carries the settings in force then: a grant at once
+// was made under those).
+func (q *Queue) send(ctx context.Context, t *ticket, req Request, cfg *Config, deadline time.Time) (res AcquireResult, fresh bool, permits int, err error) {
 	t.scale = req.scale(cfg.PriorityFactor)
 	t.cost = charge(clampCost(req.Cost), t.scale)
 	t.tokens, _ = cfg.ClampTokens(req.Tokens)
@@ -29,19 +31,19 @@ func (q *Queue) send(ctx context.Context, t *ticket, req Request, cfg *Config, d
 		})
 		cancel()
 		if err == nil || errors.Is(err, errClosed) {
-			return res, answeredInLease(sent, args.Lease), err
+			return res, answeredInLease(sent, args.Lease), args.Permits, err
 		}
 		if ctx.Err() != nil || !time.Now().Before(callDeadline(ctx, deadline)) {
-			return res, false, err // the caller's deadline, not the store's fault
+			return res, false, 0, err // the caller's deadline, not the store's fault
 		}
 		q.health.record(q.log, err)
 		if !q.health.up() || time.Until(deadline) <= backoff {
-			return res, false, err
+			return res, false, 0, err
 		}
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
-			return res, false, err
+			return res, false, 0, err
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
 		// Sent again under the settings in force now: a reload while the

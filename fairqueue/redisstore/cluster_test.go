@@ -64,13 +64,17 @@ func universalState(t testing.TB, rdb redis.UniversalClient, name string) (waiti
 }
 
 // The conformance suite on a real 3-master Redis Cluster: each node has
-// its own cluster client, as each Caddy instance would.
+// its own cluster client, as each Caddy instance would; so has each
+// handle of the cases that drive the Store contract directly.
 func TestConformanceOnCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	admin := cluster.ClusterClient(t)
 	storetest.Run(t, storetest.Harness{
 		NewNode: func(t *testing.T, name string, cfg fairqueue.Config) *fairqueue.Queue {
 			return openQueue(t, cluster.ClusterClient(t, clusterOpts), name, cfg)
+		},
+		Store: func(t *testing.T, name string) fairqueue.Store {
+			return redisstore.New(cluster.ClusterClient(t, clusterOpts), name, redisstore.Options{})
 		},
 		State: func(t *testing.T, name string) ([]string, []string) {
 			return universalState(t, admin, name)

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,23 +11,28 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 	"github.com/fair-queue/caddy-fair-queue/fairqueue/memstore"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
-// answerSeenStore is a Store that notes, once watch is set, that an
-// acquire was answered by Redis.
+// answerSeenStore is a Store that, once watch is set, runs onAnswer
+// (once) when Redis has answered an acquire, before the answer reaches
+// the queue.
 type answerSeenStore struct {
 	fairqueue.Store
-	watch, answered atomic.Bool
+	watch    atomic.Bool
+	once     sync.Once
+	onAnswer func()
 }
 
 func (s *answerSeenStore) Acquire(ctx context.Context, a fairqueue.TicketArgs) (fairqueue.AcquireResult, error) {
 	res, err := s.Store.Acquire(ctx, a)
 	if err == nil && s.watch.Load() {
-		s.answered.Store(true)
+		s.once.Do(s.onAnswer)
 	}
 	return res, err
 }
@@ -36,42 +42,44 @@ func (s *answerSeenStore) Acquire(ctx context.Context, a fairqueue.TicketArgs) (
 // was left out of the move of the store's waiters into the fallback
 // queue: it waited in Redis' queue, gone, until its max wait and the
 // timeout reject, while the fallback queue served the requests that came
-// after it. Here Redis dies in that moment (Config.ReservedTokens runs
-// there, read for the ticket's permits once the answer is in), and
-// another request finds it dead, marking the store down. The waiter is
-// served by the fallback queue once the two permits Redis granted end.
+// after it. Here Redis dies as it answers (answerSeenStore), and the
+// node's calls mark the store down; the answer, read then, marks it up
+// again ("store reachable again", logged between the answer and the
+// ticket counting as queued), and in that moment the node's calls mark
+// it down again. The waiter is served by the fallback queue once the two
+// permits Redis granted end.
 func TestLocalFallbackTakesInAWaiterQueuedAsTheStoreIsMarkedDown(t *testing.T) {
 	srv := redistest.Start(t)
 	var q atomic.Pointer[fairqueue.Queue]
 	var seen *answerSeenStore
-	var killed atomic.Bool
-	other := make(chan error, 1)
-	// Long poll and lease: no call but the test's runs meanwhile.
-	cfg := fairqueue.Config{Permits: 2, Fallback: memstore.New(), Lease: 3 * time.Minute,
-		PollInterval: 20 * time.Second, MaxWait: 20 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cfg.ReservedTokens = func() int {
-		if seen == nil || !seen.answered.Load() || !killed.CompareAndSwap(false, true) {
-			return 0
+	// markedDown waits until the node's reconciles, failing, mark the
+	// store down (at most 10s: a hook cannot fail the test).
+	markedDown := func() {
+		for end := time.Now().Add(10 * time.Second); q.Load().Stats().StoreUp && time.Now().Before(end); {
+			time.Sleep(time.Millisecond)
 		}
-		func() {
-			srv.Kill()
-			go func() {
-				p, err := q.Load().Acquire(ctx, fairqueue.Request{})
-				if err == nil {
-					p.Release()
-				}
-				other <- err
-			}()
-			for q.Load().Stats().StoreUp {
-				time.Sleep(time.Millisecond)
-			}
-		}()
-		return 0
 	}
+	var answered, again atomic.Bool
+	logged := func(e zapcore.Entry) error {
+		if e.Message == "store reachable again" && answered.Load() && again.CompareAndSwap(false, true) {
+			markedDown()
+		}
+		return nil
+	}
+	// A long lease: no heartbeat meanwhile; the node reconciles every
+	// poll while a request waits or the store is down.
+	cfg := fairqueue.Config{Permits: 2, Fallback: memstore.New(), Lease: 3 * time.Minute,
+		PollInterval: 50 * time.Millisecond, MaxWait: 20 * time.Second,
+		Logger: zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel),
+			zap.Hooks(logged))}
 	nd := wrappedNode(t, srv, "fbmissedmove", cfg, func(s fairqueue.Store) fairqueue.Store {
-		seen = &answerSeenStore{Store: s}
+		seen = &answerSeenStore{Store: s, onAnswer: func() {
+			srv.Kill()
+			markedDown()
+			answered.Store(true)
+		}}
 		return seen
 	})
 	q.Store(nd.q)
@@ -103,7 +111,7 @@ func TestLocalFallbackTakesInAWaiterQueuedAsTheStoreIsMarkedDown(t *testing.T) {
 	// Redis' two permits end: the fallback queue has room for both waiters.
 	a.Release()
 	c.Release()
-	require.NoError(t, <-other, "the request that found Redis dead")
+	require.True(t, again.Load(), "the answer did not mark the store up again")
 	r := <-waiter
 	var rej *fairqueue.RejectError
 	if errors.As(r.err, &rej) {

@@ -2,10 +2,9 @@ package redisstore_test
 
 import (
 	"context"
-	"errors"
 	"runtime"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,109 +16,100 @@ import (
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
-// awaitingTurn is the number of requests waiting for their turn to
-// enter a fallback queue behind the waiters still moving there
-// (fairqueue's awaitExit): nothing else tells of that wait.
-func awaitingTurn() int {
-	buf := make([]byte, 8<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	return strings.Count(string(buf), "fairqueue.(*Queue).awaitExit(")
+// heldFallback is a fallback store whose first Acquire waits until the
+// test lets it go: the first waiter moving into the fallback queue is
+// not queued there yet, and those behind it in the move wait their turn.
+type heldFallback struct {
+	*memstore.Store
+	once          sync.Once
+	entered, lets chan struct{}
 }
 
-// Local fallback, a reload while the waiters moving out of Redis' queue
-// wait for their turn to enter the fallback queue: the fallback queue
-// keeps the reload's permits. A mover whose turn came after the reload
-// reset it to the settings it had read before its wait: local_permits 3
-// lowered to 1, it ran 3 requests at once. Redis' one permit runs; its
-// three waiters move out, the first held on its way into the fallback
-// queue while the two behind it wait for their turn and the reload
-// lands.
-func TestLocalFallbackKeepsTheReloadedPermitsAcrossTheMoversTurns(t *testing.T) {
-	srv := redistest.Start(t)
-	fb := newGatedAcquire()
-	t.Cleanup(func() {
-		select {
-		case <-fb.open:
-		default:
-			close(fb.open)
-		}
+func (h *heldFallback) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fairqueue.AcquireResult, error) {
+	h.once.Do(func() {
+		close(h.entered)
+		<-h.lets
 	})
+	return h.Store.Acquire(ctx, t)
+}
+
+// waitForGoroutineIn waits until a goroutine runs (or is parked in)
+// function fn, as named in a goroutine dump.
+func waitForGoroutineIn(t *testing.T, fn string) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	eventually(t, 10*time.Second, func() bool {
+		return strings.Contains(string(buf[:runtime.Stack(buf, true)]), fn)
+	}, "no goroutine in %s", fn)
+}
+
+// A request that comes while Redis's waiters move into the fallback
+// queue waits for its turn behind them with the settings it read as it
+// came. A reload meanwhile gives the fallback queue its settings; the
+// request, let in after, joins the fallback queue under the settings in
+// force, and does not give it back those before the reload, which would
+// start it beside the permits the reload allows.
+func TestARequestWaitingItsTurnIntoTheFallbackKeepsAReloadsLocalPermits(t *testing.T) {
+	srv := redistest.Start(t)
+	fb := &heldFallback{Store: memstore.New(), entered: make(chan struct{}), lets: make(chan struct{})}
 	cfg := fairqueue.Config{Permits: 1, LocalPermits: 3, Fallback: fb,
 		Lease: 30 * time.Second, PollInterval: 50 * time.Millisecond, MaxWait: 30 * time.Second}
-	n := newNode(t, srv, "fbreloadturn", cfg)
-	held, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	n := newNode(t, srv, "fbturnreload", cfg)
+	holder, err := n.q.Acquire(context.Background(), fairqueue.Request{})
 	require.NoError(t, err)
-	require.False(t, held.Local())
+	defer holder.Release()
 
-	// running is what runs on the upstream: held, then the movers served.
-	var running, most atomic.Int32
-	running.Store(1)
-	run := func() {
-		r := running.Add(1)
-		for m := most.Load(); r > m && !most.CompareAndSwap(m, r); m = most.Load() {
-		}
-	}
-	done := make(chan struct{})
-	errs := make(chan error, 3)
-	for i := range 3 {
-		queued := make(chan struct{}, 1)
-		go func() {
-			p, err := n.q.Acquire(context.Background(), fairqueue.Request{OnQueued: func(fairqueue.Waiting) {
-				select {
-				case queued <- struct{}{}:
-				default:
-				}
-			}})
-			if err == nil && !p.Local() {
-				err = errors.New("served by Redis, not the fallback queue")
+	// w1 waits in Redis behind the holder.
+	queued := make(chan struct{})
+	w1 := make(chan *fairqueue.Permit, 1)
+	go func() {
+		p, err := n.q.Acquire(context.Background(), fairqueue.Request{OnQueued: func(fairqueue.Waiting) {
+			select {
+			case <-queued:
+			default:
+				close(queued)
 			}
-			errs <- err
-			if p == nil {
-				return
-			}
-			run()
-			<-done
-			running.Add(-1)
-			p.Release()
-		}()
-		select {
-		case <-queued:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("request %d never queued in Redis", i)
-		}
-	}
+		}})
+		assert.NoError(t, err)
+		w1 <- p
+	}()
+	<-queued
 
+	// Redis goes away: w1 moves into the fallback queue, held on its way.
 	srv.Kill()
+	eventually(t, 10*time.Second, func() bool { return !n.q.Stats().StoreUp }, "Redis never marked down")
+	<-fb.entered
+
+	// r2 comes now, and waits for its turn behind w1.
+	r2 := make(chan *fairqueue.Permit, 1)
+	go func() {
+		p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+		assert.NoError(t, err)
+		r2 <- p
+	}()
+	waitForGoroutineIn(t, "fairqueue.(*Queue).awaitExit")
+
+	// A reload lowers the fallback queue's permits to 2: the holder and
+	// w1.
+	lowered := n.q.Config()
+	lowered.LocalPermits = 2
+	require.NoError(t, n.q.Reconfigure(lowered))
+	close(fb.lets)
+
+	p1 := <-w1
+	require.NotNil(t, p1)
+	require.True(t, p1.Local(), "w1 served by Redis")
 	select {
-	case <-fb.entered: // the first mover, on its way into the fallback queue
-	case <-time.After(15 * time.Second):
-		t.Fatal("the waiters never moved into the fallback queue")
-	}
-	eventually(t, 10*time.Second, func() bool { return awaitingTurn() == 2 },
-		"the two movers behind the first never waited for their turn: %d", awaitingTurn())
-
-	cfg.LocalPermits = 1
-	require.NoError(t, n.q.Reconfigure(cfg))
-	close(fb.open)
-	// All three enter the fallback queue; Redis' permit still runs.
-	state := func() memstore.State { return fb.Store.(*memstore.Store).State() }
-	eventually(t, 10*time.Second, func() bool { st := state(); return len(st.Waiting)+len(st.Holders) == 3 },
-		"the movers never entered the fallback queue: %+v", state())
-
-	// Redis' permit ends: the fallback queue's one permit is free.
-	running.Add(-1)
-	held.Release()
-	eventually(t, 10*time.Second, func() bool { return len(state().Holders) > 0 },
-		"the fallback queue served none of the movers")
-	assert.Len(t, state().Holders, 1, "the fallback queue granted %d at once on local_permits 1", len(state().Holders))
-	close(done)
-	for i := range 3 {
-		select {
-		case err := <-errs:
-			require.NoError(t, err, "a mover was not served by the fallback queue")
-		case <-time.After(20 * time.Second):
-			t.Fatalf("only %d movers answered", i)
+	case p := <-r2:
+		if p != nil {
+			p.Release()
 		}
+		t.Fatal("r2 started beside the holder and w1 under 2 local permits: it gave the fallback queue the 3 of before the reload")
+	case <-time.After(300 * time.Millisecond):
 	}
-	assert.LessOrEqual(t, most.Load(), int32(1), "requests ran at once on local_permits 1 (3 before the reload)")
+	p1.Release()
+	p2 := <-r2
+	require.NotNil(t, p2)
+	require.True(t, p2.Local())
+	p2.Release()
 }

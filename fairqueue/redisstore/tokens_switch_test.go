@@ -11,10 +11,12 @@ import (
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 )
 
-// A waiter queued with its weight (kv_tokens) and granted by a node
-// whose config counts no tokens (a rolling change, or a reload that
-// turns kv_tokens off) leaves no weight behind: the queue lives on, and
-// an entry per such waiter would stay as long as it does.
+// A waiter queued with its weight (kv_tokens) and what it asks, and
+// granted by a node whose config counts no tokens (a rolling change, or
+// a reload that turns kv_tokens off), leaves no weight and no ask behind:
+// the queue lives on, and an entry per such waiter would stay as long as
+// it does. Looked at before a reconcile, which drops the whole hash once
+// nobody waits.
 func TestAWaiterGrantedWithoutTokensLeavesNoWeightBehind(t *testing.T) {
 	rdb, s := openStore(t, "tokoff")
 	ctx := context.Background()
@@ -32,7 +34,7 @@ func TestAWaiterGrantedWithoutTokensLeavesNoWeightBehind(t *testing.T) {
 		r, err := s.Acquire(ctx, holder)
 		require.NoError(t, err)
 		require.True(t, r.Granted)
-		waiter := fairqueue.TicketArgs{ID: id("2"), Node: "n1", Limits: counted, Cost: 1, Tokens: 100}
+		waiter := fairqueue.TicketArgs{ID: id("2"), Node: "n1", Limits: counted, Cost: 1, Tokens: 100, Asks: 150}
 		r, err = s.Acquire(ctx, waiter)
 		require.NoError(t, err)
 		require.False(t, r.Granted)
@@ -46,6 +48,10 @@ func TestAWaiterGrantedWithoutTokensLeavesNoWeightBehind(t *testing.T) {
 		} else {
 			require.NoError(t, s.Release(ctx, holder))
 		}
+		assert.Empty(t, rdb.HGetAll(ctx, s.Tag()+":tok").Val(), "%+v: the granted waiter's weight or ask left", c)
+		snap, err := s.Inspect(ctx, 0, 0)
+		require.NoError(t, err)
+		assert.Equal(t, 100, snap.TokensHeld, "%+v: weighs its weight where the grant counts no tokens", c)
 		waiter.Limits = plain
 		require.NoError(t, s.Release(ctx, waiter))
 		_, err = s.Reconcile(ctx, "n1", plain)

@@ -200,10 +200,12 @@ for i = 13 + n, 12 + n + m do
   local id = ARGV[i]
   -- A fair ticket waits where its order entry is (K.fwait): one Redis
   -- lost (an eviction of that key) with its index entry left waits
-  -- nowhere, and that entry goes, so the node can queue it again.
+  -- nowhere, and that entry goes, so the node can queue it again; its
+  -- weight goes with it (queued again, it is recorded again).
   local fm = redis.call('HGET', K.fticket, id)
   if fm and not redis.call('ZSCORE', K.fwait, fm) then
     unqueue(id)
+    take_weight(id)
     fm = false
   end
   if not redis.call('ZSCORE', K.waiting, id) and not fm and not redis.call('ZSCORE', K.holders, id) then

@@ -22,8 +22,11 @@ local own = (dispatch(ARGV[1]))
 drop_waiters_of(forget_dead())
 -- What a ticket asks is left behind where a node of an earlier version
 -- granted it (tokens.lua): once nobody waits, K.tok holds nothing else.
+-- Nobody waits where no fair ticket is in a flow's order either: one
+-- whose index entry (K.fticket) Redis evicted is still granted from
+-- there (best_fair), weighing what K.tok keeps for it.
 local queued = waiting()
-if queued == 0 then redis.call('DEL', K.tok) end
+if queued == 0 and redis.call('EXISTS', K.fwait) == 0 then redis.call('DEL', K.tok) end
 redis.call('ZREMRANGEBYSCORE', K.gone, '-inf', now)
 redis.call('ZREMRANGEBYSCORE', K.fidle, '-inf', num(vtime()))
 local held = mine(ARGV[1], tonumber(ARGV[8]))
