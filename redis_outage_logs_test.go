@@ -181,8 +181,11 @@ func TestARedisOutageLogsItsLinesOncePerOutage(t *testing.T) {
 		"each outage logged once: %v", lines)
 	assert.Equal(t, 2, countLines(lines, "info", "store reachable again"), "%v", lines)
 
+	endStream()
+	<-streamDone
 	stopped = true
 	require.NoError(t, caddy.Stop())
-	lines = queueLogLines(t, logPath)
-	assert.Equal(t, 1, countLines(lines, "info", "node left queue"), "%v", lines)
+	require.Eventually(t, func() bool {
+		return countLines(queueLogLines(t, logPath), "info", "node left queue") == 1
+	}, 30*time.Second, 50*time.Millisecond, "the exit logs the leave: %v", queueLogLines(t, logPath))
 }
