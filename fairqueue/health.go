@@ -17,11 +17,14 @@ type health struct {
 	onFail func(error)
 	// onDown runs as the store is marked down, before any caller sees it
 	// down (Queue.storeDown); mu orders the marks.
-	onDown    func()
-	mu        sync.Mutex
-	downAfter atomic.Int32
-	fails     atomic.Int32
-	down      atomic.Bool
+	onDown func()
+	// onMarkedDown runs once the store reads down (Queue: it wakes the
+	// loop, which probes the store at least once a second while down).
+	onMarkedDown func()
+	mu           sync.Mutex
+	downAfter    atomic.Int32
+	fails        atomic.Int32
+	down         atomic.Bool
 }
 
 func (h *health) up() bool { return !h.down.Load() }
@@ -98,4 +101,7 @@ func (h *health) markDown(log *zap.Logger, err error) {
 	}
 	h.down.Store(true)
 	log.Error("store unreachable; applying on_store_error policy", zap.Error(err))
+	if h.onMarkedDown != nil {
+		h.onMarkedDown()
+	}
 }

@@ -110,13 +110,11 @@ func (s *session) heartbeat(cfg *Config) (ok bool) {
 	view := res.Cluster
 	view.At = time.Now()
 	s.cluster.Store(&view)
-	if s.epoch != "" && res.Epoch != s.epoch {
-		q.log.Warn("store lost its data; re-registered this node's permits", zap.Int("held", len(held)))
-	}
 	if args.Epoch != "" && res.Epoch != args.Epoch {
 		// A new data set, also where this node's first heartbeat finds
-		// it (the epoch its calls saw is gone): the learned shares went
-		// with the old one.
+		// it (the epoch its calls saw is gone): the permits it holds are
+		// counted again, and the learned shares went with the old one.
+		q.log.Warn("store lost its data; re-registered this node's permits", zap.Int("held", len(held)))
 		q.restoreShares(cfg)
 	}
 	s.epoch = res.Epoch

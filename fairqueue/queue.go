@@ -98,6 +98,7 @@ func New(store Store, cfg Config) (*Queue, error) {
 	exits := make(chan struct{})
 	q.exits.Store(&exits)
 	q.health.onDown = q.storeDown
+	q.health.onMarkedDown = q.s.wake
 	q.log = cfg.Logger.With(zap.String("queue", cfg.Name), zap.String("node", q.node))
 	q.health.onFail = func(err error) {
 		q.s.note(evVerify, false) // the call may have run, or Redis may be failing over

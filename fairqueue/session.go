@@ -18,6 +18,10 @@ var errClosed = errors.New("fair queue: closed")
 // burst of requests does not each wait for a dial timeout.
 const retryOpenAfter = time.Second
 
+// probeEvery is the longest the loop waits between two probes of a store
+// marked down, whatever the poll interval (health, markDown wakes it).
+const probeEvery = time.Second
+
 // session is the node's life in the cluster, as etcd's
 // concurrency.Session is a client's: it joins the queue (Store.Open)
 // before the node's first acquire, runs the node's one background
@@ -329,7 +333,16 @@ func (s *session) loop() {
 		}
 		return d / 3
 	}
-	period := func(c *Config) time.Duration { return min(c.PollInterval, due(c)) }
+	period := func(c *Config) time.Duration {
+		p := min(c.PollInterval, due(c))
+		if !q.health.up() {
+			// While the store reads down the policy answers every
+			// request without a call: the probe (reconcile, below) alone
+			// finds it back, at least once a second.
+			p = min(p, probeEvery)
+		}
+		return p
+	}
 	tick := period(q.cfg.Load())
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
