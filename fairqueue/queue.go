@@ -441,16 +441,27 @@ func (q *Queue) lookup(id string) *ticket {
 
 // census counts this node's pending and granted tickets.
 func (q *Queue) census() (waiting, held int) {
+	waiting, held, _ = q.censusAdopt()
+	return waiting, held
+}
+
+// censusAdopt is census, and counts too the permits given while the
+// store was unreachable (fail open, the fallback queue's) that no
+// heartbeat has adopted yet (the store does not count them).
+func (q *Queue) censusAdopt() (waiting, held, unadopted int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, t := range q.tickets {
 		if t.state.Load() == statePending {
 			waiting++
-		} else {
-			held++
+			continue
+		}
+		held++
+		if t.failOpen && !t.registered.Load() && t.state.Load() == stateGranted {
+			unadopted++
 		}
 	}
-	return waiting, held
+	return waiting, held, unadopted
 }
 
 func (q *Queue) forget(t *ticket) {

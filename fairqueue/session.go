@@ -362,7 +362,7 @@ func (s *session) loop() {
 			tick = p
 			ticker.Reset(tick)
 		}
-		waiting, _ := q.census()
+		waiting, _, unadopted := q.censusAdopt()
 		up := q.health.up()
 		s.take()
 		// On a tick, a heartbeat due within half a tick goes now: the
@@ -375,9 +375,16 @@ func (s *session) loop() {
 		}
 		// Up with the fallback queue still in use (a call failed, the
 		// store never marked down): the requests wait there until a
-		// heartbeat adopts its permits (Queue.inFallback).
+		// heartbeat adopts its permits (Queue.inFallback). Up with
+		// permits given meanwhile that the store does not count yet
+		// (fail open): a down the loop never read (a call on its way
+		// since before the mark, its own among them, marked the store
+		// up again before the loop looked), or none at all (a request
+		// answered by the policy as its time ran out, the store still
+		// up); until the heartbeat that adopts them, the store grants
+		// beside them.
 		beat := time.Since(lastBeat) >= due(cfg)-early || s.takeResync() || (up && !wasUp) ||
-			(up && s.verify && waiting > 0) || (up && q.inFallback(cfg))
+			(up && s.verify && waiting > 0) || (up && q.inFallback(cfg)) || (up && unadopted > 0)
 		if beat {
 			began := time.Now()
 			if !s.heartbeat(cfg) {
