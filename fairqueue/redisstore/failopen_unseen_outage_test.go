@@ -126,6 +126,63 @@ func TestAFailOpenPermitOfAnOutageTheLoopNeverSawIsCountedOnceRedisIsBack(t *tes
 	require.Error(t, err, "another instance's request was granted beside the fail_open one, above permits 1")
 }
 
+// A requeue whose one call timed out on a frozen Redis is admitted by
+// fail_open while the store still reads up (one failure does not mark it
+// down, and no dial failed): nothing marks the store down or up, and a
+// node without waiters has no reason to heartbeat before a third of its
+// lease. Redis must count that fail_open permit once it answers again,
+// as it counts one admitted during an outage the node saw.
+func TestAFailOpenRequeueOfOneFailedCallIsCountedOnceRedisAnswers(t *testing.T) {
+	srv := redistest.Start(t)
+	const name = "failopenrequeue"
+	cfg := fairqueue.Config{Permits: 1, FailOpen: true, Lease: 3 * time.Minute,
+		PollInterval: 50 * time.Millisecond, MaxWait: 20 * time.Second}
+	a := newNode(t, srv, name, cfg)
+	b := newNode(t, srv, name, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pb, err := b.q.Acquire(ctx, fairqueue.Request{})
+	require.NoError(t, err)
+	pb.Release()
+	p, err := a.q.Acquire(ctx, fairqueue.Request{})
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, func() bool {
+		return slices.Equal(readState(t, b.rdb, name).Holders, []string{p.Ticket()})
+	}, "Redis holds the request's permit alone")
+	// Its first heartbeat (the join's, which finds it rejoined, and the
+	// one after) done: none is due for a minute.
+	time.Sleep(500 * time.Millisecond)
+
+	srv.Freeze()
+	thawed := false
+	defer func() {
+		if !thawed {
+			srv.Thaw()
+		}
+	}()
+	p1, err := p.Requeue(ctx, -1)
+	srv.Thaw()
+	thawed = true
+	require.NoError(t, err)
+	defer p1.Release()
+	require.True(t, p1.FailOpen(), "admitted fail_open: its requeue timed out on the frozen Redis")
+
+	var holders []string
+	ok := assertEventually(10*time.Second, func() bool {
+		holders = readState(t, b.rdb, name).Holders
+		return slices.Equal(holders, []string{p1.Ticket()})
+	})
+	require.True(t, ok, "Redis counts the fail_open permit alone once it answers again: holders %v, not %s (store up: %v)",
+		holders, p1.Ticket(), a.q.Stats().StoreUp)
+	bctx, bcancel := context.WithTimeout(ctx, time.Second)
+	defer bcancel()
+	p2, err := b.q.Acquire(bctx, fairqueue.Request{})
+	if err == nil {
+		p2.Release()
+	}
+	require.Error(t, err, "another instance's request was granted beside the fail_open one, above permits 1")
+}
+
 // assertEventually polls cond every 10ms until it holds (true) or d
 // passes (false).
 func assertEventually(d time.Duration, cond func() bool) bool {
