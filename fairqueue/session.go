@@ -379,10 +379,10 @@ func (s *session) loop() {
 		// permits given meanwhile that the store does not count yet
 		// (fail open): a down the loop never read (a call on its way
 		// since before the mark, its own among them, marked the store
-		// up again before the loop looked), or none at all (a request
-		// answered by the policy as its time ran out, the store still
-		// up); until the heartbeat that adopts them, the store grants
-		// beside them.
+		// up again before the loop looked), or none at all (a requeue
+		// whose one call failed, answered by the policy with the store
+		// still up); until the heartbeat that adopts them, the store
+		// grants beside them.
 		beat := time.Since(lastBeat) >= due(cfg)-early || s.takeResync() || (up && !wasUp) ||
 			(up && s.verify && waiting > 0) || (up && q.inFallback(cfg)) || (up && unadopted > 0)
 		if beat {
