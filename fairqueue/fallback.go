@@ -37,6 +37,13 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 			// The settings in force once its turn came: a reload may
 			// have landed while it waited (its policy, flow, tokens).
 			cfg = q.cfg.Load()
+			if cfg.Fallback == nil && errors.Is(cause, errStoreDown) && q.health.up() {
+				// Its policy has no fallback queue now, and the store
+				// came back while it waited: it waits in the store's
+				// queue, as localQueue sends it there under a policy
+				// that keeps one. The policy answers a store down.
+				return q.acquire(ctx, req, start, deadline, nil)
+			}
 		}
 	}
 	var lq *Queue
