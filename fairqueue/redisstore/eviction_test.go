@@ -79,3 +79,62 @@ func TestWaitersEvictedByRedisAreQueuedAgain(t *testing.T) {
 		})
 	}
 }
+
+// A fair waiter whose ticket index (K.fticket) Redis evicted still
+// waits in its flow's order (K.fwait), and dispatch grants it from
+// there. The heartbeat that names it must not report it missing: its
+// node would queue it again (reinstate), and the flow's order would hold
+// it twice; the second entry is granted once the request has ended, to
+// nobody (its node releases the grant at once), and charged to the flow
+// again. The heartbeat names the node's oldest waiter only; the others'
+// index entries come back with it, so that they count in the queue's
+// length (max_queue, positions) and a cancel finds them.
+func TestAFairWaiterWhoseIndexWasEvictedIsGrantedOnce(t *testing.T) {
+	rdb, s := openStore(t, "indexevicted")
+	ctx := context.Background()
+	l := fairqueue.Limits{Permits: 1, Lease: 10 * time.Second}
+	holder := fairqueue.TicketArgs{ID: "n1:1:a.0", Node: "n1", Limits: l, Cost: 1}
+	r := acquireGranted(t, s, holder)
+	w1 := fairqueue.TicketArgs{ID: "n1:2:b.0", Node: "n1", Limits: l, Cost: 1}
+	w2 := fairqueue.TicketArgs{ID: "n1:3:c.0", Node: "n1", Limits: l, Cost: 1}
+	for _, w := range []fairqueue.TicketArgs{w1, w2} {
+		q, err := s.Acquire(ctx, w)
+		require.NoError(t, err)
+		require.False(t, q.Granted, "no permit free")
+	}
+	require.NoError(t, rdb.Del(ctx, s.Tag()+":fticket").Err()) // evicted
+
+	// The node's heartbeat names its oldest waiter; one found missing is
+	// queued again, and the next heartbeat names every waiter (verify).
+	pending := []string{w1.ID}
+	for beat := uint64(1); beat <= 2; beat++ {
+		hb, err := s.Heartbeat(ctx, fairqueue.HeartbeatArgs{Node: "n1", Limits: l, Epoch: r.Epoch, Beat: beat,
+			Held: []string{holder.ID}, Pending: pending})
+		require.NoError(t, err)
+		for _, id := range hb.Missing {
+			_, err := s.Acquire(ctx, fairqueue.TicketArgs{ID: id, Node: "n1", Limits: l, Cost: 1})
+			require.NoError(t, err)
+		}
+		if len(hb.Missing) > 0 {
+			pending = []string{w1.ID, w2.ID}
+		}
+	}
+	snap, err := s.Inspect(ctx, 0, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 2, snap.Waiting, "the waiters counted in the queue's length")
+
+	require.NoError(t, s.Release(ctx, holder))
+	for _, w := range []fairqueue.TicketArgs{w1, w2} {
+		snap, err := s.Inspect(ctx, 0, 0)
+		require.NoError(t, err)
+		require.Len(t, snap.Holders, 1)
+		require.Equal(t, w.ID, snap.Holders[0].Ticket, "granted in arrival order")
+		require.NoError(t, s.Release(ctx, w))
+	}
+	snap, err = s.Inspect(ctx, 0, 0)
+	require.NoError(t, err)
+	assert.Empty(t, snap.Holders, "a permit held for nobody: a waiter granted again after its request ended")
+	assert.EqualValues(t, 3, snap.Grants, "grants made (each charged to its flow)")
+	assert.Zero(t, snap.Waiting)
+	assert.Zero(t, rdb.Exists(ctx, s.Tag()+":fwait").Val(), "tickets left in their flows' order")
+}
