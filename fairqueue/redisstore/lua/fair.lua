@@ -343,6 +343,29 @@ local function enqueue(flow, seq, cost, id)
   return m
 end
 
+-- reindex rebuilds the ticket index (K.fticket) from the flows' order
+-- (K.fwait), where the waiters are: Redis may lose the index alone (an
+-- eviction under maxmemory deletes the key). A waiter dispatch still
+-- grants from its flow's order would count in no queue length, a cancel
+-- would not find it, and a heartbeat naming it would report it missing,
+-- so that its node queued it again, twice in its flow's order: granted
+-- again once its request ended, to nobody, and charged again.
+-- O(fair tickets waiting); a heartbeat calls it only where a ticket it
+-- names is missing from the index, once a call.
+local function reindex()
+  local args = {}
+  for _, m in ipairs(redis.call('ZRANGE', K.fwait, 0, -1)) do
+    local _, _, _, id = parse(m)
+    args[#args + 1] = id
+    args[#args + 1] = m
+    if #args >= 1000 then
+      redis.call('HSET', K.fticket, unpack(args))
+      args = {}
+    end
+  end
+  if #args > 0 then redis.call('HSET', K.fticket, unpack(args)) end
+end
+
 -- unqueue removes fair ticket id from the queue; false if it is not there.
 local function unqueue(id)
   local m = redis.call('HGET', K.fticket, id)

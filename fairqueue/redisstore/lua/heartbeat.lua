@@ -196,6 +196,7 @@ for i = 13, 12 + n do
   end
 end
 local missing = {}
+local reindexed = false
 for i = 13 + n, 12 + n + m do
   local id = ARGV[i]
   -- A fair ticket waits where its order entry is (K.fwait): one Redis
@@ -203,6 +204,14 @@ for i = 13 + n, 12 + n + m do
   -- nowhere, and that entry goes, so the node can queue it again; its
   -- weight goes with it (queued again, it is recorded again).
   local fm = redis.call('HGET', K.fticket, id)
+  if not fm and not reindexed and flow_of(id) and redis.call('EXISTS', K.fwait) == 1 then
+    -- Its index entry lost (an eviction of K.fticket), it may still
+    -- wait in its flow's order: the index is rebuilt from there, once
+    -- (reindex in fair.lua); queued again, it would wait twice.
+    reindexed = true
+    reindex()
+    fm = redis.call('HGET', K.fticket, id)
+  end
   if fm and not redis.call('ZSCORE', K.fwait, fm) then
     unqueue(id)
     take_weight(id)
