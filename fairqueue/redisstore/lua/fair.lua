@@ -424,17 +424,17 @@ end
 -- would wait for releases that never come. Then, when some flow with
 -- waiters is not ready, the flows of the tenants under the cap in force
 -- are made ready: cap_out left them out while their tenant held its
--- cap, and a reload that raised or lifted it readies nothing else.
+-- cap, and a reload that raised or lifted it readies nothing else; or
+-- Redis lost their entries (see below).
 -- O(holders), about the permits.
 local function recount()
-  local want, tenants = {}, {}
+  local want = {}
   for _, id in ipairs(redis.call('ZRANGE', K.holders, 0, -1)) do
     local flow = flow_of(id)
     if flow then
       local tenant = tenant_of(flow)
       want[flow] = (want[flow] or 0) + 1
       want[tenant] = (want[tenant] or 0) + 1
-      tenants[tenant] = true
     end
   end
   local have = redis.call('HGETALL', K.finf)
@@ -458,14 +458,23 @@ local function recount()
     local tenant = tenant_of(k)
     for b = 0, MAXBAND do refresh(tenant .. '.' .. b) end
   end
-  if redis.call('HLEN', K.twait) <= redis.call('ZCARD', K.fready) then return end
-  for tenant in pairs(tenants) do
-    if not capped(tenant, want[tenant]) then
-      local flows = {}
-      for b = 0, MAXBAND do flows[#flows + 1] = tenant .. '.' .. b end
-      for i, w in ipairs(redis.call('HMGET', K.twait, unpack(flows))) do
-        if w then refresh(flows[i], nil, true, false, want[tenant]) end
-      end
-    end
+  local nready = redis.call('ZCARD', K.fready)
+  if redis.call('HLEN', K.twait) <= nready then return end
+  -- Every flow with waiters (K.twait) whose tenant is under its cap is
+  -- ready; where fewer are, the missing are made ready: flows of tenants
+  -- that hold nothing too, whose ready entries Redis may have lost (an
+  -- eviction of K.fready), and that no release or grant of their own
+  -- would make ready again: their waiters would wait out their max_wait
+  -- while permits are free. O(flows waiting) where some flow with
+  -- waiters is not ready (a tenant at its cap has waiters), and the
+  -- refreshes only where one is missing.
+  local flows = {}
+  for _, flow in ipairs(redis.call('HKEYS', K.twait)) do
+    if not capped(tenant_of(flow), want[tenant_of(flow)] or 0) then flows[#flows + 1] = flow end
+  end
+  if #flows <= nready then return end
+  for _, flow in ipairs(flows) do
+    local tenant = tenant_of(flow)
+    refresh(flow, nil, true, false, want[tenant] or 0)
   end
 end
