@@ -20,10 +20,10 @@ import (
 func TestArrivalsAfterTheCounterWasEvictedQueueBehindTheWaiters(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		ids  [4]string // holder, three waiters (the fair ones of one flow)
+		ids  [5]string // holder, four waiters (the fair ones of one flow)
 	}{
-		{"fifo", [4]string{"n1:1", "n1:2", "n1:3", "n1:4"}},
-		{"fair", [4]string{"n1:1:a.0", "n1:2:b.0", "n1:3:b.0", "n1:4:b.0"}},
+		{"fifo", [5]string{"n1:1", "n1:2", "n1:3", "n1:4", "n1:5"}},
+		{"fair", [5]string{"n1:1:a.0", "n1:2:b.0", "n1:3:b.0", "n1:4:b.0", "n1:5:b.0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rdb, s := openStore(t, "seqevicted")
@@ -42,9 +42,10 @@ func TestArrivalsAfterTheCounterWasEvictedQueueBehindTheWaiters(t *testing.T) {
 			queue(2)
 			require.NoError(t, rdb.Del(ctx, s.Tag()+":seq").Err()) // evicted
 			queue(3)
+			queue(4)
 
 			prev := tk(0)
-			for i := 1; i <= 3; i++ {
+			for i := 1; i <= 4; i++ {
 				require.NoError(t, s.Release(ctx, prev))
 				snap, err := s.Inspect(ctx, 0, 0)
 				require.NoError(t, err)
@@ -55,4 +56,38 @@ func TestArrivalsAfterTheCounterWasEvictedQueueBehindTheWaiters(t *testing.T) {
 			require.NoError(t, s.Release(ctx, prev))
 		})
 	}
+}
+
+// A request an upstream refused queues again at its arrival number
+// (Permit.Requeue), which Redis does not keep for a running request:
+// where the arrival counter was evicted meanwhile and nobody waited (the
+// counter starts over at 1), the requests arriving after that requeue
+// would queue ahead of it until the counter had passed its number. They
+// queue behind it.
+func TestArrivalsAfterARequeueAtANumberTheCounterLostQueueBehindIt(t *testing.T) {
+	rdb, s := openStore(t, "seqrequeue")
+	ctx := context.Background()
+	l := fairqueue.Limits{Permits: 2, Lease: 10 * time.Second}
+	tk := func(id string) fairqueue.TicketArgs {
+		return fairqueue.TicketArgs{ID: id, Node: "n1", Limits: l, Cost: 1}
+	}
+	for _, id := range []string{"n1:1", "n1:2", "n1:3"} {
+		acquireGranted(t, s, tk(id))
+		require.NoError(t, s.Release(ctx, tk(id)))
+	}
+	acquireGranted(t, s, tk("n1:4"))
+	refused := acquireGranted(t, s, tk("n1:5"))
+	require.NoError(t, rdb.Del(ctx, s.Tag()+":seq").Err()) // evicted
+	queued := func(id string) {
+		t.Helper()
+		r, err := s.Acquire(ctx, tk(id))
+		require.NoError(t, err)
+		require.False(t, r.Granted, "no permit free")
+	}
+	queued("n1:6")
+	_, err := s.Requeue(ctx, fairqueue.RequeueArgs{TicketArgs: tk("n1:7"), Old: "n1:5", Seq: refused.Seq})
+	require.NoError(t, err)
+	queued("n1:8")
+	assert.Equal(t, []string{"n1:7", "n1:8"}, readState(t, rdb, "seqrequeue").Waiting,
+		"the requeued request ahead of the later arrival")
 }
