@@ -1,0 +1,64 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+)
+
+// The virtual time (K.vtime) is where a tenant that starts to wait with
+// no flow ready starts its usage counter. Evicted under maxmemory, it
+// read 0: a new tenant started below every tenant with a request
+// running, whatever they had used, and those waited, passed by it, for
+// as long as the queue had run (in a busy queue, out to their max_wait).
+// The order of grants is the one the queue makes without the eviction.
+func TestATenantThatStartsAfterTheVirtualTimeWasEvictedIsNotAheadOfTheOthers(t *testing.T) {
+	order := func(evict bool) []string {
+		rdb, s := openStore(t, fmt.Sprintf("vtimeevicted%v", evict))
+		ctx := context.Background()
+		l := fairqueue.Limits{Permits: 1, Lease: 10 * time.Second}
+		tk := func(id string, cost float64) fairqueue.TicketArgs {
+			return fairqueue.TicketArgs{ID: id, Node: "n1", Limits: l, Cost: cost}
+		}
+		queued := func(a fairqueue.TicketArgs) {
+			t.Helper()
+			r, err := s.Acquire(ctx, a)
+			require.NoError(t, err)
+			require.False(t, r.Granted, "no permit free")
+		}
+		// Tenant a uses 10 a request: its second grant moves the virtual
+		// time to 10, where it starts, and its counter to 20.
+		a1 := tk("n1:1:a.0", 10)
+		acquireGranted(t, s, a1)
+		require.NoError(t, s.Release(ctx, a1))
+		held := tk("n1:2:a.0", 10)
+		acquireGranted(t, s, held)
+		if evict {
+			require.NoError(t, rdb.Del(ctx, s.Tag()+":vtime").Err())
+		}
+		for i := range 15 {
+			queued(tk(fmt.Sprintf("n1:%d:b.0", 3+i), 1))
+		}
+		queued(tk("n1:20:a.0", 10))
+		var out []string
+		for range 16 {
+			require.NoError(t, s.Release(ctx, held))
+			snap, err := s.Inspect(ctx, 0, 0)
+			require.NoError(t, err)
+			require.Len(t, snap.Holders, 1)
+			held = tk(snap.Holders[0].Ticket, 0)
+			out = append(out, held.ID)
+		}
+		require.NoError(t, s.Release(ctx, held))
+		return out
+	}
+	want := order(false)
+	require.Contains(t, want, "n1:20:a.0")
+	assert.Equal(t, want, order(true), "the order of grants, the virtual time evicted")
+}
