@@ -29,16 +29,29 @@ local function tenant_of(flow)
   return string.match(flow, '^(.*)%.[^.]*$') or flow
 end
 
--- vtime is the virtual time, read once a script: only set_vtime writes it.
-local vt
+-- vtime is the virtual time, read once a script: only set_vtime writes it,
+-- from the first grant on (charge). Missing while flows are active
+-- (K.fcount), Redis lost it alone (an eviction): read as 0, a tenant
+-- that starts to wait would pass every tenant with a request running for
+-- as long as the queue had run. It reads as the least counter of the
+-- active flows then (within a request's cost of where it was; O(active
+-- flows), only while missing). vt_kept: K.vtime exists.
+local vt, vt_kept
 local function vtime()
-  if not vt then vt = tonumber(redis.call('GET', K.vtime) or '0') end
+  if vt then return vt end
+  local v = redis.call('GET', K.vtime)
+  vt, vt_kept = tonumber(v or '0'), v ~= false
+  if not vt_kept then
+    local least
+    for _, c in ipairs(redis.call('HVALS', K.fcount)) do least = math.min(least or tonumber(c), tonumber(c)) end
+    vt = math.max(least or 0, 0)
+  end
   return vt
 end
 
 local function set_vtime(v, s)
   redis.call('SET', K.vtime, s)
-  vt = v
+  vt, vt_kept = v, true
 end
 
 -- A waiting fair ticket is the K.fwait member
@@ -137,7 +150,9 @@ end
 
 -- activate gives an idle flow its counter (see start).
 local function activate(flow, at_vtime)
-  if not counter(flow) then redis.call('HSET', K.fcount, flow, num(start(flow, at_vtime))) end
+  if counter(flow) then return end
+  redis.call('HSET', K.fcount, flow, num(start(flow, at_vtime)))
+  if vt_kept == false then set_vtime(vt, num(vt)) end -- K.fcount exists: so does K.vtime
 end
 
 -- unready takes flow out of the ready set: before its head changes.
@@ -235,8 +250,8 @@ end
 local function charge(flow, cost, c, n, tn)
   local v = vtime()
   c = c or counter(flow) or v
-  if c > v then
-    v = c
+  if c > v or not vt_kept then
+    v = math.max(c, v)
     set_vtime(v, num(v))
   end
   c = advance(c, cost)
