@@ -23,8 +23,17 @@ import (
 // again from the active tenants' counters, which include their last
 // charge).
 func TestATenantThatStartsAfterTheVirtualTimeWasEvictedIsNotAheadOfTheOthers(t *testing.T) {
+	t.Run("running", func(t *testing.T) { evictTheVirtualTime(t, true) })
+	// Tenant a idle above the virtual time, no flow active (the permit
+	// held by a FIFO ticket, as while a reload turns tenants on).
+	t.Run("idle", func(t *testing.T) { evictTheVirtualTime(t, false) })
+}
+
+// evictTheVirtualTime runs TestATenantThatStartsAfterTheVirtualTimeWasEvictedIsNotAheadOfTheOthers,
+// tenant a running its second request at the eviction or idle.
+func evictTheVirtualTime(t *testing.T, running bool) {
 	order := func(evict bool) []string {
-		rdb, s := openStore(t, fmt.Sprintf("vtimeevicted%v", evict))
+		rdb, s := openStore(t, fmt.Sprintf("vtimeevicted%v%v", running, evict))
 		ctx := context.Background()
 		l := fairqueue.Limits{Permits: 1, Lease: 10 * time.Second}
 		tk := func(id string, cost float64) fairqueue.TicketArgs {
@@ -43,6 +52,11 @@ func TestATenantThatStartsAfterTheVirtualTimeWasEvictedIsNotAheadOfTheOthers(t *
 		require.NoError(t, s.Release(ctx, a1))
 		held := tk("n1:2:a.0", 10)
 		acquireGranted(t, s, held)
+		if !running {
+			require.NoError(t, s.Release(ctx, held))
+			held = tk("n1:21", 1)
+			acquireGranted(t, s, held)
+		}
 		if evict {
 			require.NoError(t, rdb.Del(ctx, s.Tag()+":vtime").Err())
 		}
