@@ -30,19 +30,21 @@ local function tenant_of(flow)
 end
 
 -- vtime is the virtual time, read once a script: only set_vtime writes it,
--- from the first grant on (charge). Missing while flows are active
--- (K.fcount), Redis lost it alone (an eviction): read as 0, a tenant
--- that starts to wait would pass every tenant with a request running for
--- as long as the queue had run. It reads as the least counter of the
--- active flows then (within a request's cost of where it was; O(active
--- flows), only while missing). vt_kept: K.vtime exists.
+-- from a queue's first counter on (activate, charge). Missing beside
+-- counters (K.fcount, K.fidle), Redis lost it alone (an eviction): read
+-- as 0, a tenant that starts to wait would pass every tenant with a
+-- request running, or idle above it, for as long as the queue had run.
+-- It reads as the least of those counters then (within a request's cost
+-- of where it was; O(active flows), only while missing). vt_kept:
+-- K.vtime exists.
 local vt, vt_kept
 local function vtime()
   if vt then return vt end
   local v = redis.call('GET', K.vtime)
   vt, vt_kept = tonumber(v or '0'), v ~= false
   if not vt_kept then
-    local least
+    local least = redis.call('ZRANGE', K.fidle, 0, 0, 'WITHSCORES')[2]
+    least = least and tonumber(least)
     for _, c in ipairs(redis.call('HVALS', K.fcount)) do least = math.min(least or tonumber(c), tonumber(c)) end
     vt = math.max(least or 0, 0)
   end
