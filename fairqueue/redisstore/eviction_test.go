@@ -34,6 +34,8 @@ func TestKeysEvictedByRedisKeepThePromises(t *testing.T) {
 	// and the upstreams' (2 each).
 	fair := evictionMode{name: "fair kv_tokens pool", tokens: 2, cfg: fairqueue.Config{Fair: true, KVTokens: 4, Permits: 3,
 		Upstreams: []fairqueue.Upstream{{Dial: "u1:1", Permits: 2}, {Dial: "u2:1", Permits: 2}}}}
+	fifoTokens := fair
+	fifoTokens.name, fifoTokens.cfg.Fair = "fifo kv_tokens pool", false
 	for _, tc := range []struct {
 		mode evictionMode
 		keys []string
@@ -71,6 +73,16 @@ func TestKeysEvictedByRedisKeepThePromises(t *testing.T) {
 		{fair, []string{"twait"}},
 		{fair, []string{"vtime"}},
 		{fair, []string{"fidle"}},
+		// The keys of kv_tokens and the pool in a FIFO queue.
+		{fifoTokens, []string{"waiting"}},
+		{fifoTokens, []string{"holders"}},
+		{fifoTokens, []string{"tok"}},
+		{fifoTokens, []string{"thold"}},
+		{fifoTokens, []string{"tsum"}},
+		{fifoTokens, []string{"tup"}},
+		{fifoTokens, []string{"uheld"}},
+		{fifoTokens, []string{"upool"}},
+		{fifoTokens, []string{"ulast"}},
 	} {
 		t.Run(tc.mode.name+" "+strings.Join(tc.keys, "+"), func(t *testing.T) {
 			evictAtTheWorstMoment(t, tc.mode, tc.keys)
@@ -106,8 +118,14 @@ func evictAtTheWorstMoment(t *testing.T, mode evictionMode, keys []string) {
 		}
 	}
 	var held []*fairqueue.Permit
-	for _, tenant := range []string{"a1", "a2"} {
-		p, err := a.q.Acquire(context.Background(), req(tenant))
+	holders := []fairqueue.Request{req("a1"), req("a2")}
+	if mode.tokens > 0 {
+		// kv_tokens is full, and a request that weighs no tokens holds
+		// the permit left: nobody is granted until the test releases them.
+		holders = append(holders, fairqueue.Request{Tenant: "a3"})
+	}
+	for _, r := range holders {
+		p, err := a.q.Acquire(context.Background(), r)
 		require.NoError(t, err)
 		run.start(p)
 		held = append(held, p)
@@ -123,14 +141,13 @@ func evictAtTheWorstMoment(t *testing.T, mode evictionMode, keys []string) {
 				return
 			}
 			run.start(p)
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond)
 			run.end(p)
 			p.Release()
 			served <- tenant
 		}()
 	}
-	// More waiters than a release of both permits serves at once: some
-	// are granted only after the heartbeats that follow the eviction.
+	// More waiters than a release of every permit serves at once.
 	for _, tenant := range []string{"b1", "b2", "b3", "b4"} {
 		wait(b, tenant)
 	}
@@ -144,10 +161,10 @@ func evictAtTheWorstMoment(t *testing.T, mode evictionMode, keys []string) {
 		require.EqualValues(t, 1, a.rdb.Exists(context.Background(), tag+":"+k).Val(), "no key %s to evict", k)
 		require.NoError(t, a.rdb.Del(context.Background(), tag+":"+k).Err())
 	}
-	// Each node heartbeats every lease/3: both have once a lease has
-	// passed.
-	run.strictAfter(time.Now().Add(cfg.Lease))
-	time.Sleep(cfg.Lease + 100*time.Millisecond)
+	// Each node heartbeats every lease/3: both have, twice at least,
+	// once two leases have passed (a loaded machine may delay one).
+	run.strictAfter(time.Now().Add(2 * cfg.Lease))
+	time.Sleep(2*cfg.Lease + 100*time.Millisecond)
 	wait(a, "a1")
 	wait(b, "b1")
 	time.Sleep(200 * time.Millisecond)
