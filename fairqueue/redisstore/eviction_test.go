@@ -306,3 +306,29 @@ func TestAFairWaiterWhoseIndexWasEvictedIsGrantedOnce(t *testing.T) {
 	assert.Zero(t, snap.Waiting)
 	assert.Zero(t, rdb.Exists(ctx, s.Tag()+":fwait").Val(), "tickets left in their flows' order")
 }
+
+// A fair waiter cancelled (its client gone, its max_wait over) after
+// Redis evicted the ticket index (K.fticket), before any heartbeat
+// rebuilt it, leaves its flow's order too: left there, it was granted
+// later to nobody (its node releases such a grant at once) and charged
+// to its tenant.
+func TestAFairWaiterCancelledAfterItsIndexWasEvictedIsNotGranted(t *testing.T) {
+	rdb, s := openStore(t, "cancelevicted")
+	ctx := context.Background()
+	l := fairqueue.Limits{Permits: 1, Lease: 10 * time.Second}
+	holder := fairqueue.TicketArgs{ID: "n1:1:a.0", Node: "n1", Limits: l, Cost: 1}
+	acquireGranted(t, s, holder)
+	w := fairqueue.TicketArgs{ID: "n1:2:b.0", Node: "n1", Limits: l, Cost: 1}
+	q, err := s.Acquire(ctx, w)
+	require.NoError(t, err)
+	require.False(t, q.Granted, "no permit free")
+	require.NoError(t, rdb.Del(ctx, s.Tag()+":fticket").Err()) // evicted
+
+	require.NoError(t, s.Cancel(ctx, w))
+	require.NoError(t, s.Release(ctx, holder))
+	snap, err := s.Inspect(ctx, 0, 0)
+	require.NoError(t, err)
+	assert.Empty(t, snap.Holders, "the cancelled waiter granted")
+	assert.EqualValues(t, 1, snap.Grants, "grants made (each charged to its flow)")
+	assert.Zero(t, rdb.Exists(ctx, s.Tag()+":fwait").Val(), "the cancelled waiter left in its flow's order")
+}
