@@ -30,13 +30,10 @@ local function tenant_of(flow)
 end
 
 -- vtime is the virtual time, read once a script: only set_vtime writes it,
--- from a queue's first counter on (activate, charge). Missing beside
--- counters (K.fcount, K.fidle), Redis lost it alone (an eviction): read
--- as 0, a tenant that starts to wait would pass every tenant with a
--- request running, or idle above it, for as long as the queue had run.
--- It reads as the least of those counters then (within a request's cost
--- of where it was; O(active flows), only while missing). vt_kept:
--- K.vtime exists.
+-- from a queue's first counter on. Missing beside counters (K.fcount,
+-- K.fidle), Redis lost it alone (evicted): it reads as their least (not
+-- 0, below tenants that used much: they would wait for as long as the
+-- queue had run), within a request's cost. vt_kept: K.vtime exists.
 local vt, vt_kept
 local function vtime()
   if vt then return vt end
@@ -361,14 +358,12 @@ local function enqueue(flow, seq, cost, id)
 end
 
 -- reindex rebuilds the ticket index (K.fticket) from the flows' order
--- (K.fwait), where the waiters are: Redis may lose the index alone (an
--- eviction under maxmemory deletes the key). A waiter dispatch still
--- grants from its flow's order would count in no queue length, a cancel
--- would not find it, and a heartbeat naming it would report it missing,
--- so that its node queued it again, twice in its flow's order: granted
--- again once its request ended, to nobody, and charged again.
--- O(fair tickets waiting); a heartbeat calls it only where a ticket it
--- names is missing from the index, once a call.
+-- (K.fwait), where the waiters are, when Redis lost it alone (evicted):
+-- a waiter would count in no queue length, and a heartbeat naming it
+-- would report it missing, its node queue it again, twice in its flow's
+-- order: granted again once its request ended, to nobody, and charged.
+-- O(fair waiters); a heartbeat calls it where a ticket it names is
+-- missing from the index, once a call.
 local function reindex()
   local args = {}
   for _, m in ipairs(redis.call('ZRANGE', K.fwait, 0, -1)) do
@@ -384,10 +379,20 @@ local function reindex()
 end
 
 -- unqueue removes fair ticket id from the queue; false if it is not there.
-local function unqueue(id)
+-- With lost, one the index lacks (see reindex) is looked for in its
+-- flow's order (O(the flow's waiters)): left there, a cancelled ticket
+-- would be granted to nobody, and charged.
+local function unqueue(id, lost)
   local m = redis.call('HGET', K.fticket, id)
+  local flow = lost and flow_of(id)
+  if not m and flow then
+    for _, e in ipairs(redis.call('ZRANGEBYLEX', K.fwait, '[' .. flow .. '|', '[' .. flow .. '|~')) do
+      local _, _, _, t = parse(e)
+      if t == id then m = e end
+    end
+  end
   if not m then return false end
-  local flow = parse(m)
+  flow = parse(m)
   unready(flow)
   take(m)
   refresh(flow)
@@ -441,9 +446,8 @@ end
 -- would wait for releases that never come. Then, when some flow with
 -- waiters is not ready, the flows of the tenants under the cap in force
 -- are made ready: cap_out left them out while their tenant held its
--- cap, and a reload that raised or lifted it readies nothing else; or
--- Redis lost their entries (see below).
--- O(holders), about the permits.
+-- cap, and a reload that raised or lifted it readies nothing else (or
+-- Redis lost their entries). O(holders), about the permits.
 local function recount()
   local want = {}
   for _, id in ipairs(redis.call('ZRANGE', K.holders, 0, -1)) do
@@ -477,14 +481,12 @@ local function recount()
   end
   local nready = redis.call('ZCARD', K.fready)
   if redis.call('HLEN', K.twait) <= nready then return end
-  -- Every flow with waiters (K.twait) whose tenant is under its cap is
-  -- ready; where fewer are, the missing are made ready: flows of tenants
-  -- that hold nothing too, whose ready entries Redis may have lost (an
-  -- eviction of K.fready), and that no release or grant of their own
-  -- would make ready again: their waiters would wait out their max_wait
-  -- while permits are free. O(flows waiting) where some flow with
-  -- waiters is not ready (a tenant at its cap has waiters), and the
-  -- refreshes only where one is missing.
+  -- Every flow with waiters (K.twait) of a tenant under its cap is ready;
+  -- where fewer are, all are made ready: also those of tenants that hold
+  -- nothing, whose entries Redis lost (K.fready evicted) and which nothing
+  -- else readies: their waiters would wait out their max_wait while
+  -- permits are free. O(flows waiting) where a flow with waiters is not
+  -- ready, the refreshes only where one is missing.
   local flows = {}
   for _, flow in ipairs(redis.call('HKEYS', K.twait)) do
     if not capped(tenant_of(flow), want[tenant_of(flow)] or 0) then flows[#flows + 1] = flow end
