@@ -73,6 +73,7 @@ func (s *session) heartbeat(cfg *Config) (ok bool) {
 		// and the next heartbeat names every waiter.
 		args.Pending = []string{t.id}
 	}
+	args.Tokens = queuedWeights(args.Tokens, pending)
 	if args.Epoch == "" {
 		if e := s.seen.Load(); e != nil {
 			args.Epoch = *e
@@ -136,7 +137,8 @@ func (s *session) heartbeat(cfg *Config) (ok bool) {
 		n := min(len(more), pendingPerCall)
 		cctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 		var r HeartbeatResult
-		r, err = q.store.Heartbeat(cctx, HeartbeatArgs{Node: q.node, Limits: args.Limits, Epoch: res.Epoch, Beat: args.Beat, Pending: more[:n]})
+		r, err = q.store.Heartbeat(cctx, HeartbeatArgs{Node: q.node, Limits: args.Limits, Epoch: res.Epoch, Beat: args.Beat,
+			Pending: more[:n], Tokens: args.Tokens})
 		cancel()
 		q.health.record(q.log, err)
 		res.Missing = append(res.Missing, r.Missing...)
@@ -233,6 +235,21 @@ func (s *session) readded(ids []string, sameEpoch bool) {
 		q.log.Warn("store had dropped permits this node holds (a failover, or a partition longer than the lease); counted them again",
 			zap.Int("permits", lost))
 	}
+}
+
+// queuedWeights adds to m the weight each waiter of ts was queued with
+// (TicketArgs.Tokens), where it weighs any: a store that lost it (a key
+// evicted under maxmemory) records it again (HeartbeatArgs.Tokens).
+func queuedWeights(m map[string]int, ts []*ticket) map[string]int {
+	for _, t := range ts {
+		if t.tokens > 0 {
+			if m == nil {
+				m = make(map[string]int, len(ts))
+			}
+			m[t.id] = t.tokens
+		}
+	}
+	return m
 }
 
 // oldest is the waiter of ts the node made first (nil if none).

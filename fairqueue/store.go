@@ -261,7 +261,10 @@ type HeartbeatArgs struct {
 	Upstreams map[string]string
 	// Tokens maps the Held and Adopt tickets that weigh tokens
 	// (TicketArgs.Tokens) to their weight, so that a holder the store
-	// re-adds or adopts counts its tokens too.
+	// re-adds or adopts counts its tokens too; and the Pending ones to the
+	// weight they were queued with, so that a store that lost it (a key
+	// evicted under maxmemory) records it again and reports the ticket
+	// in HeartbeatResult.Missing (the node's acquire finds it queued).
 	Tokens map[string]int
 	// Pending are tickets of this node waiting for a grant, named when the
 	// node has reason to doubt the store still has them (it was forgotten,

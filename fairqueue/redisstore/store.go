@@ -315,13 +315,11 @@ func (s *Store) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fair
 	for i, l := range [][]string{hb.Held, hb.Pending, hb.Adopt} {
 		for _, id := range l {
 			arg := id
-			if i != 1 { // counts on its upstream, with its tokens, if added again
-				if up := hb.Upstreams[id]; up != "" {
-					arg += " u=" + up
-				}
-				if w := hb.Tokens[id]; w > 0 {
-					arg += " w=" + strconv.Itoa(w)
-				}
+			if up := hb.Upstreams[id]; up != "" && i != 1 { // counts on its upstream if added again
+				arg += " u=" + up
+			}
+			if w := hb.Tokens[id]; w > 0 { // weighs its tokens if added again, or recorded again (pending)
+				arg += " w=" + strconv.Itoa(w)
 			}
 			more = append(more, arg)
 		}

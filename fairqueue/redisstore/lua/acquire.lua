@@ -77,6 +77,31 @@ if not alive(node) then
 else
   epoch = redis.call('GET', K.epoch) or ''
 end
+-- arrival is the ticket's arrival number (K.seq). The counter starts
+-- over (at 1) with the queue's keys; one that starts over beside waiters
+-- was lost alone (an eviction under maxmemory): each later arrival would
+-- queue ahead of them until the counter had passed their numbers (in a
+-- busy queue, they would wait out their max_wait). It goes on above the
+-- last of theirs: read only then (FIFO: one ZRANGE; fair: the flows'
+-- orders, O(fair waiters)). A holder's number is not kept in Redis: a
+-- requeue at it moves the counter on (requeue.lua).
+local function arrival()
+  local seq = redis.call('INCR', K.seq)
+  if seq == 1 and (ex.waiting or ex.fwait) then
+    local top = 0
+    local h = redis.call('ZRANGE', K.waiting, -1, -1, 'WITHSCORES')
+    if #h > 0 then top = tonumber(h[2]) end
+    for _, m in ipairs(ex.fwait and redis.call('ZRANGE', K.fwait, 0, -1) or {}) do
+      local _, s = parse(m)
+      top = math.max(top, tonumber(s, 16))
+    end
+    if top >= seq then
+      seq = top + 1
+      redis.call('SET', K.seq, string.format('%.0f', seq))
+    end
+  end
+  return seq
+end
 -- n, tn: the permits the flow and its tenant hold, if room read them
 local own, free, view, up, n, tn = {}, 0, nil, nil, nil, nil
 if quiet then
@@ -116,7 +141,7 @@ if free > 0 then
   if redis.call('ZADD', K.holders, 'NX', now + lease, id) == 0 then
     return answer('granted', 0, 0, 0, own, upstream_of(id))
   end
-  local seq = redis.call('INCR', K.seq)
+  local seq = arrival()
   if flow then
     -- Its counter read once and written once (quiet: no flow is ready).
     charge(flow, cost, counter(flow) or start(flow, quiet), n, tn)
@@ -126,7 +151,7 @@ if free > 0 then
   take_tokens(id, asked(weight, asks), up, view, true)
   return answer('granted', seq, no, 0, own, up, no)
 end
-local seq = redis.call('INCR', K.seq)
+local seq = arrival()
 set_weight(id, weight, true, asks)
 if flow then
   local m = enqueue(flow, seq, cost, id)

@@ -15,7 +15,11 @@ local id = ARGV[1]
 if tonumber(ARGV[8]) > 0 then
   tombstone(id, tonumber(ARGV[8]))
 end
-if redis.call('ZREM', K.waiting, id) == 0 then unqueue(id) end
+-- A fair ticket the index (K.fticket) lacks, not granted, is looked for
+-- in its flow's order (unqueue): Redis may have evicted the index.
+if redis.call('ZREM', K.waiting, id) == 0 then
+  unqueue(id, redis.call('ZSCORE', K.holders, id) == false)
+end
 take_weight(id)
 if redis.call('ZREM', K.holders, id) == 1 then unheld(id, tonumber(ARGV[9]) or 0) end
 return (dispatch(owner_of(id)))

@@ -29,16 +29,28 @@ local function tenant_of(flow)
   return string.match(flow, '^(.*)%.[^.]*$') or flow
 end
 
--- vtime is the virtual time, read once a script: only set_vtime writes it.
-local vt
+-- vtime is the virtual time, read once a script: only set_vtime writes it,
+-- from a queue's first counter on. Missing beside counters (K.fcount,
+-- K.fidle), Redis lost it alone (evicted): it reads as their least (not
+-- 0, below tenants that used much: they would wait for as long as the
+-- queue had run), within a request's cost. vt_kept: K.vtime exists.
+local vt, vt_kept
 local function vtime()
-  if not vt then vt = tonumber(redis.call('GET', K.vtime) or '0') end
+  if vt then return vt end
+  local v = redis.call('GET', K.vtime)
+  vt, vt_kept = tonumber(v or '0'), v ~= false
+  if not vt_kept then
+    local least = redis.call('ZRANGE', K.fidle, 0, 0, 'WITHSCORES')[2]
+    least = least and tonumber(least)
+    for _, c in ipairs(redis.call('HVALS', K.fcount)) do least = math.min(least or tonumber(c), tonumber(c)) end
+    vt = math.max(least or 0, 0)
+  end
   return vt
 end
 
 local function set_vtime(v, s)
   redis.call('SET', K.vtime, s)
-  vt = v
+  vt, vt_kept = v, true
 end
 
 -- A waiting fair ticket is the K.fwait member
@@ -137,7 +149,9 @@ end
 
 -- activate gives an idle flow its counter (see start).
 local function activate(flow, at_vtime)
-  if not counter(flow) then redis.call('HSET', K.fcount, flow, num(start(flow, at_vtime))) end
+  if counter(flow) then return end
+  redis.call('HSET', K.fcount, flow, num(start(flow, at_vtime)))
+  if vt_kept == false then set_vtime(vt, num(vt)) end -- K.fcount exists: so does K.vtime
 end
 
 -- unready takes flow out of the ready set: before its head changes.
@@ -235,8 +249,8 @@ end
 local function charge(flow, cost, c, n, tn)
   local v = vtime()
   c = c or counter(flow) or v
-  if c > v then
-    v = c
+  if c > v or not vt_kept then
+    v = math.max(c, v)
     set_vtime(v, num(v))
   end
   c = advance(c, cost)
@@ -343,11 +357,42 @@ local function enqueue(flow, seq, cost, id)
   return m
 end
 
+-- reindex rebuilds the ticket index (K.fticket) from the flows' order
+-- (K.fwait), where the waiters are, when Redis lost it alone (evicted):
+-- a waiter would count in no queue length, and a heartbeat naming it
+-- would report it missing, its node queue it again, twice in its flow's
+-- order: granted again once its request ended, to nobody, and charged.
+-- O(fair waiters); a heartbeat calls it where a ticket it names is
+-- missing from the index, once a call.
+local function reindex()
+  local args = {}
+  for _, m in ipairs(redis.call('ZRANGE', K.fwait, 0, -1)) do
+    local _, _, _, id = parse(m)
+    args[#args + 1] = id
+    args[#args + 1] = m
+    if #args >= 1000 then
+      redis.call('HSET', K.fticket, unpack(args))
+      args = {}
+    end
+  end
+  if #args > 0 then redis.call('HSET', K.fticket, unpack(args)) end
+end
+
 -- unqueue removes fair ticket id from the queue; false if it is not there.
-local function unqueue(id)
+-- With lost, one the index lacks (see reindex) is looked for in its
+-- flow's order (O(the flow's waiters)): left there, a cancelled ticket
+-- would be granted to nobody, and charged.
+local function unqueue(id, lost)
   local m = redis.call('HGET', K.fticket, id)
+  local flow = lost and flow_of(id)
+  if not m and flow then
+    for _, e in ipairs(redis.call('ZRANGEBYLEX', K.fwait, '[' .. flow .. '|', '[' .. flow .. '|~')) do
+      local _, _, _, t = parse(e)
+      if t == id then m = e end
+    end
+  end
   if not m then return false end
-  local flow = parse(m)
+  flow = parse(m)
   unready(flow)
   take(m)
   refresh(flow)
@@ -401,17 +446,16 @@ end
 -- would wait for releases that never come. Then, when some flow with
 -- waiters is not ready, the flows of the tenants under the cap in force
 -- are made ready: cap_out left them out while their tenant held its
--- cap, and a reload that raised or lifted it readies nothing else.
--- O(holders), about the permits.
+-- cap, and a reload that raised or lifted it readies nothing else (or
+-- Redis lost their entries). O(holders), about the permits.
 local function recount()
-  local want, tenants = {}, {}
+  local want = {}
   for _, id in ipairs(redis.call('ZRANGE', K.holders, 0, -1)) do
     local flow = flow_of(id)
     if flow then
       local tenant = tenant_of(flow)
       want[flow] = (want[flow] or 0) + 1
       want[tenant] = (want[tenant] or 0) + 1
-      tenants[tenant] = true
     end
   end
   local have = redis.call('HGETALL', K.finf)
@@ -435,14 +479,21 @@ local function recount()
     local tenant = tenant_of(k)
     for b = 0, MAXBAND do refresh(tenant .. '.' .. b) end
   end
-  if redis.call('HLEN', K.twait) <= redis.call('ZCARD', K.fready) then return end
-  for tenant in pairs(tenants) do
-    if not capped(tenant, want[tenant]) then
-      local flows = {}
-      for b = 0, MAXBAND do flows[#flows + 1] = tenant .. '.' .. b end
-      for i, w in ipairs(redis.call('HMGET', K.twait, unpack(flows))) do
-        if w then refresh(flows[i], nil, true, false, want[tenant]) end
-      end
-    end
+  local nready = redis.call('ZCARD', K.fready)
+  if redis.call('HLEN', K.twait) <= nready then return end
+  -- Every flow with waiters (K.twait) of a tenant under its cap is ready;
+  -- where fewer are, all are made ready: also those of tenants that hold
+  -- nothing, whose entries Redis lost (K.fready evicted) and which nothing
+  -- else readies: their waiters would wait out their max_wait while
+  -- permits are free. O(flows waiting) where a flow with waiters is not
+  -- ready, the refreshes only where one is missing.
+  local flows = {}
+  for _, flow in ipairs(redis.call('HKEYS', K.twait)) do
+    if not capped(tenant_of(flow), want[tenant_of(flow)] or 0) then flows[#flows + 1] = flow end
+  end
+  if #flows <= nready then return end
+  for _, flow in ipairs(flows) do
+    local tenant = tenant_of(flow)
+    refresh(flow, nil, true, false, want[tenant] or 0)
   end
 end

@@ -4,7 +4,8 @@
 -- ARGV: 1 node, 2-7 common, 8 epoch the node knows ('' if none),
 --   9 epoch candidate, 10 this heartbeat's number (per node, increasing),
 --   11 count n of held tickets, 12 count m of pending tickets, then the n
---   held tickets, the m pending tickets, and the adopted tickets
+--   held tickets, the m pending tickets ("<ticket>[ w=<tokens>]": the
+--   weight it was queued with), and the adopted tickets
 --   (admitted while Redis was unreachable) to the end. A held or adopted
 --   ticket is "<ticket>[ u=<upstream>][ w=<tokens>]": re-added or
 --   adopted, it counts on its pool upstream (pool.lua) and weighs its
@@ -18,7 +19,8 @@
 -- the node back since its last heartbeat): its waiters may be gone, so it
 -- should name them in a heartbeat; re-added lists the held tickets whose
 -- holder entry was missing; missing lists the pending tickets that are
--- neither waiting nor holding here: the node queues them again.
+-- neither waiting nor holding here: the node queues them again (and
+-- those waiting whose weight Redis lost, recorded again: see below).
 -- The node's lease is recorded with its membership: grants made to its
 -- waiters by any node expire after it.
 -- A held ticket whose entry is missing is counted again when Redis lost
@@ -196,19 +198,41 @@ for i = 13, 12 + n do
   end
 end
 local missing = {}
+local reindexed = false
 for i = 13 + n, 12 + n + m do
-  local id = ARGV[i]
+  local id, w = string.match(ARGV[i], '^%S+'), tonumber(string.match(ARGV[i], ' w=(%d+)'))
   -- A fair ticket waits where its order entry is (K.fwait): one Redis
   -- lost (an eviction of that key) with its index entry left waits
   -- nowhere, and that entry goes, so the node can queue it again; its
   -- weight goes with it (queued again, it is recorded again).
   local fm = redis.call('HGET', K.fticket, id)
+  if not fm and not reindexed and flow_of(id) and redis.call('EXISTS', K.fwait) == 1 and
+     not redis.call('ZSCORE', K.holders, id) then
+    -- Its index entry lost (an eviction of K.fticket), it may still
+    -- wait in its flow's order: the index is rebuilt from there, once
+    -- (reindex in fair.lua); queued again, it would wait twice. Not for
+    -- a ticket granted since its node named it (its index entry went
+    -- with the grant).
+    reindexed = true
+    reindex()
+    fm = redis.call('HGET', K.fticket, id)
+  end
   if fm and not redis.call('ZSCORE', K.fwait, fm) then
     unqueue(id)
     take_weight(id)
     fm = false
   end
-  if not redis.call('ZSCORE', K.waiting, id) and not fm and not redis.call('ZSCORE', K.holders, id) then
+  local queued = fm or redis.call('ZSCORE', K.waiting, id)
+  if not queued and not redis.call('ZSCORE', K.holders, id) then
+    missing[#missing + 1] = id
+  elseif queued and w and w > 0 and redis.call('HEXISTS', K.tok, id) == 0 then
+    -- Its weight lost (an eviction of K.tok): granted, it would weigh
+    -- nothing, above kv_tokens until its node's next heartbeat counted
+    -- it, however long after the eviction. Recorded again (what it asks
+    -- beyond, if more, is not known here), and reported missing: its
+    -- node's acquire finds it queued, and the node's next heartbeat
+    -- names every waiter of its own.
+    set_weight(id, w, true)
     missing[#missing + 1] = id
   end
 end

@@ -39,6 +39,12 @@ local known = gone or redis.call('ZSCORE', K.holders, id) or redis.call('ZSCORE'
 -- The new ticket first: its flow, still holding the old permit, stays
 -- active and keeps its counter.
 if not known then
+  -- The arrival counter below the ticket's number was lost alone (an
+  -- eviction under maxmemory: see arrival in acquire.lua): it moves on,
+  -- so that later arrivals queue behind the ticket, not ahead of it.
+  if seq > 0 and tonumber(redis.call('GET', K.seq) or '0') < seq then
+    redis.call('SET', K.seq, string.format('%.0f', seq))
+  end
   local cost, weight, asks = string.match(ARGV[10], '^(%S+) ?(%d*) ?(%d*)$')
   set_weight(id, tonumber(weight), true, tonumber(asks))
   if flow then
