@@ -74,7 +74,7 @@ func TestARequestMovingBackFromTheFallbackAndGoneToRedisAfterAReloadDoesNotWaitF
 			}
 		}
 	})
-	const maxWait = 20 * time.Second
+	const maxWait = 30 * time.Second
 	cfg := fairqueue.Config{Permits: 1, LocalPermits: 1, Fallback: fb, MaxWait: maxWait,
 		Lease: 30 * time.Second, PollInterval: 50 * time.Millisecond,
 		Upstreams: []fairqueue.Upstream{{Dial: "u1:1", Permits: 1}}}
@@ -113,14 +113,14 @@ func TestARequestMovingBackFromTheFallbackAndGoneToRedisAfterAReloadDoesNotWaitF
 	// held as its ticket there is cancelled, before it moves back.
 	fb.cancel.hold.Store(true)
 	px.Heal()
-	<-fb.cancel.entered
+	closedIn(t, fb.cancel.entered, "r never left the retired fallback queue")
 
 	// The holder waits again in Redis, its upstream cooling: Redis's
 	// one waiter when the link is cut again (outage 2), it moves into
 	// a new fallback queue, held on its way.
 	requeued := make(chan result, 1)
 	go func() {
-		p, err := holder.Requeue(context.Background(), 3*time.Second)
+		p, err := holder.Requeue(context.Background(), 5*time.Second)
 		requeued <- result{p, err}
 	}()
 	eventually(t, 10*time.Second, func() bool {
@@ -129,7 +129,7 @@ func TestARequestMovingBackFromTheFallbackAndGoneToRedisAfterAReloadDoesNotWaitF
 	fb.acquire.hold.Store(true)
 	px.Cut()
 	eventually(t, 10*time.Second, func() bool { return !n.q.Stats().StoreUp }, "Redis never marked down again")
-	<-fb.acquire.entered
+	closedIn(t, fb.acquire.entered, "the holder never moved into the new fallback queue")
 
 	// r moves back: Redis is down, and it waits for its turn into the
 	// new fallback queue, behind the holder.
@@ -149,7 +149,12 @@ func TestARequestMovingBackFromTheFallbackAndGoneToRedisAfterAReloadDoesNotWaitF
 
 	// The holder, served by the new fallback queue, ends: r is served by
 	// Redis once the upstream's cooldown ends, long before its max wait.
-	h := <-requeued
+	var h result
+	select {
+	case h = <-requeued:
+	case <-time.After(2 * maxWait):
+		t.Fatal("the holder was never answered")
+	}
 	require.NoError(t, h.err)
 	h.p.Release()
 	var got result
