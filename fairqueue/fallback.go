@@ -21,7 +21,14 @@ import (
 // A request for the fallback queue enters it in its turn: turn, that of
 // a waiter of the store's queue moving there (moveOut), or else one
 // behind those still moving (joinExit).
-func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline time.Time, cause error, turn *exitTurn) (*Permit, error) {
+//
+// from is the line of the retired fallback queue the request moves back
+// from (moveIn), nil for others: sent to the store's queue instead, it
+// goes there ahead of the requests behind it in that line, its number
+// there not passed until it queues. Sent as a new request, it joined that
+// line again behind its own number, and waited for itself until its max
+// wait, every request behind it with it.
+func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline time.Time, cause error, turn *exitTurn, from *moveLine) (*Permit, error) {
 	q.health.outage(q.log, cause)
 	cfg := q.cfg.Load()
 	if cfg.Fallback != nil {
@@ -42,7 +49,7 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 				// came back while it waited: it waits in the store's
 				// queue, as localQueue sends it there under a policy
 				// that keeps one. The policy answers a store down.
-				return q.acquire(ctx, req, start, deadline, nil)
+				return q.acquire(ctx, req, start, deadline, from)
 			}
 		}
 	}
@@ -63,7 +70,7 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 			// which counts every permit of the node again. So does one
 			// whose policy a reload changed meanwhile: the store, down,
 			// answers it with the new one.
-			return q.acquire(ctx, req, start, deadline, nil)
+			return q.acquire(ctx, req, start, deadline, from)
 		}
 		line, n = lq.line, lq.line.take()
 		// Passed as it leaves the fallback queue, or once it moved.
@@ -183,12 +190,12 @@ func (q *Queue) inFallback(cfg *Config) bool {
 // the store once back. The store does not count the local permits
 // running yet, so its grant would run beside them: t leaves the store,
 // and the request waits in the fallback queue, then in the store's
-// once they are counted (retireLocal).
-func (q *Queue) backToFallback(ctx context.Context, t *ticket, req Request, start, deadline time.Time) (*Permit, error) {
+// once they are counted (retireLocal). from: as unavailable's.
+func (q *Queue) backToFallback(ctx context.Context, t *ticket, req Request, start, deadline time.Time, from *moveLine) (*Permit, error) {
 	t.state.CompareAndSwap(statePending, stateCancelled)
 	q.forgetUnused(t)
 	q.background(func() { q.cancelInStore(t, true, true) })
-	return q.unavailable(ctx, req, start, deadline, errStoreDown, nil)
+	return q.unavailable(ctx, req, start, deadline, errStoreDown, nil, from)
 }
 
 // localQueue returns the node's fallback queue (in-process, created on

@@ -172,11 +172,11 @@ func (q *Queue) joinExit() *exitTurn {
 
 // moveOut sends to the fallback queue the request of t, which left the
 // store's queue (storeDown), in its turn, with what is left of its max
-// wait.
-func (q *Queue) moveOut(ctx context.Context, t *ticket, req Request, start, deadline time.Time) (*Permit, error) {
+// wait. from: as unavailable's.
+func (q *Queue) moveOut(ctx context.Context, t *ticket, req Request, start, deadline time.Time, from *moveLine) (*Permit, error) {
 	turn := t.exit.Load()
 	defer turn.line.pass(turn.n) // whatever answers it: a reload may have changed the policy
-	return q.unavailable(ctx, req, start, deadline, errStoreDown, turn)
+	return q.unavailable(ctx, req, start, deadline, errStoreDown, turn, from)
 }
 
 // awaitExit waits for turn, a request's turn to enter the fallback

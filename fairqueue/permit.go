@@ -221,7 +221,7 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 			q.coolLocal(p.Upstream(), coolFor(cool), false) // before the release hands its permit on there
 		}
 		p.releaseNow()
-		return q.unavailable(ctx, p.req, p.start, p.deadline, errStoreDown, nil)
+		return q.unavailable(ctx, p.req, p.start, p.deadline, errStoreDown, nil, nil)
 	}
 	// Where no requeue gives the permit back, this release does, as the
 	// requeue would have: the refused grant ran nowhere (its charge is
@@ -301,10 +301,10 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		if cool >= 0 {
 			q.coolLocal(p.Upstream(), coolFor(cool), true)
 		}
-		return q.unavailable(ctx, p.req, p.start, p.deadline, err, nil)
+		return q.unavailable(ctx, p.req, p.start, p.deadline, err, nil, nil)
 	}
 	if args.Cool != "" {
 		q.s.cooled(args.CoolFor) // the request (and any waiter) runs as it ends
 	}
-	return q.enqueue(ctx, t, res, answeredInLease(sent, args.Lease), args.Permits, p.req, p.start, p.deadline)
+	return q.enqueue(ctx, t, res, answeredInLease(sent, args.Lease), args.Permits, p.req, p.start, p.deadline, nil)
 }

@@ -194,14 +194,14 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return q.unavailable(ctx, req, start, deadline, err, nil)
+		return q.unavailable(ctx, req, start, deadline, err, nil, from)
 	}
 	// The settings in force once joined: the join may have waited (for
 	// an open on its way, its round trips), and a reload meanwhile may
 	// allow fewer permits, which the acquire below dispatches under.
 	cfg = q.cfg.Load()
 	if !q.health.up() || q.inFallback(cfg) {
-		return q.unavailable(ctx, req, start, deadline, errStoreDown, nil)
+		return q.unavailable(ctx, req, start, deadline, errStoreDown, nil, from)
 	}
 	if l, n := q.joinMovers(from); l != nil {
 		return q.moveIn(ctx, l, n, req, start, deadline)
@@ -242,13 +242,13 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 		if !time.Now().Before(deadline) {
 			return nil, q.reject(ReasonTimeout, start, 0, err)
 		}
-		return q.unavailable(ctx, req, start, deadline, err, nil)
+		return q.unavailable(ctx, req, start, deadline, err, nil, from)
 	}
 	q.health.ok(q.log)
 	if q.inFallback(cfg) {
-		return q.backToFallback(ctx, t, req, start, deadline)
+		return q.backToFallback(ctx, t, req, start, deadline, from)
 	}
-	return q.enqueue(ctx, t, res, fresh, permits, req, start, deadline)
+	return q.enqueue(ctx, t, res, fresh, permits, req, start, deadline, from)
 }
 
 // enqueue is the one path of a ticket the store answered, from Acquire
@@ -256,8 +256,9 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 // cancelled before the call ran, is granted at once or joins the queue;
 // then it waits for its grant until deadline. fresh: the answer was read
 // less than a lease after its call was sent (answeredInLease); a grant
-// in one read later is not started before the store confirms it.
-func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, fresh bool, permits int, req Request, start, deadline time.Time) (*Permit, error) {
+// in one read later is not started before the store confirms it. from:
+// as acquire's.
+func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, fresh bool, permits int, req Request, start, deadline time.Time, from *moveLine) (*Permit, error) {
 	q.observe(res.Grants, res.Epoch)
 	if res.Full {
 		t.state.CompareAndSwap(statePending, stateRejected)
@@ -284,7 +285,7 @@ func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, fresh
 			q.place(t, res.Position, res.Grants)
 			t.queued.Store(true)
 			if q.missedMove(t) {
-				return q.unavailable(ctx, req, start, deadline, errStoreDown, nil)
+				return q.unavailable(ctx, req, start, deadline, errStoreDown, nil, from)
 			}
 		}
 		if q.cfg.Load().Adaptive != nil {
@@ -296,11 +297,11 @@ func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, fresh
 	}
 	p, err := q.wait(ctx, t, start, deadline)
 	if err == errMovedOut {
-		return q.moveOut(ctx, t, req, start, deadline)
+		return q.moveOut(ctx, t, req, start, deadline, from)
 	}
 	if err == errGrantInFallback {
 		// Its permit given back (served): it waits in the fallback queue.
-		return q.unavailable(ctx, req, start, deadline, errStoreDown, nil)
+		return q.unavailable(ctx, req, start, deadline, errStoreDown, nil, from)
 	}
 	if p != nil {
 		p.req, p.deadline = req, deadline

@@ -61,6 +61,13 @@ func wrappedNode(t testing.TB, srv *redistest.Server, name string, cfg fairqueue
 // returns: the test cuts and heals the node's link to Redis.
 func proxiedNode(t testing.TB, srv *redistest.Server, name string, cfg fairqueue.Config) (*node, *faultproxy.Proxy) {
 	t.Helper()
+	return wrappedProxiedNode(t, srv, name, cfg, func(s fairqueue.Store) fairqueue.Store { return s })
+}
+
+// wrappedProxiedNode is proxiedNode with wrap between the Queue and its
+// Redis store.
+func wrappedProxiedNode(t testing.TB, srv *redistest.Server, name string, cfg fairqueue.Config, wrap func(fairqueue.Store) fairqueue.Store) (*node, *faultproxy.Proxy) {
+	t.Helper()
 	px := faultproxy.Start(t, srv.Addr())
 	rdb := redis.NewClient(&redis.Options{
 		Addr:                  px.Addr(),
@@ -71,7 +78,7 @@ func proxiedNode(t testing.TB, srv *redistest.Server, name string, cfg fairqueue
 		ContextTimeoutEnabled: true,
 	})
 	cfg.Name = name
-	q, err := fairqueue.New(redisstore.New(rdb, name, redisstore.Options{}), cfg)
+	q, err := fairqueue.New(wrap(redisstore.New(rdb, name, redisstore.Options{})), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_ = q.Close()
