@@ -379,13 +379,13 @@ local function reindex()
 end
 
 -- unqueue removes fair ticket id from the queue; false if it is not there.
--- With lost, one the index lacks (see reindex) is looked for in its
--- flow's order (O(the flow's waiters)): left there, a cancelled ticket
--- would be granted to nobody, and charged.
+-- With lost, one the index lacks, where it holds fewer waiters than the
+-- order (see reindex), is looked for in its flow's order (O(its waiters)):
+-- left there, a cancelled ticket would be granted to nobody, and charged.
 local function unqueue(id, lost)
   local m = redis.call('HGET', K.fticket, id)
-  local flow = lost and flow_of(id)
-  if not m and flow then
+  local flow = lost and not m and redis.call('HLEN', K.fticket) < redis.call('ZCARD', K.fwait) and flow_of(id)
+  if flow then
     for _, e in ipairs(redis.call('ZRANGEBYLEX', K.fwait, '[' .. flow .. '|', '[' .. flow .. '|~')) do
       local _, _, _, t = parse(e)
       if t == id then m = e end
