@@ -384,8 +384,8 @@ end
 -- left there, a cancelled ticket would be granted to nobody, and charged.
 local function unqueue(id, lost)
   local m = redis.call('HGET', K.fticket, id)
-  local flow = lost and not m and redis.call('HLEN', K.fticket) < redis.call('ZCARD', K.fwait) and flow_of(id)
-  if flow then
+  local flow = lost and not m and flow_of(id)
+  if flow and redis.call('HLEN', K.fticket) < redis.call('ZCARD', K.fwait) then
     for _, e in ipairs(redis.call('ZRANGEBYLEX', K.fwait, '[' .. flow .. '|', '[' .. flow .. '|~')) do
       local _, _, _, t = parse(e)
       if t == id then m = e end
