@@ -379,13 +379,13 @@ local function reindex()
 end
 
 -- unqueue removes fair ticket id from the queue; false if it is not there.
--- With lost, one the index lacks (see reindex) is looked for in its
--- flow's order (O(the flow's waiters)): left there, a cancelled ticket
--- would be granted to nobody, and charged.
+-- With lost, one the index lacks, where it holds fewer waiters than the
+-- order (see reindex), is looked for in its flow's order (O(its waiters)):
+-- left there, a cancelled ticket would be granted to nobody, and charged.
 local function unqueue(id, lost)
   local m = redis.call('HGET', K.fticket, id)
-  local flow = lost and flow_of(id)
-  if not m and flow then
+  local flow = lost and not m and flow_of(id)
+  if flow and redis.call('HLEN', K.fticket) < redis.call('ZCARD', K.fwait) then
     for _, e in ipairs(redis.call('ZRANGEBYLEX', K.fwait, '[' .. flow .. '|', '[' .. flow .. '|~')) do
       local _, _, _, t = parse(e)
       if t == id then m = e end
@@ -446,16 +446,16 @@ end
 -- would wait for releases that never come. Then, when some flow with
 -- waiters is not ready, the flows of the tenants under the cap in force
 -- are made ready: cap_out left them out while their tenant held its
--- cap, and a reload that raised or lifted it readies nothing else (or
--- Redis lost their entries). O(holders), about the permits.
+-- cap, and a reload that raised or lifted it readies nothing else.
 local function recount()
-  local want = {}
+  local want, tenants = {}, {}
   for _, id in ipairs(redis.call('ZRANGE', K.holders, 0, -1)) do
     local flow = flow_of(id)
     if flow then
       local tenant = tenant_of(flow)
       want[flow] = (want[flow] or 0) + 1
       want[tenant] = (want[tenant] or 0) + 1
+      tenants[tenant] = true
     end
   end
   local have = redis.call('HGETALL', K.finf)
@@ -479,21 +479,22 @@ local function recount()
     local tenant = tenant_of(k)
     for b = 0, MAXBAND do refresh(tenant .. '.' .. b) end
   end
-  local nready = redis.call('ZCARD', K.fready)
-  if redis.call('HLEN', K.twait) <= nready then return end
-  -- Every flow with waiters (K.twait) of a tenant under its cap is ready;
-  -- where fewer are, all are made ready: also those of tenants that hold
-  -- nothing, whose entries Redis lost (K.fready evicted) and which nothing
-  -- else readies: their waiters would wait out their max_wait while
-  -- permits are free. O(flows waiting) where a flow with waiters is not
-  -- ready, the refreshes only where one is missing.
-  local flows = {}
-  for _, flow in ipairs(redis.call('HKEYS', K.twait)) do
-    if not capped(tenant_of(flow), want[tenant_of(flow)] or 0) then flows[#flows + 1] = flow end
+  local nready, nwait = redis.call('ZCARD', K.fready), redis.call('HLEN', K.twait)
+  if nwait <= nready then return end
+  -- Every flow with waiters (K.twait) of a tenant under its cap is ready
+  -- (the capped tenants' flows counted, O(holders)); where fewer are, all
+  -- are made ready, also those of tenants that hold nothing, whose entries
+  -- Redis lost (K.fready evicted): O(flows waiting), then only.
+  for tenant in pairs(tenants) do
+    local flows = {}
+    for b = 0, MAXBAND do flows[#flows + 1] = tenant .. '.' .. b end
+    for _, w in ipairs(capped(tenant, want[tenant]) and redis.call('HMGET', K.twait, unpack(flows)) or {}) do
+      if w then nwait = nwait - 1 end
+    end
   end
-  if #flows <= nready then return end
-  for _, flow in ipairs(flows) do
-    local tenant = tenant_of(flow)
-    refresh(flow, nil, true, false, want[tenant] or 0)
+  if nwait <= nready then return end
+  for _, flow in ipairs(redis.call('HKEYS', K.twait)) do
+    local tn = want[tenant_of(flow)] or 0
+    if not capped(tenant_of(flow), tn) then refresh(flow, nil, true, false, tn) end
   end
 end

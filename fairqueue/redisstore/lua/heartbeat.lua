@@ -206,16 +206,19 @@ for i = 13 + n, 12 + n + m do
   -- nowhere, and that entry goes, so the node can queue it again; its
   -- weight goes with it (queued again, it is recorded again).
   local fm = redis.call('HGET', K.fticket, id)
-  if not fm and not reindexed and flow_of(id) and redis.call('EXISTS', K.fwait) == 1 and
-     not redis.call('ZSCORE', K.holders, id) then
+  if not fm and not reindexed and flow_of(id) then
     -- Its index entry lost (an eviction of K.fticket), it may still
     -- wait in its flow's order: the index is rebuilt from there, once
-    -- (reindex in fair.lua); queued again, it would wait twice. Not for
-    -- a ticket granted since its node named it (its index entry went
-    -- with the grant).
+    -- (reindex in fair.lua); queued again, it would wait twice. Only
+    -- where the index holds fewer waiters than the order (two counts,
+    -- read once a call): else the ticket is gone or granted (cancelled,
+    -- dropped with its forgotten node), and the index is not written
+    -- again (O(waiters)).
     reindexed = true
-    reindex()
-    fm = redis.call('HGET', K.fticket, id)
+    if redis.call('HLEN', K.fticket) < redis.call('ZCARD', K.fwait) then
+      reindex()
+      fm = redis.call('HGET', K.fticket, id)
+    end
   end
   if fm and not redis.call('ZSCORE', K.fwait, fm) then
     unqueue(id)
