@@ -1,7 +1,6 @@
 package redisstore_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -10,8 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
-	"github.com/fair-queue/caddy-fair-queue/fairqueue/memstore"
-	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
 // A request that comes as Redis goes away waits for its turn into the
@@ -23,53 +20,8 @@ import (
 // that the store was back, it was refused store_unavailable while Redis
 // answered.
 func TestARequestWaitingItsTurnIntoTheFallbackGoesToRedisBackAfterAReloadToFailClosed(t *testing.T) {
-	srv := redistest.Start(t)
-	fb := &heldFallback{Store: memstore.New(), entered: make(chan struct{}), lets: make(chan struct{})}
-	t.Cleanup(func() {
-		select {
-		case <-fb.lets:
-		default:
-			close(fb.lets)
-		}
-	})
-	cfg := fairqueue.Config{Permits: 1, LocalPermits: 3, Fallback: fb,
-		Lease: 30 * time.Second, PollInterval: 50 * time.Millisecond, MaxWait: 30 * time.Second}
-	n := newNode(t, srv, "fbturnpolicy", cfg)
-	holder, err := n.q.Acquire(context.Background(), fairqueue.Request{})
-	require.NoError(t, err)
-
-	// w1 waits in Redis behind the holder.
-	queued := make(chan struct{})
-	w1 := make(chan *fairqueue.Permit, 1)
-	go func() {
-		p, err := n.q.Acquire(context.Background(), fairqueue.Request{OnQueued: func(fairqueue.Waiting) {
-			select {
-			case <-queued:
-			default:
-				close(queued)
-			}
-		}})
-		assert.NoError(t, err)
-		w1 <- p
-	}()
-	<-queued
-
-	// Redis goes away: w1 moves into the fallback queue, held on its way.
-	srv.Kill()
-	eventually(t, 10*time.Second, func() bool { return !n.q.Stats().StoreUp }, "Redis never marked down")
-	<-fb.entered
-
-	// r2 comes now, and waits for its turn behind w1.
-	type result struct {
-		p   *fairqueue.Permit
-		err error
-	}
-	r2 := make(chan result, 1)
-	go func() {
-		p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
-		r2 <- result{p, err}
-	}()
-	waitForGoroutineIn(t, "fairqueue.(*Queue).awaitExit")
+	m := startMovingTurn(t, "fbturnpolicy")
+	srv, n, fb, holder, w1, r2 := m.srv, m.n, m.fb, m.holder, m.w1, m.r2
 
 	// A reload sets fail_closed, and Redis comes back.
 	closed := n.q.Config()
@@ -85,7 +37,7 @@ func TestARequestWaitingItsTurnIntoTheFallbackGoesToRedisBackAfterAReloadToFailC
 	if p := <-w1; p != nil {
 		p.Release()
 	}
-	var r result
+	var r acquired
 	select {
 	case r = <-r2:
 	case <-time.After(20 * time.Second):

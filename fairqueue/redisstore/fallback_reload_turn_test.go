@@ -49,21 +49,40 @@ func waitForGoroutineIn(t *testing.T, fn string) {
 // request, let in after, joins the fallback queue under the settings in
 // force, and does not give it back those before the reload, which would
 // start it beside the permits the reload allows.
-func TestARequestWaitingItsTurnIntoTheFallbackKeepsAReloadsLocalPermits(t *testing.T) {
-	srv := redistest.Start(t)
-	fb := &heldFallback{Store: memstore.New(), entered: make(chan struct{}), lets: make(chan struct{})}
-	cfg := fairqueue.Config{Permits: 1, LocalPermits: 3, Fallback: fb,
+// movingTurn is a node (permits 1, local_permits 3) whose holder runs
+// in Redis, whose waiter w1, queued behind it, was held on its way into
+// the fallback queue (fb) as Redis went away (srv killed), and a request
+// r2 that came then and waits for its turn behind w1 (awaitExit).
+type movingTurn struct {
+	srv    *redistest.Server
+	n      *node
+	fb     *heldFallback
+	holder *fairqueue.Permit
+	w1     chan *fairqueue.Permit
+	r2     chan acquired
+}
+
+func startMovingTurn(t *testing.T, name string) *movingTurn {
+	m := &movingTurn{srv: redistest.Start(t), w1: make(chan *fairqueue.Permit, 1), r2: make(chan acquired, 1)}
+	m.fb = &heldFallback{Store: memstore.New(), entered: make(chan struct{}), lets: make(chan struct{})}
+	t.Cleanup(func() {
+		select {
+		case <-m.fb.lets:
+		default:
+			close(m.fb.lets)
+		}
+	})
+	cfg := fairqueue.Config{Permits: 1, LocalPermits: 3, Fallback: m.fb,
 		Lease: 30 * time.Second, PollInterval: 50 * time.Millisecond, MaxWait: 30 * time.Second}
-	n := newNode(t, srv, "fbturnreload", cfg)
-	holder, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	m.n = newNode(t, m.srv, name, cfg)
+	var err error
+	m.holder, err = m.n.q.Acquire(context.Background(), fairqueue.Request{})
 	require.NoError(t, err)
-	defer holder.Release()
 
 	// w1 waits in Redis behind the holder.
 	queued := make(chan struct{})
-	w1 := make(chan *fairqueue.Permit, 1)
 	go func() {
-		p, err := n.q.Acquire(context.Background(), fairqueue.Request{OnQueued: func(fairqueue.Waiting) {
+		p, err := m.n.q.Acquire(context.Background(), fairqueue.Request{OnQueued: func(fairqueue.Waiting) {
 			select {
 			case <-queued:
 			default:
@@ -71,23 +90,28 @@ func TestARequestWaitingItsTurnIntoTheFallbackKeepsAReloadsLocalPermits(t *testi
 			}
 		}})
 		assert.NoError(t, err)
-		w1 <- p
+		m.w1 <- p
 	}()
 	<-queued
 
 	// Redis goes away: w1 moves into the fallback queue, held on its way.
-	srv.Kill()
-	eventually(t, 10*time.Second, func() bool { return !n.q.Stats().StoreUp }, "Redis never marked down")
-	<-fb.entered
+	m.srv.Kill()
+	eventually(t, 10*time.Second, func() bool { return !m.n.q.Stats().StoreUp }, "Redis never marked down")
+	<-m.fb.entered
 
 	// r2 comes now, and waits for its turn behind w1.
-	r2 := make(chan *fairqueue.Permit, 1)
 	go func() {
-		p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
-		assert.NoError(t, err)
-		r2 <- p
+		p, err := m.n.q.Acquire(context.Background(), fairqueue.Request{})
+		m.r2 <- acquired{p: p, err: err}
 	}()
 	waitForGoroutineIn(t, "fairqueue.(*Queue).awaitExit")
+	return m
+}
+
+func TestARequestWaitingItsTurnIntoTheFallbackKeepsAReloadsLocalPermits(t *testing.T) {
+	m := startMovingTurn(t, "fbturnreload")
+	n, fb, w1, r2 := m.n, m.fb, m.w1, m.r2
+	defer m.holder.Release()
 
 	// A reload lowers the fallback queue's permits to 2: the holder and
 	// w1.
@@ -100,16 +124,16 @@ func TestARequestWaitingItsTurnIntoTheFallbackKeepsAReloadsLocalPermits(t *testi
 	require.NotNil(t, p1)
 	require.True(t, p1.Local(), "w1 served by Redis")
 	select {
-	case p := <-r2:
-		if p != nil {
-			p.Release()
+	case r := <-r2:
+		if r.p != nil {
+			r.p.Release()
 		}
 		t.Fatal("r2 started beside the holder and w1 under 2 local permits: it gave the fallback queue the 3 of before the reload")
 	case <-time.After(300 * time.Millisecond):
 	}
 	p1.Release()
-	p2 := <-r2
-	require.NotNil(t, p2)
-	require.True(t, p2.Local())
-	p2.Release()
+	r := <-r2
+	require.NoError(t, r.err)
+	require.True(t, r.p.Local())
+	r.p.Release()
 }
