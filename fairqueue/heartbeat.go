@@ -56,7 +56,8 @@ func (s *session) heartbeat(cfg *Config) (ok bool) {
 	s.beats++
 	args := HeartbeatArgs{Node: q.node, Limits: cfg.limits(), Held: ids(held), Adopt: ids(adopt),
 		Upstreams: upstreamsOf(held, adopt), Tokens: tokensOf(cfg, held, adopt), Epoch: s.epoch, Beat: s.beats}
-	var more []string // pending tickets for further calls of this heartbeat
+	var more []string   // pending tickets for further calls of this heartbeat
+	var named []*ticket // the pending tickets this heartbeat names
 	if verify {
 		// In the order made: those the store lost are queued again in
 		// the order named, at the tail, and keep their order there.
@@ -64,6 +65,7 @@ func (s *session) heartbeat(cfg *Config) (ok bool) {
 		all := ids(pending)
 		n := min(len(all), pendingPerCall)
 		args.Pending, more = all[:n], all[n:]
+		named = pending
 	} else if t := oldest(pending); t != nil {
 		// One waiter named every time: Redis may lose the queue's list
 		// of waiters with nothing else to tell (an eviction under
@@ -72,8 +74,9 @@ func (s *session) heartbeat(cfg *Config) (ok bool) {
 		// loss, whatever came after. Found missing, it is queued again
 		// and the next heartbeat names every waiter.
 		args.Pending = []string{t.id}
+		named = []*ticket{t}
 	}
-	args.Tokens = queuedWeights(args.Tokens, pending)
+	args.Tokens = queuedWeights(args.Tokens, named)
 	if args.Epoch == "" {
 		if e := s.seen.Load(); e != nil {
 			args.Epoch = *e
@@ -239,7 +242,9 @@ func (s *session) readded(ids []string, sameEpoch bool) {
 
 // queuedWeights adds to m the weight each waiter of ts was queued with
 // (TicketArgs.Tokens), where it weighs any: a store that lost it (a key
-// evicted under maxmemory) records it again (HeartbeatArgs.Tokens).
+// evicted under maxmemory) records it again (HeartbeatArgs.Tokens). ts
+// are the waiters a heartbeat names, not all of the node's: most name
+// only the oldest.
 func queuedWeights(m map[string]int, ts []*ticket) map[string]int {
 	for _, t := range ts {
 		if t.tokens > 0 {
