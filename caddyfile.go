@@ -220,7 +220,7 @@ func (h *Handler) parseWeight(d *caddyfile.Dispenser) error {
 func (h *Handler) parseCost(d *caddyfile.Dispenser) error {
 	args := d.RemainingArgs()
 	if len(args) < 1 || len(args) > 2 {
-		return d.ArgErr()
+		return argCountErr(d, "cost", "<mode> [<max>]")
 	}
 	if !slices.Contains(costModes, args[0]) {
 		return d.Errf("cost: unknown mode '%s' (want %s)", args[0], strings.Join(costModes, ", "))
