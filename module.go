@@ -231,8 +231,9 @@ type Handler struct {
 	AbortGrace caddy.Duration `json:"abort_grace,omitempty"`
 
 	// Tenant is a placeholder expression naming who a request is for,
-	// such as {http.request.header.Authorization} or
-	// {http.request.remote.host}. Setting it makes the queue fair across
+	// such as {http.request.header.X-Tenant-Id} set by forward_auth,
+	// {http.auth.user.id} or {http.request.remote.host}: an identity the
+	// client cannot choose per request. Setting it makes the queue fair across
 	// tenants: FIFO inside each tenant, tenants interleaved by what they
 	// were charged (see Cost) so that one sending ten times the requests
 	// of another does not get ten times the permits. The value is replaced
