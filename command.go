@@ -101,9 +101,9 @@ func setupFairQueueCommand(cmd *cobra.Command) {
 Reads a tenant value (an API key, as the tenant option resolves it) on
 stdin, so that it stays out of the process list and shell history, and
 prints its key as weight takes it: sha256: and the first 16 hex digits
-of the value's SHA-256, the hash logs, metrics and the admin API show.
-One trailing newline is dropped; the value is cut at 1 KiB, as the
-handler cuts it.`,
+of the value's SHA-256, the hash access logs and the admin API show
+(metrics have no tenant label). One trailing newline is dropped; the
+value is cut at 1 KiB, as the handler cuts it.`,
 		Example: `  printf '%s' "$API_KEY" | caddy fair-queue tenant-key`,
 		Args:    cobra.NoArgs,
 		RunE:    runTenantKey,

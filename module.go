@@ -247,7 +247,7 @@ type Handler struct {
 	// tenant of weight 2 gets twice the grants of one of weight 1 when
 	// both wait. A key is the tenant's key, "sha256:" and 16 lowercase hex
 	// digits (the first 16 of the SHA-256 of the tenant's value, the hash
-	// logs, metrics and the admin API show; `caddy fair-queue tenant-key`
+	// access logs and the admin API show; `caddy fair-queue tenant-key`
 	// prints it), which keeps a secret value such as an API key out of
 	// the config; or the tenant's value itself (Tenant replaced, exactly;
 	// at most 1 KiB); either may be a placeholder known at load, such as
