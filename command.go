@@ -73,7 +73,7 @@ func setupFairQueueCommand(cmd *cobra.Command) {
 		Args: cobra.NoArgs,
 		RunE: runStatus,
 	}
-	status.Flags().String("admin", "", "Address of the admin endpoint of a running Caddy (default localhost:2019)")
+	status.Flags().String("admin", "", "Address of the admin endpoint of a running Caddy (default $CADDY_ADMIN, else localhost:2019)")
 	status.Flags().String("redis", "", "Read Redis directly: redis://[user@]host:port/db, rediss://... or unix:///path")
 	status.Flags().StringSlice("queue", nil, "Only this queue (repeatable; one not found fails the command); with --redis the default is every queue found")
 	status.Flags().String("key-prefix", redisstore.DefaultKeyPrefix, "Key prefix of the queues, with --redis")
