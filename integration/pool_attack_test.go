@@ -1,0 +1,416 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/harness"
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
+)
+
+// attackRefusal is the body of a replica's refusal: a client that sees
+// it was passed an answer the pool should have requeued.
+const attackRefusal = "attack-replica-refusal"
+
+// attackReplica is an upstream that counts what runs on it, from the
+// moment its handler starts to the moment it returns (refusals and
+// cut answers included): requests and the max_tokens of their bodies.
+// Each request draws what it does from the replica's odds.
+type attackReplica struct {
+	t    *testing.T
+	addr string
+	srv  *httptest.Server
+
+	mu       sync.Mutex
+	rng      *rand.Rand
+	running  int
+	tokens   int
+	most     int
+	mostTok  int
+	refusals map[string]int // request id -> refusals it got here
+	// odds, in percent: a 429 with Retry-After, a 503 without, a
+	// connection closed before any header, a stream cut halfway.
+	refuse429, refuse503, reset, cut int
+}
+
+func startAttackReplica(t *testing.T, seed int64) *attackReplica {
+	r := &attackReplica{t: t, addr: fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t)),
+		rng: rand.New(rand.NewSource(seed)), refusals: make(map[string]int)}
+	r.start()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *attackReplica) start() {
+	r.t.Helper()
+	var ln net.Listener
+	var err error
+	require.True(r.t, eventually(5*time.Second, func() bool {
+		ln, err = net.Listen("tcp", r.addr)
+		return err == nil
+	}), "listen on %s: %v", r.addr, err)
+	r.srv = httptest.NewUnstartedServer(http.HandlerFunc(r.serve))
+	r.srv.Listener.Close()
+	r.srv.Listener = ln
+	r.srv.Start()
+}
+
+// stop closes the listener and every connection, as a crashed server.
+func (r *attackReplica) stop() {
+	if r.srv != nil {
+		r.srv.CloseClientConnections()
+		r.srv.Close()
+		r.srv = nil
+	}
+}
+
+func (r *attackReplica) setOdds(refuse429, refuse503, reset, cut int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refuse429, r.refuse503, r.reset, r.cut = refuse429, refuse503, reset, cut
+}
+
+// peaks returns the most requests and tokens run at once.
+func (r *attackReplica) peaks() (int, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.most, r.mostTok
+}
+
+func (r *attackReplica) refusedTimes(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.refusals[id]
+}
+
+func (r *attackReplica) serve(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	var b struct {
+		MaxTokens int  `json:"max_tokens"`
+		Stream    bool `json:"stream"`
+	}
+	_ = json.Unmarshal(body, &b)
+	id := req.Header.Get("X-Attack-Id")
+	r.mu.Lock()
+	r.running++
+	r.tokens += b.MaxTokens
+	r.most = max(r.most, r.running)
+	r.mostTok = max(r.mostTok, r.tokens)
+	draw := r.rng.Intn(100)
+	odds := []int{r.refuse429, r.refuse503, r.reset, r.cut}
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.running--
+		r.tokens -= b.MaxTokens
+		r.mu.Unlock()
+	}()
+	act := -1
+	for i, o := range odds {
+		if draw < o {
+			act = i
+			break
+		}
+		draw -= o
+	}
+	time.Sleep(5 * time.Millisecond)
+	switch act {
+	case 0, 1:
+		r.mu.Lock()
+		r.refusals[id]++
+		r.mu.Unlock()
+		status := http.StatusTooManyRequests
+		if act == 0 {
+			w.Header().Set("Retry-After", "1")
+		} else {
+			status = http.StatusServiceUnavailable
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, `{"error":{"message":"`+attackRefusal+`"}}`)
+		return
+	case 2:
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			_ = conn.(*net.TCPConn).SetLinger(0)
+			_ = conn.Close()
+		}
+		return
+	}
+	const chunks = 5
+	if !b.Stream {
+		time.Sleep(chunks * 20 * time.Millisecond)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"x","choices":[{"message":{"content":"done"}}],"usage":{"prompt_tokens":1,"completion_tokens":5,"total_tokens":6}}`)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	for i := range chunks {
+		if act == 3 && i == 2 {
+			conn, _, err := rc.Hijack()
+			if err == nil {
+				_ = conn.(*net.TCPConn).SetLinger(0)
+				_ = conn.Close()
+			}
+			return
+		}
+		if _, err := fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\"t%d\"}}]}\n\n", i); err != nil {
+			return
+		}
+		_ = rc.Flush()
+		select {
+		case <-req.Context().Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	_, _ = io.WriteString(w, "data: [DONE]\n\n")
+}
+
+// attackUpstream is one upstream line: the replica, its permits and
+// its kv_tokens.
+type attackUpstream struct {
+	r       *attackReplica
+	permits int
+	kv      int
+}
+
+// attackSite is the pool of ups in Redis at addr, requeueing 429 and 503.
+func attackSite(addr string, maxWait time.Duration, ups []attackUpstream, extra string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\tfair_queue {\n\t\tname attack\n\t\tmax_wait %s\n\t\tdefault_max_tokens 100\n%s", maxWait, extra)
+	for _, u := range ups {
+		fmt.Fprintf(&b, "\t\tupstream %s %d kv_tokens %d\n", u.r.addr, u.permits, u.kv)
+	}
+	b.WriteString("\t\trequeue_on 429 503\n\t\tmax_requeues 8\n\t\tupstream_cooldown 200ms\n\t\tpoll_interval 200ms\n")
+	fmt.Fprintf(&b, "\t\tredis {\n\t\t\turl redis://%s/0\n\t\t}\n\t}\n", addr)
+	b.WriteString("\treverse_proxy {\n\t\tdynamic fair_queue\n\t\tflush_interval -1\n\t\theader_up X-Attack-Id {header.X-Attack-Id}\n\t}")
+	return b.String()
+}
+
+// attackResult is one client request's outcome.
+type attackResult struct {
+	id       string
+	stream   bool
+	tokens   int
+	status   int
+	body     string
+	err      error
+	header   time.Duration // until the response header
+	canceled bool
+}
+
+// attackSend sends one chat of max_tokens tokens to base, cancelled
+// after cancelAfter when positive.
+func attackSend(client *http.Client, base, id string, stream bool, tokens int, cancelAfter time.Duration) attackResult {
+	res := attackResult{id: id, stream: stream, tokens: tokens}
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	if cancelAfter > 0 {
+		time.AfterFunc(cancelAfter, func() {
+			res.canceled = true
+			cancel()
+		})
+	}
+	body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":%d,"stream":%t}`, tokens, stream)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Attack-Id", id)
+	req.Header.Set("X-Tenant", "t"+strconv.Itoa(tokens%3))
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		res.err = err
+		return res
+	}
+	defer resp.Body.Close()
+	res.header = time.Since(start)
+	res.status = resp.StatusCode
+	var sb strings.Builder
+	_, res.err = io.Copy(&sb, bufio.NewReader(resp.Body))
+	res.body = sb.String()
+	return res
+}
+
+// A pool of three replicas behind two instances on one Redis, each
+// replica refusing (429 with Retry-After, 503), resetting connections
+// before any header and cutting streams, one replica going down and
+// coming back, clients leaving while they wait, while they are
+// requeued and while they stream, and one instance reloaded to change a
+// replica's permits and another's kv_tokens and to take the third out
+// and back. Checked: no replica ever runs more requests or tokens than
+// the most any config in force gives it; no client sees a replica's
+// refusal unless it was refused more than max_requeues times; every
+// other answer is whole, a fair_queue reject, or a reset the replica
+// made; no answer's header comes past max_wait; Redis keeps no key once
+// the instances stop.
+func TestPoolUnderRefusalsResetsOutagesAndReloadsKeepsEveryReplicaWithinItsCaps(t *testing.T) {
+	for _, tc := range []struct{ name, extra string }{
+		{"fifo", ""},
+		{"fair with keepalive", "\t\ttenant {header.X-Tenant}\n\t\tsse_keepalive 300ms\n\t\tsse_queue_events\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { poolAttack(t, tc.extra) })
+	}
+}
+
+func poolAttack(t *testing.T, extra string) {
+	rds := redistest.Start(t)
+	var reps []*attackReplica
+	for i := range 3 {
+		r := startAttackReplica(t, int64(i+1))
+		r.setOdds(25, 15, 5, 5)
+		reps = append(reps, r)
+	}
+	const maxWait = 2 * time.Second
+	base := []attackUpstream{{reps[0], 2, 400}, {reps[1], 2, 400}, {reps[2], 1, 300}}
+	changed := [][]attackUpstream{
+		{{reps[0], 1, 400}, {reps[1], 2, 250}, {reps[2], 1, 300}},
+		{{reps[0], 2, 400}, {reps[1], 2, 400}},
+		base,
+	}
+	// The most each replica may run: its highest permits and kv_tokens
+	// in any config.
+	mostReq, mostTok := map[*attackReplica]int{}, map[*attackReplica]int{}
+	for _, cfg := range append(changed, base) {
+		for _, u := range cfg {
+			mostReq[u.r] = max(mostReq[u.r], u.permits)
+			mostTok[u.r] = max(mostTok[u.r], u.kv)
+		}
+	}
+	opts := harness.CaddyOptions{GracePeriod: 20 * time.Second}
+	caddies := []*harness.Caddy{
+		harness.StartCaddy(t, "caddy-0", attackSite(rds.Addr(), maxWait, base, extra), opts),
+		harness.StartCaddy(t, "caddy-1", attackSite(rds.Addr(), maxWait, base, extra), opts),
+	}
+	client := newClient(t)
+
+	var (
+		mu      sync.Mutex
+		results []attackResult
+		wg      sync.WaitGroup
+		stop    atomic.Bool
+		n       atomic.Int64
+	)
+	for c := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(int64(100 + c)))
+			for !stop.Load() {
+				id := fmt.Sprintf("r%d", n.Add(1))
+				var cancelAfter time.Duration
+				if rng.Intn(100) < 15 {
+					cancelAfter = time.Duration(rng.Intn(400)) * time.Millisecond
+				}
+				res := attackSend(client, caddies[c%2].URL(), id, rng.Intn(2) == 0, 20+rng.Intn(180), cancelAfter)
+				mu.Lock()
+				results = append(results, res)
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(2 * time.Second)
+	reps[1].stop()
+	time.Sleep(1500 * time.Millisecond)
+	reps[1].start()
+	for _, cfg := range changed {
+		time.Sleep(1500 * time.Millisecond)
+		require.NoError(t, caddies[0].Load(attackSite(rds.Addr(), maxWait, cfg, extra)))
+	}
+	time.Sleep(2 * time.Second)
+	stop.Store(true)
+	wg.Wait()
+
+	for _, r := range reps {
+		most, tok := r.peaks()
+		t.Logf("replica %s: most %d at once (cap %d), tokens %d (cap %d)", r.addr, most, mostReq[r], tok, mostTok[r])
+		assert.LessOrEqual(t, most, mostReq[r], "replica %s: requests at once", r.addr)
+		assert.LessOrEqual(t, tok, mostTok[r], "replica %s: tokens at once", r.addr)
+	}
+	kinds := map[string]int{}
+	for _, res := range results {
+		kind := attackClassify(t, res, maxWait, reps)
+		kinds[kind]++
+	}
+	t.Logf("%d requests: %v", len(results), kinds)
+	assert.Positive(t, kinds["served"], "requests served")
+
+	for _, c := range caddies {
+		c.Stop()
+	}
+	assert.Empty(t, rds.Keys(t, "*"), "keys left in Redis after every instance stopped")
+}
+
+// attackClassify checks one result and names its kind.
+func attackClassify(t *testing.T, res attackResult, maxWait time.Duration, reps []*attackReplica) string {
+	t.Helper()
+	if res.canceled {
+		return "cancelled"
+	}
+	if res.status != 0 {
+		assert.LessOrEqual(t, res.header, maxWait+5*time.Second, "%s: answer header after %v", res.id, res.header)
+	}
+	refused := 0
+	for _, r := range reps {
+		refused += r.refusedTimes(res.id)
+	}
+	switch {
+	case res.status == 0:
+		t.Logf("%s: no answer: %v", res.id, res.err)
+		return "no answer"
+	case strings.Contains(res.body, attackRefusal):
+		assert.Greater(t, refused, 8, "%s: a refusal reached the client after %d refusals: %d %q", res.id, refused, res.status, res.body)
+		return "refusal passed on"
+	case res.status == http.StatusOK && res.stream && strings.HasSuffix(res.body, "data: [DONE]\n\n") && res.err == nil:
+		return "served"
+	case res.status == http.StatusOK && !res.stream && strings.Contains(res.body, `"done"`) && res.err == nil:
+		return "served"
+	case res.status == http.StatusOK && res.stream && strings.HasPrefix(attackEvents(res.body), "event: error\ndata: {\"error\":") && res.err == nil:
+		// A timeout, or a stream the keepalive committed whose replica
+		// reset the connection before its header (a 502 when not
+		// committed; docs/clients.md).
+		ev := attackEvents(res.body)
+		assert.True(t, strings.Contains(ev, `"code":"timeout"`) || strings.Contains(ev, `"code":"upstream_error"`), "%s: error event %q", res.id, ev)
+		return "sse error"
+	case res.status == http.StatusOK && res.stream:
+		return "stream cut"
+	case res.status == http.StatusBadGateway:
+		return "502"
+	case res.status == http.StatusTooManyRequests || res.status == http.StatusServiceUnavailable:
+		assert.Contains(t, res.body, `"error"`, "%s: reject body", res.id)
+		return fmt.Sprintf("reject %d", res.status)
+	}
+	t.Errorf("%s: unexpected answer %d %q err %v (refused %d)", res.id, res.status, res.body, res.err, refused)
+	return "unexpected"
+}
+
+// attackEvents is body without the keepalive's comments and queue
+// events.
+func attackEvents(body string) string {
+	var out []string
+	for _, ev := range strings.Split(body, "\n\n") {
+		if ev == "" || strings.HasPrefix(ev, ":") || strings.HasPrefix(ev, "event: queue\n") {
+			continue
+		}
+		out = append(out, ev)
+	}
+	return strings.Join(out, "\n\n")
+}
