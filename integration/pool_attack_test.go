@@ -193,7 +193,8 @@ type attackUpstream struct {
 	kv      int
 }
 
-// attackSite is the pool of ups in Redis at addr, requeueing 429 and 503.
+// attackSite is the pool of ups in Redis at addr (""; the local store),
+// requeueing 429 and 503.
 func attackSite(addr string, maxWait time.Duration, ups []attackUpstream, extra string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\tfair_queue {\n\t\tname attack\n\t\tmax_wait %s\n\t\tdefault_max_tokens 100\n%s", maxWait, extra)
@@ -201,7 +202,10 @@ func attackSite(addr string, maxWait time.Duration, ups []attackUpstream, extra 
 		fmt.Fprintf(&b, "\t\tupstream %s %d kv_tokens %d\n", u.r.addr, u.permits, u.kv)
 	}
 	b.WriteString("\t\trequeue_on 429 503\n\t\tmax_requeues 8\n\t\tupstream_cooldown 200ms\n\t\tpoll_interval 200ms\n")
-	fmt.Fprintf(&b, "\t\tredis {\n\t\t\turl redis://%s/0\n\t\t}\n\t}\n", addr)
+	if addr != "" {
+		fmt.Fprintf(&b, "\t\tredis {\n\t\t\turl redis://%s/0\n\t\t}\n", addr)
+	}
+	b.WriteString("\t}\n")
 	b.WriteString("\treverse_proxy {\n\t\tdynamic fair_queue\n\t\tflush_interval -1\n\t\theader_up X-Attack-Id {header.X-Attack-Id}\n\t}")
 	return b.String()
 }
@@ -263,16 +267,28 @@ func attackSend(client *http.Client, base, id string, stream bool, tokens int, c
 // made; no answer's header comes past max_wait; Redis keeps no key once
 // the instances stop.
 func TestPoolUnderRefusalsResetsOutagesAndReloadsKeepsEveryReplicaWithinItsCaps(t *testing.T) {
-	for _, tc := range []struct{ name, extra string }{
-		{"fifo", ""},
-		{"fair with keepalive", "\t\ttenant {header.X-Tenant}\n\t\tsse_keepalive 300ms\n\t\tsse_queue_events\n"},
+	fair := "\t\ttenant {header.X-Tenant}\n\t\tsse_keepalive 300ms\n\t\tsse_queue_events\n"
+	for _, tc := range []struct {
+		name, extra string
+		local       bool
+	}{
+		{"fifo", "", false},
+		{"fair with keepalive", fair, false},
+		{"local store fifo", "", true},
+		{"local store fair with keepalive", fair, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) { poolAttack(t, tc.extra) })
+		t.Run(tc.name, func(t *testing.T) { poolAttack(t, tc.extra, tc.local) })
 	}
 }
 
-func poolAttack(t *testing.T, extra string) {
+// poolAttack runs the attack on two instances on one Redis, or on one
+// instance in its local store (local).
+func poolAttack(t *testing.T, extra string, local bool) {
 	rds := redistest.Start(t)
+	addr := rds.Addr()
+	if local {
+		addr = ""
+	}
 	var reps []*attackReplica
 	for i := range 3 {
 		r := startAttackReplica(t, int64(i+1))
@@ -296,9 +312,9 @@ func poolAttack(t *testing.T, extra string) {
 		}
 	}
 	opts := harness.CaddyOptions{GracePeriod: 20 * time.Second}
-	caddies := []*harness.Caddy{
-		harness.StartCaddy(t, "caddy-0", attackSite(rds.Addr(), maxWait, base, extra), opts),
-		harness.StartCaddy(t, "caddy-1", attackSite(rds.Addr(), maxWait, base, extra), opts),
+	caddies := []*harness.Caddy{harness.StartCaddy(t, "caddy-0", attackSite(addr, maxWait, base, extra), opts)}
+	if !local {
+		caddies = append(caddies, harness.StartCaddy(t, "caddy-1", attackSite(addr, maxWait, base, extra), opts))
 	}
 	client := newClient(t)
 
@@ -320,7 +336,7 @@ func poolAttack(t *testing.T, extra string) {
 				if rng.Intn(100) < 15 {
 					cancelAfter = time.Duration(rng.Intn(400)) * time.Millisecond
 				}
-				res := attackSend(client, caddies[c%2].URL(), id, rng.Intn(2) == 0, 20+rng.Intn(180), cancelAfter)
+				res := attackSend(client, caddies[c%len(caddies)].URL(), id, rng.Intn(2) == 0, 20+rng.Intn(180), cancelAfter)
 				mu.Lock()
 				results = append(results, res)
 				mu.Unlock()
@@ -333,7 +349,7 @@ func poolAttack(t *testing.T, extra string) {
 	reps[1].start()
 	for _, cfg := range changed {
 		time.Sleep(1500 * time.Millisecond)
-		require.NoError(t, caddies[0].Load(attackSite(rds.Addr(), maxWait, cfg, extra)))
+		require.NoError(t, caddies[0].Load(attackSite(addr, maxWait, cfg, extra)))
 	}
 	time.Sleep(2 * time.Second)
 	stop.Store(true)
