@@ -44,9 +44,17 @@ type attackReplica struct {
 	most     int
 	mostTok  int
 	refusals map[string]int // request id -> refusals it got here
+	arrivals []attackArrival
 	// odds, in percent: a 429 with Retry-After, a 503 without, a
 	// connection closed before any header, a stream cut halfway.
 	refuse429, refuse503, reset, cut int
+}
+
+// attackArrival is what a replica ran, its arrival included, when a
+// request arrived.
+type attackArrival struct {
+	at              time.Time
+	running, tokens int
 }
 
 func startAttackReplica(t *testing.T, seed int64) *attackReplica {
@@ -112,6 +120,7 @@ func (r *attackReplica) serve(w http.ResponseWriter, req *http.Request) {
 	r.tokens += b.MaxTokens
 	r.most = max(r.most, r.running)
 	r.mostTok = max(r.mostTok, r.tokens)
+	r.arrivals = append(r.arrivals, attackArrival{time.Now(), r.running, r.tokens})
 	draw := r.rng.Intn(100)
 	odds := []int{r.refuse429, r.refuse503, r.reset, r.cut}
 	r.mu.Unlock()
@@ -155,7 +164,11 @@ func (r *attackReplica) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	const chunks = 5
 	if !b.Stream {
-		time.Sleep(chunks * 20 * time.Millisecond)
+		select { // a model server ends a request whose client left at its next step
+		case <-req.Context().Done():
+			return
+		case <-time.After(chunks * 20 * time.Millisecond):
+		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"id":"x","choices":[{"message":{"content":"done"}}],"usage":{"prompt_tokens":1,"completion_tokens":5,"total_tokens":6}}`)
 		return
@@ -270,20 +283,51 @@ func TestPoolUnderRefusalsResetsOutagesAndReloadsKeepsEveryReplicaWithinItsCaps(
 	fair := "\t\ttenant {header.X-Tenant}\n\t\tsse_keepalive 300ms\n\t\tsse_queue_events\n"
 	for _, tc := range []struct {
 		name, extra string
-		local       bool
+		local, all  bool
 	}{
-		{"fifo", "", false},
-		{"fair with keepalive", fair, false},
-		{"local store fifo", "", true},
-		{"local store fair with keepalive", fair, true},
+		{"fifo, one of two reloaded", "", false, false},
+		{"fair with keepalive, both reloaded", fair, false, true},
+		{"local store fifo", "", true, true},
+		{"local store fair with keepalive", fair, true, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) { poolAttack(t, tc.extra, tc.local) })
+		t.Run(tc.name, func(t *testing.T) { poolAttack(t, tc.extra, tc.local, tc.all) })
 	}
 }
 
+// attackWindow is how long after every instance has a config the one
+// before it may still bound what a replica runs (a grant on its way).
+const attackWindow = time.Second
+
+// attackEpoch is a config from when its first instance loads it to
+// when every instance has the next (zero: never).
+type attackEpoch struct {
+	cfg         []attackUpstream
+	from, until time.Time
+}
+
+// attackAllowed is the most requests and tokens r may run at t: the most any
+// config in force then or within attackWindow before gives it.
+func attackAllowed(epochs []attackEpoch, r *attackReplica, t time.Time) (int, int) {
+	most, tok := 0, 0
+	for _, e := range epochs {
+		if e.from.After(t) || !e.until.IsZero() && e.until.Add(attackWindow).Before(t) {
+			continue
+		}
+		for _, u := range e.cfg {
+			if u.r == r {
+				most, tok = max(most, u.permits), max(tok, u.kv)
+			}
+		}
+	}
+	return most, tok
+}
+
 // poolAttack runs the attack on two instances on one Redis, or on one
-// instance in its local store (local).
-func poolAttack(t *testing.T, extra string, local bool) {
+// instance in its local store (local). all: every instance is
+// reloaded, and each arrival at a replica is checked against the
+// configs in force (else only caddy-0 is, and a replica is checked
+// against the most any config gives it).
+func poolAttack(t *testing.T, extra string, local, all bool) {
 	rds := redistest.Start(t)
 	addr := rds.Addr()
 	if local {
@@ -347,9 +391,17 @@ func poolAttack(t *testing.T, extra string, local bool) {
 	reps[1].stop()
 	time.Sleep(1500 * time.Millisecond)
 	reps[1].start()
+	epochs := []attackEpoch{{cfg: base, from: time.Now().Add(-time.Hour)}}
 	for _, cfg := range changed {
 		time.Sleep(1500 * time.Millisecond)
-		require.NoError(t, caddies[0].Load(attackSite(addr, maxWait, cfg, extra)))
+		from := time.Now()
+		for i, c := range caddies {
+			if i == 0 || all {
+				require.NoError(t, c.Load(attackSite(addr, maxWait, cfg, extra)))
+			}
+		}
+		epochs[len(epochs)-1].until = time.Now()
+		epochs = append(epochs, attackEpoch{cfg: cfg, from: from})
 	}
 	time.Sleep(2 * time.Second)
 	stop.Store(true)
@@ -360,6 +412,16 @@ func poolAttack(t *testing.T, extra string, local bool) {
 		t.Logf("replica %s: most %d at once (cap %d), tokens %d (cap %d)", r.addr, most, mostReq[r], tok, mostTok[r])
 		assert.LessOrEqual(t, most, mostReq[r], "replica %s: requests at once", r.addr)
 		assert.LessOrEqual(t, tok, mostTok[r], "replica %s: tokens at once", r.addr)
+		if !all {
+			continue
+		}
+		r.mu.Lock()
+		for _, a := range r.arrivals {
+			most, tok := attackAllowed(epochs, r, a.at)
+			assert.LessOrEqual(t, a.running, most, "replica %s: requests at once at %v", r.addr, a.at.Format(time.StampMicro))
+			assert.LessOrEqual(t, a.tokens, tok, "replica %s: tokens at once at %v", r.addr, a.at.Format(time.StampMicro))
+		}
+		r.mu.Unlock()
 	}
 	kinds := map[string]int{}
 	for _, res := range results {
