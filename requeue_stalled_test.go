@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
 // A requeue_on refusal whose body stalls after its header (the upstream
@@ -18,15 +20,26 @@ import (
 // connection open) is held back from the client, who sees nothing of
 // it: the request's wait still ends at max_wait with the timeout
 // reject, not when the upstream ends that body; on a stream the
-// keepalive committed while it waited, as the reject's event.
+// keepalive committed while it waited, as the reject's event. In the
+// local store and in Redis.
 func TestARefusalWhoseBodyStallsDoesNotHoldTheRequestPastMaxWait(t *testing.T) {
-	for _, stream := range []bool{false, true} {
-		t.Run(map[bool]string{false: "plain", true: "committed stream"}[stream], func(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		stream, redis bool
+	}{
+		{"plain", false, false}, {"committed stream", true, false},
+		{"plain in Redis", false, true}, {"committed stream in Redis", true, true},
+	} {
+		stream := tc.stream
+		t.Run(tc.name, func(t *testing.T) {
 			t.Cleanup(func() { poolEmpty(t) })
 			release := make(chan struct{})
 			holding := make(chan struct{})
 			upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				_, _ = io.Copy(io.Discard, r.Body)
+				if r.Header.Get("X-Quick") != "" {
+					return
+				}
 				if r.Header.Get("X-Hold") != "" { // holds the permit while the stream waits
 					close(holding)
 					time.Sleep(500 * time.Millisecond)
@@ -47,9 +60,12 @@ func TestARefusalWhoseBodyStallsDoesNotHoldTheRequestPastMaxWait(t *testing.T) {
 			if stream {
 				keepalive = `"sse_keepalive":"200ms",`
 			}
+			if tc.redis {
+				keepalive += fmt.Sprintf(`"redis":{"addresses":[%q]},`, redistest.Start(t).Addr())
+			}
 			url := runCaddy(t,
 				fmt.Sprintf(`{"handler":"fair_queue","name":"requeue-stalled","upstreams":[{"dial":%q,"permits":1}],%s
-					"requeue_on":[503],"max_wait":"1s"}`, strings.TrimPrefix(upstream.URL, "http://"), keepalive),
+					"requeue_on":[503],"upstream_cooldown":"100ms","max_wait":"1s"}`, strings.TrimPrefix(upstream.URL, "http://"), keepalive),
 				`{"handler":"reverse_proxy","dynamic_upstreams":{"source":"fair_queue"}}`)
 
 			client := &http.Client{Timeout: 20 * time.Second}
@@ -81,6 +97,15 @@ func TestARefusalWhoseBodyStallsDoesNotHoldTheRequestPastMaxWait(t *testing.T) {
 			}
 			assert.NotContains(t, string(got), `{"error":{"error"`, "the refusal's body reached the client")
 			assert.Less(t, took, 6*time.Second, "answered %v after the request (max_wait 1s)", took)
+
+			// The permit was given back: a later request is served once
+			// the upstream's cooldown ends.
+			req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(`{}`))
+			req.Header.Set("X-Quick", "1")
+			resp, err = client.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			assert.Equal(t, http.StatusOK, resp.StatusCode, "a later request")
 		})
 	}
 }
