@@ -1,11 +1,13 @@
 package caddyfairqueue
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"reflect"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -28,6 +30,9 @@ type attempt struct {
 	held   bool        // the answer is a requeue_on status kept from the client
 	err    error       // next's
 	relay  *committedWriter
+	// late: the answer was still held when the request's max_wait
+	// passed, and boundHeld cut it (see there).
+	late bool
 }
 
 // refusal is an upstream's failure of a request: the upstream cools,
@@ -101,15 +106,64 @@ func (c *call) forward(hold bool) attempt {
 	if c.committed {
 		cw := &committedWriter{w: c.w, header: make(http.Header)}
 		held := func() bool { return hold && slices.Contains(c.h.RequeueOn, cw.status) }
+		late := c.boundHeld(hold, func() bool { return slices.Contains(c.h.RequeueOn, int(cw.code.Load())) })
 		err := nextHeld(func() error { return c.nextUnencoded(cw) }, held)
-		return attempt{status: cw.status, header: cw.header, wrote: cw.wrote, err: err, relay: cw, held: held()}
+		return attempt{status: cw.status, header: cw.header, wrote: cw.wrote, err: err, relay: cw, held: held(), late: late()}
 	}
 	hw := &holdWriter{w: c.w, header: c.w.Header().Clone()}
 	if hold {
 		hw.statuses = c.h.RequeueOn
 	}
+	late := c.boundHeld(hold, hw.holding.Load)
 	err := nextHeld(func() error { return c.runNext(hw) }, func() bool { return hw.held })
-	return attempt{status: hw.status, header: hw.header, wrote: hw.wrote, held: hw.held, err: err}
+	return attempt{status: hw.status, header: hw.header, wrote: hw.wrote, held: hw.held, err: err, late: late()}
+}
+
+// boundHeld bounds a forwarding whose answer may be held back (hold) by
+// the request's max_wait: a requeue_on answer is held until its body
+// ends, which an upstream that stalls after the header (or sends its
+// body for ever) puts off as long as it likes, while the client sees
+// nothing and no wait of the queue's runs. Should the answer still be
+// held (held, read from another goroutine) when the request's wait
+// ends, the forwarding is cut: its requeue could not wait any more, and
+// the client gets the timeout reject then (refusedLate). late, called
+// once next has returned, stops the bound and reports whether it cut.
+func (c *call) boundHeld(hold bool, held func() bool) (late func() bool) {
+	end := c.permit.Deadline()
+	if !hold || end.IsZero() || c.cut == nil {
+		return func() bool { return false }
+	}
+	var cut atomic.Bool
+	t := time.AfterFunc(time.Until(end), func() {
+		if held() {
+			cut.Store(true)
+			c.cut()
+		}
+	})
+	return func() bool {
+		t.Stop()
+		return cut.Load()
+	}
+}
+
+// refusedLate answers a request whose held refusal (rf) outlasted its
+// max_wait (boundHeld cut its forwarding): the timeout reject, as the
+// requeue its refusal asked for finds no wait left. The permit is given
+// back as that requeue gives it (its upstream cools, its grant is not
+// charged); the context the requeue runs in is the request's without
+// the cut, which ended only the forwarding: the client is still there.
+func (c *call) refusedLate(rf *refusal) error {
+	observeCooldown(c.name, c.permit.Upstream())
+	p, err := c.permit.Requeue(context.WithoutCancel(c.r.Context()), rf.cool)
+	if p != nil {
+		// Granted again as the wait ended (the local store's requeue
+		// lands, and dispatch grants it at once): nothing is sent.
+		c.h.charge(p, time.Now(), false, nil)
+		p.Release()
+		err = &fairqueue.RejectError{Reason: fairqueue.ReasonTimeout, Waited: time.Since(c.start), RetryAfter: time.Second}
+	}
+	c.permit, c.aborted = nil, false
+	return c.notGranted(err)
 }
 
 // nextHeld calls next (serve) and ends the panic with which

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
@@ -32,7 +33,8 @@ type holdWriter struct {
 	statuses []int       // held; nil: none (no requeue left)
 	status   int         // 0 until written
 	held     bool
-	wrote    bool // status or body reached the client
+	wrote    bool        // status or body reached the client
+	holding  atomic.Bool // held, for another goroutine (boundHeld)
 }
 
 // Header is the answer's header until it passes on, then the writer's
@@ -54,6 +56,7 @@ func (hw *holdWriter) WriteHeader(code int) {
 	hw.status = code
 	if slices.Contains(hw.statuses, code) {
 		hw.held = true
+		hw.holding.Store(true)
 		return
 	}
 	dst := hw.w.Header()
@@ -104,7 +107,8 @@ type committedWriter struct {
 	header  http.Header // the upstream's, never sent
 	status  int         // the upstream's; 0 until known
 	errBody bytes.Buffer
-	wrote   bool // body bytes reached the client
+	wrote   bool         // body bytes reached the client
+	code    atomic.Int64 // status, for another goroutine (boundHeld)
 }
 
 func (cw *committedWriter) Header() http.Header { return cw.header }
@@ -114,12 +118,13 @@ func (cw *committedWriter) Header() http.Header { return cw.header }
 func (cw *committedWriter) WriteHeader(code int) {
 	if code >= 200 && cw.status == 0 {
 		cw.status = code
+		cw.code.Store(int64(code))
 	}
 }
 
 func (cw *committedWriter) Write(b []byte) (int, error) {
 	if cw.status == 0 {
-		cw.status = http.StatusOK
+		cw.WriteHeader(http.StatusOK)
 	}
 	if failed(cw.status) {
 		if room := maxUpstreamErrorBody + 1 - cw.errBody.Len(); room > 0 {
