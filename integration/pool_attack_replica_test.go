@@ -38,8 +38,9 @@ type attackReplica struct {
 	refusals map[string]int // request id -> refusals it got here
 	arrivals []attackArrival
 	// odds, in percent: a 429 with Retry-After, a 503 without, a
-	// connection closed before any header, a stream cut halfway.
-	refuse429, refuse503, reset, cut int
+	// connection closed before any header, a stream cut halfway, a 503
+	// whose body stalls until the proxy gives up on it.
+	refuse429, refuse503, reset, cut, stall int
 }
 
 // attackArrival is what a replica ran, its arrival included, when a
@@ -84,10 +85,10 @@ func (r *attackReplica) stop() {
 	}
 }
 
-func (r *attackReplica) setOdds(refuse429, refuse503, reset, cut int) {
+func (r *attackReplica) setOdds(refuse429, refuse503, reset, cut, stall int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.refuse429, r.refuse503, r.reset, r.cut = refuse429, refuse503, reset, cut
+	r.refuse429, r.refuse503, r.reset, r.cut, r.stall = refuse429, refuse503, reset, cut, stall
 }
 
 // peaks returns the most requests and tokens run at once.
@@ -125,7 +126,7 @@ func (r *attackReplica) serve(w http.ResponseWriter, req *http.Request) {
 	r.mostTok = max(r.mostTok, a.tokens)
 	r.arrivals = append(r.arrivals, a)
 	draw := r.rng.Intn(100)
-	odds := []int{r.refuse429, r.refuse503, r.reset, r.cut}
+	odds := []int{r.refuse429, r.refuse503, r.reset, r.cut, r.stall}
 	r.mu.Unlock()
 	// ended takes the request out of those it runs, before the
 	// connection closes where it resets it: the proxy releases its
@@ -146,7 +147,7 @@ func (r *attackReplica) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	time.Sleep(5 * time.Millisecond)
 	switch act {
-	case 0, 1:
+	case 0, 1, 4:
 		r.mu.Lock()
 		r.refusals[id]++
 		r.mu.Unlock()
@@ -158,6 +159,12 @@ func (r *attackReplica) serve(w http.ResponseWriter, req *http.Request) {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
+		if act == 4 {
+			_, _ = io.WriteString(w, `{"error":`)
+			_ = http.NewResponseController(w).Flush()
+			<-req.Context().Done()
+			return
+		}
 		_, _ = io.WriteString(w, `{"error":{"message":"`+attackRefusal+`"}}`)
 		return
 	case 2:

@@ -92,14 +92,16 @@ func attackSend(client *http.Client, base, id string, stream bool, tokens int, c
 	return res
 }
 
-// A pool of three replicas behind two instances on one Redis, each
-// replica refusing (429 with Retry-After, 503), resetting connections
+// A pool of three replicas behind two instances on one Redis (or one
+// instance in its local store), each replica refusing (429 with
+// Retry-After, 503, a 503 whose body stalls), resetting connections
 // before any header and cutting streams, one replica going down and
 // coming back, clients leaving while they wait, while they are
-// requeued and while they stream, and one instance reloaded to change a
-// replica's permits and another's kv_tokens and to take the third out
-// and back. Checked: no replica ever runs more requests or tokens than
-// the most any config in force gives it; no client sees a replica's
+// requeued and while they stream, and one or every instance reloaded
+// to change a replica's permits and another's kv_tokens and to take the
+// third out and back. Checked: no replica runs more requests or tokens
+// than the configs in force give it (the most any config gives it,
+// where one instance alone is reloaded); no client sees a replica's
 // refusal unless it was refused more than max_requeues times; every
 // other answer is whole, a fair_queue reject, or a reset the replica
 // made; no answer's header comes past max_wait; Redis keeps no key once
@@ -161,7 +163,7 @@ func poolAttack(t *testing.T, extra string, local, all bool) {
 	var reps []*attackReplica
 	for i := range 3 {
 		r := startAttackReplica(t, int64(i+1))
-		r.setOdds(25, 15, 5, 5)
+		r.setOdds(25, 15, 5, 5, 3)
 		reps = append(reps, r)
 	}
 	const maxWait = 2 * time.Second
