@@ -20,15 +20,19 @@ import (
 // connection open) is held back from the client, who sees nothing of
 // it: the request's wait still ends at max_wait with the timeout
 // reject, not when the upstream ends that body; on a stream the
-// keepalive committed while it waited, as the reject's event. In the
-// local store and in Redis.
+// keepalive committed while it waited, as the reject's event; also
+// where the refusal's header itself comes after max_wait. In the local
+// store and in Redis.
 func TestARefusalWhoseBodyStallsDoesNotHoldTheRequestPastMaxWait(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		stream, redis bool
+		after         time.Duration // before the refusal's header
 	}{
-		{"plain", false, false}, {"committed stream", true, false},
-		{"plain in Redis", false, true}, {"committed stream in Redis", true, true},
+		{"plain", false, false, 0}, {"committed stream", true, false, 0},
+		{"plain in Redis", false, true, 0}, {"committed stream in Redis", true, true, 0},
+		{"plain, refused after max_wait", false, false, 1500 * time.Millisecond},
+		{"committed stream in Redis, refused after max_wait", true, true, 1500 * time.Millisecond},
 	} {
 		stream := tc.stream
 		t.Run(tc.name, func(t *testing.T) {
@@ -45,6 +49,7 @@ func TestARefusalWhoseBodyStallsDoesNotHoldTheRequestPastMaxWait(t *testing.T) {
 					time.Sleep(500 * time.Millisecond)
 					return
 				}
+				time.Sleep(tc.after)
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusServiceUnavailable)
 				_, _ = io.WriteString(w, `{"error":`)
