@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
@@ -33,8 +32,8 @@ type holdWriter struct {
 	statuses []int       // held; nil: none (no requeue left)
 	status   int         // 0 until written
 	held     bool
-	wrote    bool        // status or body reached the client
-	holding  atomic.Bool // held, for another goroutine (boundHeld)
+	wrote    bool   // status or body reached the client
+	onHold   func() // called as a status is held (heldBound); nil: none
 }
 
 // Header is the answer's header until it passes on, then the writer's
@@ -56,7 +55,9 @@ func (hw *holdWriter) WriteHeader(code int) {
 	hw.status = code
 	if slices.Contains(hw.statuses, code) {
 		hw.held = true
-		hw.holding.Store(true)
+		if hw.onHold != nil {
+			hw.onHold()
+		}
 		return
 	}
 	dst := hw.w.Header()
@@ -103,12 +104,12 @@ const maxUpstreamErrorBody = 64 << 10
 // hides the writer beneath (no Unwrap), so that nothing hijacks or
 // re-heads a stream that is already running.
 type committedWriter struct {
-	w       http.ResponseWriter
-	header  http.Header // the upstream's, never sent
-	status  int         // the upstream's; 0 until known
-	errBody bytes.Buffer
-	wrote   bool         // body bytes reached the client
-	code    atomic.Int64 // status, for another goroutine (boundHeld)
+	w        http.ResponseWriter
+	header   http.Header // the upstream's, never sent
+	status   int         // the upstream's; 0 until known
+	errBody  bytes.Buffer
+	wrote    bool      // body bytes reached the client
+	onStatus func(int) // called with the status once known (heldBound); nil: none
 }
 
 func (cw *committedWriter) Header() http.Header { return cw.header }
@@ -118,7 +119,9 @@ func (cw *committedWriter) Header() http.Header { return cw.header }
 func (cw *committedWriter) WriteHeader(code int) {
 	if code >= 200 && cw.status == 0 {
 		cw.status = code
-		cw.code.Store(int64(code))
+		if cw.onStatus != nil {
+			cw.onStatus(code)
+		}
 	}
 }
 
