@@ -240,6 +240,9 @@ func (c *call) servePool() (served bool, err error) {
 		if rf == nil {
 			return true, c.answered(a)
 		}
+		if a.late {
+			return true, c.refusedLate(rf)
+		}
 		if !c.mayRequeue(requeues, rf, a) {
 			c.cool(rf)
 			return true, c.answered(a) // an adaptive queue learns of it at finish

@@ -1,11 +1,13 @@
 package caddyfairqueue
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"reflect"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -28,6 +30,9 @@ type attempt struct {
 	held   bool        // the answer is a requeue_on status kept from the client
 	err    error       // next's
 	relay  *committedWriter
+	// late: the answer was still held when the request's max_wait
+	// passed, and heldBound cut it (see there).
+	late bool
 }
 
 // refusal is an upstream's failure of a request: the upstream cools,
@@ -98,18 +103,104 @@ func retryAfter(v string, now time.Time) time.Duration {
 // it is passed on like any other. On a committed stream next writes to a
 // committedWriter (see relay).
 func (c *call) forward(hold bool) attempt {
+	b := c.boundHeld(hold)
 	if c.committed {
 		cw := &committedWriter{w: c.w, header: make(http.Header)}
+		if b != nil {
+			cw.onStatus = func(code int) {
+				if slices.Contains(c.h.RequeueOn, code) {
+					b.hold()
+				}
+			}
+		}
 		held := func() bool { return hold && slices.Contains(c.h.RequeueOn, cw.status) }
 		err := nextHeld(func() error { return c.nextUnencoded(cw) }, held)
-		return attempt{status: cw.status, header: cw.header, wrote: cw.wrote, err: err, relay: cw, held: held()}
+		return attempt{status: cw.status, header: cw.header, wrote: cw.wrote, err: err, relay: cw, held: held(), late: b.stop()}
 	}
 	hw := &holdWriter{w: c.w, header: c.w.Header().Clone()}
 	if hold {
 		hw.statuses = c.h.RequeueOn
 	}
+	if b != nil {
+		hw.onHold = b.hold
+	}
 	err := nextHeld(func() error { return c.runNext(hw) }, func() bool { return hw.held })
-	return attempt{status: hw.status, header: hw.header, wrote: hw.wrote, held: hw.held, err: err}
+	return attempt{status: hw.status, header: hw.header, wrote: hw.wrote, held: hw.held, err: err, late: b.stop()}
+}
+
+// heldBound bounds a forwarding whose answer may be held back by the
+// request's max_wait: a requeue_on answer is held until its body ends,
+// which an upstream that stalls after the header (or sends its body for
+// ever) puts off as long as it likes, while the client sees nothing and
+// no wait of the queue's runs. Once the answer is held and the request's
+// wait has ended, whichever comes last, the forwarding is cut: its
+// requeue could not wait any more, and the client gets the timeout
+// reject (refusedLate).
+type heldBound struct {
+	c     *call
+	end   time.Time
+	timer *time.Timer
+	held  atomic.Bool // the answer is held (next's goroutine)
+	cut   atomic.Bool // the forwarding was cut
+}
+
+// boundHeld starts the bound of a forwarding whose answer may be held
+// (hold); nil where none applies (nothing is held, or the permit has no
+// wait to end: fail open).
+func (c *call) boundHeld(hold bool) *heldBound {
+	end := c.permit.Deadline()
+	if !hold || end.IsZero() || c.cut == nil {
+		return nil
+	}
+	b := &heldBound{c: c, end: end}
+	b.timer = time.AfterFunc(time.Until(end), b.fire)
+	return b
+}
+
+// hold notes that the answer is held back: past the end of the wait,
+// it is cut at once.
+func (b *heldBound) hold() {
+	b.held.Store(true)
+	if !time.Now().Before(b.end) {
+		b.fire()
+	}
+}
+
+// fire cuts the forwarding, once, where its answer is held.
+func (b *heldBound) fire() {
+	if b.held.Load() && b.cut.CompareAndSwap(false, true) {
+		b.c.cut()
+	}
+}
+
+// stop ends the bound once next has returned, and reports whether it
+// cut the forwarding.
+func (b *heldBound) stop() bool {
+	if b == nil {
+		return false
+	}
+	b.timer.Stop()
+	return b.cut.Load()
+}
+
+// refusedLate answers a request whose held refusal (rf) outlasted its
+// max_wait (heldBound cut its forwarding): the timeout reject, as the
+// requeue its refusal asked for finds no wait left. The permit is given
+// back as that requeue gives it (its upstream cools, its grant is not
+// charged); the context the requeue runs in is the request's without
+// the cut, which ended only the forwarding: the client is still there.
+func (c *call) refusedLate(rf *refusal) error {
+	observeCooldown(c.name, c.permit.Upstream())
+	p, err := c.permit.Requeue(context.WithoutCancel(c.r.Context()), rf.cool)
+	if p != nil {
+		// Granted again as the wait ended (the local store's requeue
+		// lands, and dispatch grants it at once): nothing is sent.
+		c.h.charge(p, time.Now(), false, nil)
+		p.Release()
+		err = &fairqueue.RejectError{Reason: fairqueue.ReasonTimeout, Waited: time.Since(c.start), RetryAfter: time.Second}
+	}
+	c.permit, c.aborted = nil, false
+	return c.notGranted(err)
 }
 
 // nextHeld calls next (serve) and ends the panic with which

@@ -32,7 +32,8 @@ type holdWriter struct {
 	statuses []int       // held; nil: none (no requeue left)
 	status   int         // 0 until written
 	held     bool
-	wrote    bool // status or body reached the client
+	wrote    bool   // status or body reached the client
+	onHold   func() // called as a status is held (heldBound); nil: none
 }
 
 // Header is the answer's header until it passes on, then the writer's
@@ -54,6 +55,9 @@ func (hw *holdWriter) WriteHeader(code int) {
 	hw.status = code
 	if slices.Contains(hw.statuses, code) {
 		hw.held = true
+		if hw.onHold != nil {
+			hw.onHold()
+		}
 		return
 	}
 	dst := hw.w.Header()
@@ -100,11 +104,12 @@ const maxUpstreamErrorBody = 64 << 10
 // hides the writer beneath (no Unwrap), so that nothing hijacks or
 // re-heads a stream that is already running.
 type committedWriter struct {
-	w       http.ResponseWriter
-	header  http.Header // the upstream's, never sent
-	status  int         // the upstream's; 0 until known
-	errBody bytes.Buffer
-	wrote   bool // body bytes reached the client
+	w        http.ResponseWriter
+	header   http.Header // the upstream's, never sent
+	status   int         // the upstream's; 0 until known
+	errBody  bytes.Buffer
+	wrote    bool      // body bytes reached the client
+	onStatus func(int) // called with the status once known (heldBound); nil: none
 }
 
 func (cw *committedWriter) Header() http.Header { return cw.header }
@@ -114,12 +119,15 @@ func (cw *committedWriter) Header() http.Header { return cw.header }
 func (cw *committedWriter) WriteHeader(code int) {
 	if code >= 200 && cw.status == 0 {
 		cw.status = code
+		if cw.onStatus != nil {
+			cw.onStatus(code)
+		}
 	}
 }
 
 func (cw *committedWriter) Write(b []byte) (int, error) {
 	if cw.status == 0 {
-		cw.status = http.StatusOK
+		cw.WriteHeader(http.StatusOK)
 	}
 	if failed(cw.status) {
 		if room := maxUpstreamErrorBody + 1 - cw.errBody.Len(); room > 0 {

@@ -79,6 +79,11 @@ func (p *Permit) Ticket() string { return p.t.id }
 // Waited returns how long Acquire waited.
 func (p *Permit) Waited() time.Duration { return p.waited }
 
+// Deadline returns the end of the request's wait, its max wait counted
+// from its first arrival: a Requeue waits no later. Zero for a permit
+// admitted without the store (fail open).
+func (p *Permit) Deadline() time.Time { return p.deadline }
+
 // Position returns the number of tickets that were ahead at enqueue plus
 // one, or 0 when the permit was granted at once.
 func (p *Permit) Position() int { return p.t.position }
