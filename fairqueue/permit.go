@@ -208,7 +208,7 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		}
 		return q.Acquire(ctx, req)
 	}
-	if cfg := q.cfg.Load(); !q.health.up() || q.inFallback(cfg) {
+	if !q.health.up() || q.inFallback() {
 		// The store is down, or the node still serves from its fallback
 		// queue: the request waits again as an Acquire's would
 		// (on_store_error), its permit given back, its flow charged

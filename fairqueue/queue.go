@@ -200,7 +200,7 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 	// an open on its way, its round trips), and a reload meanwhile may
 	// allow fewer permits, which the acquire below dispatches under.
 	cfg = q.cfg.Load()
-	if !q.health.up() || q.inFallback(cfg) {
+	if !q.health.up() || q.inFallback() {
 		return q.unavailable(ctx, req, start, deadline, errStoreDown, nil, from)
 	}
 	if l, n := q.joinMovers(from); l != nil {
@@ -245,7 +245,7 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 		return q.unavailable(ctx, req, start, deadline, err, nil, from)
 	}
 	q.health.ok(q.log)
-	if q.inFallback(cfg) {
+	if q.inFallback() {
 		return q.backToFallback(ctx, t, req, start, deadline, from)
 	}
 	return q.enqueue(ctx, t, res, fresh, permits, req, start, deadline, from)
