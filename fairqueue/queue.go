@@ -134,6 +134,15 @@ func (q *Queue) Reconfigure(cfg Config) error {
 		q.reconfigureLocal(lc)
 	}
 	q.localMu.Unlock()
+	if old.Fallback == nil && cfg.Fallback != nil {
+		// on_store_error local set during an outage: the store's waiters
+		// move into the fallback queue, ahead of the requests that come
+		// from now, as they do where the store is marked down under it
+		// (storeDown, which found no fallback queue at the mark). Left
+		// waiting for the store, they waited until their max wait while
+		// the fallback queue served the requests after them.
+		q.health.whileDown(q.storeDown)
+	}
 	q.health.downAfter.Store(int32(cfg.DownAfter))
 	// Heads read under the old settings (permits, pool, fair, adaptive)
 	// go, and so do those of a reply to a call sent before now, which
