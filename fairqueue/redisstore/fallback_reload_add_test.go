@@ -96,3 +96,53 @@ func TestAReloadThatSetsLocalDuringAnOutageMovesRedissWaitersIntoTheFallback(t *
 		})
 	}
 }
+
+// The local fallback counts the instance's own requests still running
+// when its fallback queue opens. A reload that sets local during an
+// outage under fail_open finds requests that fail_open let in running:
+// they run on the upstream as the requests Redis granted do, and the
+// fallback queue, counting none of them, served r at once beside the
+// one running: 2 at once under local_permits 1 (and permits 1).
+func TestAReloadThatSetsLocalDuringAnOutageCountsTheFailOpenRequestsRunning(t *testing.T) {
+	srv := redistest.Start(t)
+	const name = "fbreloadaddopen"
+	cfg := fairqueue.Config{Permits: 1, FailOpen: true,
+		Lease: 30 * time.Second, PollInterval: 50 * time.Millisecond, MaxWait: 30 * time.Second}
+	n := newNode(t, srv, name, cfg)
+	p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	p.Release() // joined
+
+	srv.Kill()
+	open, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	require.True(t, open.FailOpen(), "admitted by fail_open while Redis is down")
+	var once sync.Once
+	defer once.Do(open.Release)
+
+	local := n.q.Config()
+	local.Fallback, local.LocalPermits, local.FailOpen = memstore.New(), 1, false
+	require.NoError(t, n.q.Reconfigure(local))
+	r := make(chan acquired, 1)
+	go func() {
+		p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+		r <- acquired{p: p, err: err}
+	}()
+	select {
+	case got := <-r:
+		if got.p != nil {
+			got.p.Release()
+		}
+		t.Fatalf("r was served (%v) beside the fail_open request still running: 2 at once under local_permits 1", got.err)
+	case <-time.After(time.Second):
+	}
+	once.Do(open.Release)
+	select {
+	case got := <-r:
+		require.NoError(t, got.err)
+		require.True(t, got.p.Local(), "r served by the fallback queue")
+		got.p.Release()
+	case <-time.After(10 * time.Second):
+		t.Fatal("r was never served once the fail_open request ended")
+	}
+}
