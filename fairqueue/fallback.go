@@ -163,14 +163,14 @@ func (q *Queue) moveIn(ctx context.Context, line *moveLine, n uint64, req Reques
 // and so adopted by then, or refused.
 func (q *Queue) localTicket(lq *Queue, flow string, tokens int) (t *ticket, retired bool) {
 	if lq == nil {
-		return q.newTicket(true, flow, tokens), false
+		return q.newTicket(true, false, flow, tokens), false
 	}
 	q.localMu.Lock()
 	defer q.localMu.Unlock()
 	if q.local != lq {
 		return nil, true
 	}
-	return q.newTicket(true, flow, tokens), false
+	return q.newTicket(true, true, flow, tokens), false
 }
 
 // inFallback reports whether the node still serves from its fallback

@@ -240,7 +240,7 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 	cfg := q.cfg.Load()
 	rel := q.releaseArgs(p.t.id)
 	r.apply(&rel)
-	t := q.newTicket(false, TicketFlow(p.t.id), 0)
+	t := q.newTicket(false, false, TicketFlow(p.t.id), 0)
 	if t == nil {
 		q.release(rel)
 		settled()

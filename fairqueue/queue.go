@@ -219,7 +219,7 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 	if cfg.Fair {
 		flow = req.flow()
 	}
-	t := q.newTicket(false, flow, 0)
+	t := q.newTicket(false, false, flow, 0)
 	if t == nil {
 		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
 	}
@@ -424,8 +424,9 @@ func (q *Queue) permit(t *ticket, start time.Time) *Permit {
 // newTicket mints and registers a ticket before any store call names it,
 // so a grant can never arrive for a ticket the node does not know. A
 // fail-open ticket is born granted and unregistered in the store, with
-// its tokens: the next heartbeat may name it at once (adopt).
-func (q *Queue) newTicket(failOpen bool, flow string, tokens int) *ticket {
+// its tokens: the next heartbeat may name it at once (adopt); local: one
+// a fallback queue served (localTicket).
+func (q *Queue) newTicket(failOpen, local bool, flow string, tokens int) *ticket {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.draining {
@@ -433,7 +434,7 @@ func (q *Queue) newTicket(failOpen bool, flow string, tokens int) *ticket {
 	}
 	q.counter++
 	id := TicketID{Node: q.node, Counter: q.counter, Flow: flow}.String()
-	t := &ticket{id: id, no: q.counter, granted: make(chan struct{}), failOpen: failOpen, tokens: tokens}
+	t := &ticket{id: id, no: q.counter, granted: make(chan struct{}), failOpen: failOpen, local: local, tokens: tokens}
 	if failOpen {
 		t.state.Store(stateGranted)
 		close(t.granted)
