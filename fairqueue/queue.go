@@ -134,15 +134,7 @@ func (q *Queue) Reconfigure(cfg Config) error {
 		q.reconfigureLocal(lc)
 	}
 	q.localMu.Unlock()
-	if old.Fallback == nil && cfg.Fallback != nil {
-		// on_store_error local set during an outage: the store's waiters
-		// move into the fallback queue, ahead of the requests that come
-		// from now, as they do where the store is marked down under it
-		// (storeDown, which found no fallback queue at the mark). Left
-		// waiting for the store, they waited until their max wait while
-		// the fallback queue served the requests after them.
-		q.health.whileDown(q.storeDown)
-	}
+	q.localSet(old, &cfg)
 	q.health.downAfter.Store(int32(cfg.DownAfter))
 	// Heads read under the old settings (permits, pool, fair, adaptive)
 	// go, and so do those of a reply to a call sent before now, which
@@ -424,8 +416,7 @@ func (q *Queue) permit(t *ticket, start time.Time) *Permit {
 // newTicket mints and registers a ticket before any store call names it,
 // so a grant can never arrive for a ticket the node does not know. A
 // fail-open ticket is born granted and unregistered in the store, with
-// its tokens: the next heartbeat may name it at once (adopt); local: one
-// a fallback queue served (localTicket).
+// its tokens: the next heartbeat may name it at once (adopt).
 func (q *Queue) newTicket(failOpen, local bool, flow string, tokens int) *ticket {
 	q.mu.Lock()
 	defer q.mu.Unlock()
