@@ -85,6 +85,17 @@ func (h *health) outage(log *zap.Logger, err error) {
 	h.markDown(log, err)
 }
 
+// whileDown runs f if the store is marked down, ordered with the marks:
+// a mark on its way runs onDown after f's caller changed what it reads,
+// and one done already does not run it again.
+func (h *health) whileDown(f func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.down.Load() {
+		f()
+	}
+}
+
 // markDown marks the store down, unless it is already, once onDown has
 // run: a request that finds the store down finds what onDown did too.
 func (h *health) markDown(log *zap.Logger, err error) {

@@ -134,6 +134,7 @@ func (q *Queue) Reconfigure(cfg Config) error {
 		q.reconfigureLocal(lc)
 	}
 	q.localMu.Unlock()
+	q.localSet(old, &cfg)
 	q.health.downAfter.Store(int32(cfg.DownAfter))
 	// Heads read under the old settings (permits, pool, fair, adaptive)
 	// go, and so do those of a reply to a call sent before now, which
@@ -200,7 +201,7 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 	// an open on its way, its round trips), and a reload meanwhile may
 	// allow fewer permits, which the acquire below dispatches under.
 	cfg = q.cfg.Load()
-	if !q.health.up() || q.inFallback(cfg) {
+	if !q.health.up() || q.inFallback() {
 		return q.unavailable(ctx, req, start, deadline, errStoreDown, nil, from)
 	}
 	if l, n := q.joinMovers(from); l != nil {
@@ -210,7 +211,7 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 	if cfg.Fair {
 		flow = req.flow()
 	}
-	t := q.newTicket(false, flow, 0)
+	t := q.newTicket(false, false, flow, 0)
 	if t == nil {
 		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
 	}
@@ -245,7 +246,7 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 		return q.unavailable(ctx, req, start, deadline, err, nil, from)
 	}
 	q.health.ok(q.log)
-	if q.inFallback(cfg) {
+	if q.inFallback() {
 		return q.backToFallback(ctx, t, req, start, deadline, from)
 	}
 	return q.enqueue(ctx, t, res, fresh, permits, req, start, deadline, from)
@@ -416,7 +417,7 @@ func (q *Queue) permit(t *ticket, start time.Time) *Permit {
 // so a grant can never arrive for a ticket the node does not know. A
 // fail-open ticket is born granted and unregistered in the store, with
 // its tokens: the next heartbeat may name it at once (adopt).
-func (q *Queue) newTicket(failOpen bool, flow string, tokens int) *ticket {
+func (q *Queue) newTicket(failOpen, local bool, flow string, tokens int) *ticket {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.draining {
@@ -424,7 +425,7 @@ func (q *Queue) newTicket(failOpen bool, flow string, tokens int) *ticket {
 	}
 	q.counter++
 	id := TicketID{Node: q.node, Counter: q.counter, Flow: flow}.String()
-	t := &ticket{id: id, no: q.counter, granted: make(chan struct{}), failOpen: failOpen, tokens: tokens}
+	t := &ticket{id: id, no: q.counter, granted: make(chan struct{}), failOpen: failOpen, local: local, tokens: tokens}
 	if failOpen {
 		t.state.Store(stateGranted)
 		close(t.granted)
