@@ -68,6 +68,15 @@ func writeBodyTimeout(w http.ResponseWriter, r *http.Request, a api, timeout tim
 	_ = writeJSON(w, http.StatusRequestTimeout, a.errorBody(msg, "invalid_request_error", "request_timeout"))
 }
 
+// writeTooEarly answers a request that came in TLS early data and
+// names a tenant (inEarlyData): 425 Too Early, which tells its client to
+// send it again once the handshake is done (RFC 8470), as Caddy's
+// remote_ip matcher answers such a request.
+func writeTooEarly(w http.ResponseWriter, a api) {
+	msg := "The request came in TLS early data; send it again once the handshake is complete."
+	_ = writeJSON(w, http.StatusTooEarly, a.errorBody(msg, "invalid_request_error", "too_early"))
+}
+
 // formatBytes writes n in the largest binary unit that divides it.
 func formatBytes(n int64) string {
 	for _, u := range []struct {
