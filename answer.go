@@ -77,6 +77,14 @@ func writeTooEarly(w http.ResponseWriter, a api) {
 	_ = writeJSON(w, http.StatusTooEarly, a.errorBody(msg, "invalid_request_error", "too_early"))
 }
 
+// writeAmbiguousModel answers a request whose body names one model as a
+// Python backend reads it and another as a Go one does ("model" and
+// "MODEL"): 400, before any queue.
+func writeAmbiguousModel(w http.ResponseWriter, a api) {
+	msg := "The request body names its model more than once, in different spellings of \"model\"."
+	_ = writeJSON(w, http.StatusBadRequest, a.errorBody(msg, "invalid_request_error", "ambiguous_model"))
+}
+
 // formatBytes writes n in the largest binary unit that divides it.
 func formatBytes(n int64) string {
 	for _, u := range []struct {

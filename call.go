@@ -82,6 +82,11 @@ func (c *call) read() (answered bool, err error) {
 		return true, caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("reading request body: %w", err))
 	}
 	info := c.api.sniff(body)
+	if info.Ambiguous {
+		// Its queue would be one model's while a backend runs another.
+		writeAmbiguousModel(c.w, c.api)
+		return true, nil
+	}
 	c.streaming = c.api.streams(info, c.r)
 	c.model = info.Model
 	repl.Set(phModel, c.api.modelName(info.Model)) // queueName may set another spelling

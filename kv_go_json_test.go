@@ -54,9 +54,7 @@ func TestABodyThatNamesTwoModelsIsRefused(t *testing.T) {
 			assert.Equal(t, http.StatusBadRequest, req.w.Code, "%s", req.w.Body.String())
 		})
 	}
-	// Spelled one way only, in any case, it is served: as the backend
-	// that reads it runs it (a Python one ignores "MODEL" and refuses a
-	// body without "model"; a Go one reads it).
+	// Named once, it is served.
 	next := newHolder()
 	req := newRequest(context.Background(), `{"model":"big","messages":[]}`).start(h, next)
 	next.waitEntered(t)
