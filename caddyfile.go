@@ -56,7 +56,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    abort_grace   <duration>|off       # a permit's hold after its client left mid-answer; default 50ms, at most 1m
 //
 //	    # fairness across tenants; without tenant and priority: strict FIFO
-//	    tenant        <placeholders>       # e.g. {http.request.header.Authorization}; hashed, cut at 1KiB
+//	    tenant        <placeholders>       # e.g. {http.request.header.X-Tenant-Id} set by forward_auth; hashed, cut at 1KiB
 //	    weight        <tenant> <w>         # repeatable; 0.01-1000, default 1; requires tenant
 //	                                       # tenant: sha256:<16 hex> (recommended: its key, as logs show it) or the raw value; {env.*} replaced at load
 //	    weight_placeholder <placeholders>  # a number per request, for tenants without a weight line
@@ -220,7 +220,7 @@ func (h *Handler) parseWeight(d *caddyfile.Dispenser) error {
 func (h *Handler) parseCost(d *caddyfile.Dispenser) error {
 	args := d.RemainingArgs()
 	if len(args) < 1 || len(args) > 2 {
-		return d.ArgErr()
+		return argCountErr(d, "cost", "<mode> [<max>]")
 	}
 	if !slices.Contains(costModes, args[0]) {
 		return d.Errf("cost: unknown mode '%s' (want %s)", args[0], strings.Join(costModes, ", "))

@@ -68,8 +68,8 @@ func checkedOpt(dst *string, rule func(string) error) optionParser {
 // flagOpt sets dst for an option that takes no argument.
 func flagOpt(dst *bool) optionParser {
 	return func(d *caddyfile.Dispenser) error {
-		if d.NextArg() {
-			return d.ArgErr()
+		if opt := d.Val(); d.NextArg() {
+			return argCountErr(d, opt, "no value")
 		}
 		*dst = true
 		return nil
@@ -78,11 +78,14 @@ func flagOpt(dst *bool) optionParser {
 
 // pairOpt reads `<key> <value>` of a repeatable option into *m, the
 // value converted by parse; a key may be given once (what names it).
-func pairOpt[V any](m *map[string]V, what string, parse func(d *caddyfile.Dispenser, key, value string) (V, error)) optionParser {
+// syntax is what the option takes, for the error of a line without
+// both, such as "<name> <template>".
+func pairOpt[V any](m *map[string]V, what, syntax string, parse func(d *caddyfile.Dispenser, key, value string) (V, error)) optionParser {
 	return func(d *caddyfile.Dispenser) error {
+		opt := d.Val()
 		args := d.RemainingArgs()
 		if len(args) != 2 {
-			return d.ArgErr()
+			return argCountErr(d, opt, syntax)
 		}
 		if _, dup := (*m)[args[0]]; dup {
 			return d.Errf("%s '%s' is given twice", what, args[0])
@@ -99,16 +102,25 @@ func pairOpt[V any](m *map[string]V, what string, parse func(d *caddyfile.Dispen
 	}
 }
 
-// stringArg reads exactly one argument.
+// stringArg reads exactly one argument of the option at d.
 func stringArg(d *caddyfile.Dispenser) (string, error) {
+	opt := d.Val()
 	if !d.NextArg() {
-		return "", d.ArgErr()
+		return "", argCountErr(d, opt, "one value")
 	}
 	v := d.Val()
 	if d.NextArg() {
-		return "", d.ArgErr()
+		return "", argCountErr(d, opt, "one value")
 	}
 	return v, nil
+}
+
+// argCountErr is Caddy's ArgErr naming the option and what it takes
+// (want: "one value", "<name>...", a syntax): Caddy's own names only
+// the token after which the line went wrong ("after '5'"), which does
+// not say which option of the line is meant nor what to write.
+func argCountErr(d *caddyfile.Dispenser, opt, want string) error {
+	return d.Errf("%s: wrong argument count, want %s", opt, want)
 }
 
 // optionArg reads the one argument of the option at d, and its name.

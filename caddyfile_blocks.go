@@ -10,7 +10,7 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 	if d.NextArg() {
 		rc.URL = d.Val()
 		if d.NextArg() {
-			return nil, d.ArgErr()
+			return nil, argCountErr(d, "redis", "at most one url")
 		}
 		if err := checkRedisURL(rc.URL); err != nil {
 			return nil, d.Err(err.Error())
@@ -31,7 +31,7 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 		"address": func(d *caddyfile.Dispenser) error {
 			rc.Addresses = d.RemainingArgs()
 			if len(rc.Addresses) == 0 {
-				return d.ArgErr()
+				return argCountErr(d, "address", "<host:port>...")
 			}
 			return nil
 		},
@@ -106,7 +106,7 @@ func parseRejectStream(d *caddyfile.Dispenser) (*RejectStreamConfig, error) {
 			rs.MaxLen = int64(n)
 			return err
 		},
-		"field": pairOpt(&rs.Fields, "reject_stream: field", func(d *caddyfile.Dispenser, name, tmpl string) (string, error) {
+		"field": pairOpt(&rs.Fields, "reject_stream: field", "<name> <template>", func(d *caddyfile.Dispenser, name, tmpl string) (string, error) {
 			if err := checkRejectField(name); err != nil {
 				return "", d.Err(err.Error())
 			}

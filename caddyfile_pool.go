@@ -18,7 +18,7 @@ import (
 func (h *Handler) parseNames(d *caddyfile.Dispenser) error {
 	args := d.RemainingArgs()
 	if len(args) == 0 {
-		return d.ArgErr()
+		return argCountErr(d, "names", "<name>...")
 	}
 	h.Names = append(h.Names, args...)
 	if err := checkNames(h.Names); err != nil {
@@ -31,7 +31,7 @@ func (h *Handler) parseNames(d *caddyfile.Dispenser) error {
 func (h *Handler) parseUpstream(d *caddyfile.Dispenser) error {
 	args := d.RemainingArgs()
 	if len(args) != 2 && len(args) != 4 {
-		return d.ArgErr()
+		return argCountErr(d, "upstream", "<dial address> <permits> [kv_tokens <n>]")
 	}
 	tokens := 0
 	if len(args) == 4 {
@@ -70,7 +70,7 @@ func (h *Handler) parseUpstream(d *caddyfile.Dispenser) error {
 func (h *Handler) parseRequeueOn(d *caddyfile.Dispenser) error {
 	args := d.RemainingArgs()
 	if len(args) == 0 {
-		return d.ArgErr()
+		return argCountErr(d, "requeue_on", "<status>...")
 	}
 	for _, a := range args {
 		s, err := strconv.Atoi(a)

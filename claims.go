@@ -66,7 +66,15 @@ func (h *Handler) addClaim(ctx caddy.Context) error {
 	defer claims.Unlock()
 	if c := claims.m[k]; c != nil {
 		if d := c.settings.diff(s); d != "" {
-			return fmt.Errorf("queue %q is configured by two fair_queue handlers with different %s%s; handlers naming one queue must agree", h.Name, d, sites(c.server, server))
+			// A handler without name is the queue "default": say so,
+			// as the operator may have named no queue at all.
+			unnamed := ""
+			if h.Name == DefaultName {
+				unnamed = " (the queue of every fair_queue without a name)"
+			}
+			return fmt.Errorf("queue %q%s is configured by two fair_queue handlers with different %s%s; "+
+				"handlers naming one queue must agree; to keep their queues apart, give each its own name",
+				h.Name, unnamed, d, sites(c.server, server))
 		}
 		c.refs++
 	} else {

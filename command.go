@@ -73,7 +73,7 @@ func setupFairQueueCommand(cmd *cobra.Command) {
 		Args: cobra.NoArgs,
 		RunE: runStatus,
 	}
-	status.Flags().String("admin", "", "Address of the admin endpoint of a running Caddy (default localhost:2019)")
+	status.Flags().String("admin", "", "Address of the admin endpoint of a running Caddy (default $CADDY_ADMIN, else localhost:2019)")
 	status.Flags().String("redis", "", "Read Redis directly: redis://[user@]host:port/db, rediss://... or unix:///path")
 	status.Flags().StringSlice("queue", nil, "Only this queue (repeatable; one not found fails the command); with --redis the default is every queue found")
 	status.Flags().String("key-prefix", redisstore.DefaultKeyPrefix, "Key prefix of the queues, with --redis")
@@ -101,9 +101,9 @@ func setupFairQueueCommand(cmd *cobra.Command) {
 Reads a tenant value (an API key, as the tenant option resolves it) on
 stdin, so that it stays out of the process list and shell history, and
 prints its key as weight takes it: sha256: and the first 16 hex digits
-of the value's SHA-256, the hash logs, metrics and the admin API show.
-One trailing newline is dropped; the value is cut at 1 KiB, as the
-handler cuts it.`,
+of the value's SHA-256, the hash access logs and the admin API show
+(metrics have no tenant label). One trailing newline is dropped; the
+value is cut at 1 KiB, as the handler cuts it.`,
 		Example: `  printf '%s' "$API_KEY" | caddy fair-queue tenant-key`,
 		Args:    cobra.NoArgs,
 		RunE:    runTenantKey,

@@ -230,9 +230,29 @@ func suggest(typed string, options []string, q string) string {
 	// A typo changes a letter or two, or leaves out an underscore;
 	// longer names tolerate a little more.
 	if bestD < 0 || bestD > max(2, len(typed)/4) || bestD >= len(typed) {
-		return ""
+		// Cut short, as other clients spell it (addr, pass, user): the
+		// one option it begins, if only one does.
+		if best = onlyPrefixed(strings.ToLower(typed), options); best == "" {
+			return ""
+		}
 	}
 	return " (did you mean " + q + best + q + "?)"
+}
+
+// onlyPrefixed is the one option that begins with typed (of at least 3
+// bytes), or "" when none or several do.
+func onlyPrefixed(typed string, options []string) string {
+	found := ""
+	for _, o := range options {
+		if len(typed) < 3 || !strings.HasPrefix(o, typed) {
+			continue
+		}
+		if found != "" {
+			return ""
+		}
+		found = o
+	}
+	return found
 }
 
 // editDistance is the Levenshtein distance between a and b, in bytes.

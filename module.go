@@ -231,8 +231,9 @@ type Handler struct {
 	AbortGrace caddy.Duration `json:"abort_grace,omitempty"`
 
 	// Tenant is a placeholder expression naming who a request is for,
-	// such as {http.request.header.Authorization} or
-	// {http.request.remote.host}. Setting it makes the queue fair across
+	// such as {http.request.header.X-Tenant-Id} set by forward_auth,
+	// {http.auth.user.id} or {http.request.remote.host}: an identity the
+	// client cannot choose per request. Setting it makes the queue fair across
 	// tenants: FIFO inside each tenant, tenants interleaved by what they
 	// were charged (see Cost) so that one sending ten times the requests
 	// of another does not get ten times the permits. The value is replaced
@@ -248,7 +249,7 @@ type Handler struct {
 	// tenant of weight 2 gets twice the grants of one of weight 1 when
 	// both wait. A key is the tenant's key, "sha256:" and 16 lowercase hex
 	// digits (the first 16 of the SHA-256 of the tenant's value, the hash
-	// logs, metrics and the admin API show; `caddy fair-queue tenant-key`
+	// access logs and the admin API show; `caddy fair-queue tenant-key`
 	// prints it), which keeps a secret value such as an API key out of
 	// the config; or the tenant's value itself (Tenant replaced, exactly;
 	// at most 1 KiB); either may be a placeholder known at load, such as

@@ -287,6 +287,13 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 // parseRedisURL is redis.ParseURL without echoing the URL (and its
 // password) in errors.
 func parseRedisURL(s string) (*redis.Options, error) {
+	if !strings.Contains(s, "://") && !strings.HasPrefix(s, "unix:") {
+		// An address (127.0.0.1:6379), as redis-cli takes it: Go's URL
+		// parser's words for it ("first path segment in URL cannot
+		// contain colon", "invalid URL scheme: localhost") do not say
+		// what to write.
+		return nil, errors.New("redis: invalid url: no scheme: write redis://host:port/db (rediss:// for TLS, unix:///path for a socket)")
+	}
 	o, err := redis.ParseURL(s)
 	if err != nil {
 		var ue *url.Error
