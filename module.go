@@ -239,8 +239,10 @@ type Handler struct {
 	// of another does not get ten times the permits. The value is replaced
 	// per request, cut to its first 1 KiB (longer values that share
 	// those bytes are one tenant) and hashed before it reaches the store
-	// or any log; an empty value is one default tenant. Default: none,
-	// strict FIFO.
+	// or any log; an empty value is one default tenant. A request sent
+	// in TLS early data (HTTP/3's 0-RTT), whose client address is not
+	// known until the handshake is done, is answered 425 Too Early (its
+	// client sends it again then). Default: none, strict FIFO.
 	Tenant string `json:"tenant,omitempty"`
 
 	// Weights gives tenants a share of the permits relative to others: a

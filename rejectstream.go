@@ -241,7 +241,9 @@ func (s *rejectStream) run(ctx context.Context, cancel context.CancelFunc, recor
 	s.mu.Unlock()
 }
 
-// truncateUTF8 cuts s to at most n bytes, at a rune boundary.
+// truncateUTF8 cuts s to at most n bytes, at a rune boundary: a copy,
+// so that a record buffered for Redis does not keep the whole value it
+// was cut from (a client's header, up to max_header_bytes).
 func truncateUTF8(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -249,5 +251,5 @@ func truncateUTF8(s string, n int) string {
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
-	return s[:n]
+	return strings.Clone(s[:n])
 }
