@@ -29,7 +29,9 @@ type AdaptiveConfig struct {
 	// TargetTTFT is the time to first token to keep at or below: from
 	// forwarding a granted request to its first response byte (a
 	// stream's first chunk); requests for a plain answer, and error
-	// answers (status 300 and above), are not timed.
+	// answers (status 300 and above), are not timed; a stream whose
+	// first byte never came (its client or the proxy gave up) counts as
+	// above the target once it was waited for longer than the target.
 	// Required; at least 1ms.
 	TargetTTFT caddy.Duration `json:"target_ttft"`
 	// Floor is the least share of the configured capacity, in (0, 1];
@@ -143,7 +145,9 @@ func shareArg(oneAllowed bool) func(*caddyfile.Dispenser) (float64, error) {
 // not take): it comes before the backend schedules anything, and a
 // client streaming many would outnumber the late first tokens of
 // everybody else's, keeping the capacity up while the backend is
-// overloaded.
+// overloaded. A stream whose first byte never came (its client, or
+// reverse_proxy, gave up waiting) had a time to first token longer than
+// it waited: above the target when that wait was.
 func (c *call) observeAnswer() {
 	if c.fb == nil || c.h.Adaptive == nil {
 		return
@@ -153,6 +157,8 @@ func (c *call) observeAnswer() {
 		c.e.q.ObserveRefused(c.fb.upstream)
 	case c.fb.first > 0 && c.streaming && c.fb.status < 300: // 0: a 200 written by the first Write
 		c.e.q.ObserveTTFT(c.fb.upstream, c.fb.first)
+	case c.fb.first == 0 && c.streaming && !c.fb.heldBack && !c.fb.hijacked:
+		c.e.q.ObserveUnanswered(c.fb.upstream, time.Since(c.fb.forwarded))
 	}
 }
 

@@ -340,6 +340,25 @@ func (q *Queue) ObserveTTFT(upstream string, d time.Duration) {
 	q.maybeAdapt(cfg)
 }
 
+// ObserveUnanswered records a granted request whose first response byte
+// had not come d after it was forwarded, when its client or the proxy
+// gave up waiting, for Config.Adaptive: its time to first token is
+// longer than d, so one above the target when d is (left out, the
+// slowest first tokens would never count, and a backend that answers
+// none in time none at all); when d is not, it says nothing, and
+// nothing is recorded. A no-op without Adaptive.
+func (q *Queue) ObserveUnanswered(upstream string, d time.Duration) {
+	cfg := q.cfg.Load()
+	if cfg.Adaptive == nil || d <= cfg.Adaptive.TargetTTFT {
+		return
+	}
+	q.learn.add(upstream, func(r *AdaptReport) {
+		r.Samples++
+		r.Over++
+	})
+	q.maybeAdapt(cfg)
+}
+
 // ObserveRefused records a request that upstream ("" without a pool)
 // refused (429/503), for Config.Adaptive; a no-op without it.
 func (q *Queue) ObserveRefused(upstream string) {
