@@ -23,8 +23,9 @@ import (
 // value for every instance of the queue, kept in its store. AIMD: down
 // by Decrease when more than BreachShare of the time-to-first-token
 // samples of an interval were above TargetTTFT, or an upstream answered
-// 429/503; up by Step when none was and requests had to wait; at most
-// one move per Interval, cluster-wide. See docs/adaptive.md.
+// 429/503; up by Step when none was and requests had to wait (a window
+// without a TTFT: once it holds MinSamples plain answers that succeeded);
+// at most one move per Interval, cluster-wide. See docs/adaptive.md.
 type AdaptiveConfig struct {
 	// TargetTTFT is the time to first token to keep at or below: from
 	// forwarding a granted request to its first response byte (a
@@ -145,9 +146,11 @@ func shareArg(oneAllowed bool) func(*caddyfile.Dispenser) (float64, error) {
 // not take): it comes before the backend schedules anything, and a
 // client streaming many would outnumber the late first tokens of
 // everybody else's, keeping the capacity up while the backend is
-// overloaded. A stream whose first byte never came (its client, or
-// reverse_proxy, gave up waiting) had a time to first token longer than
-// it waited: above the target when that wait was.
+// overloaded. A plain answer that succeeded is counted, not timed: it
+// lets a queue whose clients never stream climb back after refusals. A
+// stream whose first byte never came (its client, or reverse_proxy, gave
+// up waiting) had a time to first token longer than it waited: above the
+// target when that wait was.
 func (c *call) observeAnswer() {
 	if c.fb == nil || c.h.Adaptive == nil {
 		return
@@ -159,6 +162,8 @@ func (c *call) observeAnswer() {
 		c.e.q.ObserveTTFT(c.fb.upstream, c.fb.first)
 	case c.fb.first == 0 && c.streaming && !c.fb.heldBack && !c.fb.hijacked:
 		c.e.q.ObserveUnanswered(c.fb.upstream, time.Since(c.fb.forwarded))
+	case !c.streaming && c.fb.status < 300 && (c.fb.status != 0 || c.fb.first > 0) && !c.fb.hijacked:
+		c.e.q.ObserveAnswered(c.fb.upstream) // untimed, but no refusal: a plain queue climbs back
 	}
 }
 

@@ -32,7 +32,9 @@ import (
 //     more than BreachShare of the TTFTs were above the target or any
 //     request was refused; up by Step when none was and the capacity was
 //     the limit (growing a capacity nobody reaches would only let a later
-//     burst through); else it stays.
+//     burst through); else it stays. A window without a TTFT is ripe
+//     with MinSamples answers that succeeded untimed (ObserveAnswered):
+//     a queue whose clients never stream climbs back after refusals.
 //
 // At a steady load the share saw-tooths between the knee and Decrease
 // times it (10% by default). Lowering never revokes a running request;
@@ -179,6 +181,12 @@ type AdaptReport struct {
 	Samples, Over int
 	// Refused counts the requests the upstream refused (429/503).
 	Refused int
+	// Answered counts the answers that succeeded without being timed (a
+	// plain answer, ObserveAnswered): no time to first token, but no
+	// refusal either. A window without a TTFT that holds MinSamples of
+	// them may move its share up (a queue whose clients never stream
+	// climbs back after refusals); they never count toward a breach.
+	Answered int
 }
 
 // Scale returns l with the learned shares applied: what a store that
@@ -256,20 +264,21 @@ func (l Limits) Scale(shares map[string]float64) Limits {
 }
 
 // Ripe reports whether a window may move its share (Adaptive): a
-// refusal, or enough samples to judge the target. The interval is the
-// store's to check.
-func Ripe(samples, refused int, a AdaptArgs) bool {
-	return refused > 0 || samples >= a.MinSamples
+// refusal, enough samples to judge the target, or, in a window without
+// a sample, enough answers that succeeded untimed (AdaptReport.Answered).
+// The interval is the store's to check.
+func Ripe(samples, refused, answered int, a AdaptArgs) bool {
+	return refused > 0 || samples >= a.MinSamples || samples == 0 && answered >= a.MinSamples
 }
 
 // NextShare is the law (Adaptive): a share after a ripe window, from the
 // share before and the window's folded reports. Both stores use it (the
 // Redis store's script has the same lines).
-func NextShare(share float64, samples, over, refused int, limited bool, a AdaptArgs) float64 {
+func NextShare(share float64, samples, over, refused, answered int, limited bool, a AdaptArgs) float64 {
 	switch {
 	case Breached(samples, over, refused, a):
 		share *= a.Decrease
-	case limited && samples > 0:
+	case limited && (samples > 0 || answered > 0):
 		share += a.Step
 	}
 	return min(max(share, a.Floor), 1)
@@ -337,6 +346,20 @@ func (q *Queue) ObserveTTFT(upstream string, d time.Duration) {
 			r.Over++
 		}
 	})
+	q.maybeAdapt(cfg)
+}
+
+// ObserveAnswered records an answer of upstream ("" without a pool)
+// that succeeded without being timed (a plain answer, whose first byte
+// comes after the whole generation), for Config.Adaptive: no time to
+// first token, but no refusal (AdaptReport.Answered). A no-op without
+// Adaptive.
+func (q *Queue) ObserveAnswered(upstream string) {
+	cfg := q.cfg.Load()
+	if cfg.Adaptive == nil {
+		return
+	}
+	q.learn.add(upstream, func(r *AdaptReport) { r.Answered++ })
 	q.maybeAdapt(cfg)
 }
 
