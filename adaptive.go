@@ -62,7 +62,9 @@ type AdaptiveConfig struct {
 	// SGLang's sglang:num_retracted_requests_total), and each reading of
 	// requests queued in it (vllm:num_requests_waiting or
 	// sglang:num_queue_reqs > 0), counts as a time to first token above
-	// the target, and each reading as one sample. Default: not read.
+	// the target, and each reading as one sample; a read that fails, or a
+	// page that shows neither gauge of requests queued, is skipped.
+	// Default: not read.
 	BackendMetrics string `json:"backend_metrics,omitempty"`
 }
 

@@ -140,7 +140,12 @@ type backendGauges struct {
 // name summed: SGLang's are per rank). SGLang's sglang:num_retracted_reqs
 // is left out: a gauge of the last logged batch's retractions, not a
 // count since the last read, and it keeps its value while the engine
-// logs no batch, an idle one too.
+// logs no batch, an idle one too. A page without the requests queued
+// (vllm:num_requests_waiting or sglang:num_queue_reqs: both engines always
+// show theirs) is no engine's gauges (another engine's metrics, a page
+// answered on a wrong path): the read failed, as a read answered with an
+// error status, and is skipped; read as a backend that neither preempts
+// nor queues, it would be a sample under the target.
 func readGauges(ctx context.Context, client *http.Client, url string, timeout time.Duration) (backendGauges, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -159,6 +164,7 @@ func readGauges(ctx context.Context, client *http.Client, url string, timeout ti
 		return backendGauges{}, fmt.Errorf("backend gauges: %s", resp.Status)
 	}
 	var g backendGauges
+	queue := false // the requests queued were shown
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -175,10 +181,17 @@ func readGauges(ctx context.Context, client *http.Client, url string, timeout ti
 		if fields := strings.Fields(rest); len(fields) > 0 {
 			if v, err := strconv.ParseFloat(fields[0], 64); err == nil {
 				*dst += v
+				queue = queue || dst == &g.waiting
 			}
 		}
 	}
-	return g, sc.Err()
+	if err := sc.Err(); err != nil {
+		return backendGauges{}, err
+	}
+	if !queue {
+		return backendGauges{}, fmt.Errorf("backend gauges: neither vllm:num_requests_waiting nor sglang:num_queue_reqs shown: not vLLM's or SGLang's metrics")
+	}
+	return g, nil
 }
 
 // sampleName splits a Prometheus text line into its metric name and what
