@@ -63,6 +63,7 @@ func watchGauges(e *engine) *gaugeWatch {
 		// afresh, as a first read does, instead of counting every
 		// preemption since that backend started.
 		last := map[string]float64{}
+		failing := map[string]bool{}   // the URLs whose last read failed
 		current := map[string]string{} // the share key of each URL read, as of the last tick
 		reading := map[string]bool{}   // the URLs whose read runs
 		every := gaugeInterval(e.q.Config())
@@ -75,7 +76,7 @@ func watchGauges(e *engine) *gaugeWatch {
 			case r := <-results:
 				delete(reading, r.url)
 				if key, ok := current[r.url]; ok && key == r.key { // else no more read, or for another share: dropped
-					countGauges(e, last, r)
+					countGauges(e, last, failing, r)
 				}
 				continue
 			case <-tick.C:
@@ -92,6 +93,10 @@ func watchGauges(e *engine) *gaugeWatch {
 			maps.DeleteFunc(last, func(url string, _ float64) bool {
 				_, read := current[url]
 				return !read // read again later, it starts afresh
+			})
+			maps.DeleteFunc(failing, func(url string, _ bool) bool {
+				_, read := current[url]
+				return !read
 			})
 			for url, key := range current {
 				if reading[url] {
@@ -128,11 +133,24 @@ func gaugeInterval(cfg fairqueue.Config) time.Duration {
 }
 
 // countGauges tells e's queue what reading r showed, the preemptions
-// counted from last's (by URL), which it updates.
-func countGauges(e *engine, last map[string]float64, r gaugeReading) {
+// counted from last's (by URL), which it updates. A read that failed is
+// logged at warn level the first time in a row (a wrong URL or path fails
+// every read: the operator must hear of it once, not every interval),
+// failing noting it, and its recovery at info level.
+func countGauges(e *engine, last map[string]float64, failing map[string]bool, r gaugeReading) {
 	if r.err != nil {
-		e.log.Debug("backend gauges unread", zap.String("url", r.url), zap.Error(r.err))
+		if failing[r.url] {
+			e.log.Debug("backend gauges unread", zap.String("queue", e.name), zap.String("url", r.url), zap.Error(r.err))
+		} else {
+			failing[r.url] = true
+			e.log.Warn("backend gauges unread; skipped until a read succeeds (adaptive backend_metrics)",
+				zap.String("queue", e.name), zap.String("url", r.url), zap.Error(r.err))
+		}
 		return
+	}
+	if failing[r.url] {
+		delete(failing, r.url)
+		e.log.Info("backend gauges read again", zap.String("queue", e.name), zap.String("url", r.url))
 	}
 	g := r.g
 	n := 0
