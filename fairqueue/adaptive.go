@@ -448,11 +448,19 @@ func (q *Queue) maybeAdapt(cfg *Config) {
 	if !ok {
 		return
 	}
+	if !q.s.isOpen() {
+		// A node that never joined reports nothing: its leave would not
+		// clean up. Nor does it keep what it saw (the backend's gauges,
+		// read while no request came): by its first report, that would
+		// be old, judged as the backend now.
+		q.learn.take()
+		return
+	}
 	a := cfg.Adaptive.withDefaults()
 	now := time.Now().UnixNano()
 	last := q.learn.sent.Load()
-	if now-last < int64(a.Interval) || !q.s.isOpen() || !q.learn.sent.CompareAndSwap(last, now) {
-		return // a node that never joined reports nothing: its leave would not clean up
+	if now-last < int64(a.Interval) || !q.learn.sent.CompareAndSwap(last, now) {
+		return
 	}
 	q.sendAdapt(ad, cfg, q.learn.take(), q.learn.limited.Swap(false))
 }
