@@ -105,7 +105,7 @@ func watchGauges(e *engine) *gaugeWatch {
 				reading[url] = true
 				timeout := every
 				reads.Go(func() {
-					g, err := readGauges(ctx, client, url, timeout)
+					g, err := readGaugesShared(ctx, client, url, timeout)
 					select {
 					case results <- gaugeReading{key: key, url: url, g: g, err: err}:
 					case <-ctx.Done():
