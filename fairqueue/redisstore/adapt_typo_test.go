@@ -16,10 +16,9 @@ import (
 // docs/adaptive.md has operators set a learned share by hand (`HSET
 // {fair_queue:<name>}:adapt s: 1`). One mistyped (`1x`) is no share: the
 // grant scripts read it as none, at the ceiling, and a report must do
-// the same, not fail: a failed report counts as a failed store call, and
-// DownAfter of them in a row (an instance reading backend_metrics
-// reports every interval) mark Redis down and apply on_store_error to a
-// queue Redis serves.
+// the same, not fail: until its window ripened (min_samples samples),
+// every report failed, each a store error (counted, and a heartbeat sent
+// to verify), and the instances heard of no share.
 func TestALearnedShareThatIsNoNumberFailsNoReport(t *testing.T) {
 	const name = "adapttypo"
 	srv := redistest.Start(t)
