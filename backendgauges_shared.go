@@ -39,7 +39,9 @@ const forgetGaugeReadsAfter = time.Minute
 
 // readGaugesShared reads url's gauges as readGauges does (timeout: the
 // asking queue's interval), sharing them with the other queues that read
-// url (see above).
+// url (see above). The read runs on its own, not under ctx: a queue that
+// stops (a reload) while the others wait for its read ends only its own
+// wait.
 func readGaugesShared(ctx context.Context, client *http.Client, url string, every time.Duration) (backendGauges, error) {
 	sharedGaugeReads.mu.Lock()
 	r := sharedGaugeReads.m[url]
@@ -52,30 +54,30 @@ func readGaugesShared(ctx context.Context, client *http.Client, url string, ever
 		default: // in flight: wait for it
 		}
 	}
-	if r != nil {
-		sharedGaugeReads.mu.Unlock()
-		select {
-		case <-r.done:
-			return r.g, r.err
-		case <-ctx.Done():
-			return backendGauges{}, ctx.Err()
-		}
+	if r == nil {
+		r = &gaugeRead{done: make(chan struct{}), at: time.Now()}
+		sharedGaugeReads.m[url] = r
+		maps.DeleteFunc(sharedGaugeReads.m, func(_ string, old *gaugeRead) bool {
+			select {
+			case <-old.done:
+				return time.Since(old.at) > forgetGaugeReadsAfter
+			default:
+				return false
+			}
+		})
+		go func() {
+			g, err := readGauges(context.Background(), client, url, every)
+			sharedGaugeReads.mu.Lock()
+			r.g, r.err = g, err
+			close(r.done)
+			sharedGaugeReads.mu.Unlock()
+		}()
 	}
-	r = &gaugeRead{done: make(chan struct{}), at: time.Now()}
-	sharedGaugeReads.m[url] = r
-	maps.DeleteFunc(sharedGaugeReads.m, func(_ string, old *gaugeRead) bool {
-		select {
-		case <-old.done:
-			return time.Since(old.at) > forgetGaugeReadsAfter
-		default:
-			return false
-		}
-	})
 	sharedGaugeReads.mu.Unlock()
-	g, err := readGauges(ctx, client, url, every)
-	sharedGaugeReads.mu.Lock()
-	r.g, r.err = g, err
-	close(r.done)
-	sharedGaugeReads.mu.Unlock()
-	return g, err
+	select {
+	case <-r.done:
+		return r.g, r.err
+	case <-ctx.Done():
+		return backendGauges{}, ctx.Err()
+	}
 }
