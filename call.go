@@ -206,7 +206,7 @@ func (c *call) serve() error {
 	c.fb = newFirstByteWriter(c.w)
 	c.fb.watch = watch // until an upgrade takes the connection
 	c.w = c.fb
-	c.fb.forwarded, c.fb.upstream = time.Now(), c.permit.Upstream()
+	c.fb.forwardTo(c.permit.Upstream())
 	if c.readsUsage() {
 		// Passes the answer on as it comes; reads its usage.
 		c.usage = newUsageWriter(c.w)
@@ -216,6 +216,7 @@ func (c *call) serve() error {
 		if served, err := c.servePool(); served {
 			return err
 		}
+		c.fb.forwardTo("") // timed from its forwarding below, not the refused one's
 	}
 	if c.committed {
 		return c.relay()
@@ -238,7 +239,7 @@ func (c *call) servePool() (served bool, err error) {
 	c.sent = c.r.Clone(c.r.Context())
 	for requeues := c.h.maxRequeues(); ; requeues-- {
 		grantUpstream(c.r, c.repl, c.permit.Upstream())
-		c.fb.forwarded, c.fb.upstream = time.Now(), c.permit.Upstream()
+		c.fb.forwardTo(c.permit.Upstream())
 		a := c.forward(requeues > 0)
 		rf := c.h.refused(a)
 		if rf == nil {
@@ -254,6 +255,7 @@ func (c *call) servePool() (served bool, err error) {
 		if c.h.Adaptive != nil {
 			c.e.q.ObserveRefused(c.permit.Upstream()) // held back: the client never sees it
 		}
+		c.fb.heldBack = true // counted: no first byte waited for until the next forward
 		if err := c.requeue(rf); err != nil {
 			return true, c.notGranted(err)
 		}
