@@ -39,7 +39,7 @@ func TestJSONConfigErrorsNameTheJSONFieldAtFault(t *testing.T) {
 			`reject[2].status: is set twice for every reason (reject[0] sets it too)`},
 		{"reject set twice for a reason", `"permits":1,"reject":[{"reasons":["timeout"],"status":429},{"reasons":["queue_full","timeout"],"status":430}]`,
 			`reject[1].status: is set twice for reason timeout (reject[0] sets it too)`},
-		{"upstream a URL", `"upstreams":[{"dial":"http://127.0.0.1:8000","permits":1}]`, `upstreams[0].dial: the address is dialed, not a URL: give host:port`},
+		{"upstream a URL", `"upstreams":[{"dial":"http://127.0.0.1:8000","permits":1}]`, `upstreams[0].dial: "http://127.0.0.1:8000": the address is dialed, not a URL: give host:port`},
 		{"upstream without permits", `"upstreams":[{"dial":"127.0.0.1:8000","permits":1},{"dial":"127.0.0.1:8001"}]`, `upstreams[1].permits: must be at least 1, got 0`},
 		{"upstream listed twice", `"upstreams":[{"dial":"127.0.0.1:8000","permits":1},{"dial":"127.0.0.1:8000","permits":1}]`, `upstreams[1].dial: 127.0.0.1:8000 is listed twice`},
 		{"upstream kv_tokens on some", `"upstreams":[{"dial":"a:1","permits":1,"kv_tokens":10},{"dial":"b:1","permits":1}]`,

@@ -1,9 +1,9 @@
 package caddyfairqueue
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -27,26 +27,32 @@ const unknownQueue = "(unknown)"
 const outcomeUnknownName = "model_not_found"
 
 // errNamesNeedPlaceholders: Names with a fixed Name.
-var errNamesNeedPlaceholders = errors.New("names requires a name with placeholders (such as {http.fair_queue.model})")
+var errNamesNeedPlaceholders = optErr("names requires a name with placeholders (such as {http.fair_queue.model})",
+	"names", "requires a name with placeholders in name (such as {http.fair_queue.model})")
 
 // checkNames is the rule of Names: each name once, 1 to maxQueueNameLen
 // bytes of valid UTF-8 (a name resolved from a request is made valid
 // UTF-8, so another could never match), neither (overflow) nor (unknown)
-// (refused from a request, see call.enter).
+// (refused from a request, see call.enter). An error names the name's
+// entry in JSON (names[2]).
 func checkNames(names []string) error {
 	seen := make(map[string]bool, len(names))
-	for _, n := range names {
+	for i, n := range names {
+		var msg string
 		switch {
 		case n == "":
-			return fmt.Errorf("names: an empty name (a name that resolves to nothing is %q)", DefaultName)
+			msg = fmt.Sprintf("an empty name (a name that resolves to nothing is %q)", DefaultName)
 		case len(n) > maxQueueNameLen:
-			return fmt.Errorf("names: a name is longer than %d bytes", maxQueueNameLen)
+			msg = fmt.Sprintf("a name is longer than %d bytes", maxQueueNameLen)
 		case !utf8.ValidString(n):
-			return fmt.Errorf("names: %q is not valid UTF-8", n)
+			msg = fmt.Sprintf("%q is not valid UTF-8", n)
 		case n == overflowQueue || n == unknownQueue:
-			return fmt.Errorf("names: %q is reserved (the label of requests refused without a queue)", n)
+			msg = fmt.Sprintf("%q is reserved (the label of requests refused without a queue)", n)
 		case seen[n]:
-			return fmt.Errorf("names: %q is listed twice", n)
+			msg = fmt.Sprintf("%q is listed twice", n)
+		}
+		if msg != "" {
+			return optErr("names: "+msg, "names["+strconv.Itoa(i)+"]", msg)
 		}
 		seen[n] = true
 	}
