@@ -3,6 +3,7 @@ package fairqueue
 import (
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -21,10 +22,13 @@ type health struct {
 	// onMarkedDown runs once the store reads down (Queue: it wakes the
 	// loop, which probes the store at least once a second while down).
 	onMarkedDown func()
-	mu           sync.Mutex
-	downAfter    atomic.Int32
-	fails        atomic.Int32
-	down         atomic.Bool
+	// needs is what the store's user needs to be granted
+	// (PermissionNeeder), for the log line of a store that refuses it.
+	needs     string
+	mu        sync.Mutex
+	downAfter atomic.Int32
+	fails     atomic.Int32
+	down      atomic.Bool
 }
 
 func (h *health) up() bool { return !h.down.Load() }
@@ -46,6 +50,21 @@ func (h *health) markedDown() bool {
 func unreachable(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// refused reports whether err is the store refusing its user a
+// permission: Redis's NOPERM, from an ACL that does not grant the
+// queue's keys, channels or commands. The store answers: not an outage,
+// but a grant missing, which every call meets until it is made.
+func refused(err error) bool {
+	return strings.Contains(err.Error(), "NOPERM")
+}
+
+// PermissionNeeder is a Store that says what its user must be granted
+// (a Redis ACL): the log line of a store that refuses its user a
+// permission gives it.
+type PermissionNeeder interface {
+	PermissionsNeeded() string
 }
 
 func (h *health) record(log *zap.Logger, err error) {
@@ -100,7 +119,16 @@ func (h *health) markDown(log *zap.Logger, err error) {
 		h.onDown()
 	}
 	h.down.Store(true)
-	log.Error("store unreachable; applying on_store_error policy", zap.Error(err))
+	if refused(err) {
+		fields := []zap.Field{zap.Error(err)}
+		if h.needs != "" {
+			fields = append(fields, zap.String("needs", "ACL SETUSER <user> "+h.needs))
+		}
+		log.Error("store refused this user a permission (NOPERM: its ACL lacks a key, channel or command the queue needs); "+
+			"applying on_store_error policy until it is granted", fields...)
+	} else {
+		log.Error("store unreachable; applying on_store_error policy", zap.Error(err))
+	}
 	if h.onMarkedDown != nil {
 		h.onMarkedDown()
 	}

@@ -99,6 +99,9 @@ func New(store Store, cfg Config) (*Queue, error) {
 	q.exits.Store(&exits)
 	q.health.onDown = q.storeDown
 	q.health.onMarkedDown = q.s.wake
+	if pn, ok := store.(PermissionNeeder); ok {
+		q.health.needs = pn.PermissionsNeeded()
+	}
 	q.log = cfg.Logger.With(zap.String("queue", cfg.Name), zap.String("node", q.node))
 	q.health.onFail = func(err error) {
 		q.s.note(evVerify, false) // the call may have run, or Redis may be failing over
