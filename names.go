@@ -1,6 +1,7 @@
 package caddyfairqueue
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -25,6 +26,11 @@ const unknownQueue = "(unknown)"
 // queue name Names does not list; also the code of its 404 answer, as
 // OpenAI answers an unknown model.
 const outcomeUnknownName = "model_not_found"
+
+// outcomeNoModel is the outcome (and reason) of a request that names no
+// model where Names lists the models served, and the code of its 400
+// answer.
+const outcomeNoModel = "model_missing"
 
 // errNamesNeedPlaceholders: Names with a fixed Name.
 var errNamesNeedPlaceholders = optErr("names requires a name with placeholders (such as {http.fair_queue.model})",
@@ -76,11 +82,19 @@ func (h *Handler) serves(name string) bool {
 	return h.names == nil || h.names[name]
 }
 
-// notServed answers a request whose queue name Names does not list.
-func (h *Handler) notServed(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, a api) error {
-	h.record(r, repl, unknownQueue, outcomeUnknownName, outcomeUnknownName, 0, 0)
-	body := a.errorBody("The model this request names is not served here.", "invalid_request_error", outcomeUnknownName)
-	_ = writeJSON(w, http.StatusNotFound, body)
+// notServed answers a request whose queue name Names does not list:
+// 404 model_not_found, or, where the queue is named from the model and
+// the request names none, 400 model_missing, saying what it lacks.
+func (c *call) notServed() error {
+	if c.noModel != "" {
+		c.h.record(c.r, c.repl, unknownQueue, outcomeNoModel, outcomeNoModel, 0, 0)
+		body := c.api.errorBody("The request names no model: "+c.noModel+".", "invalid_request_error", outcomeNoModel)
+		_ = writeJSON(c.w, http.StatusBadRequest, body)
+		return nil
+	}
+	c.h.record(c.r, c.repl, unknownQueue, outcomeUnknownName, outcomeUnknownName, 0, 0)
+	body := c.api.errorBody("The model this request names is not served here.", "invalid_request_error", outcomeUnknownName)
+	_ = writeJSON(c.w, http.StatusNotFound, body)
 	return nil
 }
 
@@ -88,13 +102,28 @@ func (h *Handler) notServed(w http.ResponseWriter, r *http.Request, repl *caddy.
 // its queue name, from the request's placeholders. Where the queue name
 // takes the model's other spelling (queueName), the tenant, weight and
 // priority templates are read again: they see the model as the queue
-// name and the handlers after do.
-func (c *call) nameQueue(info jsonscan.Fields) {
+// name and the handlers after do. With Names, where the name is the
+// model's, it notes why a request of body names no model (c.noModel).
+func (c *call) nameQueue(info jsonscan.Fields, body []byte) {
 	c.req = c.h.fairRequest(c.repl, info)
 	var respelled bool
 	if c.name, respelled = c.h.queueName(c.repl, c.api, info.Model); respelled {
 		c.req = c.h.fairRequest(c.repl, info)
 	}
+	if c.h.names != nil && info.Model == "" && strings.Contains(c.h.Name, "{"+phModel+"}") {
+		c.noModel = noModel(c.api, body)
+	}
+}
+
+// noModel says why a request of a whose body sets no "model" names none.
+func noModel(a api, body []byte) string {
+	switch {
+	case len(bytes.TrimSpace(body)) == 0:
+		return "it has no body"
+	case !jsonscan.Object(body, a.ollama()):
+		return "its body is not a JSON object"
+	}
+	return `its JSON body has no "model" string`
 }
 
 // queueName is the queue name h.Name resolves to for a request of a

@@ -91,6 +91,17 @@ func Sniff(b []byte) Fields { return sniff(b, exactKeys) }
 // unreadable, as it does to Go.
 func SniffFolded(b []byte) Fields { return sniff(b, foldedKeys) }
 
+// Object reports whether b is a JSON object as Sniff reads one (folded:
+// as SniffFolded does): a body of which they read no key otherwise has
+// none of theirs.
+func Object(b []byte, folded bool) bool {
+	if !folded {
+		b = bytes.TrimPrefix(b, utf8BOM)
+	}
+	b = bytes.TrimLeft(b, " \t\r\n")
+	return len(b) > 0 && b[0] == '{' && valid(b, !folded)
+}
+
 func sniff(b []byte, k keys) Fields {
 	if k == exactKeys {
 		// Python's json.loads takes a UTF-8 byte order mark before the
