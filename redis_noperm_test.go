@@ -87,3 +87,31 @@ func TestStatusFromRedisSaysRedisRefusedTheUser(t *testing.T) {
 	assert.Contains(t, out, "embed: inspect {fair_queue:embed}: Redis refused this user a permission")
 	assert.Contains(t, out, "~{fair_queue:*")
 }
+
+// The admin API shows a store that refuses the instance's user as
+// refused, with the error and the ACL the queue needs, beside store_up
+// false: not as an outage. Granted what it lacks, the store is up again,
+// and the refusal is gone.
+func TestTheAdminAPIShowsTheStoresRefusal(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	rds := redistest.Start(t)
+	require.NoError(t, rds.Client(t).Do(context.Background(), "ACL", "SETUSER", "fq", "on", ">fq-secret",
+		"resetkeys", "~*", "&*", "+@all", "-@dangerous", "-@scripting").Err())
+	h := provision(t, newContext(t), "", &Handler{Name: "refused", Permits: 1, OnStoreError: FailClosed,
+		Redis: &RedisConfig{Addresses: []string{rds.Addr()}, Username: "fq", Password: "fq-secret"}})
+	req := newRequest(context.Background(), `{}`).start(h, okHandler).wait(t)
+	require.Equal(t, http.StatusServiceUnavailable, req.w.Code)
+	engines := h.engineList()
+	require.Len(t, engines, 1)
+	stats := engines[0].report(context.Background()).Stats
+	assert.False(t, stats.StoreUp)
+	assert.Contains(t, stats.StoreRefused, "NOPERM", "%+v", stats)
+	assert.Contains(t, stats.StoreRefused, "ACL SETUSER <user> resetkeys resetchannels ~{fair_queue:*", "%+v", stats)
+
+	require.NoError(t, rds.Client(t).Do(context.Background(), "ACL", "SETUSER", "fq", "+@scripting").Err())
+	require.Eventually(t, func() bool {
+		stats = engines[0].report(context.Background()).Stats
+		return stats.StoreUp
+	}, 30*time.Second, 50*time.Millisecond, "the store is up once the user is granted what it lacked")
+	assert.Empty(t, stats.StoreRefused)
+}
