@@ -24,7 +24,10 @@ type health struct {
 	onMarkedDown func()
 	// needs is what the store's user needs to be granted
 	// (PermissionNeeder), for the log line of a store that refuses it.
-	needs     string
+	needs string
+	// refusal is the refusal (refused) that marked the store down, and
+	// what the user needs, while it is down; nil otherwise.
+	refusal   atomic.Pointer[string]
 	mu        sync.Mutex
 	downAfter atomic.Int32
 	fails     atomic.Int32
@@ -32,6 +35,15 @@ type health struct {
 }
 
 func (h *health) up() bool { return !h.down.Load() }
+
+// refusedBy is the refusal that marked the store down, while it is
+// down; "" otherwise.
+func (h *health) refusedBy() string {
+	if r := h.refusal.Load(); r != nil {
+		return *r
+	}
+	return ""
+}
 
 // markedDown reports whether the store is marked down, once a mark on
 // its way has run its onDown: a ticket queued (Queue.missedMove) before
@@ -77,7 +89,9 @@ func (h *health) record(log *zap.Logger, err error) {
 
 func (h *health) ok(log *zap.Logger) {
 	h.fails.Store(0)
+	r := h.refusal.Load() // not one a mark after this one stores
 	if h.down.CompareAndSwap(true, false) {
+		h.refusal.CompareAndSwap(r, nil)
 		log.Info("store reachable again")
 	}
 }
@@ -118,15 +132,19 @@ func (h *health) markDown(log *zap.Logger, err error) {
 	if h.onDown != nil {
 		h.onDown()
 	}
-	h.down.Store(true)
 	if refused(err) {
+		refusal := err.Error()
 		fields := []zap.Field{zap.Error(err)}
 		if h.needs != "" {
 			fields = append(fields, zap.String("needs", "ACL SETUSER <user> "+h.needs))
+			refusal += "; the user needs: ACL SETUSER <user> " + h.needs
 		}
+		h.refusal.Store(&refusal)
+		h.down.Store(true)
 		log.Error("store refused this user a permission (NOPERM: its ACL lacks a key, channel or command the queue needs); "+
 			"applying on_store_error policy until it is granted", fields...)
 	} else {
+		h.down.Store(true)
 		log.Error("store unreachable; applying on_store_error policy", zap.Error(err))
 	}
 	if h.onMarkedDown != nil {
