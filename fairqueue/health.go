@@ -79,6 +79,14 @@ type PermissionNeeder interface {
 	PermissionsNeeded() string
 }
 
+// permissionsNeeded is what store's user needs (PermissionNeeder), or "".
+func permissionsNeeded(store Store) string {
+	if pn, ok := store.(PermissionNeeder); ok {
+		return pn.PermissionsNeeded()
+	}
+	return ""
+}
+
 func (h *health) record(log *zap.Logger, err error) {
 	if err == nil {
 		h.ok(log)
