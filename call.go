@@ -31,6 +31,7 @@ type call struct {
 	api       api    // the API the request speaks, from its path
 	name      string // the queue's
 	model     string // the body's "model"
+	noModel   string // with names and a queue per model: why the request names none (noModel); "" if it does
 	streaming bool   // the client asked for a streamed answer
 	bodyLen   int
 	weight    weight // in KV-cache tokens; its prompt estimated at enter
@@ -97,7 +98,7 @@ func (c *call) read() (answered bool, err error) {
 		c.weight.budget = 0 // it generates none, whatever budget its body sets
 	}
 	c.weight.open = c.weight.open && !embed && h.learnsBudget()
-	c.nameQueue(info)
+	c.nameQueue(info, body)
 	repl.Set(phQueue, c.name)
 	return false, nil
 }
