@@ -190,13 +190,15 @@ func (b *heldBound) stop() bool {
 // charged); the context the requeue runs in is the request's without
 // the cut, which ended only the forwarding: the client is still there.
 func (c *call) refusedLate(rf *refusal) error {
-	observeCooldown(c.name, c.permit.Upstream())
+	c.countRequeue(rf)
 	p, err := c.permit.Requeue(context.WithoutCancel(c.r.Context()), rf.cool)
 	if p != nil {
 		// Granted again as the wait ended (the local store's requeue
-		// lands, and dispatch grants it at once): nothing is sent.
+		// lands, and dispatch grants it at once): nothing is sent. The
+		// queue counted a grant, not this reject: counted here.
 		c.h.charge(p, time.Now(), false, nil)
 		p.Release()
+		metrics.rejects.WithLabelValues(c.name, string(fairqueue.ReasonTimeout)).Inc()
 		err = &fairqueue.RejectError{Reason: fairqueue.ReasonTimeout, Waited: time.Since(c.start), RetryAfter: time.Second}
 	}
 	c.permit, c.aborted = nil, false
@@ -225,12 +227,7 @@ func nextHeld(serve func() error, held func() bool) error {
 // when configured, feeds a streaming client meanwhile. The new permit
 // (nil when the wait failed) replaces the refused one.
 func (c *call) requeue(rf *refusal) error {
-	up := c.permit.Upstream()
-	observeRequeue(c.name, up, rf.reason)
-	observeCooldown(c.name, up)
-	if l := c.h.logger.Check(zapcore.DebugLevel, "upstream refused the request; requeued"); l != nil {
-		l.Write(zap.String("queue", c.name), zap.String("upstream", up), zap.String("reason", rf.reason), zap.Duration("cooldown", rf.cool))
-	}
+	c.countRequeue(rf)
 	// The handlers after this one changed the request in place (a
 	// rewrite, a header added): it goes to them again as first passed
 	// on, and in place, as Caddy's placeholders read it there.
@@ -263,6 +260,22 @@ func (c *call) requeue(rf *refusal) error {
 	c.committed = committed || c.committed
 	c.abandoned = abandoned || c.abandoned
 	return err
+}
+
+// countRequeue counts a refusal (rf) of the permit's upstream for which
+// the request is given back to its queue (requeue, refusedLate): a
+// requeue, a cooldown and, for an adaptive queue, a refusal of that
+// upstream, which the client never sees.
+func (c *call) countRequeue(rf *refusal) {
+	up := c.permit.Upstream()
+	if c.h.Adaptive != nil {
+		c.e.q.ObserveRefused(up)
+	}
+	observeRequeue(c.name, up, rf.reason)
+	observeCooldown(c.name, up)
+	if l := c.h.logger.Check(zapcore.DebugLevel, "upstream refused the request; requeued"); l != nil {
+		l.Write(zap.String("queue", c.name), zap.String("upstream", up), zap.String("reason", rf.reason), zap.Duration("cooldown", rf.cool))
+	}
 }
 
 // resetRequest sets the exported fields of r to those of fresh, in
