@@ -141,8 +141,20 @@ type heldBound struct {
 	end   time.Time
 	timer *time.Timer
 	held  atomic.Bool // the answer is held (next's goroutine)
-	cut   atomic.Bool // the forwarding was cut
+	// state: boundOpen until fire cuts the forwarding (boundCut) or stop
+	// ends the bound (boundStopped), whichever comes first: a timer that
+	// fired as next returned, its function run after stop, cuts nothing
+	// (a cut then would end the request's context, which its requeue and
+	// next forwarding go on with, as if its client had left).
+	state atomic.Int32
 }
+
+// The states of a heldBound.
+const (
+	boundOpen int32 = iota
+	boundCut
+	boundStopped
+)
 
 // boundHeld starts the bound of a forwarding whose answer may be held
 // (hold); nil where none applies (nothing is held, or the permit has no
@@ -166,21 +178,22 @@ func (b *heldBound) hold() {
 	}
 }
 
-// fire cuts the forwarding, once, where its answer is held.
+// fire cuts the forwarding, once, where its answer is held and the
+// bound was not stopped.
 func (b *heldBound) fire() {
-	if b.held.Load() && b.cut.CompareAndSwap(false, true) {
+	if b.held.Load() && b.state.CompareAndSwap(boundOpen, boundCut) {
 		b.c.cut()
 	}
 }
 
 // stop ends the bound once next has returned, and reports whether it
-// cut the forwarding.
+// cut the forwarding: once it has returned, the bound cuts nothing.
 func (b *heldBound) stop() bool {
 	if b == nil {
 		return false
 	}
 	b.timer.Stop()
-	return b.cut.Load()
+	return !b.state.CompareAndSwap(boundOpen, boundStopped)
 }
 
 // refusedLate answers a request whose held refusal (rf) outlasted its
