@@ -158,7 +158,7 @@ const (
 
 // boundHeld starts the bound of a forwarding whose answer may be held
 // (hold); nil where none applies (nothing is held, or the permit has no
-// wait to end: fail open).
+// wait to end).
 func (c *call) boundHeld(hold bool) *heldBound {
 	end := c.permit.Deadline()
 	if !hold || end.IsZero() || c.cut == nil {
