@@ -205,12 +205,19 @@ func (b *heldBound) stop() bool {
 func (c *call) refusedLate(rf *refusal) error {
 	c.countRequeue(rf)
 	p, err := c.permit.Requeue(context.WithoutCancel(c.r.Context()), rf.cool)
-	if p != nil {
-		// Granted again as the wait ended (the local store's requeue
+	// Refused by its queue, which a reload moved to another store: a
+	// requeue would wait on in the queue in force (requeue), where this
+	// one has no wait left.
+	moved := err != nil && c.e.moved.Load() && errors.Is(err, fairqueue.ErrShuttingDown)
+	if p != nil || moved {
+		// Or granted again as the wait ended (the local store's requeue
 		// lands, and dispatch grants it at once): nothing is sent. The
-		// queue counted a grant, not this reject: counted here.
-		c.h.charge(p, time.Now(), false, nil)
-		p.Release()
+		// queue counted a grant, or nothing (engineObserver), not this
+		// reject: counted here.
+		if p != nil {
+			c.h.charge(p, time.Now(), false, nil)
+			p.Release()
+		}
 		metrics.rejects.WithLabelValues(c.name, string(fairqueue.ReasonTimeout)).Inc()
 		err = &fairqueue.RejectError{Reason: fairqueue.ReasonTimeout, Waited: time.Since(c.start), RetryAfter: time.Second}
 	}
