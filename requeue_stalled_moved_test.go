@@ -49,7 +49,7 @@ func TestAStalledRefusalWhoseQueueMovedEndsInTheTimeoutReject(t *testing.T) {
 		return fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
 		"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[
 			{"handler":"fair_queue","name":"stalled-moved","upstreams":[{"dial":%q,"permits":1}],%s
-			 "requeue_on":[503],"upstream_cooldown":"100ms","max_wait":"2s"},
+			 "requeue_on":[503],"upstream_cooldown":"100ms","max_wait":"4s"},
 			{"handler":"reverse_proxy","dynamic_upstreams":{"source":"fair_queue"}}]}]}}}}}`,
 			port, strings.TrimPrefix(upstream.URL, "http://"), store)
 	}
@@ -100,6 +100,11 @@ func TestAStalledRefusalWhoseQueueMovedEndsInTheTimeoutReject(t *testing.T) {
 		}
 		return false
 	}, 10*time.Second, 5*time.Millisecond, "the old queue moved")
+	select {
+	case a := <-stalled:
+		t.Fatalf("the stalled request was answered before its queue moved (%+v): max_wait too short for this machine", a)
+	default:
+	}
 
 	var a answer
 	select {
