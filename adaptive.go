@@ -23,13 +23,16 @@ import (
 // value for every instance of the queue, kept in its store. AIMD: down
 // by Decrease when more than BreachShare of the time-to-first-token
 // samples of an interval were above TargetTTFT, or an upstream answered
-// 429/503; up by Step when none was and requests had to wait; at most
-// one move per Interval, cluster-wide. See docs/adaptive.md.
+// 429/503; up by Step when none was and requests had to wait (a window
+// without a TTFT: once it holds MinSamples plain answers that succeeded);
+// at most one move per Interval, cluster-wide. See docs/adaptive.md.
 type AdaptiveConfig struct {
 	// TargetTTFT is the time to first token to keep at or below: from
 	// forwarding a granted request to its first response byte (a
 	// stream's first chunk); requests for a plain answer, and error
-	// answers (status 300 and above), are not timed.
+	// answers (status 300 and above), are not timed; a stream whose
+	// first byte never came (its client or the proxy gave up) counts as
+	// above the target once it was waited for longer than the target.
 	// Required; at least 1ms.
 	TargetTTFT caddy.Duration `json:"target_ttft"`
 	// Floor is the least share of the configured capacity, in (0, 1];
@@ -59,7 +62,9 @@ type AdaptiveConfig struct {
 	// SGLang's sglang:num_retracted_requests_total), and each reading of
 	// requests queued in it (vllm:num_requests_waiting or
 	// sglang:num_queue_reqs > 0), counts as a time to first token above
-	// the target, and each reading as one sample. Default: not read.
+	// the target, and each reading as one sample; a read that fails, or a
+	// page that shows neither gauge of requests queued, is skipped.
+	// Default: not read.
 	BackendMetrics string `json:"backend_metrics,omitempty"`
 }
 
@@ -143,7 +148,11 @@ func shareArg(oneAllowed bool) func(*caddyfile.Dispenser) (float64, error) {
 // not take): it comes before the backend schedules anything, and a
 // client streaming many would outnumber the late first tokens of
 // everybody else's, keeping the capacity up while the backend is
-// overloaded.
+// overloaded. A plain answer that succeeded is counted, not timed: it
+// lets a queue whose clients never stream climb back after refusals. A
+// stream whose first byte never came (its client, or reverse_proxy, gave
+// up waiting) had a time to first token longer than it waited: above the
+// target when that wait was.
 func (c *call) observeAnswer() {
 	if c.fb == nil || c.h.Adaptive == nil {
 		return
@@ -153,6 +162,10 @@ func (c *call) observeAnswer() {
 		c.e.q.ObserveRefused(c.fb.upstream)
 	case c.fb.first > 0 && c.streaming && c.fb.status < 300: // 0: a 200 written by the first Write
 		c.e.q.ObserveTTFT(c.fb.upstream, c.fb.first)
+	case c.fb.first == 0 && c.streaming && !c.fb.heldBack && !c.fb.hijacked:
+		c.e.q.ObserveUnanswered(c.fb.upstream, time.Since(c.fb.forwarded))
+	case !c.streaming && c.fb.status < 300 && (c.fb.status != 0 || c.fb.first > 0) && !c.fb.hijacked:
+		c.e.q.ObserveAnswered(c.fb.upstream) // untimed, but no refusal: a plain queue climbs back
 	}
 }
 

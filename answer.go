@@ -68,6 +68,23 @@ func writeBodyTimeout(w http.ResponseWriter, r *http.Request, a api, timeout tim
 	_ = writeJSON(w, http.StatusRequestTimeout, a.errorBody(msg, "invalid_request_error", "request_timeout"))
 }
 
+// writeTooEarly answers a request that came in TLS early data and
+// names a tenant (inEarlyData): 425 Too Early, which tells its client to
+// send it again once the handshake is done (RFC 8470), as Caddy's
+// remote_ip matcher answers such a request.
+func writeTooEarly(w http.ResponseWriter, a api) {
+	msg := "The request came in TLS early data; send it again once the handshake is complete."
+	_ = writeJSON(w, http.StatusTooEarly, a.errorBody(msg, "invalid_request_error", "too_early"))
+}
+
+// writeAmbiguousModel answers a request whose body names one model as a
+// Python backend reads it and another as a Go one does ("model" and
+// "MODEL"): 400, before any queue.
+func writeAmbiguousModel(w http.ResponseWriter, a api) {
+	msg := "The request body names its model more than once, in different spellings of \"model\"."
+	_ = writeJSON(w, http.StatusBadRequest, a.errorBody(msg, "invalid_request_error", "ambiguous_model"))
+}
+
 // formatBytes writes n in the largest binary unit that divides it.
 func formatBytes(n int64) string {
 	for _, u := range []struct {

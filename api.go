@@ -85,15 +85,16 @@ func ollamaUntagged(model string) (untagged string, ok bool) {
 
 // sniff reads the fields of a request body of a as its backend reads
 // them: Ollama's native API with Go's encoding/json, whose keys match
-// case-insensitively; an OpenAI-compatible one (vLLM, SGLang: pydantic)
-// with exact keys.
+// case-insensitively; an OpenAI-compatible one both as vLLM and SGLang
+// (pydantic: exact keys) and as Ollama's /v1 endpoints (Go) read it, the
+// heavier reading's counts (jsonscan.SniffEither).
 func (a api) sniff(body []byte) jsonscan.Fields {
 	if a.ollama() {
 		f := jsonscan.SniffFolded(body)
 		f.MaxTokens = f.NumPredict // cost max_tokens: the only budget Ollama reads
 		return f
 	}
-	return jsonscan.Sniff(body)
+	return jsonscan.SniffEither(body)
 }
 
 // budget is the completion budget that a request of a with body fields

@@ -7,9 +7,9 @@ import (
 	"maps"
 	"math"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -44,7 +44,10 @@ type gaugeWatch struct {
 
 // watchGauges starts reading e's backend gauges while its settings ask
 // for it (they may change with reloads); nil when the queue is not
-// adaptive at its start.
+// adaptive at its start. Each backend is read every interval on its own:
+// one whose read hangs (its host gone) until the read's timeout (the
+// interval) is read again at the first tick after, and never holds back
+// the reads of the others.
 func watchGauges(e *engine) *gaugeWatch {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &gaugeWatch{cancel: cancel, done: make(chan struct{})}
@@ -52,56 +55,119 @@ func watchGauges(e *engine) *gaugeWatch {
 		defer close(w.done)
 		client := &http.Client{}
 		defer client.CloseIdleConnections()
+		var reads sync.WaitGroup
+		defer reads.Wait() // ended by ctx
+		results := make(chan gaugeReading)
 		// Preemptions per URL at its last read: by URL, not by share key,
 		// so that a reload pointing a share at another backend starts
 		// afresh, as a first read does, instead of counting every
 		// preemption since that backend started.
 		last := map[string]float64{}
+		failing := map[string]bool{}   // the URLs whose last read failed
+		current := map[string]string{} // the share key of each URL read, as of the last tick
+		reading := map[string]bool{}   // the URLs whose read runs
+		every := gaugeInterval(e.q.Config())
+		tick := time.NewTimer(every)
+		defer tick.Stop()
 		for {
-			every := fairqueue.DefaultAdaptiveInterval
-			cfg := e.q.Config()
-			if a := cfg.Adaptive; a != nil && a.Interval > 0 {
-				every = a.Interval
-			}
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(every):
+			case r := <-results:
+				delete(reading, r.url)
+				if key, ok := current[r.url]; ok && key == r.key { // else no more read, or for another share: dropped
+					countGauges(e, last, failing, r)
+				}
+				continue
+			case <-tick.C:
 			}
-			var urls map[string]string
+			cfg := e.q.Config()
+			every = gaugeInterval(cfg)
+			tick.Reset(every)
+			clear(current)
 			if cfg.Adaptive != nil && cfg.Adaptive.BackendMetrics != "" {
-				urls = gaugeURLs(cfg)
+				for key, url := range gaugeURLs(cfg) {
+					current[url] = key
+				}
 			}
 			maps.DeleteFunc(last, func(url string, _ float64) bool {
-				// Read no more: read again later, it starts afresh.
-				return !slices.Contains(slices.Collect(maps.Values(urls)), url)
+				_, read := current[url]
+				return !read // read again later, it starts afresh
 			})
-			for key, url := range urls {
-				g, err := readGauges(ctx, client, url, every)
-				if err != nil {
-					e.log.Debug("backend gauges unread", zap.String("url", url), zap.Error(err))
-					continue
+			maps.DeleteFunc(failing, func(url string, _ bool) bool {
+				_, read := current[url]
+				return !read
+			})
+			for url, key := range current {
+				if reading[url] {
+					continue // its last read still runs (its timeout: the interval)
 				}
-				n := 0
-				// A counter that is no number (+Inf, NaN) says nothing of
-				// this read's preemptions: the next read counts from the
-				// last one that did. One past what an int holds counts as
-				// maxReadPreemptions: converted, it would turn negative
-				// and drop the reading.
-				if prev, seen := last[url]; !math.IsInf(g.preemptions, 0) && !math.IsNaN(g.preemptions) {
-					last[url] = g.preemptions
-					if seen && g.preemptions > prev {
-						n = int(min(g.preemptions-prev, maxReadPreemptions)) // each preempted request
+				reading[url] = true
+				timeout := every
+				reads.Go(func() {
+					g, err := readGaugesShared(ctx, client, url, timeout)
+					select {
+					case results <- gaugeReading{key: key, url: url, g: g, err: err}:
+					case <-ctx.Done():
 					}
-				}
-				if g.waiting > 0 {
-					n++ // a reading of requests queued in the backend
-				}
-				e.q.ObserveOverload(key, n)
+				})
 			}
 		}
 	}()
 	return w
+}
+
+// gaugeReading is one read of a backend's gauges, for share key.
+type gaugeReading struct {
+	key, url string
+	g        backendGauges
+	err      error
+}
+
+// gaugeInterval is how often an engine under cfg reads its backend gauges.
+func gaugeInterval(cfg fairqueue.Config) time.Duration {
+	if a := cfg.Adaptive; a != nil && a.Interval > 0 {
+		return a.Interval
+	}
+	return fairqueue.DefaultAdaptiveInterval
+}
+
+// countGauges tells e's queue what reading r showed, the preemptions
+// counted from last's (by URL), which it updates. A read that failed is
+// logged at warn level the first time in a row (a wrong URL or path fails
+// every read: the operator must hear of it once, not every interval),
+// failing noting it, and its recovery at info level.
+func countGauges(e *engine, last map[string]float64, failing map[string]bool, r gaugeReading) {
+	if r.err != nil {
+		if failing[r.url] {
+			e.log.Debug("backend gauges unread", zap.String("queue", e.name), zap.String("url", r.url), zap.Error(r.err))
+		} else {
+			failing[r.url] = true
+			e.log.Warn("backend gauges unread; skipped until a read succeeds (adaptive backend_metrics)",
+				zap.String("queue", e.name), zap.String("url", r.url), zap.Error(r.err))
+		}
+		return
+	}
+	if failing[r.url] {
+		delete(failing, r.url)
+		e.log.Info("backend gauges read again", zap.String("queue", e.name), zap.String("url", r.url))
+	}
+	g := r.g
+	n := 0
+	// A counter that is no number (+Inf, NaN) says nothing of this read's
+	// preemptions: the next read counts from the last one that did. One
+	// past what an int holds counts as maxReadPreemptions: converted, it
+	// would turn negative and drop the reading.
+	if prev, seen := last[r.url]; !math.IsInf(g.preemptions, 0) && !math.IsNaN(g.preemptions) {
+		last[r.url] = g.preemptions
+		if seen && g.preemptions > prev {
+			n = int(min(g.preemptions-prev, maxReadPreemptions)) // each preempted request
+		}
+	}
+	if g.waiting > 0 {
+		n++ // a reading of requests queued in the backend
+	}
+	e.q.ObserveOverload(r.key, n)
 }
 
 // stop ends the watch and waits for it.
@@ -140,7 +206,12 @@ type backendGauges struct {
 // name summed: SGLang's are per rank). SGLang's sglang:num_retracted_reqs
 // is left out: a gauge of the last logged batch's retractions, not a
 // count since the last read, and it keeps its value while the engine
-// logs no batch, an idle one too.
+// logs no batch, an idle one too. A page without the requests queued
+// (vllm:num_requests_waiting or sglang:num_queue_reqs: both engines always
+// show theirs) is no engine's gauges (another engine's metrics, a page
+// answered on a wrong path): the read failed, as a read answered with an
+// error status, and is skipped; read as a backend that neither preempts
+// nor queues, it would be a sample under the target.
 func readGauges(ctx context.Context, client *http.Client, url string, timeout time.Duration) (backendGauges, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -159,6 +230,7 @@ func readGauges(ctx context.Context, client *http.Client, url string, timeout ti
 		return backendGauges{}, fmt.Errorf("backend gauges: %s", resp.Status)
 	}
 	var g backendGauges
+	queue := false // the requests queued were shown
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -175,10 +247,17 @@ func readGauges(ctx context.Context, client *http.Client, url string, timeout ti
 		if fields := strings.Fields(rest); len(fields) > 0 {
 			if v, err := strconv.ParseFloat(fields[0], 64); err == nil {
 				*dst += v
+				queue = queue || dst == &g.waiting
 			}
 		}
 	}
-	return g, sc.Err()
+	if err := sc.Err(); err != nil {
+		return backendGauges{}, err
+	}
+	if !queue {
+		return backendGauges{}, fmt.Errorf("backend gauges: neither vllm:num_requests_waiting nor sglang:num_queue_reqs shown: not vLLM's or SGLang's metrics")
+	}
+	return g, nil
 }
 
 // sampleName splits a Prometheus text line into its metric name and what

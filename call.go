@@ -10,7 +10,6 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 )
@@ -32,6 +31,7 @@ type call struct {
 	api       api    // the API the request speaks, from its path
 	name      string // the queue's
 	model     string // the body's "model"
+	noModel   string // with names and a queue per model: why the request names none (noModel); "" if it does
 	streaming bool   // the client asked for a streamed answer
 	bodyLen   int
 	weight    weight // in KV-cache tokens; its prompt estimated at enter
@@ -82,6 +82,11 @@ func (c *call) read() (answered bool, err error) {
 		return true, caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("reading request body: %w", err))
 	}
 	info := c.api.sniff(body)
+	if info.Ambiguous {
+		// Its queue would be one model's while a backend runs another.
+		writeAmbiguousModel(c.w, c.api)
+		return true, nil
+	}
 	c.streaming = c.api.streams(info, c.r)
 	c.model = info.Model
 	repl.Set(phModel, c.api.modelName(info.Model)) // queueName may set another spelling
@@ -93,7 +98,7 @@ func (c *call) read() (answered bool, err error) {
 		c.weight.budget = 0 // it generates none, whatever budget its body sets
 	}
 	c.weight.open = c.weight.open && !embed && h.learnsBudget()
-	c.nameQueue(info)
+	c.nameQueue(info, body)
 	repl.Set(phQueue, c.name)
 	return false, nil
 }
@@ -202,7 +207,7 @@ func (c *call) serve() error {
 	c.fb = newFirstByteWriter(c.w)
 	c.fb.watch = watch // until an upgrade takes the connection
 	c.w = c.fb
-	c.fb.forwarded, c.fb.upstream = time.Now(), c.permit.Upstream()
+	c.fb.forwardTo(c.permit.Upstream())
 	if c.readsUsage() {
 		// Passes the answer on as it comes; reads its usage.
 		c.usage = newUsageWriter(c.w)
@@ -212,6 +217,7 @@ func (c *call) serve() error {
 		if served, err := c.servePool(); served {
 			return err
 		}
+		c.fb.forwardTo("") // timed from its forwarding below, not the refused one's
 	}
 	if c.committed {
 		return c.relay()
@@ -234,7 +240,7 @@ func (c *call) servePool() (served bool, err error) {
 	c.sent = c.r.Clone(c.r.Context())
 	for requeues := c.h.maxRequeues(); ; requeues-- {
 		grantUpstream(c.r, c.repl, c.permit.Upstream())
-		c.fb.forwarded, c.fb.upstream = time.Now(), c.permit.Upstream()
+		c.fb.forwardTo(c.permit.Upstream())
 		a := c.forward(requeues > 0)
 		rf := c.h.refused(a)
 		if rf == nil {
@@ -409,7 +415,7 @@ func (c *call) notGranted(err error) error {
 		// Caddy's error answer would need the header that is sent.
 		c.h.logger.Error("acquiring a permit", zap.String("queue", c.name), zap.Error(err))
 		w := c.beneath() // no answer of the upstream's
-		lift := boundWrites(w)
+		lift := boundWrites(w, serverWriteDeadline(c.r))
 		_ = writeFrame(w, c.api.errorFrame(c.api.errorBody("The request queue failed.", "server_error", "internal_error")))
 		lift()
 		return nil
@@ -427,8 +433,8 @@ func (c *call) reject(rej *fairqueue.RejectError) error {
 		p = h.policies[fairqueue.ReasonStoreUnavailable]
 	}
 	var err error
-	w := c.beneath()       // a requeued request's: no answer of its upstream's
-	lift := boundWrites(w) // an event is flushed: a client that reads nothing would hold it
+	w := c.beneath()                                 // a requeued request's: no answer of its upstream's
+	lift := boundWrites(w, serverWriteDeadline(c.r)) // an event is flushed: a client that reads nothing would hold it
 	if c.committed {
 		err = p.writeCommitted(w, c.repl, rej, c.api)
 	} else {
@@ -440,58 +446,6 @@ func (c *call) reject(rej *fairqueue.RejectError) error {
 	}
 	if h.rejects != nil {
 		h.rejects.add(c.repl, c.name, rej)
-	}
-	return nil
-}
-
-// record publishes the request's outcome (see Handler.record).
-func (c *call) record(outcome, reason string, waited time.Duration, position int) {
-	c.h.record(c.r, c.repl, c.name, outcome, reason, waited, position)
-}
-
-// record publishes a request's outcome: placeholders, access log fields,
-// metrics and a debug log.
-func (h *Handler) record(r *http.Request, repl *caddy.Replacer, name, outcome, reason string, waited time.Duration, position int) {
-	waitMS := waited.Milliseconds()
-	repl.Set(phOutcome, outcome)
-	repl.Set(phReason, reason)
-	repl.Set(phWaitMS, waitMS)
-	repl.Set(phPosition, position)
-	fields := []zap.Field{
-		zap.String("queue", name),
-		zap.String("outcome", outcome),
-		zap.String("reason", reason),
-		zap.Int64("wait_ms", waitMS),
-		zap.Int("position", position),
-	}
-	if tenant, _ := repl.GetString(phTenant); tenant != "" { // a hash, set with Tenant only
-		fields = append(fields, zap.String("tenant", tenant))
-	}
-	if extra, ok := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); ok {
-		extra.Set(zap.Object("fair_queue", accessLogObject{fields: fields, repl: repl}))
-	}
-	observe(name, outcome, waited)
-	if c := h.logger.Check(zapcore.DebugLevel, "fair queue"); c != nil {
-		c.Write(fields...)
-	}
-}
-
-// accessLogObject is the access log's fair_queue object: the outcome's
-// fields, and with a pool the upstream the request last went to, read
-// when the access log is written, as a requeue may move it after the
-// outcome is recorded.
-type accessLogObject struct {
-	fields []zap.Field
-	repl   *caddy.Replacer
-}
-
-// MarshalLogObject implements zapcore.ObjectMarshaler.
-func (o accessLogObject) MarshalLogObject(enc zapcore.ObjectEncoder) error {
-	for _, f := range o.fields {
-		f.AddTo(enc)
-	}
-	if up, _ := o.repl.GetString(phUpstream); up != "" {
-		enc.AddString("upstream", up)
 	}
 	return nil
 }

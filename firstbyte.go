@@ -23,6 +23,7 @@ type firstByteWriter struct {
 	first                           time.Duration // 0 until the first byte
 	status                          int           // the answer's status, once written
 	hijacked                        bool          // an upgrade (a WebSocket) took the connection
+	heldBack                        bool          // the last forward's answer was held back (requeue_on): nothing of it timed
 	watch                           *hangupWatch  // the running request's watch, stopped by a hijack
 }
 
@@ -36,6 +37,12 @@ func (f *firstByteWriter) WriteHeader(code int) {
 
 func newFirstByteWriter(w http.ResponseWriter) *firstByteWriter {
 	return &firstByteWriter{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
+}
+
+// forwardTo notes that the request is forwarded now, granted on
+// upstream ("" without a pool): its first byte is timed from here.
+func (f *firstByteWriter) forwardTo(upstream string) {
+	f.forwarded, f.upstream, f.heldBack = time.Now(), upstream, false
 }
 
 func (f *firstByteWriter) Write(b []byte) (int, error) {

@@ -100,6 +100,10 @@ type keepalive struct {
 	shown   time.Duration // the last eta sent; 0: none yet
 	shownAt time.Time
 	spent   bool // the countdown from shown ran out: no eta any more
+
+	// deadline is the server's write deadline of the response
+	// (serverWriteDeadline), put back after each comment.
+	deadline time.Time
 }
 
 // keepaliveFeed hands the ticket's live view (Request.OnQueued) to the
@@ -164,6 +168,7 @@ func (c *call) startKeepalive() (k *keepalive, ctx context.Context) {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		maxWait:  time.Duration(h.MaxWait),
+		deadline: serverWriteDeadline(c.r),
 		leave:    leave,
 
 		committed: c.committed,
@@ -195,7 +200,7 @@ func (k *keepalive) run() {
 // that reads nothing. The bound is set and lifted here, in the
 // keepalive's goroutine, the writer's only user meanwhile.
 func (k *keepalive) sendWithin() error {
-	lift := boundWrites(k.w)
+	lift := boundWrites(k.w, k.deadline)
 	err := k.send()
 	lift()
 	if err != nil {

@@ -13,8 +13,10 @@ import (
 // winning ("OPTIONS" after "options" replaces it), and decodes a null
 // into a string as nothing (the value before it stands) and into a map
 // as none: the weight reads them so too, and a client cannot be weighed
-// by a spelling or a null its backend overrides. An OpenAI-compatible backend (vLLM's pydantic) matches
-// keys exactly, and so does the weight there.
+// by a spelling or a null its backend overrides. An OpenAI-compatible
+// body is read both ways, exact keys as vLLM's pydantic reads it and as
+// Ollama's /v1 endpoints (Go) read it, the heavier counting
+// (TestAnOpenAIBodyIsWeighedAsAGoBackendReadsItToo).
 func TestOllamaKeysAreReadCaseInsensitively(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
 	h := provisionLocal(t, newContext(t), &Handler{Name: "kv-ollama-keys", KVTokens: 100000, DefaultMaxTokens: 500})
@@ -30,7 +32,7 @@ func TestOllamaKeysAreReadCaseInsensitively(t *testing.T) {
 		{"content sent again as null", "/api/chat", `{"model":"m","messages":[{"role":"user","content":"` + long + `","content":null}],"options":{"num_predict":10}}`, 1000 + 10},
 		{"options sent again as null", "/api/chat", `{"model":"m","messages":[{"role":"user","content":"abcd"}],"options":{"num_predict":1},"options":null}`, 1 + 500},
 		{"messages in capitals", "/api/chat", `{"model":"m","MESSAGES":[{"role":"user","content":"` + long + `"}],"options":{"num_predict":10}}`, 1000 + 10},
-		{"OpenAI: exact keys", "/v1/chat/completions", `{"model":"m","max_tokens":100,"MAX_TOKENS":1,"messages":[{"role":"user","content":"abcd","CONTENT":"` + long + `"}]}`, 1 + 100},
+		{"OpenAI: the heavier reading", "/v1/chat/completions", `{"model":"m","max_tokens":100,"MAX_TOKENS":1,"messages":[{"role":"user","content":"abcd","CONTENT":"` + long + `"}]}`, 1000 + 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			next := newHolder()

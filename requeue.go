@@ -285,12 +285,14 @@ func (c *call) requeue(rf *refusal) error {
 // countRequeue counts a refusal (rf) of the permit's upstream for which
 // the request is given back to its queue (requeue, refusedLate): a
 // requeue, a cooldown and, for an adaptive queue, a refusal of that
-// upstream, which the client never sees.
+// upstream, which the client never sees (and no stream whose first
+// byte never came: observeAnswer).
 func (c *call) countRequeue(rf *refusal) {
 	up := c.permit.Upstream()
 	if c.h.Adaptive != nil {
 		c.e.q.ObserveRefused(up)
 	}
+	c.fb.heldBack = true // counted: no first byte waited for until the next forward
 	observeRequeue(c.name, up, rf.reason)
 	observeCooldown(c.name, up)
 	if l := c.h.logger.Check(zapcore.DebugLevel, "upstream refused the request; requeued"); l != nil {

@@ -32,12 +32,16 @@ func (h *Handler) abortGrace() time.Duration {
 // queue and calls next while holding it; or answers with a reject. The
 // steps are call's.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if h.Tenant != "" && inEarlyData(r) {
+		writeTooEarly(w, apiOf(r))
+		return nil
+	}
 	c := &call{h: h, w: w, r: r, own: next}
 	if answered, err := c.read(); answered {
 		return err
 	}
 	if !h.serves(c.name) {
-		return h.notServed(w, r, c.repl, c.api)
+		return c.notServed()
 	}
 	if err := c.enter(); err != nil {
 		return c.overflow(err)
@@ -56,4 +60,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	}
 	return c.serve()
+}
+
+// inEarlyData reports whether r came in TLS early data (HTTP/3's 0-RTT):
+// before the handshake that verifies its client. Caddy shows such a
+// request no client address ({http.request.remote.host} is empty; its
+// {client_ip} is unverified), so a tenant taken from the address would
+// be the default tenant, every such request's, or an address the client
+// chose; and early data may be replayed.
+func inEarlyData(r *http.Request) bool {
+	return r.TLS != nil && !r.TLS.HandshakeComplete
 }

@@ -3,6 +3,8 @@ package caddyfairqueue
 import (
 	"net/http"
 	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 // A client that reads nothing (an HTTP/2 stream whose flow-control
@@ -19,14 +21,39 @@ import (
 // frameTimeout bounds a write of the queue's own frame to a client.
 const frameTimeout = time.Second
 
-// boundWrites gives the writes to w until frameTimeout from now, where w
-// supports write deadlines, and returns what lifts the bound: the
-// connection may serve on (an HTTP/1 connection keeps a deadline into
-// its next request).
-func boundWrites(w http.ResponseWriter) (lift func()) {
+// boundWrites gives the writes to w until frameTimeout from now (or
+// until the server's own write deadline, server, if that is sooner),
+// where w supports write deadlines, and returns what lifts the bound:
+// it puts the server's deadline back (zero: none), so that the rest of
+// the response keeps the server's write_timeout, and the connection may
+// serve on (an HTTP/1 connection keeps a deadline into its next
+// request).
+func boundWrites(w http.ResponseWriter, server time.Time) (lift func()) {
 	rc := http.NewResponseController(w)
-	if rc.SetWriteDeadline(time.Now().Add(frameTimeout)) != nil {
+	bound := time.Now().Add(frameTimeout)
+	if !server.IsZero() && server.Before(bound) {
+		bound = server
+	}
+	if rc.SetWriteDeadline(bound) != nil {
 		return func() {}
 	}
-	return func() { _ = rc.SetWriteDeadline(time.Time{}) }
+	return func() { _ = rc.SetWriteDeadline(server) }
+}
+
+// serverWriteDeadline is the write deadline the server set for r's
+// response, which a deadline of the handler's own replaces: Caddy's
+// write_timeout from when it began the request, over HTTP/1 and HTTP/2;
+// zero without one, and over HTTP/3, where Caddy sets none (its
+// write_idle_timeout, when on, applies write_timeout at each write
+// itself).
+func serverWriteDeadline(r *http.Request) time.Time {
+	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if !ok || srv.WriteTimeout <= 0 || r.ProtoMajor > 2 {
+		return time.Time{}
+	}
+	start, ok := caddyhttp.GetVar(r.Context(), "start_time").(time.Time)
+	if !ok {
+		start = time.Now()
+	}
+	return start.Add(time.Duration(srv.WriteTimeout))
 }

@@ -6,8 +6,6 @@ import (
 	"maps"
 	"math"
 	"net/url"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,7 +30,9 @@ import (
 //     more than BreachShare of the TTFTs were above the target or any
 //     request was refused; up by Step when none was and the capacity was
 //     the limit (growing a capacity nobody reaches would only let a later
-//     burst through); else it stays.
+//     burst through); else it stays. A window without a TTFT is ripe
+//     with MinSamples answers that succeeded untimed (ObserveAnswered):
+//     a queue whose clients never stream climbs back after refusals.
 //
 // At a steady load the share saw-tooths between the knee and Decrease
 // times it (10% by default). Lowering never revokes a running request;
@@ -179,6 +179,12 @@ type AdaptReport struct {
 	Samples, Over int
 	// Refused counts the requests the upstream refused (429/503).
 	Refused int
+	// Answered counts the answers that succeeded without being timed (a
+	// plain answer, ObserveAnswered): no time to first token, but no
+	// refusal either. A window without a TTFT that holds MinSamples of
+	// them may move its share up (a queue whose clients never stream
+	// climbs back after refusals); they never count toward a breach.
+	Answered int
 }
 
 // Scale returns l with the learned shares applied: what a store that
@@ -256,20 +262,21 @@ func (l Limits) Scale(shares map[string]float64) Limits {
 }
 
 // Ripe reports whether a window may move its share (Adaptive): a
-// refusal, or enough samples to judge the target. The interval is the
-// store's to check.
-func Ripe(samples, refused int, a AdaptArgs) bool {
-	return refused > 0 || samples >= a.MinSamples
+// refusal, enough samples to judge the target, or, in a window without
+// a sample, enough answers that succeeded untimed (AdaptReport.Answered).
+// The interval is the store's to check.
+func Ripe(samples, refused, answered int, a AdaptArgs) bool {
+	return refused > 0 || samples >= a.MinSamples || samples == 0 && answered >= a.MinSamples
 }
 
 // NextShare is the law (Adaptive): a share after a ripe window, from the
 // share before and the window's folded reports. Both stores use it (the
 // Redis store's script has the same lines).
-func NextShare(share float64, samples, over, refused int, limited bool, a AdaptArgs) float64 {
+func NextShare(share float64, samples, over, refused, answered int, limited bool, a AdaptArgs) float64 {
 	switch {
 	case Breached(samples, over, refused, a):
 		share *= a.Decrease
-	case limited && samples > 0:
+	case limited && (samples > 0 || answered > 0):
 		share += a.Step
 	}
 	return min(max(share, a.Floor), 1)
@@ -322,83 +329,6 @@ func (q *Queue) Share() float64 {
 	return least
 }
 
-// ObserveTTFT records one granted request's time to first token (from
-// forwarding it to its first response byte) on upstream (its
-// Permit.Upstream; "" without a pool), for Config.Adaptive; a no-op
-// without it. Safe from any goroutine; it never blocks on the store.
-func (q *Queue) ObserveTTFT(upstream string, d time.Duration) {
-	cfg := q.cfg.Load()
-	if cfg.Adaptive == nil {
-		return
-	}
-	q.learn.add(upstream, func(r *AdaptReport) {
-		r.Samples++
-		if d > cfg.Adaptive.TargetTTFT {
-			r.Over++
-		}
-	})
-	q.maybeAdapt(cfg)
-}
-
-// ObserveRefused records a request that upstream ("" without a pool)
-// refused (429/503), for Config.Adaptive; a no-op without it.
-func (q *Queue) ObserveRefused(upstream string) {
-	cfg := q.cfg.Load()
-	if cfg.Adaptive == nil {
-		return
-	}
-	q.learn.add(upstream, func(r *AdaptReport) { r.Refused++ })
-	q.maybeAdapt(cfg)
-}
-
-// ObserveOverload records one reading of upstream's ("" without a pool)
-// own gauges that showed n signs that it runs more than it should
-// (requests it preempted, requests queued in it; 0: none), for
-// Config.Adaptive: the reading counts as one sample of the window, and
-// each sign as a TTFT above the target, judged with the window's other
-// samples (BreachShare, MinSamples). A queue whose clients never stream
-// (no TTFT measured) learns from its readings so: down while they show
-// overload, up while they show none and requests wait. A no-op without
-// Adaptive.
-func (q *Queue) ObserveOverload(upstream string, n int) {
-	cfg := q.cfg.Load()
-	if cfg.Adaptive == nil || n < 0 {
-		return
-	}
-	q.learn.add(upstream, func(r *AdaptReport) {
-		r.Samples++
-		r.Over += n
-	})
-	q.maybeAdapt(cfg)
-}
-
-func (l *learner) add(key string, f func(*AdaptReport)) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.obs == nil {
-		l.obs = make(map[string]*AdaptReport)
-	}
-	r := l.obs[key]
-	if r == nil {
-		r = &AdaptReport{Key: key}
-		l.obs[key] = r
-	}
-	f(r)
-}
-
-// take returns the interval's reports and starts a new interval.
-func (l *learner) take() []AdaptReport {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]AdaptReport, 0, len(l.obs))
-	for _, r := range l.obs {
-		out = append(out, *r)
-	}
-	l.obs = nil
-	slices.SortFunc(out, func(a, b AdaptReport) int { return strings.Compare(a.Key, b.Key) })
-	return out
-}
-
 // maybeAdapt sends the interval's reports in the background once the
 // interval has passed since the last one.
 func (q *Queue) maybeAdapt(cfg *Config) {
@@ -406,11 +336,19 @@ func (q *Queue) maybeAdapt(cfg *Config) {
 	if !ok {
 		return
 	}
+	if !q.s.isOpen() {
+		// A node that never joined reports nothing: its leave would not
+		// clean up. Nor does it keep what it saw (the backend's gauges,
+		// read while no request came): by its first report, that would
+		// be old, judged as the backend now.
+		q.learn.take()
+		return
+	}
 	a := cfg.Adaptive.withDefaults()
 	now := time.Now().UnixNano()
 	last := q.learn.sent.Load()
-	if now-last < int64(a.Interval) || !q.s.isOpen() || !q.learn.sent.CompareAndSwap(last, now) {
-		return // a node that never joined reports nothing: its leave would not clean up
+	if now-last < int64(a.Interval) || !q.learn.sent.CompareAndSwap(last, now) {
+		return
 	}
 	q.sendAdapt(ad, cfg, q.learn.take(), q.learn.limited.Swap(false))
 }

@@ -9,13 +9,17 @@ import (
 
 func TestNextShareIsAIMDOnTheTargetBetweenFloorAndOne(t *testing.T) {
 	a := AdaptArgs{Floor: 0.1, Decrease: 0.9, Step: 0.05, BreachShare: 0.01}
-	assert.InDelta(t, 0.9, NextShare(1, 100, 2, 0, true, a), 1e-12, "2% above the target: a breach")
-	assert.Equal(t, 1.0, NextShare(1, 100, 1, 0, true, a), "1% is allowed; at the ceiling already")
-	assert.InDelta(t, 0.55, NextShare(0.5, 100, 1, 0, true, a), 1e-12, "under the target and limited: a step up")
-	assert.Equal(t, 0.5, NextShare(0.5, 100, 0, 0, false, a), "not limited: it stays")
-	assert.Equal(t, 0.5, NextShare(0.5, 0, 0, 0, true, a), "nothing measured: it stays")
-	assert.InDelta(t, 0.45, NextShare(0.5, 0, 0, 1, true, a), 1e-12, "a refusal (429/503) cuts")
-	assert.Equal(t, 0.1, NextShare(0.105, 10, 10, 0, true, a), "never below the floor")
+	assert.InDelta(t, 0.9, NextShare(1, 100, 2, 0, 0, true, a), 1e-12, "2% above the target: a breach")
+	assert.Equal(t, 1.0, NextShare(1, 100, 1, 0, 0, true, a), "1% is allowed; at the ceiling already")
+	assert.InDelta(t, 0.55, NextShare(0.5, 100, 1, 0, 0, true, a), 1e-12, "under the target and limited: a step up")
+	assert.Equal(t, 0.5, NextShare(0.5, 100, 0, 0, 0, false, a), "not limited: it stays")
+	assert.Equal(t, 0.5, NextShare(0.5, 0, 0, 0, 0, true, a), "nothing measured: it stays")
+	assert.InDelta(t, 0.45, NextShare(0.5, 0, 0, 1, 0, true, a), 1e-12, "a refusal (429/503) cuts")
+	assert.Equal(t, 0.1, NextShare(0.105, 10, 10, 0, 0, true, a), "never below the floor")
+	assert.InDelta(t, 0.55, NextShare(0.5, 0, 0, 0, 100, true, a), 1e-12, "plain answers, none refused, limited: a step up")
+	assert.Equal(t, 0.5, NextShare(0.5, 0, 0, 0, 100, false, a), "plain answers, not limited: it stays")
+	assert.InDelta(t, 0.45, NextShare(0.5, 0, 0, 1, 100, true, a), 1e-12, "a refusal among plain answers cuts")
+	assert.InDelta(t, 0.45, NextShare(0.5, 100, 2, 0, 1000, true, a), 1e-12, "plain answers dilute no breach")
 }
 
 func TestAWindowIsRipeWithARefusalOrEnoughSamples(t *testing.T) {
@@ -24,9 +28,12 @@ func TestAWindowIsRipeWithARefusalOrEnoughSamples(t *testing.T) {
 	assert.Equal(t, 20, Adaptive{TargetTTFT: time.Second, BreachShare: 0.05}.withDefaults().MinSamples)
 	assert.Equal(t, 10, Adaptive{TargetTTFT: time.Second, BreachShare: 0.5}.withDefaults().MinSamples)
 	args := AdaptArgs{MinSamples: a.MinSamples}
-	assert.False(t, Ripe(99, 0, args))
-	assert.True(t, Ripe(100, 0, args))
-	assert.True(t, Ripe(0, 1, args), "a refusal moves at once")
+	assert.False(t, Ripe(99, 0, 0, args))
+	assert.True(t, Ripe(100, 0, 0, args))
+	assert.True(t, Ripe(0, 1, 0, args), "a refusal moves at once")
+	assert.True(t, Ripe(0, 0, 100, args), "a window of plain answers alone")
+	assert.False(t, Ripe(0, 0, 99, args))
+	assert.False(t, Ripe(1, 0, 1000, args), "a window with a TTFT waits for enough of them")
 }
 
 func TestScaleAppliesTheShareToEveryCapacityAtLeastOne(t *testing.T) {

@@ -44,21 +44,23 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 			// The settings in force once its turn came: a reload may
 			// have landed while it waited (its policy, flow, tokens).
 			cfg = q.cfg.Load()
-			if cfg.Fallback == nil && errors.Is(cause, errStoreDown) && q.health.up() {
-				// Its policy has no fallback queue now, and the store
-				// came back while it waited: it waits in the store's
-				// queue, as localQueue sends it there under a policy
-				// that keeps one. The policy answers a store down.
-				return q.acquire(ctx, req, start, deadline, from)
-			}
 		}
 	}
+	// A reload took the fallback queue away (fail_open, fail_closed)
+	// during the outage, and the store is back: the policy, which answers
+	// a store down, does not answer the request. It waits in the store's
+	// queue (a moved waiter, or one that waited for its turn, as localQueue
+	// sends it there under a policy that keeps one), or, until the
+	// heartbeat that has the store count the outage's local permits still
+	// running retires the fallback queue (inFallback), in that queue, as
+	// under local: granted by the store then, it would run beside them.
+	back := cfg.Fallback == nil && errors.Is(cause, errStoreDown) && q.health.up()
 	var lq *Queue
 	var inner *Permit
 	var line *moveLine
 	var n uint64
 	switch {
-	case cfg.Fallback != nil:
+	case cfg.Fallback != nil || back:
 		req.MaxWait = time.Until(deadline)
 		if req.MaxWait <= 0 {
 			return nil, q.reject(ReasonTimeout, start, 0, cause)
@@ -161,24 +163,23 @@ func (q *Queue) moveIn(ctx context.Context, line *moveLine, n uint64, req Reques
 // and so adopted by then, or refused.
 func (q *Queue) localTicket(lq *Queue, flow string, tokens int) (t *ticket, retired bool) {
 	if lq == nil {
-		return q.newTicket(true, flow, tokens), false
+		return q.newTicket(true, false, flow, tokens), false
 	}
 	q.localMu.Lock()
 	defer q.localMu.Unlock()
 	if q.local != lq {
 		return nil, true
 	}
-	return q.newTicket(true, flow, tokens), false
+	return q.newTicket(true, true, flow, tokens), false
 }
 
 // inFallback reports whether the node still serves from its fallback
 // queue: the store may be back, but until the heartbeat that adopts the
 // local permits running (retireLocal), Redis does not count them, and a
-// grant it made would run beside them.
-func (q *Queue) inFallback(cfg *Config) bool {
-	if cfg.Fallback == nil {
-		return false
-	}
+// grant it made would run beside them. Also where a reload took the
+// fallback queue away (fail_open, fail_closed) during the outage: its
+// permits run on, uncounted until that heartbeat alike.
+func (q *Queue) inFallback() bool {
 	q.localMu.Lock()
 	defer q.localMu.Unlock()
 	return q.local != nil
@@ -208,7 +209,9 @@ func (q *Queue) backToFallback(ctx context.Context, t *ticket, req Request, star
 // sent there as the last one retired, would run its permits beside the
 // store's grants, which count them only from the next heartbeat. Nil
 // too where the settings in force have no fallback queue (a reload): the
-// request is answered by the policy in force.
+// request is answered by the policy in force; but where the store is
+// back before the heartbeat that counts the permits of the fallback
+// queue opened before the reload, that queue, as it is (unavailable).
 //
 // It sizes the fallback queue by the settings in force, read under
 // q.localMu, as Reconfigure applies them: a caller read its settings
@@ -220,7 +223,13 @@ func (q *Queue) localQueue(failed bool) *Queue {
 	q.localMu.Lock()
 	defer q.localMu.Unlock()
 	cfg := q.cfg.Load()
-	if cfg.Fallback == nil || (q.local == nil && !failed && q.health.up()) {
+	if cfg.Fallback == nil {
+		if failed || !q.health.up() {
+			return nil
+		}
+		return q.local
+	}
+	if q.local == nil && !failed && q.health.up() {
 		return nil
 	}
 	lc, permits := q.localConfig(cfg)

@@ -34,7 +34,10 @@ type runningReq struct {
 }
 
 // newStoreRunning counts the node's tickets that hold a permit of the
-// store (none of a fallback queue, nor admitted by fail-open), and makes
+// store, or were let in by fail open (a reload set local during the
+// outage: they run on the same upstreams, unknown to the fallback
+// queue's store), but none of a fallback queue's (its store counts
+// them, also once it retired), and makes
 // the count the node's (Queue.running) before a ticket can leave: one
 // that ends once counted is taken out of it (Queue.forget). It starts
 // with the node's cooldowns not yet over (cooledLocal) and the hold of
@@ -47,7 +50,7 @@ func (q *Queue) newStoreRunning(cfg *Config) *storeRunning {
 	s := &storeRunning{reqs: map[string]runningReq{}, on: map[string]int{}, tokensOn: map[string]int{},
 		tenants: map[string]int{}, cooling: q.cooledLocal(), hold: q.entering}
 	for id, t := range q.tickets {
-		if t.failOpen || t.state.Load() != stateGranted {
+		if t.local || t.state.Load() != stateGranted {
 			continue
 		}
 		r := runningReq{upstream: upstreamOf(t), tokens: heldWeight(cfg, t), tenant: flowTenant(TicketFlow(id))}

@@ -40,7 +40,7 @@ func (q *Queue) served(t *ticket, start time.Time) (*Permit, error) {
 // as localQueue opens the fallback queue: a grant made before it opened
 // is counted there, one made after is found here.
 func (q *Queue) uncountedGrant(t *ticket) bool {
-	if t.failOpen || q.cfg.Load().Fallback == nil {
+	if t.failOpen {
 		return false
 	}
 	q.localMu.Lock()

@@ -73,6 +73,18 @@ func (q *Queue) storeDown() {
 	close(*q.exits.Swap(&woken))
 }
 
+// localSet moves the store's waiters into the fallback queue where a
+// reload (old to cfg) sets a fallback queue during an outage, ahead of
+// the requests that come from now, as they move where the store is
+// marked down under it (storeDown, which found no fallback queue at the
+// mark). Left waiting for the store, they waited until their max wait
+// while the fallback queue served the requests after them.
+func (q *Queue) localSet(old, cfg *Config) {
+	if old.Fallback == nil && cfg.Fallback != nil {
+		q.health.whileDown(q.storeDown)
+	}
+}
+
 // missedMove takes t, just queued in the store's queue, out of it when
 // the store was marked down since its call was answered: storeDown moves
 // the waiters it finds queued, and one whose answer came in as it ran

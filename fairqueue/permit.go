@@ -214,7 +214,7 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 		}
 		return q.Acquire(ctx, req)
 	}
-	if cfg := q.cfg.Load(); !q.health.up() || q.inFallback(cfg) {
+	if !q.health.up() || q.inFallback() {
 		// The store is down, or the node still serves from its fallback
 		// queue: the request waits again as an Acquire's would
 		// (on_store_error), its permit given back, its flow charged
@@ -246,7 +246,7 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 	cfg := q.cfg.Load()
 	rel := q.releaseArgs(p.t.id)
 	r.apply(&rel)
-	t := q.newTicket(false, TicketFlow(p.t.id), 0)
+	t := q.newTicket(false, false, TicketFlow(p.t.id), 0)
 	if t == nil {
 		q.release(rel)
 		settled()

@@ -99,6 +99,7 @@ func New(store Store, cfg Config) (*Queue, error) {
 	q.exits.Store(&exits)
 	q.health.onDown = q.storeDown
 	q.health.onMarkedDown = q.s.wake
+	q.health.needs = permissionsNeeded(store)
 	q.log = cfg.Logger.With(zap.String("queue", cfg.Name), zap.String("node", q.node))
 	q.health.onFail = func(err error) {
 		q.s.note(evVerify, false) // the call may have run, or Redis may be failing over
@@ -134,6 +135,7 @@ func (q *Queue) Reconfigure(cfg Config) error {
 		q.reconfigureLocal(lc)
 	}
 	q.localMu.Unlock()
+	q.localSet(old, &cfg)
 	q.health.downAfter.Store(int32(cfg.DownAfter))
 	// Heads read under the old settings (permits, pool, fair, adaptive)
 	// go, and so do those of a reply to a call sent before now, which
@@ -200,7 +202,7 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 	// an open on its way, its round trips), and a reload meanwhile may
 	// allow fewer permits, which the acquire below dispatches under.
 	cfg = q.cfg.Load()
-	if !q.health.up() || q.inFallback(cfg) {
+	if !q.health.up() || q.inFallback() {
 		return q.unavailable(ctx, req, start, deadline, errStoreDown, nil, from)
 	}
 	if l, n := q.joinMovers(from); l != nil {
@@ -210,7 +212,7 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 	if cfg.Fair {
 		flow = req.flow()
 	}
-	t := q.newTicket(false, flow, 0)
+	t := q.newTicket(false, false, flow, 0)
 	if t == nil {
 		return nil, q.reject(ReasonShuttingDown, start, 0, nil)
 	}
@@ -245,19 +247,18 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 		return q.unavailable(ctx, req, start, deadline, err, nil, from)
 	}
 	q.health.ok(q.log)
-	if q.inFallback(cfg) {
+	if q.inFallback() {
 		return q.backToFallback(ctx, t, req, start, deadline, from)
 	}
 	return q.enqueue(ctx, t, res, fresh, permits, req, start, deadline, from)
 }
 
-// enqueue is the one path of a ticket the store answered, from Acquire
-// and from Permit.Requeue: the ticket is refused (a queue cap), was
-// cancelled before the call ran, is granted at once or joins the queue;
-// then it waits for its grant until deadline. fresh: the answer was read
-// less than a lease after its call was sent (answeredInLease); a grant
-// in one read later is not started before the store confirms it. from:
-// as acquire's.
+// enqueue is the one path of a ticket the store answered, from Acquire and
+// from Permit.Requeue: the ticket is refused (a queue cap), was cancelled
+// before the call ran, is granted at once or joins the queue; then it waits
+// for its grant until deadline. fresh: the answer was read less than a lease
+// after its call was sent (answeredInLease); a grant in one read later is
+// not started before the store confirms it. from: as acquire's.
 func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, fresh bool, permits int, req Request, start, deadline time.Time, from *moveLine) (*Permit, error) {
 	q.observe(res.Grants, res.Epoch)
 	if res.Full {
@@ -416,7 +417,7 @@ func (q *Queue) permit(t *ticket, start time.Time) *Permit {
 // so a grant can never arrive for a ticket the node does not know. A
 // fail-open ticket is born granted and unregistered in the store, with
 // its tokens: the next heartbeat may name it at once (adopt).
-func (q *Queue) newTicket(failOpen bool, flow string, tokens int) *ticket {
+func (q *Queue) newTicket(failOpen, local bool, flow string, tokens int) *ticket {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.draining {
@@ -424,7 +425,7 @@ func (q *Queue) newTicket(failOpen bool, flow string, tokens int) *ticket {
 	}
 	q.counter++
 	id := TicketID{Node: q.node, Counter: q.counter, Flow: flow}.String()
-	t := &ticket{id: id, no: q.counter, granted: make(chan struct{}), failOpen: failOpen, tokens: tokens}
+	t := &ticket{id: id, no: q.counter, granted: make(chan struct{}), failOpen: failOpen, local: local, tokens: tokens}
 	if failOpen {
 		t.state.Store(stateGranted)
 		close(t.granted)

@@ -384,7 +384,7 @@ func (s *session) loop() {
 		// still up); until the heartbeat that adopts them, the store
 		// grants beside them.
 		beat := time.Since(lastBeat) >= due(cfg)-early || s.takeResync() || (up && !wasUp) ||
-			(up && s.verify && waiting > 0) || (up && q.inFallback(cfg)) || (up && unadopted > 0)
+			(up && s.verify && waiting > 0) || (up && q.inFallback()) || (up && unadopted > 0)
 		if beat {
 			began := time.Now()
 			if !s.heartbeat(cfg) {
@@ -416,7 +416,7 @@ func (s *session) loop() {
 			s.verify = true // the next heartbeat, at once, names every waiter
 			s.wake()
 		}
-		if !up && q.health.up() && q.inFallback(cfg) {
+		if !up && q.health.up() && q.inFallback() {
 			s.wake() // found up: the heartbeat that adopts goes now
 		}
 		wasUp = up

@@ -21,9 +21,10 @@ type ticket struct {
 	state   atomic.Int32
 	granted chan struct{} // closed on the move to granted
 	// failOpen: admitted while the store was unreachable; registered in
-	// the store by the next heartbeat (adopted).
-	failOpen   bool
-	registered atomic.Bool // the store knows it as a holder
+	// the store by the next heartbeat (adopted). local: of those, served
+	// by a fallback queue (whose store counts it), not let in by fail open.
+	failOpen, local bool
+	registered      atomic.Bool // the store knows it as a holder
 	// queued: the store answered its acquire and queued it, so a
 	// heartbeat may ask whether the store still has it.
 	queued atomic.Bool

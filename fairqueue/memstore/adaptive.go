@@ -26,9 +26,9 @@ type adaptState struct {
 }
 
 type adaptWindow struct {
-	samples, over, refused int
-	limited                bool
-	moved                  time.Time
+	samples, over, refused, answered int
+	limited                          bool
+	moved                            time.Time
 }
 
 // Adapt implements fairqueue.Adapter.
@@ -53,14 +53,15 @@ func (s *Store) Adapt(_ context.Context, a fairqueue.AdaptArgs) (map[string]floa
 		w.samples += r.Samples
 		w.over += r.Over
 		w.refused += r.Refused
+		w.answered += r.Answered
 		w.limited = w.limited || a.Limited
 		down := fairqueue.Breached(w.samples, w.over, w.refused, a)
-		if now.Sub(w.moved) >= a.Interval && fairqueue.Ripe(w.samples, w.refused, a) && (!down || r.Key != "" || !s.heldBack(a.Node, now)) {
+		if now.Sub(w.moved) >= a.Interval && fairqueue.Ripe(w.samples, w.refused, w.answered, a) && (!down || r.Key != "" || !s.heldBack(a.Node, now)) {
 			share, ok := s.shares[r.Key]
 			if !ok {
 				share = 1
 			}
-			s.shares[r.Key] = fairqueue.NextShare(share, w.samples, w.over, w.refused, w.limited, a)
+			s.shares[r.Key] = fairqueue.NextShare(share, w.samples, w.over, w.refused, w.answered, w.limited, a)
 			*w = adaptWindow{moved: now}
 		}
 	}

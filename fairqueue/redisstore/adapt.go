@@ -23,7 +23,7 @@ func (s *Store) Adapt(ctx context.Context, a fairqueue.AdaptArgs) (map[string]fl
 		if k := a.KnownShare(r.Key); k > 0 {
 			known = f(k)
 		}
-		more = append(more, r.Key, r.Samples, r.Over, r.Refused, known)
+		more = append(more, r.Key, r.Samples, r.Over, r.Refused, r.Answered, known)
 	}
 	u := s.unsure.Load()
 	v, err := scripts.adapt.Run(ctx, s.sc, s.keys, s.args(a.Node, fairqueue.Limits{}, more...)...).StringSlice()

@@ -216,9 +216,10 @@ func (d *diff) adapt(rt *rapid.T) {
 	for _, u := range d.lim.Upstreams {
 		keys = append(keys, u.Dial)
 	}
-	r := fairqueue.AdaptReport{Key: rapid.SampledFrom(keys).Draw(rt, "key"), Samples: rapid.IntRange(1, 4).Draw(rt, "samples")}
+	r := fairqueue.AdaptReport{Key: rapid.SampledFrom(keys).Draw(rt, "key"), Samples: rapid.IntRange(0, 4).Draw(rt, "samples")}
 	r.Over = rapid.IntRange(0, r.Samples).Draw(rt, "over")
 	r.Refused = rapid.SampledFrom([]int{0, 0, 1}).Draw(rt, "refused")
+	r.Answered = rapid.SampledFrom([]int{0, 0, 3}).Draw(rt, "answered") // plain answers, untimed
 	a := fairqueue.AdaptArgs{Node: d.adaptNode(rt), Reports: []fairqueue.AdaptReport{r}, Limited: rapid.Bool().Draw(rt, "limited"),
 		Floor:    rapid.SampledFrom([]float64{0.125, 0.125, 0.5}).Draw(rt, "floor"), // 0.5: a reload raised it
 		Decrease: 0.5, Step: 0.25, BreachShare: 0.5,

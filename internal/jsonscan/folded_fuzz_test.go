@@ -116,3 +116,34 @@ func topLevelKeys(b []byte, name string) int {
 	}
 	return n
 }
+
+// FuzzSniffEitherIsTheHeavierReading checks that SniffEither counts at
+// least what each reading counts, and names the exact reading's model.
+func FuzzSniffEitherIsTheHeavierReading(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"a","MODEL":"b","max_tokens":1,"MAX_TOKENS":9}`,
+		`{"messages":[{"content":"abcd"}],"messages":[{"role":"user"}],"n":2,"N":3}`,
+		`{"Messages":[{"content":"abcd"}],"x":NaN}`, "\ufeff" + `{"prompt":"x"}`, `{"prompt":[1,2,3],"PROMPT":"long text"}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		b := []byte(body)
+		e, x, g := SniffEither(b), Sniff(b), SniffFolded(b)
+		for _, r := range []Fields{x, g} {
+			if r == (Fields{}) {
+				continue // a body this reader does not read
+			}
+			if e.Budget < r.Budget || e.MaxTokens < r.MaxTokens || e.Completions < r.Completions ||
+				e.PromptTokens < r.PromptTokens || e.PromptBytes < r.PromptBytes {
+				t.Fatalf("SniffEither %+v is lighter than a reading %+v", e, r)
+			}
+			if r.Prompt && !e.Prompt {
+				t.Fatalf("SniffEither %+v lost the prompt of %+v", e, r)
+			}
+		}
+		if x != (Fields{}) && e.Model != x.Model {
+			t.Fatalf("SniffEither names %q, the exact reading %q", e.Model, x.Model)
+		}
+	})
+}

@@ -70,6 +70,9 @@ type Fields struct {
 	// refusal part's "refusal": an image, audio, a file), or Ollama's "images" (of a message, or of the
 	// body). The backend counts their tokens; PromptBytes does not.
 	Media bool
+	// Ambiguous reports (SniffEither) that the body names different
+	// models as its two kinds of backend read it.
+	Ambiguous bool
 }
 
 // Sniff reads the top-level keys "stream", "model", the max tokens keys
@@ -91,7 +94,58 @@ func Sniff(b []byte) Fields { return sniff(b, exactKeys) }
 // unreadable, as it does to Go.
 func SniffFolded(b []byte) Fields { return sniff(b, foldedKeys) }
 
+// SniffEither reads an OpenAI-compatible body as either kind of backend
+// may: with Sniff's exact keys (Python's pydantic: vLLM, SGLang) and with
+// SniffFolded's keys in any case (Go's encoding/json: Ollama's /v1
+// endpoints), since the handler cannot tell which runs it. Each count is
+// the heavier reading's, so that no spelling makes a body lighter than
+// a backend runs it; a prompt that only one reading finds counts at
+// least the body's bytes, as a body without one does. Stream and Model
+// are the exact reading's; Ambiguous reports that the other names
+// another model. A body that one kind cannot read (a NaN or a byte order
+// mark, which Go refuses) is read as the other reads it.
+func SniffEither(b []byte) Fields {
+	f, fok := sniffRead(b, exactKeys)
+	g, gok := sniffRead(b, foldedKeys)
+	switch {
+	case !gok:
+		return f
+	case !fok:
+		return g
+	}
+	f.Ambiguous = f.Model != g.Model
+	f.MaxTokens = max(f.MaxTokens, g.MaxTokens)
+	f.Budget = max(f.Budget, g.Budget)
+	f.Completions = max(f.Completions, g.Completions)
+	f.PromptTokens = max(f.PromptTokens, g.PromptTokens)
+	f.Media = f.Media || g.Media
+	if f.Prompt != g.Prompt {
+		f.PromptBytes = max(f.PromptBytes, g.PromptBytes, int64(len(b)))
+	} else {
+		f.PromptBytes = max(f.PromptBytes, g.PromptBytes)
+	}
+	f.Prompt = f.Prompt || g.Prompt
+	return f
+}
+
+// Object reports whether b is a JSON object as Sniff reads one (folded:
+// as SniffFolded does): a body of which they read no key otherwise has
+// none of theirs.
+func Object(b []byte, folded bool) bool {
+	if !folded {
+		b = bytes.TrimPrefix(b, utf8BOM)
+	}
+	b = bytes.TrimLeft(b, " \t\r\n")
+	return len(b) > 0 && b[0] == '{' && valid(b, !folded)
+}
+
 func sniff(b []byte, k keys) Fields {
+	f, _ := sniffRead(b, k)
+	return f
+}
+
+// sniffRead is sniff, and whether its reader reads b (a JSON object).
+func sniffRead(b []byte, k keys) (Fields, bool) {
 	if k == exactKeys {
 		// Python's json.loads takes a UTF-8 byte order mark before the
 		// JSON (Go's encoding/json does not).
@@ -99,7 +153,7 @@ func sniff(b []byte, k keys) Fields {
 	}
 	b = bytes.TrimLeft(b, " \t\r\n")
 	if len(b) == 0 || b[0] != '{' || !valid(b, k == exactKeys) {
-		return Fields{}
+		return Fields{}, false
 	}
 	// b is valid JSON from here on: the scanner only needs to find where
 	// each top-level member starts and ends.
@@ -194,7 +248,7 @@ func sniff(b []byte, k keys) Fields {
 	if info.Prompt {
 		info.PromptBytes += tools[0] + tools[1]
 	}
-	return info
+	return info, true
 }
 
 // utf8BOM is the UTF-8 byte order mark.

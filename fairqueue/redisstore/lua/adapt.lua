@@ -8,9 +8,11 @@
 --   9 floor, 10 decrease, 11 step, 12 breach share, 13 interval ms,
 --   14 min samples (fairqueue.Ripe), 15 heads TTL ms (fairqueue.HeadsTTL),
 --   then per share: its key ('' : the queue's, else an upstream's dial), the
---   TTFTs measured, those above the target, the requests refused, and the
---   share the node last heard of ('' : none; fairqueue.AdaptArgs.Known): a
---   share K.adapt lacks (Redis lost its data) starts from it, not from 1.
+--   TTFTs measured, those above the target, the requests refused, the
+--   answers that succeeded untimed (fairqueue.AdaptReport.Answered: a window
+--   without a TTFT ripens with min samples of them), and the share the node
+--   last heard of ('' : none; fairqueue.AdaptArgs.Known): a share K.adapt
+--   lacks (Redis lost its data) starts from it, not from 1.
 -- The queue's share is not lowered (its window keeps its reports until a
 -- later call) on a node's report while heads a reply named under a
 -- learned capacity to another node may still serve (K.members' field h,
@@ -25,7 +27,8 @@
 -- Returns {key, share, ...}: every share in force (17 significant digits),
 --   none below the floor.
 -- K.adapt: HASH, per share key k: s:k share, m:k when it moved (ms),
---   n:k samples, o:k over, r:k refused, l:k limited (its window).
+--   n:k samples, o:k over, r:k refused, a:k answered, l:k limited (its
+--   window).
 clock()
 -- A report of a node that left (sent before its leave, come late: left
 -- in common.lua) counts nothing: after the last leave, it writes no key.
@@ -47,24 +50,27 @@ local function held_back()
   end
   return now - tonumber(at) < heads_ttl
 end
-for i = 16, #ARGV - 4, 5 do
+for i = 16, #ARGV - 5, 6 do
   local k = ARGV[i]
-  if ARGV[i + 4] ~= '' then redis.call('HSETNX', K.adapt, 's:' .. k, ARGV[i + 4]) end
+  if ARGV[i + 5] ~= '' then redis.call('HSETNX', K.adapt, 's:' .. k, ARGV[i + 5]) end
   local n = redis.call('HINCRBY', K.adapt, 'n:' .. k, ARGV[i + 1])
   local o = redis.call('HINCRBY', K.adapt, 'o:' .. k, ARGV[i + 2])
   local r = redis.call('HINCRBY', K.adapt, 'r:' .. k, ARGV[i + 3])
+  if ARGV[i + 4] ~= '0' then redis.call('HINCRBY', K.adapt, 'a:' .. k, ARGV[i + 4]) end
   if ARGV[8] == '1' then redis.call('HSET', K.adapt, 'l:' .. k, 1) end
-  local v = redis.call('HMGET', K.adapt, 's:' .. k, 'm:' .. k, 'l:' .. k)
-  local share, moved, limited = tonumber(v[1]) or 1, tonumber(v[2]) or 0, v[3] == '1'
+  local v = redis.call('HMGET', K.adapt, 's:' .. k, 'm:' .. k, 'l:' .. k, 'a:' .. k)
+  local share, moved, limited, a = tonumber(v[1]) or 1, tonumber(v[2]) or 0, v[3] == '1', tonumber(v[4]) or 0
   local down = r > 0 or (n > 0 and o > breach * n)
-  if now - moved >= interval and (r > 0 or n >= min_samples) and not (down and k == '' and held_back()) then
+  local ripe = r > 0 or n >= min_samples or (n == 0 and a >= min_samples)
+  if now - moved >= interval and ripe and not (down and k == '' and held_back()) then
     if down then
       share = share * decrease
-    elseif limited and n > 0 then
+    elseif limited and (n > 0 or a > 0) then
       share = share + step
     end
     share = math.min(math.max(share, floor), 1)
-    redis.call('HSET', K.adapt, 's:' .. k, num(share), 'm:' .. k, now, 'n:' .. k, 0, 'o:' .. k, 0, 'r:' .. k, 0, 'l:' .. k, 0)
+    redis.call('HSET', K.adapt, 's:' .. k, num(share), 'm:' .. k, now, 'n:' .. k, 0, 'o:' .. k, 0, 'r:' .. k, 0, 'a:' .. k, 0,
+      'l:' .. k, 0)
   end
 end
 -- A share below the floor in force (a reload raised it) rises to it now,

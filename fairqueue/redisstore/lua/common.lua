@@ -91,13 +91,14 @@ do
   permits, tokens, token_bound, learned = tonumber(p), tonumber(t) or 0, tonumber(b) or 0, a == 'a'
 end
 -- learned_shares lists K.adapt's shares: {key, share, ...} (the share
--- of key k is its field 's:k').
+-- of key k is its field 's:k'); one that is no number (an operator's
+-- typo) is none, the ceiling.
 local function learned_shares()
   local out = {}
   local h = redis.call('HGETALL', K.adapt)
   for i = 1, #h, 2 do
     local k = string.match(h[i], '^s:(.*)$')
-    if k then
+    if k and tonumber(h[i + 1]) then
       out[#out + 1] = k
       out[#out + 1] = h[i + 1]
     end

@@ -1,0 +1,83 @@
+package caddyfairqueue
+
+import (
+	"context"
+	"maps"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// One backend's gauges read once for every queue of the process that
+// reads them: several queues in front of one backend (a queue per model,
+// `name {http.fair_queue.model}`, up to 100 of them) name one
+// backend_metrics URL, and vLLM serves /metrics from the process that
+// streams its answers, so a read per queue per interval would load it
+// with up to 100 reads an interval. A queue's read takes a reading of
+// the URL started less than half its interval ago (a queue's reads are an
+// interval apart: none takes one reading twice), or waits for the one in
+// flight; else it reads. Each
+// queue counts the preemptions since its own last reading, as before.
+
+// sharedGaugeReads are the last and running reads of each URL.
+var sharedGaugeReads = struct {
+	mu sync.Mutex
+	m  map[string]*gaugeRead
+}{m: map[string]*gaugeRead{}}
+
+// gaugeRead is one read of a URL's gauges, shared.
+type gaugeRead struct {
+	done chan struct{} // closed once read
+	at   time.Time     // when it started
+	g    backendGauges
+	err  error
+}
+
+// forgetGaugeReadsAfter is how long a read is kept once nobody takes it
+// (a URL no queue reads any more).
+const forgetGaugeReadsAfter = time.Minute
+
+// readGaugesShared reads url's gauges as readGauges does (timeout: the
+// asking queue's interval), sharing them with the other queues that read
+// url (see above). The read runs on its own, not under ctx: a queue that
+// stops (a reload) while the others wait for its read ends only its own
+// wait.
+func readGaugesShared(ctx context.Context, client *http.Client, url string, every time.Duration) (backendGauges, error) {
+	sharedGaugeReads.mu.Lock()
+	r := sharedGaugeReads.m[url]
+	if r != nil {
+		select {
+		case <-r.done:
+			if time.Since(r.at) >= every/2 {
+				r = nil // too old: read again
+			}
+		default: // in flight: wait for it
+		}
+	}
+	if r == nil {
+		r = &gaugeRead{done: make(chan struct{}), at: time.Now()}
+		sharedGaugeReads.m[url] = r
+		maps.DeleteFunc(sharedGaugeReads.m, func(_ string, old *gaugeRead) bool {
+			select {
+			case <-old.done:
+				return time.Since(old.at) > forgetGaugeReadsAfter
+			default:
+				return false
+			}
+		})
+		go func() {
+			g, err := readGauges(context.Background(), client, url, every)
+			sharedGaugeReads.mu.Lock()
+			r.g, r.err = g, err
+			close(r.done)
+			sharedGaugeReads.mu.Unlock()
+		}()
+	}
+	sharedGaugeReads.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.g, r.err
+	case <-ctx.Done():
+		return backendGauges{}, ctx.Err()
+	}
+}

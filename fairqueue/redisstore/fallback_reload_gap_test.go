@@ -1,0 +1,149 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/fairqueue/memstore"
+	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
+)
+
+// gapBeatStore is a Store that, once armed, holds the next heartbeat
+// before it is sent (held is closed then) until release is closed: the
+// gap between Redis answering again and the heartbeat that has it count
+// the node's local permits, drawn out.
+type gapBeatStore struct {
+	fairqueue.Store
+	arm     atomic.Bool
+	once    sync.Once
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (s *gapBeatStore) Heartbeat(ctx context.Context, a fairqueue.HeartbeatArgs) (fairqueue.HeartbeatResult, error) {
+	if s.arm.Load() {
+		s.once.Do(func() {
+			close(s.held)
+			<-s.release
+		})
+	}
+	return s.Store.Heartbeat(ctx, a)
+}
+
+// gapNode is a node of permits 1 and local_permits 1 on srv whose
+// request p1 was served by its fallback queue while Redis was down, and
+// whose heartbeats are held once armed (hb).
+func gapNode(t *testing.T, srv *redistest.Server, name string) (*node, *gapBeatStore, *fairqueue.Permit) {
+	t.Helper()
+	hb := &gapBeatStore{held: make(chan struct{}), release: make(chan struct{})}
+	// A long lease: no regular heartbeat comes during the test.
+	cfg := fairqueue.Config{Permits: 1, LocalPermits: 1, Fallback: memstore.New(),
+		Lease: 3 * time.Minute, PollInterval: 50 * time.Millisecond, MaxWait: 20 * time.Second}
+	n := wrappedNode(t, srv, name, cfg, func(s fairqueue.Store) fairqueue.Store { hb.Store = s; return hb })
+	t.Cleanup(func() { // before the node closes: its loop may be held in a heartbeat
+		select {
+		case <-hb.release:
+		default:
+			close(hb.release)
+		}
+	})
+	p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	p.Release() // joined
+
+	srv.Kill()
+	p1, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	require.True(t, p1.Local(), "served by the fallback queue while Redis is down")
+	t.Cleanup(p1.Release)
+	return n, hb, p1
+}
+
+// docs/failures.md, "When Redis fails": once Redis answers again, the
+// requests that come wait in the fallback queue until the heartbeat that
+// has Redis count the local permits still running; Redis would grant
+// them beside those permits. A reload during the outage that sets
+// on_store_error fail_closed (or fail_open) must not lift that: here
+// the local permit p1 runs (permits 1), the reload lands, Redis comes
+// back, and the request that comes before the heartbeat (held) was
+// granted by Redis, which did not count p1: two requests at once on an
+// upstream of permits 1 (as with a reload that kept local: "local").
+func TestARequestAfterAReloadThatDroppedTheFallbackWaitsForTheHeartbeatThatCountsItsPermits(t *testing.T) {
+	for _, policy := range []string{"local", "fail_closed", "fail_open"} {
+		t.Run(policy, func(t *testing.T) {
+			srv := redistest.Start(t)
+			name := "fbgapreload" + policy
+			n, hb, p1 := gapNode(t, srv, name)
+
+			reloaded := n.q.Config()
+			if policy != "local" { // local: a reload that keeps the fallback queue
+				reloaded.Fallback, reloaded.LocalPermits, reloaded.FailOpen = nil, 0, policy == "fail_open"
+			}
+			require.NoError(t, n.q.Reconfigure(reloaded))
+			hb.arm.Store(true)
+			srv.Restart()
+			eventually(t, 20*time.Second, func() bool { return n.q.Stats().StoreUp }, "Redis never marked up again")
+			select {
+			case <-hb.held:
+			case <-time.After(20 * time.Second):
+				t.Fatal("no heartbeat once Redis was back")
+			}
+
+			r2 := make(chan acquired, 1)
+			go func() {
+				p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+				r2 <- acquired{p: p, err: err}
+			}()
+			select {
+			case r := <-r2:
+				if r.p != nil {
+					r.p.Release()
+					t.Fatalf("a request was granted (local %v, fail_open %v) beside the local permit that Redis did not count yet: 2 at once under permits 1",
+						r.p.Local(), r.p.FailOpen())
+				}
+				t.Fatalf("a request was refused while Redis answered: %v", r.err)
+			case <-time.After(time.Second):
+			}
+
+			// The heartbeat has Redis count p1; the request waits there
+			// behind it, and is granted by Redis once p1 ends.
+			close(hb.release)
+			rdb := srv.Client(t)
+			eventually(t, 20*time.Second, func() bool {
+				return slices.Equal(readState(t, rdb, name).Holders, []string{p1.Ticket()})
+			}, "Redis never counted the local permit alone")
+			select {
+			case r := <-r2:
+				if r.p != nil {
+					r.p.Release()
+				}
+				t.Fatalf("the request was answered while p1 held the one permit: %v", r.err)
+			case <-time.After(300 * time.Millisecond):
+			}
+			p1.Release()
+			var r acquired
+			select {
+			case r = <-r2:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the request was never answered once p1 ended")
+			}
+			var re *fairqueue.RejectError
+			if errors.As(r.err, &re) {
+				t.Fatalf("the request was refused %s while Redis was up", re.Reason)
+			}
+			require.NoError(t, r.err)
+			defer r.p.Release()
+			assert.False(t, r.p.Local(), "served by the fallback queue")
+			assert.False(t, r.p.FailOpen(), "admitted without Redis")
+		})
+	}
+}
