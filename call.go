@@ -253,10 +253,6 @@ func (c *call) servePool() (served bool, err error) {
 			c.cool(rf)
 			return true, c.answered(a) // an adaptive queue learns of it at finish
 		}
-		if c.h.Adaptive != nil {
-			c.e.q.ObserveRefused(c.permit.Upstream()) // held back: the client never sees it
-		}
-		c.fb.heldBack = true // counted: no first byte waited for until the next forward
 		if err := c.requeue(rf); err != nil {
 			return true, c.notGranted(err)
 		}
