@@ -333,7 +333,13 @@ func wantTokens(raw json.RawMessage) int64 {
 
 // BenchmarkSniff reads the top-level keys of chat requests of LLM
 // sizes (the rest of the body is skipped, not decoded).
-func BenchmarkSniff(b *testing.B) {
+func BenchmarkSniff(b *testing.B) { benchmarkSniff(b, Sniff) }
+
+// BenchmarkSniffEither is BenchmarkSniff read both ways, as an
+// OpenAI-compatible path's body is (api.sniff).
+func BenchmarkSniffEither(b *testing.B) { benchmarkSniff(b, SniffEither) }
+
+func benchmarkSniff(b *testing.B, sniff func([]byte) Fields) {
 	for _, kib := range []int{1, 32} {
 		// Prose as clients send it: an escape every 32 bytes or so.
 		text := strings.Repeat("Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod \\\"tempor\\\" incididunt.\\n", 6)
@@ -342,7 +348,7 @@ func BenchmarkSniff(b *testing.B) {
 		b.Run(fmt.Sprintf("%.1fKiB", float64(len(body))/1024), func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
-				if info := Sniff(body); !info.Stream || info.MaxTokens != 256 {
+				if info := sniff(body); !info.Stream || info.MaxTokens != 256 {
 					b.Fatalf("sniffed %+v", info)
 				}
 			}
