@@ -75,3 +75,24 @@ func TestSniffReadsAUTF16OrUTF32BodyAsPythonDoes(t *testing.T) {
 	odd := encodeUTF16(body, binary.LittleEndian, false)
 	assert.Equal(t, Fields{}, Sniff(odd[:len(odd)-1]))
 }
+
+// A lone surrogate, in UTF-16 or UTF-32, is U+FFFD (3 bytes), as Go
+// decodes one in a JSON escape; each copy is allocated at its size.
+func TestPythonTextMakesALoneSurrogateAReplacementCharacter(t *testing.T) {
+	for _, b := range [][]byte{
+		{'"', 0, 0x00, 0xd8, '"', 0},                   // UTF-16-LE: a lone high surrogate
+		{0, '"', 0xdc, 0x00, 0, '"'},                   // UTF-16-BE: a lone low surrogate
+		{'"', 0, 0, 0, 0x00, 0xd8, 0, 0, '"', 0, 0, 0}, // UTF-32-LE
+	} {
+		text, ok := pythonText(b)
+		assert.True(t, ok)
+		assert.Equal(t, "\"\ufffd\"", string(text))
+		assert.Equal(t, len(text), cap(text))
+	}
+	text, ok := pythonText(encodeUTF16("{\"a\":\"\U0001F600\"}", binary.LittleEndian, false))
+	assert.True(t, ok)
+	assert.Equal(t, "{\"a\":\"\U0001F600\"}", string(text))
+	assert.Equal(t, len(text), cap(text))
+	_, ok = pythonText([]byte{'{', 0, 0, 0, 0, 0, 0x11, 0})
+	assert.False(t, ok, "a UTF-32 unit beyond Unicode")
+}

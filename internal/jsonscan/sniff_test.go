@@ -122,9 +122,12 @@ func FuzzSniff(f *testing.F) {
 		if json.Unmarshal(b, &m) != nil || m == nil {
 			assert.Equal(t, Fields{}, folded)
 		}
-		m = nil // Sniff reads past a UTF-8 byte order mark, as Python does
-		if json.Unmarshal(bytes.TrimPrefix(b, []byte("\ufeff")), &m) != nil || m == nil {
-			if !ValidPython(bytes.TrimPrefix(b, []byte("\ufeff"))) { // NaN and the like: TestValidPythonAndSniffReadNaNAndInfinity
+		// Sniff reads past a UTF-8 byte order mark, and UTF-16 and UTF-32,
+		// as Python does (TestSniffReadsAUTF16OrUTF32BodyAsPythonDoes).
+		m = nil
+		text, ok := pythonText(b)
+		if !ok || json.Unmarshal(text, &m) != nil || m == nil {
+			if !ok || !ValidPython(text) { // NaN and the like: TestValidPythonAndSniffReadNaNAndInfinity
 				assert.Equal(t, Fields{}, got)
 			}
 			return
