@@ -82,8 +82,8 @@ type Fields struct {
 // and no prompt, and is still served. Keys may come in any order; for a
 // repeated key the last one counts, as in most JSON parsers. It reads
 // keys exactly, as pydantic (vLLM, SGLang) does, and past a UTF-8 byte
-// order mark and through NaN, Infinity and -Infinity, as Python's
-// json.loads does.
+// order mark, in UTF-16 and UTF-32, and through NaN, Infinity and
+// -Infinity, as Python's json.loads does.
 func Sniff(b []byte) Fields { return sniff(b, exactKeys) }
 
 // SniffFolded is Sniff for a backend that reads keys as Go's
@@ -148,8 +148,11 @@ func sniff(b []byte, k keys) Fields {
 func sniffRead(b []byte, k keys) (Fields, bool) {
 	if k == exactKeys {
 		// Python's json.loads takes a UTF-8 byte order mark before the
-		// JSON (Go's encoding/json does not).
-		b = bytes.TrimPrefix(b, utf8BOM)
+		// JSON, and UTF-16 and UTF-32 (Go's encoding/json does not).
+		var ok bool
+		if b, ok = pythonText(b); !ok {
+			return Fields{}, false
+		}
 	}
 	b = bytes.TrimLeft(b, " \t\r\n")
 	if len(b) == 0 || b[0] != '{' || !valid(b, k == exactKeys) {
@@ -250,9 +253,6 @@ func sniffRead(b []byte, k keys) (Fields, bool) {
 	}
 	return info, true
 }
-
-// utf8BOM is the UTF-8 byte order mark.
-var utf8BOM = []byte("\xef\xbb\xbf")
 
 // MaxTokenCount saturates a token count read from a body: beyond it a
 // float64 no longer holds every integer, and every cost bound is far

@@ -122,9 +122,12 @@ func FuzzSniff(f *testing.F) {
 		if json.Unmarshal(b, &m) != nil || m == nil {
 			assert.Equal(t, Fields{}, folded)
 		}
-		m = nil // Sniff reads past a UTF-8 byte order mark, as Python does
-		if json.Unmarshal(bytes.TrimPrefix(b, []byte("\ufeff")), &m) != nil || m == nil {
-			if !ValidPython(bytes.TrimPrefix(b, []byte("\ufeff"))) { // NaN and the like: TestValidPythonAndSniffReadNaNAndInfinity
+		// Sniff reads past a UTF-8 byte order mark, and UTF-16 and UTF-32,
+		// as Python does (TestSniffReadsAUTF16OrUTF32BodyAsPythonDoes).
+		m = nil
+		text, ok := pythonText(b)
+		if !ok || json.Unmarshal(text, &m) != nil || m == nil {
+			if !ok || !ValidPython(text) { // NaN and the like: TestValidPythonAndSniffReadNaNAndInfinity
 				assert.Equal(t, Fields{}, got)
 			}
 			return
@@ -333,7 +336,13 @@ func wantTokens(raw json.RawMessage) int64 {
 
 // BenchmarkSniff reads the top-level keys of chat requests of LLM
 // sizes (the rest of the body is skipped, not decoded).
-func BenchmarkSniff(b *testing.B) {
+func BenchmarkSniff(b *testing.B) { benchmarkSniff(b, Sniff) }
+
+// BenchmarkSniffEither is BenchmarkSniff read both ways, as an
+// OpenAI-compatible path's body is (api.sniff).
+func BenchmarkSniffEither(b *testing.B) { benchmarkSniff(b, SniffEither) }
+
+func benchmarkSniff(b *testing.B, sniff func([]byte) Fields) {
 	for _, kib := range []int{1, 32} {
 		// Prose as clients send it: an escape every 32 bytes or so.
 		text := strings.Repeat("Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod \\\"tempor\\\" incididunt.\\n", 6)
@@ -342,7 +351,7 @@ func BenchmarkSniff(b *testing.B) {
 		b.Run(fmt.Sprintf("%.1fKiB", float64(len(body))/1024), func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
-				if info := Sniff(body); !info.Stream || info.MaxTokens != 256 {
+				if info := sniff(body); !info.Stream || info.MaxTokens != 256 {
 					b.Fatalf("sniffed %+v", info)
 				}
 			}
