@@ -61,15 +61,20 @@ type attackResult struct {
 
 // attackSend sends one chat of max_tokens tokens to base, cancelled
 // after cancelAfter when positive.
-func attackSend(client *http.Client, base, id string, stream bool, tokens int, cancelAfter time.Duration) attackResult {
-	res := attackResult{id: id, stream: stream, tokens: tokens}
+func attackSend(client *http.Client, base, id string, stream bool, tokens int, cancelAfter time.Duration) (res attackResult) {
+	res = attackResult{id: id, stream: stream, tokens: tokens}
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	if cancelAfter > 0 {
-		time.AfterFunc(cancelAfter, func() {
-			res.canceled = true
+		var canceled atomic.Bool // set by the timer's goroutine
+		t := time.AfterFunc(cancelAfter, func() {
+			canceled.Store(true)
 			cancel()
 		})
+		defer func() {
+			t.Stop()
+			res.canceled = canceled.Load()
+		}()
 	}
 	body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":%d,"stream":%t}`, tokens, stream)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
