@@ -6,9 +6,12 @@ import "cmp"
 // prefix ("": DefaultKeyPrefix), as the rules of ACL SETUSER: the queues'
 // keys and the registry's, the queues' channels, and the commands of
 // +@all -@dangerous (the scripts, pub/sub, the reads and writes). A user
-// without one of them is answered NOPERM.
+// without one of them is answered NOPERM. The prefix stands in the
+// patterns as written: its characters special in them (`*`, `?`, `[`,
+// `]`, `\`) are quoted, so that the rules grant its queues, and no other
+// prefix's.
 func ACLRules(prefix string) string {
-	p := braces.Replace(cmp.Or(prefix, DefaultKeyPrefix))
+	p := globEscape(braces.Replace(cmp.Or(prefix, DefaultKeyPrefix)))
 	return "resetkeys resetchannels ~{" + p + ":* ~{" + p + "}:* &{" + p + ":* +@all -@dangerous"
 }
 
