@@ -60,3 +60,27 @@ func TestTheACLGivenForAKeyPrefixGrantsItsQueuesAndNoOthers(t *testing.T) {
 		})
 	}
 }
+
+// The ACL given leaves the server's other users alone: the queue runs its
+// scripts with EVALSHA and EVAL, and manages no script or function, so a
+// user granted it cannot flush the functions of every application on the
+// server (FUNCTION FLUSH, which -@dangerous lets through), delete one,
+// flush the script cache or kill another's script.
+func TestTheACLGivenCannotFlushOrKillTheServersScriptsAndFunctions(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	args := []any{"ACL", "SETUSER", "fq", "on", ">fq-secret"}
+	for _, r := range strings.Fields(redisstore.ACLRules("")) {
+		args = append(args, r)
+	}
+	admin := srv.Client(t)
+	require.NoError(t, admin.Do(ctx, args...).Err())
+	for _, cmd := range [][]any{
+		{"FUNCTION", "FLUSH"}, {"FUNCTION", "DELETE", "lib"}, {"FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('f', function() end)"},
+		{"SCRIPT", "FLUSH"}, {"SCRIPT", "KILL"},
+	} {
+		res, err := admin.Do(ctx, append([]any{"ACL", "DRYRUN", "fq"}, cmd...)...).Text()
+		require.NoError(t, err)
+		assert.NotEqual(t, "OK", res, "%s lets the user run %q", redisstore.ACLRules(""), cmd)
+	}
+}
