@@ -123,8 +123,11 @@ func hasKeys(ctx context.Context, rdb redis.UniversalClient, st *redisstore.Stor
 // explainRefusal words Redis's NOPERM as what it is: the user lacks a
 // permission (an ACL grant), Redis is up; with the ACL a user of the
 // queues needs (redisstore.Store.PermissionsNeeded).
+// Only Redis's answer is read (redis.Error): a queue's name, in the
+// error's text, may say NOPERM too.
 func explainRefusal(err error, needs string) error {
-	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+	var reply redis.Error
+	if !errors.As(err, &reply) || !strings.Contains(reply.Error(), "NOPERM") {
 		return err
 	}
 	return fmt.Errorf("Redis refused this user a permission (%w); a user of the queues needs: ACL SETUSER <user> %s", err, needs)

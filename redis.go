@@ -327,9 +327,29 @@ func parseRedisURL(s string) (*redis.Options, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, fmt.Errorf("redis: invalid url: %v", err)
+		return nil, fmt.Errorf("redis: invalid url: %s", hidePassword(s, err.Error()))
 	}
 	return o, nil
+}
+
+// hidePassword is msg, the parsers' error of url s, or, where msg quotes
+// a part of the user or password of s, words that quote none: a '/',
+// '?', '#' or '@' of a password not percent-encoded ends it early, and
+// what follows reads as the port, the path (the db) or the query, which
+// the parsers quote.
+func hidePassword(s, msg string) string {
+	start, at := strings.Index(s, "://"), strings.LastIndexByte(s, '@')
+	if start < 0 || at < start {
+		return msg // no user or password
+	}
+	parts := strings.FieldsFunc(s[start+len("://"):at], func(r rune) bool { return strings.ContainsRune(":/?#@", r) })
+	for _, part := range parts {
+		if len(part) > 1 && strings.Contains(msg, part) {
+			return "it does not parse (the parser's words are left out: they quote a part of its password); " +
+				"percent-encode a '/', '?', '#', '@' or ':' of the password (%2F, %3F, %23, %40, %3A)"
+		}
+	}
+	return msg
 }
 
 // urlOptionsHash identifies the client options of a URL's query (the

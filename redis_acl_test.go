@@ -35,13 +35,14 @@ func TestRedisUserWithoutDangerousCommandsQueues(t *testing.T) {
 }
 
 // The least a Redis user needs, as docs/reference.md gives it: the
-// queue's keys, the registry's, its channels, +@all -@dangerous. The
+// queue's keys, the registry's, its channels, +@all -@dangerous but for
+// SCRIPT and FUNCTION. The
 // queue is named in the registry while open, and leaves nothing.
 func TestRedisUserWithTheDocumentedRightsQueuesAndLeavesNothing(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
 	srv := redistest.Start(t)
 	require.NoError(t, srv.Client(t).Do(context.Background(), "ACL", "SETUSER", "fq", "on", ">fq-secret",
-		"resetkeys", "resetchannels", "~{fair_queue:*", "~{fair_queue}:*", "&{fair_queue:*", "+@all", "-@dangerous").Err())
+		"resetkeys", "resetchannels", "~{fair_queue:*", "~{fair_queue}:*", "&{fair_queue:*", "+@all", "-@dangerous", "-script", "-function").Err())
 	h := provision(t, newContext(t), "", &Handler{Name: "least", Permits: 1,
 		Redis: &RedisConfig{Addresses: []string{srv.Addr()}, Username: "fq", Password: "fq-secret"}})
 	handsOverThePermit(t, h)

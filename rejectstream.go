@@ -88,7 +88,7 @@ func (c *RejectStreamConfig) check() error {
 		return optErr(fmt.Sprintf("reject_stream: at most %d fields, got %d", maxRejectFields, len(c.Fields)),
 			"fields", fmt.Sprintf("at most %d, got %d", maxRejectFields, len(c.Fields)))
 	}
-	for name := range c.Fields {
+	for _, name := range slices.Sorted(maps.Keys(c.Fields)) { // an error names the same field each load
 		if err := checkRejectField(name); err != nil {
 			return err
 		}

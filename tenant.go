@@ -3,7 +3,9 @@ package caddyfairqueue
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -113,7 +115,8 @@ func isTenantKey(s string) bool {
 // value and by its key), each weight minWeight to maxWeight.
 func checkWeights(weights map[string]float64) error {
 	seen := make(map[string]bool, len(weights))
-	for entry, w := range weights {
+	for _, entry := range slices.Sorted(maps.Keys(weights)) { // an error names the same entry each load
+		w := weights[entry]
 		key, err := weightKey(entry)
 		if err != nil {
 			return err
@@ -139,7 +142,8 @@ func expandWeights(weights map[string]float64, repl *caddy.Replacer) (map[string
 		return weights, nil
 	}
 	out := make(map[string]float64, len(weights))
-	for entry, w := range weights {
+	for _, entry := range slices.Sorted(maps.Keys(weights)) { // an error names the same entry each load
+		w := weights[entry]
 		tenant := entry
 		if strings.Contains(entry, "{") {
 			if tenant = repl.ReplaceKnown(entry, ""); tenant == "" {

@@ -67,9 +67,16 @@ func unreachable(err error) bool {
 // refused reports whether err is the store refusing its user a
 // permission: Redis's NOPERM, from an ACL that does not grant the
 // queue's keys, channels or commands. The store answers: not an outage,
-// but a grant missing, which every call meets until it is made.
+// but a grant missing, which every call meets until it is made. Only an
+// answer of Redis's (go-redis's errors of a reply have RedisError) is
+// read: a queue's name, in the text of every error of its store, may
+// say NOPERM too.
 func refused(err error) bool {
-	return strings.Contains(err.Error(), "NOPERM")
+	var reply interface {
+		error
+		RedisError()
+	}
+	return errors.As(err, &reply) && strings.Contains(reply.Error(), "NOPERM")
 }
 
 // PermissionNeeder is a Store that says what its user must be granted

@@ -297,7 +297,7 @@ func (s *Subscription) subscribe(ctx context.Context) (*redis.PubSub, error) {
 		t.Reset(backoff)
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (last attempt: %v)", ctx.Err(), err)
+			return nil, fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err)
 		case <-t.C:
 		}
 		backoff = min(2*backoff, maxBackoff)
