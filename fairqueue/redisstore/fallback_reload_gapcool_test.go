@@ -31,6 +31,7 @@ func TestARequeueInTheGapAfterAReloadThatDroppedTheFallbackCoolsItsUpstreamThere
 			cfg := fairqueue.Config{Upstreams: []fairqueue.Upstream{{Dial: "10.0.0.1:8000", Permits: 1}, {Dial: "10.0.0.2:8000", Permits: 1}},
 				Fallback: memstore.New(), Lease: 3 * time.Minute, PollInterval: 50 * time.Millisecond, MaxWait: 20 * time.Second}
 			n := wrappedNode(t, srv, "fbgapcool"+policy, cfg, func(s fairqueue.Store) fairqueue.Store { hb.Store = s; return hb })
+			hb.up = func() bool { return n.q.Stats().StoreUp }
 			t.Cleanup(func() { // before the node closes: its loop may be held in a heartbeat
 				select {
 				case <-hb.release:
