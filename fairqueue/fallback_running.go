@@ -181,9 +181,13 @@ func (s *storeRunning) lessRunning(l Limits) Limits {
 // reload that set on_store_error local while the call was on its way
 // sends the request to the fallback queue, and its cooldown goes there
 // too (read before, the request was granted again at once on the
-// upstream that had just refused it).
+// upstream that had just refused it). So does a policy without a
+// fallback queue while the one opened before a reload still serves
+// (inFallback: the store back, the heartbeat that counts its permits
+// not yet run): the request waits there (unavailable), and was granted
+// again at once on the upstream that had just refused it.
 func (q *Queue) coolLocal(up string, d time.Duration, failed bool) {
-	if q.cfg.Load().Fallback == nil || up == "" {
+	if up == "" || (q.cfg.Load().Fallback == nil && !q.inFallback()) {
 		return
 	}
 	end := time.Now().Add(d)
