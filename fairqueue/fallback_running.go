@@ -53,17 +53,62 @@ func (q *Queue) newStoreRunning(cfg *Config) *storeRunning {
 		if t.local || t.state.Load() != stateGranted {
 			continue
 		}
-		r := runningReq{upstream: upstreamOf(t), tokens: heldWeight(cfg, t), tenant: flowTenant(TicketFlow(id))}
-		s.reqs[id] = r
-		s.tokens += r.tokens
-		s.on[r.upstream]++
-		s.tokensOn[r.upstream] += r.tokens
-		if r.tenant != "" {
-			s.tenants[r.tenant]++
-		}
+		s.add(id, runningReq{upstream: upstreamOf(t), tokens: heldWeight(cfg, t), tenant: flowTenant(TicketFlow(id))})
 	}
 	q.running.Store(s)
 	return s
+}
+
+// reloadLocal gives the fallback queue in use, if any, the settings in
+// force, where they keep one (a reload; old: the settings it replaced),
+// having it count first the requests fail open let in while old had none
+// (countFailOpen). With q.localMu held.
+func (q *Queue) reloadLocal(old *Config) {
+	in := q.cfg.Load()
+	if in.Fallback == nil {
+		return
+	}
+	if old.Fallback == nil {
+		q.countFailOpen(in)
+	}
+	lc, _ := q.localConfig(in)
+	q.reconfigureLocal(lc)
+}
+
+// countFailOpen has the fallback queue in use, if any, count the
+// requests fail open let in that still run and that it does not count
+// yet: a reload set local (cfg) while it was open, after one that set
+// fail_open during the outage. They run on the same upstreams, as those
+// it counted as it opened (newStoreRunning); uncounted, it granted its
+// local permits beside them. With q.localMu held, as localQueue opens
+// the fallback queue.
+func (q *Queue) countFailOpen(cfg *Config) {
+	s := q.running.Load()
+	if q.local == nil || s == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, t := range q.tickets {
+		if _, counted := s.reqs[id]; counted || !t.failOpen || t.local || t.state.Load() != stateGranted {
+			continue
+		}
+		s.add(id, runningReq{upstream: upstreamOf(t), tokens: heldWeight(cfg, t), tenant: flowTenant(TicketFlow(id))})
+	}
+}
+
+// add counts ticket id's request r (with s.mu held, or s not yet the
+// node's).
+func (s *storeRunning) add(id string, r runningReq) {
+	s.reqs[id] = r
+	s.tokens += r.tokens
+	s.on[r.upstream]++
+	s.tokensOn[r.upstream] += r.tokens
+	if r.tenant != "" {
+		s.tenants[r.tenant]++
+	}
 }
 
 // flowTenant is the tenant of a fair ticket's flow (TicketFlow): the
@@ -181,9 +226,13 @@ func (s *storeRunning) lessRunning(l Limits) Limits {
 // reload that set on_store_error local while the call was on its way
 // sends the request to the fallback queue, and its cooldown goes there
 // too (read before, the request was granted again at once on the
-// upstream that had just refused it).
+// upstream that had just refused it). So does a policy without a
+// fallback queue while the one opened before a reload still serves
+// (inFallback: the store back, the heartbeat that counts its permits
+// not yet run): the request waits there (unavailable), and was granted
+// again at once on the upstream that had just refused it.
 func (q *Queue) coolLocal(up string, d time.Duration, failed bool) {
-	if q.cfg.Load().Fallback == nil || up == "" {
+	if up == "" || (q.cfg.Load().Fallback == nil && !q.inFallback()) {
 		return
 	}
 	end := time.Now().Add(d)

@@ -130,10 +130,7 @@ func (q *Queue) Reconfigure(cfg Config) error {
 	// reloads, or a reload and a request, the fallback queue ends with
 	// the settings swapped in last.
 	q.localMu.Lock()
-	if in := q.cfg.Load(); in.Fallback != nil {
-		lc, _ := q.localConfig(in)
-		q.reconfigureLocal(lc)
-	}
+	q.reloadLocal(old)
 	q.localMu.Unlock()
 	q.localSet(old, &cfg)
 	q.health.downAfter.Store(int32(cfg.DownAfter))

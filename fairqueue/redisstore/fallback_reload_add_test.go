@@ -146,3 +146,59 @@ func TestAReloadThatSetsLocalDuringAnOutageCountsTheFailOpenRequestsRunning(t *t
 		t.Fatal("r was never served once the fail_open request ended")
 	}
 }
+
+// As above, where the fallback queue of the outage is open already: a
+// reload sets fail_open during the outage (the fallback queue lives on,
+// with its waiters and permits), fail_open lets a request in, and a
+// reload sets local again. The fallback queue counted the requests
+// running as it opened, not the one fail_open let in since: it served r
+// at once beside it, 2 at once under local_permits 1 (and permits 1).
+func TestAReloadThatSetsLocalAgainDuringAnOutageCountsTheFailOpenRequestsRunning(t *testing.T) {
+	srv := redistest.Start(t)
+	const name = "fbreloadagainopen"
+	cfg := fairqueue.Config{Permits: 1, LocalPermits: 1, Fallback: memstore.New(),
+		Lease: 30 * time.Second, PollInterval: 50 * time.Millisecond, MaxWait: 30 * time.Second}
+	n := newNode(t, srv, name, cfg)
+	p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	p.Release() // joined
+
+	srv.Kill()
+	first, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	require.True(t, first.Local(), "served by the fallback queue while Redis is down")
+	first.Release() // the fallback queue stays open: Redis is down
+
+	failOpen := n.q.Config()
+	failOpen.Fallback, failOpen.LocalPermits, failOpen.FailOpen = nil, 0, true
+	require.NoError(t, n.q.Reconfigure(failOpen))
+	open, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	require.True(t, open.FailOpen(), "admitted by fail_open while Redis is down")
+	var once sync.Once
+	defer once.Do(open.Release)
+
+	require.NoError(t, n.q.Reconfigure(cfg))
+	r := make(chan acquired, 1)
+	go func() {
+		p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+		r <- acquired{p: p, err: err}
+	}()
+	select {
+	case got := <-r:
+		if got.p != nil {
+			got.p.Release()
+		}
+		t.Fatalf("r was served (%v) beside the fail_open request still running: 2 at once under local_permits 1", got.err)
+	case <-time.After(time.Second):
+	}
+	once.Do(open.Release)
+	select {
+	case got := <-r:
+		require.NoError(t, got.err)
+		require.True(t, got.p.Local(), "r served by the fallback queue")
+		got.p.Release()
+	case <-time.After(10 * time.Second):
+		t.Fatal("r was never served once the fail_open request ended")
+	}
+}

@@ -18,19 +18,25 @@ import (
 )
 
 // gapBeatStore is a Store that, once armed, holds the next heartbeat
-// before it is sent (held is closed then) until release is closed: the
-// gap between Redis answering again and the heartbeat that has it count
-// the node's local permits, drawn out.
+// sent while the node reads Redis up (up) before it is sent (held is
+// closed then) until release is closed: the gap between Redis answering
+// again and the heartbeat that has it count the node's local permits,
+// drawn out. A heartbeat sent while the node still reads Redis down (the
+// one a new subscription asks for at once, Resynced, as Redis comes
+// back) goes on: held, nothing else called Redis (the policy answers
+// every request, and the loop's probe waits behind it), and the node
+// read Redis down for good.
 type gapBeatStore struct {
 	fairqueue.Store
 	arm     atomic.Bool
+	up      func() bool // the node reads Redis up; set before arm
 	once    sync.Once
 	held    chan struct{}
 	release chan struct{}
 }
 
 func (s *gapBeatStore) Heartbeat(ctx context.Context, a fairqueue.HeartbeatArgs) (fairqueue.HeartbeatResult, error) {
-	if s.arm.Load() {
+	if s.arm.Load() && s.up() {
 		s.once.Do(func() {
 			close(s.held)
 			<-s.release
@@ -49,6 +55,7 @@ func gapNode(t *testing.T, srv *redistest.Server, name string) (*node, *gapBeatS
 	cfg := fairqueue.Config{Permits: 1, LocalPermits: 1, Fallback: memstore.New(),
 		Lease: 3 * time.Minute, PollInterval: 50 * time.Millisecond, MaxWait: 20 * time.Second}
 	n := wrappedNode(t, srv, name, cfg, func(s fairqueue.Store) fairqueue.Store { hb.Store = s; return hb })
+	hb.up = func() bool { return n.q.Stats().StoreUp }
 	t.Cleanup(func() { // before the node closes: its loop may be held in a heartbeat
 		select {
 		case <-hb.release:
