@@ -97,7 +97,14 @@ func startMovingTurn(t *testing.T, name string) *movingTurn {
 	// Redis goes away: w1 moves into the fallback queue, held on its way.
 	m.srv.Kill()
 	eventually(t, 10*time.Second, func() bool { return !m.n.q.Stats().StoreUp }, "Redis never marked down")
-	<-m.fb.entered
+	select {
+	case <-m.fb.entered:
+	case <-time.After(30 * time.Second):
+		// Seen once in CI on a loaded machine (the package then timed
+		// out): fail with the goroutines, not hang.
+		buf := make([]byte, 1<<20)
+		t.Fatalf("w1 never entered the fallback queue; goroutines:\n%s", buf[:runtime.Stack(buf, true)])
+	}
 
 	// r2 comes now, and waits for its turn behind w1.
 	go func() {
