@@ -18,12 +18,24 @@ import (
 // interval apart: none takes one reading twice), or waits for the one in
 // flight; else it reads. Each
 // queue counts the preemptions since its own last reading, as before.
+// Only queues of one interval share: it is each read's timeout, and a
+// queue with a longer one would get the failures of reads cut at the
+// shorter (a backend whose /metrics takes longer than that), or wait for
+// a hung read past its own timeout.
 
-// sharedGaugeReads are the last and running reads of each URL.
+// sharedGaugeReads are the last and running reads of each URL, by the
+// interval of the queues that share them.
 var sharedGaugeReads = struct {
 	mu sync.Mutex
-	m  map[string]*gaugeRead
-}{m: map[string]*gaugeRead{}}
+	m  map[gaugeReadKey]*gaugeRead
+}{m: map[gaugeReadKey]*gaugeRead{}}
+
+// gaugeReadKey names the reads that queues share: of one URL, under one
+// interval (their timeout).
+type gaugeReadKey struct {
+	url   string
+	every time.Duration
+}
 
 // gaugeRead is one read of a URL's gauges, shared.
 type gaugeRead struct {
@@ -39,12 +51,13 @@ const forgetGaugeReadsAfter = time.Minute
 
 // readGaugesShared reads url's gauges as readGauges does (timeout: the
 // asking queue's interval), sharing them with the other queues that read
-// url (see above). The read runs on its own, not under ctx: a queue that
+// url every interval (see above). The read runs on its own, not under ctx: a queue that
 // stops (a reload) while the others wait for its read ends only its own
 // wait.
 func readGaugesShared(ctx context.Context, client *http.Client, url string, every time.Duration) (backendGauges, error) {
 	sharedGaugeReads.mu.Lock()
-	r := sharedGaugeReads.m[url]
+	key := gaugeReadKey{url, every}
+	r := sharedGaugeReads.m[key]
 	if r != nil {
 		select {
 		case <-r.done:
@@ -56,8 +69,8 @@ func readGaugesShared(ctx context.Context, client *http.Client, url string, ever
 	}
 	if r == nil {
 		r = &gaugeRead{done: make(chan struct{}), at: time.Now()}
-		sharedGaugeReads.m[url] = r
-		maps.DeleteFunc(sharedGaugeReads.m, func(_ string, old *gaugeRead) bool {
+		sharedGaugeReads.m[key] = r
+		maps.DeleteFunc(sharedGaugeReads.m, func(_ gaugeReadKey, old *gaugeRead) bool {
 			select {
 			case <-old.done:
 				return time.Since(old.at) > forgetGaugeReadsAfter
