@@ -51,8 +51,8 @@ func TestJSONConfigErrorsOfTheAdaptiveBlockNameTheField(t *testing.T) {
 	for _, tc := range []struct {
 		name, fields, want string
 	}{
-		{"no target", `"permits":1,"adaptive":{}`, `adaptive: target_ttft is required`},
-		{"floor above 1", `"permits":1,"adaptive":{"target_ttft":"1s","floor":2}`, `adaptive: floor must be in (0, 1], got 2`},
+		{"no target", `"permits":1,"adaptive":{}`, `adaptive.target_ttft: is required`},
+		{"floor above 1", `"permits":1,"adaptive":{"target_ttft":"1s","floor":2}`, `adaptive.floor: must be in (0, 1], got 2`},
 		{"typo", `"permits":1,"adaptive":{"target_ttf":"1s"}`, `target_ttft`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

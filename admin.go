@@ -129,6 +129,9 @@ type nodeReport struct {
 	InFlight int   `json:"in_flight"`
 	StoreUp  bool  `json:"store_up"`
 	Grants   int64 `json:"grants"`
+	// StoreRefused: while Redis refuses this instance's user a
+	// permission (NOPERM), the refusal and the ACL the user needs.
+	StoreRefused string `json:"store_refused,omitempty"`
 }
 
 // clusterReport is the whole queue, all instances: read from the store
@@ -287,7 +290,7 @@ func (e *engine) report(ctx context.Context) queueReport {
 	rep.MaxWaitMS = cfg.MaxWait.Milliseconds()
 	rep.LeaseMS = cfg.Lease.Milliseconds()
 	rep.Node = q.Node()
-	rep.Stats = &nodeReport{Waiting: st.Waiting, InFlight: st.InFlight, StoreUp: st.StoreUp, Grants: e.grants.Load()}
+	rep.Stats = &nodeReport{Waiting: st.Waiting, InFlight: st.InFlight, StoreUp: st.StoreUp, Grants: e.grants.Load(), StoreRefused: st.StoreRefused}
 	if st.Cluster.Nodes > 0 {
 		rep.Cluster = &clusterReport{Waiting: st.Cluster.Waiting, InFlight: st.Cluster.Holders, Nodes: st.Cluster.Nodes,
 			AgeMS: time.Since(st.Cluster.At).Milliseconds()}

@@ -23,7 +23,7 @@ func TestAdaptiveBackendMetricsMustBeAnHTTPURL(t *testing.T) {
 		}
 		err = loadHandlerJSON(t, `"permits":4,"adaptive":{"target_ttft":"1s","backend_metrics":"`+v+`"}`)
 		if assert.Error(t, err, "backend_metrics %s loads", v) {
-			assert.Contains(t, err.Error(), `adaptive: backend_metrics "`+v+`": want`)
+			assert.Contains(t, err.Error(), `adaptive.backend_metrics: "`+v+`": want`)
 		}
 	}
 	for _, v := range []string{"http://vllm:8000/metrics", "https://10.0.0.5/metrics"} {

@@ -33,7 +33,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //
 //	fair_queue [<matcher>] {
 //	    name          <queue name>         # default "default"; placeholders allowed, e.g. {http.fair_queue.model}
-//	    names         <name>...            # repeatable; with placeholders in name: the names served, others get 404 model_not_found
+//	    names         <name>...            # repeatable; with placeholders in name: the names served, others get 404 model_not_found, no model 400
 //	    permits       <n>                  # required (unless upstream lines or kv_tokens), > 0, cluster-wide
 //	    kv_tokens     <n>                  # KV-cache tokens the running requests may hold, cluster-wide; default 0: not counted
 //	    default_max_tokens <n>             # completion budget of a body without max_tokens; default learned

@@ -31,6 +31,7 @@ type call struct {
 	api       api    // the API the request speaks, from its path
 	name      string // the queue's
 	model     string // the body's "model"
+	noModel   string // with names and a queue per model: why the request names none (noModel); "" if it does
 	streaming bool   // the client asked for a streamed answer
 	bodyLen   int
 	weight    weight // in KV-cache tokens; its prompt estimated at enter
@@ -97,7 +98,7 @@ func (c *call) read() (answered bool, err error) {
 		c.weight.budget = 0 // it generates none, whatever budget its body sets
 	}
 	c.weight.open = c.weight.open && !embed && h.learnsBudget()
-	c.nameQueue(info)
+	c.nameQueue(info, body)
 	repl.Set(phQueue, c.name)
 	return false, nil
 }
@@ -252,10 +253,6 @@ func (c *call) servePool() (served bool, err error) {
 			c.cool(rf)
 			return true, c.answered(a) // an adaptive queue learns of it at finish
 		}
-		if c.h.Adaptive != nil {
-			c.e.q.ObserveRefused(c.permit.Upstream()) // held back: the client never sees it
-		}
-		c.fb.heldBack = true // counted: no first byte waited for until the next forward
 		if err := c.requeue(rf); err != nil {
 			return true, c.notGranted(err)
 		}

@@ -230,7 +230,7 @@ func statusFromRedis(ctx context.Context, rawURL, prefix string, queues []string
 	named := len(queues) > 0
 	if !named {
 		if queues, err = listQueues(ctx, rdb, prefix); err != nil {
-			return statusReport{}, err
+			return statusReport{}, explainRefusal(err, redisstore.ACLRules(prefix))
 		}
 	}
 	desc.KeyPrefix = prefix
@@ -245,6 +245,7 @@ func statusFromRedis(ctx context.Context, rawURL, prefix string, queues []string
 		}
 		if err == nil {
 			snap, err = st.Inspect(ctx, adminHead, adminFlows)
+			err = explainRefusal(err, st.PermissionsNeeded())
 		}
 		if err != nil {
 			q.Error = err.Error()

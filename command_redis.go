@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -110,11 +111,21 @@ func listQueues(ctx context.Context, rdb redis.UniversalClient, prefix string) (
 func hasKeys(ctx context.Context, rdb redis.UniversalClient, st *redisstore.Store, prefix string) error {
 	n, err := rdb.Exists(ctx, st.Keys()...).Result()
 	if err != nil {
-		return fmt.Errorf("inspect %s: %w", st.Tag(), err)
+		return fmt.Errorf("inspect %s: %w", st.Tag(), explainRefusal(err, st.PermissionsNeeded()))
 	}
 	if n == 0 {
 		return fmt.Errorf("no keys under --key-prefix %s (keys %s*): no instance has this queue open there; "+
 			"status --redis without --queue lists the queues under a prefix", cmp.Or(prefix, redisstore.DefaultKeyPrefix), st.Tag())
 	}
 	return nil
+}
+
+// explainRefusal words Redis's NOPERM as what it is: the user lacks a
+// permission (an ACL grant), Redis is up; with the ACL a user of the
+// queues needs (redisstore.Store.PermissionsNeeded).
+func explainRefusal(err error, needs string) error {
+	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		return err
+	}
+	return fmt.Errorf("Redis refused this user a permission (%w); a user of the queues needs: ACL SETUSER <user> %s", err, needs)
 }

@@ -36,5 +36,5 @@ func TestStatusFromRedisFailsWhenOneQueueCannotBeRead(t *testing.T) {
 	require.Error(t, err)
 	assert.ErrorContains(t, err, "1 of 2 queues")
 	assert.Regexp(t, `(?m)^chat\s+redis \S+\s+-\s+1\s+1\s+1\s+1$`, out, "the queue read")
-	assert.Contains(t, out, "embed: inspect {fair_queue:embed}: NOPERM")
+	assert.Contains(t, out, "embed: inspect {fair_queue:embed}: Redis refused this user a permission (NOPERM")
 }

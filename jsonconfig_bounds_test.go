@@ -24,7 +24,7 @@ func TestJSONConfigRefusesTheSubMillisecondDurationsTheCaddyfileRefuses(t *testi
 		{"abort_grace as a number", `"permits":1,"abort_grace":50`, "abort_grace: want a duration of at least 1ms or off, got 50ns"},
 		{"abort_grace in microseconds", `"permits":1,"abort_grace":"500us"`, "abort_grace: want a duration of at least 1ms or off, got 500µs"},
 		{"upstream_cooldown as a number", pool + `"upstream_cooldown":1000`, "upstream_cooldown must be at least 1ms, got 1µs"},
-		{"target_ttft as a number", `"permits":1,"adaptive":{"target_ttft":500}`, "adaptive: target_ttft must be at least 1ms, got 500ns"},
+		{"target_ttft as a number", `"permits":1,"adaptive":{"target_ttft":500}`, "adaptive.target_ttft: must be at least 1ms, got 500ns"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := loadHandlerJSON(t, tc.fields)

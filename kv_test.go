@@ -55,7 +55,7 @@ func TestCaddyfileRefusesBadTokenOptionsNamingTheLine(t *testing.T) {
 		{"upstream kv_tokens not a number", "upstream a:1 1 kv_tokens many", "upstream a:1: kv_tokens 'many' is not an integer"},
 		{"upstream unknown option", "upstream a:1 1 tokens 5", "upstream a:1: unknown option 'tokens' (want kv_tokens)"},
 		{"upstream kv_tokens without value", "upstream a:1 1 kv_tokens", "wrong argument count"},
-		{"kv_tokens on some upstreams", "upstream a:1 1 kv_tokens 10\nupstream b:1 1", "kv_tokens is set on 1 of the 2 upstreams, not on upstreams[1] (b:1): set it on every upstream, or kv_tokens on the queue too"},
+		{"kv_tokens on some upstreams", "upstream a:1 1 kv_tokens 10\nupstream b:1 1", "kv_tokens is set on 1 of the 2 upstreams, not on upstream b:1: set it on every upstream, or kv_tokens on the queue too"},
 		{"kv_tokens above the pool", "kv_tokens 30\nupstream a:1 1 kv_tokens 10\nupstream b:1 1 kv_tokens 10", "kv_tokens (30) is more than the upstreams' kv_tokens together (20)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -77,9 +77,9 @@ func TestJSONConfigErrorsOfTheTokenOptionsNameTheField(t *testing.T) {
 	}{
 		{"kv_tokens negative", `"permits":1,"kv_tokens":-1`, `kv_tokens must be >= 0, got -1`},
 		{"kv_tokens a string", `"kv_tokens":"many"`, `kv_tokens: want an integer, got a string`},
-		{"upstream kv_tokens negative", `"upstreams":[{"dial":"a:1","permits":1,"kv_tokens":-5}]`, `upstreams[0] (a:1): kv_tokens must be >= 0, got -5`},
+		{"upstream kv_tokens negative", `"upstreams":[{"dial":"a:1","permits":1,"kv_tokens":-5}]`, `upstreams[0].kv_tokens: must be >= 0, got -5`},
 		{"upstream kv_tokens a string", `"upstreams":[{"dial":"a:1","permits":1,"kv_tokens":"x"}]`, `upstreams[0].kv_tokens: want an integer, got a string`},
-		{"upstream kv_tokens on some", `"upstreams":[{"dial":"a:1","permits":1,"kv_tokens":10},{"dial":"b:1","permits":1}]`, `kv_tokens is set on 1 of the 2 upstreams, not on upstreams[1] (b:1)`},
+		{"upstream kv_tokens on some", `"upstreams":[{"dial":"a:1","permits":1,"kv_tokens":10},{"dial":"b:1","permits":1}]`, `upstreams[1].kv_tokens: is set on 1 of the 2 upstreams, not on this one (b:1)`},
 		{"default_max_tokens negative", `"kv_tokens":10,"default_max_tokens":-1`, `default_max_tokens must be at least 1, got -1`},
 		{"default_max_tokens typo", `"kv_tokens":10,"default_max_token":5`, `(did you mean "default_max_tokens"?)`},
 	} {

@@ -91,8 +91,8 @@ func checkOnStoreError(policy string) error {
 //	{http.fair_queue.model}        the "model" of the JSON request body, or empty
 //	{http.fair_queue.streaming}    true for a streaming request (Accept: text/event-stream or "stream": true; Ollama's /api/chat and /api/generate unless "stream": false)
 //	{http.fair_queue.tenant}       with Tenant: the tenant's key, a hash of its value (never the value itself, which may be an API key)
-//	{http.fair_queue.outcome}      granted, fail_open, cancelled, model_not_found (see Names), or the reject reason
-//	{http.fair_queue.reason}       the reject reason; store_unavailable for fail_open, model_not_found (see Names)
+//	{http.fair_queue.outcome}      granted, fail_open, cancelled, model_not_found or model_missing (see Names), or the reject reason
+//	{http.fair_queue.reason}       the reject reason; store_unavailable for fail_open, model_not_found or model_missing (see Names)
 //	{http.fair_queue.wait_ms}      time spent waiting for the permit, in milliseconds
 //	{http.fair_queue.position}     tickets ahead at enqueue plus one; 0 when granted at once
 //	{http.fair_queue.upstream}     with Upstreams: the dial address of the granted upstream
@@ -120,7 +120,11 @@ type Handler struct {
 	// that the handler serves: a request whose name is not listed is
 	// answered at once with 404 and code model_not_found, as OpenAI
 	// answers an unknown model, and opens no queue, so names a client
-	// makes up never take a queue slot. Each name once, 1 to 200 bytes.
+	// makes up never take a queue slot. Where Name is the model's
+	// ({http.fair_queue.model}), a request that names no model (no
+	// "model" in its JSON body, a body that is not JSON, no body) is
+	// answered 400 with code model_missing, as early. Each name once, 1
+	// to 200 bytes.
 	// Requires a Name with placeholders. Default: none, any name opens
 	// a queue.
 	Names []string `json:"names,omitempty"`

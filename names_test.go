@@ -33,7 +33,7 @@ func TestUnlistedNameIsAnswered404WithoutOpeningAQueue(t *testing.T) {
 		Name: "{http.fair_queue.model}", Names: []string{"served"}, Permits: 1,
 	})
 	for i := range maxQueuesPerHandler + 5 {
-		for _, body := range []string{`{"model":"madeup-` + strconv.Itoa(i) + `"}`, `{"model":"madeup","stream":true}`, `{}`} {
+		for _, body := range []string{`{"model":"madeup-` + strconv.Itoa(i) + `"}`, `{"model":"madeup","stream":true}`} {
 			req := newRequest(context.Background(), body).start(h, okHandler).wait(t)
 			require.Equal(t, http.StatusNotFound, req.w.Code, body)
 			require.Equal(t, outcomeUnknownName, req.placeholder(phOutcome))

@@ -19,7 +19,15 @@ import (
 // engine when the handler serves its first request, or when a reload
 // that succeeds cleans up the handler whose settings were in force
 // (reloadapply.go).
+//
+// A config error names the JSON field at fault (jsonError): the
+// Caddyfile refused the config at adapt, naming its own option, before
+// Provision saw it.
 func (h *Handler) Provision(ctx caddy.Context) error {
+	return jsonError(h.provision(ctx))
+}
+
+func (h *Handler) provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	registerConnContext(ctx)
 	h.gen = provisions.Add(1)
@@ -40,7 +48,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.backend, err = newStore(h.Redis, caddy.NewReplacer(), h.logger)
 	if err != nil {
-		return err
+		return inField("redis", err)
 	}
 	if h.RejectStream != nil {
 		rb, ok := h.backend.(*redisBackend)
@@ -48,7 +56,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return errRejectStreamNeedsRedis
 		}
 		if h.rejects, err = newRejectStream(h.RejectStream, rb, h.logger); err != nil {
-			return err
+			return inField("reject_stream", err)
 		}
 	}
 	registerMetrics(ctx.GetMetricsRegistry())

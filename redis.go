@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -118,7 +119,16 @@ type RedisConfig struct {
 
 // checkMode is the rule of RedisConfig.Mode (set, not defaulted).
 func checkMode(mode string) error {
-	return checkOneOf("redis: mode", mode, ModeStandalone, ModeSentinel, ModeCluster)
+	if msg := oneOf(mode, ModeStandalone, ModeSentinel, ModeCluster); msg != "" {
+		return redisErr("mode", msg)
+	}
+	return nil
+}
+
+// redisErr is the error of the redis block's option (JSON:
+// redis.<option>; the caller adds redis): "redis: <option> <msg>".
+func redisErr(option, msg string) error {
+	return optErr("redis: "+option+" "+msg, option, msg)
 }
 
 // check validates the fields whose rules do not depend on placeholders
@@ -131,33 +141,41 @@ func (cfg *RedisConfig) check() error {
 	}
 	switch {
 	case cfg.URL != "" && len(cfg.Addresses) > 0:
-		return errors.New("redis: url and address are mutually exclusive")
+		return optErr("redis: url and address are mutually exclusive", "", "url and addresses are mutually exclusive")
 	case cfg.URL != "" && mode != ModeStandalone:
-		return fmt.Errorf("redis: url is for mode %s only; give the %s addresses with address", ModeStandalone, mode)
+		return optErr(fmt.Sprintf("redis: url is for mode %s only; give the %s addresses with address", ModeStandalone, mode),
+			"url", fmt.Sprintf("is for mode %s only; give the %s addresses in addresses", ModeStandalone, mode))
 	case mode == ModeStandalone && len(cfg.Addresses) > 1:
-		return fmt.Errorf("redis: mode %s takes one address, got %d (set mode %s or %s for several)", ModeStandalone, len(cfg.Addresses), ModeCluster, ModeSentinel)
+		msg := fmt.Sprintf("mode %s takes one address, got %d (set mode %s or %s for several)", ModeStandalone, len(cfg.Addresses), ModeCluster, ModeSentinel)
+		return optErr("redis: "+msg, "addresses", msg)
 	case mode != ModeStandalone && len(cfg.Addresses) == 0:
-		return fmt.Errorf("redis: mode %s needs at least one address", mode)
+		msg := fmt.Sprintf("mode %s needs at least one address", mode)
+		return optErr("redis: "+msg, "addresses", msg)
 	case mode == ModeSentinel && cfg.MasterName == "":
-		return fmt.Errorf("redis: mode %s needs master_name", ModeSentinel)
+		return optErr(fmt.Sprintf("redis: mode %s needs master_name", ModeSentinel), "master_name", fmt.Sprintf("is required with mode %s", ModeSentinel))
 	case mode != ModeSentinel && cfg.MasterName != "":
-		return fmt.Errorf("redis: master_name is for mode %s only", ModeSentinel)
+		return redisErr("master_name", fmt.Sprintf("is for mode %s only", ModeSentinel))
 	case mode != ModeSentinel && (cfg.SentinelUsername != "" || cfg.SentinelPassword != ""):
-		return fmt.Errorf("redis: sentinel_username and sentinel_password are for mode %s only", ModeSentinel)
+		field := "sentinel_password"
+		if cfg.SentinelUsername != "" {
+			field = "sentinel_username"
+		}
+		return optErr(fmt.Sprintf("redis: sentinel_username and sentinel_password are for mode %s only", ModeSentinel),
+			field, fmt.Sprintf("is for mode %s only", ModeSentinel))
 	case mode == ModeCluster && cfg.DB != 0:
-		return fmt.Errorf("redis: db must be 0 with mode %s, got %d", ModeCluster, cfg.DB)
+		return redisErr("db", fmt.Sprintf("must be 0 with mode %s, got %d", ModeCluster, cfg.DB))
 	case cfg.DB < 0:
-		return fmt.Errorf("redis: db must be >= 0, got %d", cfg.DB)
+		return redisErr("db", fmt.Sprintf("must be >= 0, got %d", cfg.DB))
 	}
 	for _, t := range []struct {
 		name string
 		v    caddy.Duration
 	}{{"dial_timeout", cfg.DialTimeout}, {"read_timeout", cfg.ReadTimeout}, {"write_timeout", cfg.WriteTimeout}} {
 		if t.v < 0 {
-			return fmt.Errorf("redis: %s must be > 0, got %s", t.name, time.Duration(t.v))
+			return redisErr(t.name, fmt.Sprintf("must be > 0, got %s", time.Duration(t.v)))
 		}
 		if t.v > 0 && time.Duration(t.v) < minDuration { // 0: the default
-			return fmt.Errorf("redis: %s must be at least %s, got %s", t.name, minDuration, time.Duration(t.v))
+			return redisErr(t.name, fmt.Sprintf("must be at least %s, got %s", minDuration, time.Duration(t.v)))
 		}
 	}
 	if cfg.URL != "" {
@@ -173,7 +191,15 @@ func checkRedisURL(s string) error {
 		return nil
 	}
 	_, err := parseRedisURL(s)
-	return err
+	return urlErr(err)
+}
+
+// urlErr is an error of parseRedisURL as url's (JSON: redis.url).
+func urlErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return optErr(err.Error(), "url", strings.TrimPrefix(err.Error(), "redis: "))
 }
 
 // redisBackend is a resolved RedisConfig.
@@ -196,16 +222,17 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 	expand := func(s string) string { return repl.ReplaceKnown(s, "") }
 	b := &redisBackend{mode: cfg.Mode, prefix: expand(cfg.KeyPrefix), master: expand(cfg.MasterName)}
 	if cfg.MasterName != "" && b.master == "" {
-		return nil, errors.New("redis: master_name is empty once its placeholders are replaced")
+		return nil, redisErr("master_name", "is empty once its placeholders are replaced")
 	}
 	if cfg.KeyPrefix != "" && b.prefix == "" {
 		// Not the default prefix: the queues of every deployment whose
 		// variable is unset would be one.
-		return nil, errors.New("redis: key_prefix is empty once its placeholders are replaced")
+		return nil, redisErr("key_prefix", "is empty once its placeholders are replaced")
 	}
-	for _, a := range cfg.Addresses {
+	for i, a := range cfg.Addresses {
 		if expand(a) == "" {
-			return nil, errors.New("redis: an address is empty once its placeholders are replaced")
+			return nil, optErr("redis: an address is empty once its placeholders are replaced", "addresses["+strconv.Itoa(i)+"]",
+				"is empty once its placeholders are replaced")
 		}
 	}
 	if b.mode == "" {
@@ -220,7 +247,7 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 		u := expand(cfg.URL)
 		parsed, err := parseRedisURL(u)
 		if err != nil {
-			return nil, err
+			return nil, urlErr(err)
 		}
 		*o = *parsed
 		b.urlHash = urlOptionsHash(u)

@@ -16,9 +16,9 @@ import (
 func TestRedisTimeoutsBelowAMillisecondAreRefused(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
 	for _, tc := range []struct{ fields, want string }{
-		{`"permits":1,"redis":{"read_timeout":500}`, "redis: read_timeout must be at least 1ms, got 500ns"},
-		{`"permits":1,"redis":{"dial_timeout":"200us"}`, "redis: dial_timeout must be at least 1ms, got 200µs"},
-		{`"permits":1,"redis":{"write_timeout":1}`, "redis: write_timeout must be at least 1ms, got 1ns"},
+		{`"permits":1,"redis":{"read_timeout":500}`, "redis.read_timeout: must be at least 1ms, got 500ns"},
+		{`"permits":1,"redis":{"dial_timeout":"200us"}`, "redis.dial_timeout: must be at least 1ms, got 200µs"},
+		{`"permits":1,"redis":{"write_timeout":1}`, "redis.write_timeout: must be at least 1ms, got 1ns"},
 	} {
 		err := loadHandlerJSON(t, tc.fields)
 		if assert.Error(t, err, "%s loads", tc.fields) {

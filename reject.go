@@ -92,7 +92,8 @@ var reasons = []fairqueue.Reason{
 // checkReason is the rule of RejectConfig.Reasons, for one reason.
 func checkReason(r string) error {
 	if !slices.Contains(reasons, fairqueue.Reason(r)) {
-		return fmt.Errorf("reject: unknown reason %q (want timeout, queue_full, shutting_down or store_unavailable)", r)
+		msg := fmt.Sprintf("unknown reason %q (want timeout, queue_full, shutting_down or store_unavailable)", r)
+		return optErr("reject: "+msg, "", msg)
 	}
 	return nil
 }
@@ -101,7 +102,8 @@ func checkReason(r string) error {
 // answer, not an informational 1xx.
 func checkStatus(name string, code int) error {
 	if code < 200 || code > 599 {
-		return fmt.Errorf("reject: %s must be 200-599, got %d", name, code)
+		msg := fmt.Sprintf("must be 200-599, got %d", code)
+		return optErr("reject: "+name+" "+msg, name, msg)
 	}
 	return nil
 }
@@ -118,9 +120,9 @@ type rejectPolicy struct {
 
 // check validates one entry; it names the offending option.
 func (rc *RejectConfig) check() error {
-	for _, r := range rc.Reasons {
+	for i, r := range rc.Reasons {
 		if err := checkReason(r); err != nil {
-			return err
+			return inField("reasons["+strconv.Itoa(i)+"]", err)
 		}
 	}
 	for _, st := range []struct {
@@ -137,7 +139,8 @@ func (rc *RejectConfig) check() error {
 		return err
 	}
 	if strings.ContainsAny(rc.SSEEvent, "\r\n") {
-		return fmt.Errorf("reject: sse_event must be one line, got %q", rc.SSEEvent)
+		msg := fmt.Sprintf("must be one line, got %q", rc.SSEEvent)
+		return optErr("reject: sse_event "+msg, "sse_event", msg)
 	}
 	return nil
 }
@@ -148,7 +151,8 @@ func parseRetryAfter(s string) (time.Duration, error) {
 	}
 	d, err := caddy.ParseDuration(s)
 	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("reject: retry_after must be a positive duration or auto, got %q", s)
+		msg := fmt.Sprintf("must be a positive duration or auto, got %q", s)
+		return 0, optErr("reject: retry_after "+msg, "retry_after", msg)
 	}
 	return d, nil
 }
@@ -163,13 +167,13 @@ func compileRejects(entries []*RejectConfig) (map[fairqueue.Reason]*rejectPolicy
 			return nil, fmt.Errorf("reject[%d]: an entry is null", i)
 		}
 		if err := rc.check(); err != nil {
-			return nil, err
+			return nil, inField(rejectEntry(i), err)
 		}
 	}
 	out := make(map[fairqueue.Reason]*rejectPolicy, len(reasons))
 	for _, r := range reasons {
 		var all, own RejectConfig
-		for _, rc := range entries {
+		for j, rc := range entries {
 			dst := &all
 			if len(rc.Reasons) > 0 {
 				if !slices.Contains(rc.Reasons, string(r)) {
@@ -182,7 +186,16 @@ func compileRejects(entries []*RejectConfig) (map[fairqueue.Reason]*rejectPolicy
 				if dst == &own {
 					scope = "for reason " + string(r)
 				}
-				return nil, fmt.Errorf("reject: %s is set twice %s", dup, scope)
+				// The entry before j that set it for r at the same level.
+				first := slices.IndexFunc(entries[:j], func(e *RejectConfig) bool {
+					sameLevel := len(e.Reasons) == 0
+					if dst == &own {
+						sameLevel = slices.Contains(e.Reasons, string(r))
+					}
+					return sameLevel && sets(e, dup)
+				})
+				return nil, optErr(fmt.Sprintf("reject: %s is set twice %s", dup, scope), rejectEntry(j)+"."+dup,
+					fmt.Sprintf("is set twice %s (%s sets it too)", scope, rejectEntry(first)))
 			}
 		}
 		status := http.StatusTooManyRequests
@@ -200,6 +213,28 @@ func compileRejects(entries []*RejectConfig) (map[fairqueue.Reason]*rejectPolicy
 		out[r] = p
 	}
 	return out, nil
+}
+
+// rejectEntry is the JSON path of entry i of Reject.
+func rejectEntry(i int) string { return "reject[" + strconv.Itoa(i) + "]" }
+
+// sets reports whether rc sets the field that merge calls name.
+func sets(rc *RejectConfig, name string) bool {
+	switch name {
+	case "status":
+		return rc.Status != 0
+	case "retry_after":
+		return rc.RetryAfter != ""
+	case "body":
+		return rc.Body != ""
+	case "sse_status":
+		return rc.SSEStatus != 0
+	case "sse_event":
+		return rc.SSEEvent != ""
+	case "sse_data":
+		return rc.SSEData != ""
+	}
+	return false
 }
 
 // merge copies the fields src sets into dst; it returns the name of a

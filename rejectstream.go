@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,11 +80,13 @@ var rejectFieldNames = []string{"reason", "queue", "wait_ms", "position", "time"
 func (c *RejectStreamConfig) check() error {
 	switch {
 	case c.Key == "":
-		return fmt.Errorf("reject_stream: key is required")
+		return optErr("reject_stream: key is required", "key", "is required")
 	case c.MaxLen < 0:
-		return fmt.Errorf("reject_stream: maxlen must be at least 1, got %d", c.MaxLen)
+		msg := fmt.Sprintf("must be at least 1, got %d", c.MaxLen)
+		return optErr("reject_stream: maxlen "+msg, "maxlen", msg)
 	case len(c.Fields) > maxRejectFields:
-		return fmt.Errorf("reject_stream: at most %d fields, got %d", maxRejectFields, len(c.Fields))
+		return optErr(fmt.Sprintf("reject_stream: at most %d fields, got %d", maxRejectFields, len(c.Fields)),
+			"fields", fmt.Sprintf("at most %d, got %d", maxRejectFields, len(c.Fields)))
 	}
 	for name := range c.Fields {
 		if err := checkRejectField(name); err != nil {
@@ -94,11 +97,13 @@ func (c *RejectStreamConfig) check() error {
 }
 
 func checkRejectField(name string) error {
+	at := "fields[" + strconv.Quote(name) + "]"
 	switch {
 	case name == "":
-		return fmt.Errorf("reject_stream: a field name is empty")
+		return optErr("reject_stream: a field name is empty", at, "a field name is empty")
 	case slices.Contains(rejectFieldNames, name):
-		return fmt.Errorf("reject_stream: field '%s' is built in (%s are)", name, strings.Join(rejectFieldNames, ", "))
+		builtIn := strings.Join(rejectFieldNames, ", ")
+		return optErr(fmt.Sprintf("reject_stream: field '%s' is built in (%s are)", name, builtIn), at, fmt.Sprintf("is built in (%s are)", builtIn))
 	}
 	return nil
 }
@@ -130,7 +135,7 @@ func newRejectStream(cfg *RejectStreamConfig, rb *redisBackend, log *zap.Logger)
 	}
 	key := caddy.NewReplacer().ReplaceKnown(cfg.Key, "")
 	if key == "" {
-		return nil, fmt.Errorf("reject_stream: key %q is empty once replaced", cfg.Key)
+		return nil, optErr(fmt.Sprintf("reject_stream: key %q is empty once replaced", cfg.Key), "key", fmt.Sprintf("%q is empty once replaced", cfg.Key))
 	}
 	s := &rejectStream{key: key, maxLen: cfg.MaxLen, rb: rb, log: log, done: make(chan struct{})}
 	if s.maxLen == 0 {

@@ -141,12 +141,24 @@ type heldBound struct {
 	end   time.Time
 	timer *time.Timer
 	held  atomic.Bool // the answer is held (next's goroutine)
-	cut   atomic.Bool // the forwarding was cut
+	// state: boundOpen until fire cuts the forwarding (boundCut) or stop
+	// ends the bound (boundStopped), whichever comes first: a timer that
+	// fired as next returned, its function run after stop, cuts nothing
+	// (a cut then would end the request's context, which its requeue and
+	// next forwarding go on with, as if its client had left).
+	state atomic.Int32
 }
+
+// The states of a heldBound.
+const (
+	boundOpen int32 = iota
+	boundCut
+	boundStopped
+)
 
 // boundHeld starts the bound of a forwarding whose answer may be held
 // (hold); nil where none applies (nothing is held, or the permit has no
-// wait to end: fail open).
+// wait to end).
 func (c *call) boundHeld(hold bool) *heldBound {
 	end := c.permit.Deadline()
 	if !hold || end.IsZero() || c.cut == nil {
@@ -166,21 +178,22 @@ func (b *heldBound) hold() {
 	}
 }
 
-// fire cuts the forwarding, once, where its answer is held.
+// fire cuts the forwarding, once, where its answer is held and the
+// bound was not stopped.
 func (b *heldBound) fire() {
-	if b.held.Load() && b.cut.CompareAndSwap(false, true) {
+	if b.held.Load() && b.state.CompareAndSwap(boundOpen, boundCut) {
 		b.c.cut()
 	}
 }
 
 // stop ends the bound once next has returned, and reports whether it
-// cut the forwarding.
+// cut the forwarding: once it has returned, the bound cuts nothing.
 func (b *heldBound) stop() bool {
 	if b == nil {
 		return false
 	}
 	b.timer.Stop()
-	return b.cut.Load()
+	return !b.state.CompareAndSwap(boundOpen, boundStopped)
 }
 
 // refusedLate answers a request whose held refusal (rf) outlasted its
@@ -190,13 +203,22 @@ func (b *heldBound) stop() bool {
 // charged); the context the requeue runs in is the request's without
 // the cut, which ended only the forwarding: the client is still there.
 func (c *call) refusedLate(rf *refusal) error {
-	observeCooldown(c.name, c.permit.Upstream())
+	c.countRequeue(rf)
 	p, err := c.permit.Requeue(context.WithoutCancel(c.r.Context()), rf.cool)
-	if p != nil {
-		// Granted again as the wait ended (the local store's requeue
-		// lands, and dispatch grants it at once): nothing is sent.
-		c.h.charge(p, time.Now(), false, nil)
-		p.Release()
+	// Refused by its queue, which a reload moved to another store: a
+	// requeue would wait on in the queue in force (requeue), where this
+	// one has no wait left.
+	moved := err != nil && c.e.moved.Load() && errors.Is(err, fairqueue.ErrShuttingDown)
+	if p != nil || moved {
+		// Or granted again as the wait ended (the local store's requeue
+		// lands, and dispatch grants it at once): nothing is sent. The
+		// queue counted a grant, or nothing (engineObserver), not this
+		// reject: counted here.
+		if p != nil {
+			c.h.charge(p, time.Now(), false, nil)
+			p.Release()
+		}
+		metrics.rejects.WithLabelValues(c.name, string(fairqueue.ReasonTimeout)).Inc()
 		err = &fairqueue.RejectError{Reason: fairqueue.ReasonTimeout, Waited: time.Since(c.start), RetryAfter: time.Second}
 	}
 	c.permit, c.aborted = nil, false
@@ -225,12 +247,7 @@ func nextHeld(serve func() error, held func() bool) error {
 // when configured, feeds a streaming client meanwhile. The new permit
 // (nil when the wait failed) replaces the refused one.
 func (c *call) requeue(rf *refusal) error {
-	up := c.permit.Upstream()
-	observeRequeue(c.name, up, rf.reason)
-	observeCooldown(c.name, up)
-	if l := c.h.logger.Check(zapcore.DebugLevel, "upstream refused the request; requeued"); l != nil {
-		l.Write(zap.String("queue", c.name), zap.String("upstream", up), zap.String("reason", rf.reason), zap.Duration("cooldown", rf.cool))
-	}
+	c.countRequeue(rf)
 	// The handlers after this one changed the request in place (a
 	// rewrite, a header added): it goes to them again as first passed
 	// on, and in place, as Caddy's placeholders read it there.
@@ -263,6 +280,24 @@ func (c *call) requeue(rf *refusal) error {
 	c.committed = committed || c.committed
 	c.abandoned = abandoned || c.abandoned
 	return err
+}
+
+// countRequeue counts a refusal (rf) of the permit's upstream for which
+// the request is given back to its queue (requeue, refusedLate): a
+// requeue, a cooldown and, for an adaptive queue, a refusal of that
+// upstream, which the client never sees (and no stream whose first
+// byte never came: observeAnswer).
+func (c *call) countRequeue(rf *refusal) {
+	up := c.permit.Upstream()
+	if c.h.Adaptive != nil {
+		c.e.q.ObserveRefused(up)
+	}
+	c.fb.heldBack = true // counted: no first byte waited for until the next forward
+	observeRequeue(c.name, up, rf.reason)
+	observeCooldown(c.name, up)
+	if l := c.h.logger.Check(zapcore.DebugLevel, "upstream refused the request; requeued"); l != nil {
+		l.Write(zap.String("queue", c.name), zap.String("upstream", up), zap.String("reason", rf.reason), zap.Duration("cooldown", rf.cool))
+	}
 }
 
 // resetRequest sets the exported fields of r to those of fresh, in

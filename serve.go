@@ -41,7 +41,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return err
 	}
 	if !h.serves(c.name) {
-		return h.notServed(w, r, c.repl, c.api)
+		return c.notServed()
 	}
 	if err := c.enter(); err != nil {
 		return c.overflow(err)

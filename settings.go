@@ -57,6 +57,9 @@ func (h *Handler) setDefaults() {
 // poll_interval, lease, priority_factor, max_queue...) are
 // fairqueue.Config.Validate's; the rules of the glue's options are here.
 func (h *Handler) validate() error {
+	if err := checkUpstreams(h.Upstreams, h.KVTokens); err != nil {
+		return err
+	}
 	if err := h.settings().config().Validate(); err != nil {
 		return err
 	}
@@ -90,7 +93,7 @@ func (h *Handler) validate() error {
 	case h.LocalPermits > 0 && h.OnStoreError != FailLocal:
 		return fmt.Errorf("local_permits requires on_store_error %s", FailLocal)
 	case len(h.Weights) > 0 && h.Tenant == "":
-		return fmt.Errorf("weight requires tenant")
+		return optErr("weight requires tenant", "weights", "requires tenant")
 	case h.WeightPlaceholder != "" && h.Tenant == "":
 		return fmt.Errorf("weight_placeholder requires tenant")
 	case h.MaxQueuePerTenant != 0 && h.Tenant == "":
@@ -133,7 +136,7 @@ func (h *Handler) validate() error {
 	}
 	if h.RejectStream != nil {
 		if err := h.RejectStream.check(); err != nil {
-			return err
+			return inField("reject_stream", err)
 		}
 	}
 	return checkWeights(h.Weights)
@@ -149,11 +152,20 @@ func checkAbortGrace(g caddy.Duration) error {
 
 // checkOneOf is the rule of an option that takes one of a few values.
 func checkOneOf(option, v string, values ...string) error {
+	if msg := oneOf(v, values...); msg != "" {
+		return errors.New(option + " " + msg)
+	}
+	return nil
+}
+
+// oneOf says what is wrong with v, which is not one of values, or ""
+// when it is.
+func oneOf(v string, values ...string) string {
 	if slices.Contains(values, v) {
-		return nil
+		return ""
 	}
 	last := len(values) - 1
-	return fmt.Errorf("%s must be %s or %s, got %q", option, strings.Join(values[:last], ", "), values[last], v)
+	return fmt.Sprintf("must be %s or %s, got %q", strings.Join(values[:last], ", "), values[last], v)
 }
 
 // fair reports whether the queue orders requests fairly across tenants

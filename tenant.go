@@ -61,20 +61,36 @@ func weightKey(entry string) (string, error) {
 	key, hashed := strings.CutPrefix(entry, weightHashPrefix)
 	if !hashed {
 		if len(entry) > maxTenantLen {
-			return "", fmt.Errorf("weight: a tenant value is longer than %d bytes (tenant values are cut there)", maxTenantLen)
+			return "", weightErr(entry, fmt.Sprintf("a tenant value is longer than %d bytes (tenant values are cut there)", maxTenantLen))
 		}
 		return fairqueue.TenantKey(entry), nil
 	}
 	if !isTenantKey(key) && !strings.Contains(key, "{") {
-		return "", errTenantKey(key)
+		return "", errTenantKey(entry, key)
 	}
 	return key, nil
 }
 
-// errTenantKey is the error of a malformed key after weightHashPrefix.
-func errTenantKey(key string) error {
-	return fmt.Errorf("weight: a %s tenant key must be %d lowercase hex digits (the first %d of the value's SHA-256, "+
-		"as logs and the admin API show it), got %d characters", weightHashPrefix, tenantKeyLen, tenantKeyLen, len(key))
+// errTenantKey is the error of entry, a malformed key after
+// weightHashPrefix.
+func errTenantKey(entry, key string) error {
+	return weightErr(entry, fmt.Sprintf("a %s tenant key must be %d lowercase hex digits (the first %d of the value's SHA-256, "+
+		"as logs and the admin API show it), got %d characters", weightHashPrefix, tenantKeyLen, tenantKeyLen, len(key)))
+}
+
+// weightErr is the error of the weight of entry, a tenant of Weights:
+// "weight: <msg>" in a Caddyfile (whose line names it), and in JSON
+// weights["sha256:<key>"] (a key, or a value with placeholders, as
+// written), or, for a raw value, a secret never echoed, the key of it.
+func weightErr(entry, msg string) error {
+	return optErr("weight: "+msg, weightPath(entry), msg)
+}
+
+func weightPath(entry string) string {
+	if strings.HasPrefix(entry, weightHashPrefix) || strings.Contains(entry, "{") {
+		return "weights[" + strconv.Quote(entry) + "]"
+	}
+	return "weights[<the value of key " + weightHashPrefix + fairqueue.TenantKey(entry) + ">]"
 }
 
 // tenantKeyLen is the length of fairqueue.TenantKey's hex.
@@ -103,11 +119,12 @@ func checkWeights(weights map[string]float64) error {
 			return err
 		}
 		if seen[key] {
-			return fmt.Errorf("weight: tenant %s%s is given twice (by its value and by its key)", weightHashPrefix, key)
+			return weightErr(entry, fmt.Sprintf("tenant %s%s is given twice (by its value and by its key)", weightHashPrefix, key))
 		}
 		seen[key] = true
 		if !(w >= minWeight && w <= maxWeight) {
-			return fmt.Errorf("weight must be %v to %v, got %v", minWeight, maxWeight, w)
+			msg := fmt.Sprintf("must be %v to %v, got %v", minWeight, maxWeight, w)
+			return optErr("weight "+msg, weightPath(entry), msg)
 		}
 	}
 	return nil
@@ -126,14 +143,15 @@ func expandWeights(weights map[string]float64, repl *caddy.Replacer) (map[string
 		tenant := entry
 		if strings.Contains(entry, "{") {
 			if tenant = repl.ReplaceKnown(entry, ""); tenant == "" {
-				return nil, errors.New("weight: a tenant is empty once its placeholders are replaced")
+				return nil, optErr("weight: a tenant is empty once its placeholders are replaced", weightPath(entry),
+					"the tenant is empty once its placeholders are replaced")
 			}
 		}
 		if key, hashed := strings.CutPrefix(tenant, weightHashPrefix); hashed && !isTenantKey(key) {
-			return nil, errTenantKey(key) // one with a placeholder was let through before
+			return nil, errTenantKey(entry, key) // one with a placeholder was let through before
 		}
 		if _, dup := out[tenant]; dup {
-			return nil, errors.New("weight: a tenant is given twice once its placeholders are replaced")
+			return nil, weightErr(entry, "a tenant is given twice once its placeholders are replaced")
 		}
 		out[tenant] = w
 	}

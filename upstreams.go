@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,22 +41,23 @@ func (h *Handler) checkPool() error {
 	if len(h.Upstreams) == 0 {
 		switch {
 		case len(h.RequeueOn) > 0:
-			return errors.New("requeue_on requires upstream (a pool to requeue into)")
+			return optErr("requeue_on requires upstream (a pool to requeue into)", "requeue_on", "requires upstreams (a pool to requeue into)")
 		case h.MaxRequeues != nil:
-			return errors.New("max_requeues requires upstream")
+			return optErr("max_requeues requires upstream", "max_requeues", "requires upstreams")
 		case h.UpstreamCooldown != 0:
-			return errors.New("upstream_cooldown requires upstream")
+			return optErr("upstream_cooldown requires upstream", "upstream_cooldown", "requires upstreams")
 		}
 		return nil
 	}
 	if strings.Contains(h.Name, "{") {
 		// Each name would open a queue of its own, each counting the
 		// upstreams' permits apart: together they would over-admit them.
-		return fmt.Errorf("upstream requires a fixed name, got %q (a placeholder opens one queue per value, and each would count the upstreams' permits on its own)", h.Name)
+		msg := fmt.Sprintf("requires a fixed name, got %q (a placeholder opens one queue per value, and each would count the upstreams' permits on its own)", h.Name)
+		return optErr("upstream "+msg, "upstreams", msg)
 	}
-	for _, s := range h.RequeueOn {
+	for i, s := range h.RequeueOn {
 		if err := checkRequeueStatus(s); err != nil {
-			return err
+			return inField("requeue_on["+strconv.Itoa(i)+"]", err)
 		}
 	}
 	if n := h.MaxRequeues; n != nil {
@@ -67,10 +69,7 @@ func (h *Handler) checkPool() error {
 		return err
 	}
 	sum, tokens, withTokens := 0, 0, 0
-	for _, u := range h.Upstreams {
-		if err := checkDial(u.Dial); err != nil {
-			return fmt.Errorf("upstream %s: %w", u.Dial, err)
-		}
+	for _, u := range h.Upstreams { // each checked by checkUpstreams
 		sum += u.Permits
 		if u.KVTokens > 0 {
 			tokens += u.KVTokens
@@ -85,6 +84,50 @@ func (h *Handler) checkPool() error {
 	// the queue's and each upstream's tokens apart, and may round into it.
 	if withTokens == len(h.Upstreams) && h.KVTokens > tokens {
 		return fmt.Errorf("kv_tokens (%d) is more than the upstreams' kv_tokens together (%d): it caps the pool, leave it out to use their sum", h.KVTokens, tokens)
+	}
+	return nil
+}
+
+// checkUpstreams is the rule of each upstream line (JSON: each entry of
+// upstreams) and of kv_tokens set on some only, kvTokens the queue's
+// own; the engine's Config.Validate would name them in its own words.
+func checkUpstreams(us []fairqueue.Upstream, kvTokens int) error {
+	withTokens, without := 0, -1
+	for i, u := range us {
+		at := "upstreams[" + strconv.Itoa(i) + "]"
+		var field, msg string
+		switch {
+		case u.Dial == "":
+			field, msg = "dial", "the address is empty"
+		case strings.ContainsAny(u.Dial, " \t\r\n|"):
+			field, msg = "dial", "the address must not contain spaces or '|'"
+		case checkDial(u.Dial) != nil:
+			field, msg = "dial", fmt.Sprintf("%q: %v", u.Dial, checkDial(u.Dial))
+		case slices.ContainsFunc(us[:i], func(o fairqueue.Upstream) bool { return o.Dial == u.Dial }):
+			return optErr(fmt.Sprintf("upstream %s is given twice", u.Dial), at+".dial", u.Dial+" is listed twice")
+		case u.Permits < 1:
+			field, msg = "permits", fmt.Sprintf("must be at least 1, got %d", u.Permits)
+		case u.KVTokens < 0:
+			field, msg = "kv_tokens", fmt.Sprintf("must be >= 0, got %d", u.KVTokens)
+		}
+		if msg != "" {
+			caddyfile := fmt.Sprintf("upstream %s: %s %s", u.Dial, field, msg)
+			if field == "dial" {
+				caddyfile = "upstream " + msg
+			}
+			return optErr(caddyfile, at+"."+field, msg)
+		}
+		if u.KVTokens > 0 {
+			withTokens++
+		} else if without < 0 {
+			without = i
+		}
+	}
+	if kvTokens == 0 && withTokens > 0 && without >= 0 {
+		msg := fmt.Sprintf("is set on %d of the %d upstreams, not on this one (%s): set it on every upstream, or kv_tokens on the queue too",
+			withTokens, len(us), us[without].Dial)
+		return optErr(fmt.Sprintf("kv_tokens is set on %d of the %d upstreams, not on upstream %s: set it on every upstream, or kv_tokens on the queue too",
+			withTokens, len(us), us[without].Dial), "upstreams["+strconv.Itoa(without)+"].kv_tokens", msg)
 	}
 	return nil
 }
@@ -141,7 +184,8 @@ func checkCooldown(c caddy.Duration) error {
 // checkRequeueStatus is the rule of one requeue_on status.
 func checkRequeueStatus(s int) error {
 	if s < 400 || s > 599 {
-		return fmt.Errorf("requeue_on: status must be 400 to 599, got %d", s)
+		msg := fmt.Sprintf("must be 400 to 599, got %d", s)
+		return optErr("requeue_on: status "+msg, "", msg)
 	}
 	return nil
 }

@@ -31,7 +31,7 @@ func TestUpstreamThatCannotBeDialedIsRefusedAtLoad(t *testing.T) {
 	for _, dial := range []string{"http://10.0.0.5:8000", "10.0.0.5", "localhost:http", "10.0.0.5:8000-8001"} {
 		err := validatePool(t, dial)
 		if assert.Error(t, err, "%s loads, and no request to it is ever served", dial) {
-			assert.Contains(t, err.Error(), "upstream "+dial+": ")
+			assert.Contains(t, err.Error(), `upstreams[0].dial: "`+dial+`": `, "the JSON field and its value")
 		}
 	}
 	for _, dial := range []string{"10.0.0.5:8000", "[::1]:8000", "vllm:8000", "unix//run/vllm.sock", "{env.VLLM_HOST}:8000"} {

@@ -113,5 +113,5 @@ func TestWeightTenantEmptyOnceReplacedIsRefused(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
 	err := loadHandlerJSON(t, `"permits":1,"tenant":"{http.request.header.Authorization}","weights":{"{env.FQ_TEST_UNSET_GOLD_KEY}":2}`)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "weight: a tenant is empty once its placeholders are replaced")
+	assert.Contains(t, err.Error(), `weights["{env.FQ_TEST_UNSET_GOLD_KEY}"]: the tenant is empty once its placeholders are replaced`)
 }

@@ -153,6 +153,10 @@ type Stats struct {
 	InFlight int
 	// StoreUp is the store's up/down state.
 	StoreUp bool
+	// StoreRefused, while the store is down for refusing this node's
+	// user a permission (Redis's NOPERM: an ACL), is that refusal and
+	// what the user needs (PermissionNeeder); "" otherwise.
+	StoreRefused string
 	// Grants is the highest grant counter of the queue seen.
 	Grants int64
 	// Cluster is the whole queue as the store reported it at this node's
@@ -171,7 +175,7 @@ func (q *Queue) Stats() Stats {
 		w += lw
 	}
 	q.localMu.Unlock()
-	st := Stats{Waiting: w, InFlight: h, StoreUp: q.health.up(), Grants: q.grants.Load()}
+	st := Stats{Waiting: w, InFlight: h, StoreUp: q.health.up(), StoreRefused: q.health.refusedBy(), Grants: q.grants.Load()}
 	if c := q.s.cluster.Load(); c != nil {
 		st.Cluster = *c
 	}

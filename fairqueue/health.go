@@ -3,6 +3,7 @@ package fairqueue
 import (
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -21,13 +22,28 @@ type health struct {
 	// onMarkedDown runs once the store reads down (Queue: it wakes the
 	// loop, which probes the store at least once a second while down).
 	onMarkedDown func()
-	mu           sync.Mutex
-	downAfter    atomic.Int32
-	fails        atomic.Int32
-	down         atomic.Bool
+	// needs is what the store's user needs to be granted
+	// (PermissionNeeder), for the log line of a store that refuses it.
+	needs string
+	// refusal is the refusal (refused) that marked the store down, and
+	// what the user needs, while it is down; nil otherwise.
+	refusal   atomic.Pointer[string]
+	mu        sync.Mutex
+	downAfter atomic.Int32
+	fails     atomic.Int32
+	down      atomic.Bool
 }
 
 func (h *health) up() bool { return !h.down.Load() }
+
+// refusedBy is the refusal that marked the store down, while it is
+// down; "" otherwise.
+func (h *health) refusedBy() string {
+	if r := h.refusal.Load(); r != nil {
+		return *r
+	}
+	return ""
+}
 
 // markedDown reports whether the store is marked down, once a mark on
 // its way has run its onDown: a ticket queued (Queue.missedMove) before
@@ -48,6 +64,29 @@ func unreachable(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
+// refused reports whether err is the store refusing its user a
+// permission: Redis's NOPERM, from an ACL that does not grant the
+// queue's keys, channels or commands. The store answers: not an outage,
+// but a grant missing, which every call meets until it is made.
+func refused(err error) bool {
+	return strings.Contains(err.Error(), "NOPERM")
+}
+
+// PermissionNeeder is a Store that says what its user must be granted
+// (a Redis ACL): the log line of a store that refuses its user a
+// permission gives it.
+type PermissionNeeder interface {
+	PermissionsNeeded() string
+}
+
+// permissionsNeeded is what store's user needs (PermissionNeeder), or "".
+func permissionsNeeded(store Store) string {
+	if pn, ok := store.(PermissionNeeder); ok {
+		return pn.PermissionsNeeded()
+	}
+	return ""
+}
+
 func (h *health) record(log *zap.Logger, err error) {
 	if err == nil {
 		h.ok(log)
@@ -58,7 +97,9 @@ func (h *health) record(log *zap.Logger, err error) {
 
 func (h *health) ok(log *zap.Logger) {
 	h.fails.Store(0)
+	r := h.refusal.Load() // not one a mark after this one stores
 	if h.down.CompareAndSwap(true, false) {
+		h.refusal.CompareAndSwap(r, nil)
 		log.Info("store reachable again")
 	}
 }
@@ -110,8 +151,21 @@ func (h *health) markDown(log *zap.Logger, err error) {
 	if h.onDown != nil {
 		h.onDown()
 	}
-	h.down.Store(true)
-	log.Error("store unreachable; applying on_store_error policy", zap.Error(err))
+	if refused(err) {
+		refusal := err.Error()
+		fields := []zap.Field{zap.Error(err)}
+		if h.needs != "" {
+			fields = append(fields, zap.String("needs", "ACL SETUSER <user> "+h.needs))
+			refusal += "; the user needs: ACL SETUSER <user> " + h.needs
+		}
+		h.refusal.Store(&refusal)
+		h.down.Store(true)
+		log.Error("store refused this user a permission (NOPERM: its ACL lacks a key, channel or command the queue needs); "+
+			"applying on_store_error policy until it is granted", fields...)
+	} else {
+		h.down.Store(true)
+		log.Error("store unreachable; applying on_store_error policy", zap.Error(err))
+	}
 	if h.onMarkedDown != nil {
 		h.onMarkedDown()
 	}

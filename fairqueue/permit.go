@@ -80,8 +80,9 @@ func (p *Permit) Ticket() string { return p.t.id }
 func (p *Permit) Waited() time.Duration { return p.waited }
 
 // Deadline returns the end of the request's wait, its max wait counted
-// from its first arrival: a Requeue waits no later. Zero for a permit
-// admitted without the store (fail open).
+// from its first arrival: a Requeue waits no later. A permit admitted
+// without the store (fail open, the fallback queue) has one too: its
+// Requeue asks again, until then.
 func (p *Permit) Deadline() time.Time { return p.deadline }
 
 // Position returns the number of tickets that were ahead at enqueue plus

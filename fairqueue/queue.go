@@ -99,6 +99,7 @@ func New(store Store, cfg Config) (*Queue, error) {
 	q.exits.Store(&exits)
 	q.health.onDown = q.storeDown
 	q.health.onMarkedDown = q.s.wake
+	q.health.needs = permissionsNeeded(store)
 	q.log = cfg.Logger.With(zap.String("queue", cfg.Name), zap.String("node", q.node))
 	q.health.onFail = func(err error) {
 		q.s.note(evVerify, false) // the call may have run, or Redis may be failing over
@@ -252,13 +253,12 @@ func (q *Queue) acquire(ctx context.Context, req Request, start, deadline time.T
 	return q.enqueue(ctx, t, res, fresh, permits, req, start, deadline, from)
 }
 
-// enqueue is the one path of a ticket the store answered, from Acquire
-// and from Permit.Requeue: the ticket is refused (a queue cap), was
-// cancelled before the call ran, is granted at once or joins the queue;
-// then it waits for its grant until deadline. fresh: the answer was read
-// less than a lease after its call was sent (answeredInLease); a grant
-// in one read later is not started before the store confirms it. from:
-// as acquire's.
+// enqueue is the one path of a ticket the store answered, from Acquire and
+// from Permit.Requeue: the ticket is refused (a queue cap), was cancelled
+// before the call ran, is granted at once or joins the queue; then it waits
+// for its grant until deadline. fresh: the answer was read less than a lease
+// after its call was sent (answeredInLease); a grant in one read later is
+// not started before the store confirms it. from: as acquire's.
 func (q *Queue) enqueue(ctx context.Context, t *ticket, res AcquireResult, fresh bool, permits int, req Request, start, deadline time.Time, from *moveLine) (*Permit, error) {
 	q.observe(res.Grants, res.Epoch)
 	if res.Full {

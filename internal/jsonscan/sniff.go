@@ -128,6 +128,17 @@ func SniffEither(b []byte) Fields {
 	return f
 }
 
+// Object reports whether b is a JSON object as Sniff reads one (folded:
+// as SniffFolded does): a body of which they read no key otherwise has
+// none of theirs.
+func Object(b []byte, folded bool) bool {
+	if !folded {
+		b = bytes.TrimPrefix(b, utf8BOM)
+	}
+	b = bytes.TrimLeft(b, " \t\r\n")
+	return len(b) > 0 && b[0] == '{' && valid(b, !folded)
+}
+
 func sniff(b []byte, k keys) Fields {
 	f, _ := sniffRead(b, k)
 	return f
