@@ -60,9 +60,9 @@ for i = 16, #ARGV - 5, 6 do
   local v = redis.call('HMGET', K.adapt, 's:' .. k, 'm:' .. k, 'l:' .. k, 'a:' .. k)
   local share, moved, limited = tonumber(v[1]) or 1, tonumber(v[2]) or 0, v[3] == '1'
   -- a:k is "<m:k>:<answers>", the answers of the window that started
-  -- when the share last moved: those of an earlier window count in no
-  -- later one, whichever script moved it (an earlier version's knows no
-  -- a:k, and leaves it), without a write of a:k at each move.
+  -- when the share last moved (a move empties it): those of an earlier
+  -- window count in no later one, also where an earlier version's script
+  -- moved it (it knows no a:k, and leaves it).
   local window = v[2] or ''
   local since, answers = string.match(v[4] or '', '^(.*):(%d+)$')
   local a = tonumber(ARGV[i + 4])
@@ -77,7 +77,8 @@ for i = 16, #ARGV - 5, 6 do
       share = share + step
     end
     share = math.min(math.max(share, floor), 1)
-    redis.call('HSET', K.adapt, 's:' .. k, num(share), 'm:' .. k, now, 'n:' .. k, 0, 'o:' .. k, 0, 'r:' .. k, 0, 'l:' .. k, 0)
+    redis.call('HSET', K.adapt, 's:' .. k, num(share), 'm:' .. k, now, 'n:' .. k, 0, 'o:' .. k, 0, 'r:' .. k, 0, 'a:' .. k, '',
+      'l:' .. k, 0)
   end
 end
 -- A share below the floor in force (a reload raised it) rises to it now,
