@@ -91,3 +91,75 @@ func TestAdaptiveDoesNotTimeAStreamAnsweredWithAnError(t *testing.T) {
 		})
 	}
 }
+
+// On a stream the keepalive committed while it waited, next's failure is
+// noted as the answer's status (relayEnd): reverse_proxy giving up on a
+// first token that never came (response_header_timeout, a 504), or the
+// client leaving (a 499), is no error the upstream answered, and counts
+// as a TTFT above the target as on a stream not committed.
+func TestAdaptiveCountsACommittedStreamWhoseFirstTokenNeverCame(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		proxyTimeout string // reverse_proxy's response_header_timeout ("": none, the client leaves)
+	}{
+		{"reverse_proxy gives up waiting for the header", "400ms"},
+		{"the client leaves", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Cleanup(func() { poolEmpty(t) })
+			holding := make(chan struct{}, 1)
+			upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				if r.Header.Get("X-Hold") != "" { // a quick first token, holding the permit a while
+					w.Header().Set("Content-Type", "text/event-stream")
+					_, _ = io.WriteString(w, "data: {}\n\n")
+					_ = http.NewResponseController(w).Flush()
+					holding <- struct{}{}
+					time.Sleep(600 * time.Millisecond)
+					return
+				}
+				select { // the first token never comes
+				case <-r.Context().Done():
+				case <-time.After(30 * time.Second):
+				}
+			}))
+			t.Cleanup(upstream.Close)
+			transport := ""
+			if tc.proxyTimeout != "" {
+				transport = fmt.Sprintf(`"transport":{"protocol":"http","response_header_timeout":%q},`, tc.proxyTimeout)
+			}
+			name := "adapt-committed-nofirstbyte-" + strings.ReplaceAll(tc.name, " ", "-")
+			url := runCaddy(t,
+				fmt.Sprintf(`{"handler":"fair_queue","name":%q,"permits":1,"sse_keepalive":"200ms",
+				 "adaptive":{"target_ttft":"100ms","min_samples":1,"interval":"100ms","decrease":0.5}}`, name),
+				fmt.Sprintf(`{"handler":"reverse_proxy","flush_interval":-1,%s"upstreams":[{"dial":%q}]}`,
+					transport, strings.TrimPrefix(upstream.URL, "http://")))
+			go func() {
+				req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))
+				req.Header.Set("X-Hold", "1")
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+				}
+			}()
+			<-holding
+			client := &http.Client{Timeout: 20 * time.Second}
+			if tc.proxyTimeout == "" {
+				client.Timeout = 1500 * time.Millisecond // the stream is committed at 200 ms, forwarded at 600 ms
+			}
+			req, err := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
+			if resp, err := client.Do(req); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				if tc.proxyTimeout != "" {
+					require.Contains(t, string(b), "event: error", "reverse_proxy's timeout, as an event of the committed stream")
+				}
+			}
+			assert.Eventually(t, func() bool { return learnedShare(t, name) < 1 }, 5*time.Second, 20*time.Millisecond,
+				"a committed stream waited 400 ms or more for a first token that never came (target 100 ms), and the learned share stays at %v",
+				learnedShare(t, name))
+		})
+	}
+}
