@@ -152,7 +152,9 @@ func shareArg(oneAllowed bool) func(*caddyfile.Dispenser) (float64, error) {
 // lets a queue whose clients never stream climb back after refusals. A
 // stream whose first byte never came (its client, or reverse_proxy, gave
 // up waiting) had a time to first token longer than it waited: above the
-// target when that wait was.
+// target when that wait was; one the upstream answered with an error
+// status (its body empty, or relayed as the error event of a committed
+// stream) had none to wait for.
 func (c *call) observeAnswer() {
 	if c.fb == nil || c.h.Adaptive == nil {
 		return
@@ -162,7 +164,7 @@ func (c *call) observeAnswer() {
 		c.e.q.ObserveRefused(c.fb.upstream)
 	case c.fb.first > 0 && c.streaming && c.fb.status < 300: // 0: a 200 written by the first Write
 		c.e.q.ObserveTTFT(c.fb.upstream, c.fb.first)
-	case c.fb.first == 0 && c.streaming && !c.fb.heldBack && !c.fb.hijacked:
+	case c.fb.first == 0 && c.streaming && !c.fb.heldBack && !c.fb.errorAnswered && !c.fb.hijacked:
 		c.e.q.ObserveUnanswered(c.fb.upstream, time.Since(c.fb.forwarded))
 	case !c.streaming && c.fb.status < 300 && (c.fb.status != 0 || c.fb.first > 0) && !c.fb.hijacked:
 		c.e.q.ObserveAnswered(c.fb.upstream) // untimed, but no refusal: a plain queue climbs back

@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 )
 
@@ -63,7 +61,6 @@ func watchGauges(e *engine) *gaugeWatch {
 		// afresh, as a first read does, instead of counting every
 		// preemption since that backend started.
 		last := map[string]float64{}
-		failing := map[string]bool{}   // the URLs whose last read failed
 		current := map[string]string{} // the share key of each URL read, as of the last tick
 		reading := map[string]bool{}   // the URLs whose read runs
 		every := gaugeInterval(e.q.Config())
@@ -76,7 +73,7 @@ func watchGauges(e *engine) *gaugeWatch {
 			case r := <-results:
 				delete(reading, r.url)
 				if key, ok := current[r.url]; ok && key == r.key { // else no more read, or for another share: dropped
-					countGauges(e, last, failing, r)
+					countGauges(e, last, r)
 				}
 				continue
 			case <-tick.C:
@@ -94,10 +91,6 @@ func watchGauges(e *engine) *gaugeWatch {
 				_, read := current[url]
 				return !read // read again later, it starts afresh
 			})
-			maps.DeleteFunc(failing, func(url string, _ bool) bool {
-				_, read := current[url]
-				return !read
-			})
 			for url, key := range current {
 				if reading[url] {
 					continue // its last read still runs (its timeout: the interval)
@@ -105,7 +98,7 @@ func watchGauges(e *engine) *gaugeWatch {
 				reading[url] = true
 				timeout := every
 				reads.Go(func() {
-					g, err := readGaugesShared(ctx, client, url, timeout)
+					g, err := readGaugesShared(ctx, e, client, url, timeout)
 					select {
 					case results <- gaugeReading{key: key, url: url, g: g, err: err}:
 					case <-ctx.Done():
@@ -134,23 +127,10 @@ func gaugeInterval(cfg fairqueue.Config) time.Duration {
 
 // countGauges tells e's queue what reading r showed, the preemptions
 // counted from last's (by URL), which it updates. A read that failed is
-// logged at warn level the first time in a row (a wrong URL or path fails
-// every read: the operator must hear of it once, not every interval),
-// failing noting it, and its recovery at info level.
-func countGauges(e *engine, last map[string]float64, failing map[string]bool, r gaugeReading) {
+// skipped (logged where it was read: logReadStreak).
+func countGauges(e *engine, last map[string]float64, r gaugeReading) {
 	if r.err != nil {
-		if failing[r.url] {
-			e.log.Debug("backend gauges unread", zap.String("queue", e.name), zap.String("url", r.url), zap.Error(r.err))
-		} else {
-			failing[r.url] = true
-			e.log.Warn("backend gauges unread; skipped until a read succeeds (adaptive backend_metrics)",
-				zap.String("queue", e.name), zap.String("url", r.url), zap.Error(r.err))
-		}
 		return
-	}
-	if failing[r.url] {
-		delete(failing, r.url)
-		e.log.Info("backend gauges read again", zap.String("queue", e.name), zap.String("url", r.url))
 	}
 	g := r.g
 	n := 0

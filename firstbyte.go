@@ -24,6 +24,7 @@ type firstByteWriter struct {
 	status                          int           // the answer's status, once written
 	hijacked                        bool          // an upgrade (a WebSocket) took the connection
 	heldBack                        bool          // the last forward's answer was held back (requeue_on): nothing of it timed
+	errorAnswered                   bool          // the upstream answered an error status (300 and above): no first token to wait for
 	watch                           *hangupWatch  // the running request's watch, stopped by a hijack
 }
 
@@ -31,8 +32,16 @@ type firstByteWriter struct {
 func (f *firstByteWriter) WriteHeader(code int) {
 	if code >= 200 {
 		f.status = code
+		f.errorAnswered = upstreamFailed(code)
 	}
 	f.ResponseWriter.WriteHeader(code)
+}
+
+// upstreamFailed reports whether status, written by the next handler,
+// is an error the upstream answered: not a success, nor the 499 with
+// which reverse_proxy notes a client that left before the answer.
+func upstreamFailed(status int) bool {
+	return failed(status) && status != statusClientClosedRequest
 }
 
 func newFirstByteWriter(w http.ResponseWriter) *firstByteWriter {
@@ -42,7 +51,7 @@ func newFirstByteWriter(w http.ResponseWriter) *firstByteWriter {
 // forwardTo notes that the request is forwarded now, granted on
 // upstream ("" without a pool): its first byte is timed from here.
 func (f *firstByteWriter) forwardTo(upstream string) {
-	f.forwarded, f.upstream, f.heldBack = time.Now(), upstream, false
+	f.forwarded, f.upstream, f.heldBack, f.errorAnswered = time.Now(), upstream, false, false
 }
 
 func (f *firstByteWriter) Write(b []byte) (int, error) {

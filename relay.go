@@ -53,6 +53,10 @@ func (c *call) relayEnd(cw *committedWriter, err error) error {
 			// status is noted here, so that an adaptive queue counts a
 			// 429/503 as a refusal, not its error event as a first byte.
 			c.fb.status = status
+			// The upstream's own error, not next's failure (reverse_proxy
+			// gave up waiting, or its client left): no first token was
+			// waited for.
+			c.fb.errorAnswered = upstreamFailed(cw.status)
 		}
 	}()
 	if err != nil {

@@ -27,8 +27,8 @@
 -- Returns {key, share, ...}: every share in force (17 significant digits),
 --   none below the floor.
 -- K.adapt: HASH, per share key k: s:k share, m:k when it moved (ms),
---   n:k samples, o:k over, r:k refused, a:k answered, l:k limited (its
---   window).
+--   n:k samples, o:k over, r:k refused, a:k answered ("<m:k>:<count>"),
+--   l:k limited (its window).
 clock()
 -- A report of a node that left (sent before its leave, come late: left
 -- in common.lua) counts nothing: after the last leave, it writes no key.
@@ -56,10 +56,18 @@ for i = 16, #ARGV - 5, 6 do
   local n = redis.call('HINCRBY', K.adapt, 'n:' .. k, ARGV[i + 1])
   local o = redis.call('HINCRBY', K.adapt, 'o:' .. k, ARGV[i + 2])
   local r = redis.call('HINCRBY', K.adapt, 'r:' .. k, ARGV[i + 3])
-  if ARGV[i + 4] ~= '0' then redis.call('HINCRBY', K.adapt, 'a:' .. k, ARGV[i + 4]) end
   if ARGV[8] == '1' then redis.call('HSET', K.adapt, 'l:' .. k, 1) end
   local v = redis.call('HMGET', K.adapt, 's:' .. k, 'm:' .. k, 'l:' .. k, 'a:' .. k)
-  local share, moved, limited, a = tonumber(v[1]) or 1, tonumber(v[2]) or 0, v[3] == '1', tonumber(v[4]) or 0
+  local share, moved, limited = tonumber(v[1]) or 1, tonumber(v[2]) or 0, v[3] == '1'
+  -- a:k is "<m:k>:<answers>", the answers of the window that started
+  -- when the share last moved (a move empties it): those of an earlier
+  -- window count in no later one, also where an earlier version's script
+  -- moved it (it knows no a:k, and leaves it).
+  local window = v[2] or ''
+  local since, answers = string.match(v[4] or '', '^(.*):(%d+)$')
+  local a = tonumber(ARGV[i + 4])
+  if since == window then a = a + tonumber(answers) end
+  if ARGV[i + 4] ~= '0' then redis.call('HSET', K.adapt, 'a:' .. k, window .. ':' .. a) end
   local down = r > 0 or (n > 0 and o > breach * n)
   local ripe = r > 0 or n >= min_samples or (n == 0 and a >= min_samples)
   if now - moved >= interval and ripe and not (down and k == '' and held_back()) then
@@ -69,7 +77,7 @@ for i = 16, #ARGV - 5, 6 do
       share = share + step
     end
     share = math.min(math.max(share, floor), 1)
-    redis.call('HSET', K.adapt, 's:' .. k, num(share), 'm:' .. k, now, 'n:' .. k, 0, 'o:' .. k, 0, 'r:' .. k, 0, 'a:' .. k, 0,
+    redis.call('HSET', K.adapt, 's:' .. k, num(share), 'm:' .. k, now, 'n:' .. k, 0, 'o:' .. k, 0, 'r:' .. k, 0, 'a:' .. k, '',
       'l:' .. k, 0)
   end
 end
