@@ -123,28 +123,7 @@ func TestAReloadThatSetsLocalDuringAnOutageCountsTheFailOpenRequestsRunning(t *t
 	local := n.q.Config()
 	local.Fallback, local.LocalPermits, local.FailOpen = memstore.New(), 1, false
 	require.NoError(t, n.q.Reconfigure(local))
-	r := make(chan acquired, 1)
-	go func() {
-		p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
-		r <- acquired{p: p, err: err}
-	}()
-	select {
-	case got := <-r:
-		if got.p != nil {
-			got.p.Release()
-		}
-		t.Fatalf("r was served (%v) beside the fail_open request still running: 2 at once under local_permits 1", got.err)
-	case <-time.After(time.Second):
-	}
-	once.Do(open.Release)
-	select {
-	case got := <-r:
-		require.NoError(t, got.err)
-		require.True(t, got.p.Local(), "r served by the fallback queue")
-		got.p.Release()
-	case <-time.After(10 * time.Second):
-		t.Fatal("r was never served once the fail_open request ended")
-	}
+	servedOnceTheFailOpenRequestEnds(t, n, func() { once.Do(open.Release) })
 }
 
 // As above, where the fallback queue of the outage is open already: a
@@ -179,6 +158,15 @@ func TestAReloadThatSetsLocalAgainDuringAnOutageCountsTheFailOpenRequestsRunning
 	defer once.Do(open.Release)
 
 	require.NoError(t, n.q.Reconfigure(cfg))
+	servedOnceTheFailOpenRequestEnds(t, n, func() { once.Do(open.Release) })
+}
+
+// servedOnceTheFailOpenRequestEnds checks that a request r to n, whose
+// fallback queue has local_permits 1 while a request fail_open let in
+// runs, is served by the fallback queue only once end has ended that
+// request.
+func servedOnceTheFailOpenRequestEnds(t *testing.T, n *node, end func()) {
+	t.Helper()
 	r := make(chan acquired, 1)
 	go func() {
 		p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
@@ -192,7 +180,7 @@ func TestAReloadThatSetsLocalAgainDuringAnOutageCountsTheFailOpenRequestsRunning
 		t.Fatalf("r was served (%v) beside the fail_open request still running: 2 at once under local_permits 1", got.err)
 	case <-time.After(time.Second):
 	}
-	once.Do(open.Release)
+	end()
 	select {
 	case got := <-r:
 		require.NoError(t, got.err)
