@@ -30,20 +30,7 @@ func TestBackendGaugesSharedByQueuesThatFailToReadAreLoggedOnce(t *testing.T) {
 		http.NotFound(w, r)
 	}))
 	t.Cleanup(backend.Close)
-	logFile := filepath.Join(t.TempDir(), "caddy.log")
-	port := freePort(t)
-	var routes []string
-	for i := range 3 {
-		routes = append(routes, fmt.Sprintf(`{"match":[{"path":["/%d"]}],"handle":[
-		{"handler":"fair_queue","name":"gauges-typo-%d","permits":4,
-		 "adaptive":{"target_ttft":"1s","interval":"100ms","backend_metrics":%q}},
-		{"handler":"static_response","body":"ok"}]}`, i, i, backend.URL+"/metric"))
-	}
-	config := fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"INFO",
-		"writer":{"output":"file","filename":%q}}}},
-		"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[%s]}}}}}`, logFile, port, strings.Join(routes, ","))
-	require.NoError(t, caddy.Load([]byte(config), false))
-	t.Cleanup(func() { _ = caddy.Stop() })
+	logFile := loadGaugeQueues(t, "gauges-typo", backend.URL+"/metric")
 	require.Eventually(t, func() bool { return reads.Load() >= 5 }, 10*time.Second, 10*time.Millisecond)
 	time.Sleep(300 * time.Millisecond) // every queue's reads failed by now, three intervals
 	require.NoError(t, caddy.Stop())   // flushes the log
@@ -73,20 +60,7 @@ func TestBackendGaugesSharedByQueuesLogTheirRecoveryOnce(t *testing.T) {
 		_, _ = fmt.Fprint(w, "vllm:num_preemptions_total{model_name=\"m\"} 0\nvllm:num_requests_waiting{model_name=\"m\"} 0\n")
 	}))
 	t.Cleanup(backend.Close)
-	logFile := filepath.Join(t.TempDir(), "caddy.log")
-	port := freePort(t)
-	var routes []string
-	for i := range 3 {
-		routes = append(routes, fmt.Sprintf(`{"match":[{"path":["/%d"]}],"handle":[
-		{"handler":"fair_queue","name":"gauges-restart-%d","permits":4,
-		 "adaptive":{"target_ttft":"1s","interval":"100ms","backend_metrics":%q}},
-		{"handler":"static_response","body":"ok"}]}`, i, i, backend.URL+"/metrics"))
-	}
-	config := fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"INFO",
-		"writer":{"output":"file","filename":%q}}}},
-		"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[%s]}}}}}`, logFile, port, strings.Join(routes, ","))
-	require.NoError(t, caddy.Load([]byte(config), false))
-	t.Cleanup(func() { _ = caddy.Stop() })
+	logFile := loadGaugeQueues(t, "gauges-restart", backend.URL+"/metrics")
 	require.Eventually(t, func() bool { return reads.Load() >= 8 }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, caddy.Stop()) // flushes the log
 
@@ -104,4 +78,26 @@ func TestBackendGaugesSharedByQueuesLogTheirRecoveryOnce(t *testing.T) {
 		}
 	}
 	assert.Equal(t, [2]int{1, 1}, [2]int{warned, recovered}, "3 queues share the reads of a backend that failed 3 of them, then recovered: warn and info lines; the log says: %s", raw)
+}
+
+// loadGaugeQueues runs Caddy with three queues (name-0 to name-2) that
+// read the gauges at url every 100ms, its log at INFO level in the file
+// it returns.
+func loadGaugeQueues(t *testing.T, name, url string) (logFile string) {
+	t.Helper()
+	logFile = filepath.Join(t.TempDir(), "caddy.log")
+	port := freePort(t)
+	var routes []string
+	for i := range 3 {
+		routes = append(routes, fmt.Sprintf(`{"match":[{"path":["/%d"]}],"handle":[
+		{"handler":"fair_queue","name":"%s-%d","permits":4,
+		 "adaptive":{"target_ttft":"1s","interval":"100ms","backend_metrics":%q}},
+		{"handler":"static_response","body":"ok"}]}`, i, name, i, url))
+	}
+	config := fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"INFO",
+		"writer":{"output":"file","filename":%q}}}},
+		"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[%s]}}}}}`, logFile, port, strings.Join(routes, ","))
+	require.NoError(t, caddy.Load([]byte(config), false))
+	t.Cleanup(func() { _ = caddy.Stop() })
+	return logFile
 }
