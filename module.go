@@ -124,9 +124,8 @@ type Handler struct {
 	// ({http.fair_queue.model}), a request that names no model (no
 	// "model" in its JSON body, a body that is not JSON, no body) is
 	// answered 400 with code model_missing, as early. Each name once, 1
-	// to 200 bytes.
-	// Requires a Name with placeholders. Default: none, any name opens
-	// a queue.
+	// to 200 bytes. Requires a Name with placeholders. Default: none, any
+	// name opens a queue.
 	Names []string `json:"names,omitempty"`
 
 	// Permits is how many requests of the queue may be served at once,
@@ -237,16 +236,16 @@ type Handler struct {
 	// Tenant is a placeholder expression naming who a request is for,
 	// such as {http.request.header.X-Tenant-Id} set by forward_auth,
 	// {http.auth.user.id} or {http.request.remote.host}: an identity the
-	// client cannot choose per request. Setting it makes the queue fair across
-	// tenants: FIFO inside each tenant, tenants interleaved by what they
-	// were charged (see Cost) so that one sending ten times the requests
-	// of another does not get ten times the permits. The value is replaced
-	// per request, cut to its first 1 KiB (longer values that share
-	// those bytes are one tenant) and hashed before it reaches the store
-	// or any log; an empty value is one default tenant. A request sent
-	// in TLS early data (HTTP/3's 0-RTT), whose client address is not
-	// known until the handshake is done, is answered 425 Too Early (its
-	// client sends it again then). Default: none, strict FIFO.
+	// client cannot choose per request. Setting it makes the queue fair
+	// across tenants: FIFO inside each tenant, tenants interleaved by what
+	// they were charged (see Cost) so that one sending ten times the
+	// requests of another does not get ten times the permits. The value
+	// is replaced per request, cut to its first 1 KiB (longer values that
+	// share those bytes are one tenant) and hashed before it reaches the
+	// store or any log; an empty value is one default tenant. A request
+	// in TLS early data (HTTP/3's 0-RTT), its client's address unknown
+	// until the handshake, is answered 425 Too Early (its client sends it
+	// again then). Default: none, strict FIFO.
 	Tenant string `json:"tenant,omitempty"`
 
 	// Weights gives tenants a share of the permits relative to others: a
