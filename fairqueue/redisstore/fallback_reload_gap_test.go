@@ -45,6 +45,21 @@ func (s *gapBeatStore) Heartbeat(ctx context.Context, a fairqueue.HeartbeatArgs)
 	return s.Store.Heartbeat(ctx, a)
 }
 
+// intoTheGap arms hb, restarts srv and waits until n reads Redis up and
+// its first heartbeat since is held: the gap before the heartbeat that
+// has Redis count the fallback queue's permits.
+func (s *gapBeatStore) intoTheGap(t *testing.T, n *node, srv *redistest.Server) {
+	t.Helper()
+	s.arm.Store(true)
+	srv.Restart()
+	eventually(t, 20*time.Second, func() bool { return n.q.Stats().StoreUp }, "Redis never marked up again")
+	select {
+	case <-s.held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no heartbeat once Redis was back")
+	}
+}
+
 // gapNode is a node of permits 1 and local_permits 1 on srv whose
 // request p1 was served by its fallback queue while Redis was down, and
 // whose heartbeats are held once armed (hb).
@@ -96,14 +111,7 @@ func TestARequestAfterAReloadThatDroppedTheFallbackWaitsForTheHeartbeatThatCount
 				reloaded.Fallback, reloaded.LocalPermits, reloaded.FailOpen = nil, 0, policy == "fail_open"
 			}
 			require.NoError(t, n.q.Reconfigure(reloaded))
-			hb.arm.Store(true)
-			srv.Restart()
-			eventually(t, 20*time.Second, func() bool { return n.q.Stats().StoreUp }, "Redis never marked up again")
-			select {
-			case <-hb.held:
-			case <-time.After(20 * time.Second):
-				t.Fatal("no heartbeat once Redis was back")
-			}
+			hb.intoTheGap(t, n, srv)
 
 			r2 := make(chan acquired, 1)
 			go func() {

@@ -69,14 +69,7 @@ func TestARequeueInTheGapAfterAReloadThatDroppedTheFallbackCoolsItsUpstreamThere
 				reloaded.Fallback, reloaded.FailOpen = nil, policy == "fail_open"
 			}
 			require.NoError(t, n.q.Reconfigure(reloaded))
-			hb.arm.Store(true)
-			srv.Restart()
-			eventually(t, 20*time.Second, func() bool { return n.q.Stats().StoreUp }, "Redis never marked up again")
-			select {
-			case <-hb.held:
-			case <-time.After(20 * time.Second):
-				t.Fatal("no heartbeat once Redis was back")
-			}
+			hb.intoTheGap(t, n, srv)
 
 			requeued := make(chan acquired, 1)
 			go func() {
