@@ -7,7 +7,6 @@ import (
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
-	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
 // FLUSHALL (an operator's, or a failover to an empty replica without a
@@ -17,15 +16,7 @@ import (
 // grants under it again, not at its ceiling for good.
 func TestLearnedShareOutlivesAFlushall(t *testing.T) {
 	const name = "learnedflushall"
-	srv := redistest.Start(t)
-	a := newNode(t, srv, name, learnedCfg(200*time.Millisecond, 3*time.Second))
-	p, err := a.q.Acquire(context.Background(), fairqueue.Request{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Release()
-	a.q.ObserveTTFT("", time.Second) // a breach: the share halves, 2 of the 4 permits
-	halved(t, a, "the share did not move")
+	srv, a := halvedQueue(t, name)
 
 	flushed := time.Now()
 	if err := srv.Client(t).FlushAll(context.Background()).Err(); err != nil {

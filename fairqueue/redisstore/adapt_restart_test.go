@@ -16,15 +16,7 @@ import (
 // backend that was overloaded at the ceiling is the same backend.
 func TestLearnedShareOutlivesARedisRestartWithoutPersistence(t *testing.T) {
 	const name = "learnedrestart"
-	srv := redistest.Start(t)
-	a := newNode(t, srv, name, learnedCfg(200*time.Millisecond, 3*time.Second))
-	p, err := a.q.Acquire(context.Background(), fairqueue.Request{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Release()
-	a.q.ObserveTTFT("", time.Second) // a breach: the share halves, 2 of the 4 permits
-	halved(t, a, "the share did not move")
+	srv, a := halvedQueue(t, name)
 
 	restarted := time.Now()
 	srv.Restart() // empty
@@ -55,4 +47,20 @@ func TestLearnedShareOutlivesARedisRestartWithoutPersistence(t *testing.T) {
 	if s := a.q.Share(); s != 0.5 {
 		t.Fatalf("a's share is %v after the restart, want 0.5", s)
 	}
+}
+
+// halvedQueue is a node of the learned queue name (4 permits) on a Redis
+// of its own, whose share one breach halved.
+func halvedQueue(t *testing.T, name string) (*redistest.Server, *node) {
+	t.Helper()
+	srv := redistest.Start(t)
+	a := newNode(t, srv, name, learnedCfg(200*time.Millisecond, 3*time.Second))
+	p, err := a.q.Acquire(context.Background(), fairqueue.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	a.q.ObserveTTFT("", time.Second) // a breach: the share halves, 2 of the 4 permits
+	halved(t, a, "the share did not move")
+	return srv, a
 }
