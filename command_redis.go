@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
 )
 
@@ -120,14 +120,11 @@ func hasKeys(ctx context.Context, rdb redis.UniversalClient, st *redisstore.Stor
 	return nil
 }
 
-// explainRefusal words Redis's NOPERM as what it is: the user lacks a
-// permission (an ACL grant), Redis is up; with the ACL a user of the
-// queues needs (redisstore.Store.PermissionsNeeded).
-// Only Redis's answer is read (redis.Error): a queue's name, in the
-// error's text, may say NOPERM too.
+// explainRefusal words Redis's NOPERM (fairqueue.Refused) as what it
+// is: the user lacks a permission (an ACL grant), Redis is up; with the
+// ACL a user of the queues needs (redisstore.Store.PermissionsNeeded).
 func explainRefusal(err error, needs string) error {
-	var reply redis.Error
-	if !errors.As(err, &reply) || !strings.Contains(reply.Error(), "NOPERM") {
+	if !fairqueue.Refused(err) {
 		return err
 	}
 	return fmt.Errorf("Redis refused this user a permission (%w); a user of the queues needs: ACL SETUSER <user> %s", err, needs)

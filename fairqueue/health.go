@@ -25,7 +25,7 @@ type health struct {
 	// needs is what the store's user needs to be granted
 	// (PermissionNeeder), for the log line of a store that refuses it.
 	needs string
-	// refusal is the refusal (refused) that marked the store down, and
+	// refusal is the refusal (Refused) that marked the store down, and
 	// what the user needs, while it is down; nil otherwise.
 	refusal   atomic.Pointer[string]
 	mu        sync.Mutex
@@ -64,14 +64,14 @@ func unreachable(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-// refused reports whether err is the store refusing its user a
+// Refused reports whether err is the store refusing its user a
 // permission: Redis's NOPERM, from an ACL that does not grant the
 // queue's keys, channels or commands. The store answers: not an outage,
 // but a grant missing, which every call meets until it is made. Only an
 // answer of Redis's (go-redis's errors of a reply have RedisError) is
 // read: a queue's name, in the text of every error of its store, may
 // say NOPERM too.
-func refused(err error) bool {
+func Refused(err error) bool {
 	var reply interface {
 		error
 		RedisError()
@@ -158,7 +158,7 @@ func (h *health) markDown(log *zap.Logger, err error) {
 	if h.onDown != nil {
 		h.onDown()
 	}
-	if refused(err) {
+	if Refused(err) {
 		refusal := err.Error()
 		fields := []zap.Field{zap.Error(err)}
 		if h.needs != "" {
