@@ -79,9 +79,10 @@ func (h *Handler) checkPool() error {
 	if h.Permits > sum {
 		return fmt.Errorf("permits (%d) is more than the upstreams' permits together (%d): it caps the pool, leave it out to use their sum", h.Permits, sum)
 	}
-	// kv_tokens on only some upstreams is fairqueue.Config.Validate's
-	// rule. This one is the glue's: the engine's local fallback scales
-	// the queue's and each upstream's tokens apart, and may round into it.
+	// kv_tokens on only some upstreams is checkUpstreams's rule (and
+	// fairqueue.Config.Validate's). This one is the glue's: the engine's
+	// local fallback scales the queue's and each upstream's tokens apart,
+	// and may round into it.
 	if withTokens == len(h.Upstreams) && h.KVTokens > tokens {
 		return fmt.Errorf("kv_tokens (%d) is more than the upstreams' kv_tokens together (%d): it caps the pool, leave it out to use their sum", h.KVTokens, tokens)
 	}
@@ -96,13 +97,14 @@ func checkUpstreams(us []fairqueue.Upstream, kvTokens int) error {
 	for i, u := range us {
 		at := "upstreams[" + strconv.Itoa(i) + "]"
 		var field, msg string
+		dialErr := checkDial(u.Dial)
 		switch {
 		case u.Dial == "":
 			field, msg = "dial", "the address is empty"
 		case strings.ContainsAny(u.Dial, " \t\r\n|"):
 			field, msg = "dial", "the address must not contain spaces or '|'"
-		case checkDial(u.Dial) != nil:
-			field, msg = "dial", fmt.Sprintf("%q: %v", u.Dial, checkDial(u.Dial))
+		case dialErr != nil:
+			field, msg = "dial", fmt.Sprintf("%q: %v", u.Dial, dialErr)
 		case slices.ContainsFunc(us[:i], func(o fairqueue.Upstream) bool { return o.Dial == u.Dial }):
 			return optErr(fmt.Sprintf("upstream %s is given twice", u.Dial), at+".dial", u.Dial+" is listed twice")
 		case u.Permits < 1:
