@@ -104,8 +104,9 @@ func evictAtTheWorstMoment(t *testing.T, mode evictionMode, keys []string) {
 	srv := redistest.Start(t)
 	cfg := mode.cfg
 	cfg.Lease, cfg.PollInterval, cfg.MaxWait = 1500*time.Millisecond, 50*time.Millisecond, 30*time.Second
-	a := newNode(t, srv, "evicted", cfg)
-	b := newNode(t, srv, "evicted", cfg)
+	beatsA, beatsB := &beatsSince{}, &beatsSince{}
+	a := wrappedNode(t, srv, "evicted", cfg, beatsA.wrap)
+	b := wrappedNode(t, srv, "evicted", cfg, beatsB.wrap)
 	run := newInFlight(cfg)
 	req := func(tenant string) fairqueue.Request { return fairqueue.Request{Tenant: tenant, Tokens: mode.tokens} }
 	if cfg.Fair {
@@ -157,14 +158,18 @@ func evictAtTheWorstMoment(t *testing.T, mode evictionMode, keys []string) {
 	time.Sleep(cfg.Lease)
 
 	tag := redisstore.New(a.rdb, "evicted", redisstore.Options{}).Tag()
+	beatsA.from(time.Now())
+	beatsB.from(time.Now())
 	for _, k := range keys {
 		require.EqualValues(t, 1, a.rdb.Exists(context.Background(), tag+":"+k).Val(), "no key %s to evict", k)
 		require.NoError(t, a.rdb.Del(context.Background(), tag+":"+k).Err())
 	}
-	// Each node heartbeats every lease/3: both have, twice at least,
-	// once two leases have passed (a loaded machine may delay one).
-	run.strictAfter(time.Now().Add(2 * cfg.Lease))
-	time.Sleep(2*cfg.Lease + 100*time.Millisecond)
+	// Each node heartbeats every lease/3; from the second heartbeat each
+	// has begun after the eviction, every grant counts. Counted, not
+	// timed: a loaded machine can delay a heartbeat past any wait.
+	eventually(t, 30*time.Second, func() bool { return beatsA.count() >= 2 && beatsB.count() >= 2 },
+		"no two heartbeats of each node after the eviction")
+	run.strictAfter(time.Now())
 	wait(a, "a1")
 	wait(b, "b1")
 	time.Sleep(200 * time.Millisecond)
@@ -185,6 +190,44 @@ func evictAtTheWorstMoment(t *testing.T, mode evictionMode, keys []string) {
 	require.NoError(t, a.q.Close())
 	require.NoError(t, b.q.Close())
 	assert.Empty(t, a.rdb.Keys(context.Background(), tag+"*").Val(), "keys left once every node has left")
+}
+
+// beatsSince wraps a node's store to count its heartbeats begun after a
+// moment and answered without error.
+type beatsSince struct {
+	fairqueue.Store
+	mu    sync.Mutex
+	since time.Time
+	n     int
+}
+
+func (b *beatsSince) wrap(s fairqueue.Store) fairqueue.Store { b.Store = s; return b }
+
+// from starts the count at at.
+func (b *beatsSince) from(at time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.since, b.n = at, 0
+}
+
+func (b *beatsSince) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n
+}
+
+func (b *beatsSince) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (fairqueue.HeartbeatResult, error) {
+	b.mu.Lock()
+	since := b.since
+	b.mu.Unlock()
+	began := time.Now()
+	res, err := b.Store.Heartbeat(ctx, hb)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err == nil && !since.IsZero() && !began.Before(since) && since.Equal(b.since) {
+		b.n++
+	}
+	return res, err
 }
 
 // inFlight tracks the permits the test's requests hold: in all, in tokens
