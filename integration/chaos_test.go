@@ -54,12 +54,12 @@ const (
 // Checked throughout:
 //   - the permits held in Redis (sampled every 5ms) and the requests at
 //     the upstream never exceed the permits, except in the documented
-//     windows of a store fault (a phase in which a running instance's
-//     lease ran out in Redis, a heartbeat late on a loaded machine, is one
-//     too): while Redis is away and for chaosWindow after, up to 2 x permits (permits granted before a data loss run
-//     on while the emptied Redis grants anew, until heartbeats
-//     re-register them), plus, with local, the local permits of every
-//     instance;
+//     windows of a store fault: while Redis is away and for chaosWindow
+//     after (and in a phase in which a running instance's lease ran out
+//     in Redis, a heartbeat late on a loaded machine), up to 2 x permits
+//     (permits granted before a data loss run on while the emptied Redis
+//     grants anew, until heartbeats re-register them), plus, with local,
+//     the local permits of every instance;
 //   - when a thousand clients leave at once, the upstream may for a
 //     moment also count requests of departed clients that were granted
 //     before their instance noticed they left: the queue released their
