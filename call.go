@@ -87,6 +87,12 @@ func (c *call) read() (answered bool, err error) {
 		writeAmbiguousModel(c.w, c.api)
 		return true, nil
 	}
+	if info.AmbiguousStream {
+		// Whether its answer streams decides the keepalive, the shape
+		// of a reject and what adaptive times, and would be a guess.
+		writeAmbiguousStream(c.w, c.api)
+		return true, nil
+	}
 	c.streaming = c.api.streams(info, c.r)
 	c.model = info.Model
 	repl.Set(phModel, c.api.modelName(info.Model)) // queueName may set another spelling

@@ -73,6 +73,10 @@ type Fields struct {
 	// Ambiguous reports (SniffEither) that the body names different
 	// models as its two kinds of backend read it.
 	Ambiguous bool
+	// AmbiguousStream reports (SniffEither) that one kind of backend
+	// streams the answer to the body and the other does not
+	// ("stream":false,"STREAM":true).
+	AmbiguousStream bool
 }
 
 // Sniff reads the top-level keys "stream", "model", the max tokens keys
@@ -102,11 +106,13 @@ func SniffFolded(b []byte) Fields { return sniff(b, foldedKeys) }
 // a backend runs it; a prompt that only one reading finds counts at
 // least the body's bytes, as a body without one does. Stream and Model
 // are the exact reading's; Ambiguous reports that the other names
-// another model. A body that one kind cannot read (a NaN or a byte order
-// mark, which Go refuses) is read as the other reads it.
+// another model, AmbiguousStream that it streams where the exact one
+// does not, or the other way round. A body that one kind cannot read
+// (a NaN or a byte order mark, which Go refuses) is read as the other
+// reads it.
 func SniffEither(b []byte) Fields {
 	f, fok := sniffRead(b, exactKeys)
-	g, gok := sniffRead(b, foldedKeys)
+	g, gStream, gok := sniffStream(b, foldedKeys)
 	switch {
 	case !gok:
 		return f
@@ -114,6 +120,7 @@ func SniffEither(b []byte) Fields {
 		return g
 	}
 	f.Ambiguous = f.Model != g.Model
+	f.AmbiguousStream = f.Stream != gStream
 	f.MaxTokens = max(f.MaxTokens, g.MaxTokens)
 	f.Budget = max(f.Budget, g.Budget)
 	f.Completions = max(f.Completions, g.Completions)
@@ -146,21 +153,28 @@ func sniff(b []byte, k keys) Fields {
 
 // sniffRead is sniff, and whether its reader reads b (a JSON object).
 func sniffRead(b []byte, k keys) (Fields, bool) {
+	f, _, ok := sniffStream(b, k)
+	return f, ok
+}
+
+// sniffStream is sniffRead, and "stream" as Go decodes it into a bool
+// (Ollama's /v1 requests), where a null leaves the value before it; its
+// native requests' *bool, which Fields.Stream and NoStream read, is nil
+// after a null.
+func sniffStream(b []byte, k keys) (info Fields, goBool, ok bool) {
 	if k == exactKeys {
 		// Python's json.loads takes a UTF-8 byte order mark before the
 		// JSON, and UTF-16 and UTF-32 (Go's encoding/json does not).
-		var ok bool
 		if b, ok = pythonText(b); !ok {
-			return Fields{}, false
+			return Fields{}, false, false
 		}
 	}
 	b = bytes.TrimLeft(b, " \t\r\n")
 	if len(b) == 0 || b[0] != '{' || !valid(b, k == exactKeys) {
-		return Fields{}, false
+		return Fields{}, false, false
 	}
 	// b is valid JSON from here on: the scanner only needs to find where
 	// each top-level member starts and ends.
-	var info Fields
 	var tokens [4]int64   // by key, so that a repeated key replaces its own value
 	var prompts [7]prompt // messages, prompt, system, input, instructions, suffix, template
 	var choices [2]int64  // n, best_of
@@ -176,6 +190,9 @@ func sniffRead(b []byte, k keys) (Fields, bool) {
 		}
 		switch name {
 		case "stream":
+			if val[0] != 'n' {
+				goBool = string(val) == "true"
+			}
 			info.Stream = string(val) == "true"
 			info.NoStream = string(val) == "false"
 		case "model":
@@ -251,7 +268,7 @@ func sniffRead(b []byte, k keys) (Fields, bool) {
 	if info.Prompt {
 		info.PromptBytes += tools[0] + tools[1]
 	}
-	return info, true
+	return info, goBool, true
 }
 
 // MaxTokenCount saturates a token count read from a body: beyond it a
