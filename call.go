@@ -82,6 +82,9 @@ func (c *call) read() (answered bool, err error) {
 		return true, caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("reading request body: %w", err))
 	}
 	info := c.api.sniff(body)
+	if generates(c.r, c.api) {
+		info = asGenerate(info)
+	}
 	if info.Ambiguous {
 		// Its queue would be one model's while a backend runs another.
 		writeAmbiguousModel(c.w, c.api)

@@ -79,6 +79,26 @@ func embeds(r *http.Request, a api) bool {
 	return a == apiOllamaEmbed || strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/embeddings")
 }
 
+// generates reports whether r, of API a, asks TGI's or SGLang's native
+// generation (/generate, TGI's /generate_stream; Ollama's /api/generate
+// is an API of its own), whose body sets its budget and completions in
+// an object of their own (jsonscan.Fields.NewTokens, NewCompletions).
+func generates(r *http.Request, a api) bool {
+	if a.ollama() {
+		return false
+	}
+	p := strings.TrimSuffix(r.URL.Path, "/")
+	return strings.HasSuffix(p, "/generate") || strings.HasSuffix(p, "/generate_stream")
+}
+
+// asGenerate is f as TGI and SGLang read a native /generate body: its
+// budget (cost max_tokens' too) is max_new_tokens, its completions
+// best_of, n and the batch; they know no max_tokens and no top-level n.
+func asGenerate(f jsonscan.Fields) jsonscan.Fields {
+	f.Budget, f.MaxTokens, f.Completions = f.NewTokens, f.NewTokens, f.NewCompletions
+	return f
+}
+
 // newWeight reads a request's text and budget from its body (bodyLen
 // bytes, info sniffed), as its API a reads it, defaultBudget when the
 // body sets none; its

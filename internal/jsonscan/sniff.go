@@ -73,6 +73,17 @@ type Fields struct {
 	// Ambiguous reports (SniffEither) that the body names different
 	// models as its two kinds of backend read it.
 	Ambiguous bool
+	// NewTokens is the completion budget of TGI's and SGLang's native
+	// /generate: "max_new_tokens" of TGI's "parameters" or of SGLang's
+	// "sampling_params", the larger, read as Budget's; 0 if none.
+	NewTokens int64
+	// NewCompletions is how many completions those generate, each up
+	// to NewTokens: the larger of TGI's "parameters": {"best_of"} and
+	// SGLang's "sampling_params": {"n"} (else 1), times the prompts of
+	// an SGLang batch ("text" an array of strings, "input_ids" of token
+	// arrays), saturated as Completions; 0 (one) if the body has none
+	// of these.
+	NewCompletions int64
 	// AmbiguousStream reports (SniffEither) that one kind of backend
 	// streams the answer to the body and the other does not
 	// ("stream":false,"STREAM":true).
@@ -124,6 +135,8 @@ func SniffEither(b []byte) Fields {
 	f.MaxTokens = max(f.MaxTokens, g.MaxTokens)
 	f.Budget = max(f.Budget, g.Budget)
 	f.Completions = max(f.Completions, g.Completions)
+	f.NewTokens = max(f.NewTokens, g.NewTokens)
+	f.NewCompletions = max(f.NewCompletions, g.NewCompletions)
 	f.PromptTokens = max(f.PromptTokens, g.PromptTokens)
 	f.Media = f.Media || g.Media
 	if f.Prompt != g.Prompt {
@@ -178,6 +191,9 @@ func sniffStream(b []byte, k keys) (info Fields, goBool, ok bool) {
 	var tokens [4]int64   // by key, so that a repeated key replaces its own value
 	var prompts [7]prompt // messages, prompt, system, input, instructions, suffix, template
 	var choices [2]int64  // n, best_of
+	var generate [2]int64 // /generate: TGI's max_new_tokens, best_of
+	var sampling [2]int64 // SGLang's max_new_tokens, n
+	var batch [2]int64    // SGLang's prompts: text, input_ids
 	var context int64     // Ollama's "context": token ids
 	var tools [2]int64    // tools, functions: bytes of JSON
 	var images bool       // Ollama's generate: "images"
@@ -238,6 +254,14 @@ func sniffStream(b []byte, k keys) (info Fields, goBool, ok bool) {
 			context = tokenIDs(val)
 		case "images":
 			images = hasElements(val)
+		case "parameters":
+			generate[0], generate[1] = generateParams(val, "best_of")
+		case "sampling_params":
+			sampling[0], sampling[1] = generateParams(val, "n")
+		case "text":
+			batch[0] = generateBatch(val)
+		case "input_ids":
+			batch[1] = generateBatch(val)
 		case "tools":
 			tools[0] = toolsAgain(tools[0], val, k)
 		case "functions":
@@ -256,6 +280,10 @@ func sniffStream(b []byte, k keys) (info Fields, goBool, ok bool) {
 	info.NumPredict = tokens[3]
 	if each, batch := max(choices[0], choices[1]), prompts[1].batch; each > 0 || batch > 0 {
 		info.Completions = saturatedProduct(max(each, 1), max(batch, 1))
+	}
+	info.NewTokens = max(generate[0], sampling[0])
+	if each, prompts := max(generate[1], sampling[1]), max(batch[0], batch[1]); each > 0 || prompts > 0 {
+		info.NewCompletions = saturatedProduct(max(each, 1), max(prompts, 1))
 	}
 	info.PromptTokens = context
 	info.Media = images
