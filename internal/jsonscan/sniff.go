@@ -128,6 +128,7 @@ func SniffEither(b []byte) Fields {
 	case !gok:
 		return f
 	case !fok:
+		g.Stream = gStream // Ollama's /v1 reads a bool
 		return g
 	}
 	f.Ambiguous = f.Model != g.Model
