@@ -91,11 +91,15 @@ func generates(r *http.Request, a api) bool {
 	return strings.HasSuffix(p, "/generate") || strings.HasSuffix(p, "/generate_stream")
 }
 
-// asGenerate is f as TGI and SGLang read a native /generate body: its
-// budget (cost max_tokens' too) is max_new_tokens, its completions
-// best_of, n and the batch; they know no max_tokens and no top-level n.
+// asGenerate is f as a native /generate body is read: TGI and SGLang
+// read its budget from max_new_tokens and its completions from best_of,
+// n and the batch, vLLM's demo api_server from the top-level max_tokens
+// and n as its OpenAI-compatible API does; the handler cannot tell
+// which runs it, so each is the heavier reading's (cost max_tokens' too).
 func asGenerate(f jsonscan.Fields) jsonscan.Fields {
-	f.Budget, f.MaxTokens, f.Completions = f.NewTokens, f.NewTokens, f.NewCompletions
+	f.Budget = max(f.Budget, f.NewTokens)
+	f.MaxTokens = max(f.MaxTokens, f.NewTokens)
+	f.Completions = max(f.Completions, f.NewCompletions)
 	return f
 }
 

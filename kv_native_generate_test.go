@@ -3,6 +3,7 @@ package caddyfairqueue
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -13,8 +14,9 @@ import (
 // "sampling_params": {"max_new_tokens"} (SGLang), the completions from
 // TGI's "best_of", SGLang's "n" and a batch of SGLang prompts ("text",
 // "input_ids"): such a request is weighed by them, as an
-// OpenAI-compatible one is by max_tokens and n; other paths know no such
-// keys. Before, a native request was weighed by the default budget
+// OpenAI-compatible one is by max_tokens and n, or by these where they
+// are heavier (vLLM's demo api_server serves /generate too, and reads
+// them); other paths know no such keys. Before, a native request was weighed by the default budget
 // whatever it asked for: 100,000 new tokens held the KV cache of 500.
 func TestANativeGenerateRequestIsWeighedByItsMaxNewTokens(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
@@ -33,13 +35,14 @@ func TestANativeGenerateRequestIsWeighedByItsMaxNewTokens(t *testing.T) {
 		{"behind a prefix", "/tgi/generate/", `{"inputs":"abcd","parameters":{"max_new_tokens":3000}}`, 3000},
 		{"none set", "/generate", `{"inputs":"abcd","parameters":{"temperature":0.5}}`, 500},
 		{"max_tokens is not TGI's", "/generate", `{"inputs":"abcd","max_tokens":1,"parameters":{"max_new_tokens":3000}}`, 3000},
+		{"vLLM's demo server", "/generate", `{"prompt":"abcd","max_tokens":3000,"n":2}`, 2 * 3000},
 		{"not read on an OpenAI path", "/v1/completions", `{"model":"m","prompt":"abcd","parameters":{"max_new_tokens":3000}}`, 500},
 		{"nor on Ollama's", "/api/generate", `{"model":"m","prompt":"abcd","parameters":{"max_new_tokens":3000}}`, 500},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			prompt := int64(math.Ceil(float64(len(tc.body)) / 4)) // no prompt key read: the whole body
-			if tc.path == "/v1/completions" || tc.path == "/api/generate" {
-				prompt = 1 // "abcd"
+			if strings.Contains(tc.body, `"prompt":"abcd"`) {
+				prompt = 1 // a prompt read: "abcd"
 			}
 			next := newHolder()
 			req := newRequest(context.Background(), tc.body)
