@@ -3,14 +3,21 @@ package caddyfairqueue
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
 	"github.com/stretchr/testify/require"
 )
 
@@ -197,4 +204,54 @@ func TestTheLastFlushOfARejectHasAWriteDeadlineOverHTTP1(t *testing.T) {
 func chatRequest(body, header string) string {
 	return fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s",
 		header, len(body), body)
+}
+
+// So over HTTP/3, where a plain reject's body (a 429's JSON, which the
+// handler does not flush) goes out as the handler returns: quic-go takes
+// a small one at once, but a configured body of a few KiB waits there
+// for the client's window, and a client that left it shut held the
+// stream's goroutine for as long as it kept its connection open (QUIC's
+// idle timeout does not end a connection whose client acknowledges).
+// Over HTTP/2 Caddy's write_idle_timeout arms that flush's deadline
+// itself.
+func TestTheLastFlushOfARejectHasAWriteDeadlineOverHTTP3(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	up := newHeldUpstream(t)
+	name := "final-flush-h3"
+	body := `{"error":{"message":"` + strings.Repeat("busy ", 600) + `"}}`
+	s := runTLSCaddyWith(t, `"write_idle_timeout":"2s",`,
+		fmt.Sprintf(`{"handler":"fair_queue","name":%q,"permits":1,"max_wait":"500ms","reject":[{"body":%q}]}`, name, body), up.proxy())
+	first := chat(context.Background(), s.client(t, "h3"), s.url, `{"model":"m"}`)
+	require.Eventually(t, func() bool { return up.run.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
+
+	h3 := &http3.Transport{TLSClientConfig: &tls.Config{RootCAs: s.roots, ServerName: "localhost"},
+		QUICConfig: &quic.Config{InitialStreamReceiveWindow: 1, MaxStreamReceiveWindow: 1},
+		Dial: func(ctx context.Context, _ string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
+			return quic.DialAddrEarly(ctx, s.addr, tc, qc)
+		}}
+	t.Cleanup(func() { _ = h3.Close() })
+	req, err := http.NewRequest(http.MethodPost, s.url+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+	require.NoError(t, err)
+	resp, err := h3.RoundTrip(req) // the header of its 429; its body is never read
+	require.NoError(t, err)
+	t.Cleanup(func() { resp.Body.Close() })
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+
+	require.Eventually(t, func() bool { return !flushingToHTTP3() }, 30*time.Second, 100*time.Millisecond,
+		"the server still flushes the reject to a client that reads nothing")
+	up.release <- struct{}{}
+	require.NoError(t, got(t, first).err)
+}
+
+// flushingToHTTP3 reports whether a goroutine of this process waits in
+// the flush of an HTTP/3 response for its client's window.
+func flushingToHTTP3() bool {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "http3.(*responseWriter).Flush") && strings.Contains(g, "SendStream).Write") {
+			return true
+		}
+	}
+	return false
 }
