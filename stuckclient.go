@@ -57,21 +57,23 @@ func boundWritesThen(w http.ResponseWriter, server time.Time, back func() time.T
 }
 
 // lastFlushDeadline is the write deadline to leave on r's connection
-// after the handler's last write, server being the server's own. Over
-// HTTP/1, Go's server flushes what the handler left buffered after the
-// handler returns (a plain answer's body, a chunked stream's
-// terminator), under the deadline in force then: a client whose TCP
-// window shuts just then would hold the connection and its goroutine
-// for as long as it keeps it open, were there none. Caddy's
-// write_idle_timeout (IdleTimeoutWriter) leaves one after each write of
-// an answer, the timeout from then, within the server's write_timeout:
-// that one, so that the flush after the queue's frame is bounded as any
-// answer's last flush is, and the connection's next request finds the
-// deadline that any answer leaves it. Over HTTP/2 and HTTP/3 the
-// handler's last write is flushed before it returns, and without
+// (stream) after the handler's last write, server being the server's
+// own. Go's HTTP/1 server and quic-go's HTTP/3 one flush what the
+// handler left buffered (a plain answer's body, an HTTP/1 chunked
+// stream's terminator) after the handler returns, under the deadline in
+// force then: a client whose window shuts just then would hold the
+// connection or stream, and its goroutine, for as long as it keeps its
+// connection open, were there none. Caddy's write_idle_timeout
+// (IdleTimeoutWriter) leaves one after each write of an answer over
+// these, the timeout from then, within the server's write_timeout: that
+// one, so that the flush after the queue's frame is bounded as any
+// answer's last flush is, and an HTTP/1 connection's next request finds
+// the deadline that any answer leaves it. Over HTTP/2 that writer arms
+// the flush's deadline itself as the handler returns (a deadline left
+// armed there resets the stream when it passes), and without
 // write_idle_timeout Caddy leaves none: server.
 func lastFlushDeadline(r *http.Request, server time.Time) time.Time {
-	if r.ProtoMajor != 1 {
+	if r.ProtoMajor == 2 {
 		return server
 	}
 	_, idle := caddyhttp.IdleTimeoutsFromContext(r.Context())
