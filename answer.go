@@ -85,6 +85,14 @@ func writeAmbiguousModel(w http.ResponseWriter, a api) {
 	_ = writeJSON(w, http.StatusBadRequest, a.errorBody(msg, "invalid_request_error", "ambiguous_model"))
 }
 
+// writeAmbiguousStream answers a request whose body asks for a streamed
+// answer as one kind of backend reads it and not as the other does
+// ("stream" and "STREAM"): 400, before any queue.
+func writeAmbiguousStream(w http.ResponseWriter, a api) {
+	msg := "The request body sets \"stream\" more than once, in different spellings and to different values."
+	_ = writeJSON(w, http.StatusBadRequest, a.errorBody(msg, "invalid_request_error", "ambiguous_stream"))
+}
+
 // formatBytes writes n in the largest binary unit that divides it.
 func formatBytes(n int64) string {
 	for _, u := range []struct {

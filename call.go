@@ -82,9 +82,18 @@ func (c *call) read() (answered bool, err error) {
 		return true, caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("reading request body: %w", err))
 	}
 	info := c.api.sniff(body)
+	if generates(c.r, c.api) {
+		info = asGenerate(info)
+	}
 	if info.Ambiguous {
 		// Its queue would be one model's while a backend runs another.
 		writeAmbiguousModel(c.w, c.api)
+		return true, nil
+	}
+	if info.AmbiguousStream {
+		// Whether its answer streams decides the keepalive, the shape
+		// of a reject and what adaptive times, and would be a guess.
+		writeAmbiguousStream(c.w, c.api)
 		return true, nil
 	}
 	c.streaming = c.api.streams(info, c.r)
@@ -415,7 +424,7 @@ func (c *call) notGranted(err error) error {
 		// Caddy's error answer would need the header that is sent.
 		c.h.logger.Error("acquiring a permit", zap.String("queue", c.name), zap.Error(err))
 		w := c.beneath() // no answer of the upstream's
-		lift := boundWrites(w, serverWriteDeadline(c.r))
+		lift := boundLastWrites(w, c.r)
 		_ = writeFrame(w, c.api.errorFrame(c.api.errorBody("The request queue failed.", "server_error", "internal_error")))
 		lift()
 		return nil
@@ -433,8 +442,8 @@ func (c *call) reject(rej *fairqueue.RejectError) error {
 		p = h.policies[fairqueue.ReasonStoreUnavailable]
 	}
 	var err error
-	w := c.beneath()                                 // a requeued request's: no answer of its upstream's
-	lift := boundWrites(w, serverWriteDeadline(c.r)) // an event is flushed: a client that reads nothing would hold it
+	w := c.beneath()                // a requeued request's: no answer of its upstream's
+	lift := boundLastWrites(w, c.r) // an event is flushed: a client that reads nothing would hold it
 	if c.committed {
 		err = p.writeCommitted(w, c.repl, rej, c.api)
 	} else {

@@ -79,6 +79,30 @@ func embeds(r *http.Request, a api) bool {
 	return a == apiOllamaEmbed || strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/embeddings")
 }
 
+// generates reports whether r, of API a, asks TGI's or SGLang's native
+// generation (/generate, TGI's /generate_stream; Ollama's /api/generate
+// is an API of its own), whose body sets its budget and completions in
+// an object of their own (jsonscan.Fields.NewTokens, NewCompletions).
+func generates(r *http.Request, a api) bool {
+	if a.ollama() {
+		return false
+	}
+	p := strings.TrimSuffix(r.URL.Path, "/")
+	return strings.HasSuffix(p, "/generate") || strings.HasSuffix(p, "/generate_stream")
+}
+
+// asGenerate is f as a native /generate body is read: TGI and SGLang
+// read its budget from max_new_tokens and its completions from best_of,
+// n and the batch, vLLM's demo api_server from the top-level max_tokens
+// and n as its OpenAI-compatible API does; the handler cannot tell
+// which runs it, so each is the heavier reading's (cost max_tokens' too).
+func asGenerate(f jsonscan.Fields) jsonscan.Fields {
+	f.Budget = max(f.Budget, f.NewTokens)
+	f.MaxTokens = max(f.MaxTokens, f.NewTokens)
+	f.Completions = max(f.Completions, f.NewCompletions)
+	return f
+}
+
 // newWeight reads a request's text and budget from its body (bodyLen
 // bytes, info sniffed), as its API a reads it, defaultBudget when the
 // body sets none; its

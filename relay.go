@@ -83,7 +83,7 @@ func (c *call) relayEnd(cw *committedWriter, err error) error {
 	// queue's other frames, within frameTimeout: a client that takes
 	// nothing would hold the permit with it (stuckclient.go).
 	w := c.beneath()
-	lift := boundWrites(w, serverWriteDeadline(c.r))
+	lift := boundLastWrites(w, c.r)
 	_ = writeFrame(w, c.api.errorFrame(c.api.upstreamErrorBody(status, cw.errBody.Bytes()))) // fails only when the client is gone or stuck
 	lift()
 	return nil

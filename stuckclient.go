@@ -29,6 +29,22 @@ const frameTimeout = time.Second
 // serve on (an HTTP/1 connection keeps a deadline into its next
 // request).
 func boundWrites(w http.ResponseWriter, server time.Time) (lift func()) {
+	return boundWritesThen(w, server, func() time.Time { return server })
+}
+
+// boundLastWrites is boundWrites for the last frame the handler writes
+// to r's answer (a reject, an error event), after which its handler
+// returns: the lift puts back the deadline that Caddy's write_idle_timeout
+// would have left (lastFlushDeadline), which bounds the flush Go's
+// server makes after the handler returns.
+func boundLastWrites(w http.ResponseWriter, r *http.Request) (lift func()) {
+	server := serverWriteDeadline(r)
+	return boundWritesThen(w, server, func() time.Time { return lastFlushDeadline(r, server) })
+}
+
+// boundWritesThen bounds the writes to w as boundWrites does; its lift
+// sets the write deadline to what back returns.
+func boundWritesThen(w http.ResponseWriter, server time.Time, back func() time.Time) (lift func()) {
 	rc := http.NewResponseController(w)
 	bound := time.Now().Add(frameTimeout)
 	if !server.IsZero() && server.Before(bound) {
@@ -37,7 +53,38 @@ func boundWrites(w http.ResponseWriter, server time.Time) (lift func()) {
 	if rc.SetWriteDeadline(bound) != nil {
 		return func() {}
 	}
-	return func() { _ = rc.SetWriteDeadline(server) }
+	return func() { _ = rc.SetWriteDeadline(back()) }
+}
+
+// lastFlushDeadline is the write deadline to leave on r's connection
+// (stream) after the handler's last write, server being the server's
+// own. Go's HTTP/1 server and quic-go's HTTP/3 one flush what the
+// handler left buffered (a plain answer's body, an HTTP/1 chunked
+// stream's terminator) after the handler returns, under the deadline in
+// force then: a client whose window shuts just then would hold the
+// connection or stream, and its goroutine, for as long as it keeps its
+// connection open, were there none. Caddy's write_idle_timeout
+// (IdleTimeoutWriter) leaves one after each write of an answer over
+// these, the timeout from then, within the server's write_timeout: that
+// one, so that the flush after the queue's frame is bounded as any
+// answer's last flush is, and an HTTP/1 connection's next request finds
+// the deadline that any answer leaves it. Over HTTP/2 that writer arms
+// the flush's deadline itself as the handler returns (a deadline left
+// armed there resets the stream when it passes), and without
+// write_idle_timeout Caddy leaves none: server.
+func lastFlushDeadline(r *http.Request, server time.Time) time.Time {
+	if r.ProtoMajor == 2 {
+		return server
+	}
+	_, idle := caddyhttp.IdleTimeoutsFromContext(r.Context())
+	if idle == nil || idle.Deadline.Timeout <= 0 {
+		return server
+	}
+	d := time.Now().Add(idle.Deadline.Timeout)
+	if !server.IsZero() && server.Before(d) {
+		d = server
+	}
+	return d
 }
 
 // serverWriteDeadline is the write deadline the server set for r's

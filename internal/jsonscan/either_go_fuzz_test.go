@@ -11,6 +11,7 @@ import (
 // SniffEither weighs, as Go's encoding/json decodes them.
 type ollamaOpenAIRequest struct {
 	Model    string `json:"model"`
+	Stream   bool   `json:"stream"`
 	Messages []struct {
 		Content   any               `json:"content"`
 		ToolCalls []json.RawMessage `json:"tool_calls"`
@@ -35,6 +36,8 @@ func FuzzSniffEitherAsOllamaV1(f *testing.F) {
 		"{\"model\":\"m\",\"max_to\u212aens\":100000,\"messages\":[]}",
 		`{"model":"m","\u017Ftream":true,"me\u017F\u017Fages":[{"content":"abcd"}]}`,
 		`{"modeL":"big","model":"small"}`,
+		`{"model":"m","stream":false,"STREAM":true}`,
+		`{"model":"m","stream":true,"\u017Ftream":false,"stream":null}`,
 		`{"mod\u0065l":"m","MAX_TOKENS":7}`,
 		`{"model":"m","prompt":"abc","Suffix":"defg","max_tokens":1,"MAX_TOKENS":9}`,
 		`{"model":"m","input":"abc","INPUT":"abcdef"}`,
@@ -52,6 +55,9 @@ func FuzzSniffEitherAsOllamaV1(f *testing.F) {
 		got := SniffEither(b)
 		if !got.Ambiguous && got.Model != r.Model {
 			t.Fatalf("SniffEither names %q, Ollama runs %q, of %q", got.Model, r.Model, b)
+		}
+		if !got.AmbiguousStream && got.Stream != r.Stream {
+			t.Fatalf("SniffEither reads stream %v, Ollama %v, of %q", got.Stream, r.Stream, b)
 		}
 		if r.MaxTokens != nil && *r.MaxTokens > 0 && (got.MaxTokens < int64(*r.MaxTokens) || got.Budget < int64(*r.MaxTokens)) {
 			t.Fatalf("SniffEither %+v is lighter than Ollama's max_tokens %d, of %q", got, *r.MaxTokens, b)

@@ -73,6 +73,21 @@ type Fields struct {
 	// Ambiguous reports (SniffEither) that the body names different
 	// models as its two kinds of backend read it.
 	Ambiguous bool
+	// NewTokens is the completion budget of TGI's and SGLang's native
+	// /generate: "max_new_tokens" of TGI's "parameters" or of SGLang's
+	// "sampling_params", the larger, read as Budget's; 0 if none.
+	NewTokens int64
+	// NewCompletions is how many completions those generate, each up
+	// to NewTokens: the larger of TGI's "parameters": {"best_of"} and
+	// SGLang's "sampling_params": {"n"} (else 1), times the prompts of
+	// an SGLang batch ("text" an array of strings, "input_ids" of token
+	// arrays), saturated as Completions; 0 (one) if the body has none
+	// of these.
+	NewCompletions int64
+	// AmbiguousStream reports (SniffEither) that one kind of backend
+	// streams the answer to the body and the other does not
+	// ("stream":false,"STREAM":true).
+	AmbiguousStream bool
 }
 
 // Sniff reads the top-level keys "stream", "model", the max tokens keys
@@ -102,21 +117,27 @@ func SniffFolded(b []byte) Fields { return sniff(b, foldedKeys) }
 // a backend runs it; a prompt that only one reading finds counts at
 // least the body's bytes, as a body without one does. Stream and Model
 // are the exact reading's; Ambiguous reports that the other names
-// another model. A body that one kind cannot read (a NaN or a byte order
-// mark, which Go refuses) is read as the other reads it.
+// another model, AmbiguousStream that it streams where the exact one
+// does not, or the other way round. A body that one kind cannot read
+// (a NaN or a byte order mark, which Go refuses) is read as the other
+// reads it.
 func SniffEither(b []byte) Fields {
 	f, fok := sniffRead(b, exactKeys)
-	g, gok := sniffRead(b, foldedKeys)
+	g, gStream, gok := sniffStream(b, foldedKeys)
 	switch {
 	case !gok:
 		return f
 	case !fok:
+		g.Stream = gStream // Ollama's /v1 reads a bool
 		return g
 	}
 	f.Ambiguous = f.Model != g.Model
+	f.AmbiguousStream = f.Stream != gStream
 	f.MaxTokens = max(f.MaxTokens, g.MaxTokens)
 	f.Budget = max(f.Budget, g.Budget)
 	f.Completions = max(f.Completions, g.Completions)
+	f.NewTokens = max(f.NewTokens, g.NewTokens)
+	f.NewCompletions = max(f.NewCompletions, g.NewCompletions)
 	f.PromptTokens = max(f.PromptTokens, g.PromptTokens)
 	f.Media = f.Media || g.Media
 	if f.Prompt != g.Prompt {
@@ -146,24 +167,34 @@ func sniff(b []byte, k keys) Fields {
 
 // sniffRead is sniff, and whether its reader reads b (a JSON object).
 func sniffRead(b []byte, k keys) (Fields, bool) {
+	f, _, ok := sniffStream(b, k)
+	return f, ok
+}
+
+// sniffStream is sniffRead, and "stream" as Go decodes it into a bool
+// (Ollama's /v1 requests), where a null leaves the value before it; its
+// native requests' *bool, which Fields.Stream and NoStream read, is nil
+// after a null.
+func sniffStream(b []byte, k keys) (info Fields, goBool, ok bool) {
 	if k == exactKeys {
 		// Python's json.loads takes a UTF-8 byte order mark before the
 		// JSON, and UTF-16 and UTF-32 (Go's encoding/json does not).
-		var ok bool
 		if b, ok = pythonText(b); !ok {
-			return Fields{}, false
+			return Fields{}, false, false
 		}
 	}
 	b = bytes.TrimLeft(b, " \t\r\n")
 	if len(b) == 0 || b[0] != '{' || !valid(b, k == exactKeys) {
-		return Fields{}, false
+		return Fields{}, false, false
 	}
 	// b is valid JSON from here on: the scanner only needs to find where
 	// each top-level member starts and ends.
-	var info Fields
 	var tokens [4]int64   // by key, so that a repeated key replaces its own value
 	var prompts [7]prompt // messages, prompt, system, input, instructions, suffix, template
 	var choices [2]int64  // n, best_of
+	var generate [2]int64 // /generate: TGI's max_new_tokens, best_of
+	var sampling [2]int64 // SGLang's max_new_tokens, n
+	var batch [2]int64    // SGLang's prompts: text, input_ids
 	var context int64     // Ollama's "context": token ids
 	var tools [2]int64    // tools, functions: bytes of JSON
 	var images bool       // Ollama's generate: "images"
@@ -176,6 +207,9 @@ func sniffRead(b []byte, k keys) (Fields, bool) {
 		}
 		switch name {
 		case "stream":
+			if val[0] != 'n' {
+				goBool = string(val) == "true"
+			}
 			info.Stream = string(val) == "true"
 			info.NoStream = string(val) == "false"
 		case "model":
@@ -221,6 +255,14 @@ func sniffRead(b []byte, k keys) (Fields, bool) {
 			context = tokenIDs(val)
 		case "images":
 			images = hasElements(val)
+		case "parameters":
+			generate[0], generate[1] = generateParams(val, "best_of")
+		case "sampling_params":
+			sampling[0], sampling[1] = generateParams(val, "n")
+		case "text":
+			batch[0] = generateBatch(val)
+		case "input_ids":
+			batch[1] = generateBatch(val)
 		case "tools":
 			tools[0] = toolsAgain(tools[0], val, k)
 		case "functions":
@@ -240,6 +282,10 @@ func sniffRead(b []byte, k keys) (Fields, bool) {
 	if each, batch := max(choices[0], choices[1]), prompts[1].batch; each > 0 || batch > 0 {
 		info.Completions = saturatedProduct(max(each, 1), max(batch, 1))
 	}
+	info.NewTokens = max(generate[0], sampling[0])
+	if each, prompts := max(generate[1], sampling[1]), max(batch[0], batch[1]); each > 0 || prompts > 0 {
+		info.NewCompletions = saturatedProduct(max(each, 1), max(prompts, 1))
+	}
 	info.PromptTokens = context
 	info.Media = images
 	for _, p := range prompts {
@@ -251,7 +297,7 @@ func sniffRead(b []byte, k keys) (Fields, bool) {
 	if info.Prompt {
 		info.PromptBytes += tools[0] + tools[1]
 	}
-	return info, true
+	return info, goBool, true
 }
 
 // MaxTokenCount saturates a token count read from a body: beyond it a
