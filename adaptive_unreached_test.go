@@ -29,17 +29,34 @@ import (
 // then the backend comes up and answers one stream in time: the share
 // must stay whole.
 func TestAdaptiveDoesNotCountAStreamThatNeverReachedTheBackend(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// health: reverse_proxy's health_checks ("": none)
+		health string
+		// status: what a stream reverse_proxy could not forward gets
+		status int
+	}{
+		{"its dials are refused", "", http.StatusBadGateway},
+		// Its active health check finds it down: no upstream available.
+		{"its health check fails", `"health_checks":{"active":{"uri":"/health","interval":"100ms","timeout":"1s"}},`,
+			http.StatusServiceUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) { unreachedStreams(t, tc.health, tc.status) })
+	}
+}
+
+func unreachedStreams(t *testing.T, health string, status int) {
 	t.Cleanup(func() { poolEmpty(t) })
-	const name = "adapt-unreached"
+	name := fmt.Sprintf("adapt-unreached-%d", status)
 	backend := fmt.Sprintf("127.0.0.1:%d", freePort(t)) // nobody listens: refused
 	port := freePort(t)
 	config := fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
 		"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[
 		{"handler":"fair_queue","name":%q,"permits":4,
 		 "adaptive":{"target_ttft":"100ms","min_samples":1,"interval":"100ms","decrease":0.5}},
-		{"handler":"reverse_proxy","flush_interval":-1,
+		{"handler":"reverse_proxy","flush_interval":-1,%s
 		 "load_balancing":{"try_duration":"1s","try_interval":"250ms"},"upstreams":[{"dial":%q}]}]}]}}}}}`,
-		port, name, backend)
+		port, name, health, backend)
 	require.NoError(t, caddy.Load([]byte(config), false))
 	t.Cleanup(func() { _ = caddy.Stop() })
 	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
@@ -55,19 +72,27 @@ func TestAdaptiveDoesNotCountAStreamThatNeverReachedTheBackend(t *testing.T) {
 		_ = resp.Body.Close()
 		return resp.StatusCode
 	}
-	for i := range 2 {
+	// Streams the backend's outage fails, each after reverse_proxy
+	// tried for a second, until two of them failed as the case says
+	// (before the first health check, a dial is refused).
+	for failed := 0; failed < 2; {
 		start := time.Now()
-		require.Equal(t, http.StatusBadGateway, stream(), "the backend is down")
+		got := stream()
+		require.Contains(t, []int{http.StatusBadGateway, status}, got, "the backend is down")
 		require.GreaterOrEqual(t, time.Since(start), 500*time.Millisecond, "reverse_proxy tried for a while (lb_try_duration)")
-		if i == 0 {
-			time.Sleep(200 * time.Millisecond) // past the interval: the next one reports
+		if got == status {
+			failed++
 		}
+		time.Sleep(200 * time.Millisecond) // past the interval: the next one reports
 	}
 
 	ln, err := net.Listen("tcp", backend) // the backend comes up
 	require.NoError(t, err)
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/health" {
+			return
+		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
 	}))
@@ -75,8 +100,12 @@ func TestAdaptiveDoesNotCountAStreamThatNeverReachedTheBackend(t *testing.T) {
 	up.Listener = ln
 	up.Start()
 	t.Cleanup(up.Close)
-	time.Sleep(200 * time.Millisecond) // past the interval: this one reports
-	require.Equal(t, http.StatusOK, stream())
+	// Until a stream gets through (its health check passes).
+	deadline := time.Now().Add(10 * time.Second)
+	for stream() != http.StatusOK {
+		require.True(t, time.Now().Before(deadline), "the backend never served once up")
+		time.Sleep(200 * time.Millisecond)
+	}
 	var share *float64
 	require.Eventually(t, func() bool { share = reportedShare(t, name); return share != nil }, 10*time.Second, 20*time.Millisecond,
 		"the stream the backend answered in time was never reported")
