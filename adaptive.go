@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -177,11 +179,16 @@ func (c *call) observeAnswer() {
 }
 
 // unreached reports whether err, next's, says that reverse_proxy never
-// got the request to an upstream: every dial failed (refused, or timed
-// out; its DialError), however long it tried.
+// got the request to an upstream, however long it tried: every dial
+// failed (refused, or timed out; its DialError), or no upstream was
+// available (its health checks found them down: a 503 of its
+// errNoUpstream, known by its message, which is not exported).
 func unreached(err error) bool {
-	_, dial := errors.AsType[reverseproxy.DialError](err)
-	return dial
+	if _, dial := errors.AsType[reverseproxy.DialError](err); dial {
+		return true
+	}
+	he, ok := errors.AsType[caddyhttp.HandlerError](err)
+	return ok && he.StatusCode == http.StatusServiceUnavailable && he.Err != nil && he.Err.Error() == "no upstreams available"
 }
 
 var (
