@@ -1,8 +1,10 @@
 package caddyfairqueue
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -11,6 +13,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
@@ -154,7 +158,10 @@ func shareArg(oneAllowed bool) func(*caddyfile.Dispenser) (float64, error) {
 // up waiting) had a time to first token longer than it waited: above the
 // target when that wait was; one the upstream answered with an error
 // status (its body empty, or relayed as the error event of a committed
-// stream) had none to wait for.
+// stream) had none to wait for, nor had one reverse_proxy never got to
+// the upstream (unreached): a backend that is down is not overloaded,
+// and counted so, an outage would leave the capacity at its floor once
+// the backend is back (a pool's cooldown keeps requests off it).
 func (c *call) observeAnswer() {
 	if c.fb == nil || c.h.Adaptive == nil {
 		return
@@ -164,11 +171,24 @@ func (c *call) observeAnswer() {
 		c.e.q.ObserveRefused(c.fb.upstream)
 	case c.fb.first > 0 && c.streaming && c.fb.status < 300: // 0: a 200 written by the first Write
 		c.e.q.ObserveTTFT(c.fb.upstream, c.fb.first)
-	case c.fb.first == 0 && c.streaming && !c.fb.heldBack && !c.fb.errorAnswered && !c.fb.hijacked:
+	case c.fb.first == 0 && c.streaming && !c.fb.heldBack && !c.fb.errorAnswered && !c.fb.hijacked && !c.fb.unreached:
 		c.e.q.ObserveUnanswered(c.fb.upstream, time.Since(c.fb.forwarded))
 	case !c.streaming && c.fb.status < 300 && (c.fb.status != 0 || c.fb.first > 0) && !c.fb.hijacked:
 		c.e.q.ObserveAnswered(c.fb.upstream) // untimed, but no refusal: a plain queue climbs back
 	}
+}
+
+// unreached reports whether err, next's, says that reverse_proxy never
+// got the request to an upstream, however long it tried: every dial
+// failed (refused, or timed out; its DialError), or no upstream was
+// available (its health checks found them down: a 503 of its
+// errNoUpstream, known by its message, which is not exported).
+func unreached(err error) bool {
+	if _, dial := errors.AsType[reverseproxy.DialError](err); dial {
+		return true
+	}
+	he, ok := errors.AsType[caddyhttp.HandlerError](err)
+	return ok && he.StatusCode == http.StatusServiceUnavailable && he.Err != nil && he.Err.Error() == "no upstreams available"
 }
 
 var (

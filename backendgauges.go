@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -51,7 +52,10 @@ func watchGauges(e *engine) *gaugeWatch {
 	w := &gaugeWatch{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
-		client := &http.Client{}
+		// A transport of its own: closing its idle connections at the
+		// stop must not close those of http.DefaultTransport, which
+		// other users in the process (other Caddy modules) keep alive.
+		client := &http.Client{Transport: newGaugeTransport()}
 		defer client.CloseIdleConnections()
 		var reads sync.WaitGroup
 		defer reads.Wait() // ended by ctx
@@ -108,6 +112,22 @@ func watchGauges(e *engine) *gaugeWatch {
 		}
 	}()
 	return w
+}
+
+// newGaugeTransport is the transport of one gauge watch: the settings of
+// http.DefaultTransport, but its own connections. A shared read that
+// outlives its watch (readGaugesShared) leaves its connection idle, closed
+// after IdleConnTimeout.
+func newGaugeTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          100,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
 }
 
 // gaugeReading is one read of a backend's gauges, for share key.

@@ -332,7 +332,11 @@ func (c *call) finish() {
 // Each forwarding notes it anew: a refused one did not run (requeue).
 func (c *call) runNext(w http.ResponseWriter) error {
 	defer func() { c.aborted = c.left() }()
-	return c.next.ServeHTTP(w, c.r)
+	err := c.next.ServeHTTP(w, c.r)
+	if c.fb != nil {
+		c.fb.unreached = unreached(err) // observeAnswer
+	}
+	return err
 }
 
 // left reports whether the client has gone: its request's context

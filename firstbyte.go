@@ -25,6 +25,7 @@ type firstByteWriter struct {
 	hijacked                        bool          // an upgrade (a WebSocket) took the connection
 	heldBack                        bool          // the last forward's answer was held back (requeue_on): nothing of it timed
 	errorAnswered                   bool          // the upstream answered an error status (300 and above): no first token to wait for
+	unreached                       bool          // the forward never reached the upstream (unreached): no first token to wait for
 	watch                           *hangupWatch  // the running request's watch, stopped by a hijack
 }
 
@@ -51,7 +52,7 @@ func newFirstByteWriter(w http.ResponseWriter) *firstByteWriter {
 // forwardTo notes that the request is forwarded now, granted on
 // upstream ("" without a pool): its first byte is timed from here.
 func (f *firstByteWriter) forwardTo(upstream string) {
-	f.forwarded, f.upstream, f.heldBack, f.errorAnswered = time.Now(), upstream, false, false
+	f.forwarded, f.upstream, f.heldBack, f.errorAnswered, f.unreached = time.Now(), upstream, false, false, false
 }
 
 func (f *firstByteWriter) Write(b []byte) (int, error) {

@@ -295,7 +295,15 @@ type learner struct {
 	mu      sync.Mutex
 	obs     map[string]*AdaptReport
 	limited atomic.Bool
-	sent    atomic.Int64                       // when the last report was sent (Unix ns)
+	sent    atomic.Int64 // when the last report was sent (Unix ns)
+	// sending: a report (or a restore) is on its way. One at a time: two
+	// on their way at once may run in one order and have their replies
+	// read in the other, the older share kept. The next goes once its
+	// reply is read, with whatever was observed meanwhile.
+	sending atomic.Bool
+	// restore: the store lost its data; the shares the node knows are to
+	// be sent (restoreShares) once no report is on its way.
+	restore atomic.Bool
 	shares  atomic.Pointer[map[string]float64] // the shares in force, as the store last said
 	// moved is when the shares last changed here (ns since the session's
 	// base, on the monotonic clock): a reply to a call sent before then
@@ -346,11 +354,26 @@ func (q *Queue) maybeAdapt(cfg *Config) {
 	}
 	a := cfg.Adaptive.withDefaults()
 	now := time.Now().UnixNano()
-	last := q.learn.sent.Load()
-	if now-last < int64(a.Interval) || !q.learn.sent.CompareAndSwap(last, now) {
+	if now-q.learn.sent.Load() < int64(a.Interval) || !q.learn.sending.CompareAndSwap(false, true) {
+		return // too soon; or one is on its way: what was observed goes once it is answered
+	}
+	q.learn.sent.Store(now)
+	q.sendAdapt(ad, cfg, q.learn.take(), q.learn.limited.Swap(false))
+}
+
+// adaptSent is called once a report's reply is read (or the report was
+// not sent): the next may go, a restore the store needs first, then what
+// was observed meanwhile where an interval has passed since the last.
+func (q *Queue) adaptSent() {
+	q.learn.sending.Store(false)
+	cfg := q.cfg.Load()
+	if cfg.Adaptive == nil {
 		return
 	}
-	q.sendAdapt(ad, cfg, q.learn.take(), q.learn.limited.Swap(false))
+	q.sendRestore(cfg)
+	if q.learn.pending() {
+		q.maybeAdapt(cfg)
+	}
 }
 
 // restoreShares tells the store, after it lost its data (a heartbeat
@@ -359,9 +382,24 @@ func (q *Queue) maybeAdapt(cfg *Config) {
 // the ceiling (AdaptArgs.Known). The first node to tell it sets them; a
 // node's report does so too, if it comes first.
 func (q *Queue) restoreShares(cfg *Config) {
+	q.learn.restore.Store(true)
+	q.sendRestore(cfg)
+}
+
+// sendRestore sends the restore restoreShares asked for, unless a report
+// is on its way (adaptSent sends it after).
+func (q *Queue) sendRestore(cfg *Config) {
+	if !q.learn.restore.Load() || !q.learn.sending.CompareAndSwap(false, true) {
+		return
+	}
+	if !q.learn.restore.Swap(false) {
+		q.learn.sending.Store(false)
+		return
+	}
 	ad, ok := q.store.(Adapter)
 	m := q.learn.shares.Load()
 	if !ok || cfg.Adaptive == nil || m == nil {
+		q.learn.sending.Store(false)
 		return
 	}
 	keys := []string{""}
@@ -377,19 +415,23 @@ func (q *Queue) restoreShares(cfg *Config) {
 			reports = append(reports, AdaptReport{Key: k}) // nothing observed: the window does not move
 		}
 	}
-	if len(reports) > 0 {
-		q.sendAdapt(ad, cfg, reports, false)
+	if len(reports) == 0 {
+		q.learn.sending.Store(false)
+		return
 	}
+	q.sendAdapt(ad, cfg, reports, false)
 }
 
 // sendAdapt sends reports to the store in the background, with the
-// shares the node knows, and keeps the shares its reply says.
+// shares the node knows, and keeps the shares its reply says; the caller
+// set learner.sending, which adaptSent clears once the reply is read.
 func (q *Queue) sendAdapt(ad Adapter, cfg *Config, reports []AdaptReport, limited bool) {
 	a := cfg.Adaptive.withDefaults()
 	args := AdaptArgs{Node: q.node, Reports: reports, Limited: limited,
 		Floor: a.Floor, Decrease: a.Decrease, Step: a.Step, BreachShare: a.BreachShare, Interval: a.Interval,
 		MinSamples: a.MinSamples, Known: q.Shares()}
 	q.background(func() {
+		defer q.adaptSent()
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
 		defer cancel()
 		shares, err := ad.Adapt(ctx, args)

@@ -108,6 +108,13 @@ func (l *learner) add(key string, f func(*AdaptReport)) {
 	f(r)
 }
 
+// pending says whether anything was observed since the last take.
+func (l *learner) pending() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.obs) > 0
+}
+
 // take returns the interval's reports and starts a new interval.
 func (l *learner) take() []AdaptReport {
 	l.mu.Lock()

@@ -36,6 +36,11 @@ func (s *Store) Adapt(_ context.Context, a fairqueue.AdaptArgs) (map[string]floa
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
+	if s.left(a.Node, now) {
+		// A report sent before its node's leave, come after it, counts
+		// nothing (left.go), as in the Redis store (adapt.lua).
+		return map[string]float64{}, nil
+	}
 	if s.shares == nil {
 		s.shares, s.windows = make(map[string]float64), make(map[string]*adaptWindow)
 	}

@@ -1,0 +1,136 @@
+package caddyfairqueue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A backend that is down (its port refuses connections, or its dial
+// times out) is not an overloaded one: a stream that reverse_proxy could
+// not forward at all, however long it tried (lb_try_duration, a
+// dial_timeout), had no time to first token. Counted above the target,
+// an outage of a minute would pull the learned capacity down to its
+// floor, from where it climbs back by a step an interval once the
+// backend is up again, serving far below what it could. The pool's
+// cooldown is what keeps requests off an unreachable upstream. Here two
+// streams fail to reach the backend for 2 seconds each (target 1 s);
+// then the backend comes up and answers one stream in time: the share
+// must stay whole.
+func TestAdaptiveDoesNotCountAStreamThatNeverReachedTheBackend(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// health: reverse_proxy's health_checks ("": none)
+		health string
+		// status: what a stream reverse_proxy could not forward gets
+		status int
+	}{
+		{"its dials are refused", "", http.StatusBadGateway},
+		// Its active health check finds it down: no upstream available.
+		{"its health check fails", `"health_checks":{"active":{"uri":"/health","interval":"100ms","timeout":"1s"}},`,
+			http.StatusServiceUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) { unreachedStreams(t, tc.health, tc.status) })
+	}
+}
+
+func unreachedStreams(t *testing.T, health string, status int) {
+	t.Cleanup(func() { poolEmpty(t) })
+	name := fmt.Sprintf("adapt-unreached-%d", status)
+	backend := fmt.Sprintf("127.0.0.1:%d", freePort(t)) // nobody listens: refused
+	port := freePort(t)
+	config := fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
+		"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[
+		{"handler":"fair_queue","name":%q,"permits":4,
+		 "adaptive":{"target_ttft":"1s","min_samples":1,"interval":"100ms","decrease":0.5}},
+		{"handler":"reverse_proxy","flush_interval":-1,%s
+		 "load_balancing":{"try_duration":"2s","try_interval":"250ms"},"upstreams":[{"dial":%q}]}]}]}}}}}`,
+		port, name, health, backend)
+	require.NoError(t, caddy.Load([]byte(config), false))
+	t.Cleanup(func() { _ = caddy.Stop() })
+	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
+	stream := func() int {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"model":"m","stream":true}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	// Streams the backend's outage fails, each after reverse_proxy
+	// tried for 2 seconds, until two of them failed as the case says
+	// (before the first health check, a dial is refused).
+	for failed := 0; failed < 2; {
+		start := time.Now()
+		got := stream()
+		require.Contains(t, []int{http.StatusBadGateway, status}, got, "the backend is down")
+		require.Greater(t, time.Since(start), time.Second, "reverse_proxy tried for longer than the target (lb_try_duration)")
+		if got == status {
+			failed++
+		}
+		time.Sleep(200 * time.Millisecond) // past the interval: the next one reports
+	}
+
+	ln, err := net.Listen("tcp", backend) // the backend comes up
+	require.NoError(t, err)
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/health" {
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
+	}))
+	up.Listener.Close()
+	up.Listener = ln
+	up.Start()
+	t.Cleanup(up.Close)
+	// Until a stream gets through (its health check passes).
+	deadline := time.Now().Add(10 * time.Second)
+	for stream() != http.StatusOK {
+		require.True(t, time.Now().Before(deadline), "the backend never served once up")
+		time.Sleep(200 * time.Millisecond)
+	}
+	var share *float64
+	require.Eventually(t, func() bool { share = reportedShare(t, name); return share != nil }, 10*time.Second, 20*time.Millisecond,
+		"the stream the backend answered in time was never reported")
+	assert.Equal(t, 1.0, *share, "streams that never reached the backend counted as above the target")
+}
+
+// reportedShare is the learned share of queue name in its store, nil
+// while nothing was reported.
+func reportedShare(t *testing.T, name string) *float64 {
+	t.Helper()
+	rec, err := getStatus(t, http.MethodGet, "/fair_queue/")
+	require.NoError(t, err)
+	var rep struct {
+		Queues []struct {
+			Name     string `json:"name"`
+			Snapshot *struct {
+				LearnedShare *float64 `json:"learned_share"`
+			} `json:"snapshot"`
+		} `json:"queues"`
+	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &rep))
+	for _, q := range rep.Queues {
+		if q.Name == name && q.Snapshot != nil {
+			return q.Snapshot.LearnedShare
+		}
+	}
+	return nil
+}
