@@ -210,10 +210,10 @@ func (c *call) refusedLate(rf *refusal) error {
 	// one has no wait left.
 	moved := err != nil && c.e.moved.Load() && errors.Is(err, fairqueue.ErrShuttingDown)
 	if p != nil || moved {
-		// Or granted again as the wait ended (the local store's requeue
-		// lands, and dispatch grants it at once): nothing is sent. The
-		// queue counted a grant, or nothing (engineObserver), not this
-		// reject: counted here.
+		// Or granted again as the wait ended (the requeue ran just
+		// before it, and dispatch granted it at once): nothing is sent.
+		// The queue counted a grant, or nothing (engineObserver), not
+		// this reject: counted here.
 		if p != nil {
 			c.h.charge(p, time.Now(), false, nil)
 			p.Release()
