@@ -55,6 +55,11 @@ func (p *Permit) releaseNow() {
 	if d := p.cool.Load(); d != nil {
 		if up := upstreamOf(p.t); up != "" {
 			r.cool, r.coolFor = up, *d
+			if p.t.failOpen && p.local == nil {
+				// No store has it: the node's next fail-open permits
+				// leave the upstream out (localUpstream).
+				p.q.noteCool(up, *d)
+			}
 		}
 	}
 	// A ghost release of the ticket (a reconcile, a heartbeat's) that
