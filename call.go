@@ -48,6 +48,7 @@ type call struct {
 	permit    *fairqueue.Permit
 	granted   time.Time     // when the permit came
 	sent      *http.Request // a pool's request as first passed on: a requeue sends it again
+	conns     *connTrace    // a pool's request: the connections it went out on
 	usage     *usageWriter  // cost tokens: reads the answer's usage
 	fb        *firstByteWriter
 	forwarded bool               // next was called with the permit held now
@@ -246,11 +247,14 @@ func (c *call) serve() error {
 // served is false when a reload took the pool away while the request
 // waited again: serve goes on with the route of its new grant.
 func (c *call) servePool() (served bool, err error) {
+	c.conns = traceConns(c.r)
 	c.sent = c.r.Clone(c.r.Context())
 	for requeues := c.h.maxRequeues(); ; requeues-- {
 		grantUpstream(c.r, c.repl, c.permit.Upstream())
 		c.fb.forwardTo(c.permit.Upstream())
+		c.conns.forwarding()
 		a := c.forward(requeues > 0)
+		a.stale = c.conns.stale()
 		rf := c.h.refused(a)
 		if rf == nil {
 			return true, c.answered(a)

@@ -92,7 +92,7 @@ func initMetrics() {
 			"Failed calls of this instance to the queue's store (Redis).",
 			"queue")
 		metrics.requeues = counter("requeues_total",
-			"Requests of this instance that a pool upstream refused before any byte reached the client, sent back into the queue at their place, by upstream (its dial address) and reason: the upstream's requeue_on status code, or unreachable.",
+			"Requests of this instance that a pool upstream refused before any byte reached the client, sent back into the queue at their place, by upstream (its dial address) and reason: the upstream's requeue_on status code, unreachable, or stale_connection (a kept-alive connection it dropped before answering anything on it).",
 			"queue", "upstream", "reason")
 		metrics.cooldowns = counter("upstream_cooldowns_total",
 			"Cooldowns of a pool upstream (its dial address) asked by this instance after the upstream failed a request; during one the upstream gets no grant anywhere in the cluster.",

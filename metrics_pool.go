@@ -18,7 +18,8 @@ import (
 
 // observeRequeue counts a request that upstream answered with a
 // requeue_on status (or failed to connect to), sent back into the queue.
-// reason is the upstream's status code ("503") or "unreachable".
+// reason is the upstream's status code ("503"), "unreachable" or
+// "stale_connection".
 func observeRequeue(queue, upstream, reason string) {
 	initMetrics()
 	metrics.requeues.WithLabelValues(queue, upstream, reason).Inc()

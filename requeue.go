@@ -33,13 +33,16 @@ type attempt struct {
 	// late: the answer was still held when the request's max_wait
 	// passed, and heldBound cut it (see there).
 	late bool
+	// stale: it went out on a kept-alive connection on which the
+	// upstream answered nothing (connTrace.stale).
+	stale bool
 }
 
 // refusal is an upstream's failure of a request: the upstream cools,
 // and the request is requeued when it may be sent again.
 type refusal struct {
-	reason string        // the status code, reasonUnreachable or reasonFailed
-	cool   time.Duration // how long the upstream is left out of dispatch
+	reason string        // the status code, reasonUnreachable, reasonStale or reasonFailed
+	cool   time.Duration // how long the upstream is left out of dispatch; < 0: it does not cool
 	// resend: the upstream cannot have run the request (a requeue_on
 	// answer, or no connection), so it may be sent again.
 	resend bool
@@ -54,7 +57,10 @@ const reasonFailed = "failed"
 // refused tells whether a's upstream refused or failed the request: a
 // requeue_on status (held back, or passed on when no requeue is left),
 // no connection (reverse_proxy's DialError: refused, or a dial timeout),
-// or a 502 / 504 past the dial. nil: its answer stands.
+// a kept-alive connection it had dropped (a 502 before it answered
+// anything on it: sent again, the upstream not cooled, as it failed
+// nothing it read), or a 502 / 504 past the dial. nil: its answer
+// stands.
 func (h *Handler) refused(a attempt) *refusal {
 	if slices.Contains(h.RequeueOn, a.status) {
 		cool := retryAfter(a.header.Get("Retry-After"), time.Now())
@@ -72,6 +78,9 @@ func (h *Handler) refused(a attempt) *refusal {
 	}
 	if _, dial := errors.AsType[reverseproxy.DialError](a.err); dial {
 		return &refusal{reason: reasonUnreachable, cool: h.upstreamCooldown(), resend: true}
+	}
+	if a.stale && he.StatusCode == http.StatusBadGateway {
+		return &refusal{reason: reasonStale, cool: -1, resend: true}
 	}
 	return &refusal{reason: reasonFailed, cool: h.upstreamCooldown()}
 }
@@ -210,10 +219,10 @@ func (c *call) refusedLate(rf *refusal) error {
 	// one has no wait left.
 	moved := err != nil && c.e.moved.Load() && errors.Is(err, fairqueue.ErrShuttingDown)
 	if p != nil || moved {
-		// Or granted again as the wait ended (the local store's requeue
-		// lands, and dispatch grants it at once): nothing is sent. The
-		// queue counted a grant, or nothing (engineObserver), not this
-		// reject: counted here.
+		// Or granted again as the wait ended (the requeue ran just
+		// before it, and dispatch granted it at once): nothing is sent.
+		// The queue counted a grant, or nothing (engineObserver), not
+		// this reject: counted here.
 		if p != nil {
 			c.h.charge(p, time.Now(), false, nil)
 			p.Release()
@@ -286,15 +295,18 @@ func (c *call) requeue(rf *refusal) error {
 // the request is given back to its queue (requeue, refusedLate): a
 // requeue, a cooldown and, for an adaptive queue, a refusal of that
 // upstream, which the client never sees (and no stream whose first
-// byte never came: observeAnswer).
+// byte never came: observeAnswer). A stale connection (no cooldown) is
+// no refusal of the upstream's: a requeue alone.
 func (c *call) countRequeue(rf *refusal) {
 	up := c.permit.Upstream()
-	if c.h.Adaptive != nil {
+	if c.h.Adaptive != nil && rf.cool >= 0 {
 		c.e.q.ObserveRefused(up)
 	}
 	c.fb.heldBack = true // counted: no first byte waited for until the next forward
 	observeRequeue(c.name, up, rf.reason)
-	observeCooldown(c.name, up)
+	if rf.cool >= 0 {
+		observeCooldown(c.name, up)
+	}
 	if l := c.h.logger.Check(zapcore.DebugLevel, "upstream refused the request; requeued"); l != nil {
 		l.Write(zap.String("queue", c.name), zap.String("upstream", up), zap.String("reason", rf.reason), zap.Duration("cooldown", rf.cool))
 	}
@@ -316,8 +328,12 @@ func resetRequest(r, fresh *http.Request) {
 }
 
 // cool leaves the permit's upstream out of dispatch after it refused or
-// failed the request and the request is not requeued: the answer stands.
+// failed the request and the request is not requeued: the answer stands
+// (a stale connection's: the upstream does not cool).
 func (c *call) cool(rf *refusal) {
+	if rf.cool < 0 {
+		return
+	}
 	c.permit.Cool(rf.cool)
 	observeCooldown(c.name, c.permit.Upstream())
 }

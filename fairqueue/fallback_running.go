@@ -232,18 +232,13 @@ func (s *storeRunning) lessRunning(l Limits) Limits {
 // not yet run): the request waits there (unavailable), and was granted
 // again at once on the upstream that had just refused it.
 func (q *Queue) coolLocal(up string, d time.Duration, failed bool) {
-	if up == "" || (q.cfg.Load().Fallback == nil && !q.inFallback()) {
+	if up == "" {
 		return
 	}
-	end := time.Now().Add(d)
-	q.localMu.Lock()
-	if q.localCool == nil {
-		q.localCool = map[string]time.Time{}
+	end := q.noteCool(up, d) // fail_open's picks leave it out too (localUpstream)
+	if q.cfg.Load().Fallback == nil && !q.inFallback() {
+		return
 	}
-	if end.After(q.localCool[up]) {
-		q.localCool[up] = end
-	}
-	q.localMu.Unlock()
 	l := q.localQueue(failed)
 	if r := q.running.Load(); r != nil {
 		r.mu.Lock()
@@ -257,6 +252,25 @@ func (q *Queue) coolLocal(up string, d time.Duration, failed bool) {
 		// the fallback queue's next poll (cooldown_end.go).
 		l.s.cooled(d)
 	}
+}
+
+// noteCool keeps, in the node, that upstream up cools for d from now
+// (localCool), and returns the cooldown's end: for the fallback queues
+// opened within it (cooledLocal) and the upstreams a fail-open permit
+// is sent to (localUpstream). The cooldowns over are dropped.
+func (q *Queue) noteCool(up string, d time.Duration) time.Time {
+	now := time.Now()
+	end := now.Add(d)
+	q.localMu.Lock()
+	defer q.localMu.Unlock()
+	if q.localCool == nil {
+		q.localCool = map[string]time.Time{}
+	}
+	maps.DeleteFunc(q.localCool, func(_ string, end time.Time) bool { return !now.Before(end) })
+	if end.After(q.localCool[up]) {
+		q.localCool[up] = end
+	}
+	return end
 }
 
 // cooledLocal is the cooldowns of coolLocal not yet over, for a new

@@ -55,6 +55,11 @@ func (p *Permit) releaseNow() {
 	if d := p.cool.Load(); d != nil {
 		if up := upstreamOf(p.t); up != "" {
 			r.cool, r.coolFor = up, *d
+			if p.t.failOpen && p.local == nil {
+				// No store has it: the node's next fail-open permits
+				// leave the upstream out (localUpstream).
+				p.q.noteCool(up, *d)
+			}
 		}
 	}
 	// A ghost release of the ticket (a reconcile, a heartbeat's) that
@@ -227,6 +232,10 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 			q.coolLocal(p.Upstream(), coolFor(cool), false) // before the release hands its permit on there
 		}
 		p.releaseNow()
+		if !time.Now().Before(p.deadline) {
+			// As below: no wait left (fail open would admit it again).
+			return nil, q.reject(ReasonTimeout, p.start, 0, nil)
+		}
 		return q.unavailable(ctx, p.req, p.start, p.deadline, errStoreDown, nil, nil)
 	}
 	// Where no requeue gives the permit back, this release does, as the
@@ -246,6 +255,17 @@ func (p *Permit) requeue(ctx context.Context, cool time.Duration, tokens int) (*
 	cfg := q.cfg.Load()
 	rel := q.releaseArgs(p.t.id)
 	r.apply(&rel)
+	if !time.Now().Before(p.deadline) {
+		// Its max wait is over: no wait is left to requeue into. The
+		// permit is given back as the requeue would (charged nothing,
+		// its upstream cooling), and the request gets the timeout
+		// reject, in every store: Redis's call could not run past the
+		// deadline, while the local store's, which reads no context,
+		// granted it again at once where a permit was free.
+		q.release(rel)
+		settled()
+		return nil, q.reject(ReasonTimeout, p.start, 0, nil)
+	}
 	t := q.newTicket(false, false, TicketFlow(p.t.id), 0)
 	if t == nil {
 		q.release(rel)

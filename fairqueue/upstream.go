@@ -132,13 +132,33 @@ type RequeueArgs struct {
 }
 
 // localUpstream names an upstream for a permit admitted without the
-// store (fail open), round robin: no cluster-wide count applies to it.
+// store (fail open), round robin over those not cooling in the node
+// (localCool: a fail-open permit's, or a requeue's while the store is
+// down): no cluster-wide count applies to it, and the store's cooldowns
+// are out of reach. Every upstream cooling, the one whose cooldown ends
+// first: fail open admits.
 func (q *Queue) localUpstream(cfg *Config) string {
-	if len(cfg.Upstreams) == 0 {
+	us := cfg.Upstreams
+	if len(us) == 0 {
 		return ""
 	}
-	n := q.rr.Add(1)
-	return cfg.Upstreams[int(n%uint64(len(cfg.Upstreams)))].Dial
+	n := int(q.rr.Add(1) % uint64(len(us)))
+	now := time.Now()
+	q.localMu.Lock()
+	defer q.localMu.Unlock()
+	first := -1
+	var firstEnd time.Time
+	for i := range us {
+		j := (n + i) % len(us)
+		end := q.localCool[us[j].Dial]
+		if !now.Before(end) {
+			return us[j].Dial
+		}
+		if first < 0 || end.Before(firstEnd) {
+			first, firstEnd = j, end
+		}
+	}
+	return us[first].Dial
 }
 
 // upstreamOf is t's granted upstream, or "".
