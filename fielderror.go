@@ -10,8 +10,11 @@ import (
 // JSON config spell apart: `weight <tenant> <w>` is an entry of
 // `weights`, a reject block is `reject[1]`, redis's `address` is
 // `redis.addresses`. Error is the Caddyfile's wording, to which the
-// Caddyfile parser adds the line; a JSON config (Provision) is refused
-// with json's, which names the field by its path as the JSON writes it.
+// Caddyfile parser adds the line; Provision refuses a config with json's,
+// which names the field by its path as the JSON writes it, then the
+// Caddyfile's wording: Provision cannot tell a Caddyfile's config from
+// JSON, and a Caddyfile's reaches it with an {env.*} placeholder
+// replaced only at load.
 type optionError struct {
 	caddyfile string // the whole message, in the Caddyfile's words
 	path      string // the JSON field, relative to its block's (status, [1], fields["x"]); "": the block
@@ -20,13 +23,20 @@ type optionError struct {
 
 func (e *optionError) Error() string { return e.caddyfile }
 
-// json is the error as a JSON config reads it: the field's path, then
-// what is wrong with it.
+// json is the error as Provision words it: the field's path, what is
+// wrong with it, then, where the Caddyfile words it apart, the
+// Caddyfile's wording: "redis.addresses[0]: is empty once its
+// placeholders are replaced (Caddyfile: redis: an address is empty once
+// its placeholders are replaced)".
 func (e *optionError) json() string {
-	if e.path == "" {
-		return e.msg
+	s := e.msg
+	if e.path != "" {
+		s = e.path + ": " + e.msg
 	}
-	return e.path + ": " + e.msg
+	if e.caddyfile != "" && e.caddyfile != s {
+		s += " (Caddyfile: " + e.caddyfile + ")"
+	}
+	return s
 }
 
 // optErr is the error of an option the Caddyfile words as caddyfile and

@@ -20,9 +20,10 @@ import (
 // that succeeds cleans up the handler whose settings were in force
 // (reloadapply.go).
 //
-// A config error names the JSON field at fault (jsonError): the
-// Caddyfile refused the config at adapt, naming its own option, before
-// Provision saw it.
+// A config error names the JSON field at fault (jsonError), and the
+// Caddyfile's option where it is spelled apart: the Caddyfile refuses
+// most mistakes at adapt, naming its own option, but not a placeholder
+// replaced only here ({env.*} empty at load).
 func (h *Handler) Provision(ctx caddy.Context) error {
 	return jsonError(h.provision(ctx))
 }

@@ -22,16 +22,21 @@ import (
 // node), runs every kind of queue's whole life: the fast path, a waiter
 // handed the permit over the sharded Pub/Sub channels, heartbeats,
 // tenants, tokens, a pool, the local fallback's bookkeeping, leaving
-// (no key left), and status --redis and purge --dead read and sweep the
-// registry. Redis refuses it nothing but INFO, which the store reads
-// HELLO in place of (ACL LOG).
+// (no key left); status --redis and purge --dead, as a user granted
+// the tools' (redisstore.ListRules: SCAN too, to list the queues), read
+// and sweep the registry. Redis refuses them nothing but INFO, which the
+// store reads HELLO in place of (ACL LOG).
 func TestAUserGrantedTheACLGivenRunsEveryKindOfQueue(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
 	ctx := context.Background()
-	args := []any{"ACL", "SETUSER", "fq", "on", ">fq-secret"}
-	for _, r := range strings.Fields(redisstore.ACLRules("")) {
-		args = append(args, r)
+	setUser := func(user, rules string) []any {
+		args := []any{"ACL", "SETUSER", user, "on", ">fq-secret"}
+		for _, r := range strings.Fields(rules) {
+			args = append(args, r)
+		}
+		return args
 	}
+	args := setUser("fq", redisstore.ACLRules(""))
 	handlers := func(rc func() *RedisConfig) []*Handler {
 		return []*Handler{
 			{Name: "plain", Permits: 1, OnStoreError: FailClosed, Redis: rc()},
@@ -45,16 +50,17 @@ func TestAUserGrantedTheACLGivenRunsEveryKindOfQueue(t *testing.T) {
 		srv := redistest.Start(t)
 		admin := srv.Client(t)
 		require.NoError(t, admin.Do(ctx, args...).Err())
+		require.NoError(t, admin.Do(ctx, setUser("fqcli", redisstore.ListRules(""))...).Err())
 		for _, h := range handlers(func() *RedisConfig {
 			return &RedisConfig{Addresses: []string{srv.Addr()}, Username: "fq", Password: "fq-secret"}
 		}) {
 			h := provision(t, newContext(t), "", h)
 			handsOverThePermit(t, h)
-			out, err := runCLI(t, "status", "--redis", "redis://fq:fq-secret@"+srv.Addr())
+			out, err := runCLI(t, "status", "--redis", "redis://fqcli:fq-secret@"+srv.Addr())
 			assert.NoError(t, err, out)
 			require.NoError(t, h.Cleanup())
 		}
-		out, err := runCLI(t, "purge", "--redis", "redis://fq:fq-secret@"+srv.Addr(), "--dead", "--dead-for", "1ms", "--yes")
+		out, err := runCLI(t, "purge", "--redis", "redis://fqcli:fq-secret@"+srv.Addr(), "--dead", "--dead-for", "1ms", "--yes")
 		assert.NoError(t, err, out)
 		assert.Empty(t, denials(t, admin.Do(ctx, "ACL", "LOG")), "denials")
 		require.Eventually(t, func() bool { return len(srv.Keys(t, "*")) == 0 }, 10*time.Second, 20*time.Millisecond, "%v", srv.Keys(t, "*"))

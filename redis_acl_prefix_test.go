@@ -16,8 +16,9 @@ import (
 // The ACL the log, status --redis and the admin API give a refused user
 // (redisstore.ACLRules) is one that works for the queue's key_prefix,
 // whatever characters it holds: a user granted exactly it queues through
-// Redis, status --redis reads the queue, and the queue leaves nothing
-// when unloaded. A prefix with characters special in ACL patterns (`[`,
+// Redis, status --redis reads the queue (and lists it, as a user granted
+// the tools' redisstore.ListRules), and the queue leaves nothing when
+// unloaded. A prefix with characters special in ACL patterns (`[`,
 // `\`, `*`, `?`) is granted as written, not as a pattern: `team[1]`
 // would grant `{team1:` only, and `a*b` every prefix from `a` to `b`.
 func TestTheACLGivenForAKeyPrefixGrantsItsQueuesAndNoOthers(t *testing.T) {
@@ -51,7 +52,16 @@ func TestTheACLGivenForAKeyPrefixGrantsItsQueuesAndNoOthers(t *testing.T) {
 			h := provision(t, newContext(t), "", &Handler{Name: "q", Permits: 1, OnStoreError: FailClosed,
 				Redis: &RedisConfig{Addresses: []string{srv.Addr()}, Username: "fq", Password: "fq-secret", KeyPrefix: tc.prefix}})
 			handsOverThePermit(t, h)
-			out, err := runCLI(t, "status", "--redis", "redis://fq:fq-secret@"+srv.Addr(), "--key-prefix", tc.prefix)
+			out, err := runCLI(t, "status", "--redis", "redis://fq:fq-secret@"+srv.Addr(), "--key-prefix", tc.prefix, "--queue", "q")
+			require.NoError(t, err, out)
+			assert.Regexp(t, `(?m)^q\s+redis `, out)
+			// Listing the queues takes SCAN too, the tools' (ListRules).
+			list := []any{"ACL", "SETUSER", "fqcli", "on", ">fq-secret"}
+			for _, r := range strings.Fields(redisstore.ListRules(tc.prefix)) {
+				list = append(list, r)
+			}
+			require.NoError(t, admin.Do(ctx, list...).Err())
+			out, err = runCLI(t, "status", "--redis", "redis://fqcli:fq-secret@"+srv.Addr(), "--key-prefix", tc.prefix)
 			require.NoError(t, err, out)
 			assert.Regexp(t, `(?m)^q\s+redis `, out)
 			require.NoError(t, h.Cleanup())

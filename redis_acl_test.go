@@ -3,6 +3,9 @@ package caddyfairqueue
 import (
 	"context"
 	"net/http"
+	"os"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,15 +37,22 @@ func TestRedisUserWithoutDangerousCommandsQueues(t *testing.T) {
 	}
 }
 
-// The least a Redis user needs, as docs/reference.md gives it: the
-// queue's keys, the registry's, its channels, +@all -@dangerous but for
-// SCRIPT and FUNCTION. The
-// queue is named in the registry while open, and leaves nothing.
+// The least a Redis user needs, as docs/reference.md gives it (its `ACL
+// SETUSER fq on >secret ...`): the queue's keys, the registry's, its
+// channels, the commands it runs. The queue is named in the registry
+// while open, and leaves nothing.
 func TestRedisUserWithTheDocumentedRightsQueuesAndLeavesNothing(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
 	srv := redistest.Start(t)
-	require.NoError(t, srv.Client(t).Do(context.Background(), "ACL", "SETUSER", "fq", "on", ">fq-secret",
-		"resetkeys", "resetchannels", "~{fair_queue:*", "~{fair_queue}:*", "&{fair_queue:*", "+@all", "-@dangerous", "-script", "-function").Err())
+	doc, err := os.ReadFile("docs/reference.md")
+	require.NoError(t, err)
+	m := regexp.MustCompile("`ACL SETUSER fq on >secret ([^`]+)`").FindSubmatch(doc)
+	require.NotNil(t, m, "docs/reference.md gives the ACL")
+	args := []any{"ACL", "SETUSER", "fq", "on", ">fq-secret"}
+	for _, r := range strings.Fields(string(m[1])) {
+		args = append(args, r)
+	}
+	require.NoError(t, srv.Client(t).Do(context.Background(), args...).Err())
 	h := provision(t, newContext(t), "", &Handler{Name: "least", Permits: 1,
 		Redis: &RedisConfig{Addresses: []string{srv.Addr()}, Username: "fq", Password: "fq-secret"}})
 	handsOverThePermit(t, h)

@@ -175,7 +175,8 @@ func (q *Queue) Stats() Stats {
 		w += lw
 	}
 	q.localMu.Unlock()
-	st := Stats{Waiting: w, InFlight: h, StoreUp: q.health.up(), StoreRefused: q.health.refusedBy(), Grants: q.grants.Load()}
+	up, refused := q.health.state() // one read: a refusal only with the store down
+	st := Stats{Waiting: w, InFlight: h, StoreUp: up, StoreRefused: refused, Grants: q.grants.Load()}
 	if c := q.s.cluster.Load(); c != nil {
 		st.Cluster = *c
 	}

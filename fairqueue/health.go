@@ -25,24 +25,37 @@ type health struct {
 	// needs is what the store's user needs to be granted
 	// (PermissionNeeder), for the log line of a store that refuses it.
 	needs string
-	// refusal is the refusal (Refused) that marked the store down, and
-	// what the user needs, while it is down; nil otherwise.
-	refusal   atomic.Pointer[string]
+	// mark is the down mark, nil while the store is up: one word, so
+	// that a success that clears a mark clears its refusal with it, and
+	// a refusal shows only while the store is down.
+	mark      atomic.Pointer[downMark]
 	mu        sync.Mutex
 	downAfter atomic.Int32
 	fails     atomic.Int32
-	down      atomic.Bool
 }
 
-func (h *health) up() bool { return !h.down.Load() }
+// downMark is the store marked down.
+type downMark struct {
+	// refusal is the refusal (Refused) that marked the store down, and
+	// what the user needs; "" where the store failed otherwise.
+	refusal string
+}
+
+func (h *health) up() bool { return h.mark.Load() == nil }
 
 // refusedBy is the refusal that marked the store down, while it is
 // down; "" otherwise.
 func (h *health) refusedBy() string {
-	if r := h.refusal.Load(); r != nil {
-		return *r
+	_, refusal := h.state()
+	return refusal
+}
+
+// state is up and refusedBy read at once.
+func (h *health) state() (up bool, refusal string) {
+	if m := h.mark.Load(); m != nil {
+		return false, m.refusal
 	}
-	return ""
+	return true, ""
 }
 
 // markedDown reports whether the store is marked down, once a mark on
@@ -50,12 +63,12 @@ func (h *health) refusedBy() string {
 // a mark that starts after this returns false is one that mark's onDown
 // finds queued.
 func (h *health) markedDown() bool {
-	if h.down.Load() {
+	if !h.up() {
 		return true
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.down.Load()
+	return !h.up()
 }
 
 // unreachable reports whether err is a failed dial of the store.
@@ -102,11 +115,12 @@ func (h *health) record(log *zap.Logger, err error) {
 	}
 }
 
+// ok records a call the store answered: up again, and its refusal, if
+// it was one, gone with the mark (a mark that lands meanwhile is
+// cleared whole, as if it came first).
 func (h *health) ok(log *zap.Logger) {
 	h.fails.Store(0)
-	r := h.refusal.Load() // not one a mark after this one stores
-	if h.down.CompareAndSwap(true, false) {
-		h.refusal.CompareAndSwap(r, nil)
+	if h.mark.Load() != nil && h.mark.Swap(nil) != nil {
 		log.Info("store reachable again")
 	}
 }
@@ -139,7 +153,7 @@ func (h *health) outage(log *zap.Logger, err error) {
 func (h *health) whileDown(f func()) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.down.Load() {
+	if !h.up() {
 		f()
 	}
 }
@@ -147,12 +161,12 @@ func (h *health) whileDown(f func()) {
 // markDown marks the store down, unless it is already, once onDown has
 // run: a request that finds the store down finds what onDown did too.
 func (h *health) markDown(log *zap.Logger, err error) {
-	if h.down.Load() {
+	if !h.up() {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.down.Load() {
+	if !h.up() {
 		return
 	}
 	if h.onDown != nil {
@@ -165,12 +179,11 @@ func (h *health) markDown(log *zap.Logger, err error) {
 			fields = append(fields, zap.String("needs", "ACL SETUSER <user> "+h.needs))
 			refusal += "; the user needs: ACL SETUSER <user> " + h.needs
 		}
-		h.refusal.Store(&refusal)
-		h.down.Store(true)
+		h.mark.Store(&downMark{refusal: refusal})
 		log.Error("store refused this user a permission (NOPERM: its ACL lacks a key, channel or command the queue needs); "+
 			"applying on_store_error policy until it is granted", fields...)
 	} else {
-		h.down.Store(true)
+		h.mark.Store(&downMark{})
 		log.Error("store unreachable; applying on_store_error policy", zap.Error(err))
 	}
 	if h.onMarkedDown != nil {

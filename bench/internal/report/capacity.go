@@ -361,7 +361,7 @@ func capacityMarkdown(b *strings.Builder, c *Capacity, plots map[string]string) 
 		}
 		budgetNotes(w, cs)
 		if link, ok := plots[capacityPlotFile(cs)]; ok {
-			w("\n![KV tokens, running and waiting over time, %s, %s](%s)\n", t.Label, wl.Label, link)
+			w("\n%s\n", plotNote(fmt.Sprintf("KV tokens, running and waiting over time, %s, %s", t.Label, wl.Label), link))
 		}
 	}
 }

@@ -267,7 +267,7 @@ func fairnessMarkdown(b *strings.Builder, f *Fairness, plot string) {
 	}
 	w("\n%s\n", fairnessSummary(f))
 	if plot != "" {
-		w("\n![Share of permit-time per tenant over time, per mode](%s)\n", plot)
+		w("\n%s\n", plotNote("Share of permit-time per tenant over time, per mode", plot))
 	}
 }
 

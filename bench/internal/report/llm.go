@@ -285,7 +285,7 @@ func llmMarkdown(b *strings.Builder, l *LLM, plots []string) {
 		if strings.HasSuffix(p, PlotLLMUtil) {
 			alt = "Permit utilization vs load, per system"
 		}
-		w("\n![%s](%s)\n", alt, p)
+		w("\n%s\n", plotNote(alt, p))
 	}
 }
 

@@ -84,7 +84,8 @@ func TestLLMReportAndPlots(t *testing.T) {
 	assert.Contains(t, md, "## LLM-shaped load")
 	assert.Contains(t, md, "| fair_queue local | 1.10 | 200 | 0 | 0 | 0 | 0.882 | 0.980x | 1440.0 | 14400.0 | 1.200x |")
 	assert.Contains(t, md, "| HAProxy maxconn | 0.70 | 200 | 0 | 0 | 0 | 0.600 |  | 400.0 | 4000.0 |  |")
-	assert.Contains(t, md, "![Wait p50 and p99 vs load, per system]("+PlotLLMWait+")")
+	assert.Contains(t, md, "Plot (Wait p50 and p99 vs load, per system): `"+PlotLLMWait+"`")
+	assert.NotContains(t, md, "](", "no link to a plot: they are not committed")
 
 	dir := t.TempDir()
 	written, err := writeLLMPlots(l, dir)

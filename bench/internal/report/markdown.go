@@ -400,3 +400,11 @@ func upstreamQueuing(label string, r *LoadRun) string {
 	return fmt.Sprintf("%s %.1f req/s, p50 %.2f ms, upstream max %d, handoff p50 / p99 %.3f / %.3f ms (inside the upstream), proxy CPU %.4f ms / req",
 		label, r.Throughput, r.P50, r.UpstreamMax, r.HandoffP50, r.HandoffP99, r.ProxyCPUPerRequest)
 }
+
+// plotNote names a plot of the run under the table it draws, as text
+// and not an image: the plots are written to the run's output folder,
+// which git ignores, so that an image link would be broken on GitHub
+// and in every clone.
+func plotNote(alt, path string) string {
+	return fmt.Sprintf("Plot (%s): `%s`, written by the run, not committed.", alt, path)
+}
