@@ -211,7 +211,8 @@ func (q *Queue) backToFallback(ctx context.Context, t *ticket, req Request, star
 // too where the settings in force have no fallback queue (a reload): the
 // request is answered by the policy in force; but where the store is
 // back before the heartbeat that counts the permits of the fallback
-// queue opened before the reload, that queue, as it is (unavailable).
+// queue opened before the reload, that queue, under the reload's
+// settings (reloadLocal, unavailable).
 //
 // It sizes the fallback queue by the settings in force, read under
 // q.localMu, as Reconfigure applies them: a caller read its settings

@@ -21,18 +21,25 @@ import (
 // Under those of before the reload, it granted them beside the local
 // permit running, above the new permits (2 lowered to 1) or the new
 // tenant cap (none lowered to 1): two at once where the settings in
-// force allow one.
+// force allow one. It gives no more permits than it had, though: the
+// reload's share of the capacity is the instance's under local, and the
+// local_permits the reload drops bounded the fallback queue.
 func TestARequestInTheGapAfterAReloadThatDroppedTheFallbackWaitsUnderTheReloadsSettings(t *testing.T) {
 	cases := []struct {
 		name   string
 		before fairqueue.Config
 		lower  func(*fairqueue.Config)
 		req    fairqueue.Request
+		beside bool // Redis may grant the request beside p1 once it counts p1
 	}{
 		{"permits", fairqueue.Config{Permits: 2, LocalPermits: 2},
-			func(c *fairqueue.Config) { c.Permits, c.LocalPermits = 1, 0 }, fairqueue.Request{}},
+			func(c *fairqueue.Config) { c.Permits, c.LocalPermits = 1, 0 }, fairqueue.Request{}, false},
 		{"tenant_cap", fairqueue.Config{Permits: 2, LocalPermits: 2, Fair: true},
-			func(c *fairqueue.Config) { c.MaxInFlightPerTenant = 1 }, fairqueue.Request{Tenant: "t"}},
+			func(c *fairqueue.Config) { c.MaxInFlightPerTenant = 1 }, fairqueue.Request{Tenant: "t"}, false},
+		// The reload drops local_permits 1 with local: the fallback queue
+		// keeps to it, not to the instance's share of permits 2.
+		{"local_permits", fairqueue.Config{Permits: 2, LocalPermits: 1},
+			func(*fairqueue.Config) {}, fairqueue.Request{}, true},
 	}
 	for _, c := range cases {
 		for _, policy := range []string{"fail_closed", "fail_open"} {
@@ -56,26 +63,44 @@ func TestARequestInTheGapAfterAReloadThatDroppedTheFallbackWaitsUnderTheReloadsS
 				case r := <-r2:
 					if r.p != nil {
 						r.p.Release()
-						t.Fatalf("a request in the gap was granted (local %v) beside the local permit running: 2 at once where the reload allows 1",
+						t.Fatalf("a request in the gap was granted (local %v) beside the local permit running: 2 at once where the fallback queue allows 1",
 							r.p.Local())
 					}
 					t.Fatalf("a request was refused while Redis answered: %v", r.err)
 				case <-time.After(time.Second):
 				}
 
-				// The heartbeat has Redis count p1; the request, moved into
-				// Redis's queue, is granted there once p1 ends.
+				// The heartbeat has Redis count p1; the request moves into
+				// Redis's queue, and is granted there: beside p1 where the
+				// reload allows two, or else once p1 ends.
 				close(hb.release)
 				rdb := srv.Client(t)
-				eventually(t, 20*time.Second, func() bool {
-					return slices.Equal(readState(t, rdb, name).Holders, []string{p1.Ticket()})
-				}, "Redis never counted the local permit alone")
-				p1.Release()
 				var r acquired
-				select {
-				case r = <-r2:
-				case <-time.After(20 * time.Second):
-					t.Fatal("the request was never answered once p1 ended")
+				answered := false
+				eventually(t, 20*time.Second, func() bool {
+					if !answered {
+						select {
+						case r = <-r2:
+							answered = true
+						default:
+						}
+					}
+					st := readState(t, rdb, name)
+					return slices.Contains(st.Holders, p1.Ticket()) && (answered || len(st.Waiting) == 1)
+				}, "Redis never counted the local permit, nor took the request")
+				if answered && !c.beside {
+					if r.p != nil {
+						r.p.Release()
+					}
+					t.Fatalf("the request was answered while p1 held what the reload allows: %v", r.err)
+				}
+				p1.Release()
+				if !answered {
+					select {
+					case r = <-r2:
+					case <-time.After(20 * time.Second):
+						t.Fatal("the request was never answered once p1 ended")
+					}
 				}
 				require.NoError(t, r.err)
 				defer r.p.Release()
