@@ -238,7 +238,7 @@ func (q *Queue) localQueue(failed bool) *Queue {
 		// The store's permits still running count in the fallback queue
 		// until they end: they run on the same upstreams.
 		lc.running = q.newStoreRunning(cfg)
-		q.local, _ = New(cfg.Fallback, lc)
+		q.local, _ = New(q.fallbackStore(cfg), lc)
 		q.local.line = newMoveLine()
 		for _, end := range q.localCool {
 			// A cooldown of an earlier outage (cooledLocal) hands on as
@@ -254,6 +254,20 @@ func (q *Queue) localQueue(failed bool) *Queue {
 		q.reconfigureLocal(lc)
 	}
 	return q.local
+}
+
+// fallbackStore is the store a new fallback queue opens on (with
+// q.localMu held): that of the fallback queues of outages past whose
+// permits still run (retired), which counts those permits, also where a
+// reload gave another (Config.Fallback): opened on that one, the new
+// fallback queue granted its permits beside them. Those fallback queues
+// all share it: each opened on it while one before still ran. Once they
+// have all left, cfg's.
+func (q *Queue) fallbackStore(cfg *Config) Store {
+	if n := len(q.retired); n > 0 {
+		return q.retired[n-1].store
+	}
+	return cfg.Fallback
 }
 
 // reconfigureLocal gives the fallback queue in use, if any, the
