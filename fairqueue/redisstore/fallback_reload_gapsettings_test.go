@@ -109,3 +109,57 @@ func TestARequestInTheGapAfterAReloadThatDroppedTheFallbackWaitsUnderTheReloadsS
 		}
 	}
 }
+
+// docs/failures.md, "When Redis fails": a reload during the outage that
+// sets fail_open in place of local, a request fail_open lets in that
+// still runs when Redis answers again: the fallback queue that serves
+// the requests of the gap before the heartbeat counts it, as the one a
+// reload that sets local again does. Uncounted, it granted its free
+// permit beside it: permits 2, local_permits 2, the local p1 and the
+// fail-open f running, and a third request at once.
+func TestARequestInTheGapAfterAReloadToFailOpenCountsTheFailOpenRequestsRunning(t *testing.T) {
+	srv := redistest.Start(t)
+	const name = "fbgapfailopen"
+	n, hb, p1 := gapNodeOf(t, srv, name, fairqueue.Config{Permits: 2, LocalPermits: 2}, fairqueue.Request{})
+	reloaded := n.q.Config()
+	reloaded.Fallback, reloaded.LocalPermits, reloaded.FailOpen = nil, 0, true
+	require.NoError(t, n.q.Reconfigure(reloaded))
+	f, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	require.NoError(t, err)
+	require.True(t, f.FailOpen(), "let in by fail_open while Redis is down")
+	defer f.Release()
+	hb.intoTheGap(t, n, srv)
+
+	r2 := make(chan acquired, 1)
+	go func() {
+		p, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+		r2 <- acquired{p: p, err: err}
+	}()
+	select {
+	case r := <-r2:
+		if r.p != nil {
+			r.p.Release()
+			t.Fatalf("a request in the gap was granted (local %v) beside the local and the fail-open request running: 3 at once on permits 2", r.p.Local())
+		}
+		t.Fatalf("a request was refused while Redis answered: %v", r.err)
+	case <-time.After(time.Second):
+	}
+
+	// The heartbeat has Redis count both; the request moves into Redis's
+	// queue, and is granted there once p1 ends.
+	close(hb.release)
+	rdb := srv.Client(t)
+	eventually(t, 20*time.Second, func() bool {
+		st := readState(t, rdb, name)
+		return len(st.Holders) == 2 && len(st.Waiting) == 1
+	}, "Redis never counted the local and the fail-open request, nor took the request")
+	p1.Release()
+	select {
+	case r := <-r2:
+		require.NoError(t, r.err)
+		defer r.p.Release()
+		assert.False(t, r.p.Local(), "served by the fallback queue")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the request was never answered once p1 ended")
+	}
+}
