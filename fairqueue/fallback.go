@@ -228,6 +228,12 @@ func (q *Queue) localQueue(failed bool) *Queue {
 		if failed || !q.health.up() {
 			return nil
 		}
+		// The store back, before the heartbeat that counts the fallback
+		// queue's permits (unavailable): the requests fail open let in
+		// since a reload took the fallback queue away run on the same
+		// upstreams, and the store counts them from that heartbeat too.
+		// Uncounted, the fallback queue granted beside them.
+		q.countFailOpen(cfg)
 		return q.local
 	}
 	if q.local == nil && !failed && q.health.up() {
