@@ -104,7 +104,11 @@ type Config struct {
 	// the shared store is unreachable (instead of FailOpen or
 	// ErrStoreUnavailable). The shared queue takes over again when the
 	// store is back; fallback permits still running are then registered
-	// there by the next heartbeat.
+	// there by the next heartbeat. A Reconfigure may pass another store
+	// (or the same): the fallback queue in use keeps the one it opened
+	// on, and so does the next one while a fallback queue of an outage
+	// past still has a permit running (its store counts that permit); the
+	// store passed is used from the first outage after they have ended.
 	Fallback Store
 	// LocalPermits is the fallback queue's permits; 0: this node's share
 	// as of its last heartbeat: the permits it held then

@@ -211,7 +211,8 @@ func (q *Queue) backToFallback(ctx context.Context, t *ticket, req Request, star
 // too where the settings in force have no fallback queue (a reload): the
 // request is answered by the policy in force; but where the store is
 // back before the heartbeat that counts the permits of the fallback
-// queue opened before the reload, that queue, as it is (unavailable).
+// queue opened before the reload, that queue, under the reload's
+// settings (reloadLocal, unavailable).
 //
 // It sizes the fallback queue by the settings in force, read under
 // q.localMu, as Reconfigure applies them: a caller read its settings
@@ -227,6 +228,12 @@ func (q *Queue) localQueue(failed bool) *Queue {
 		if failed || !q.health.up() {
 			return nil
 		}
+		// The store back, before the heartbeat that counts the fallback
+		// queue's permits (unavailable): the requests fail open let in
+		// since a reload took the fallback queue away run on the same
+		// upstreams, and the store counts them from that heartbeat too.
+		// Uncounted, the fallback queue granted beside them.
+		q.countFailOpen(cfg)
 		return q.local
 	}
 	if q.local == nil && !failed && q.health.up() {
@@ -237,7 +244,7 @@ func (q *Queue) localQueue(failed bool) *Queue {
 		// The store's permits still running count in the fallback queue
 		// until they end: they run on the same upstreams.
 		lc.running = q.newStoreRunning(cfg)
-		q.local, _ = New(cfg.Fallback, lc)
+		q.local, _ = New(q.fallbackStore(cfg), lc)
 		q.local.line = newMoveLine()
 		for _, end := range q.localCool {
 			// A cooldown of an earlier outage (cooledLocal) hands on as
@@ -253,6 +260,20 @@ func (q *Queue) localQueue(failed bool) *Queue {
 		q.reconfigureLocal(lc)
 	}
 	return q.local
+}
+
+// fallbackStore is the store a new fallback queue opens on (with
+// q.localMu held): that of the fallback queues of outages past whose
+// permits still run (retired), which counts those permits, also where a
+// reload gave another (Config.Fallback): opened on that one, the new
+// fallback queue granted its permits beside them. Those fallback queues
+// all share it: each opened on it while one before still ran. Once they
+// have all left, cfg's.
+func (q *Queue) fallbackStore(cfg *Config) Store {
+	if n := len(q.retired); n > 0 {
+		return q.retired[n-1].store
+	}
+	return cfg.Fallback
 }
 
 // reconfigureLocal gives the fallback queue in use, if any, the

@@ -60,19 +60,56 @@ func (q *Queue) newStoreRunning(cfg *Config) *storeRunning {
 }
 
 // reloadLocal gives the fallback queue in use, if any, the settings in
-// force, where they keep one (a reload; old: the settings it replaced),
-// having it count first the requests fail open let in while old had none
-// (countFailOpen). With q.localMu held.
+// force (a reload; old: the settings it replaced), having it count first
+// the requests fail open let in while old had none (countFailOpen).
+// Also where they keep none (fail_open, fail_closed): it serves on, its
+// waiters while the store is down, and the node's requests once the
+// store is back until the heartbeat that has the store count its permits
+// (unavailable), and under the settings of before it ran a tenant above
+// the reload's cap, or the upstreams above its permits; there, no more
+// permits (or tokens) than it had: the reload's share of the capacity is
+// the node's under local, and the local_permits it drops was the
+// operator's bound on the fallback queue. With q.localMu held.
 func (q *Queue) reloadLocal(old *Config) {
 	in := q.cfg.Load()
-	if in.Fallback == nil {
-		return
-	}
-	if old.Fallback == nil {
+	if old.Fallback == nil && in.Fallback != nil {
 		q.countFailOpen(in)
 	}
 	lc, _ := q.localConfig(in)
+	if in.Fallback == nil && q.local != nil {
+		lc = noMoreThan(lc, q.local.Config())
+	}
 	q.reconfigureLocal(lc)
+}
+
+// noMoreThan is the fallback queue's config lc with no more permits or
+// tokens than cur has, in all and on each of cur's upstreams.
+func noMoreThan(lc, cur Config) Config {
+	lc.Permits = min(lc.Permits, cur.Permits)
+	lc.KVTokens = lessOf(lc.KVTokens, cur.KVTokens)
+	if len(lc.Upstreams) == 0 {
+		return lc
+	}
+	ups := make([]Upstream, len(lc.Upstreams))
+	for i, u := range lc.Upstreams {
+		for _, c := range cur.Upstreams {
+			if c.Dial == u.Dial {
+				u.Permits = min(u.Permits, c.Permits)
+				u.KVTokens = lessOf(u.KVTokens, c.KVTokens)
+			}
+		}
+		ups[i] = u
+	}
+	lc.Upstreams = ups
+	return lc
+}
+
+// lessOf is the lesser of two token bounds (0: none).
+func lessOf(a, b int) int {
+	if a <= 0 || b <= 0 {
+		return a
+	}
+	return min(a, b)
 }
 
 // countFailOpen has the fallback queue in use, if any, count the

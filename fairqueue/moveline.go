@@ -43,6 +43,30 @@ func (l *moveLine) take() uint64 {
 	return l.taken
 }
 
+// takeN numbers k requests entering the fallback queue together, in
+// turn, and returns the first of their numbers (the others follow it).
+func (l *moveLine) takeN(k int) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	first := l.taken + 1
+	l.taken += uint64(k)
+	return first
+}
+
+// extend is takeN for k requests that come while requests numbered
+// before them are still to pass (moving in): they go behind those; false,
+// and no number, once all passed.
+func (l *moveLine) extend(k int) (uint64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.head >= l.taken {
+		return 0, false
+	}
+	first := l.taken + 1
+	l.taken += uint64(k)
+	return first, true
+}
+
 // join numbers a request that comes while requests numbered before it
 // are still to pass (moving in); false, and no number, once all passed.
 func (l *moveLine) join() (uint64, bool) {

@@ -54,12 +54,27 @@ func (q *Queue) storeDown() {
 	}
 	q.mu.Unlock()
 	slices.SortFunc(ts, func(a, b *ticket) int { return cmp.Or(cmp.Compare(a.seq, b.seq), cmp.Compare(a.no, b.no)) })
-	line := newMoveLine()
-	if len(ts) > 0 {
-		q.holdLocal(&exitTurn{line: line, n: uint64(len(ts))}) // numbered 1 to len(ts) below
+	// The line of an earlier mark's move whose waiters still move (the
+	// store answered for a moment, then was marked down again): the
+	// waiters of this one go behind them, and so do the requests that
+	// come. A new line, empty where this mark finds no waiter, let those
+	// requests into the fallback queue ahead of the waiters still moving.
+	line := q.exiting.Load()
+	first, behind := uint64(0), false
+	if line != nil {
+		first, behind = line.extend(len(ts))
 	}
-	for _, t := range ts {
-		turn := &exitTurn{line: line, n: line.take()}
+	if !behind {
+		line = newMoveLine()
+		first = line.takeN(len(ts))
+	}
+	if len(ts) > 0 {
+		// Its waiters numbered first to last below; the hold of the
+		// earlier move, if on, ends before theirs.
+		q.holdLocal(&exitTurn{line: line, n: first + uint64(len(ts)) - 1})
+	}
+	for i, t := range ts {
+		turn := &exitTurn{line: line, n: first + uint64(i)}
 		t.exit.Store(turn)
 		if !t.state.CompareAndSwap(statePending, stateMoved) {
 			line.pass(turn.n) // granted, or its wait ended: it stays

@@ -18,8 +18,7 @@ import (
 // docs/failures.md, "When Redis fails": a reload during the outage that
 // sets fail_closed or fail_open answers the requests that come after it
 // by that policy; those already waiting in the fallback queue wait on
-// there, under the settings they came under, each answered by its
-// max_wait: served as a local permit ends, or refused timeout. None
+// there, each answered by its max_wait: served as a local permit ends, or refused timeout. None
 // waits longer, and Redis, once back, counts the permit of the one
 // served.
 func TestFallbackWaitersAtAReloadThatDropsTheFallbackAreAnsweredWithinTheirMaxWait(t *testing.T) {

@@ -65,10 +65,16 @@ func (s *gapBeatStore) intoTheGap(t *testing.T, n *node, srv *redistest.Server) 
 // whose heartbeats are held once armed (hb).
 func gapNode(t *testing.T, srv *redistest.Server, name string) (*node, *gapBeatStore, *fairqueue.Permit) {
 	t.Helper()
+	return gapNodeOf(t, srv, name, fairqueue.Config{Permits: 1, LocalPermits: 1}, fairqueue.Request{})
+}
+
+// gapNodeOf is gapNode of cfg's capacity (permits, local_permits, fair,
+// tenant cap) and p1 of req.
+func gapNodeOf(t *testing.T, srv *redistest.Server, name string, cfg fairqueue.Config, req fairqueue.Request) (*node, *gapBeatStore, *fairqueue.Permit) {
+	t.Helper()
 	hb := &gapBeatStore{held: make(chan struct{}), release: make(chan struct{})}
 	// A long lease: no regular heartbeat comes during the test.
-	cfg := fairqueue.Config{Permits: 1, LocalPermits: 1, Fallback: memstore.New(),
-		Lease: 3 * time.Minute, PollInterval: 50 * time.Millisecond, MaxWait: 20 * time.Second}
+	cfg.Fallback, cfg.Lease, cfg.PollInterval, cfg.MaxWait = memstore.New(), 3*time.Minute, 50*time.Millisecond, 20*time.Second
 	n := wrappedNode(t, srv, name, cfg, func(s fairqueue.Store) fairqueue.Store { hb.Store = s; return hb })
 	hb.up = func() bool { return n.q.Stats().StoreUp }
 	t.Cleanup(func() { // before the node closes: its loop may be held in a heartbeat
@@ -83,7 +89,7 @@ func gapNode(t *testing.T, srv *redistest.Server, name string) (*node, *gapBeatS
 	p.Release() // joined
 
 	srv.Kill()
-	p1, err := n.q.Acquire(context.Background(), fairqueue.Request{})
+	p1, err := n.q.Acquire(context.Background(), req)
 	require.NoError(t, err)
 	require.True(t, p1.Local(), "served by the fallback queue while Redis is down")
 	t.Cleanup(p1.Release)
