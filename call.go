@@ -254,7 +254,7 @@ func (c *call) servePool() (served bool, err error) {
 		c.fb.forwardTo(c.permit.Upstream())
 		c.conns.forwarding()
 		a := c.forward(requeues > 0)
-		a.stale = c.conns.stale()
+		a.stale = c.conns.stale(a.err)
 		rf := c.h.refused(a)
 		if rf == nil {
 			return true, c.answered(a)

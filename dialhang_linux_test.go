@@ -3,12 +3,10 @@ package caddyfairqueue
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -34,7 +32,7 @@ func TestARequestWhoseDialHangsPastItsMaxWaitGetsTheTimeoutReject(t *testing.T) 
 			if store == "redis" {
 				redis = fmt.Sprintf(`,"redis":{"addresses":[%q]}`, redistest.Start(t).Addr())
 			}
-			hang := hangingDial(t)
+			hang := hangingAddr(t) // its dial hangs
 			var served atomic.Int64
 			live := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				_, _ = io.Copy(io.Discard, r.Body)
@@ -77,29 +75,4 @@ func TestARequestWhoseDialHangsPastItsMaxWaitGetsTheTimeoutReject(t *testing.T) 
 			assert.LessOrEqual(t, served.Load(), int64(1), "the request was sent again past its max_wait")
 		})
 	}
-}
-
-// hangingDial returns an address whose dial hangs: a socket listening
-// with an accept queue of one, filled and never accepted from, so that
-// the kernel drops every further SYN (Linux), as from an address that
-// drops its packets.
-func hangingDial(t *testing.T) string {
-	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = syscall.Close(fd) })
-	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
-	require.NoError(t, syscall.Listen(fd, 0))
-	sa, err := syscall.Getsockname(fd)
-	require.NoError(t, err)
-	addr := (&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sa.(*syscall.SockaddrInet4).Port}).String()
-	for range 16 {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err != nil {
-			return addr // the queue is full: dials hang
-		}
-		t.Cleanup(func() { _ = c.Close() })
-	}
-	t.Fatal("the listener's accept queue never filled")
-	return ""
 }

@@ -1,9 +1,13 @@
 package caddyfairqueue
 
 import (
+	"errors"
+	"io"
 	"net/http"
 	"net/http/httptrace"
+	"strings"
 	"sync/atomic"
+	"syscall"
 )
 
 // reasonStale is the requeue reason of a request sent on a kept-alive
@@ -18,6 +22,7 @@ const reasonStale = "stale_connection"
 type connTrace struct {
 	reused    atomic.Bool // the last forwarding went out on a kept-alive connection
 	firstByte atomic.Bool // the upstream answered something on it
+	resent    bool        // stale reported one already (the serving goroutine's)
 }
 
 // traceConns has the transport report the connections of r's
@@ -41,14 +46,32 @@ func (ct *connTrace) forwarding() {
 	}
 }
 
-// stale reports whether the last forwarding went out on a kept-alive
-// connection on which the upstream answered nothing: reverse_proxy's 502
-// for it (a reset, an EOF) is that of a connection the upstream had
-// dropped, not of a request it failed. Go's transport sends again only
-// an idempotent request so (a POST is answered 502), as it cannot tell
-// that the upstream read nothing of it; an upstream that read it and
-// then died is taken for one too, and the request sent again finds it
-// gone (a refused dial: it cools then).
-func (ct *connTrace) stale() bool {
-	return ct != nil && ct.reused.Load() && !ct.firstByte.Load()
+// stale reports whether the last forwarding, which failed with err, went
+// out on a kept-alive connection on which the upstream answered nothing,
+// and the connection ended (an EOF, a reset: errDropped): reverse_proxy's
+// 502 for it is that of a connection the upstream had dropped, not of a
+// request it failed. Go's transport sends again only an idempotent
+// request so (a POST is answered 502), as it cannot tell that the
+// upstream read nothing of it: neither can this. An upstream that read
+// it and then died (a worker killed mid-request) is taken for one too,
+// once: stale reports true once for a request, so that it is sent again
+// once at most, and a second such failure is the upstream's (it cools).
+// An HTTP/2 stream that the upstream reset is none: an upstream closes
+// an idle HTTP/2 connection with a GOAWAY, whose unprocessed streams
+// the transport sends again itself.
+func (ct *connTrace) stale(err error) bool {
+	if ct == nil || ct.resent || !ct.reused.Load() || ct.firstByte.Load() || !errDropped(err) {
+		return false
+	}
+	ct.resent = true
+	return true
+}
+
+// errDropped reports whether err is that of an HTTP/1 connection the
+// upstream closed (an EOF, a reset, a broken pipe, or the transport's
+// "server closed idle connection"), not an HTTP/2 stream's reset nor a
+// lost HTTP/2 connection (an unexpected EOF), nor a timeout.
+func errDropped(err error) bool {
+	return err != nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || strings.Contains(err.Error(), "server closed idle connection"))
 }
