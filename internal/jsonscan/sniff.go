@@ -118,9 +118,11 @@ func SniffFolded(b []byte) Fields { return sniff(b, foldedKeys) }
 // least the body's bytes, as a body without one does. Stream and Model
 // are the exact reading's; Ambiguous reports that the other names
 // another model, AmbiguousStream that it streams where the exact one
-// does not, or the other way round. A body that one kind cannot read
-// (a NaN or a byte order mark, which Go refuses) is read as the other
-// reads it.
+// does not, or the other way round: Go's reading into a bool (Ollama's
+// /v1/chat/completions and /v1/completions, a null leaving the value
+// before it) or into a *bool (its /v1/responses, a null unsetting it).
+// A body that one kind cannot read (a NaN or a byte order mark, which Go
+// refuses) is read as the other reads it.
 func SniffEither(b []byte) Fields {
 	f, fok := sniffRead(b, exactKeys)
 	g, gStream, gok := sniffStream(b, foldedKeys)
@@ -128,11 +130,12 @@ func SniffEither(b []byte) Fields {
 	case !gok:
 		return f
 	case !fok:
-		g.Stream = gStream // Ollama's /v1 reads a bool
+		g.AmbiguousStream = g.Stream != gStream // a *bool's reading or a bool's
+		g.Stream = gStream                      // Ollama's /v1 reads a bool
 		return g
 	}
 	f.Ambiguous = f.Model != g.Model
-	f.AmbiguousStream = f.Stream != gStream
+	f.AmbiguousStream = f.Stream != gStream || f.Stream != g.Stream
 	f.MaxTokens = max(f.MaxTokens, g.MaxTokens)
 	f.Budget = max(f.Budget, g.Budget)
 	f.Completions = max(f.Completions, g.Completions)
@@ -172,9 +175,10 @@ func sniffRead(b []byte, k keys) (Fields, bool) {
 }
 
 // sniffStream is sniffRead, and "stream" as Go decodes it into a bool
-// (Ollama's /v1 requests), where a null leaves the value before it; its
-// native requests' *bool, which Fields.Stream and NoStream read, is nil
-// after a null.
+// (Ollama's /v1/chat/completions and /v1/completions), where a null
+// leaves the value before it; a *bool (its native requests', its
+// /v1/responses'), which Fields.Stream and NoStream read, is nil after
+// a null.
 func sniffStream(b []byte, k keys) (info Fields, goBool, ok bool) {
 	if k == exactKeys {
 		// Python's json.loads takes a UTF-8 byte order mark before the
