@@ -75,14 +75,15 @@ type Fields struct {
 	Ambiguous bool
 	// NewTokens is the completion budget of TGI's and SGLang's native
 	// /generate: "max_new_tokens" of TGI's "parameters" or of SGLang's
-	// "sampling_params", the larger, read as Budget's; 0 if none.
+	// "sampling_params" (of any of a batch's list of them), the
+	// largest, read as Budget's; 0 if none.
 	NewTokens int64
 	// NewCompletions is how many completions those generate, each up
 	// to NewTokens: the larger of TGI's "parameters": {"best_of"} and
 	// SGLang's "sampling_params": {"n"} (else 1), times the prompts of
 	// an SGLang batch ("text" an array of strings, "input_ids" of token
-	// arrays), saturated as Completions; 0 (one) if the body has none
-	// of these.
+	// arrays, "sampling_params" a list of objects, one a prompt),
+	// saturated as Completions; 0 (one) if the body has none of these.
 	NewCompletions int64
 	// AmbiguousStream reports (SniffEither) that one kind of backend
 	// streams the answer to the body and the other does not
@@ -198,7 +199,7 @@ func sniffStream(b []byte, k keys) (info Fields, goBool, ok bool) {
 	var choices [2]int64  // n, best_of
 	var generate [2]int64 // /generate: TGI's max_new_tokens, best_of
 	var sampling [2]int64 // SGLang's max_new_tokens, n
-	var batch [2]int64    // SGLang's prompts: text, input_ids
+	var batch [3]int64    // SGLang's prompts: text, input_ids, sampling_params
 	var context int64     // Ollama's "context": token ids
 	var tools [2]int64    // tools, functions: bytes of JSON
 	var images bool       // Ollama's generate: "images"
@@ -262,7 +263,7 @@ func sniffStream(b []byte, k keys) (info Fields, goBool, ok bool) {
 		case "parameters":
 			generate[0], generate[1] = generateParams(val, "best_of")
 		case "sampling_params":
-			sampling[0], sampling[1] = generateParams(val, "n")
+			sampling[0], sampling[1], batch[2] = samplingParams(val)
 		case "text":
 			batch[0] = generateBatch(val)
 		case "input_ids":
@@ -287,7 +288,7 @@ func sniffStream(b []byte, k keys) (info Fields, goBool, ok bool) {
 		info.Completions = saturatedProduct(max(each, 1), max(batch, 1))
 	}
 	info.NewTokens = max(generate[0], sampling[0])
-	if each, prompts := max(generate[1], sampling[1]), max(batch[0], batch[1]); each > 0 || prompts > 0 {
+	if each, prompts := max(generate[1], sampling[1]), max(batch[0], batch[1], batch[2]); each > 0 || prompts > 0 {
 		info.NewCompletions = saturatedProduct(max(each, 1), max(prompts, 1))
 	}
 	info.PromptTokens = context
