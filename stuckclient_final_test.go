@@ -215,7 +215,7 @@ func chatRequest(body, header string) string {
 // Over HTTP/2 Caddy's write_idle_timeout arms that flush's deadline
 // itself.
 func TestTheLastFlushOfARejectHasAWriteDeadlineOverHTTP3(t *testing.T) {
-	rejectToAShutHTTP3Window(t, "final-flush-h3", `"write_idle_timeout":"2s",`)
+	rejectToAShutHTTP3Window(t, "final-flush-h3", `"write_idle_timeout":"5s",`)
 }
 
 // That deadline is within write_timeout, as Caddy's own writes over
@@ -224,14 +224,15 @@ func TestTheLastFlushOfARejectHasAWriteDeadlineOverHTTP3(t *testing.T) {
 // the flush after the reject had write_idle_timeout's whole deadline
 // from then, past write_timeout.
 func TestTheLastFlushOfARejectOverHTTP3IsWithinWriteTimeout(t *testing.T) {
-	rejectToAShutHTTP3Window(t, "final-flush-h3-write-timeout", `"write_timeout":"3s","write_idle_timeout":"10m",`)
+	rejectToAShutHTTP3Window(t, "final-flush-h3-write-timeout", `"write_timeout":"6s","write_idle_timeout":"10m",`)
 }
 
 // rejectToAShutHTTP3Window has a request over HTTP/3 rejected by queue
 // name (max_wait 500ms, a reject body of 3 KiB) on a server with the
 // fields server (JSON, each followed by a comma), its client's stream
-// window left shut, and checks that the server gives up the flush of
-// the reject's body within 30s.
+// window left shut, and checks that the server, seen flushing the
+// reject's body (its deadline must leave it a few seconds), gives the
+// flush up within 30s.
 func rejectToAShutHTTP3Window(t *testing.T, name, server string) {
 	t.Cleanup(func() { poolEmpty(t) })
 	up := newHeldUpstream(t)
@@ -253,6 +254,10 @@ func rejectToAShutHTTP3Window(t *testing.T, name, server string) {
 	require.NoError(t, err)
 	t.Cleanup(func() { resp.Body.Close() })
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	// the flush waits for the client: the check below would pass
+	// vacuously were flushingToHTTP3 blind to it (quic-go's names changed)
+	require.Eventually(t, flushingToHTTP3, 2*time.Second, 5*time.Millisecond,
+		"no goroutine seen flushing the reject to a client that reads nothing")
 	// the first request answered now, well within any write_timeout
 	up.release <- struct{}{}
 	require.NoError(t, got(t, first).err)
