@@ -13,7 +13,8 @@ import (
 // the completion budget from "parameters": {"max_new_tokens"} (TGI) and
 // "sampling_params": {"max_new_tokens"} (SGLang), the completions from
 // TGI's "best_of", SGLang's "n" and a batch of SGLang prompts ("text",
-// "input_ids"): such a request is weighed by them, as an
+// "input_ids"; a batch's "sampling_params" may be a list, one object for
+// each prompt, of which the heaviest counts for each): such a request is weighed by them, as an
 // OpenAI-compatible one is by max_tokens and n, or by these where they
 // are heavier (vLLM's demo api_server serves /generate too, and reads
 // them); other paths know no such keys. Before, a native request was weighed by the default budget
@@ -32,6 +33,10 @@ func TestANativeGenerateRequestIsWeighedByItsMaxNewTokens(t *testing.T) {
 		{"SGLang n", "/generate", `{"text":"abcd","sampling_params":{"max_new_tokens":100,"n":3}}`, 3 * 100},
 		{"SGLang, a batch", "/generate", `{"text":["a","b","c"],"sampling_params":{"max_new_tokens":100}}`, 3 * 100},
 		{"SGLang, a batch of ids", "/generate", `{"input_ids":[[1,2],[3]],"sampling_params":{"max_new_tokens":100}}`, 2 * 100},
+		{"SGLang, a batch with its own sampling_params each", "/generate",
+			`{"text":["a","b"],"sampling_params":[{"max_new_tokens":100000},{"max_new_tokens":10}]}`, 2 * 100000},
+		{"SGLang, a batch sampling n each", "/generate",
+			`{"text":["a","b"],"sampling_params":[{"max_new_tokens":1000,"n":3},{"max_new_tokens":1000,"n":3}]}`, 2 * 3 * 1000},
 		{"behind a prefix", "/tgi/generate/", `{"inputs":"abcd","parameters":{"max_new_tokens":3000}}`, 3000},
 		{"none set", "/generate", `{"inputs":"abcd","parameters":{"temperature":0.5}}`, 500},
 		{"max_tokens is not TGI's", "/generate", `{"inputs":"abcd","max_tokens":1,"parameters":{"max_new_tokens":3000}}`, 3000},

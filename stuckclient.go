@@ -65,13 +65,14 @@ func boundWritesThen(w http.ResponseWriter, server time.Time, back func() time.T
 // connection or stream, and its goroutine, for as long as it keeps its
 // connection open, were there none. Caddy's write_idle_timeout
 // (IdleTimeoutWriter) leaves one after each write of an answer over
-// these, the timeout from then, within the server's write_timeout: that
-// one, so that the flush after the queue's frame is bounded as any
-// answer's last flush is, and an HTTP/1 connection's next request finds
-// the deadline that any answer leaves it. Over HTTP/2 that writer arms
-// the flush's deadline itself as the handler returns (a deadline left
-// armed there resets the stream when it passes), and without
-// write_idle_timeout Caddy leaves none: server.
+// these, the timeout from then, within the server's write_timeout (its
+// HardDeadline, which over HTTP/3 is the only place write_timeout
+// applies): that one, so that the flush after the queue's frame is
+// bounded as any answer's last flush is, and an HTTP/1 connection's next
+// request finds the deadline that any answer leaves it. Over HTTP/2 that
+// writer arms the flush's deadline itself as the handler returns (a
+// deadline left armed there resets the stream when it passes), and
+// without write_idle_timeout Caddy leaves none: server.
 func lastFlushDeadline(r *http.Request, server time.Time) time.Time {
 	if r.ProtoMajor == 2 {
 		return server
@@ -81,8 +82,10 @@ func lastFlushDeadline(r *http.Request, server time.Time) time.Time {
 		return server
 	}
 	d := time.Now().Add(idle.Deadline.Timeout)
-	if !server.IsZero() && server.Before(d) {
-		d = server
+	for _, ceiling := range []time.Time{server, idle.Deadline.HardDeadline} {
+		if !ceiling.IsZero() && ceiling.Before(d) {
+			d = ceiling
+		}
 	}
 	return d
 }

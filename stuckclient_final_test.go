@@ -215,11 +215,29 @@ func chatRequest(body, header string) string {
 // Over HTTP/2 Caddy's write_idle_timeout arms that flush's deadline
 // itself.
 func TestTheLastFlushOfARejectHasAWriteDeadlineOverHTTP3(t *testing.T) {
+	rejectToAShutHTTP3Window(t, "final-flush-h3", `"write_idle_timeout":"5s",`)
+}
+
+// That deadline is within write_timeout, as Caddy's own writes over
+// HTTP/3 are (write_idle_timeout applies it there): a write_idle_timeout
+// longer than what is left of write_timeout does not extend it. Before,
+// the flush after the reject had write_idle_timeout's whole deadline
+// from then, past write_timeout.
+func TestTheLastFlushOfARejectOverHTTP3IsWithinWriteTimeout(t *testing.T) {
+	rejectToAShutHTTP3Window(t, "final-flush-h3-write-timeout", `"write_timeout":"6s","write_idle_timeout":"10m",`)
+}
+
+// rejectToAShutHTTP3Window has a request over HTTP/3 rejected by queue
+// name (max_wait 500ms, a reject body of 3 KiB) on a server with the
+// fields server (JSON, each followed by a comma), its client's stream
+// window left shut, and checks that the server, seen flushing the
+// reject's body (its deadline must leave it a few seconds), gives the
+// flush up within 30s.
+func rejectToAShutHTTP3Window(t *testing.T, name, server string) {
 	t.Cleanup(func() { poolEmpty(t) })
 	up := newHeldUpstream(t)
-	name := "final-flush-h3"
 	body := `{"error":{"message":"` + strings.Repeat("busy ", 600) + `"}}`
-	s := runTLSCaddyWith(t, `"write_idle_timeout":"2s",`,
+	s := runTLSCaddyWith(t, server,
 		fmt.Sprintf(`{"handler":"fair_queue","name":%q,"permits":1,"max_wait":"500ms","reject":[{"body":%q}]}`, name, body), up.proxy())
 	first := chat(context.Background(), s.client(t, "h3"), s.url, `{"model":"m"}`)
 	require.Eventually(t, func() bool { return up.run.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
@@ -236,11 +254,16 @@ func TestTheLastFlushOfARejectHasAWriteDeadlineOverHTTP3(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { resp.Body.Close() })
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	// the flush waits for the client: the check below would pass
+	// vacuously were flushingToHTTP3 blind to it (quic-go's names changed)
+	require.Eventually(t, flushingToHTTP3, 2*time.Second, 5*time.Millisecond,
+		"no goroutine seen flushing the reject to a client that reads nothing")
+	// the first request answered now, well within any write_timeout
+	up.release <- struct{}{}
+	require.NoError(t, got(t, first).err)
 
 	require.Eventually(t, func() bool { return !flushingToHTTP3() }, 30*time.Second, 100*time.Millisecond,
 		"the server still flushes the reject to a client that reads nothing")
-	up.release <- struct{}{}
-	require.NoError(t, got(t, first).err)
 }
 
 // flushingToHTTP3 reports whether a goroutine of this process waits in

@@ -38,6 +38,7 @@ func FuzzSniffEitherAsOllamaV1(f *testing.F) {
 		`{"modeL":"big","model":"small"}`,
 		`{"model":"m","stream":false,"STREAM":true}`,
 		`{"model":"m","stream":true,"\u017Ftream":false,"stream":null}`,
+		`{"model":"m","input":"a","stream":true,"STREAM":null}`,
 		`{"mod\u0065l":"m","MAX_TOKENS":7}`,
 		`{"model":"m","prompt":"abc","Suffix":"defg","max_tokens":1,"MAX_TOKENS":9}`,
 		`{"model":"m","input":"abc","INPUT":"abcdef"}`,
@@ -58,6 +59,12 @@ func FuzzSniffEitherAsOllamaV1(f *testing.F) {
 		}
 		if !got.AmbiguousStream && got.Stream != r.Stream {
 			t.Fatalf("SniffEither reads stream %v, Ollama %v, of %q", got.Stream, r.Stream, b)
+		}
+		var responses struct {
+			Stream *bool `json:"stream"` // Ollama's /v1/responses: a null unsets it
+		}
+		if json.Unmarshal(b, &responses) == nil && !got.AmbiguousStream && got.Stream != (responses.Stream != nil && *responses.Stream) {
+			t.Fatalf("SniffEither reads stream %v, Ollama's /v1/responses %v, of %q", got.Stream, responses.Stream != nil && *responses.Stream, b)
 		}
 		if r.MaxTokens != nil && *r.MaxTokens > 0 && (got.MaxTokens < int64(*r.MaxTokens) || got.Budget < int64(*r.MaxTokens)) {
 			t.Fatalf("SniffEither %+v is lighter than Ollama's max_tokens %d, of %q", got, *r.MaxTokens, b)

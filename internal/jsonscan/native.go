@@ -5,7 +5,8 @@ package jsonscan
 // serde: exact keys) and SGLang's "sampling_params" (pydantic: exact
 // keys), each with "max_new_tokens"; TGI's best_of and SGLang's n
 // generate that many completions each, and SGLang takes a batch of
-// prompts in "text" or "input_ids".
+// prompts in "text" or "input_ids", with one "sampling_params" for all
+// or a list of them, one for each prompt.
 
 // generateParams reads "max_new_tokens" and the completions key of such
 // an object (its keys exact, whichever reading reads the body), each as
@@ -24,6 +25,23 @@ func generateParams(val []byte, completionsKey string) (newTokens, completions i
 		}
 	})
 	return newTokens, completions
+}
+
+// samplingParams is generateParams of SGLang's "sampling_params": an
+// object, or a batch's list of them, one for each prompt, of which the
+// heaviest counts for each count; prompts is the list's length (0 for
+// an object), which SGLang requires to be the batch's.
+func samplingParams(val []byte) (newTokens, completions, prompts int64) {
+	if val[0] != '[' {
+		newTokens, completions = generateParams(val, "n")
+		return newTokens, completions, 0
+	}
+	eachElement(val, func(el []byte) {
+		t, n := generateParams(el, "n")
+		newTokens, completions = max(newTokens, t), max(completions, n)
+		prompts++
+	})
+	return newTokens, completions, prompts
 }
 
 // generateBatch is the prompts of an SGLang batch: "text" an array of

@@ -75,14 +75,15 @@ type Fields struct {
 	Ambiguous bool
 	// NewTokens is the completion budget of TGI's and SGLang's native
 	// /generate: "max_new_tokens" of TGI's "parameters" or of SGLang's
-	// "sampling_params", the larger, read as Budget's; 0 if none.
+	// "sampling_params" (of any of a batch's list of them), the
+	// largest, read as Budget's; 0 if none.
 	NewTokens int64
 	// NewCompletions is how many completions those generate, each up
 	// to NewTokens: the larger of TGI's "parameters": {"best_of"} and
 	// SGLang's "sampling_params": {"n"} (else 1), times the prompts of
 	// an SGLang batch ("text" an array of strings, "input_ids" of token
-	// arrays), saturated as Completions; 0 (one) if the body has none
-	// of these.
+	// arrays, "sampling_params" a list of objects, one a prompt),
+	// saturated as Completions; 0 (one) if the body has none of these.
 	NewCompletions int64
 	// AmbiguousStream reports (SniffEither) that one kind of backend
 	// streams the answer to the body and the other does not
@@ -118,9 +119,11 @@ func SniffFolded(b []byte) Fields { return sniff(b, foldedKeys) }
 // least the body's bytes, as a body without one does. Stream and Model
 // are the exact reading's; Ambiguous reports that the other names
 // another model, AmbiguousStream that it streams where the exact one
-// does not, or the other way round. A body that one kind cannot read
-// (a NaN or a byte order mark, which Go refuses) is read as the other
-// reads it.
+// does not, or the other way round: Go's reading into a bool (Ollama's
+// /v1/chat/completions and /v1/completions, a null leaving the value
+// before it) or into a *bool (its /v1/responses, a null unsetting it).
+// A body that one kind cannot read (a NaN or a byte order mark, which Go
+// refuses) is read as the other reads it.
 func SniffEither(b []byte) Fields {
 	f, fok := sniffRead(b, exactKeys)
 	g, gStream, gok := sniffStream(b, foldedKeys)
@@ -128,11 +131,12 @@ func SniffEither(b []byte) Fields {
 	case !gok:
 		return f
 	case !fok:
-		g.Stream = gStream // Ollama's /v1 reads a bool
+		g.AmbiguousStream = g.Stream != gStream // a *bool's reading or a bool's
+		g.Stream = gStream                      // Ollama's /v1 reads a bool
 		return g
 	}
 	f.Ambiguous = f.Model != g.Model
-	f.AmbiguousStream = f.Stream != gStream
+	f.AmbiguousStream = f.Stream != gStream || f.Stream != g.Stream
 	f.MaxTokens = max(f.MaxTokens, g.MaxTokens)
 	f.Budget = max(f.Budget, g.Budget)
 	f.Completions = max(f.Completions, g.Completions)
@@ -172,9 +176,10 @@ func sniffRead(b []byte, k keys) (Fields, bool) {
 }
 
 // sniffStream is sniffRead, and "stream" as Go decodes it into a bool
-// (Ollama's /v1 requests), where a null leaves the value before it; its
-// native requests' *bool, which Fields.Stream and NoStream read, is nil
-// after a null.
+// (Ollama's /v1/chat/completions and /v1/completions), where a null
+// leaves the value before it; a *bool (its native requests', its
+// /v1/responses'), which Fields.Stream and NoStream read, is nil after
+// a null.
 func sniffStream(b []byte, k keys) (info Fields, goBool, ok bool) {
 	if k == exactKeys {
 		// Python's json.loads takes a UTF-8 byte order mark before the
@@ -194,7 +199,7 @@ func sniffStream(b []byte, k keys) (info Fields, goBool, ok bool) {
 	var choices [2]int64  // n, best_of
 	var generate [2]int64 // /generate: TGI's max_new_tokens, best_of
 	var sampling [2]int64 // SGLang's max_new_tokens, n
-	var batch [2]int64    // SGLang's prompts: text, input_ids
+	var batch [3]int64    // SGLang's prompts: text, input_ids, sampling_params
 	var context int64     // Ollama's "context": token ids
 	var tools [2]int64    // tools, functions: bytes of JSON
 	var images bool       // Ollama's generate: "images"
@@ -258,7 +263,7 @@ func sniffStream(b []byte, k keys) (info Fields, goBool, ok bool) {
 		case "parameters":
 			generate[0], generate[1] = generateParams(val, "best_of")
 		case "sampling_params":
-			sampling[0], sampling[1] = generateParams(val, "n")
+			sampling[0], sampling[1], batch[2] = samplingParams(val)
 		case "text":
 			batch[0] = generateBatch(val)
 		case "input_ids":
@@ -283,7 +288,7 @@ func sniffStream(b []byte, k keys) (info Fields, goBool, ok bool) {
 		info.Completions = saturatedProduct(max(each, 1), max(batch, 1))
 	}
 	info.NewTokens = max(generate[0], sampling[0])
-	if each, prompts := max(generate[1], sampling[1]), max(batch[0], batch[1]); each > 0 || prompts > 0 {
+	if each, prompts := max(generate[1], sampling[1]), max(batch[0], batch[1], batch[2]); each > 0 || prompts > 0 {
 		info.NewCompletions = saturatedProduct(max(each, 1), max(prompts, 1))
 	}
 	info.PromptTokens = context

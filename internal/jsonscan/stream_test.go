@@ -8,9 +8,10 @@ import (
 
 // SniffEither's Stream is the exact reading's (vLLM, SGLang); a body
 // that Ollama's /v1 endpoints (Go's encoding/json into a bool: keys in
-// any case, the last spelling winning, a null leaving the value before
-// it) read as streaming where it does not, or the other way round, is
-// AmbiguousStream.
+// any case, the last spelling winning; a null leaves the value before it
+// in the bool of /v1/chat/completions and /v1/completions, and unsets
+// the *bool of /v1/responses) read as streaming where it does not, or
+// the other way round, is AmbiguousStream.
 func TestSniffEitherTellsAStreamThatReadsTwoWays(t *testing.T) {
 	for _, tc := range []struct {
 		body              string
@@ -23,7 +24,8 @@ func TestSniffEitherTellsAStreamThatReadsTwoWays(t *testing.T) {
 		{`{"Stream":true}`, false, true},
 		{`{"\u017Ftream":true}`, false, true}, // the long s folds to s
 		{`{"stream":true,"stream":null}`, false, true},
-		{`{"stream":true,"STREAM":null}`, true, false},
+		{`{"stream":true,"STREAM":null}`, true, true}, // Ollama's /v1/responses: a *bool, which the null unsets
+		{`{"stream":false,"STREAM":null}`, false, false},
 		{`{"stream":null}`, false, false},
 		{`{"stream":"true"}`, false, false}, // Go refuses it; pydantic's lax bool is not read
 	} {
