@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/internal/jsonscan"
 )
 
 // AdaptiveConfig makes the queue learn its capacity from the backend's
@@ -33,8 +34,9 @@ import (
 type AdaptiveConfig struct {
 	// TargetTTFT is the time to first token to keep at or below: from
 	// forwarding a granted request to its first response byte (a
-	// stream's first chunk); requests for a plain answer, and error
-	// answers (status 300 and above), are not timed; a stream whose
+	// stream's first chunk); plain answers (by their Content-Type, not
+	// the client's Accept header: see call.streamed) and error answers
+	// (status 300 and above) are not timed; a stream whose
 	// first byte never came (its client or the proxy gave up) counts as
 	// above the target once it was waited for longer than the target.
 	// Required; at least 1ms.
@@ -145,11 +147,11 @@ func shareArg(oneAllowed bool) func(*caddyfile.Dispenser) (float64, error) {
 
 // observeAnswer tells an adaptive queue what a forwarded request saw:
 // its time to first byte, or that the upstream refused it. Only a
-// streamed answer is timed: a plain answer's first byte comes after
-// the whole generation, which says nothing of the backend's time to
-// first token (a slow answer would pull the capacity to its floor).
-// Nor is an error answer (a 400 or 404 for a request the backend does
-// not take): it comes before the backend schedules anything, and a
+// streamed answer is timed (streamed): a plain answer's first byte
+// comes after the whole generation, which says nothing of the backend's
+// time to first token (a slow answer would pull the capacity to its
+// floor). Nor is an error answer (a 400 or 404 for a request the backend
+// does not take): it comes before the backend schedules anything, and a
 // client streaming many would outnumber the late first tokens of
 // everybody else's, keeping the capacity up while the backend is
 // overloaded. A plain answer that succeeded is counted, not timed: it
@@ -166,16 +168,74 @@ func (c *call) observeAnswer() {
 	if c.fb == nil || c.h.Adaptive == nil {
 		return
 	}
+	streamed := c.streamed()
 	switch {
 	case c.fb.status == 429 || c.fb.status == 503:
 		c.e.q.ObserveRefused(c.fb.upstream)
-	case c.fb.first > 0 && c.streaming && c.fb.status < 300: // 0: a 200 written by the first Write
+	case c.fb.first > 0 && streamed && c.fb.status < 300: // 0: a 200 written by the first Write
 		c.e.q.ObserveTTFT(c.fb.upstream, c.fb.first)
-	case c.fb.first == 0 && c.streaming && !c.fb.heldBack && !c.fb.errorAnswered && !c.fb.hijacked && !c.fb.unreached:
+	case c.fb.first == 0 && streamed && !c.fb.heldBack && !c.fb.errorAnswered && !c.fb.hijacked && !c.fb.unreached:
 		c.e.q.ObserveUnanswered(c.fb.upstream, time.Since(c.fb.forwarded))
-	case !c.streaming && c.fb.status < 300 && (c.fb.status != 0 || c.fb.first > 0) && !c.fb.hijacked:
+	case !streamed && c.fb.status < 300 && (c.fb.status != 0 || c.fb.first > 0) && !c.fb.hijacked:
 		c.e.q.ObserveAnswered(c.fb.upstream) // untimed, but no refusal: a plain queue climbs back
 	}
+}
+
+// streamed reports whether the forwarded request's answer is a stream,
+// for adaptive: what its Content-Type says (answerKindOf), or, where
+// that does not tell (none came, or a stream's content type that no
+// stream is labeled with), whether the body asked the backend for one
+// (asksStream). Never the client's Accept header, which no backend
+// reads: with it and "stream": false, any client would have its plain
+// answers, whose first byte comes after the whole generation, timed as
+// first tokens, and pull the capacity down to its floor.
+func (c *call) streamed() bool {
+	switch c.fb.kind {
+	case answerStream:
+		return true
+	case answerPlain:
+		return false
+	}
+	return c.asksStream
+}
+
+// answerKind is what an answer is, for adaptive, by its Content-Type.
+type answerKind uint8
+
+const (
+	answerUnknown   answerKind = iota // no header came
+	answerPlain                       // a JSON document, or another type that is no stream
+	answerStream                      // an event stream, or JSON lines (Ollama's NDJSON)
+	answerUnlabeled                   // no Content-Type, text/plain or application/octet-stream: a stream not labeled as one
+)
+
+// answerKindOf is the kind of an answer whose header is h.
+func answerKindOf(h http.Header) answerKind {
+	mt, _, _ := strings.Cut(h.Get("Content-Type"), ";")
+	switch strings.ToLower(strings.TrimSpace(mt)) {
+	case "text/event-stream", "application/x-ndjson", "application/ndjson", "application/jsonl",
+		"application/x-jsonlines", "application/jsonlines", "application/json-seq", "application/stream+json":
+		return answerStream
+	case "", "text/plain", "application/octet-stream":
+		return answerUnlabeled
+	}
+	return answerPlain
+}
+
+// asksStream reports whether a request of a with body fields f asks its
+// backend for a streamed answer, as the backend reads it: Ollama's
+// native chat and generate stream unless the body says "stream": false,
+// its embed never; an OpenAI-compatible request streams when its body
+// says "stream": true (an embedding never does), TGI's /generate_stream
+// always. Unlike streams, not the Accept header: no backend reads it.
+func (a api) asksStream(f jsonscan.Fields, r *http.Request) bool {
+	switch a {
+	case apiOllamaChat, apiOllamaGenerate:
+		return !f.NoStream
+	case apiOllamaEmbed:
+		return false
+	}
+	return strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/generate_stream") || f.Stream && !embeds(r, a)
 }
 
 // unreached reports whether err, next's, says that reverse_proxy never

@@ -114,10 +114,17 @@ func TestAdaptiveTimesStreamedAnswersOnly(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
 	for _, tc := range []struct {
 		name, body string
+		answer     func(http.ResponseWriter) // the upstream's, as the body asked
 		down       bool
 	}{
-		{"plain answers", `{"model":"m"}`, false},
-		{"streamed answers", `{"model":"m","stream":true}`, true},
+		{"plain answers", `{"model":"m"}`, func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"choices":[{"message":{"content":"hi"}}]}`)
+		}, false},
+		{"streamed answers", `{"model":"m","stream":true}`, func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
+		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := keepaliveHandler(t, "adapt-plain-"+map[bool]string{false: "plain", true: "stream"}[tc.down], &Handler{
@@ -125,8 +132,7 @@ func TestAdaptiveTimesStreamedAnswersOnly(t *testing.T) {
 					Interval: caddy.Duration(fairqueue.MinAdaptiveInterval)}})
 			srv := serve(t, h, proxyTo(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				time.Sleep(200 * time.Millisecond) // the generation, or the prefill before a stream's first chunk
-				w.Header().Set("Content-Type", "application/json")
-				_, _ = io.WriteString(w, `{"choices":[{"message":{"content":"hi"}}]}`)
+				tc.answer(w)
 			})))
 			q := engineOf(t, h).q
 			for range 4 {

@@ -32,10 +32,13 @@ type call struct {
 	name      string // the queue's
 	model     string // the body's "model"
 	noModel   string // with names and a queue per model: why the request names none (noModel); "" if it does
-	streaming bool   // the client asked for a streamed answer
-	bodyLen   int
-	weight    weight // in KV-cache tokens; its prompt estimated at enter
-	req       fairqueue.Request
+	streaming bool   // the client asked for a streamed answer (its body, or its Accept header)
+	// asksStream: the body asks the backend for a stream (api.asksStream),
+	// how adaptive judges an answer whose Content-Type does not tell
+	asksStream bool
+	bodyLen    int
+	weight     weight // in KV-cache tokens; its prompt estimated at enter
+	req        fairqueue.Request
 
 	e    *engine // the queue's engine; its successor's once a reload moved the queue
 	done func()  // exits every engine entered
@@ -98,6 +101,7 @@ func (c *call) read() (answered bool, err error) {
 		return true, nil
 	}
 	c.streaming = c.api.streams(info, c.r)
+	c.asksStream = c.api.asksStream(info, c.r)
 	c.model = info.Model
 	repl.Set(phModel, c.api.modelName(info.Model)) // queueName may set another spelling
 	repl.Set(phStreaming, c.streaming)

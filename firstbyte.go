@@ -22,6 +22,7 @@ type firstByteWriter struct {
 	upstream                        string        // the grant's pool upstream at the forward; "" without a pool
 	first                           time.Duration // 0 until the first byte
 	status                          int           // the answer's status, once written
+	kind                            answerKind    // what the answer is, by its Content-Type, once its header came
 	hijacked                        bool          // an upgrade (a WebSocket) took the connection
 	heldBack                        bool          // the last forward's answer was held back (requeue_on): nothing of it timed
 	errorAnswered                   bool          // the upstream answered an error status (300 and above): no first token to wait for
@@ -34,6 +35,7 @@ func (f *firstByteWriter) WriteHeader(code int) {
 	if code >= 200 {
 		f.status = code
 		f.errorAnswered = upstreamFailed(code)
+		f.kind = answerKindOf(f.Header())
 	}
 	f.ResponseWriter.WriteHeader(code)
 }
@@ -53,6 +55,7 @@ func newFirstByteWriter(w http.ResponseWriter) *firstByteWriter {
 // upstream ("" without a pool): its first byte is timed from here.
 func (f *firstByteWriter) forwardTo(upstream string) {
 	f.forwarded, f.upstream, f.heldBack, f.errorAnswered, f.unreached = time.Now(), upstream, false, false, false
+	f.kind = answerUnknown
 }
 
 func (f *firstByteWriter) Write(b []byte) (int, error) {

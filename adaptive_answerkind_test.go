@@ -1,0 +1,121 @@
+package caddyfairqueue
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// What adaptive times is decided by the answer, not by what the client
+// says it accepts: a client that sends Accept: text/event-stream with
+// "stream": false (or "stream": true to an endpoint that never streams)
+// gets a plain answer, whose first byte comes after the whole
+// generation; timed as a time to first token, any client could pull
+// everybody's capacity down to its floor. Each case runs 1.5 s
+// generations against target_ttft 1s: a plain answer leaves the share
+// alone, a stream whose first chunk came that late brings it down, an
+// event stream or NDJSON by its Content-Type, or one labeled as no
+// stream (no Content-Type: Go's text/plain) that its body asked for.
+func TestAdaptiveJudgesTheAnswerNotTheAcceptHeader(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	const generation = 1500 * time.Millisecond
+	plainJSON := func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		time.Sleep(generation) // the whole generation, then the plain answer
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"choices":[{"message":{"content":"hi"}}]}`)
+	}
+	stream := func(contentType, chunk string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			if contentType != "" {
+				w.Header().Set("Content-Type", contentType)
+			}
+			time.Sleep(generation) // the prefill before the first chunk
+			_, _ = io.WriteString(w, chunk)
+			w.(http.Flusher).Flush()
+		}
+	}
+	for _, tc := range []struct {
+		name, path, body string
+		accept           bool          // the client sends Accept: text/event-stream
+		clientTimeout    time.Duration // the client gives up after this (0: never)
+		keepalive        bool          // permits 1 and sse_keepalive: waiting streams are committed, then relayed
+		upstream         http.HandlerFunc
+		down             bool // the share must come down
+	}{
+		{"a plain answer to a client that accepts event streams", "/v1/chat/completions", `{"model":"m","stream":false}`,
+			true, 0, false, plainJSON, false},
+		{"a plain answer relayed on a stream the keepalive committed", "/v1/chat/completions", `{"model":"m","stream":false}`,
+			true, 0, true, plainJSON, false},
+		{"a plain answer its client gave up waiting for", "/v1/chat/completions", `{"model":"m","stream":false}`,
+			true, 1200 * time.Millisecond, false, plainJSON, false},
+		{"embeddings asked to stream", "/v1/embeddings", `{"model":"m","stream":true,"input":"x"}`,
+			false, 0, false, plainJSON, false},
+		{"an event stream", "/v1/chat/completions", `{"model":"m","stream":true}`,
+			false, 0, false, stream("text/event-stream", "data: {}\n\n"), true},
+		{"an event stream its client did not ask for in the body", "/generate_stream", `{"inputs":"x"}`,
+			false, 0, false, stream("text/event-stream", "data: {}\n\n"), true},
+		{"Ollama's NDJSON stream, streaming by default", "/api/chat", `{"model":"m"}`,
+			false, 0, false, stream("application/x-ndjson", "{}\n"), true},
+		{"a stream without a Content-Type", "/v1/chat/completions", `{"model":"m","stream":true}`,
+			false, 0, false, stream("", "data: {}\n\n"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			upstream := httptest.NewServer(tc.upstream)
+			t.Cleanup(upstream.Close)
+			name := "adapt-answerkind-" + strings.ReplaceAll(tc.name, " ", "-")
+			permits := `"permits":8`
+			if tc.keepalive {
+				permits = `"permits":1,"sse_keepalive":"100ms"`
+			}
+			port := freePort(t)
+			config := fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
+		"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[
+		{"handler":"fair_queue","name":%q,%s,"max_wait":"60s",
+		 "adaptive":{"target_ttft":"1s","min_samples":2,"interval":"100ms","decrease":0.5,"step":0.25}},
+		{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}]}]}}}}}`,
+				port, name, permits, strings.TrimPrefix(upstream.URL, "http://"))
+			require.NoError(t, caddy.Load([]byte(config), false))
+			t.Cleanup(func() { _ = caddy.Stop() })
+			url := fmt.Sprintf("http://127.0.0.1:%d%s", port, tc.path)
+			client := &http.Client{Timeout: tc.clientTimeout}
+
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(tc.body))
+						req.Header.Set("Content-Type", "application/json")
+						if tc.accept {
+							req.Header.Set("Accept", "text/event-stream")
+						}
+						if resp, err := client.Do(req); err == nil {
+							_, _ = io.Copy(io.Discard, resp.Body)
+							_ = resp.Body.Close()
+						}
+					}
+				})
+			}
+			defer func() { cancel(); wg.Wait() }()
+			if tc.down {
+				assert.Eventually(t, func() bool { return learnedShare(t, name) < 1 }, 20*time.Second, 50*time.Millisecond,
+					"streams whose first chunk came 1.5 s after forwarding (target 1 s) left the learned share at %v", learnedShare(t, name))
+				return
+			}
+			time.Sleep(8 * time.Second) // about 20 answers: 1.5 s each, 4 (or 1) at a time
+			assert.Equal(t, 1.0, learnedShare(t, name), "plain answers, whose first byte comes after the whole generation, lowered the learned share")
+		})
+	}
+}
