@@ -27,7 +27,9 @@ import (
 // cooldown is what keeps requests off an unreachable upstream. Here two
 // streams fail to reach the backend for 2 seconds each (target 1 s);
 // then the backend comes up and answers one stream in time: the share
-// must stay whole.
+// must stay whole. So too where the stream waited behind another and the
+// keepalive committed it (reverse_proxy's failure, its 502 or its 503,
+// is then relayed as an error event, its status noted as the answer's).
 func TestAdaptiveDoesNotCountAStreamThatNeverReachedTheBackend(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -35,54 +37,99 @@ func TestAdaptiveDoesNotCountAStreamThatNeverReachedTheBackend(t *testing.T) {
 		health string
 		// status: what a stream reverse_proxy could not forward gets
 		status int
+		// committed: each stream waits behind another, and the
+		// keepalive commits it
+		committed bool
 	}{
-		{"its dials are refused", "", http.StatusBadGateway},
+		{"its dials are refused", "", http.StatusBadGateway, false},
 		// Its active health check finds it down: no upstream available.
-		{"its health check fails", `"health_checks":{"active":{"uri":"/health","interval":"100ms","timeout":"1s"}},`,
-			http.StatusServiceUnavailable},
+		{"its health check fails", unreachedHealthCheck, http.StatusServiceUnavailable, false},
+		{"its dials are refused, the stream committed", "", http.StatusBadGateway, true},
+		{"its health check fails, the stream committed", unreachedHealthCheck, http.StatusServiceUnavailable, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) { unreachedStreams(t, tc.health, tc.status) })
+		t.Run(tc.name, func(t *testing.T) { unreachedStreams(t, tc.health, tc.status, tc.committed) })
 	}
 }
 
-func unreachedStreams(t *testing.T, health string, status int) {
+// unreachedHealthCheck is reverse_proxy's active health check of a
+// backend that is down.
+const unreachedHealthCheck = `"health_checks":{"active":{"uri":"/health","interval":"100ms","timeout":"1s"}},`
+
+func unreachedStreams(t *testing.T, health string, status int, committed bool) {
 	t.Cleanup(func() { poolEmpty(t) })
-	name := fmt.Sprintf("adapt-unreached-%d", status)
+	name := fmt.Sprintf("adapt-unreached-%d-%t", status, committed)
 	backend := fmt.Sprintf("127.0.0.1:%d", freePort(t)) // nobody listens: refused
+	queue := `"permits":4`
+	if committed {
+		queue = `"permits":1,"sse_keepalive":"100ms"` // the second of two streams waits
+	}
 	port := freePort(t)
 	config := fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
 		"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[
-		{"handler":"fair_queue","name":%q,"permits":4,
+		{"handler":"fair_queue","name":%q,%s,
 		 "adaptive":{"target_ttft":"1s","min_samples":1,"interval":"100ms","decrease":0.5}},
 		{"handler":"reverse_proxy","flush_interval":-1,%s
 		 "load_balancing":{"try_duration":"2s","try_interval":"250ms"},"upstreams":[{"dial":%q}]}]}]}}}}}`,
-		port, name, health, backend)
+		port, name, queue, health, backend)
 	require.NoError(t, caddy.Load([]byte(config), false))
 	t.Cleanup(func() { _ = caddy.Stop() })
 	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
-	stream := func() int {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// answer is a stream's status, and whether it failed as the case
+	// says (its status, or on a committed stream an error event that
+	// names it).
+	type answer struct {
+		status int
+		as     bool
+	}
+	stream := func() answer {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"model":"m","stream":true}`))
-		require.NoError(t, err)
+		if !assert.NoError(t, err) {
+			return answer{}
+		}
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		_, _ = io.Copy(io.Discard, resp.Body)
+		if !assert.NoError(t, err) {
+			return answer{}
+		}
+		b, _ := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
-		return resp.StatusCode
+		if resp.StatusCode == http.StatusOK && strings.Contains(string(b), "event: error") {
+			return answer{resp.StatusCode, strings.Contains(string(b), fmt.Sprintf("status %d", status))}
+		}
+		return answer{resp.StatusCode, resp.StatusCode == status}
 	}
 	// Streams the backend's outage fails, each after reverse_proxy
 	// tried for 2 seconds, until two of them failed as the case says
-	// (before the first health check, a dial is refused).
+	// (before the first health check, a dial is refused); committed,
+	// until two committed ones did, each waiting behind another.
 	for failed := 0; failed < 2; {
 		start := time.Now()
-		got := stream()
-		require.Contains(t, []int{http.StatusBadGateway, status}, got, "the backend is down")
-		require.Greater(t, time.Since(start), time.Second, "reverse_proxy tried for longer than the target (lb_try_duration)")
-		if got == status {
-			failed++
+		if committed {
+			ahead := make(chan answer, 1)
+			go func() { ahead <- stream() }()
+			time.Sleep(300 * time.Millisecond) // most likely granted first: the next one waits
+			two := []answer{stream(), <-ahead}
+			committedOne := false
+			for _, a := range two {
+				require.Contains(t, []int{http.StatusBadGateway, http.StatusOK, status}, a.status, "the backend is down")
+				if a.status == http.StatusOK {
+					committedOne = true
+					if a.as {
+						failed++
+					}
+				}
+			}
+			require.True(t, committedOne, "the keepalive committed the stream waiting behind the other")
+		} else {
+			a := stream()
+			require.Contains(t, []int{http.StatusBadGateway, status}, a.status, "the backend is down")
+			if a.as {
+				failed++
+			}
 		}
+		require.Greater(t, time.Since(start), time.Second, "reverse_proxy tried for longer than the target (lb_try_duration)")
 		time.Sleep(200 * time.Millisecond) // past the interval: the next one reports
 	}
 
@@ -102,14 +149,14 @@ func unreachedStreams(t *testing.T, health string, status int) {
 	t.Cleanup(up.Close)
 	// Until a stream gets through (its health check passes).
 	deadline := time.Now().Add(10 * time.Second)
-	for stream() != http.StatusOK {
+	for stream().status != http.StatusOK {
 		require.True(t, time.Now().Before(deadline), "the backend never served once up")
 		time.Sleep(200 * time.Millisecond)
 	}
 	var share *float64
 	require.Eventually(t, func() bool { share = reportedShare(t, name); return share != nil }, 10*time.Second, 20*time.Millisecond,
 		"the stream the backend answered in time was never reported")
-	assert.Equal(t, 1.0, *share, "streams that never reached the backend counted as above the target")
+	assert.Equal(t, 1.0, *share, "streams that never reached the backend counted (above the target, or as refused)")
 }
 
 // reportedShare is the learned share of queue name in its store, nil
