@@ -163,14 +163,16 @@ func shareArg(oneAllowed bool) func(*caddyfile.Dispenser) (float64, error) {
 // stream) had none to wait for, nor had one reverse_proxy never got to
 // the upstream (unreached): a backend that is down is not overloaded,
 // and counted so, an outage would leave the capacity at its floor once
-// the backend is back (a pool's cooldown keeps requests off it).
+// the backend is back (a pool's cooldown keeps requests off it). Nor is
+// the 503 reverse_proxy fails it with (no upstream available), noted as
+// the status of a committed stream, a refusal of the backend's.
 func (c *call) observeAnswer() {
 	if c.fb == nil || c.h.Adaptive == nil {
 		return
 	}
 	streamed := c.streamed()
 	switch {
-	case c.fb.status == 429 || c.fb.status == 503:
+	case (c.fb.status == 429 || c.fb.status == 503) && !c.fb.unreached: // unreached: reverse_proxy's own 503 (relayEnd)
 		c.e.q.ObserveRefused(c.fb.upstream)
 	case c.fb.first > 0 && streamed && c.fb.status < 300: // 0: a 200 written by the first Write
 		c.e.q.ObserveTTFT(c.fb.upstream, c.fb.first)
