@@ -296,10 +296,12 @@ func (c *call) requeue(rf *refusal) error {
 // requeue, a cooldown and, for an adaptive queue, a refusal of that
 // upstream, which the client never sees (and no stream whose first
 // byte never came: observeAnswer). A stale connection (no cooldown) is
-// no refusal of the upstream's: a requeue alone.
+// no refusal of the upstream's: a requeue alone; nor is one that could
+// not be reached, which is down, not overloaded (observeAnswer:
+// unreached).
 func (c *call) countRequeue(rf *refusal) {
 	up := c.permit.Upstream()
-	if c.h.Adaptive != nil && rf.cool >= 0 {
+	if c.h.Adaptive != nil && rf.cool >= 0 && rf.reason != reasonUnreachable {
 		c.e.q.ObserveRefused(up)
 	}
 	c.fb.heldBack = true // counted: no first byte waited for until the next forward
