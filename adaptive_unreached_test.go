@@ -2,7 +2,6 @@ package caddyfairqueue
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -157,27 +156,4 @@ func unreachedStreams(t *testing.T, health string, status int, committed bool) {
 	require.Eventually(t, func() bool { share = reportedShare(t, name); return share != nil }, 10*time.Second, 20*time.Millisecond,
 		"the stream the backend answered in time was never reported")
 	assert.Equal(t, 1.0, *share, "streams that never reached the backend counted (above the target, or as refused)")
-}
-
-// reportedShare is the learned share of queue name in its store, nil
-// while nothing was reported.
-func reportedShare(t *testing.T, name string) *float64 {
-	t.Helper()
-	rec, err := getStatus(t, http.MethodGet, "/fair_queue/")
-	require.NoError(t, err)
-	var rep struct {
-		Queues []struct {
-			Name     string `json:"name"`
-			Snapshot *struct {
-				LearnedShare *float64 `json:"learned_share"`
-			} `json:"snapshot"`
-		} `json:"queues"`
-	}
-	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &rep))
-	for _, q := range rep.Queues {
-		if q.Name == name && q.Snapshot != nil {
-			return q.Snapshot.LearnedShare
-		}
-	}
-	return nil
 }

@@ -2,7 +2,6 @@ package caddyfairqueue
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -124,27 +123,4 @@ func TestSGLangsGaugesMoveTheCapacityThroughCaddy(t *testing.T) {
 	low := learnedShare(t, "sglang-gauges")
 	require.Eventually(t, func() bool { return learnedShare(t, "sglang-gauges") > low }, 10*time.Second, 20*time.Millisecond,
 		"SGLang is idle (the last batch's retractions still shown), requests wait, and the capacity stays at %v", low)
-}
-
-// learnedShare is the share in force of queue name, as the admin API
-// shows it; 1 before the queue learned any.
-func learnedShare(t *testing.T, name string) float64 {
-	t.Helper()
-	rec, err := getStatus(t, http.MethodGet, "/fair_queue/")
-	require.NoError(t, err)
-	var rep struct {
-		Queues []struct {
-			Name     string `json:"name"`
-			Snapshot *struct {
-				LearnedShare *float64 `json:"learned_share"`
-			} `json:"snapshot"`
-		} `json:"queues"`
-	}
-	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &rep))
-	for _, q := range rep.Queues {
-		if q.Name == name && q.Snapshot != nil && q.Snapshot.LearnedShare != nil {
-			return *q.Snapshot.LearnedShare
-		}
-	}
-	return 1
 }
