@@ -37,15 +37,17 @@ func learnedWindowLeft(t *testing.T, h Harness) {
 	}
 	report := func(ad fairqueue.Adapter, node string, samples, over int) map[string]float64 {
 		shares, err := ad.Adapt(bg, fairqueue.AdaptArgs{Node: node, Reports: []fairqueue.AdaptReport{{Samples: samples, Over: over}},
-			Floor: 0.0625, Decrease: 0.5, Step: 0.25, BreachShare: 0.01, Interval: 100 * time.Millisecond, MinSamples: 2})
+			Floor: 0.0625, Decrease: 0.5, Step: 0.25, BreachShare: 0.25, Interval: 100 * time.Millisecond, MinSamples: 2})
 		require.NoError(t, err)
 		return shares
 	}
 	assert.Empty(t, report(ad1, "n1", 1, 1), "one sample of two: not ripe")
 	require.NoError(t, s1.Leave(bg, "n1", l))
+	// Counted, its five samples in time would leave one of seven above
+	// the target: no breach.
 	assert.Empty(t, report(ad1, "n1", 5, 0), "a report come after its node's leave counts nothing")
 	time.Sleep(150 * time.Millisecond) // past the interval
 	assert.Equal(t, map[string]float64{"": 0.5}, report(ad2, "n2", 1, 0),
-		"the window holds n1's breach and n2's sample: ripe, half of them above the target")
+		"the window holds n1's breach and n2's sample, not n1's late report: ripe, half of them above the target")
 	require.NoError(t, s2.Leave(bg, "n2", l))
 }
