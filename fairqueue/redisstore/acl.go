@@ -61,11 +61,11 @@ func DBRules(prefix string, db int) string {
 	return ACLRules(prefix) + " +select"
 }
 
-// ListRules is ACLRules with SCAN, which the tools (status and purge
-// without a queue's name) list the queues with: SCAN reads the name of
-// every key of the database, which no key pattern bounds, so that it is
-// kept to the tools' user.
-func ListRules(prefix string) string { return ACLRules(prefix) + " +scan" }
+// ListRules is DBRules with SCAN, which the tools (status and purge
+// without a queue's name) list the queues of database db with: SCAN
+// reads the name of every key of the database, which no key pattern
+// bounds, so that it is kept to the tools' user.
+func ListRules(prefix string, db int) string { return DBRules(prefix, db) + " +scan" }
 
 // PermissionsNeeded is DBRules of the store's key prefix and its
 // client's database (fairqueue.PermissionNeeder).
