@@ -230,7 +230,7 @@ func statusFromRedis(ctx context.Context, rawURL, prefix string, queues []string
 	named := len(queues) > 0
 	if !named {
 		if queues, err = listQueues(ctx, rdb, prefix); err != nil {
-			return statusReport{}, explainRefusal(err, redisstore.ListRules(prefix))
+			return statusReport{}, explainRefusal(err, listRules(rdb, prefix))
 		}
 	}
 	desc.KeyPrefix = prefix

@@ -99,7 +99,7 @@ func purgeDeadQueues(ctx context.Context, cmd *cobra.Command, rdb redis.Universa
 	} else {
 		var err error
 		if names, err = listQueues(ctx, rdb, prefix); err != nil {
-			return explainRefusal(err, redisstore.ListRules(prefix))
+			return explainRefusal(err, listRules(rdb, prefix))
 		}
 	}
 	reg, err := registered(ctx, rdb, prefix)

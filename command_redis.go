@@ -105,6 +105,17 @@ func listQueues(ctx context.Context, rdb redis.UniversalClient, prefix string) (
 	return slices.Compact(names), nil
 }
 
+// listRules is the ACL a user of the tools needs to list the queues of
+// prefix through rdb (redisstore.ListRules), in rdb's database: a URL's
+// other than 0 takes SELECT too.
+func listRules(rdb redis.UniversalClient, prefix string) string {
+	db := 0
+	if c, ok := rdb.(*redis.Client); ok {
+		db = c.Options().DB
+	}
+	return redisstore.ListRules(prefix, db)
+}
+
 // hasKeys fails when st's queue has no key in Redis: a name given with
 // --queue that no instance has open under prefix (mistyped, or not the
 // config's key_prefix), which Inspect would show as an idle queue.

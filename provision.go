@@ -20,10 +20,10 @@ import (
 // that succeeds cleans up the handler whose settings were in force
 // (reloadapply.go).
 //
-// A config error names the JSON field at fault (jsonError), and the
-// Caddyfile's option where it is spelled apart: the Caddyfile refuses
-// most mistakes at adapt, naming its own option, but not a placeholder
-// replaced only here ({env.*} empty at load).
+// A config error names the JSON field at fault (jsonError): the
+// Caddyfile refuses most mistakes at adapt, naming its own option. One
+// met only here, a placeholder replaced at load ({env.*} empty), names
+// the Caddyfile's option too, where it is spelled apart (atLoad).
 func (h *Handler) Provision(ctx caddy.Context) error {
 	return jsonError(h.provision(ctx))
 }

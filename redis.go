@@ -222,17 +222,17 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 	expand := func(s string) string { return repl.ReplaceKnown(s, "") }
 	b := &redisBackend{mode: cfg.Mode, prefix: expand(cfg.KeyPrefix), master: expand(cfg.MasterName)}
 	if cfg.MasterName != "" && b.master == "" {
-		return nil, redisErr("master_name", "is empty once its placeholders are replaced")
+		return nil, atLoad(redisErr("master_name", "is empty once its placeholders are replaced"))
 	}
 	if cfg.KeyPrefix != "" && b.prefix == "" {
 		// Not the default prefix: the queues of every deployment whose
 		// variable is unset would be one.
-		return nil, redisErr("key_prefix", "is empty once its placeholders are replaced")
+		return nil, atLoad(redisErr("key_prefix", "is empty once its placeholders are replaced"))
 	}
 	for i, a := range cfg.Addresses {
 		if expand(a) == "" {
-			return nil, optErr("redis: an address is empty once its placeholders are replaced", "addresses["+strconv.Itoa(i)+"]",
-				"is empty once its placeholders are replaced")
+			return nil, atLoad(optErr("redis: an address is empty once its placeholders are replaced", "addresses["+strconv.Itoa(i)+"]",
+				"is empty once its placeholders are replaced"))
 		}
 	}
 	if b.mode == "" {
@@ -247,7 +247,7 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 		u := expand(cfg.URL)
 		parsed, err := parseRedisURL(u)
 		if err != nil {
-			return nil, urlErr(err)
+			return nil, atLoad(urlErr(err)) // one without placeholders was refused by check
 		}
 		*o = *parsed
 		b.urlHash = urlOptionsHash(u)

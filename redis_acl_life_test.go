@@ -50,7 +50,7 @@ func TestAUserGrantedTheACLGivenRunsEveryKindOfQueue(t *testing.T) {
 		srv := redistest.Start(t)
 		admin := srv.Client(t)
 		require.NoError(t, admin.Do(ctx, args...).Err())
-		require.NoError(t, admin.Do(ctx, setUser("fqcli", redisstore.ListRules(""))...).Err())
+		require.NoError(t, admin.Do(ctx, setUser("fqcli", redisstore.ListRules("", 0))...).Err())
 		for _, h := range handlers(func() *RedisConfig {
 			return &RedisConfig{Addresses: []string{srv.Addr()}, Username: "fq", Password: "fq-secret"}
 		}) {

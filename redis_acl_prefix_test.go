@@ -57,7 +57,7 @@ func TestTheACLGivenForAKeyPrefixGrantsItsQueuesAndNoOthers(t *testing.T) {
 			assert.Regexp(t, `(?m)^q\s+redis `, out)
 			// Listing the queues takes SCAN too, the tools' (ListRules).
 			list := []any{"ACL", "SETUSER", "fqcli", "on", ">fq-secret"}
-			for _, r := range strings.Fields(redisstore.ListRules(tc.prefix)) {
+			for _, r := range strings.Fields(redisstore.ListRules(tc.prefix, 0)) {
 				list = append(list, r)
 			}
 			require.NoError(t, admin.Do(ctx, list...).Err())

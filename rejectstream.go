@@ -135,7 +135,7 @@ func newRejectStream(cfg *RejectStreamConfig, rb *redisBackend, log *zap.Logger)
 	}
 	key := caddy.NewReplacer().ReplaceKnown(cfg.Key, "")
 	if key == "" {
-		return nil, optErr(fmt.Sprintf("reject_stream: key %q is empty once replaced", cfg.Key), "key", fmt.Sprintf("%q is empty once replaced", cfg.Key))
+		return nil, atLoad(optErr(fmt.Sprintf("reject_stream: key %q is empty once replaced", cfg.Key), "key", fmt.Sprintf("%q is empty once replaced", cfg.Key)))
 	}
 	s := &rejectStream{key: key, maxLen: cfg.MaxLen, rb: rb, log: log, done: make(chan struct{})}
 	if s.maxLen == 0 {

@@ -147,15 +147,15 @@ func expandWeights(weights map[string]float64, repl *caddy.Replacer) (map[string
 		tenant := entry
 		if strings.Contains(entry, "{") {
 			if tenant = repl.ReplaceKnown(entry, ""); tenant == "" {
-				return nil, optErr("weight: a tenant is empty once its placeholders are replaced", weightPath(entry),
-					"the tenant is empty once its placeholders are replaced")
+				return nil, atLoad(optErr("weight: a tenant is empty once its placeholders are replaced", weightPath(entry),
+					"the tenant is empty once its placeholders are replaced"))
 			}
 		}
 		if key, hashed := strings.CutPrefix(tenant, weightHashPrefix); hashed && !isTenantKey(key) {
-			return nil, errTenantKey(entry, key) // one with a placeholder was let through before
+			return nil, atLoad(errTenantKey(entry, key)) // one with a placeholder was let through before
 		}
 		if _, dup := out[tenant]; dup {
-			return nil, weightErr(entry, "a tenant is given twice once its placeholders are replaced")
+			return nil, atLoad(weightErr(entry, "a tenant is given twice once its placeholders are replaced"))
 		}
 		out[tenant] = w
 	}

@@ -12,9 +12,11 @@ import (
 // scripts (EVALSHA, EVAL when the script is not loaded, their read-only
 // forms for Inspect), the commands the scripts call, the Pub/Sub of the
 // grants (SPUBLISH and SSUBSCRIBE on Redis 7), a Redis Cluster's slots
-// (the cluster client's map) and CLUSTER INFO (the tools tell a cluster
-// with it), the tools' EXISTS, ZRANGE and DEL (status, purge), and XADD
-// (a reject_stream, on its own key). HELLO and AUTH, the client's
+// (the cluster client's map), ASKING (the cluster client's, before a
+// command it follows -ASK with, while a reshard moves the slot) and
+// CLUSTER INFO (the tools tell a cluster with it), the tools' EXISTS,
+// ZRANGE and DEL (status, purge), and XADD (a reject_stream, on its own
+// key). HELLO and AUTH, the client's
 // handshake, need no grant. Not INFO (@dangerous: the store reads the
 // server's version with HELLO in its place), SCRIPT or FUNCTION (they
 // would flush every application's scripts), nor SELECT (but with a
@@ -23,7 +25,7 @@ import (
 // which no key pattern bounds), MOVE, COPY, SWAPDB, the flushes, CONFIG,
 // CLIENT, PUBSUB...: the queue never runs them.
 var aclCommands = []string{
-	"ping", "command", "cluster|slots", "cluster|info",
+	"ping", "command", "cluster|slots", "cluster|info", "asking",
 	// scripts
 	"eval", "evalsha", "eval_ro", "evalsha_ro",
 	// Pub/Sub
@@ -59,11 +61,11 @@ func DBRules(prefix string, db int) string {
 	return ACLRules(prefix) + " +select"
 }
 
-// ListRules is ACLRules with SCAN, which the tools (status and purge
-// without a queue's name) list the queues with: SCAN reads the name of
-// every key of the database, which no key pattern bounds, so that it is
-// kept to the tools' user.
-func ListRules(prefix string) string { return ACLRules(prefix) + " +scan" }
+// ListRules is DBRules with SCAN, which the tools (status and purge
+// without a queue's name) list the queues of database db with: SCAN
+// reads the name of every key of the database, which no key pattern
+// bounds, so that it is kept to the tools' user.
+func ListRules(prefix string, db int) string { return DBRules(prefix, db) + " +scan" }
 
 // PermissionsNeeded is DBRules of the store's key prefix and its
 // client's database (fairqueue.PermissionNeeder).

@@ -27,6 +27,18 @@ type SlotMove struct {
 // learn of it by Finish (or MoveSlot).
 func (c *Cluster) StartSlotMove(tb testing.TB, key string) *SlotMove {
 	tb.Helper()
+	m := c.MigrateSlotKeys(tb, key)
+	m.Finish(tb, m.To)
+	return m
+}
+
+// MigrateSlotKeys moves the keys of key's slot to the master after its
+// owner, and stops short of NODE: the slot is IMPORTING on the new
+// owner and MIGRATING on the old, which answers a command on the
+// slot's keys with -ASK, as in the middle of a reshard. Finish (To
+// first) ends the move.
+func (c *Cluster) MigrateSlotKeys(tb testing.TB, key string) *SlotMove {
+	tb.Helper()
 	ctx := context.Background()
 	m := &SlotMove{nodes: c.Nodes()}
 	for _, n := range m.nodes {
@@ -64,7 +76,6 @@ func (c *Cluster) StartSlotMove(tb testing.TB, key string) *SlotMove {
 		}
 		m.do(tb, from, args...)
 	}
-	m.Finish(tb, m.To)
 	return m
 }
 
