@@ -20,7 +20,8 @@ import (
 //
 // A request for the fallback queue enters it in its turn: turn, that of
 // a waiter of the store's queue moving there (moveOut), or else one
-// behind those still moving (joinExit).
+// behind those still moving (joinExit), but for one whose turn there came
+// and still holds its place (exitTurn.held): it goes in at once.
 //
 // from is the line of the retired fallback queue the request moves back
 // from (moveIn), nil for others: sent to the store's queue instead, it
@@ -32,7 +33,7 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 	q.health.outage(q.log, cause)
 	cfg := q.cfg.Load()
 	if cfg.Fallback != nil {
-		if turn == nil {
+		if turn == nil && !req.exit.held() {
 			turn = q.joinExit()
 		}
 		if turn != nil {
@@ -72,6 +73,7 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 			// which counts every permit of the node again. So does one
 			// whose policy a reload changed meanwhile: the store, down,
 			// answers it with the new one.
+			req.exit.toStore()
 			return q.acquire(ctx, req, start, deadline, from)
 		}
 		line, n = lq.line, lq.line.take()
@@ -82,6 +84,7 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 		if errors.Is(err, ErrShuttingDown) && !q.isDraining() {
 			// The store is back (retireLocal): the request waits in its
 			// queue, at the tail, its max wait still counted from start.
+			req.exit.toStore()
 			return q.moveIn(ctx, line, n, req, start, deadline)
 		}
 		if errors.Is(err, ErrShuttingDown) && cfg.Observer != nil {
@@ -113,6 +116,7 @@ func (q *Queue) unavailable(ctx context.Context, req Request, start, deadline ti
 		// heartbeat that adopted its permits did not name this one, and
 		// the store's grants run beside it now. It waits there instead.
 		inner.Release()
+		req.exit.toStore()
 		return q.moveIn(ctx, line, n, req, start, deadline)
 	}
 	if t == nil {

@@ -21,6 +21,7 @@ type moveLine struct {
 	passed map[uint64]struct{} // the numbers beyond head that passed
 	moved  chan struct{}       // closed, and replaced, when head moves on
 	hooks  []lineHook          // run once head reaches their number (whenPassed)
+	sent   map[uint64]struct{} // the numbers not passed yet of requests gone to the store's queue in their turn (toStore)
 }
 
 // lineHook is a function to run once every number up to n has passed.
@@ -55,16 +56,37 @@ func (l *moveLine) takeN(k int) uint64 {
 
 // extend is takeN for k requests that come while requests numbered
 // before them are still to pass (moving in): they go behind those; false,
-// and no number, once all passed.
+// and no number, once all passed, or while a request of the line gone to
+// the store's queue in its turn has not passed (toStore).
 func (l *moveLine) extend(k int) (uint64, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.head >= l.taken {
+	if l.head >= l.taken || len(l.sent) > 0 {
 		return 0, false
 	}
 	first := l.taken + 1
 	l.taken += uint64(k)
 	return first, true
+}
+
+// toStore notes that the request numbered n, whose turn came, went to
+// the store's queue instead (the store was back; or the fallback queue it
+// entered retired): its number passes once it queues there. The line
+// does not go on (extend) while such a number has not passed: the
+// request's call failing, the store marked down again, the request
+// came back behind the requests numbered after it, which waited for it
+// (joinExit): each waited for the other until its max wait, a request
+// moving in from the retired fallback queue ahead of it too
+// (joinMovers), and the fallback queue granted none of them.
+func (l *moveLine) toStore(n uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, passed := l.passed[n]; n > l.head && !passed {
+		if l.sent == nil {
+			l.sent = make(map[uint64]struct{})
+		}
+		l.sent[n] = struct{}{}
+	}
 }
 
 // join numbers a request that comes while requests numbered before it
@@ -111,6 +133,7 @@ func (l *moveLine) pass(n uint64) {
 	if n <= l.head {
 		return
 	}
+	delete(l.sent, n)
 	l.passed[n] = struct{}{}
 	head := l.head
 	for {

@@ -197,6 +197,24 @@ func (q *Queue) joinExit() *exitTurn {
 	return nil
 }
 
+// held reports whether turn, one that came (awaitExit), is not yet
+// passed: its request, sent to the store's queue meanwhile (toStore),
+// holds its place in the line still. Back for the fallback queue (its
+// call failed, the store was marked down again), it goes there in that
+// place, ahead of the requests behind it, not numbered anew (joinExit)
+// behind the store's waiters that mark moved, which came after it.
+func (turn *exitTurn) held() bool {
+	return turn != nil && !turn.line.passedTo(turn.n)
+}
+
+// toStore is moveLine.toStore for the request whose turn (if any) came:
+// it goes to the store's queue.
+func (turn *exitTurn) toStore() {
+	if turn != nil {
+		turn.line.toStore(turn.n)
+	}
+}
+
 // moveOut sends to the fallback queue the request of t, which left the
 // store's queue (storeDown), in its turn, with what is left of its max
 // wait. from: as unavailable's.
@@ -218,6 +236,7 @@ func (q *Queue) awaitExit(ctx context.Context, turn *exitTurn, req Request, star
 	case turnDrained:
 		return req, q.reject(ReasonShuttingDown, start, 0, nil)
 	}
+	req.exit = turn
 	onQueued := req.OnQueued
 	req.OnQueued = func(w Waiting) {
 		turn.line.pass(turn.n) // queued in the fallback queue: the next one goes

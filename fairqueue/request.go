@@ -52,6 +52,11 @@ type Request struct {
 	// runs: it keeps its counter, and takes PriorityFactor^band grants for
 	// each unit of cost the flows waiting were charged meanwhile).
 	Priority int
+
+	// exit is the request's turn in the line of the store's waiters
+	// moving into the fallback queue, once it came (awaitExit): until it
+	// is passed, the request holds its place there (exitTurn.held).
+	exit *exitTurn
 }
 
 // MaxPriority is the highest priority band.

@@ -55,14 +55,30 @@ func TestARequeueInTheGapAfterAReloadThatDroppedTheFallbackCoolsItsUpstreamThere
 
 			srv.Kill()
 			// A request during the outage opens the fallback queue (it
-			// counts both running) and waits there until it gives up.
+			// counts both running) and waits there until it gives up. Until
+			// one has queued there: the instance's loop may mark Redis down
+			// first, and no fallback queue is open at the reload then: no
+			// gap, the requeue went to Redis (back with its data lost) and
+			// was served there, on the upstream that had refused it.
+			inFallback := make(chan struct{}, 1)
+			waiter := fairqueue.Request{OnQueued: func(fairqueue.Waiting) { // Redis is gone: queued in the fallback queue
+				select {
+				case inFallback <- struct{}{}:
+				default:
+				}
+			}}
 			eventually(t, 10*time.Second, func() bool {
-				if p := tryAcquire(t, n, fairqueue.Request{}, 100*time.Millisecond); p != nil {
+				if p := tryAcquire(t, n, waiter, 100*time.Millisecond); p != nil {
 					p.Release()
 					t.Fatalf("a request was served beside the two running (%v)", p.Upstream())
 				}
-				return !n.q.Stats().StoreUp
-			}, "Redis never marked down")
+				select {
+				case <-inFallback:
+					return !n.q.Stats().StoreUp
+				default:
+					return false
+				}
+			}, "no request waited in the fallback queue")
 
 			reloaded := n.q.Config()
 			if policy != "local" {
