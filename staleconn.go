@@ -3,6 +3,7 @@ package caddyfairqueue
 import (
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"strings"
@@ -70,8 +71,14 @@ func (ct *connTrace) stale(err error) bool {
 // errDropped reports whether err is that of an HTTP/1 connection the
 // upstream closed (an EOF, a reset, a broken pipe, or the transport's
 // "server closed idle connection"), not an HTTP/2 stream's reset nor a
-// lost HTTP/2 connection (an unexpected EOF), nor a timeout.
+// lost HTTP/2 connection (an unexpected EOF), nor a timeout. A request
+// whose body was still being written when the transport's reader saw
+// the upstream end the connection fails with the write on the
+// connection the reader closed (net.ErrClosed, which Go's transport
+// reports as the body's read error, in place of the reset); so does the
+// reader, the other way round.
 func errDropped(err error) bool {
 	return err != nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE) || strings.Contains(err.Error(), "server closed idle connection"))
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) ||
+		strings.Contains(err.Error(), "server closed idle connection"))
 }

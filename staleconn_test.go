@@ -21,6 +21,10 @@ import (
 func TestErrDroppedTellsAClosedHTTP1ConnectionFromTheRest(t *testing.T) {
 	reset := &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
 	pipe := &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}
+	// The request's body written on a connection that the transport
+	// closed as its read side saw the upstream end it (Go reports it as
+	// the body's read error, undecorated), or the other way round.
+	closedMidWrite := &net.OpError{Op: "readfrom", Net: "tcp", Err: &net.OpError{Op: "write", Net: "tcp", Err: net.ErrClosed}}
 	for _, c := range []struct {
 		err     error
 		dropped bool
@@ -29,6 +33,8 @@ func TestErrDroppedTellsAClosedHTTP1ConnectionFromTheRest(t *testing.T) {
 		{reset, true},
 		{fmt.Errorf("net/http: HTTP/1.x transport connection broken: %w", pipe), true},
 		{errors.New("http: server closed idle connection"), true},
+		{closedMidWrite, true},
+		{&net.OpError{Op: "read", Net: "tcp", Err: net.ErrClosed}, true},
 		{http2.StreamError{StreamID: 3, Code: http2.ErrCodeInternal}, false},
 		{http2.GoAwayError{LastStreamID: 1, ErrCode: http2.ErrCodeNo}, false},
 		{io.ErrUnexpectedEOF, false},
