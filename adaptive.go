@@ -183,9 +183,9 @@ func (c *call) observeAnswer() {
 
 // streamed reports whether the forwarded request's answer is a stream,
 // for adaptive: what its Content-Type says (answerKindOf), or, where
-// that does not tell (none came, or a stream's content type that no
-// stream is labeled with), whether the body asked the backend for one
-// (asksStream). Never the client's Accept header, which no backend
+// that does not tell (no header came, or one with no Content-Type or
+// application/octet-stream), whether the request asked the backend for
+// one (asksStream). Never the client's Accept header, which no backend
 // reads: with it and "stream": false, any client would have its plain
 // answers, whose first byte comes after the whole generation, timed as
 // first tokens, and pull the capacity down to its floor.
@@ -204,19 +204,23 @@ type answerKind uint8
 
 const (
 	answerUnknown   answerKind = iota // no header came
-	answerPlain                       // a JSON document, or another type that is no stream
+	answerPlain                       // a JSON document, text, or another type that is no stream
 	answerStream                      // an event stream, or JSON lines (Ollama's NDJSON)
-	answerUnlabeled                   // no Content-Type, text/plain or application/octet-stream: a stream not labeled as one
+	answerUnlabeled                   // no Content-Type or application/octet-stream: a stream not labeled as one
 )
 
-// answerKindOf is the kind of an answer whose header is h.
+// answerKindOf is the kind of an answer whose header is h. Plain text is
+// plain: every backend answers its Prometheus /metrics (Ollama its "/")
+// at once as text/plain, and a client asking for a stream there would
+// have its quick answers timed as first tokens, outnumbering the late
+// ones of everybody else under overload.
 func answerKindOf(h http.Header) answerKind {
 	mt, _, _ := strings.Cut(h.Get("Content-Type"), ";")
 	switch strings.ToLower(strings.TrimSpace(mt)) {
 	case "text/event-stream", "application/x-ndjson", "application/ndjson", "application/jsonl",
 		"application/x-jsonlines", "application/jsonlines", "application/json-seq", "application/stream+json":
 		return answerStream
-	case "", "text/plain", "application/octet-stream":
+	case "", "application/octet-stream":
 		return answerUnlabeled
 	}
 	return answerPlain
