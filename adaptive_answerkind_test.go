@@ -25,7 +25,9 @@ import (
 // generations against target_ttft 1s: a plain answer leaves the share
 // alone, a stream whose first chunk came that late brings it down, an
 // event stream or NDJSON by its Content-Type, or one without a
-// Content-Type that its body asked for.
+// Content-Type that its body asked for. TGI's native /generate never
+// streams, whatever its body says: one its client gave up on before
+// the answer's header is no stream whose first token came late.
 func TestAdaptiveJudgesTheAnswerNotTheAcceptHeader(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
 	const generation = 1500 * time.Millisecond
@@ -64,6 +66,8 @@ func TestAdaptiveJudgesTheAnswerNotTheAcceptHeader(t *testing.T) {
 			true, 1200 * time.Millisecond, false, plainJSON, false},
 		{"embeddings asked to stream", "/v1/embeddings", `{"model":"m","stream":true,"input":"x"}`,
 			false, 0, false, plainJSON, false},
+		{"TGI's /generate asked to stream, given up before its plain answer", "/generate", `{"inputs":"x","stream":true}`,
+			false, 1200 * time.Millisecond, false, plainJSON, false},
 		{"an event stream", "/v1/chat/completions", `{"model":"m","stream":true}`,
 			false, 0, false, stream("text/event-stream", "data: {}\n\n"), true},
 		{"an event stream its client did not ask for in the body", "/generate_stream", `{"inputs":"x"}`,
@@ -72,6 +76,8 @@ func TestAdaptiveJudgesTheAnswerNotTheAcceptHeader(t *testing.T) {
 			false, 0, false, stream("application/x-ndjson", "{}\n"), true},
 		{"a stream without a Content-Type", "/v1/chat/completions", `{"model":"m","stream":true}`,
 			false, 0, false, stream("", "data: {}\n\n"), true},
+		{"vLLM's demo /generate stream, without a Content-Type", "/generate", `{"prompt":"x","stream":true}`,
+			false, 0, false, stream("", "{\"text\":[\"x\"]}\x00"), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			upstream := httptest.NewServer(tc.upstream)
