@@ -195,15 +195,29 @@ func (c *call) streamed() bool {
 		return true
 	case answerPlain:
 		return false
+	case answerUnknown:
+		if c.headerFirst {
+			return false // a stream would have had its header at once
+		}
 	}
 	return c.asksStream
+}
+
+// headerFirst reports whether r, of API a, is a native /generate (not
+// TGI's /generate_stream), whose streams come with their header at once
+// (SGLang's, vLLM's demo server's) and whose plain answers' header comes
+// after the whole generation (TGI's, which never streams, whatever the
+// body says): one whose header never came is no stream, and its client
+// giving up on it counts nothing (streamed).
+func headerFirst(r *http.Request, a api) bool {
+	return generates(r, a) && !strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/generate_stream")
 }
 
 // answerKind is what an answer is, for adaptive, by its Content-Type.
 type answerKind uint8
 
 const (
-	answerUnknown   answerKind = iota // no header came
+	answerUnknown   answerKind = iota // no header came (a 499, a client that left, is none)
 	answerPlain                       // a JSON document, text, or another type that is no stream
 	answerStream                      // an event stream, or JSON lines (Ollama's NDJSON)
 	answerUnlabeled                   // no Content-Type or application/octet-stream: a stream not labeled as one
