@@ -210,7 +210,7 @@ func (c *call) streamed() bool {
 // body says): one whose header never came is no stream, and its client
 // giving up on it counts nothing (streamed).
 func headerFirst(r *http.Request, a api) bool {
-	return generates(r, a) && !strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/generate_stream")
+	return generates(r, a) && !generatesStream(r)
 }
 
 // answerKind is what an answer is, for adaptive, by its Content-Type.
@@ -253,7 +253,7 @@ func (a api) asksStream(f jsonscan.Fields, r *http.Request) bool {
 	case apiOllamaEmbed:
 		return false
 	}
-	return strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/generate_stream") || f.Stream && !embeds(r, a)
+	return generatesStream(r) || f.Stream && !embeds(r, a)
 }
 
 // unreached reports whether err, next's, says that reverse_proxy never
