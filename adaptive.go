@@ -185,9 +185,9 @@ func (c *call) observeAnswer() {
 
 // streamed reports whether the forwarded request's answer is a stream,
 // for adaptive: what its Content-Type says (answerKindOf), or, where
-// that does not tell (none came, or a stream's content type that no
-// stream is labeled with), whether the body asked the backend for one
-// (asksStream). Never the client's Accept header, which no backend
+// that does not tell (no header came, or one with no Content-Type or
+// application/octet-stream), whether the request asked the backend for
+// one (asksStream). Never the client's Accept header, which no backend
 // reads: with it and "stream": false, any client would have its plain
 // answers, whose first byte comes after the whole generation, timed as
 // first tokens, and pull the capacity down to its floor.
@@ -197,28 +197,46 @@ func (c *call) streamed() bool {
 		return true
 	case answerPlain:
 		return false
+	case answerUnknown:
+		if c.headerFirst {
+			return false // a stream would have had its header at once
+		}
 	}
 	return c.asksStream
+}
+
+// headerFirst reports whether r, of API a, is a native /generate (not
+// TGI's /generate_stream), whose streams come with their header at once
+// (SGLang's, vLLM's demo server's) and whose plain answers' header comes
+// after the whole generation (TGI's, which never streams, whatever the
+// body says): one whose header never came is no stream, and its client
+// giving up on it counts nothing (streamed).
+func headerFirst(r *http.Request, a api) bool {
+	return generates(r, a) && !generatesStream(r)
 }
 
 // answerKind is what an answer is, for adaptive, by its Content-Type.
 type answerKind uint8
 
 const (
-	answerUnknown   answerKind = iota // no header came
-	answerPlain                       // a JSON document, or another type that is no stream
+	answerUnknown   answerKind = iota // no header came (a 499, a client that left, is none)
+	answerPlain                       // a JSON document, text, or another type that is no stream
 	answerStream                      // an event stream, or JSON lines (Ollama's NDJSON)
-	answerUnlabeled                   // no Content-Type, text/plain or application/octet-stream: a stream not labeled as one
+	answerUnlabeled                   // no Content-Type or application/octet-stream: a stream not labeled as one
 )
 
-// answerKindOf is the kind of an answer whose header is h.
+// answerKindOf is the kind of an answer whose header is h. Plain text is
+// plain: every backend answers its Prometheus /metrics (Ollama its "/")
+// at once as text/plain, and a client asking for a stream there would
+// have its quick answers timed as first tokens, outnumbering the late
+// ones of everybody else under overload.
 func answerKindOf(h http.Header) answerKind {
 	mt, _, _ := strings.Cut(h.Get("Content-Type"), ";")
 	switch strings.ToLower(strings.TrimSpace(mt)) {
 	case "text/event-stream", "application/x-ndjson", "application/ndjson", "application/jsonl",
 		"application/x-jsonlines", "application/jsonlines", "application/json-seq", "application/stream+json":
 		return answerStream
-	case "", "text/plain", "application/octet-stream":
+	case "", "application/octet-stream":
 		return answerUnlabeled
 	}
 	return answerPlain
@@ -237,7 +255,7 @@ func (a api) asksStream(f jsonscan.Fields, r *http.Request) bool {
 	case apiOllamaEmbed:
 		return false
 	}
-	return strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/generate_stream") || f.Stream && !embeds(r, a)
+	return generatesStream(r) || f.Stream && !embeds(r, a)
 }
 
 // unreached reports whether err, next's, says that reverse_proxy never

@@ -24,8 +24,10 @@ import (
 // everybody's capacity down to its floor. Each case runs 1.5 s
 // generations against target_ttft 1s: a plain answer leaves the share
 // alone, a stream whose first chunk came that late brings it down, an
-// event stream or NDJSON by its Content-Type, or one labeled as no
-// stream (no Content-Type: Go's text/plain) that its body asked for.
+// event stream or NDJSON by its Content-Type, or one without a
+// Content-Type that its body asked for. TGI's native /generate never
+// streams, whatever its body says: one its client gave up on before
+// the answer's header is no stream whose first token came late.
 func TestAdaptiveJudgesTheAnswerNotTheAcceptHeader(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
 	const generation = 1500 * time.Millisecond
@@ -40,6 +42,8 @@ func TestAdaptiveJudgesTheAnswerNotTheAcceptHeader(t *testing.T) {
 			_, _ = io.Copy(io.Discard, r.Body)
 			if contentType != "" {
 				w.Header().Set("Content-Type", contentType)
+			} else {
+				w.Header()["Content-Type"] = nil // none: not even the text/plain Go would sniff
 			}
 			time.Sleep(generation) // the prefill before the first chunk
 			_, _ = io.WriteString(w, chunk)
@@ -62,6 +66,8 @@ func TestAdaptiveJudgesTheAnswerNotTheAcceptHeader(t *testing.T) {
 			true, 1200 * time.Millisecond, false, plainJSON, false},
 		{"embeddings asked to stream", "/v1/embeddings", `{"model":"m","stream":true,"input":"x"}`,
 			false, 0, false, plainJSON, false},
+		{"TGI's /generate asked to stream, given up before its plain answer", "/generate", `{"inputs":"x","stream":true}`,
+			false, 1200 * time.Millisecond, false, plainJSON, false},
 		{"an event stream", "/v1/chat/completions", `{"model":"m","stream":true}`,
 			false, 0, false, stream("text/event-stream", "data: {}\n\n"), true},
 		{"an event stream its client did not ask for in the body", "/generate_stream", `{"inputs":"x"}`,
@@ -70,6 +76,8 @@ func TestAdaptiveJudgesTheAnswerNotTheAcceptHeader(t *testing.T) {
 			false, 0, false, stream("application/x-ndjson", "{}\n"), true},
 		{"a stream without a Content-Type", "/v1/chat/completions", `{"model":"m","stream":true}`,
 			false, 0, false, stream("", "data: {}\n\n"), true},
+		{"vLLM's demo /generate stream, without a Content-Type", "/generate", `{"prompt":"x","stream":true}`,
+			false, 0, false, stream("", "{\"text\":[\"x\"]}\x00"), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			upstream := httptest.NewServer(tc.upstream)
@@ -118,4 +126,61 @@ func TestAdaptiveJudgesTheAnswerNotTheAcceptHeader(t *testing.T) {
 			assert.Equal(t, 1.0, learnedShare(t, name), "plain answers, whose first byte comes after the whole generation, lowered the learned share")
 		})
 	}
+}
+
+// A quick plain-text answer is no stream, whatever the body asked: every
+// backend answers its Prometheus /metrics at once as text/plain (Ollama
+// its "Ollama is running" at /), and a client sending {"stream": true}
+// there, many times a second, must not have those answers timed as
+// first tokens: they would outnumber everybody's late ones and keep the
+// capacity up while the backend is overloaded. Here every stream's
+// first chunk comes 1.5 s after forwarding (target 1s, breach_share
+// 0.5): the share must come down however many such answers come.
+func TestAdaptiveDoesNotTimeAQuickTextAnswerToABodyAskingForAStream(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/metrics" {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+			_, _ = io.WriteString(w, "vllm:num_requests_waiting 12\n")
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		time.Sleep(1500 * time.Millisecond) // the backend is overloaded: the prefill waits
+		_, _ = io.WriteString(w, "data: {}\n\n")
+	}))
+	t.Cleanup(upstream.Close)
+	const name = "adapt-answerkind-quick-text"
+	port := freePort(t)
+	config := fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
+		"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[
+		{"handler":"fair_queue","name":%q,"permits":8,"max_wait":"60s",
+		 "adaptive":{"target_ttft":"1s","min_samples":2,"breach_share":0.5,"interval":"100ms","decrease":0.5,"step":0.25}},
+		{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}]}]}}}}}`,
+		port, name, strings.TrimPrefix(upstream.URL, "http://"))
+	require.NoError(t, caddy.Load([]byte(config), false))
+	t.Cleanup(func() { _ = caddy.Stop() })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	loop := func(method, path, body string) {
+		for ctx.Err() == nil {
+			req, _ := http.NewRequestWithContext(ctx, method, fmt.Sprintf("http://127.0.0.1:%d%s", port, path), strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+		}
+	}
+	for range 2 { // everybody's streams
+		wg.Go(func() { loop(http.MethodPost, "/v1/chat/completions", `{"model":"m","stream":true}`) })
+	}
+	for range 4 { // the client's quick answers
+		wg.Go(func() { loop(http.MethodGet, "/metrics", `{"model":"m","stream":true}`) })
+	}
+	defer func() { cancel(); wg.Wait() }()
+	assert.Eventually(t, func() bool { return learnedShare(t, name) < 1 }, 20*time.Second, 50*time.Millisecond,
+		"every stream's first chunk came 1.5 s after forwarding (target 1 s), and quick text/plain answers to bodies "+
+			"asking for a stream kept the learned share at %v", learnedShare(t, name))
 }

@@ -36,9 +36,12 @@ type call struct {
 	// asksStream: the body asks the backend for a stream (api.asksStream),
 	// how adaptive judges an answer whose Content-Type does not tell
 	asksStream bool
-	bodyLen    int
-	weight     weight // in KV-cache tokens; its prompt estimated at enter
-	req        fairqueue.Request
+	// headerFirst: a native /generate (headerFirst), whose answer is no
+	// stream until its header says so
+	headerFirst bool
+	bodyLen     int
+	weight      weight // in KV-cache tokens; its prompt estimated at enter
+	req         fairqueue.Request
 
 	e    *engine // the queue's engine; its successor's once a reload moved the queue
 	done func()  // exits every engine entered
@@ -102,6 +105,7 @@ func (c *call) read() (answered bool, err error) {
 	}
 	c.streaming = c.api.streams(info, c.r)
 	c.asksStream = c.api.asksStream(info, c.r)
+	c.headerFirst = headerFirst(c.r, c.api)
 	c.model = info.Model
 	repl.Set(phModel, c.api.modelName(info.Model)) // queueName may set another spelling
 	repl.Set(phStreaming, c.streaming)

@@ -35,7 +35,9 @@ func (f *firstByteWriter) WriteHeader(code int) {
 	if code >= 200 {
 		f.status = code
 		f.errorAnswered = upstreamFailed(code)
-		f.kind = answerKindOf(f.Header())
+		if code != statusClientClosedRequest { // reverse_proxy's note of a client that left, no answer's
+			f.kind = answerKindOf(f.Header())
+		}
 	}
 	f.ResponseWriter.WriteHeader(code)
 }

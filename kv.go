@@ -87,8 +87,13 @@ func generates(r *http.Request, a api) bool {
 	if a.ollama() {
 		return false
 	}
-	p := strings.TrimSuffix(r.URL.Path, "/")
-	return strings.HasSuffix(p, "/generate") || strings.HasSuffix(p, "/generate_stream")
+	return strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/generate") || generatesStream(r)
+}
+
+// generatesStream reports whether r asks TGI's /generate_stream, which
+// streams whatever its body says.
+func generatesStream(r *http.Request) bool {
+	return strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/generate_stream")
 }
 
 // asGenerate is f as a native /generate body is read: TGI and SGLang

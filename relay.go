@@ -57,7 +57,7 @@ func (c *call) relayEnd(cw *committedWriter, err error) error {
 			// gave up waiting, or its client left): no first token was
 			// waited for.
 			c.fb.errorAnswered = upstreamFailed(cw.status)
-			if cw.status != 0 {
+			if cw.status != 0 && cw.status != statusClientClosedRequest {
 				c.fb.kind = answerKindOf(cw.header) // a plain answer relayed is no stream
 			}
 		}
