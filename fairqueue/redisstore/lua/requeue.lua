@@ -55,10 +55,15 @@ if not known then
   end
 end
 mark_freed(old, ARGV[16])
-if redis.call('ZREM', K.holders, old) == 1 then
-  unheld(old, tonumber(ARGV[13]))
-  cool(ARGV[14], ARGV[15]) -- sent again, it does not extend the cooldown
-end
+-- The upstream refused the request: the first send cools it, whether or
+-- not the old permit is still held here (Redis may have lost it: a
+-- restart without persistence, FLUSHALL; then the new ticket, unknown,
+-- would be granted at once on the upstream that refused it). Sent again
+-- (the new ticket known, the old one held no more), it does not extend
+-- the cooldown.
+local held = redis.call('ZREM', K.holders, old) == 1
+if held then unheld(old, tonumber(ARGV[13])) end
+if held or not known then cool(ARGV[14], ARGV[15]) end
 local own = (dispatch(node))
 if gone then return answer('gone', 0, 0, own) end
 if redis.call('ZSCORE', K.holders, id) then
