@@ -282,7 +282,8 @@ func (s *Store) Release(_ context.Context, t fairqueue.TicketArgs) error {
 	now := s.now()
 	s.markFreed(t.ID, t.Tombstone, t.Lease, now)
 	shared := s.fairWaits() || len(s.holderOn) > 0
-	s.release(t.ID, t.Correction, t.Cool, t.CoolFor, now)
+	// It cools, unless id held nothing and it cools already (pool.go).
+	s.cool(t.Cool, t.CoolFor, !s.release(t.ID, t.Correction), now)
 	s.reapAndDispatch(t.Node, t.Limits, now, out)
 	s.noteHeads(t.ID, t.Limits, shared, now)
 	return nil

@@ -34,9 +34,12 @@ import (
 //     weight fits (tokens.go), and when every upstream counts tokens the
 //     free share compared is of their tokens.
 //   - A release (or requeue) naming a cooling upstream keeps it out of
-//     dispatch until now + CoolFor, the later end winning. Only a ticket
-//     that still held a permit cools it: a release sent again does not
-//     extend the cooldown.
+//     dispatch until now + CoolFor, the later end winning. A release
+//     whose ticket holds nothing (sent again; or, in Redis, its permit
+//     lost with the data) cools it only if it is not cooling: one sent
+//     again does not extend the cooldown. A requeue cools it when its
+//     old ticket held a permit or its new ticket is unknown (its first
+//     send).
 //   - When the queue is empty everywhere after a leave, the pool state
 //     (cooldowns, last grants) goes with it.
 //   - What is kept of an upstream (its last grant, its learned share)
@@ -173,9 +176,9 @@ func (s *Store) unholdOn(id string) {
 }
 
 // cool keeps upstream dial out of dispatch until now+d, unless it cools
-// longer already.
-func (s *Store) cool(dial string, d time.Duration, now time.Time) {
-	if dial == "" || d <= 0 {
+// longer already; idle: only if it is not cooling at all now.
+func (s *Store) cool(dial string, d time.Duration, idle bool, now time.Time) {
+	if dial == "" || d <= 0 || idle && s.cooling[dial].After(now) {
 		return
 	}
 	if end := now.Add(d); end.After(s.cooling[dial]) {

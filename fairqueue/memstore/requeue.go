@@ -3,20 +3,19 @@ package memstore
 import (
 	"container/heap"
 	"context"
-	"time"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 )
 
 // release ends id's hold, if it holds a permit: the correction goes to
-// its flow's counter and upstream cool (if named) cools for coolFor. A
-// release sent again finds no holder and changes nothing.
-func (s *Store) release(id string, correction float64, cool string, coolFor time.Duration, now time.Time) {
+// its flow's counter. It reports whether id held one (a release sent
+// again finds no holder and changes nothing).
+func (s *Store) release(id string, correction float64) bool {
 	if _, ok := s.holders[id]; !ok {
-		return
+		return false
 	}
 	s.unhold(id, correction)
-	s.cool(cool, coolFor, now)
+	return true
 }
 
 // Requeue implements fairqueue.Store. The new ticket is queued before
@@ -41,11 +40,13 @@ func (s *Store) Requeue(_ context.Context, t fairqueue.RequeueArgs) (fairqueue.A
 	}
 	inCap := t.MaxInFlightPerTenant
 	var w *waiter
+	known := true
 	if exp, ok := s.gone[t.ID]; ok && exp.After(now) {
 		res.Gone = true
 	} else if _, ok := s.holders[t.ID]; ok {
 		res.Granted, res.Upstream = true, s.holderOn[t.ID]
 	} else if w = s.index[t.ID]; w == nil {
+		known = false
 		w = &waiter{id: t.ID, seq: t.Seq, cost: t.Cost, tokens: t.Tokens, asks: t.Asks}
 		s.seq = max(s.seq, t.Seq) // a store that lost its data numbers on after it
 		if name := fairqueue.TicketFlow(t.ID); name != "" {
@@ -56,7 +57,13 @@ func (s *Store) Requeue(_ context.Context, t fairqueue.RequeueArgs) (fairqueue.A
 		}
 	}
 	s.markFreed(t.Old, t.Tombstone, t.Lease, now)
-	s.release(t.Old, t.Correction, t.Cool, t.CoolFor, now)
+	// The upstream refused the request: the first send cools it, whether
+	// or not Old still holds its permit (as redisstore's requeue, whose
+	// Redis may have lost it); one sent again (the new ticket known, Old
+	// holding nothing) does not extend the cooldown.
+	if s.release(t.Old, t.Correction) || !known {
+		s.cool(t.Cool, t.CoolFor, false, now)
+	}
 	s.reapAndDispatch(t.Node, t.Limits, now, out)
 	res.Grants = s.grants
 	if w != nil {

@@ -328,8 +328,7 @@ func poolAdded(t *testing.T, h Harness) {
 
 // A release sent again (the client's retry after a read timeout, its
 // first run done) finds no holder: it must not cool the upstream again
-// ("Only a ticket that still held a permit cools it: a release sent
-// again does not extend the cooldown", memstore/pool.go).
+// ("one sent again does not extend the cooldown", memstore/pool.go).
 func coolSentAgain(t *testing.T, h Harness) {
 	s := store(t, h, "coolagain", "n1")
 	l := fairqueue.Limits{Permits: 2, Lease: time.Minute, Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 2}}}

@@ -134,14 +134,19 @@ local function unplace(id)
   if #pool > 0 or uheld_kept ~= false then redis.call('HDEL', K.uheld, id) end
 end
 
--- cool leaves upstream dial out of dispatch for ms (the later end wins).
+-- cool leaves upstream dial out of dispatch for ms (the later end wins);
+-- idle: only if it is not cooling now (a ZSCORE more), so that a
+-- cooldown sent again while the first one runs does not extend it.
 -- The only writer of K.ucool: a script that calls it reads the key's
 -- presence after it.
-local function cool(dial, ms)
+local function cool(dial, ms, idle)
   ms = tonumber(ms) or 0
-  if dial ~= '' and ms > 0 then
-    redis.call('ZADD', K.ucool, 'GT', clock() + ms, dial)
+  if dial == '' or ms <= 0 then return end
+  if idle then
+    local ends = redis.call('ZSCORE', K.ucool, dial)
+    if ends and tonumber(ends) > clock() then return end
   end
+  redis.call('ZADD', K.ucool, 'GT', clock() + ms, dial)
 end
 
 -- upstream_of is the upstream holder id runs on, or ''.

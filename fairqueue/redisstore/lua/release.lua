@@ -12,8 +12,9 @@
 -- queue, in order (my_heads; {} if none): its next releases may hand
 -- them their permits at once (transfer.lua).
 -- Expired leases are reaped by dispatch when they keep a waiter out.
--- Idempotent: releasing a ticket that holds nothing only dispatches (a
--- cooldown sent again is not applied again).
+-- Idempotent: releasing a ticket that holds nothing only dispatches and
+-- cools its upstream if that one is not cooling (a cooldown sent again
+-- while it runs is not applied again).
 -- Cost: one EXISTS, read after the cooldown is written (the only write
 -- to K.ucool), tells unheld whether any holder weighs tokens (where
 -- this call's limits count none) and whether any fair ticket waits (none: no
@@ -21,13 +22,18 @@
 -- upstream may be cooling and any waiter's weight is recorded; a flow
 -- unheld makes ready is added to what it tells. Nobody waiting: ZREM, EXISTS, and the holder's bookkeeping;
 -- with waiters, a ZCARD and a ZRANGE more read the new heads (my_heads).
--- A marked release (ARGV 11) adds a TIME, a ZADD and a PEXPIRE.
+-- A marked release (ARGV 11) adds a TIME, a ZADD and a PEXPIRE; a
+-- cooldown for a ticket that holds nothing, a ZSCORE.
 local id = ARGV[1]
 mark_freed(id, ARGV[11])
--- Only the release that frees the permit cools its upstream: one sent
--- again does not extend the cooldown.
+-- The upstream failed the request: the release that frees the permit
+-- cools it, and so does one that finds no holder (Redis may have lost
+-- the permit: a restart without persistence, FLUSHALL; the next request
+-- would be granted at once on the upstream that failed), unless the
+-- upstream cools already: a release sent again, while the cooldown its
+-- first send set runs, does not extend it.
 local was = redis.call('ZREM', K.holders, id) == 1
-if was then cool(ARGV[9], ARGV[10]) end
+cool(ARGV[9], ARGV[10], not was)
 local ex = present('waiting', 'fready', 'fwait', #pool > 0 and 'ucool' or nil, 'uheld',
   tokens == 0 and 'thold' or nil, tokens == 0 and 'tok' or nil, tokens == 0 and 'tpass' or nil)
 weighted, uheld_kept = ex.thold, ex.uheld
