@@ -38,6 +38,7 @@ func cliRedis(rawURL string) (*redis.Client, error) {
 	}
 	o.MaxRetries = 1
 	o.DialerRetries = 1
+	quietHandshake(o)
 	return redis.NewClient(o), nil
 }
 
@@ -75,11 +76,18 @@ func cliClient(ctx context.Context, rawURL string) (rdb redis.UniversalClient, d
 		return nil, storeDesc{}, fmt.Errorf("redis: db must be 0 on a Redis Cluster, got %d", o.DB)
 	}
 	desc.Mode = ModeCluster
-	return redis.NewClusterClient(&redis.ClusterOptions{
+	return redis.NewClusterClient(cliClusterOptions(o)), desc, nil
+}
+
+// cliClusterOptions are the options of the command line's cluster
+// client, seeded with the server of o and with its options.
+func cliClusterOptions(o *redis.Options) *redis.ClusterOptions {
+	return &redis.ClusterOptions{
 		Addrs: []string{o.Addr}, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
 		Protocol: o.Protocol, DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
 		WriteTimeout: o.WriteTimeout, MaxRetries: o.MaxRetries, DialerRetries: o.DialerRetries,
-	}), desc, nil
+		DisableIdentity: o.DisableIdentity, MaintNotificationsConfig: o.MaintNotificationsConfig,
+	}
 }
 
 // listQueues is redisstore.ListQueues on rdb, on every master of a

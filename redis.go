@@ -15,6 +15,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/fair-queue/caddy-fair-queue/fairqueue"
 	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
@@ -307,6 +308,7 @@ func newRedisBackend(cfg *RedisConfig, repl *caddy.Replacer) (*redisBackend, err
 		// here, two calls per request).
 		o.Protocol = 2
 	}
+	quietHandshake(o)
 	b.clientID = b.clientIdentity()
 	return b, nil
 }
@@ -463,12 +465,25 @@ func (b *redisBackend) newClient() redis.UniversalClient {
 		Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig,
 		DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
 		MaxRetries: o.MaxRetries, DialerRetries: o.DialerRetries, ContextTimeoutEnabled: o.ContextTimeoutEnabled,
-		Protocol: o.Protocol,
+		Protocol: o.Protocol, DisableIdentity: o.DisableIdentity,
 	}
 	if b.mode == ModeSentinel {
-		return redis.NewFailoverClient(u.Failover())
+		return redis.NewFailoverClient(u.Failover()) // which sends no MAINT_NOTIFICATIONS
 	}
-	return redis.NewClusterClient(u.Cluster())
+	co := u.Cluster()
+	co.MaintNotificationsConfig = o.MaintNotificationsConfig
+	return redis.NewClusterClient(co)
+}
+
+// quietHandshake keeps go-redis from sending, on each connection it
+// opens, the commands of its handshake that the ACL of the queue
+// (redisstore.ACLRules) does not grant: CLIENT SETINFO (the library's
+// name and version, Redis 7.2 and later) and CLIENT MAINT_NOTIFICATIONS
+// (RESP3). A Redis that knows them would refuse each, and write an
+// ACL LOG entry per connection; the queue needs neither.
+func quietHandshake(o *redis.Options) {
+	o.DisableIdentity = true
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
 // clients shares one go-redis client per client identity across queue

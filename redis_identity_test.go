@@ -51,6 +51,9 @@ func TestEveryRedisClientIsBuiltWithoutClientSetinfo(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, cli.Options().DisableIdentity, "the command line's client")
 	assert.False(t, cli.Options().MaintNotificationsConfig.IsEnabled(), "the command line's client")
+	co := cliClusterOptions(cli.Options())
+	assert.True(t, co.DisableIdentity, "the command line's cluster client")
+	assert.False(t, co.MaintNotificationsConfig.IsEnabled(), "the command line's cluster client")
 	require.NoError(t, cli.Close())
 }
 
