@@ -37,9 +37,14 @@ import (
 //     dispatch until now + CoolFor, the later end winning. A release
 //     whose ticket holds nothing (sent again; or, in Redis, its permit
 //     lost with the data) cools it only if it is not cooling: one sent
-//     again does not extend the cooldown. A requeue cools it when its
-//     old ticket held a permit or its new ticket is unknown (its first
-//     send).
+//     again does not extend the cooldown. One sent again that comes
+//     after the cooldown ended cools it once more: nothing of a permit
+//     is kept once it is given back, so it cannot be told from a release
+//     whose permit Redis lost, which must cool it (a trace of it would be
+//     a write on each handoff with a cooldown). A requeue cools it when
+//     its old ticket held a permit or its new ticket is unknown (its
+//     first send; one sent again after the new ticket was granted and
+//     released cools it again, likewise).
 //   - When the queue is empty everywhere after a leave, the pool state
 //     (cooldowns, last grants) goes with it.
 //   - What is kept of an upstream (its last grant, its learned share)
