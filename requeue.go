@@ -310,7 +310,11 @@ func (c *call) countRequeue(rf *refusal) {
 		observeCooldown(c.name, up)
 	}
 	if l := c.h.logger.Check(zapcore.DebugLevel, "upstream refused the request; requeued"); l != nil {
-		l.Write(zap.String("queue", c.name), zap.String("upstream", up), zap.String("reason", rf.reason), zap.Duration("cooldown", rf.cool))
+		cool := zap.Skip() // a stale connection's: the upstream does not cool
+		if rf.cool >= 0 {
+			cool = zap.Duration("cooldown", rf.cool)
+		}
+		l.Write(zap.String("queue", c.name), zap.String("upstream", up), zap.String("reason", rf.reason), cool)
 	}
 }
 
