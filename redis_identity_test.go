@@ -23,7 +23,8 @@ import (
 // go-redis sends CLIENT SETINFO on each connection it opens unless told
 // not to, and CLIENT MAINT_NOTIFICATIONS on a RESP3 one; the ACL of
 // docs/reference.md grants no CLIENT, so that a Redis that knows them
-// (7.2 and later, 8.2 and later) writes an ACL LOG entry per connection.
+// (CLIENT SETINFO: 7.2 and later; MAINT_NOTIFICATIONS: Redis Cloud and
+// Enterprise, newer servers) writes an ACL LOG entry per connection.
 func TestEveryRedisClientIsBuiltWithoutClientSetinfo(t *testing.T) {
 	for _, cfg := range []*RedisConfig{
 		{Addresses: []string{"s1:1"}},
