@@ -2,13 +2,16 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // detectSharded tells from the server's major version (7 and later)
-// whether to use sharded Pub/Sub. It reads INFO, or HELLO where the user
-// may not run INFO (a @dangerous command, often denied by ACL).
+// whether to use sharded Pub/Sub. It reads HELLO, which every user may
+// run, or INFO where the server does not know HELLO (Redis 5).
 func (s *Store) detectSharded(ctx context.Context) (bool, error) {
 	if s.sharded != nil {
 		return *s.sharded, nil
@@ -22,18 +25,24 @@ func (s *Store) detectSharded(ctx context.Context) (bool, error) {
 }
 
 // serverVersion returns the server's version ("" where it says none).
+// HELLO without arguments (Redis 6.2+) only reports, in the
+// connection's protocol, and needs no grant: INFO is @dangerous, which
+// the ACL of the queue (ACLRules) does not grant, so that reading it
+// first would write an ACL LOG entry each time a queue opens. A server
+// that answers HELLO with an error (Redis 5 does not know it, 6.0 wants
+// a protocol version) is read with INFO.
 func (s *Store) serverVersion(ctx context.Context) (string, error) {
-	info, err := s.info(ctx) // bounded by ctx (see bounded)
-	if err != nil {
-		if !strings.HasPrefix(err.Error(), "NOPERM") {
-			return "", err
-		}
-		// HELLO without arguments (Redis 6+, as ACL is) only reports.
-		v, herr := s.do(ctx, "HELLO").Result()
-		if herr != nil {
-			return "", err
-		}
+	v, err := s.do(ctx, "HELLO").Result()
+	if err == nil {
 		return helloVersion(v), nil
+	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) || ctx.Err() != nil {
+		return "", err // not the server's answer: Redis unreachable, ctx done
+	}
+	info, ierr := s.info(ctx) // bounded by ctx (see bounded)
+	if ierr != nil {
+		return "", ierr
 	}
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
