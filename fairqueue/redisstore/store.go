@@ -32,9 +32,10 @@ const (
 	DefaultMaxRetries   = 1
 	DefaultKeyPrefix    = "fair_queue"
 	// TombstoneTTL is how long a cancelled ticket's tombstone lives:
-	// longer than any retry of its acquire can be in flight; and a node's
-	// that left, during which its calls that reach Redis late (sent
-	// before its leave) change nothing.
+	// longer than any retry of its acquire can be in flight; a ticket's a
+	// requeue gave back, during which a copy of that requeue queues
+	// nothing; and a node's that left, during which its calls that reach
+	// Redis late (sent before its leave) change nothing.
 	TombstoneTTL = 30 * time.Second
 	// inFlight is how long a fresh grant's message is given to arrive
 	// before Reconcile reports the holder as a grant to look into.
@@ -439,7 +440,8 @@ func (s *Store) Requeue(ctx context.Context, t fairqueue.RequeueArgs) (fairqueue
 	u := s.unsure.Load()
 	v, err := scripts.requeue.Run(ctx, s.sc, s.keys, s.args(t.ID, t.Limits, t.Node, newEpoch(),
 		costArg(t.TicketArgs), t.Old, t.Seq,
-		strconv.FormatFloat(t.Correction, 'g', -1, 64), t.Cool, t.CoolFor.Milliseconds(), mark(t.Tombstone))...).Slice()
+		strconv.FormatFloat(t.Correction, 'g', -1, 64), t.Cool, t.CoolFor.Milliseconds(), mark(t.Tombstone),
+		TombstoneTTL.Milliseconds())...).Slice()
 	if err != nil {
 		return fairqueue.AcquireResult{}, fmt.Errorf("requeue %s: %w", s.tag, s.failed(err))
 	}

@@ -11,7 +11,8 @@
 --   K.epoch    random ID of this data set; missing = Redis lost its data
 --   K.grants   INCR counter: grants made
 --   K.gone     ZSET ticket -> tombstone expiry: cancelled tickets whose
---              acquire may still reach Redis late; and node -> expiry:
+--              acquire may still reach Redis late, and tickets given back
+--              by a requeue whose copy may (requeue.lua); node -> expiry:
 --              nodes that left, whose calls may still reach Redis late
 --              (left)
 --   K.vtime    fair queueing's virtual time: the largest usage counter a

@@ -8,12 +8,20 @@
 --   ticket's place: before every ticket that arrived later), 13 the old
 --   ticket's correction (usually minus its cost: its grant is undone),
 --   14 an upstream to cool ('' : none), 15 for how many ms, 16 '1' to
---   mark the old ticket freed (as release.lua's 11).
+--   mark the old ticket freed (as release.lua's 11), 17 the old
+--   ticket's tombstone TTL ms (0 or absent: none).
 -- Returns acquire's reply (see acquire.lua): 'queued' with the new
 --   ticket's position (a grant dispatch made it at once is among the own
 --   grants), or for a call sent again 'granted' or 'queued' as the new
 --   ticket stands, or 'gone' (cancelled meanwhile). No queue cap applies.
--- Idempotent by both tickets.
+-- Idempotent by both tickets: the first run tombstones the old ticket
+-- (K.gone), so that a copy sent again that reaches Redis after the new
+-- ticket was granted and released (go-redis sends a command again after
+-- a read timeout, on another connection; the first send may run last)
+-- finds that it ran, and answers 'gone' (its reply is read by nobody)
+-- rather than queue the new ticket again for a request no node waits
+-- for: that waiter would count in the queue, and, granted with its
+-- grant in that unread reply, hold a permit for nobody for a lease.
 clock()
 local id, node, old, seq = ARGV[1], ARGV[8], ARGV[11], tonumber(ARGV[12])
 local epoch = ''
@@ -36,6 +44,16 @@ local tomb = redis.call('ZSCORE', K.gone, id)
 local gone = tomb and tonumber(tomb) > now
 local known = gone or redis.call('ZSCORE', K.holders, id) or redis.call('ZSCORE', K.waiting, id) or
   (flow and redis.call('HEXISTS', K.fticket, id) == 1)
+-- ran: a copy of a requeue that ran already (the old ticket's tombstone),
+-- whose new ticket has ended since (neither held nor waiting).
+local ttl = tonumber(ARGV[17]) or 0
+local ran = false
+if not known and ttl > 0 then
+  local t = redis.call('ZSCORE', K.gone, old)
+  ran = t ~= false and tonumber(t) > now
+end
+known = known or ran
+if ttl > 0 and not ran then tombstone(old, ttl) end
 -- The new ticket first: its flow, still holding the old permit, stays
 -- active and keeps its counter.
 if not known then
@@ -65,7 +83,7 @@ local held = redis.call('ZREM', K.holders, old) == 1
 if held then unheld(old, tonumber(ARGV[13])) end
 if held or not known then cool(ARGV[14], ARGV[15]) end
 local own = (dispatch(node))
-if gone then return answer('gone', 0, 0, own) end
+if gone or ran then return answer('gone', 0, 0, own) end
 if redis.call('ZSCORE', K.holders, id) then
   return answer(known and 'granted' or 'queued', 0, 0, own, upstream_of(id))
 end
