@@ -27,7 +27,31 @@ func TestSniffEitherTellsAStreamThatReadsTwoWays(t *testing.T) {
 		{`{"stream":true,"STREAM":null}`, true, true}, // Ollama's /v1/responses: a *bool, which the null unsets
 		{`{"stream":false,"STREAM":null}`, false, false},
 		{`{"stream":null}`, false, false},
-		{`{"stream":"true"}`, false, false}, // Go refuses it; pydantic's lax bool is not read
+		// pydantic's lax bool (vLLM, SGLang) streams these; Go refuses
+		// the body (Ollama answers 400), so its reading cannot disagree.
+		{`{"stream":"true"}`, true, false},
+		{`{"stream":1}`, true, false},
+		{`{"stream":1.0}`, true, false},
+		{`{"stream":1e0}`, true, false},
+		{`{"stream":"YES"}`, true, false},
+		{`{"stream":"On"}`, true, false},
+		{`{"stream":"t"}`, true, false},
+		{`{"stream":"y"}`, true, false},
+		{`{"stream":"1"}`, true, false},
+		{`{"stream":"\u0079es"}`, true, false},
+		{`{"stream":1,"STREAM":false}`, true, false},      // Go refuses the 1
+		{`{"stream":false,"STREAM":"yes"}`, false, false}, // and the "yes"
+		{`{"Stream":"true"}`, false, false},               // pydantic ignores the key, Go refuses the body
+		{`{"stream":"false"}`, false, false},
+		{`{"stream":0}`, false, false},
+		{`{"stream":"off"}`, false, false},
+		{`{"stream":2}`, false, false},       // pydantic refuses it (vLLM answers 400)
+		{`{"stream":1.5}`, false, false},     // and this
+		{`{"stream":" true"}`, false, false}, // and this: no spaces
+		{`{"stream":"truE "}`, false, false}, // nor here
+		{`{"stream":"ye"}`, false, false},    // nor a prefix
+		{`{"stream":[true]}`, false, false},  // nor an array
+		{`{"stream":{"a":1}}`, false, false}, // nor an object
 	} {
 		f := SniffEither([]byte(tc.body))
 		assert.Equal(t, tc.stream, f.Stream, "stream of %s", tc.body)
