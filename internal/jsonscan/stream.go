@@ -1,6 +1,9 @@
 package jsonscan
 
-import "strconv"
+import (
+	"bytes"
+	"strconv"
+)
 
 // stream reads a "stream" value as the backend that reads keys k
 // does: with exactKeys, pydantic's lax bool (vLLM's and SGLang's
@@ -53,13 +56,18 @@ func pythonBool(val []byte) (v, ok bool) {
 	case c == 'f' && string(val) == "false":
 		return false, true
 	case c == '"':
-		if len(val) > 2+len(`\u0000`)*len("false") {
+		inner := val[1 : len(val)-1]
+		if len(inner) > len(`\u0000`)*len("false") {
 			return false, false // longer than any word, each letter escaped
 		}
-		switch s := unquote(val); {
-		case s == "1", equalFoldASCII(s, "true", "t", "yes", "y", "on"):
+		var buf [3 * len(`\u0000`) * len("false")]byte // each byte decodes to at most 3
+		if bytes.IndexByte(inner, '\\') >= 0 {
+			inner = unescape(buf[:0], inner)
+		}
+		switch {
+		case string(inner) == "1", equalFoldASCII(inner, "true", "t", "yes", "y", "on"):
 			return true, true
-		case s == "0", equalFoldASCII(s, "false", "f", "no", "n", "off"):
+		case string(inner) == "0", equalFoldASCII(inner, "false", "f", "no", "n", "off"):
 			return false, true
 		}
 	case c == '-' || c >= '0' && c <= '9' || c == 'N' || c == 'I':
@@ -76,23 +84,19 @@ func pythonBool(val []byte) (v, ok bool) {
 
 // equalFoldASCII reports whether s is one of words (lower-case ASCII)
 // in any ASCII letter case, as Rust's eq_ignore_ascii_case compares.
-func equalFoldASCII(s string, words ...string) bool {
+// It allocates nothing.
+func equalFoldASCII(s []byte, words ...string) bool {
 	for _, w := range words {
-		if len(s) == len(w) && asciiLower(s) == w {
+		if len(s) != len(w) {
+			continue
+		}
+		i := 0
+		for i < len(s) && s[i]|0x20 == w[i] && (s[i] >= 'A' && s[i] <= 'Z' || s[i] >= 'a' && s[i] <= 'z') {
+			i++
+		}
+		if i == len(s) {
 			return true
 		}
 	}
 	return false
-}
-
-// asciiLower is s with its ASCII capitals in lower case, other bytes
-// as they are.
-func asciiLower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c >= 'A' && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
 }

@@ -58,3 +58,23 @@ func TestSniffEitherTellsAStreamThatReadsTwoWays(t *testing.T) {
 		assert.Equal(t, tc.ambiguous, f.AmbiguousStream, "ambiguous of %s", tc.body)
 	}
 }
+
+// Reading a "stream" string as pydantic does allocates nothing, escaped
+// or not, so that a body repeating "stream":"YES" costs its bytes.
+func TestPythonBoolOfAStringAllocatesNothing(t *testing.T) {
+	for _, val := range []string{`"YES"`, `"\u0074rue"`, `"\u0066\u0061\u006C\u0073\u0065"`, `"maybe"`, `"\u00ff"`} {
+		var v, ok bool
+		allocs := testing.AllocsPerRun(100, func() { v, ok = pythonBool([]byte(val)) })
+		assert.Zero(t, allocs, "%s", val)
+		_, _ = v, ok
+	}
+	for val, want := range map[string][2]bool{
+		`"\u0066\u0061\u006C\u0073\u0065"`: {false, true}, `"\u00ff"`: {false, false}, `"Yes"`: {true, true},
+		`"tRuE"`: {true, true}, `"oFF"`: {false, true}, `"1.0"`: {false, false}, `"\u0031"`: {true, true},
+		`-0`: {false, true}, `-0.0`: {false, true}, `1e400`: {false, false}, `NaN`: {false, false}, `null`: {false, false},
+		`"\u0130"`: {false, false}, // Turkish dotted I: not ASCII
+	} {
+		v, ok := pythonBool([]byte(val))
+		assert.Equal(t, want, [2]bool{v, ok}, "%s", val)
+	}
+}
