@@ -97,7 +97,7 @@ func (c *call) read() (answered bool, err error) {
 		writeAmbiguousModel(c.w, c.api)
 		return true, nil
 	}
-	if info.AmbiguousStream {
+	if info.AmbiguousStream && goReadsStream(c.r, c.api) {
 		// Whether its answer streams decides the keepalive, the shape
 		// of a reject and what adaptive times, and would be a guess.
 		writeAmbiguousStream(c.w, c.api)
