@@ -1,10 +1,13 @@
 package jsonscan
 
 import (
+	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Python's json.loads reads a number of any length as its float, correctly
@@ -36,5 +39,23 @@ func TestSniffReadsANumberWithALongMantissaAsPythonDoes(t *testing.T) {
 			assert.Equal(t, tc.want.Stream, either.Stream, "SniffEither's stream")
 			assert.Equal(t, tc.want.Budget, either.Budget, "SniffEither's budget")
 		})
+	}
+}
+
+// Ollama decodes "options" into a map, each number a float64 as Go's
+// strconv.ParseFloat reads it, long mantissa included: SniffFolded's
+// num_predict is what Ollama reads, not what Python would.
+func TestSniffFoldedReadsALongNumPredictAsOllamaDoes(t *testing.T) {
+	zeros := strings.Repeat("0", 5000)
+	for _, num := range []string{"1" + zeros + "e-5000", "1" + zeros + "e-4990", "1" + zeros[:1000] + "e-990", "25" + zeros[:900] + "e-900"} {
+		body := `{"options":{"num_predict":` + num + `}}`
+		var req struct{ Options map[string]any }
+		require.NoError(t, json.Unmarshal([]byte(body), &req))
+		f := req.Options["num_predict"].(float64)
+		want := int64(0)
+		if f > 0 {
+			want = int64(math.Ceil(min(f, MaxTokenCount)))
+		}
+		assert.Equal(t, want, SniffFolded([]byte(body)).NumPredict, "num_predict %.20s… (Go reads %v)", num, f)
 	}
 }
