@@ -109,3 +109,14 @@ func skipDigits(s string, i int) int {
 	}
 	return i
 }
+
+// goTokenCount is tokenCount for a number that Go's encoding/json
+// decodes into an interface (Ollama's "options" map): the float64 of
+// strconv.ParseFloat, which a long mantissa can make far smaller than
+// its value (parseFloat), as Ollama then reads it.
+func goTokenCount(val []byte) int64 {
+	if len(val) > 0 && (val[0] == '-' || val[0] >= '0' && val[0] <= '9') {
+		return positiveFloat(strconv.ParseFloat(string(val), 64))
+	}
+	return tokenCount(val)
+}
