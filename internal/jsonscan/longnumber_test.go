@@ -52,9 +52,9 @@ func TestSniffFoldedReadsALongNumPredictAsOllamaDoes(t *testing.T) {
 		var req struct{ Options map[string]any }
 		require.NoError(t, json.Unmarshal([]byte(body), &req))
 		f := req.Options["num_predict"].(float64)
-		want := int64(0)
-		if f > 0 {
-			want = int64(math.Ceil(min(f, MaxTokenCount)))
+		want := int64(0) // Ollama truncates it (TestSniffFoldedTruncatesNumPredictAsOllamaDoes)
+		if f >= 1 {
+			want = int64(math.Trunc(min(f, MaxTokenCount)))
 		}
 		assert.Equal(t, want, SniffFolded([]byte(body)).NumPredict, "num_predict %.20s… (Go reads %v)", num, f)
 	}

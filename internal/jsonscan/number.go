@@ -111,12 +111,14 @@ func skipDigits(s string, i int) int {
 }
 
 // goTokenCount is tokenCount for a number that Go's encoding/json
-// decodes into an interface (Ollama's "options" map): the float64 of
-// strconv.ParseFloat, which a long mantissa can make far smaller than
-// its value (parseFloat), as Ollama then reads it.
+// decodes into an interface (Ollama's "options" map), as Ollama then
+// reads it: the float64 of strconv.ParseFloat, which a long mantissa can
+// make far smaller than its value (parseFloat), truncated (int64(t):
+// 2.9 is 2, 0.5 is 0, which Ollama takes for no limit, and so none).
 func goTokenCount(val []byte) int64 {
 	if len(val) > 0 && (val[0] == '-' || val[0] >= '0' && val[0] <= '9') {
-		return positiveFloat(strconv.ParseFloat(string(val), 64))
+		f, err := strconv.ParseFloat(string(val), 64)
+		return positiveFloat(math.Trunc(f), err)
 	}
 	return tokenCount(val)
 }

@@ -318,9 +318,12 @@ func wantObject(raw json.RawMessage) (map[string]json.RawMessage, bool) {
 func wantTokens(raw json.RawMessage) int64 { return wantTokensRead(raw, pythonFloat) }
 
 // wantGoTokens is wantTokens for Ollama's num_predict, whose JSON number
-// Go reads with strconv.ParseFloat.
+// Go reads with strconv.ParseFloat and Ollama truncates.
 func wantGoTokens(raw json.RawMessage) int64 {
-	return wantTokensRead(raw, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) })
+	return wantTokensRead(raw, func(s string) (float64, error) {
+		f, err := strconv.ParseFloat(s, 64)
+		return math.Trunc(f), err
+	})
 }
 
 // wantTokensRead is wantTokens, a JSON number read by number.
