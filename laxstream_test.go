@@ -61,14 +61,16 @@ func TestAStreamPydanticReadsLaxlyGetsTheKeepaliveAndAnSSEReject(t *testing.T) {
 	require.Equal(t, "text/event-stream", holder.Header.Get("Content-Type"))
 	t.Cleanup(func() { _ = holder.Body.Close() })
 
-	for _, stream := range []string{`1`, `1.0`, `"true"`, `"True"`, `"1"`, `"yes"`, `"on"`, `"t"`, `"Y"`, `"\u0074rue"`} {
-		t.Run(stream, func(t *testing.T) {
+	// And 1 written with 5000 zeros, which Python reads as 1.0.
+	long := `1` + strings.Repeat("0", 5000) + `e-5000`
+	for _, stream := range []string{`1`, `1.0`, `"true"`, `"True"`, `"1"`, `"yes"`, `"on"`, `"t"`, `"Y"`, `"\u0074rue"`, long} {
+		t.Run(fmt.Sprintf("%.12s", stream), func(t *testing.T) {
 			body := `{"model":"m","stream":` + stream + `,"messages":[]}`
 			resp := post(context.Background(), body)
 			defer resp.Body.Close()
 			all, _ := io.ReadAll(resp.Body)
 			require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"),
-				"vLLM streams %s: status %d, body %s", body, resp.StatusCode, all)
+				"vLLM streams %.80s: status %d, body %s", body, resp.StatusCode, all)
 			assert.Equal(t, http.StatusOK, resp.StatusCode)
 			assert.Contains(t, string(all), ": queued", "keepalive comments while it waited")
 			assert.Contains(t, string(all), "event: error\ndata: {", "the reject, as an SSE error event")

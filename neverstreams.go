@@ -53,3 +53,12 @@ func neverStreams(r *http.Request, a api) bool {
 func goReadsStream(r *http.Request, a api) bool {
 	return !neverStreams(r, a) && !generates(r, a)
 }
+
+// generatesNone reports whether r, of API a, asks an endpoint that
+// generates no tokens: embeddings (OpenAI's /v1/embeddings, Ollama's
+// /api/embed and /api/embeddings) and the other endpoints that never
+// stream (neverStreams: vLLM's and SGLang's /pooling, /classify,
+// /score, /rerank, tokenizing, admin endpoints). Its budget is 0
+// whatever the body sets, and its answer, whose usage counts the input
+// alone, teaches the learned budget nothing.
+func generatesNone(r *http.Request, a api) bool { return neverStreams(r, a) }

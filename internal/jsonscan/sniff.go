@@ -348,7 +348,12 @@ func tokenCountText(s string) int64 {
 // positiveCount parses a decimal number as a positive token count:
 // rounded up, saturated at MaxTokenCount; 0 when it is not one.
 func positiveCount(num string) int64 {
-	f, err := strconv.ParseFloat(num, 64)
+	return positiveFloat(parseFloat(num))
+}
+
+// positiveFloat is a parsed number as a positive token count: rounded
+// up, saturated at MaxTokenCount; 0 when it is not one.
+func positiveFloat(f float64, err error) int64 {
 	if err != nil && !errors.Is(err, strconv.ErrRange) { // 1e999 saturates
 		return 0
 	}

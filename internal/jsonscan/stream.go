@@ -1,9 +1,6 @@
 package jsonscan
 
-import (
-	"bytes"
-	"strconv"
-)
+import "bytes"
 
 // stream reads a "stream" value as the backend that reads keys k
 // does: with exactKeys, pydantic's lax bool (vLLM's and SGLang's
@@ -71,7 +68,7 @@ func pythonBool(val []byte) (v, ok bool) {
 			return false, true
 		}
 	case c == '-' || c >= '0' && c <= '9' || c == 'N' || c == 'I':
-		switch f, err := strconv.ParseFloat(string(val), 64); {
+		switch f, err := parseFloat(string(val)); {
 		case err != nil:
 		case f == 1:
 			return true, true
