@@ -17,6 +17,7 @@ func init() {
 	cases = append(cases,
 		testCase{"RequeueSentAgainAfterItsTicketEndedQueuesNothing", requeueLateCopy},
 		testCase{"RequeueSentAgainAfterItsCooldownEndedCoolsNothing", requeueLateCopyCools},
+		testCase{"RequeueSentAgainThatGrantsItsTicketAnswersGranted", requeueAgainGrants},
 	)
 }
 
@@ -76,4 +77,27 @@ func requeueLateCopyCools(t *testing.T, h Harness) {
 	assert.True(t, res.Granted, "a is free and cools no more: the late copy cooled it again (or queued n1:2 again)")
 	require.NoError(t, s.Release(bg, ticket("n1:4", "n1", l)))
 	require.NoError(t, s.Leave(bg, "n1", l))
+}
+
+// A requeue sent again while its new ticket waits, whose dispatch grants
+// that ticket (here: a reload added an upstream, which the copy carries),
+// answers as the ticket then stands, granted, in either store.
+func requeueAgainGrants(t *testing.T, h Harness) {
+	s := store(t, h, "requeueagaingrants", "n1")
+	l := fairqueue.Limits{Permits: 2, Lease: time.Minute, Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 1}}}
+	res, err := s.Acquire(bg, ticket("n1:1", "n1", l))
+	require.NoError(t, err)
+	require.True(t, res.Granted)
+	rq := fairqueue.RequeueArgs{TicketArgs: ticket("n1:2", "n1", l), Old: "n1:1", Seq: 1}
+	rq.Cool, rq.CoolFor = "a:1", time.Minute
+	res, err = s.Requeue(bg, rq)
+	require.NoError(t, err)
+	require.False(t, res.Granted, "a cools")
+	rq.Limits.Upstreams = append(rq.Limits.Upstreams, fairqueue.Upstream{Dial: "b:1", Permits: 1})
+	res, err = s.Requeue(bg, rq) // sent again, after a reload added b
+	require.NoError(t, err)
+	assert.True(t, res.Granted, "n1:2 was granted on b by the call sent again: %+v", res)
+	assert.Equal(t, "b:1", res.Upstream)
+	require.NoError(t, s.Release(bg, ticket("n1:2", "n1", rq.Limits)))
+	require.NoError(t, s.Leave(bg, "n1", rq.Limits))
 }
