@@ -73,7 +73,11 @@ func (s *Store) Requeue(_ context.Context, t fairqueue.RequeueArgs) (fairqueue.A
 	}
 	s.reapAndDispatch(t.Node, t.Limits, now, out)
 	res.Grants = s.grants
-	if w != nil {
+	if _, held := s.holders[t.ID]; held && known && w != nil {
+		// Sent again, its ticket waiting, and granted by this call's
+		// dispatch: it answers as the ticket now stands (requeue.lua).
+		res.Granted, res.Upstream = true, s.holderOn[t.ID]
+	} else if w != nil {
 		res.Position = 1 // granted by this dispatch: it was next
 		if _, queued := s.index[t.ID]; queued {
 			res.Position = s.position(w, inCap)
