@@ -18,6 +18,7 @@ func init() {
 		testCase{"RequeueSentAgainAfterItsTicketEndedQueuesNothing", requeueLateCopy},
 		testCase{"RequeueSentAgainAfterItsCooldownEndedCoolsNothing", requeueLateCopyCools},
 		testCase{"RequeueSentAgainThatGrantsItsTicketAnswersGranted", requeueAgainGrants},
+		testCase{"AcquireOfARequeuedTicketComingLateQueuesNothing", acquireAfterRequeue},
 	)
 }
 
@@ -100,4 +101,27 @@ func requeueAgainGrants(t *testing.T, h Harness) {
 	assert.Equal(t, "b:1", res.Upstream)
 	require.NoError(t, s.Release(bg, ticket("n1:2", "n1", rq.Limits)))
 	require.NoError(t, s.Leave(bg, "n1", rq.Limits))
+}
+
+// An acquire's copy that reaches the store after its ticket was granted
+// and requeued (its first send, late: go-redis sent it again after a
+// read timeout) finds the tombstone the requeue left, and queues the
+// ticket no more, for a request that waits as the requeue's ticket.
+func acquireAfterRequeue(t *testing.T, h Harness) {
+	s := store(t, h, "acquireafterrequeue", "n1")
+	l := fairqueue.Limits{Permits: 1, Lease: time.Minute}
+	res, err := s.Acquire(bg, ticket("n1:1", "n1", l))
+	require.NoError(t, err)
+	require.True(t, res.Granted)
+	_, err = s.Requeue(bg, fairqueue.RequeueArgs{TicketArgs: ticket("n1:2", "n1", l), Old: "n1:1", Seq: 1})
+	require.NoError(t, err)
+	require.NoError(t, s.Release(bg, ticket("n1:2", "n1", l)))
+
+	res, err = s.Acquire(bg, ticket("n1:1", "n1", l)) // the late copy
+	require.NoError(t, err)
+	assert.True(t, res.Gone, "the late copy's answer: %+v", res)
+	waiting, holders := h.State(t, "acquireafterrequeue")
+	assert.Empty(t, waiting, "waiting after the late copy")
+	assert.Empty(t, holders, "holding after the late copy")
+	require.NoError(t, s.Leave(bg, "n1", l))
 }
