@@ -102,3 +102,29 @@ func TestCostMaxTokensChargesEachCompletionAClientAsksFor(t *testing.T) {
 	assert.Equal(t, []string{"blocker", "a1", "b1", "b2", "a2"}, order,
 		"a request of n completions is charged max_tokens for each")
 }
+
+// The charge of cost max_tokens as each API reads a body: Ollama's
+// native API generates one completion whatever "n" says; a product
+// beyond max_cost is max_cost, however large its factors.
+func TestCostMaxTokensChargeAsEachAPIReadsTheBody(t *testing.T) {
+	h := fairHandler(t, &Handler{Tenant: "t", Cost: CostMaxTokens, MaxCost: 32768})
+	for _, tc := range []struct {
+		name string
+		a    api
+		body string
+		want float64
+	}{
+		{"one completion", apiOpenAI, `{"max_tokens":100}`, 100},
+		{"n completions", apiOpenAI, `{"max_tokens":100,"n":50}`, 5000},
+		{"best_of", apiOpenAI, `{"max_tokens":100,"best_of":4,"n":2}`, 400},
+		{"a batch of prompts", apiOpenAI, `{"max_tokens":100,"prompt":["a","b","c"]}`, 300},
+		{"no budget", apiOpenAI, `{"n":50}`, 50},
+		{"beyond max_cost", apiOpenAI, `{"max_tokens":1000,"n":1000}`, 32768},
+		{"saturated factors", apiOpenAI, `{"max_tokens":9007199254740993,"n":9007199254740993}`, 32768},
+		{"Ollama's native API reads no n", apiOllamaChat, `{"options":{"num_predict":100},"n":50}`, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, h.requestCost(tc.a.sniff([]byte(tc.body))))
+		})
+	}
+}
