@@ -129,7 +129,7 @@ func TestCostMaxTokensChargeAsEachAPIReadsTheBody(t *testing.T) {
 	}
 	// A native /generate: TGI's best_of, SGLang's n and batch.
 	for body, want := range map[string]float64{
-		`{"inputs":"x","parameters":{"max_new_tokens":100,"best_of":4}}`:  400,
+		`{"inputs":"x","parameters":{"max_new_tokens":100,"best_of":4}}`:    400,
 		`{"text":["a","b"],"sampling_params":{"max_new_tokens":100,"n":3}}`: 600,
 	} {
 		assert.Equal(t, want, h.requestCost(asGenerate(apiOpenAI.sniff([]byte(body)))), body)
