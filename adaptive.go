@@ -246,7 +246,9 @@ func answerKindOf(h http.Header) answerKind {
 // backend for a streamed answer, as the backend reads it: Ollama's
 // native chat and generate stream unless the body says "stream": false,
 // its embed never; an OpenAI-compatible request streams when its body
-// says "stream": true (an embedding never does), TGI's /generate_stream
+// says "stream": true, except on an endpoint that never streams
+// (neverStreams: embeddings, vLLM's /rerank or /score, an admin
+// endpoint such as SGLang's /flush_cache), TGI's /generate_stream
 // always. Unlike streams, not the Accept header: no backend reads it.
 func (a api) asksStream(f jsonscan.Fields, r *http.Request) bool {
 	switch a {
@@ -255,7 +257,7 @@ func (a api) asksStream(f jsonscan.Fields, r *http.Request) bool {
 	case apiOllamaEmbed:
 		return false
 	}
-	return generatesStream(r) || f.Stream && !embeds(r, a)
+	return generatesStream(r) || f.Stream && !neverStreams(r, a)
 }
 
 // unreached reports whether err, next's, says that reverse_proxy never

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,8 +22,8 @@ import (
 // "stream": false (or "stream": true to an endpoint that never streams)
 // gets a plain answer, whose first byte comes after the whole
 // generation; timed as a time to first token, any client could pull
-// everybody's capacity down to its floor. Each case runs 1.5 s
-// generations against target_ttft 1s: a plain answer leaves the share
+// everybody's capacity down to its floor. Each case runs 700 ms
+// generations against target_ttft 300ms: a plain answer leaves the share
 // alone, a stream whose first chunk came that late brings it down, an
 // event stream or NDJSON by its Content-Type, or one without a
 // Content-Type that its body asked for. TGI's native /generate never
@@ -30,10 +31,23 @@ import (
 // the answer's header is no stream whose first token came late.
 func TestAdaptiveJudgesTheAnswerNotTheAcceptHeader(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
-	const generation = 1500 * time.Millisecond
+	const generation = 700 * time.Millisecond
+	const giveUp = 500 * time.Millisecond // after the target, before the answer
+	// generate takes a generation's time, or less when its request ends
+	// (the case is over: the upstream's Close waits for nobody).
+	generate := func(r *http.Request) bool {
+		select {
+		case <-time.After(generation):
+			return true
+		case <-r.Context().Done():
+			return false
+		}
+	}
 	plainJSON := func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
-		time.Sleep(generation) // the whole generation, then the plain answer
+		if !generate(r) { // the whole generation, then the plain answer
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"choices":[{"message":{"content":"hi"}}]}`)
 	}
@@ -45,7 +59,9 @@ func TestAdaptiveJudgesTheAnswerNotTheAcceptHeader(t *testing.T) {
 			} else {
 				w.Header()["Content-Type"] = nil // none: not even the text/plain Go would sniff
 			}
-			time.Sleep(generation) // the prefill before the first chunk
+			if !generate(r) { // the prefill before the first chunk
+				return
+			}
 			_, _ = io.WriteString(w, chunk)
 			w.(http.Flusher).Flush()
 		}
@@ -63,11 +79,11 @@ func TestAdaptiveJudgesTheAnswerNotTheAcceptHeader(t *testing.T) {
 		{"a plain answer relayed on a stream the keepalive committed", "/v1/chat/completions", `{"model":"m","stream":false}`,
 			true, 0, true, plainJSON, false},
 		{"a plain answer its client gave up waiting for", "/v1/chat/completions", `{"model":"m","stream":false}`,
-			true, 1200 * time.Millisecond, false, plainJSON, false},
+			true, giveUp, false, plainJSON, false},
 		{"embeddings asked to stream", "/v1/embeddings", `{"model":"m","stream":true,"input":"x"}`,
 			false, 0, false, plainJSON, false},
 		{"TGI's /generate asked to stream, given up before its plain answer", "/generate", `{"inputs":"x","stream":true}`,
-			false, 1200 * time.Millisecond, false, plainJSON, false},
+			false, giveUp, false, plainJSON, false},
 		{"an event stream", "/v1/chat/completions", `{"model":"m","stream":true}`,
 			false, 0, false, stream("text/event-stream", "data: {}\n\n"), true},
 		{"an event stream its client did not ask for in the body", "/generate_stream", `{"inputs":"x"}`,
@@ -80,18 +96,22 @@ func TestAdaptiveJudgesTheAnswerNotTheAcceptHeader(t *testing.T) {
 			false, 0, false, stream("", "{\"text\":[\"x\"]}\x00"), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			upstream := httptest.NewServer(tc.upstream)
+			var answered atomic.Int32 // the generations the upstream finished
+			upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				tc.upstream(w, r)
+				answered.Add(1)
+			}))
 			t.Cleanup(upstream.Close)
 			name := "adapt-answerkind-" + strings.ReplaceAll(tc.name, " ", "-")
-			permits := `"permits":8`
+			permits, atOnce := `"permits":8`, 4 // the 4 clients' requests run together
 			if tc.keepalive {
-				permits = `"permits":1,"sse_keepalive":"100ms"`
+				permits, atOnce = `"permits":1,"sse_keepalive":"100ms"`, 1
 			}
 			port := freePort(t)
 			config := fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
 		"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[
 		{"handler":"fair_queue","name":%q,%s,"max_wait":"60s",
-		 "adaptive":{"target_ttft":"1s","min_samples":2,"interval":"100ms","decrease":0.5,"step":0.25}},
+		 "adaptive":{"target_ttft":"300ms","min_samples":2,"interval":"100ms","decrease":0.5,"step":0.25}},
 		{"handler":"reverse_proxy","upstreams":[{"dial":%q}]}]}]}}}}}`,
 				port, name, permits, strings.TrimPrefix(upstream.URL, "http://"))
 			require.NoError(t, caddy.Load([]byte(config), false))
@@ -119,10 +139,15 @@ func TestAdaptiveJudgesTheAnswerNotTheAcceptHeader(t *testing.T) {
 			defer func() { cancel(); wg.Wait() }()
 			if tc.down {
 				assert.Eventually(t, func() bool { return learnedShare(t, name) < 1 }, 20*time.Second, 50*time.Millisecond,
-					"streams whose first chunk came 1.5 s after forwarding (target 1 s) left the learned share at %v", learnedShare(t, name))
+					"streams whose first chunk came 700 ms after forwarding (target 300 ms) left the learned share at %v", learnedShare(t, name))
 				return
 			}
-			time.Sleep(8 * time.Second) // about 20 answers: 1.5 s each, 4 (or 1) at a time
+			// Three rounds of answers, 4 (or 1) at a time: timed, the
+			// first 2 (min_samples) would have brought the share down;
+			// then a few intervals for the last ones' report.
+			require.Eventually(t, func() bool { return answered.Load() >= int32(3*atOnce) }, 30*time.Second, 20*time.Millisecond,
+				"the upstream answered %d generations", answered.Load())
+			time.Sleep(300 * time.Millisecond)
 			assert.Equal(t, 1.0, learnedShare(t, name), "plain answers, whose first byte comes after the whole generation, lowered the learned share")
 		})
 	}

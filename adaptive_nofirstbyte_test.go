@@ -66,10 +66,10 @@ func TestAdaptiveCountsAStreamWhoseFirstTokenNeverCame(t *testing.T) {
 			t.Cleanup(func() { _ = caddy.Stop() })
 			url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
 
-			// Streams that each wait 300 ms or 1 s, several times the
+			// Streams that each wait 300 ms or 600 ms, several times the
 			// target, for a first token that never comes.
 			for i := range 3 {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
 				req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"model":"m","stream":true}`))
 				require.NoError(t, err)
 				req.Header.Set("Content-Type", "application/json")

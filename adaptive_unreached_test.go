@@ -24,7 +24,7 @@ import (
 // floor, from where it climbs back by a step an interval once the
 // backend is up again, serving far below what it could. The pool's
 // cooldown is what keeps requests off an unreachable upstream. Here two
-// streams fail to reach the backend for 2 seconds each (target 1 s);
+// streams fail to reach the backend for 600 ms each (target 300 ms);
 // then the backend comes up and answers one stream in time: the share
 // must stay whole. So too where the stream waited behind another and the
 // keepalive committed it (reverse_proxy's failure, its 502 or its 503,
@@ -66,9 +66,9 @@ func unreachedStreams(t *testing.T, health string, status int, committed bool) {
 	config := fmt.Sprintf(`{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"ERROR"}}},
 		"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:%d"],"routes":[{"handle":[
 		{"handler":"fair_queue","name":%q,%s,
-		 "adaptive":{"target_ttft":"1s","min_samples":1,"interval":"100ms","decrease":0.5}},
+		 "adaptive":{"target_ttft":"300ms","min_samples":1,"interval":"100ms","decrease":0.5}},
 		{"handler":"reverse_proxy","flush_interval":-1,%s
-		 "load_balancing":{"try_duration":"2s","try_interval":"250ms"},"upstreams":[{"dial":%q}]}]}]}}}}}`,
+		 "load_balancing":{"try_duration":"600ms","try_interval":"150ms"},"upstreams":[{"dial":%q}]}]}]}}}}}`,
 		port, name, queue, health, backend)
 	require.NoError(t, caddy.Load([]byte(config), false))
 	t.Cleanup(func() { _ = caddy.Stop() })
@@ -100,7 +100,7 @@ func unreachedStreams(t *testing.T, health string, status int, committed bool) {
 		return answer{resp.StatusCode, resp.StatusCode == status}
 	}
 	// Streams the backend's outage fails, each after reverse_proxy
-	// tried for 2 seconds, until two of them failed as the case says
+	// tried for 600 ms, until two of them failed as the case says
 	// (before the first health check, a dial is refused); committed,
 	// until two committed ones did, each waiting behind another.
 	for failed := 0; failed < 2; {
@@ -128,7 +128,7 @@ func unreachedStreams(t *testing.T, health string, status int, committed bool) {
 				failed++
 			}
 		}
-		require.Greater(t, time.Since(start), time.Second, "reverse_proxy tried for longer than the target (lb_try_duration)")
+		require.Greater(t, time.Since(start), 300*time.Millisecond, "reverse_proxy tried for longer than the target (lb_try_duration)")
 		time.Sleep(200 * time.Millisecond) // past the interval: the next one reports
 	}
 

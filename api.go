@@ -15,8 +15,9 @@ import (
 // takes that API's shape, so that its client libraries read it.
 //
 // OpenAI-compatible paths (/v1/chat/completions, /v1/completions,
-// /v1/responses, /v1/embeddings, and any other path) stream when the
-// body says "stream": true or the client accepts text/event-stream;
+// /v1/responses, and any other path but those that never stream, such
+// as /v1/embeddings: neverStreams) stream when the body says
+// "stream": true or the client accepts text/event-stream;
 // errors are {"error":{"message","type","code"}}; streams are server-sent
 // events. Ollama's native API (/api/chat, /api/generate, /api/embed,
 // /api/embeddings) streams unless the body says "stream": false;
@@ -111,7 +112,9 @@ func (a api) budget(f jsonscan.Fields) (budget, completions int64) {
 }
 
 // streams reports whether a request of a with body fields f (and header
-// of r) wants its answer streamed.
+// of r) wants its answer streamed: never on an endpoint that never
+// streams (neverStreams), whose plain answer a committed event stream
+// would wrap.
 func (a api) streams(f jsonscan.Fields, r *http.Request) bool {
 	switch a {
 	case apiOllamaChat, apiOllamaGenerate:
@@ -119,7 +122,7 @@ func (a api) streams(f jsonscan.Fields, r *http.Request) bool {
 	case apiOllamaEmbed:
 		return false
 	}
-	return f.Stream || wantsEventStream(r)
+	return (f.Stream || wantsEventStream(r)) && !neverStreams(r, a)
 }
 
 // errorBody is an error answer's body: OpenAI's error object with its

@@ -97,7 +97,7 @@ func (c *call) read() (answered bool, err error) {
 		writeAmbiguousModel(c.w, c.api)
 		return true, nil
 	}
-	if info.AmbiguousStream {
+	if info.AmbiguousStream && goReadsStream(c.r, c.api) {
 		// Whether its answer streams decides the keepalive, the shape
 		// of a reject and what adaptive times, and would be a guess.
 		writeAmbiguousStream(c.w, c.api)
@@ -111,11 +111,11 @@ func (c *call) read() (answered bool, err error) {
 	repl.Set(phStreaming, c.streaming)
 	c.bodyLen = len(body)
 	c.weight = newWeight(info, c.api, len(body), h.defaultMaxTokens())
-	embed := embeds(c.r, c.api)
-	if embed {
+	none := generatesNone(c.r, c.api)
+	if none {
 		c.weight.budget = 0 // it generates none, whatever budget its body sets
 	}
-	c.weight.open = c.weight.open && !embed && h.learnsBudget()
+	c.weight.open = c.weight.open && !none && h.learnsBudget()
 	c.nameQueue(info, body)
 	repl.Set(phQueue, c.name)
 	return false, nil

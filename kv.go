@@ -72,13 +72,6 @@ type weight struct {
 	open bool
 }
 
-// embeds reports whether r, of API a, asks for embeddings (OpenAI's
-// /v1/embeddings, Ollama's /api/embed and /api/embeddings), which
-// generate no tokens: their budget is 0 unless the body sets one.
-func embeds(r *http.Request, a api) bool {
-	return a == apiOllamaEmbed || strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/embeddings")
-}
-
 // generates reports whether r, of API a, asks TGI's or SGLang's native
 // generation (/generate, TGI's /generate_stream; Ollama's /api/generate
 // is an API of its own), whose body sets its budget and completions in

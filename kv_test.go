@@ -247,10 +247,11 @@ func TestTokenGaugesShowHeldCapacityAndEstimate(t *testing.T) {
 func TestEmbeddingsHaveNoCompletionBudget(t *testing.T) {
 	for path, want := range map[string]bool{
 		"/v1/embeddings": true, "/v1/embeddings/": true, "/api/embed": true, "/api/embeddings": true,
+		"/v1/score": true, "/rerank": true, "/classify": true, "/pooling": true,
 		"/v1/chat/completions": false, "/api/chat": false, "/api/generate": false,
 	} {
 		r := httptest.NewRequest(http.MethodPost, path, nil)
-		assert.Equal(t, want, embeds(r, apiOf(r)), path)
+		assert.Equal(t, want, generatesNone(r, apiOf(r)), path)
 	}
 	body := `{"model":"e","input":"` + strings.Repeat("x", 40) + `"}`
 	w := newWeight(jsonscan.Sniff([]byte(body)), apiOpenAI, len(body), 0)

@@ -89,7 +89,7 @@ func checkOnStoreError(policy string) error {
 //
 //	{http.fair_queue.queue}        the queue name (Name, placeholders replaced)
 //	{http.fair_queue.model}        the "model" of the JSON request body, or empty
-//	{http.fair_queue.streaming}    true for a streaming request (Accept: text/event-stream or "stream": true; Ollama's /api/chat and /api/generate unless "stream": false)
+//	{http.fair_queue.streaming}    true for a streaming request (Accept: text/event-stream or "stream": true, not on an endpoint that never streams; Ollama's /api/chat and /api/generate unless "stream": false)
 //	{http.fair_queue.tenant}       with Tenant: the tenant's key, a hash of its value (never the value itself, which may be an API key)
 //	{http.fair_queue.outcome}      granted, fail_open, cancelled, model_not_found or model_missing (see Names), or the reject reason
 //	{http.fair_queue.reason}       the reject reason; store_unavailable for fail_open, model_not_found or model_missing (see Names)

@@ -107,7 +107,7 @@ func TestAGrantedClientThatStopsReadingGivesItsPermitBackOverEachProtocol(t *tes
 	for _, proto := range []string{"h1", "h2", "h3"} {
 		for _, keepalive := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/keepalive=%v", proto, keepalive), func(t *testing.T) {
-				stoppedReaderGivesPermitBack(t, proto, keepalive, `"write_idle_timeout":"2s",`)
+				stoppedReaderGivesPermitBack(t, proto, keepalive, `"write_idle_timeout":"1s",`)
 			})
 		}
 	}
@@ -178,7 +178,7 @@ func TestAWriteTimeoutEndsAGrantedClientThatStopsReadingAfterKeepalives(t *testi
 	for _, proto := range []string{"h1", "h2"} {
 		for _, keepalive := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/keepalive=%v", proto, keepalive), func(t *testing.T) {
-				stoppedReaderGivesPermitBack(t, proto, keepalive, `"write_idle_timeout":-1,"write_timeout":"5s",`)
+				stoppedReaderGivesPermitBack(t, proto, keepalive, `"write_idle_timeout":-1,"write_timeout":"3s",`)
 			})
 		}
 	}

@@ -58,7 +58,7 @@ func TestAWriteTimeoutCutsALongStreamAfterKeepalivesAsWithoutTheQueue(t *testing
 				if queue {
 					handlers = []string{fmt.Sprintf(`{"handler":"fair_queue","name":%q,"permits":1,"max_wait":"120s","sse_keepalive":"100ms"}`, name), proxy}
 				}
-				s := runTLSCaddyWith(t, `"write_idle_timeout":-1,"write_timeout":"3s",`, handlers...)
+				s := runTLSCaddyWith(t, `"write_idle_timeout":-1,"write_timeout":"2s",`, handlers...)
 				var blocker <-chan answer
 				if queue {
 					// A request holds the permit while the stream waits,

@@ -194,7 +194,7 @@ func (s *Store) Acquire(_ context.Context, t fairqueue.TicketArgs) (fairqueue.Ac
 	t.Limits = s.scaled(t.Limits)
 	now := s.now()
 	res := fairqueue.AcquireResult{Epoch: s.epoch}
-	if exp, ok := s.gone[t.ID]; (ok && exp.After(now)) || s.left(t.Node, now) {
+	if s.tombstoned(t.ID, now) || s.left(t.Node, now) {
 		res.Gone = true
 		return res, nil
 	}

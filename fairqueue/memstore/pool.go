@@ -43,8 +43,9 @@ import (
 //     whose permit Redis lost, which must cool it (a trace of it would be
 //     a write on each handoff with a cooldown). A requeue cools it when
 //     its old ticket held a permit or its new ticket is unknown (its
-//     first send; one sent again after the new ticket was granted and
-//     released cools it again, likewise).
+//     first send); one sent again after the new ticket was granted and
+//     released finds the old ticket's tombstone (requeue.go) and cools
+//     nothing, as it queues nothing.
 //   - When the queue is empty everywhere after a leave, the pool state
 //     (cooldowns, last grants) goes with it.
 //   - What is kept of an upstream (its last grant, its learned share)

@@ -20,8 +20,9 @@ import (
 // (permits, caps, tokens, a pool, a learned capacity; FIFO or fair) and a
 // sequence of store calls (acquire with a tenant, band, weight, cost and
 // weight in tokens; acquire sent again; release with a correction and
-// perhaps a cooldown; cancel of a waiter or of a holder; requeue;
-// heartbeat, re-adding a ticket released unmarked or adopting a fail-open
+// perhaps a cooldown; cancel of a waiter or of a holder; requeue, and
+// one sent again, at once or late; heartbeat, re-adding a ticket
+// released unmarked or adopting a fail-open
 // one; a learned share's move; reconcile; a reload's new settings, the
 // old ones perhaps still carried beside them: differential_rolling.go), and
 // two nodes run it on two stores (the in-process one and Redis), one call
@@ -102,18 +103,19 @@ func Differential(t *testing.T, a, b DiffStore) {
 		}()
 		d.logf("limits %s, fair %v", fmtLimits(d.lim), d.fair)
 		rt.Repeat(map[string]func(*rapid.T){
-			"acquire":    d.acquire,
-			"release":    d.release,
-			"cancel":     d.cancel,
-			"requeue":    d.requeue,
-			"reconcile":  d.reconcile,
-			"resend":     d.resend,
-			"cancelHeld": d.cancelHeld,
-			"reload":     d.reload,
-			"heartbeat":  d.heartbeat,
-			"adapt":      d.adapt,
-			"acquire2":   d.acquire2,
-			"heartbeat2": d.heartbeat2,
+			"acquire":      d.acquire,
+			"release":      d.release,
+			"cancel":       d.cancel,
+			"requeue":      d.requeue,
+			"requeueAgain": d.requeueAgain,
+			"reconcile":    d.reconcile,
+			"resend":       d.resend,
+			"cancelHeld":   d.cancelHeld,
+			"reload":       d.reload,
+			"heartbeat":    d.heartbeat,
+			"adapt":        d.adapt,
+			"acquire2":     d.acquire2,
+			"heartbeat2":   d.heartbeat2,
 		})
 	})
 }
@@ -178,19 +180,20 @@ func fmtLimits(l fairqueue.Limits) string {
 
 // diff is one check: the two stores, the tickets, the calls so far.
 type diff struct {
-	rt      *rapid.T
-	lim     fairqueue.Limits
-	roll    *fairqueue.Limits // a rolling reload's old settings (differential_rolling.go)
-	fair    bool
-	sides   []*diffSide
-	counter uint64
-	beat    uint64
-	gone    []*dTicket // released or cancelled
-	tickets []*dTicket
-	log     []string
-	n2      diffNode2       // the second node (differential_nodes.go)
-	joined  map[string]bool // nodes that made a call that joins (noteJoin)
-	holdAt  time.Time       // when the last call that may hold a lowering back ran (noteJoin, noteRelease)
+	rt       *rapid.T
+	lim      fairqueue.Limits
+	roll     *fairqueue.Limits // a rolling reload's old settings (differential_rolling.go)
+	fair     bool
+	sides    []*diffSide
+	counter  uint64
+	beat     uint64
+	gone     []*dTicket // released or cancelled
+	requeues []dRequeue // every requeue sent, to send again (requeueAgain)
+	tickets  []*dTicket
+	log      []string
+	n2       diffNode2       // the second node (differential_nodes.go)
+	joined   map[string]bool // nodes that made a call that joins (noteJoin)
+	holdAt   time.Time       // when the last call that may hold a lowering back ran (noteJoin, noteRelease)
 }
 
 type diffSide struct {
@@ -215,6 +218,12 @@ type dTicket struct {
 	waiting bool
 	adopted bool // admitted without the store, then adopted by a heartbeat
 	old     bool // acquired under a rolling reload's old settings
+}
+
+// dRequeue is a requeue sent: its arguments and its old ticket.
+type dRequeue struct {
+	args fairqueue.RequeueArgs
+	old  *dTicket
 }
 
 // grantRec is the node's Listener: it records the grants it is told of.

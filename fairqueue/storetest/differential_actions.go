@@ -274,7 +274,28 @@ func (d *diff) requeue(rt *rapid.T) {
 	d.tickets = append(d.tickets, &dTicket{id: nid, node: old.node, seq: old.seq, cost: old.cost, scale: old.scale, tokens: old.tokens, asks: old.asks,
 		waiting: true, old: old.old})
 	d.noteJoin(old.node)
+	d.requeues = append(d.requeues, dRequeue{args, old})
 	d.eachAs(old.node, fmt.Sprintf("requeue %s as %s at seq %d (cool %q)", old.id, nid, old.seq, args.Cool), func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
+		res, err := s.Requeue(context.Background(), args)
+		return fmtResult(res), nil, err
+	})
+}
+
+// requeueAgain sends an earlier requeue again: go-redis's copy after a
+// read timeout, which reaches the store while the new ticket waits or
+// holds (it changes nothing), or late, after the new ticket ended, was
+// requeued in turn or cancelled (it queues and cools nothing: the old
+// ticket's tombstone). It carries the settings in force, as every call
+// of the test does (a reload's are not compared before the reconcile
+// that follows it: see Differential).
+func (d *diff) requeueAgain(rt *rapid.T) {
+	if len(d.requeues) == 0 {
+		rt.Skip("no requeue")
+	}
+	rq := d.requeues[rapid.IntRange(0, len(d.requeues)-1).Draw(rt, "requeueSentAgain")]
+	args := rq.args
+	args.Limits = d.ticketLimits(rq.old)
+	d.eachAs(args.Node, fmt.Sprintf("requeue %s as %s sent again (cool %q)", args.Old, args.ID, args.Cool), func(s fairqueue.Store) (string, []fairqueue.Grant, error) {
 		res, err := s.Requeue(context.Background(), args)
 		return fmtResult(res), nil, err
 	})

@@ -314,15 +314,15 @@ func stringText(val []byte) prompt {
 }
 
 // numPredict is Ollama's "options": {"num_predict": n} as a token count
-// (its -1, no limit, and -2, fill the context, are none), and whether
-// the options name it.
+// (its -1, no limit, and -2, fill the context, are none), read as Go
+// reads it (goTokenCount), and whether the options name it.
 func numPredict(val []byte) (n int64, found bool) {
 	if val[0] != '{' {
 		return 0, false
 	}
 	eachMember(val, func(key, v []byte) {
 		if exactKeys.is(key, "num_predict") {
-			n, found = tokenCount(v), true
+			n, found = goTokenCount(v), true
 		}
 	})
 	return n, found

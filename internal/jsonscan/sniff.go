@@ -13,9 +13,12 @@ import (
 
 // Fields are what the handler reads from a JSON request body.
 type Fields struct {
-	Stream bool // "stream": true
-	// NoStream is "stream": false, which Ollama's native API needs to
-	// answer in one piece (it streams by default).
+	// Stream is "stream": true; with exact keys, also what pydantic's
+	// lax bool reads as true (1, "true", "yes", "on": pythonBool).
+	Stream bool
+	// NoStream is "stream": false (with exact keys, what pydantic
+	// reads as false), which Ollama's native API needs to answer in one
+	// piece (it streams by default).
 	NoStream bool
 	Model    string // "model": "<string>"
 	// MaxTokens is the largest of "max_tokens", "max_completion_tokens"
@@ -131,12 +134,14 @@ func SniffEither(b []byte) Fields {
 	case !gok:
 		return f
 	case !fok:
-		g.AmbiguousStream = g.Stream != gStream // a *bool's reading or a bool's
-		g.Stream = gStream                      // Ollama's /v1 reads a bool
+		g.AmbiguousStream = !gStream.refused && g.Stream != gStream.value // a *bool's reading or a bool's
+		g.Stream = gStream.value                                          // Ollama's /v1 reads a bool
 		return g
 	}
 	f.Ambiguous = f.Model != g.Model
-	f.AmbiguousStream = f.Stream != gStream || f.Stream != g.Stream
+	// A "stream" that Go refuses (1, "true") has Ollama refuse the body:
+	// only the exact reading's backends run it.
+	f.AmbiguousStream = !gStream.refused && (f.Stream != gStream.value || f.Stream != g.Stream)
 	f.MaxTokens = max(f.MaxTokens, g.MaxTokens)
 	f.Budget = max(f.Budget, g.Budget)
 	f.Completions = max(f.Completions, g.Completions)
@@ -176,21 +181,20 @@ func sniffRead(b []byte, k keys) (Fields, bool) {
 }
 
 // sniffStream is sniffRead, and "stream" as Go decodes it into a bool
-// (Ollama's /v1/chat/completions and /v1/completions), where a null
-// leaves the value before it; a *bool (its native requests', its
-// /v1/responses'), which Fields.Stream and NoStream read, is nil after
-// a null.
-func sniffStream(b []byte, k keys) (info Fields, goBool, ok bool) {
+// (goStream); a *bool (Ollama's native requests', its /v1/responses'),
+// which Fields.Stream and NoStream read with foldedKeys, is nil after a
+// null.
+func sniffStream(b []byte, k keys) (info Fields, goBool goStream, ok bool) {
 	if k == exactKeys {
 		// Python's json.loads takes a UTF-8 byte order mark before the
 		// JSON, and UTF-16 and UTF-32 (Go's encoding/json does not).
 		if b, ok = pythonText(b); !ok {
-			return Fields{}, false, false
+			return Fields{}, goStream{}, false
 		}
 	}
 	b = bytes.TrimLeft(b, " \t\r\n")
 	if len(b) == 0 || b[0] != '{' || !valid(b, k == exactKeys) {
-		return Fields{}, false, false
+		return Fields{}, goStream{}, false
 	}
 	// b is valid JSON from here on: the scanner only needs to find where
 	// each top-level member starts and ends.
@@ -212,11 +216,8 @@ func sniffStream(b []byte, k keys) (info Fields, goBool, ok bool) {
 		}
 		switch name {
 		case "stream":
-			if val[0] != 'n' {
-				goBool = string(val) == "true"
-			}
-			info.Stream = string(val) == "true"
-			info.NoStream = string(val) == "false"
+			info.Stream, info.NoStream = k.stream(val)
+			goBool.read(val)
 		case "model":
 			model = nil // decoded once, the last (modelText)
 			if val[0] == '"' {
@@ -347,7 +348,12 @@ func tokenCountText(s string) int64 {
 // positiveCount parses a decimal number as a positive token count:
 // rounded up, saturated at MaxTokenCount; 0 when it is not one.
 func positiveCount(num string) int64 {
-	f, err := strconv.ParseFloat(num, 64)
+	return positiveFloat(parseFloat(num))
+}
+
+// positiveFloat is a parsed number as a positive token count: rounded
+// up, saturated at MaxTokenCount; 0 when it is not one.
+func positiveFloat(f float64, err error) int64 {
 	if err != nil && !errors.Is(err, strconv.ErrRange) { // 1e999 saturates
 		return 0
 	}

@@ -26,8 +26,9 @@ func TestSniffReadsTopLevelStreamAndModel(t *testing.T) {
 		{"whitespace everywhere", " \n\t{ \"stream\" :\n true , \"model\" : \"m\" }\n", Fields{Stream: true, Model: "m"}},
 		{"nested stream ignored", `{"options":{"stream":true},"messages":[{"stream":true}]}`, Fields{Prompt: true}},
 		{"nested model ignored", `{"meta":{"model":"x"}}`, Fields{}},
-		{"stream as string is not true", `{"stream":"true"}`, Fields{}},
-		{"stream as number is not true", `{"stream":1}`, Fields{}},
+		{"stream as string, as pydantic reads it", `{"stream":"true"}`, Fields{Stream: true}},
+		{"stream as number, as pydantic reads it", `{"stream":1}`, Fields{Stream: true}},
+		{"stream as a string pydantic refuses", `{"stream":"sure"}`, Fields{}},
 		{"model not a string", `{"model":42,"stream":true}`, Fields{Stream: true}},
 		{"model with escapes", `{"model":"a\"b\\c\u00e9"}`, Fields{Model: "a\"b\\c\u00e9"}},
 		{"escaped key", `{"str\u0065am":true}`, Fields{Stream: true}},
@@ -133,8 +134,7 @@ func FuzzSniff(f *testing.F) {
 			return
 		}
 		var want Fields
-		want.Stream = string(m["stream"]) == "true"
-		want.NoStream = string(m["stream"]) == "false"
+		want.Stream, want.NoStream = wantPydanticBool(m["stream"])
 		var model string
 		if json.Unmarshal(m["model"], &model) == nil {
 			want.Model = model
@@ -144,7 +144,7 @@ func FuzzSniff(f *testing.F) {
 		}
 		want.Budget = cmp.Or(wantTokens(m["max_completion_tokens"]), wantTokens(m["max_output_tokens"]), wantTokens(m["max_tokens"]))
 		if opts, ok := wantObject(m["options"]); ok {
-			want.NumPredict = wantTokens(opts["num_predict"])
+			want.NumPredict = wantGoTokens(opts["num_predict"])
 		}
 		want.PromptBytes, want.Prompt = wantPrompt(m)
 		want.Completions = wantCompletions(m)
@@ -314,11 +314,25 @@ func wantObject(raw json.RawMessage) (map[string]json.RawMessage, bool) {
 // wantTokens is the fuzz oracle's reading of a max tokens value: a
 // positive JSON number, or a string of one in decimal digits (spaces
 // around, a plus sign, underscores and a point allowed), rounded up and
-// saturated.
-func wantTokens(raw json.RawMessage) int64 {
+// saturated; each number read as Python reads it (pythonFloat).
+func wantTokens(raw json.RawMessage) int64 { return wantTokensRead(raw, pythonFloat) }
+
+// wantGoTokens is wantTokens for Ollama's num_predict, whose JSON number
+// Go reads with strconv.ParseFloat and Ollama truncates.
+func wantGoTokens(raw json.RawMessage) int64 {
+	return wantTokensRead(raw, func(s string) (float64, error) {
+		f, err := strconv.ParseFloat(s, 64)
+		return math.Trunc(f), err
+	})
+}
+
+// wantTokensRead is wantTokens, a JSON number read by number.
+func wantTokensRead(raw json.RawMessage, number func(string) (float64, error)) int64 {
 	var n json.Number
 	var s string
+	parse := number
 	if json.Unmarshal(raw, &s) == nil {
+		parse = pythonFloat
 		s = strings.TrimPrefix(strings.TrimSpace(s), "+")
 		if s == "" || strings.Trim(s, "0123456789_.") != "" || s[0] == '_' || s[0] == '.' {
 			return 0
@@ -327,7 +341,7 @@ func wantTokens(raw json.RawMessage) int64 {
 	} else if len(raw) == 0 || json.Unmarshal(raw, &n) != nil {
 		return 0
 	}
-	f, err := strconv.ParseFloat(string(n), 64)
+	f, err := parse(string(n))
 	if (err != nil && !errors.Is(err, strconv.ErrRange)) || !(f > 0) {
 		return 0
 	}

@@ -58,8 +58,9 @@ end
 local ex = present('waiting', 'fwait', 'gone', #pool > 0 and 'ucool' or nil)
 local quiet = not (ex.waiting or ex.fwait) -- nobody waits
 if ex.gone then
-  -- Tombstones (only a failed call leaves one): the ended go, so that
-  -- the key soon vanishes and the check with it; a live one is ours?
+  -- Tombstones (a failed call leaves one, a leave, and a requeue, for
+  -- the ticket it gave back): the ended go, so that the key soon
+  -- vanishes and the check with it; a live one is ours?
   redis.call('ZREMRANGEBYSCORE', K.gone, '-inf', now)
   if redis.call('ZSCORE', K.gone, id) or left(node) then
     return answer('gone', 0, 0, 0)
