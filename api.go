@@ -93,6 +93,7 @@ func (a api) sniff(body []byte) jsonscan.Fields {
 	if a.ollama() {
 		f := jsonscan.SniffFolded(body)
 		f.MaxTokens = f.NumPredict // cost max_tokens: the only budget Ollama reads
+		f.Completions = 0          // and it generates one completion
 		return f
 	}
 	return jsonscan.SniffEither(body)

@@ -13,7 +13,8 @@ import (
 const (
 	// CostRequests charges every request 1 (the default; also "").
 	CostRequests = "requests"
-	// CostMaxTokens charges the body's max_tokens, at the grant.
+	// CostMaxTokens charges the body's max_tokens for each completion
+	// it asks for (jsonscan.Fields.Completions), at the grant.
 	CostMaxTokens = "max_tokens"
 	// CostTime charges the seconds the request holds its permit: an
 	// estimate at the grant (the handler's moving average of recent
@@ -88,7 +89,14 @@ func (a *holdAverage) observe(secs float64) {
 func (h *Handler) requestCost(info jsonscan.Fields) float64 {
 	switch h.Cost {
 	case CostMaxTokens:
-		return float64(min(max(info.MaxTokens, 1), int64(h.MaxCost)))
+		// Each completion may generate max_tokens: "n": 50 is fifty
+		// answers' worth, as kv_tokens and cost tokens weigh it.
+		n := max(info.Completions, 1)
+		tokens := max(info.MaxTokens, 1)
+		if tokens > int64(h.MaxCost)/n {
+			return float64(h.MaxCost)
+		}
+		return float64(min(tokens*n, int64(h.MaxCost)))
 	case CostTime:
 		return h.hold.estimate()
 	}
