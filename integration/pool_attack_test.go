@@ -122,10 +122,7 @@ func TestPoolUnderRefusalsResetsOutagesAndReloadsKeepsEveryReplicaWithinItsCaps(
 		{"local store fifo", "", true, true},
 		{"local store fair with keepalive", fair, true, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel() // its own Caddy instances, replicas and Redis
-			poolAttack(t, tc.extra, tc.local, tc.all)
-		})
+		t.Run(tc.name, func(t *testing.T) { poolAttack(t, tc.extra, tc.local, tc.all) })
 	}
 }
 

@@ -153,7 +153,6 @@ func (h *heldAcquire) Acquire(ctx context.Context, args fairqueue.TicketArgs) (f
 // the local permits: Redis grants it, counting none of them. The
 // request waits for them rather than run beside them.
 func TestLocalFallbackAcquireAnsweredBeforeTheAdoptionWaitsForTheLocalPermits(t *testing.T) {
-	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	const name = "adoptlate"
 	h := &heldAdoption{entered: make(chan struct{}), open: make(chan struct{})}

@@ -22,7 +22,6 @@ import (
 // store's grants, unknown to Redis until the node's next heartbeat. The
 // permits hold.
 func TestLocalFallbackWaitersServedAfterRecoveryDoNotRunBesideTheStoresGrants(t *testing.T) {
-	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	const permits = 2
 	n := newNode(t, srv, "localrecover", fairqueue.Config{Permits: permits, LocalPermits: permits, Fallback: memstore.New(),
