@@ -28,6 +28,7 @@ func proxySite(upstream string, directives ...string) string {
 }
 
 func TestThreeInstancesShareThePermits(t *testing.T) {
+	t.Parallel() // its own Caddy, upstream and Redis: it waits on them, not on the CPU
 	rds := redistest.Start(t)
 	mock, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 8, Delay: 50 * time.Millisecond})
 	// Requests with X-Queue: ordered go to a queue of one permit, whose

@@ -198,6 +198,7 @@ func TestKVTokensBoundWhatTheUpstreamHolds(t *testing.T) {
 // mixed prompts and answer lengths the GPU never preempts a request, as
 // the queue never lets it hold more than its cache.
 func TestKVTokensAtTheGPUsCacheSizeNeverPreempt(t *testing.T) {
+	t.Parallel() // its own Caddy and upstream: it waits on them, not on the CPU
 	const capacity = 2000
 	g, mock, upstream := startGauged(t, mockllm.Config{GPU: mockllm.GPUConfig{KVTokens: capacity, Seed: 3}})
 	site := proxySite(upstream, fmt.Sprintf(`

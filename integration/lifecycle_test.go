@@ -19,6 +19,7 @@ import (
 )
 
 func TestReloadKeepsWaitersAndLimit(t *testing.T) {
+	t.Parallel() // its own Caddy, upstream and Redis: it waits on them, not on the CPU
 	rds := redistest.Start(t)
 	mock, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 6, Delay: 100 * time.Millisecond})
 	config := func(maxWait string) string {

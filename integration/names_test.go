@@ -62,6 +62,7 @@ func perModelSite(rds *redistest.Server, upstream, more string) string {
 // takes the slot of one. Once idle for 10s they leave Redis: no key of a
 // made-up name is left.
 func TestMadeUpModelNamesNeverLockOutARealOne(t *testing.T) {
+	t.Parallel() // its own Caddy, upstream and Redis: it waits on them, not on the CPU
 	rds := redistest.Start(t)
 	_, upstream := harness.StartMockLLM(t, mockllm.Config{Tokens: 2})
 	c := harness.StartCaddy(t, "per-model", perModelSite(rds, upstream, ""), harness.CaddyOptions{})

@@ -68,6 +68,9 @@ func drainAfterReload(t *testing.T, redis bool, queue string, before, after func
 func eachStore(t *testing.T, run func(t *testing.T, redis bool)) {
 	for _, redis := range []bool{false, true} {
 		t.Run(map[bool]string{false: "local store", true: "redis store"}[redis], func(t *testing.T) {
+			// Each store's case has its own Caddy, replicas and Redis,
+			// and spends its time waiting on the streams.
+			t.Parallel()
 			run(t, redis)
 		})
 	}

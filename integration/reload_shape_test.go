@@ -85,6 +85,7 @@ func reloadUnderLoad(t *testing.T, c *harness.Caddy, after string, clients, wait
 func reloadShape(t *testing.T, before, after func(a, b *replica, store string) string, maxA, maxB int) {
 	for _, redis := range []bool{false, true} {
 		t.Run(map[bool]string{false: "local store", true: "redis store"}[redis], func(t *testing.T) {
+			t.Parallel() // its own Caddy, replicas and Redis
 			store := ""
 			if redis {
 				rds := redistest.Start(t)
@@ -139,6 +140,7 @@ func TestReloadThatSwitchesTheStoreNeverDoublesThePermits(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			rds := redistest.Start(t)
 			cfg := mockllm.Config{Tokens: reloadShapeTokens, Delay: reloadShapeDelay}
 			a := startReplica(t, cfg)

@@ -33,6 +33,7 @@ func TestAStoreSwitchWhoseMovedWaiterLeavesKeepsThePermitsAndLeavesNoKey(t *test
 		{"another key prefix", "redis {\n\t\t\turl redis://%s/0\n\t\t}", "redis {\n\t\t\turl redis://%s/0\n\t\t\tkey_prefix other\n\t\t}"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			rds := redistest.Start(t)
 			store := storeBlocks(rds)
 			rep := startWatchedReplica(t, "a", mockllm.Config{Tokens: lowerTokens, Delay: lowerDelay / 3})
@@ -123,6 +124,7 @@ func TestTwoQuickStoreSwitchesWhileTheWaitersMoveKeepThePermits(t *testing.T) {
 		{"redis, other prefix, redis", []string{redisA, redisB, redisA}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			rds := redistest.Start(t)
 			store := storeBlocks(rds)
 			rep := startWatchedReplica(t, "a", mockllm.Config{Tokens: lowerTokens, Delay: lowerDelay / 3})
@@ -184,6 +186,7 @@ func TestAStoreSwitchThatReshapesAPoolKeepsEachUpstreamWithinItsPermits(t *testi
 		{"another key prefix", "redis {\n\t\t\turl redis://%s/0\n\t\t}", "redis {\n\t\t\turl redis://%s/0\n\t\t\tkey_prefix other\n\t\t}"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			rds := redistest.Start(t)
 			store := storeBlocks(rds)
 			cfg := mockllm.Config{Tokens: lowerTokens, Delay: lowerDelay}
@@ -262,6 +265,7 @@ func TestWaitersKeepTheirMaxWaitAcrossQuickStoreSwitches(t *testing.T) {
 		{"redis, other prefix, redis", []string{redisA, redisB, redisA}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			rds := redistest.Start(t)
 			store := storeBlocks(rds)
 			rep := startWatchedReplica(t, "a", mockllm.Config{Tokens: 4, Delay: 10 * time.Millisecond})

@@ -41,10 +41,12 @@ func TestStalledInstanceStartsNoGrantRedisTookBack(t *testing.T) {
 		t.Skip("about 30s: skipped with -short")
 	}
 	t.Run("sigstop", func(t *testing.T) {
+		t.Parallel()
 		runStall(t, func(a *harness.Caddy, _ *faultproxy.Proxy) { a.Signal(syscall.SIGSTOP) },
 			func(a *harness.Caddy, _ *faultproxy.Proxy) { a.Signal(syscall.SIGCONT) })
 	})
 	t.Run("frozen-link", func(t *testing.T) {
+		t.Parallel()
 		runStall(t, func(_ *harness.Caddy, p *faultproxy.Proxy) { p.Blackhole(true) },
 			func(_ *harness.Caddy, p *faultproxy.Proxy) { p.Heal() })
 	})

@@ -20,6 +20,7 @@ import (
 // with its share of the last learned capacity", so the lone node's
 // fallback queue runs 4 as well, not the old share of them.
 func TestLocalFallbackOfAPoolIsNotCappedByTheQueuesOldShare(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	cfg := fairqueue.Config{Permits: 4, Fallback: memstore.New(), Lease: 1500 * time.Millisecond,
 		PollInterval: 50 * time.Millisecond, MaxWait: 10 * time.Second,

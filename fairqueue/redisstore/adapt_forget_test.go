@@ -16,6 +16,7 @@ import (
 // (K.ulast) of the upstreams in force only, not of every dial the queue
 // ever had (every call under learned shares reads all of K.adapt).
 func TestLearnedStateOfUpstreamsNoNodeHasIsDeleted(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	const name = "adaptforget"

@@ -19,6 +19,7 @@ import (
 // other upstream, none beside it on its own, and once it ends both
 // upstreams serve again, with no key left after the last leave.
 func TestPermitsAdmittedDuringAnOutageCountOnTheirUpstreamOnceAdopted(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	for _, tc := range []struct {
 		name string
 		cfg  fairqueue.Config
@@ -27,6 +28,7 @@ func TestPermitsAdmittedDuringAnOutageCountOnTheirUpstreamOnceAdopted(t *testing
 		{"local", fairqueue.Config{Fallback: memstore.New(), LocalPermits: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.Start(t)
 			name := "adoptpool" + tc.name
 			cfg := tc.cfg

@@ -18,6 +18,7 @@ import (
 // max_in_flight_per_tenant once Redis counts it (adopted): the tenant's
 // next request, on another instance, waits; another tenant's does not.
 func TestPermitsAdmittedDuringAnOutageCountForTheirTenantOnceAdopted(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	for _, tc := range []struct {
 		name string
 		cfg  fairqueue.Config
@@ -26,6 +27,7 @@ func TestPermitsAdmittedDuringAnOutageCountForTheirTenantOnceAdopted(t *testing.
 		{"local", fairqueue.Config{Fallback: memstore.New(), LocalPermits: 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.Start(t)
 			const name = "adopttenant"
 			cfg := tc.cfg

@@ -18,6 +18,7 @@ import (
 // counts it (adopted), not only a permit: another instance's request
 // that would take the tokens past kv_tokens beside it waits.
 func TestPermitsAdmittedDuringAnOutageWeighTheirTokensOnceAdopted(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	for _, tc := range []struct {
 		name string
 		cfg  fairqueue.Config
@@ -26,6 +27,7 @@ func TestPermitsAdmittedDuringAnOutageWeighTheirTokensOnceAdopted(t *testing.T) 
 		{"local", fairqueue.Config{Fallback: memstore.New(), LocalPermits: 5}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.Start(t)
 			const name = "adopttokens"
 			cfg := tc.cfg

@@ -19,6 +19,7 @@ import (
 // holds the instance's entries as a killed instance's (docs/failures.md),
 // until the queue's next last instance leaves.
 func TestCloseOnAFrozenRedisAnswersEveryWaiter(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	const name = "closefrozen"
 	cfg := fairqueue.Config{Permits: 1, Lease: 3 * time.Second, StoreTimeout: 300 * time.Millisecond,

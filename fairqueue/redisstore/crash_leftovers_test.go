@@ -19,6 +19,7 @@ import (
 // one dispatch drops) leaves nothing in Redis once the last live node
 // leaves: nobody is left to drop them later.
 func TestCrashedNodesWaitersLeaveNoKeysAfterTheLastNodeLeaves(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	ctx := context.Background()
 	cases := []struct {
 		name    string
@@ -33,6 +34,7 @@ func TestCrashedNodesWaitersLeaveNoKeysAfterTheLastNodeLeaves(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.Start(t)
 			rdb := srv.Client(t)
 			s := redisstore.New(rdb, "crash", redisstore.Options{})

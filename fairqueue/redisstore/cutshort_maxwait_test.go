@@ -24,6 +24,7 @@ import (
 // (about 3 s): where the setup took so long that the next poll could fall
 // in it, the freeze waits until that poll has passed.
 func TestCallsCutShortByTheirMaxWaitOnAFrozenRedisAreNoStoreFailure(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	const poll = 10 * time.Second
 	const maxWait = 300 * time.Millisecond

@@ -85,6 +85,9 @@ func TestKeysEvictedByRedisKeepThePromises(t *testing.T) {
 		{fifoTokens, []string{"ulast"}},
 	} {
 		t.Run(tc.mode.name+" "+strings.Join(tc.keys, "+"), func(t *testing.T) {
+			// Each case has its own redis-server and spends its time
+			// waiting for heartbeats, not on the CPU.
+			t.Parallel()
 			evictAtTheWorstMoment(t, tc.mode, tc.keys)
 		})
 	}
@@ -154,8 +157,13 @@ func evictAtTheWorstMoment(t *testing.T, mode evictionMode, keys []string) {
 	}
 	eventually(t, 5*time.Second, func() bool { return len(readState(t, a.rdb, "evicted").Waiting) == 4 }, "not queued")
 	// Some heartbeats of both nodes pass with the waiters queued: no
-	// doubt is left from their acquires.
-	time.Sleep(cfg.Lease)
+	// doubt is left from their acquires. Counted, not timed: two begun
+	// after the waiters queued, the first of which may still have been
+	// on its way as they did.
+	beatsA.from(time.Now())
+	beatsB.from(time.Now())
+	eventually(t, 30*time.Second, func() bool { return beatsA.count() >= 2 && beatsB.count() >= 2 },
+		"no two heartbeats of each node with the waiters queued")
 
 	tag := redisstore.New(a.rdb, "evicted", redisstore.Options{}).Tag()
 	beatsA.from(time.Now())

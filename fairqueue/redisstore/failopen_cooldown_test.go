@@ -56,6 +56,7 @@ func assertLeftOut(t *testing.T, n *node, cooling, why string) {
 // 429 / 503, or a refused connection) cooled nowhere, and was given the
 // requeued request's next neighbours at once, every other one of them.
 func TestAFailOpenRequeueLeavesTheRefusingUpstreamOut(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	n := failOpenPool(t, "failopencoolrequeue")
 	p := failOpenOn(t, n)
 	refused := p.Upstream()
@@ -69,6 +70,7 @@ func TestAFailOpenRequeueLeavesTheRefusingUpstreamOut(t *testing.T) {
 // So does one that failed a request it may have run (a 502 / 504 past
 // the dial): its permit is released with a cooldown (Permit.Cool).
 func TestAFailOpenCooldownLeavesTheFailingUpstreamOut(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	n := failOpenPool(t, "failopencoolrelease")
 	p := failOpenOn(t, n)
 	failed := p.Upstream()
@@ -80,6 +82,7 @@ func TestAFailOpenCooldownLeavesTheFailingUpstreamOut(t *testing.T) {
 // Every upstream cooling, a request admitted fail_open still goes to one
 // (fail_open admits): the one whose cooldown ends first.
 func TestAFailOpenRequestWithEveryUpstreamCoolingGoesToTheFirstBack(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	n := failOpenPool(t, "failopencoolall")
 	long := failOpenOn(t, n)
 	short := failOpenOn(t, n)

@@ -48,6 +48,7 @@ func (s *answerHeldBeatStore) Heartbeat(ctx context.Context, a fairqueue.Heartbe
 // (a third of the lease), and granted another instance's request beside
 // it, above permits 1, meanwhile.
 func TestAFailOpenPermitOfAnOutageTheLoopNeverSawIsCountedOnceRedisIsBack(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	const name = "failopenunseen"
 	// A long lease: the next regular heartbeat is a minute away.
@@ -133,6 +134,7 @@ func TestAFailOpenPermitOfAnOutageTheLoopNeverSawIsCountedOnceRedisIsBack(t *tes
 // lease. Redis must count that fail_open permit once it answers again,
 // as it counts one admitted during an outage the node saw.
 func TestAFailOpenRequeueOfOneFailedCallIsCountedOnceRedisAnswers(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	const name = "failopenrequeue"
 	cfg := fairqueue.Config{Permits: 1, FailOpen: true, Lease: 3 * time.Minute,

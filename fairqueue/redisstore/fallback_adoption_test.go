@@ -62,6 +62,7 @@ func takeLocal(t *testing.T, q *fairqueue.Queue) *fairqueue.Permit {
 // then in the shared one) rather than being granted by Redis beside
 // them: the upstream would run the local permits and the shared ones.
 func TestLocalFallbackRequestBeforeTheAdoptionWaitsForTheLocalPermits(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	const name = "adoptwait"
 	h := &heldAdoption{entered: make(chan struct{}), open: make(chan struct{})}
@@ -224,6 +225,7 @@ func TestLocalFallbackAcquireAnsweredBeforeTheAdoptionWaitsForTheLocalPermits(t 
 // the shared queue, or one granted there would run beside it until the
 // node's next heartbeat (a third of the lease later).
 func TestLocalPermitGivenWhileTheAdoptionIsOnItsWayIsCountedBeforeTheSharedQueueServes(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	// Redis keeps its data over the restart (a short outage): the node
 	// is not forgotten, and no heartbeat follows the adoption at once.
 	srv := redistest.Start(t, redistest.WithArgs("--appendonly", "yes"))

@@ -20,6 +20,7 @@ import (
 // its waiter on the refused upstream as the cooldown ends, not at its
 // next poll (30 s here).
 func TestLocalFallbackOfASecondOutageHandsOnAsTheCooldownOfTheFirstEnds(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	const cool = 15 * time.Second
 	srv := redistest.Start(t)
 	cfg := fairqueue.Config{Upstreams: []fairqueue.Upstream{{Dial: "10.0.0.1:8000", Permits: 1}, {Dial: "10.0.0.2:8000", Permits: 1}},

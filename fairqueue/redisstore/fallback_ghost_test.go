@@ -22,6 +22,7 @@ import (
 // Redis counting a ghost of A's besides (5 held). A 5th request must
 // not start during the outage.
 func TestGhostPermitInTheLastViewLetsNoFallbackRunAboveThePermits(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	const name = "fbghost"
 	srv := redistest.Start(t)
 	nodes := joinOutageNodes(t, srv, name, 2, fairqueue.Config{Permits: 4})

@@ -46,6 +46,7 @@ func heldAtTheOutage(t *testing.T, name string, n, held, weight int, cfg fairque
 // (not the 2, 2 and 1 dealt, less each one's own: 3 or 4 more), and the
 // first its 3 again once its requests end.
 func TestLocalFallbacksCountThePermitsEveryInstanceHeld(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	nodes, running := heldAtTheOutage(t, "fbheld", 3, 3, 0, fairqueue.Config{Permits: 5})
 	var each []int
 	admitted := 0
@@ -74,6 +75,7 @@ func TestLocalFallbacksCountThePermitsEveryInstanceHeld(t *testing.T) {
 // queues admit 2 more between them, one on each instance that held none
 // (not 2 each less their own: 4).
 func TestLocalFallbacksCountEachUpstreamsPermitsEveryInstanceHeld(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	nodes, _ := heldAtTheOutage(t, "fbheldpool", 3, 4, 0, fairqueue.Config{
 		Upstreams: []fairqueue.Upstream{{Dial: "u1:1", Permits: 6}}})
 	var each []int
@@ -96,6 +98,7 @@ func TestLocalFallbacksCountEachUpstreamsPermitsEveryInstanceHeld(t *testing.T) 
 // down, one at a time (the floor), not a timeout at max_wait for every
 // one: 2 permits over 2 instances, the first running both.
 func TestLocalFallbackOfAnInstanceThatHeldNoneServesOneAtATime(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	for _, tc := range []struct {
 		name           string
 		weight, tokens int
@@ -108,6 +111,7 @@ func TestLocalFallbackOfAnInstanceThatHeldNoneServesOneAtATime(t *testing.T) {
 		{"tokens", 50, 40, fairqueue.Config{KVTokens: 100}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			nodes, running := heldAtTheOutage(t, "fbheldnone"+tc.name, 2, 2, tc.weight, tc.cfg)
 			for _, p := range running {
 				defer p.Release()

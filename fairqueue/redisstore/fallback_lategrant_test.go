@@ -44,6 +44,7 @@ func (u *upstreamLoad) end() { u.now.Add(-1) }
 // waits instead (the fallback queue, then Redis' queue), and runs once
 // one of the two ends: never three at once.
 func TestLocalFallbackDoesNotRunARedisGrantBesideTheUncountedLocalPermits(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	// Long poll and lease: no heartbeat or reconcile runs while Redis is
 	// frozen or until the test is done (the requeue's failure is the only

@@ -49,6 +49,7 @@ func (s *answerSeenStore) Acquire(ctx context.Context, a fairqueue.TicketArgs) (
 // it down again. The waiter is served by the fallback queue once the two
 // permits Redis granted end.
 func TestLocalFallbackTakesInAWaiterQueuedAsTheStoreIsMarkedDown(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	var q atomic.Pointer[fairqueue.Queue]
 	var seen *answerSeenStore

@@ -20,6 +20,7 @@ import (
 // waited, ahead of the requests that come once the outage began: they
 // are served there, not left waiting for Redis until their max_wait.
 func TestLocalFallbackTakesInTheSharedQueuesWaitersInTheirOrder(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	n := newNode(t, srv, "fbmoveout", moveOutConfig())
 	held, outcomes := queuedAtTheOutage(t, n, srv.Kill)

@@ -37,6 +37,7 @@ func (s *slowAcquires) Acquire(ctx context.Context, t fairqueue.TicketArgs) (fai
 // other) queues behind them, as it arrived after them: it does not pass
 // the waiters whose acquires have not reached Redis yet.
 func TestARequestArrivingWhileFallbackWaitersMoveQueuesBehindThem(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	const waiters = 4
 	srv := redistest.Start(t)
 	s := &slowAcquires{entered: make(chan struct{}, 1)}

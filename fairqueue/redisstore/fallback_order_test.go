@@ -17,11 +17,12 @@ import (
 // client of the instance expects: the earlier request is not served
 // after the later ones because they moved at once.
 func TestLocalFallbackWaitersMoveIntoTheSharedQueueInTheirOrder(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	for _, tc := range []struct {
 		name string
 		fair bool
 	}{{"fifo", false}, {"fair", true}} {
-		t.Run(tc.name, func(t *testing.T) { fallbackMovesInOrder(t, tc.fair) })
+		t.Run(tc.name, func(t *testing.T) { t.Parallel(); fallbackMovesInOrder(t, tc.fair) })
 	}
 }
 

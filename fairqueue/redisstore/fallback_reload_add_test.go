@@ -23,8 +23,10 @@ import (
 // while the fallback queue served r, which came after the reload, as
 // the holder ended; w was refused timeout at its max_wait.
 func TestAReloadThatSetsLocalDuringAnOutageMovesRedissWaitersIntoTheFallback(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	for _, policy := range []string{"fail_closed", "fail_open"} {
 		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.Start(t)
 			name := "fbreloadadd" + policy
 			cfg := fairqueue.Config{Permits: 1, FailOpen: policy == "fail_open",
@@ -104,6 +106,7 @@ func TestAReloadThatSetsLocalDuringAnOutageMovesRedissWaitersIntoTheFallback(t *
 // fallback queue, counting none of them, served r at once beside the
 // one running: 2 at once under local_permits 1 (and permits 1).
 func TestAReloadThatSetsLocalDuringAnOutageCountsTheFailOpenRequestsRunning(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	const name = "fbreloadaddopen"
 	cfg := fairqueue.Config{Permits: 1, FailOpen: true,
@@ -133,6 +136,7 @@ func TestAReloadThatSetsLocalDuringAnOutageCountsTheFailOpenRequestsRunning(t *t
 // running as it opened, not the one fail_open let in since: it served r
 // at once beside it, 2 at once under local_permits 1 (and permits 1).
 func TestAReloadThatSetsLocalAgainDuringAnOutageCountsTheFailOpenRequestsRunning(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	const name = "fbreloadagainopen"
 	cfg := fairqueue.Config{Permits: 1, LocalPermits: 1, Fallback: memstore.New(),

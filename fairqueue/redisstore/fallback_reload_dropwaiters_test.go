@@ -22,8 +22,10 @@ import (
 // waits longer, and Redis, once back, counts the permit of the one
 // served.
 func TestFallbackWaitersAtAReloadThatDropsTheFallbackAreAnsweredWithinTheirMaxWait(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	for _, policy := range []string{"fail_closed", "fail_open"} {
 		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.Start(t)
 			name := "fbdropwaiters" + policy
 			n, _, p1 := gapNode(t, srv, name)

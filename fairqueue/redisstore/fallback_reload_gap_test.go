@@ -106,8 +106,10 @@ func gapNodeOf(t *testing.T, srv *redistest.Server, name string, cfg fairqueue.C
 // granted by Redis, which did not count p1: two requests at once on an
 // upstream of permits 1 (as with a reload that kept local: "local").
 func TestARequestAfterAReloadThatDroppedTheFallbackWaitsForTheHeartbeatThatCountsItsPermits(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	for _, policy := range []string{"local", "fail_closed", "fail_open"} {
 		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.Start(t)
 			name := "fbgapreload" + policy
 			n, hb, p1 := gapNode(t, srv, name)

@@ -24,8 +24,10 @@ import (
 // no fallback queue): the fallback queue granted the request again at
 // once on the upstream that had just refused it.
 func TestARequeueInTheGapAfterAReloadThatDroppedTheFallbackCoolsItsUpstreamThere(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	for _, policy := range []string{"local", "fail_closed", "fail_open"} {
 		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.Start(t)
 			hb := &gapBeatStore{held: make(chan struct{}), release: make(chan struct{})}
 			cfg := fairqueue.Config{Upstreams: []fairqueue.Upstream{{Dial: "10.0.0.1:8000", Permits: 1}, {Dial: "10.0.0.2:8000", Permits: 1}},

@@ -25,6 +25,7 @@ import (
 // reload's share of the capacity is the instance's under local, and the
 // local_permits the reload drops bounded the fallback queue.
 func TestARequestInTheGapAfterAReloadThatDroppedTheFallbackWaitsUnderTheReloadsSettings(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	cases := []struct {
 		name   string
 		before fairqueue.Config
@@ -44,6 +45,7 @@ func TestARequestInTheGapAfterAReloadThatDroppedTheFallbackWaitsUnderTheReloadsS
 	for _, c := range cases {
 		for _, policy := range []string{"fail_closed", "fail_open"} {
 			t.Run(c.name+"/"+policy, func(t *testing.T) {
+				t.Parallel()
 				srv := redistest.Start(t)
 				name := "fbgapsettings" + c.name + policy
 				n, hb, p1 := gapNodeOf(t, srv, name, c.before, c.req)
@@ -118,6 +120,7 @@ func TestARequestInTheGapAfterAReloadThatDroppedTheFallbackWaitsUnderTheReloadsS
 // permit beside it: permits 2, local_permits 2, the local p1 and the
 // fail-open f running, and a third request at once.
 func TestARequestInTheGapAfterAReloadToFailOpenCountsTheFailOpenRequestsRunning(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	const name = "fbgapfailopen"
 	n, hb, p1 := gapNodeOf(t, srv, name, fairqueue.Config{Permits: 2, LocalPermits: 2}, fairqueue.Request{})

@@ -21,6 +21,7 @@ import (
 // The waiter Redis grants meanwhile ran beside it: 3 at once on an
 // upstream of permits 2.
 func TestARedisGrantAfterAReloadThatDroppedTheFallbackDoesNotRunBesideTheUncountedLocalPermits(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	const name = "fbreloadlategrant"
 	// Long poll and lease: no heartbeat or reconcile runs while Redis is

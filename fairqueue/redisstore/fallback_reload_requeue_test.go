@@ -39,6 +39,7 @@ func (g *gatedRequeue) Requeue(ctx context.Context, args fairqueue.RequeueArgs) 
 // kept the cooldown from the fallback queue: the request was granted
 // again at once on the upstream that had just refused it.
 func TestLocalFallbackOfAReloadCoolsTheUpstreamOfARequeueOnItsWay(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	g := &gatedRequeue{entered: make(chan struct{}), open: make(chan struct{})}
 	t.Cleanup(func() {

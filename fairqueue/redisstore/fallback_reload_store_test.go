@@ -22,6 +22,7 @@ import (
 // (Redis counts it once back); the reload passes a new memstore; in the
 // second outage no request runs beside it.
 func TestAReloadWithAnotherFallbackStoreStillCountsThePermitsOfTheFallbackQueueBefore(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	const name = "fbreloadstore"
 	cfg := fairqueue.Config{Permits: 1, LocalPermits: 1, Fallback: memstore.New(), Lease: 30 * time.Second,

@@ -18,6 +18,7 @@ import (
 // the reload only where the permits, kv_tokens or the pool changed: a
 // tenant of max_in_flight_per_tenant 2 lowered to 1 ran 2 at once.
 func TestLocalFallbackKeepsATenantToTheCapOfTheReload(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	cfg := fairqueue.Config{Permits: 4, LocalPermits: 4, Fair: true, MaxInFlightPerTenant: 2, Fallback: memstore.New(),
 		Lease: 1500 * time.Millisecond, PollInterval: 50 * time.Millisecond, MaxWait: 10 * time.Second}

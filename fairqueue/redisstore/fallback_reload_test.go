@@ -18,6 +18,7 @@ import (
 // grants there too: the waiters already queued locally must not be
 // granted on it.
 func TestLocalFallbackGivesNoGrantToAnUpstreamARemovedByReload(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	cfg := fairqueue.Config{Upstreams: []fairqueue.Upstream{{Dial: "a:1", Permits: 1}, {Dial: "b:1", Permits: 1}},
 		LocalPermits: 2, Fallback: memstore.New(),

@@ -21,6 +21,7 @@ import (
 // before the reload, Redis granted another instance's request beside it
 // past kv_tokens: 250 + 200 on kv_tokens 400.
 func TestLocalFallbackPermitWeighsTheTokensOfTheReloadOnceAdopted(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	for _, tc := range []struct {
 		name   string
 		before int // kv_tokens before the reload
@@ -29,6 +30,7 @@ func TestLocalFallbackPermitWeighsTheTokensOfTheReloadOnceAdopted(t *testing.T) 
 		{"turned_on", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.Start(t)
 			const name = "fbreloadtokens"
 			cfg := fairqueue.Config{Permits: 2, KVTokens: tc.before, LocalPermits: 1, Fallback: memstore.New(),

@@ -116,6 +116,7 @@ func startMovingTurn(t *testing.T, name string) *movingTurn {
 }
 
 func TestARequestWaitingItsTurnIntoTheFallbackKeepsAReloadsLocalPermits(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	m := startMovingTurn(t, "fbturnreload")
 	n, fb, w1, r2 := m.n, m.fb, m.w1, m.r2
 	defer m.holder.Release()

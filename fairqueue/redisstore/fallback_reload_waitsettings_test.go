@@ -21,6 +21,7 @@ import (
 // local_permits 2 the reload drops). Permits 2, local_permits 2: p1 and
 // p2 run on the fallback queue, w waits there as the reload lands.
 func TestFallbackWaitersAtAReloadThatDropsTheFallbackWaitUnderItsSettingsWhileRedisIsDown(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	cases := []struct {
 		name   string
 		before fairqueue.Config
@@ -38,6 +39,7 @@ func TestFallbackWaitersAtAReloadThatDropsTheFallbackWaitUnderItsSettingsWhileRe
 	for _, c := range cases {
 		for _, policy := range []string{"fail_closed", "fail_open"} {
 			t.Run(c.name+"/"+policy, func(t *testing.T) {
+				t.Parallel()
 				srv := redistest.Start(t)
 				n, _, p1 := gapNodeOf(t, srv, "fbwaitsettings"+c.name+policy, c.before, c.req)
 				p2, err := n.q.Acquire(context.Background(), c.req)

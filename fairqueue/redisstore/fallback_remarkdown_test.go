@@ -28,6 +28,7 @@ import (
 // heartbeat fails (down_after 1). The request that comes then is served
 // third.
 func TestARequestAfterASecondMarkDownEntersTheFallbackBehindTheWaitersStillMoving(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	fb := newGatedAcquire()
 	hb := &gapBeatStore{held: make(chan struct{}), release: make(chan struct{})}

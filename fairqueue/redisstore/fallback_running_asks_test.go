@@ -17,6 +17,7 @@ import (
 // more ran beside it, while the other instance's fallback queue was
 // dealt the 20 free.
 func TestLocalFallbackCountsARunningRequestAtTheWeightRedisGrantedIt(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	_, b, _, _ := askedAcrossReload(t, srv, "fbasks")
 	srv.Kill()

@@ -22,6 +22,7 @@ import (
 // 1), and so does its request that comes during the outage; another
 // tenant's is served.
 func TestLocalFallbackCountsTheRunningRequestsForTheirTenant(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	n := newNode(t, srv, "fbruntenant", fairqueue.Config{Permits: 4, Fair: true, MaxInFlightPerTenant: 1,
 		Fallback: memstore.New(), Lease: 30 * time.Second, PollInterval: 50 * time.Millisecond, MaxWait: 20 * time.Second})

@@ -62,6 +62,7 @@ func runningAtTheOutage(t *testing.T, name string, cfg fairqueue.Config, reqs ..
 // `permits 2` with two streams running admits nobody more, then one per
 // stream that ends.
 func TestLocalFallbackCountsTheRequestsRunningAtTheOutage(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	nd, running := runningAtTheOutage(t, "fbrunning", fairqueue.Config{Permits: 2},
 		fairqueue.Request{}, fairqueue.Request{})
 	if p := tryAcquire(t, nd, fairqueue.Request{}, time.Second); p != nil {

@@ -34,6 +34,7 @@ func waitDown(t *testing.T, nd *node) {
 // one waiter of the second outage runs, not two beside the one Redis
 // granted.
 func TestLocalFallbackOfASecondOutageCountsTheRequestsRunningThen(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	cfg := fairqueue.Config{Permits: 2, Fallback: memstore.New(), Lease: 30 * time.Second,
 		PollInterval: 50 * time.Millisecond, MaxWait: 10 * time.Second}

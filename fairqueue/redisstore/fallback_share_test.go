@@ -74,6 +74,7 @@ func admitAll(t *testing.T, nd *node) []*fairqueue.Permit {
 // upstreams between them: two instances and two upstreams of 1 permit
 // each, one request on each upstream, none on one upstream twice.
 func TestLocalFallbacksSplitAPoolsUpstreamsAmongTheInstances(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	nodes := outageNodes(t, "fbsplitpool", 2, fairqueue.Config{
 		Upstreams: []fairqueue.Upstream{{Dial: "u2:1", Permits: 1}, {Dial: "u1:1", Permits: 1}}})
 	on := map[string][]string{}
@@ -93,6 +94,7 @@ func TestLocalFallbacksSplitAPoolsUpstreamsAmongTheInstances(t *testing.T) {
 // queue's permits: 5 permits over 3 instances are 2, 2 and 1, not 1
 // each.
 func TestLocalFallbacksTogetherAdmitThePermits(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	nodes := outageNodes(t, "fbsplitpermits", 3, fairqueue.Config{Permits: 5})
 	var each []int
 	total := 0

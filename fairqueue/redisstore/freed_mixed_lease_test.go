@@ -47,6 +47,7 @@ func (s *lateBeat) Heartbeat(ctx context.Context, hb fairqueue.HeartbeatArgs) (f
 // permit is held for nobody until a's lease ends (no request of the
 // queue is granted meanwhile, although none runs).
 func TestAFreedMarkLastsTheReleasingInstancesLeaseWhateverOthersMark(t *testing.T) {
+	t.Parallel() // its own redis-server: it waits on it, not on the CPU
 	srv := redistest.Start(t)
 	cfgA := fairqueue.Config{Permits: 2, Lease: 9 * time.Second, PollInterval: 50 * time.Millisecond, MaxWait: 30 * time.Second}
 	cfgB := cfgA
