@@ -27,8 +27,6 @@ import (
 // ever had: every later stop took 1m3s.)
 func TestExitAfterAReloadDroppedALongAbortGraceWaitsOnlyTheGraceStillInForce(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
-	keepLongestAbortGrace(t)
-	longestAbortGrace.Store(0)
 	rds := redistest.Start(t)
 
 	var arrivals atomic.Int32
