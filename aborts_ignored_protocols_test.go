@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fair-queue/caddy-fair-queue/fairqueue"
+	"github.com/fair-queue/caddy-fair-queue/fairqueue/redisstore"
 	"github.com/fair-queue/caddy-fair-queue/internal/redistest"
 )
 
@@ -160,5 +162,54 @@ func TestClientThatLeavesWhileRequeuedReachesNoUpstreamOverEachProtocol(t *testi
 				assert.LessOrEqual(t, u2.most.Load(), int32(1))
 			})
 		}
+	}
+}
+
+// The same across instances: a request of another instance (a Queue of
+// the library on the same Redis queue) waits behind the aborted one, and
+// is granted only once the upstream has ended it (within abort_grace).
+func TestAbortedRequestTheUpstreamRunsOnNeverRunsBesideAnotherInstancesRequest(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			t.Cleanup(func() { poolEmpty(t) })
+			rds := redistest.Start(t)
+			up := newStubbornUpstream(t, 400*time.Millisecond)
+			name := fmt.Sprintf("ignored-cluster-%v", stream)
+			s := runTLSCaddy(t, fmt.Sprintf(
+				`{"handler":"fair_queue","name":%q,"permits":1,"max_wait":"60s","abort_grace":"1500ms","redis":{"addresses":[%q]}}`,
+				name, rds.Addr()),
+				fmt.Sprintf(`{"handler":"reverse_proxy","flush_interval":-1,"upstreams":[{"dial":%q}]}`, up.dial()))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			left := chat(ctx, s.client(t, "h2"), s.url,
+				fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream))
+			require.Eventually(t, func() bool { return up.total.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
+
+			rdb := rds.Client(t)
+			other, err := fairqueue.New(redisstore.New(rdb, name, redisstore.Options{}),
+				fairqueue.Config{Permits: 1, MaxWait: time.Minute})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = other.Close() })
+			granted := make(chan int32, 1)
+			go func() {
+				p, err := other.Acquire(context.Background(), fairqueue.Request{})
+				if err == nil {
+					granted <- up.running.Load()
+					p.Release()
+				}
+			}()
+			require.Eventually(t, func() bool {
+				n, _ := rdb.ZCard(context.Background(), "{fair_queue:"+name+"}:waiting").Result()
+				return n == 1
+			}, 10*time.Second, 5*time.Millisecond, "the other instance's request waits")
+			cancel()
+			got(t, left)
+			select {
+			case running := <-granted:
+				assert.Zero(t, running, "the other instance was granted while the upstream still ran the aborted request (permits 1)")
+			case <-time.After(20 * time.Second):
+				t.Fatal("the other instance was not granted within 20s")
+			}
+		})
 	}
 }
