@@ -93,37 +93,50 @@ func storeJSON(t *testing.T, store string) string {
 // upstream does not notice for a while (shorter than abort_grace): the
 // permit and the request's kv_tokens stay held until the grace has run
 // out, so that the next request never runs beside it at the upstream,
-// plain and streamed, on each store and over each protocol.
+// plain and streamed, held back by permits or by kv_tokens, on each
+// store and over each protocol.
 func TestAbortedRequestTheUpstreamRunsOnNeverRunsBesideTheNextOverEachProtocol(t *testing.T) {
+	// The limit that keeps the next request waiting: one permit, or
+	// kv_tokens with room for one request's weight (its max_tokens).
+	limits := map[string]string{"permits": `"permits":1,"kv_tokens":100000`, "kv_tokens": `"permits":8,"kv_tokens":1000`}
 	for _, store := range []string{"local", "redis"} {
 		for _, proto := range []string{"h1", "h2", "h3"} {
-			for _, stream := range []bool{false, true} {
-				t.Run(fmt.Sprintf("%s/%s/stream=%v", store, proto, stream), func(t *testing.T) {
-					t.Cleanup(func() { poolEmpty(t) })
-					up := newStubbornUpstream(t, 400*time.Millisecond)
-					name := fmt.Sprintf("ignored-%s-%s-%v", store, proto, stream)
-					s := runTLSCaddy(t, fmt.Sprintf(
-						`{"handler":"fair_queue","name":%q,"permits":1,"kv_tokens":100000,"max_wait":"60s","abort_grace":"1500ms"%s}`,
-						name, storeJSON(t, store)),
-						fmt.Sprintf(`{"handler":"reverse_proxy","flush_interval":-1,"upstreams":[{"dial":%q}]}`, up.dial()))
-					c := s.client(t, proto)
-					body := fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
-					ctx, cancel := context.WithCancel(context.Background())
-					defer cancel()
-					left := chat(ctx, c, s.url, body)
-					require.Eventually(t, func() bool { return up.total.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
-					next := chat(context.Background(), c, s.url, body)
-					waitQueueWaiting(t, name, 1)
-					cancel()
-					got(t, left)
-					a := got(t, next)
-					assert.Equal(t, http.StatusOK, a.status, a.body)
-					assert.Equal(t, int32(2), up.total.Load())
-					assert.Equal(t, int32(1), up.most.Load(), "the next request ran beside the aborted one (permits 1)")
-				})
+			for _, limit := range []string{"permits", "kv_tokens"} {
+				if limit == "kv_tokens" && proto != "h2" {
+					continue // the count is the protocol's no more than the permit's
+				}
+				for _, stream := range []bool{false, true} {
+					t.Run(fmt.Sprintf("%s/%s/%s/stream=%v", store, proto, limit, stream), func(t *testing.T) {
+						abortedRunsAloneAtTheUpstream(t, store, proto, limits[limit], stream)
+					})
+				}
 			}
 		}
 	}
+}
+
+func abortedRunsAloneAtTheUpstream(t *testing.T, store, proto, limit string, stream bool) {
+	t.Cleanup(func() { poolEmpty(t) })
+	up := newStubbornUpstream(t, 400*time.Millisecond)
+	name := strings.NewReplacer("/", "-", "=", "-").Replace(t.Name())
+	s := runTLSCaddy(t, fmt.Sprintf(
+		`{"handler":"fair_queue","name":%q,%s,"max_wait":"60s","abort_grace":"1500ms"%s}`,
+		name, limit, storeJSON(t, store)),
+		fmt.Sprintf(`{"handler":"reverse_proxy","flush_interval":-1,"upstreams":[{"dial":%q}]}`, up.dial()))
+	c := s.client(t, proto)
+	body := fmt.Sprintf(`{"model":"m","stream":%v,"max_tokens":900,"messages":[{"role":"user","content":"hi"}]}`, stream)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	left := chat(ctx, c, s.url, body)
+	require.Eventually(t, func() bool { return up.total.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
+	next := chat(context.Background(), c, s.url, body)
+	waitQueueWaiting(t, name, 1)
+	cancel()
+	got(t, left)
+	a := got(t, next)
+	assert.Equal(t, http.StatusOK, a.status, a.body)
+	assert.Equal(t, int32(2), up.total.Load())
+	assert.Equal(t, int32(1), up.most.Load(), "the next request ran beside the aborted one")
 }
 
 // A request of a pool whose upstream refused it (429) waits again; its
