@@ -22,7 +22,6 @@ import (
 // (a minute here), which is for requests the upstream still ran.
 func TestClientThatLeavesAfterItsUpstreamEndedPaysNoAbortGrace(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
-	keepLongestAbortGrace(t) // its minute is no later test's exit
 	up := newHeldUpstream(t)
 	name := "left-after-end"
 	s := runTLSCaddy(t, fmt.Sprintf(`{"handler":"fair_queue","name":%q,"permits":1,"max_wait":"60s","abort_grace":"1m"}`, name), up.proxy())

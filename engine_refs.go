@@ -71,21 +71,22 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 			// The config in force keeps this queue in another store: the
 			// request waits there (a queue opened here for it would count
 			// nobody else's requests).
-			live.enter()
-			return live, live.exit, nil
+			grace := h.abortGrace()
+			live.enter(grace)
+			return live, func() { live.exit(grace) }, nil
 		}
 		e, err := h.loadEngine(key, h.gen)
 		if err != nil {
 			return nil, nil, err
 		}
-		e.enter()
+		e.enter(h.abortGrace())
 		// Its server was shut down for the reload, not for the exit: no
 		// handler's onShutdown answers its waiters when the process exits.
 		e.borrows.Add(1)
 		watchExit()
 		return e, func() {
 			e.borrows.Add(-1)
-			e.exit()
+			e.exit(h.abortGrace())
 			h.dropEngine(key)
 		}, nil
 	}
@@ -113,7 +114,7 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 		namesakes.use(e, h.load)
 	}
 	ref.active++
-	ref.e.enter()
+	ref.e.enter(h.abortGrace())
 	h.mu.Unlock()
 	if evicted != nil {
 		h.dropEvicted(evicted)
@@ -130,7 +131,7 @@ func (h *Handler) use(name string, next caddyhttp.Handler) (e *engine, done func
 		namesakes.moveRetired(ref.e)
 	})
 	return ref.e, func() {
-		ref.e.exit()
+		ref.e.exit(h.abortGrace())
 		h.left(key, ref)
 	}, nil
 }

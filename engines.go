@@ -97,8 +97,12 @@ type engine struct {
 	remote   bool
 	releases sync.WaitGroup // background releases in progress
 
-	mu      sync.Mutex
-	active  int  // requests between enter and exit
+	mu     sync.Mutex
+	active int // requests between enter and exit
+	// graces counts the requests between enter and exit by the abort
+	// grace of the handler that serves them (endRunning waits the
+	// longest).
+	graces  map[time.Duration]int
 	retired bool // the registry dropped its last reference
 	// retiredFlag is retired, read without mu (reserved).
 	retiredFlag atomic.Bool
@@ -196,17 +200,25 @@ func (e *engine) finish(p *fairqueue.Permit, done func()) {
 	}
 }
 
-// enter counts a request that uses the engine; exit must follow.
-func (e *engine) enter() {
+// enter counts a request that uses the engine, served by a handler
+// whose abort grace is grace; exit, with the same grace, must follow.
+func (e *engine) enter(grace time.Duration) {
 	e.mu.Lock()
 	e.active++
+	if e.graces == nil {
+		e.graces = make(map[time.Duration]int)
+	}
+	e.graces[grace]++
 	e.mu.Unlock()
 }
 
 // exit ends a request; the last one out of a retired engine closes it.
-func (e *engine) exit() {
+func (e *engine) exit(grace time.Duration) {
 	e.mu.Lock()
 	e.active--
+	if e.graces[grace]--; e.graces[grace] <= 0 {
+		delete(e.graces, grace)
+	}
 	last := e.active == 0 && e.retired
 	e.mu.Unlock()
 	if last {

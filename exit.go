@@ -163,39 +163,26 @@ func hookCut(cancel context.CancelFunc) (unhook func() bool) {
 	return context.AfterFunc(currentCut.Load().ctx, cancel)
 }
 
-// longestAbortGrace is the longest abort grace of the handlers
-// provisioned in this process: endRunning waits that long for the
-// requests it ended, and a little more for their releases.
-var longestAbortGrace atomic.Int64
-
-// noteAbortGrace records a handler's abort grace (Provision).
-func noteAbortGrace(d time.Duration) {
-	for {
-		old := longestAbortGrace.Load()
-		if int64(d) <= old || longestAbortGrace.CompareAndSwap(old, int64(d)) {
-			return
-		}
-	}
-}
-
 // endRunningSlack bounds, beyond the abort grace, how long the exit waits
 // for the requests it ended: their releases are store calls, each bounded
 // by the store's timeouts.
 const endRunningSlack = 3 * time.Second
 
 // endRunning ends the requests still in e when the process exits, and
-// waits until they are done or the bound passes; the leave (close) then
-// frees only what is left.
+// waits until they are done or the bound passes: the longest abort grace
+// of the handlers that serve the requests still in e, and a little more
+// (not that of a handler a reload dropped whose requests have ended).
+// The leave (close) then frees only what is left.
 func (e *engine) endRunning() {
 	if !e.remote {
 		return
 	}
-	deadline := time.Now().Add(time.Duration(longestAbortGrace.Load()) + endRunningSlack)
+	start := time.Now()
 	for {
 		e.mu.Lock()
-		n := e.active
+		n, grace := e.active, e.longestGrace()
 		e.mu.Unlock()
-		if n == 0 || time.Now().After(deadline) {
+		if n == 0 || time.Since(start) > grace+endRunningSlack {
 			return
 		}
 		// Again each round: a request forwarded meanwhile (a requeued
@@ -203,4 +190,14 @@ func (e *engine) endRunning() {
 		cutRunning()
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// longestGrace is the longest abort grace of the handlers that serve the
+// requests in e; e.mu is held.
+func (e *engine) longestGrace() time.Duration {
+	var longest time.Duration
+	for g := range e.graces {
+		longest = max(longest, g)
+	}
+	return longest
 }

@@ -250,11 +250,8 @@ func TestOldHandlerStillServesAfterCleanup(t *testing.T) {
 func TestOnExitTheLastReferenceClosesTheQueueAtOnce(t *testing.T) {
 	t.Cleanup(func() { poolEmpty(t) })
 	// The exit cuts the running request, which this upstream ignores,
-	// and waits for it the longest abort grace of the process and a
-	// little more (engine.endRunning): only this handler's default, not
-	// a minute some earlier test provisioned.
-	keepLongestAbortGrace(t)
-	longestAbortGrace.Store(0)
+	// and waits for it this handler's abort grace (its default) and a
+	// little more (engine.endRunning).
 	rds := redistest.Start(t)
 	h := provision(t, newContext(t), rds.Addr(), &Handler{Name: "exit", Permits: 1})
 	next := newHolder()

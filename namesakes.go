@@ -473,9 +473,10 @@ func (c *call) acquire(ctx context.Context) (*fairqueue.Permit, error) {
 			metrics.rejects.WithLabelValues(c.name, string(fairqueue.ReasonShuttingDown)).Inc()
 			return nil, &fairqueue.RejectError{Reason: fairqueue.ReasonShuttingDown, Waited: time.Since(c.start), RetryAfter: time.Second, Err: errMoved}
 		}
-		next.enter()
+		grace := c.h.abortGrace()
+		next.enter(grace)
 		prev := c.done
-		c.done = func() { next.exit(); prev() }
+		c.done = func() { next.exit(grace); prev() }
 		c.e = next
 		req.MaxWait = max(maxWait-time.Since(c.start), time.Millisecond)
 	}

@@ -38,7 +38,6 @@ func (h *Handler) provision(ctx caddy.Context) error {
 	if err := h.validate(); err != nil {
 		return err
 	}
-	noteAbortGrace(h.abortGrace())
 	policies, err := compileRejects(h.Reject)
 	if err != nil {
 		return err
