@@ -278,9 +278,11 @@ type Handler struct {
 	//   - "max_tokens": the top-level max_tokens (or max_completion_tokens,
 	//     max_output_tokens; the largest) of the JSON request body, or on
 	//     Ollama's native API (/api/chat, /api/generate) its
-	//     options.num_predict, the only one it reads, bounded to 1 to
-	//     MaxCost; a request that sets none costs 1. Charged at the
-	//     grant, never corrected.
+	//     options.num_predict, the only one it reads (1 when it sets
+	//     none), times its completions (the larger of n and best_of,
+	//     times the prompts of a prompt batch; Ollama's native API
+	//     generates one), bounded to 1 to MaxCost. Charged at the grant,
+	//     never corrected.
 	//   - "time": the seconds the request holds its permit, from the
 	//     grant to the end of its response (streams included). At the
 	//     grant it is charged an estimate, the moving average
