@@ -45,6 +45,13 @@ const (
 	// sets none, unless Handler.DefaultMaxTokens says otherwise, until
 	// its queue has learned one from the answers.
 	DefaultMaxTokens = 1024
+	// DefaultMediaTokens is the prompt tokens each image, audio clip or
+	// other part of a prompt that is not text is weighed at, unless
+	// Handler.MediaTokens says otherwise: about what a vision model
+	// served by vLLM makes of a picture (LLaVA 1.5 576 tokens,
+	// Qwen2.5-VL about 1,300 for a 1024x1024 image, Pixtral up to 4,096,
+	// Gemma 3 256), and of 30 seconds of audio (Qwen2-Audio 750).
+	DefaultMediaTokens = 1024
 	// DefaultAbortGrace is how long the permit of a request whose client
 	// left while the upstream ran it stays held once reverse_proxy returns,
 	// unless AbortGrace says otherwise. Clients that leave together (a load
@@ -168,6 +175,18 @@ type Handler struct {
 	// is fixed. At least 1. Requires KVTokens (on the queue or an
 	// upstream) or Cost "tokens".
 	DefaultMaxTokens int `json:"default_max_tokens,omitempty"`
+
+	// MediaTokens is the prompt tokens each part of a prompt that is not
+	// text is weighed at (an image or audio content part of a message or
+	// Responses API input item, sent inline as base64 or by URL, a file;
+	// each of Ollama's "images"), which the backend counts and the
+	// body's text does not show: part of the weight with KVTokens and of
+	// the charge with Cost "tokens". Set it to what the model makes of
+	// the media its clients send (vLLM reports it in the answer's
+	// usage.prompt_tokens). Default 1024 (the package's
+	// DefaultMediaTokens). At least 1. Requires KVTokens (on the queue or
+	// an upstream) or Cost "tokens".
+	MediaTokens int `json:"media_tokens,omitempty"`
 
 	// MaxWait is the longest a request waits for a permit before it is
 	// rejected with reason timeout. Default 20s; at least 50ms (the

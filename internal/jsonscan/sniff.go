@@ -56,8 +56,10 @@ type Fields struct {
 	// content), "suffix" (a fill-in-the-middle request's text after the
 	// cursor; a string) and Ollama's "template" (a string); and the
 	// length of the JSON of "tools" and "functions"
-	// (arrays of definitions) and of each message's "tool_calls" (an
-	// array), which a chat template renders into the prompt.
+	// (arrays of definitions), of each message's "tool_calls" (an
+	// array), and (exact keys) of "documents" (an array) and
+	// "chat_template_kwargs" (an object), which a chat template renders
+	// into the prompt.
 	PromptBytes int64
 	// PromptTokens is the prompt's tokens sent as ids rather than text:
 	// the numbers of "prompt" and of "input" (an array of token ids, or
@@ -68,11 +70,12 @@ type Fields struct {
 	// such a type (its text may be empty); without one, PromptBytes is 0
 	// and says nothing of the prompt.
 	Prompt bool
-	// Media reports that the prompt holds more than text: a content part
-	// of a message or input item without a "text" string (nor a
-	// refusal part's "refusal": an image, audio, a file), or Ollama's "images" (of a message, or of the
-	// body). The backend counts their tokens; PromptBytes does not.
-	Media bool
+	// Media is the parts of the prompt that are not text: each content
+	// part of a message or input item without a "text" string (nor a
+	// refusal part's "refusal": an image, audio, a file), and each of
+	// Ollama's "images" (of a message, or of the body). The backend
+	// counts their tokens; PromptBytes does not.
+	Media int64
 	// Ambiguous reports (SniffEither) that the body names different
 	// models as its two kinds of backend read it.
 	Ambiguous bool
@@ -148,7 +151,7 @@ func SniffEither(b []byte) Fields {
 	f.NewTokens = max(f.NewTokens, g.NewTokens)
 	f.NewCompletions = max(f.NewCompletions, g.NewCompletions)
 	f.PromptTokens = max(f.PromptTokens, g.PromptTokens)
-	f.Media = f.Media || g.Media
+	f.Media = max(f.Media, g.Media)
 	if f.Prompt != g.Prompt {
 		f.PromptBytes = max(f.PromptBytes, g.PromptBytes, int64(len(b)))
 	} else {
@@ -205,8 +208,8 @@ func sniffStream(b []byte, k keys) (info Fields, goBool goStream, ok bool) {
 	var sampling [2]int64 // SGLang's max_new_tokens, n
 	var batch [3]int64    // SGLang's prompts: text, input_ids, sampling_params
 	var context int64     // Ollama's "context": token ids
-	var tools [2]int64    // tools, functions: bytes of JSON
-	var images bool       // Ollama's generate: "images"
+	var template rendered // tools, functions, documents, chat_template_kwargs
+	var images int64      // Ollama's generate: "images"
 	var messages []int    // where the "messages" that count start (messagesText)
 	var model []byte      // the "model" string that counts
 	eachMember(b, func(key, val []byte) {
@@ -260,7 +263,7 @@ func sniffStream(b []byte, k keys) (info Fields, goBool goStream, ok bool) {
 		case "context":
 			context = tokenIDs(val)
 		case "images":
-			images = hasElements(val)
+			images = elements(val)
 		case "parameters":
 			generate[0], generate[1] = generateParams(val, "best_of")
 		case "sampling_params":
@@ -269,10 +272,8 @@ func sniffStream(b []byte, k keys) (info Fields, goBool goStream, ok bool) {
 			batch[0] = generateBatch(val)
 		case "input_ids":
 			batch[1] = generateBatch(val)
-		case "tools":
-			tools[0] = toolsAgain(tools[0], val, k)
-		case "functions":
-			tools[1] = toolsAgain(tools[1], val, k)
+		case "tools", "functions", "documents", "chat_template_kwargs":
+			template.read(name, val, k)
 		}
 	})
 	if len(messages) > 1 && (b[messages[0]] != '[' || emptyArray(b[messages[0]:])) {
@@ -298,10 +299,10 @@ func sniffStream(b []byte, k keys) (info Fields, goBool goStream, ok bool) {
 		info.PromptBytes += p.n
 		info.PromptTokens += p.ids
 		info.Prompt = info.Prompt || p.found
-		info.Media = info.Media || p.media
+		info.Media += p.media
 	}
 	if info.Prompt {
-		info.PromptBytes += tools[0] + tools[1]
+		info.PromptBytes += template.bytes()
 	}
 	return info, goBool, true
 }
