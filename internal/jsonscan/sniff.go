@@ -64,7 +64,8 @@ type Fields struct {
 	// PromptTokens is the prompt's tokens sent as ids rather than text:
 	// the numbers of "prompt" and of "input" (an array of token ids, or
 	// a batch of such arrays: completions' and embeddings') and of
-	// Ollama's "context" (the tokens of the conversation so far).
+	// Ollama's "context" (the tokens of the conversation so far), and of
+	// SGLang's "input_ids" (exact keys: an array of ids, or a batch).
 	PromptTokens int64
 	// Prompt reports that the body has one of those keys with a value of
 	// such a type (its text may be empty); without one, PromptBytes is 0
@@ -207,7 +208,7 @@ func sniffStream(b []byte, k keys) (info Fields, goBool goStream, ok bool) {
 	var generate [2]int64 // /generate: TGI's max_new_tokens, best_of
 	var sampling [2]int64 // SGLang's max_new_tokens, n
 	var batch [3]int64    // SGLang's prompts: text, input_ids, sampling_params
-	var context int64     // Ollama's "context": token ids
+	var context [2]int64  // token ids: Ollama's "context", SGLang's "input_ids"
 	var template rendered // tools, functions, documents, chat_template_kwargs
 	var images int64      // Ollama's generate: "images"
 	var messages []int    // where the "messages" that count start (messagesText)
@@ -261,7 +262,7 @@ func sniffStream(b []byte, k keys) (info Fields, goBool goStream, ok bool) {
 		case "template":
 			prompts[6] = stringText(val)
 		case "context":
-			context = tokenIDs(val)
+			context[0] = tokenIDs(val)
 		case "images":
 			images = elements(val)
 		case "parameters":
@@ -271,7 +272,7 @@ func sniffStream(b []byte, k keys) (info Fields, goBool goStream, ok bool) {
 		case "text":
 			batch[0] = generateBatch(val)
 		case "input_ids":
-			batch[1] = generateBatch(val)
+			batch[1], context[1] = generateBatch(val), inputIDs(val, k)
 		case "tools", "functions", "documents", "chat_template_kwargs":
 			template.read(name, val, k)
 		}
@@ -293,7 +294,7 @@ func sniffStream(b []byte, k keys) (info Fields, goBool goStream, ok bool) {
 	if each, prompts := max(generate[1], sampling[1]), max(batch[0], batch[1], batch[2]); each > 0 || prompts > 0 {
 		info.NewCompletions = saturatedProduct(max(each, 1), max(prompts, 1))
 	}
-	info.PromptTokens = context
+	info.PromptTokens = context[0] + context[1]
 	info.Media = images
 	for _, p := range prompts {
 		info.PromptBytes += p.n

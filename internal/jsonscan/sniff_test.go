@@ -115,6 +115,7 @@ func FuzzSniff(f *testing.F) {
 		`{"input":[{"type":"message","content":[{"type":"refusal","refusal":"n\u00f6"}]}]}`,
 		`{"messages":[{"content":"x"}],"documents":[{"title":"t","text":"d"}],"chat_template_kwargs":{"a":"b"},"documents":null}`,
 		`{"messages":[{"content":[{"type":"image_url"},{"type":"input_audio"},"t"],"images":["a","b"]}],"images":["c"]}`,
+		`{"messages":[],"input_ids":[1,"4",5.5],"input_ids":[6,7]}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -60,3 +60,15 @@ func elements(val []byte) int64 {
 	}
 	return n
 }
+
+// inputIDs is the token ids of SGLang's "input_ids" as k reads it: the
+// numbers of an array, or of a batch of arrays; with foldedKeys none
+// (Ollama reads no such key). SGLang's chat request runs them instead of
+// the messages the chat template renders (a client's own rendering), its
+// native /generate as the prompts.
+func inputIDs(val []byte, k keys) int64 {
+	if k != exactKeys || val[0] != '[' {
+		return 0
+	}
+	return promptText(val).ids
+}
