@@ -22,6 +22,14 @@ import (
 // the budget its queue learned (budgetEstimator, kv_budget.go), else
 // DefaultMaxTokens.
 
+// DefaultMediaTokens is the prompt tokens each image, audio clip or
+// other part of a prompt that is not text is weighed at, unless
+// Handler.MediaTokens says otherwise: about what a vision model served
+// by vLLM makes of a picture (LLaVA 1.5 576 tokens, Qwen2.5-VL about
+// 1,300 for a 1024x1024 image, Pixtral up to 4,096, Gemma 3 256), and
+// of 30 seconds of audio (Qwen2-Audio 750).
+const DefaultMediaTokens = 1024
+
 // Bounds of the estimator's ratio, in bytes of prompt text per token.
 const (
 	// seedBytesPerToken is the ratio before any answer is seen: the usual

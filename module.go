@@ -45,13 +45,6 @@ const (
 	// sets none, unless Handler.DefaultMaxTokens says otherwise, until
 	// its queue has learned one from the answers.
 	DefaultMaxTokens = 1024
-	// DefaultMediaTokens is the prompt tokens each image, audio clip or
-	// other part of a prompt that is not text is weighed at, unless
-	// Handler.MediaTokens says otherwise: about what a vision model
-	// served by vLLM makes of a picture (LLaVA 1.5 576 tokens,
-	// Qwen2.5-VL about 1,300 for a 1024x1024 image, Pixtral up to 4,096,
-	// Gemma 3 256), and of 30 seconds of audio (Qwen2-Audio 750).
-	DefaultMediaTokens = 1024
 	// DefaultAbortGrace is how long the permit of a request whose client
 	// left while the upstream ran it stays held once reverse_proxy returns,
 	// unless AbortGrace says otherwise. Clients that leave together (a load
@@ -64,24 +57,6 @@ const (
 	// costs its permit this long; a served request costs nothing.
 	DefaultAbortGrace = 50 * time.Millisecond
 )
-
-// On-store-error policies.
-const (
-	// FailOpen admits requests without a permit while the store is
-	// unreachable.
-	FailOpen = "fail_open"
-	// FailClosed rejects requests with store_unavailable while the store
-	// is unreachable.
-	FailClosed = "fail_closed"
-	// FailLocal queues requests in this instance alone, with
-	// LocalPermits permits, while the store is unreachable.
-	FailLocal = "local"
-)
-
-// checkOnStoreError is the rule of OnStoreError (set, not defaulted).
-func checkOnStoreError(policy string) error {
-	return checkOneOf("on_store_error", policy, FailOpen, FailClosed, FailLocal)
-}
 
 // Handler holds each request in a cluster-wide fair queue until one of
 // the queue's permits is free, then passes it to the next handler
