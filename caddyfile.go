@@ -37,6 +37,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    permits       <n>                  # required (unless upstream lines or kv_tokens), > 0, cluster-wide
 //	    kv_tokens     <n>                  # KV-cache tokens the running requests may hold, cluster-wide; default 0: not counted
 //	    default_max_tokens <n>             # completion budget of a body without max_tokens; default learned
+//	    media_tokens  <n>                  # prompt tokens of each image or audio part of a prompt; default 1024
 //	    adaptive {                         # learn the capacity from the backend's time to first token (docs/adaptive.md)
 //	        target_ttft  <duration>        # required: keep the TTFT p99 at or below this
 //	        floor        <share>           # least share of permits / kv_tokens in force, (0, 1]; default 0.0625
@@ -133,6 +134,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"permits":                  opt(&h.Permits, intRangeArg(1, fairqueue.MaxPermits)),
 		"kv_tokens":                opt(&h.KVTokens, intArg(1)),
 		"default_max_tokens":       opt(&h.DefaultMaxTokens, intArg(1)),
+		"media_tokens":             opt(&h.MediaTokens, intArg(1)),
 		"adaptive":                 opt(&h.Adaptive, parseAdaptive),
 		"max_wait":                 opt(&h.MaxWait, durationArg(fairqueue.MinPollInterval)),
 		"poll_interval":            opt(&h.PollInterval, durationArg(fairqueue.MinPollInterval)),

@@ -13,7 +13,7 @@ package caddyfairqueue
 // without the hint. TestCaddyfileOptionBlocksTakeTheirOptions checks that
 // each block takes the options listed for it.
 var optionBlocks = map[string]string{
-	"name": "", "names": "", "permits": "", "kv_tokens": "", "default_max_tokens": "", "adaptive": "",
+	"name": "", "names": "", "permits": "", "kv_tokens": "", "default_max_tokens": "", "media_tokens": "", "adaptive": "",
 	"max_wait": "", "poll_interval": "", "lease": "", "abort_grace": "", "max_body": "", "body_timeout": "",
 	"tenant": "", "weight": "", "weight_placeholder": "", "cost": "", "priority": "", "priority_factor": "",
 	"max_queue": "", "max_queue_per_tenant": "", "max_in_flight_per_tenant": "", "max_waiting_bytes": "",

@@ -110,7 +110,7 @@ func (c *call) read() (answered bool, err error) {
 	repl.Set(phModel, c.api.modelName(info.Model)) // queueName may set another spelling
 	repl.Set(phStreaming, c.streaming)
 	c.bodyLen = len(body)
-	c.weight = newWeight(info, c.api, len(body), h.defaultMaxTokens())
+	c.weight = newWeight(info, c.api, len(body), h.defaultMaxTokens(), h.mediaTokens())
 	none := generatesNone(c.r, c.api)
 	if none {
 		c.weight.budget = 0 // it generates none, whatever budget its body sets
@@ -377,7 +377,7 @@ func (c *call) learn() {
 			c.e.budget.observe(tokens / float64(c.weight.completions)) // one completion's
 		}
 	}
-	if c.weight.noPrompt || c.weight.ids > 0 || c.weight.media {
+	if c.weight.noPrompt || c.weight.ids > 0 || c.weight.media > 0 {
 		// The usage counts more than the prompt's text (the body, token
 		// ids, media).
 		return

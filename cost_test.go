@@ -99,7 +99,7 @@ func TestTokensEstimateIsTheWeight(t *testing.T) {
 		t.Helper()
 		req, _ := resolve(h, body)
 		c := &call{h: h, name: "cost-estimate", own: okHandler, req: req,
-			weight: newWeight(jsonscan.Sniff([]byte(body)), apiOpenAI, len(body), h.defaultMaxTokens())}
+			weight: newWeight(jsonscan.Sniff([]byte(body)), apiOpenAI, len(body), h.defaultMaxTokens(), h.mediaTokens())}
 		require.NoError(t, c.enter())
 		defer c.done()
 		return c.req.Cost

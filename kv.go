@@ -15,11 +15,20 @@ import (
 // batch of prompts: jsonscan.Fields.Completions). The prompt's are
 // estimated from its text (jsonscan.Fields.PromptBytes) and the bytes
 // per token that its queue learned from the answers' usage
-// (promptEstimator); the tokens each completion may generate are its
+// (promptEstimator), plus Handler.MediaTokens for each of its images and
+// audio parts (jsonscan.Fields.Media); the tokens each completion may generate are its
 // body's budget (max_completion_tokens and the like,
 // jsonscan.Fields.Budget, or Ollama's num_predict on its native API), else Handler.DefaultMaxTokens where set, else
 // the budget its queue learned (budgetEstimator, kv_budget.go), else
 // DefaultMaxTokens.
+
+// DefaultMediaTokens is the prompt tokens each image, audio clip or
+// other part of a prompt that is not text is weighed at, unless
+// Handler.MediaTokens says otherwise: about what a vision model served
+// by vLLM makes of a picture (LLaVA 1.5 576 tokens, Qwen2.5-VL about
+// 1,300 for a 1024x1024 image, Pixtral up to 4,096, Gemma 3 256), and
+// of 30 seconds of audio (Qwen2-Audio 750).
+const DefaultMediaTokens = 1024
 
 // Bounds of the estimator's ratio, in bytes of prompt text per token.
 const (
@@ -58,15 +67,15 @@ type weight struct {
 	// ids is the prompt's tokens sent as token ids
 	// (jsonscan.Fields.PromptTokens), counted as they are.
 	ids int64
-	// media: the prompt holds parts that are not text (an image,
-	// audio; jsonscan.Fields.Media), which the backend counts and text
-	// does not.
-	media  bool
-	budget int64 // the completion budget, of each completion
+	// media is the prompt's parts that are not text (an image, audio;
+	// jsonscan.Fields.Media), which the backend counts and text does
+	// not, and mediaTokens the tokens they weigh together.
+	media, mediaTokens int64
+	budget             int64 // the completion budget, of each completion
 	// completions is how many completions the backend generates, each
 	// up to the budget (jsonscan.Fields.Completions): at least 1.
 	completions int64
-	prompt      int64 // the prompt's estimated tokens: ceil(text / bytes per token) + ids
+	prompt      int64 // the prompt's estimated tokens: ceil(text / bytes per token) + ids + mediaTokens
 	// open: the body sets no budget, and the queue's learned one applies
 	// (learnBudget); budget is the default until weigh.
 	open bool
@@ -103,11 +112,15 @@ func asGenerate(f jsonscan.Fields) jsonscan.Fields {
 
 // newWeight reads a request's text and budget from its body (bodyLen
 // bytes, info sniffed), as its API a reads it, defaultBudget when the
-// body sets none; its
+// body sets none, and its media at perMedia tokens each; its
 // prompt tokens are estimated once its queue is known (estimate).
-func newWeight(info jsonscan.Fields, a api, bodyLen int, defaultBudget int) weight {
+func newWeight(info jsonscan.Fields, a api, bodyLen int, defaultBudget, perMedia int) weight {
 	budget, completions := a.budget(info)
 	w := weight{text: info.PromptBytes, media: info.Media, budget: budget, completions: max(completions, 1)}
+	w.mediaTokens = jsonscan.MaxTokenCount
+	if per := max(int64(perMedia), 1); w.media <= w.mediaTokens/per {
+		w.mediaTokens = w.media * per
+	}
 	if info.Prompt {
 		w.ids = info.PromptTokens
 	} else {
@@ -122,10 +135,11 @@ func newWeight(info jsonscan.Fields, a api, bodyLen int, defaultBudget int) weig
 	return w
 }
 
-// estimate fills in the prompt's tokens: its text at bytesPerToken, and
-// its token ids.
+// estimate fills in the prompt's tokens: its text at bytesPerToken, its
+// token ids and its media, saturated.
 func (w *weight) estimate(bytesPerToken float64) {
-	w.prompt = int64(math.Ceil(float64(w.text)/bytesPerToken)) + w.ids
+	text := int64(math.Ceil(float64(w.text) / bytesPerToken))
+	w.prompt = min(text+w.ids+w.mediaTokens, jsonscan.MaxTokenCount)
 }
 
 // tokens is the weight: prompt plus budget for each completion,

@@ -113,14 +113,14 @@ func TestWeightIsThePromptEstimatePlusTheBudget(t *testing.T) {
 		{"Responses API input", `{"input":"` + strings.Repeat("x", 96) + `","max_output_tokens":5}`, apiOpenAI, 4, 24, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newWeight(jsonscan.Sniff([]byte(tc.body)), tc.api, len(tc.body), 300)
+			w := newWeight(jsonscan.Sniff([]byte(tc.body)), tc.api, len(tc.body), 300, DefaultMediaTokens)
 			w.estimate(tc.ratio)
 			assert.Equal(t, tc.prompt, w.prompt)
 			assert.Equal(t, tc.budget, w.budget)
 			assert.Equal(t, int(tc.prompt+tc.budget), w.tokens())
 		})
 	}
-	huge := newWeight(jsonscan.Fields{Prompt: true, PromptBytes: 4, Budget: jsonscan.MaxTokenCount}, apiOpenAI, 0, 1)
+	huge := newWeight(jsonscan.Fields{Prompt: true, PromptBytes: 4, Budget: jsonscan.MaxTokenCount}, apiOpenAI, 0, 1, DefaultMediaTokens)
 	huge.estimate(4)
 	assert.Equal(t, int(jsonscan.MaxTokenCount), huge.tokens(), "saturated")
 }
@@ -254,7 +254,7 @@ func TestEmbeddingsHaveNoCompletionBudget(t *testing.T) {
 		assert.Equal(t, want, generatesNone(r, apiOf(r)), path)
 	}
 	body := `{"model":"e","input":"` + strings.Repeat("x", 40) + `"}`
-	w := newWeight(jsonscan.Sniff([]byte(body)), apiOpenAI, len(body), 0)
+	w := newWeight(jsonscan.Sniff([]byte(body)), apiOpenAI, len(body), 0, DefaultMediaTokens)
 	w.estimate(4)
 	assert.Equal(t, 10, w.tokens(), "the input's tokens alone")
 }

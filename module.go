@@ -58,24 +58,6 @@ const (
 	DefaultAbortGrace = 50 * time.Millisecond
 )
 
-// On-store-error policies.
-const (
-	// FailOpen admits requests without a permit while the store is
-	// unreachable.
-	FailOpen = "fail_open"
-	// FailClosed rejects requests with store_unavailable while the store
-	// is unreachable.
-	FailClosed = "fail_closed"
-	// FailLocal queues requests in this instance alone, with
-	// LocalPermits permits, while the store is unreachable.
-	FailLocal = "local"
-)
-
-// checkOnStoreError is the rule of OnStoreError (set, not defaulted).
-func checkOnStoreError(policy string) error {
-	return checkOneOf("on_store_error", policy, FailOpen, FailClosed, FailLocal)
-}
-
 // Handler holds each request in a cluster-wide fair queue until one of
 // the queue's permits is free, then passes it to the next handler
 // (normally reverse_proxy) and keeps the permit until that handler has
@@ -168,6 +150,18 @@ type Handler struct {
 	// is fixed. At least 1. Requires KVTokens (on the queue or an
 	// upstream) or Cost "tokens".
 	DefaultMaxTokens int `json:"default_max_tokens,omitempty"`
+
+	// MediaTokens is the prompt tokens each part of a prompt that is not
+	// text is weighed at (an image or audio content part of a message or
+	// Responses API input item, sent inline as base64 or by URL, a file;
+	// each of Ollama's "images"), which the backend counts and the
+	// body's text does not show: part of the weight with KVTokens and of
+	// the charge with Cost "tokens". Set it to what the model makes of
+	// the media its clients send (vLLM reports it in the answer's
+	// usage.prompt_tokens). Default 1024 (the package's
+	// DefaultMediaTokens). At least 1. Requires KVTokens (on the queue or
+	// an upstream) or Cost "tokens".
+	MediaTokens int `json:"media_tokens,omitempty"`
 
 	// MaxWait is the longest a request waits for a permit before it is
 	// rejected with reason timeout. Default 20s; at least 50ms (the

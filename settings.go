@@ -122,6 +122,10 @@ func (h *Handler) validate() error {
 		return fmt.Errorf("default_max_tokens must be at least 1, got %d", h.DefaultMaxTokens)
 	case h.DefaultMaxTokens != 0 && !h.countsTokens() && h.Cost != CostTokens:
 		return fmt.Errorf("default_max_tokens requires kv_tokens (on the queue or an upstream) or cost %s", CostTokens)
+	case h.MediaTokens < 0:
+		return fmt.Errorf("media_tokens must be at least 1, got %d", h.MediaTokens)
+	case h.MediaTokens != 0 && !h.countsTokens() && h.Cost != CostTokens:
+		return fmt.Errorf("media_tokens requires kv_tokens (on the queue or an upstream) or cost %s", CostTokens)
 	}
 	if err := h.checkPool(); err != nil {
 		return err
@@ -307,6 +311,10 @@ func (h *Handler) queueConfig(name string, fallback fairqueue.Store) fairqueue.C
 // defaultMaxTokens is the completion budget of a request whose body sets
 // none (DefaultMaxTokens).
 func (h *Handler) defaultMaxTokens() int { return cmp.Or(h.DefaultMaxTokens, DefaultMaxTokens) }
+
+// mediaTokens is the prompt tokens a part of a prompt that is not text
+// weighs (DefaultMediaTokens).
+func (h *Handler) mediaTokens() int { return cmp.Or(h.MediaTokens, DefaultMediaTokens) }
 
 // learnsBudget reports whether a request that sets no completion budget
 // is weighed with its queue's learned one: DefaultMaxTokens is not set.

@@ -135,7 +135,7 @@ func FuzzSniffEitherIsTheHeavierReading(f *testing.F) {
 				continue // a body this reader does not read
 			}
 			if e.Budget < r.Budget || e.MaxTokens < r.MaxTokens || e.Completions < r.Completions ||
-				e.PromptTokens < r.PromptTokens || e.PromptBytes < r.PromptBytes {
+				e.PromptTokens < r.PromptTokens || e.PromptBytes < r.PromptBytes || e.Media < r.Media {
 				t.Fatalf("SniffEither %+v is lighter than a reading %+v", e, r)
 			}
 			if r.Prompt && !e.Prompt {

@@ -16,15 +16,15 @@ type prompt struct {
 	found bool
 	batch int64 // the prompts of a batch ("prompt": an array of strings or of token arrays)
 	ids   int64 // the tokens sent as ids (numbers) rather than text
-	// media: the prompt holds parts that are not text (an image, audio),
+	// media is the prompt's parts that are not text (an image, audio),
 	// whose tokens the backend counts and n does not.
-	media bool
+	media int64
 }
 
 // message is what one element of "messages" adds to the prompt.
 type message struct {
 	content, calls int64 // the content's text, the tool calls' JSON
-	media, images  bool  // a content part that is not text; Ollama's images
+	media, images  int64 // content parts that are not text; Ollama's images
 }
 
 // messagesText is the text of "messages": the "content" of each message
@@ -32,9 +32,9 @@ type message struct {
 // part's "text" or "refusal" string), and the JSON of an assistant
 // message's "tool_calls", which the chat template renders into the
 // prompt. Roles, names and images are not text the model reads as
-// prose, or are small: they are not counted. A content part that is not
-// text, or Ollama's "images" of a message, makes the prompt one with
-// media.
+// prose, or are small: they are not counted as text. Each content part
+// that is not text, and each of Ollama's "images" of a message, is one of
+// the prompt's media.
 //
 // b is the body, and at are where the values of the "messages" keys
 // that count start in it, in order: the last one, or with foldedKeys the
@@ -76,7 +76,7 @@ func messagesText(b []byte, at []int, k keys) prompt {
 			live = append(live, next)
 		}
 		p.n += m.content + m.calls
-		p.media = p.media || m.media || m.images
+		p.media += m.media + m.images
 		at = live
 	}
 }
@@ -100,7 +100,7 @@ func (m message) read(msg []byte, again bool, k keys) message {
 			}
 			m.calls = calls
 		case k.is(key, "images"):
-			m.images = hasElements(v)
+			m.images = elements(v)
 		}
 	})
 	return m
@@ -168,12 +168,12 @@ func toolsAgain(prev int64, val []byte, k keys) int64 {
 // contentText is the text of a message's content: a string, or the
 // strings and the "text" of the object parts of an array (a refusal
 // part's "refusal", the Chat Completions and Responses APIs' assistant
-// text); media reports an object part without such a string (an image,
+// text); media counts the object parts without such a string (an image,
 // audio, a file).
-func contentText(v []byte, k keys) (n int64, media bool) {
+func contentText(v []byte, k keys) (n, media int64) {
 	switch v[0] {
 	case '"':
-		return textLen(v), false
+		return textLen(v), 0
 	case '[':
 		eachElement(v, func(part []byte) {
 			switch part[0] {
@@ -195,7 +195,9 @@ func contentText(v []byte, k keys) (n int64, media bool) {
 					text = refusal
 				}
 				n += max(text, 0)
-				media = media || text < 0
+				if text < 0 {
+					media++
+				}
 			}
 		})
 	}
@@ -250,7 +252,7 @@ func inputText(val []byte, k keys) prompt {
 		return prompt{n: textLen(val), found: true}
 	case '[':
 		var n, ids int64
-		var media bool
+		var media int64
 		eachElement(val, func(el []byte) {
 			switch el[0] {
 			case '"':
@@ -259,7 +261,7 @@ func inputText(val []byte, k keys) prompt {
 				ids += tokenIDs(el)
 			case '{':
 				var content, output, call int64
-				var contentMedia, outputMedia bool
+				var contentMedia, outputMedia int64
 				eachMember(el, func(key, v []byte) {
 					switch {
 					case k.is(key, "content"):
@@ -274,7 +276,7 @@ func inputText(val []byte, k keys) prompt {
 					}
 				})
 				n += content + output + call
-				media = media || contentMedia || outputMedia
+				media += contentMedia + outputMedia
 			default:
 				ids += isNumber(el)
 			}

@@ -56,23 +56,27 @@ type Fields struct {
 	// content), "suffix" (a fill-in-the-middle request's text after the
 	// cursor; a string) and Ollama's "template" (a string); and the
 	// length of the JSON of "tools" and "functions"
-	// (arrays of definitions) and of each message's "tool_calls" (an
-	// array), which a chat template renders into the prompt.
+	// (arrays of definitions), of each message's "tool_calls" (an
+	// array), and (exact keys) of "documents" (an array) and
+	// "chat_template_kwargs" (an object), which a chat template renders
+	// into the prompt.
 	PromptBytes int64
 	// PromptTokens is the prompt's tokens sent as ids rather than text:
 	// the numbers of "prompt" and of "input" (an array of token ids, or
 	// a batch of such arrays: completions' and embeddings') and of
-	// Ollama's "context" (the tokens of the conversation so far).
+	// Ollama's "context" (the tokens of the conversation so far), and of
+	// SGLang's "input_ids" (exact keys: an array of ids, or a batch).
 	PromptTokens int64
 	// Prompt reports that the body has one of those keys with a value of
 	// such a type (its text may be empty); without one, PromptBytes is 0
 	// and says nothing of the prompt.
 	Prompt bool
-	// Media reports that the prompt holds more than text: a content part
-	// of a message or input item without a "text" string (nor a
-	// refusal part's "refusal": an image, audio, a file), or Ollama's "images" (of a message, or of the
-	// body). The backend counts their tokens; PromptBytes does not.
-	Media bool
+	// Media is the parts of the prompt that are not text: each content
+	// part of a message or input item without a "text" string (nor a
+	// refusal part's "refusal": an image, audio, a file), and each of
+	// Ollama's "images" (of a message, or of the body). The backend
+	// counts their tokens; PromptBytes does not.
+	Media int64
 	// Ambiguous reports (SniffEither) that the body names different
 	// models as its two kinds of backend read it.
 	Ambiguous bool
@@ -148,7 +152,7 @@ func SniffEither(b []byte) Fields {
 	f.NewTokens = max(f.NewTokens, g.NewTokens)
 	f.NewCompletions = max(f.NewCompletions, g.NewCompletions)
 	f.PromptTokens = max(f.PromptTokens, g.PromptTokens)
-	f.Media = f.Media || g.Media
+	f.Media = max(f.Media, g.Media)
 	if f.Prompt != g.Prompt {
 		f.PromptBytes = max(f.PromptBytes, g.PromptBytes, int64(len(b)))
 	} else {
@@ -204,9 +208,9 @@ func sniffStream(b []byte, k keys) (info Fields, goBool goStream, ok bool) {
 	var generate [2]int64 // /generate: TGI's max_new_tokens, best_of
 	var sampling [2]int64 // SGLang's max_new_tokens, n
 	var batch [3]int64    // SGLang's prompts: text, input_ids, sampling_params
-	var context int64     // Ollama's "context": token ids
-	var tools [2]int64    // tools, functions: bytes of JSON
-	var images bool       // Ollama's generate: "images"
+	var context [2]int64  // token ids: Ollama's "context", SGLang's "input_ids"
+	var template rendered // tools, functions, documents, chat_template_kwargs
+	var images int64      // Ollama's generate: "images"
 	var messages []int    // where the "messages" that count start (messagesText)
 	var model []byte      // the "model" string that counts
 	eachMember(b, func(key, val []byte) {
@@ -258,9 +262,9 @@ func sniffStream(b []byte, k keys) (info Fields, goBool goStream, ok bool) {
 		case "template":
 			prompts[6] = stringText(val)
 		case "context":
-			context = tokenIDs(val)
+			context[0] = tokenIDs(val)
 		case "images":
-			images = hasElements(val)
+			images = elements(val)
 		case "parameters":
 			generate[0], generate[1] = generateParams(val, "best_of")
 		case "sampling_params":
@@ -268,11 +272,9 @@ func sniffStream(b []byte, k keys) (info Fields, goBool goStream, ok bool) {
 		case "text":
 			batch[0] = generateBatch(val)
 		case "input_ids":
-			batch[1] = generateBatch(val)
-		case "tools":
-			tools[0] = toolsAgain(tools[0], val, k)
-		case "functions":
-			tools[1] = toolsAgain(tools[1], val, k)
+			batch[1], context[1] = generateBatch(val), inputIDs(val, k)
+		case "tools", "functions", "documents", "chat_template_kwargs":
+			template.read(name, val, k)
 		}
 	})
 	if len(messages) > 1 && (b[messages[0]] != '[' || emptyArray(b[messages[0]:])) {
@@ -292,16 +294,16 @@ func sniffStream(b []byte, k keys) (info Fields, goBool goStream, ok bool) {
 	if each, prompts := max(generate[1], sampling[1]), max(batch[0], batch[1], batch[2]); each > 0 || prompts > 0 {
 		info.NewCompletions = saturatedProduct(max(each, 1), max(prompts, 1))
 	}
-	info.PromptTokens = context
+	info.PromptTokens = context[0] + context[1]
 	info.Media = images
 	for _, p := range prompts {
 		info.PromptBytes += p.n
 		info.PromptTokens += p.ids
 		info.Prompt = info.Prompt || p.found
-		info.Media = info.Media || p.media
+		info.Media += p.media
 	}
 	if info.Prompt {
-		info.PromptBytes += tools[0] + tools[1]
+		info.PromptBytes += template.bytes()
 	}
 	return info, goBool, true
 }

@@ -113,6 +113,9 @@ func FuzzSniff(f *testing.F) {
 		`{"input":[{"content":[{"type":"input_image","image_url":"u"}]},{"output":[{"text":"t"}]}],"images":[]}`,
 		`{"messages":[{"content":[{"type":"refusal","refusal":"no"},{"refusal":1},{"text":1,"refusal":"r"},{"refusal":"r","text":"t"}]}]}`,
 		`{"input":[{"type":"message","content":[{"type":"refusal","refusal":"n\u00f6"}]}]}`,
+		`{"messages":[{"content":"x"}],"documents":[{"title":"t","text":"d"}],"chat_template_kwargs":{"a":"b"},"documents":null}`,
+		`{"messages":[{"content":[{"type":"image_url"},{"type":"input_audio"},"t"],"images":["a","b"]}],"images":["c"]}`,
+		`{"messages":[],"input_ids":[1,"4",5.5],"input_ids":[6,7]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -150,6 +153,11 @@ func FuzzSniff(f *testing.F) {
 		want.Completions = wantCompletions(m)
 		want.PromptTokens = wantPromptTokens(m)
 		want.Media = wantMedia(m)
+		// Native /generate's budget and completions (TGI's "parameters",
+		// SGLang's "sampling_params" and batches of "text" and
+		// "input_ids") are not this oracle's: kv_native_generate_test.go
+		// checks them.
+		got.NewTokens, got.NewCompletions = 0, 0
 		assert.Equal(t, want, got, "body %q", b)
 	})
 }
@@ -201,48 +209,52 @@ func wantPrompt(m map[string]json.RawMessage) (n int64, found bool) {
 		}
 	}
 	if found {
-		n += wantJSONArray(m["tools"]) + wantJSONArray(m["functions"])
+		n += wantJSONArray(m["tools"]) + wantJSONArray(m["functions"]) + wantJSONArray(m["documents"])
+		if _, ok := wantObject(m["chat_template_kwargs"]); ok {
+			n += int64(len(bytes.TrimSpace(m["chat_template_kwargs"])))
+		}
 	}
 	return n, found
 }
 
-// wantMedia is the fuzz oracle's reading of a prompt with parts that are
-// not text: see Fields.Media.
-func wantMedia(m map[string]json.RawMessage) bool {
+// wantMedia is the fuzz oracle's count of a prompt's parts that are not
+// text: see Fields.Media.
+func wantMedia(m map[string]json.RawMessage) int64 {
 	media := wantElements(m["images"])
 	msgs, _ := wantArray(m["messages"])
 	for _, msg := range msgs {
 		if o, ok := wantObject(msg); ok {
-			media = media || wantMediaParts(o["content"]) || wantElements(o["images"])
+			media += wantMediaParts(o["content"]) + wantElements(o["images"])
 		}
 	}
 	items, _ := wantArray(m["input"])
 	for _, item := range items {
 		if o, ok := wantObject(item); ok {
-			media = media || wantMediaParts(o["content"]) || wantMediaParts(o["output"])
+			media += wantMediaParts(o["content"]) + wantMediaParts(o["output"])
 		}
 	}
 	return media
 }
 
-// wantMediaParts reports a content array with an object part without a
-// "text" string nor a "refusal" one.
-func wantMediaParts(raw json.RawMessage) bool {
+// wantMediaParts counts a content array's object parts without a "text"
+// string nor a "refusal" one.
+func wantMediaParts(raw json.RawMessage) int64 {
+	var n int64
 	parts, _ := wantArray(raw)
 	for _, part := range parts {
 		if po, ok := wantObject(part); ok {
 			if _, ok := wantPartText(po); !ok {
-				return true
+				n++
 			}
 		}
 	}
-	return false
+	return n
 }
 
-// wantElements reports an array with an element.
-func wantElements(raw json.RawMessage) bool {
-	a, ok := wantArray(raw)
-	return ok && len(a) > 0
+// wantElements counts an array's elements.
+func wantElements(raw json.RawMessage) int64 {
+	a, _ := wantArray(raw)
+	return int64(len(a))
 }
 
 // wantJSONArray is the fuzz oracle's length of an array's JSON (tools,

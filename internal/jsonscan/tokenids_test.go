@@ -42,7 +42,7 @@ func wantPromptTokens(m map[string]json.RawMessage) int64 {
 		return n
 	}
 	ids := numbers(m["context"])
-	for _, key := range []string{"prompt", "input"} {
+	for _, key := range []string{"prompt", "input", "input_ids"} {
 		ids += numbers(m[key])
 		els, _ := wantArray(m[key])
 		for _, el := range els {
