@@ -27,8 +27,16 @@ func TestARequestWaitingItsTurnIntoTheFallbackGoesToRedisBackAfterAReloadToFailC
 	closed := n.q.Config()
 	closed.Fallback = nil
 	require.NoError(t, n.q.Reconfigure(closed))
+	// w1, held on its way, counts as waiting in the fallback queue while
+	// the node serves from it (Stats), and no more once it retired.
+	require.Equal(t, 1, n.q.Stats().Waiting, "w1 not counted waiting in the fallback queue")
 	srv.Restart()
 	eventually(t, 20*time.Second, func() bool { return n.q.Stats().StoreUp }, "Redis never marked up again")
+	// Marked up, the node still serves from the fallback queue until the
+	// heartbeat that has Redis count its permits retires it (a loop turn
+	// later): a request let in before then waits there, as one that
+	// comes then does, and is served there (seen under CPU load).
+	eventually(t, 20*time.Second, func() bool { return n.q.Stats().Waiting == 0 }, "the fallback queue never retired")
 	close(fb.lets)
 
 	// r2 waits in Redis, behind the holder (and w1): it is served there
