@@ -139,6 +139,11 @@ type Store struct {
 	// queue's keys, until the next Open: a register still on its way
 	// then takes the name out again (register).
 	leftAt atomic.Int64
+	// lostRegister is when a register last got no answer (unix ms): Redis
+	// may still run it, after the last leave. A later answer does not
+	// settle it (unsure): the register's connection, closed on its
+	// failure, may be read after another's (a loaded Redis).
+	lostRegister atomic.Int64
 	// unsure is when a call last failed with no answer from Redis (unix
 	// ms; 0: none since a later call's answer): Redis may still run it,
 	// late (failed, settled).
@@ -368,7 +373,7 @@ func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) erro
 	// store may still be on its way, the last leave keeps the tombstones
 	// (a key that expires by itself) for such a call to find.
 	late := "0"
-	if u := s.unsure.Load(); u != 0 && time.Since(time.UnixMilli(u)) < TombstoneTTL {
+	if s.mayBeLate() {
 		late = "1"
 	}
 	v, err := scripts.leave.Run(ctx, s.sc, s.keys, s.args(node, l, TombstoneTTL.Milliseconds(), late)...).Slice()
@@ -382,14 +387,18 @@ func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) erro
 		// before the keys went; only a name put there after (an instance
 		// that opened the queue again) stays.
 		since := time.Now()
+		// A call of a node that left may still come (the leave kept the
+		// tombstones for it): a register among them, which the registry's
+		// tombstone turns away.
+		late := len(v) > 2 && toInt(v[2]) == 1
 		if s.deadAfter >= 0 {
-			return s.unregisterAfterLeave(ctx, since)
+			return s.unregisterAfterLeave(ctx, since, late)
 		}
 		// A store that does not register still takes out the name another
 		// instance of the queue put there (one with the registry on), or
 		// the registry's key stays for good; its Redis user may not reach
 		// that key, so a failure is not the leave's.
-		_ = s.unregisterAfterLeave(ctx, since)
+		_ = s.unregisterAfterLeave(ctx, since, late)
 	}
 	return nil
 }
