@@ -168,6 +168,28 @@ func (s *Store) unregisterAfterLeave(ctx context.Context, since time.Time, late 
 	return s.unregisterLeft(ctx, since, late || s.mayBeLate())
 }
 
+// unregisterBudget is the time left before ctx's deadline, read as a
+// leave starts: its unregister gets as long (unregisterContext); 0
+// without a deadline.
+func unregisterBudget(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d), 0)
+	}
+	return 0
+}
+
+// unregisterContext is the context of the unregister after the last
+// leave's script, of a leave whose ctx had budget (unregisterBudget): a
+// budget of its own, as long, so that a script answered only at the
+// deadline (a loaded process) does not leave the name of a queue given
+// back; ctx as it is where it has no deadline.
+func unregisterContext(ctx context.Context, budget time.Duration) (context.Context, context.CancelFunc) {
+	if budget <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), budget)
+}
+
 // unregisterLeft runs unregister for the queue's last leave at since,
 // with the name's tombstone where tomb.
 func (s *Store) unregisterLeft(ctx context.Context, since time.Time, tomb bool) error {

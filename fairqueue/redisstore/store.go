@@ -376,6 +376,7 @@ func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) erro
 	if s.mayBeLate() {
 		late = "1"
 	}
+	budget := unregisterBudget(ctx)
 	v, err := scripts.leave.Run(ctx, s.sc, s.keys, s.args(node, l, TombstoneTTL.Milliseconds(), late)...).Slice()
 	if err != nil {
 		return fmt.Errorf("leave %s: %w", s.tag, busy(err))
@@ -390,15 +391,17 @@ func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) erro
 		// A call of a node that left may still come (the leave kept the
 		// tombstones for it): a register among them, which the registry's
 		// tombstone turns away.
-		late := len(v) > 2 && toInt(v[2]) == 1
+		kept := len(v) > 2 && toInt(v[2]) == 1
+		uctx, cancel := unregisterContext(ctx, budget)
+		defer cancel()
 		if s.deadAfter >= 0 {
-			return s.unregisterAfterLeave(ctx, since, late)
+			return s.unregisterAfterLeave(uctx, since, kept)
 		}
 		// A store that does not register still takes out the name another
 		// instance of the queue put there (one with the registry on), or
 		// the registry's key stays for good; its Redis user may not reach
 		// that key, so a failure is not the leave's.
-		_ = s.unregisterAfterLeave(ctx, since, late)
+		_ = s.unregisterAfterLeave(uctx, since, kept)
 	}
 	return nil
 }
