@@ -14,11 +14,30 @@ import (
 // a broken connection, a context ended): Redis may run it still, after
 // the node's leave (Leave).
 func (s *Store) failed(err error) error {
-	var reply redis.Error
-	if !errors.As(err, &reply) && !errors.Is(err, redis.ErrPoolTimeout) {
+	if unanswered(err) {
 		s.unsure.Store(time.Now().UnixMilli())
 	}
 	return busy(err)
+}
+
+// unanswered reports whether err says Redis gave a call no answer (not
+// an error reply, not a call that found no connection): Redis may run it
+// still, late.
+func unanswered(err error) bool {
+	var reply redis.Error
+	return err != nil && !errors.As(err, &reply) && !errors.Is(err, redis.ErrPoolTimeout)
+}
+
+// mayBeLate reports whether a call of the store may still reach Redis:
+// one got no answer within a tombstone's life, and no answer since
+// settled it (a register's never does: see lostRegister).
+func (s *Store) mayBeLate() bool {
+	for _, u := range []int64{s.unsure.Load(), s.lostRegister.Load()} {
+		if u != 0 && time.Since(time.UnixMilli(u)) < TombstoneTTL {
+			return true
+		}
+	}
+	return false
 }
 
 // settled notes that Redis answered a call sent when unsure read u:

@@ -36,8 +36,16 @@ func RegistryKey(prefix string) string {
 
 // unregister removes ARGV[1] from the registry KEYS[1] if its score is
 // not later than ARGV[2]: an instance that registered the queue again
-// since (it opened the queue after its keys were deleted) keeps it.
+// since (it opened the queue after its keys were deleted) keeps it. With
+// KEYS[2] (the name's tombstone, leftKey), it marks there for ARGV[3] ms
+// that no register of ARGV[2] or earlier may name it again (register).
 var unregister = redis.NewScript(`
+if KEYS[2] then
+  local t = redis.call('GET', KEYS[2])
+  if not t or tonumber(t) < tonumber(ARGV[2]) then
+    redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  end
+end
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if s and tonumber(s) <= tonumber(ARGV[2]) then
   return redis.call('ZREM', KEYS[1], ARGV[1])
@@ -50,14 +58,28 @@ return 0
 // call that outlived its context) must not write its earlier time over
 // that of an instance that named the queue since, which the unregister
 // following a register run after its store's last leave would then take
-// out (Store.register).
+// out (Store.register). Nor does it where the name's tombstone KEYS[2]
+// stands at ARGV[2] or later: a register sent before the last leave, its
+// answer lost, that reaches Redis after it (unregister).
 var register = redis.NewScript(`
+local t = redis.call('GET', KEYS[2])
+if t and tonumber(ARGV[2]) <= tonumber(t) then
+  return 0
+end
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not s or tonumber(s) < tonumber(ARGV[2]) then
   return redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 end
 return 0
 `)
+
+// leftKey is the key of the tombstone of registry name under prefix,
+// beside the registry (one hash tag): the last leave of its queue writes
+// it where a call of a node that left may still come, and it expires by
+// itself after TombstoneTTL.
+func leftKey(prefix, name string) string {
+	return "{" + braces.Replace(cmp.Or(prefix, DefaultKeyPrefix)) + "}:left:" + name
+}
 
 // Unregister takes name out of the registry under prefix ("":
 // DefaultKeyPrefix) unless an instance named it later than since (it
@@ -94,13 +116,29 @@ func (s *Store) register(ctx context.Context, force bool) {
 	if last := s.registered.Load(); !force && last != 0 && now.Sub(time.UnixMilli(last)) < s.registerEvery() {
 		return
 	}
+	name := registryName(s.name)
 	if s.registryCall(ctx, func() error {
-		err := register.Run(ctx, s.rdb, []string{s.registry}, registryName(s.name), now.UnixMilli()).Err()
-		if since := s.leftAt.Load(); err == nil && since != 0 {
-			// The call outlived its context (bounded) and ran once this
-			// store's leave, the last, had deleted the keys: it may have
-			// named the queue after the leave took it out, for good.
-			_ = Unregister(context.WithoutCancel(ctx), s.rdb, s.prefix, registryName(s.name), time.UnixMilli(since))
+		err := register.Run(ctx, s.rdb, []string{s.registry, leftKey(s.prefix, name)}, name, now.UnixMilli()).Err()
+		bg := context.WithoutCancel(ctx)
+		switch {
+		case err == nil:
+			if since := s.leftAt.Load(); since != 0 {
+				// The call outlived its context (bounded) and ran once
+				// this store's leave, the last, had deleted the keys: it
+				// may have named the queue after the leave took it out,
+				// for good.
+				_ = Unregister(bg, s.rdb, s.prefix, name, time.UnixMilli(since))
+			}
+		case unanswered(err):
+			// Redis may run it late, after the last leave: that leave
+			// leaves the name's tombstone, which turns it away
+			// (unregisterAfterLeave); or, where this store's leave, the
+			// last, ran already, it is left now. Noted before leftAt is
+			// read, as the leave stores leftAt before it reads this.
+			s.lostRegister.Store(now.UnixMilli())
+			if since := s.leftAt.Load(); since != 0 {
+				_ = s.unregisterLeft(bg, time.UnixMilli(since), true)
+			}
 		}
 		return err
 	}) == nil {
@@ -121,11 +159,47 @@ func (s *Store) registryCall(ctx context.Context, call func() error) error {
 // unregisterAfterLeave takes the queue out of the registry once the leave
 // deleted its keys, unless an instance named it later than since, read
 // after the leave's script (with DeadQueueAfter negative too: another
-// instance may have named it).
-func (s *Store) unregisterAfterLeave(ctx context.Context, since time.Time) error {
-	s.leftAt.Store(since.UnixMilli()) // before the unregister: see register
-	if err := Unregister(ctx, s.sc, s.prefix, registryName(s.name), since); err != nil {
-		return fmt.Errorf("leave %s: %w", s.tag, err)
+// instance may have named it). late (the leave kept the tombstones: a
+// call of a node that left may still come), or a register of this store
+// got no answer: the name's tombstone turns away, for a TombstoneTTL, a
+// register sent before since that reaches Redis late.
+func (s *Store) unregisterAfterLeave(ctx context.Context, since time.Time, late bool) error {
+	s.leftAt.Store(since.UnixMilli()) // before the unregister and mayBeLate: see register
+	return s.unregisterLeft(ctx, since, late || s.mayBeLate())
+}
+
+// unregisterBudget is the time left before ctx's deadline, read as a
+// leave starts: its unregister gets as long (unregisterContext); 0
+// without a deadline.
+func unregisterBudget(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d), 0)
+	}
+	return 0
+}
+
+// unregisterContext is the context of the unregister after the last
+// leave's script, of a leave whose ctx had budget (unregisterBudget): a
+// budget of its own, as long, so that a script answered only at the
+// deadline (a loaded process) does not leave the name of a queue given
+// back; ctx as it is where it has no deadline.
+func unregisterContext(ctx context.Context, budget time.Duration) (context.Context, context.CancelFunc) {
+	if budget <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), budget)
+}
+
+// unregisterLeft runs unregister for the queue's last leave at since,
+// with the name's tombstone where tomb.
+func (s *Store) unregisterLeft(ctx context.Context, since time.Time, tomb bool) error {
+	name := registryName(s.name)
+	keys, args := []string{s.registry}, []any{name, since.UnixMilli()}
+	if tomb {
+		keys, args = append(keys, leftKey(s.prefix, name)), append(args, TombstoneTTL.Milliseconds())
+	}
+	if err := unregister.Run(ctx, s.sc, keys, args...).Err(); err != nil {
+		return fmt.Errorf("leave %s: unregister %s: %w", s.tag, s.registry, err)
 	}
 	return nil
 }

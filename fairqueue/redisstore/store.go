@@ -139,6 +139,11 @@ type Store struct {
 	// queue's keys, until the next Open: a register still on its way
 	// then takes the name out again (register).
 	leftAt atomic.Int64
+	// lostRegister is when a register last got no answer (unix ms): Redis
+	// may still run it, after the last leave. A later answer does not
+	// settle it (unsure): the register's connection, closed on its
+	// failure, may be read after another's (a loaded Redis).
+	lostRegister atomic.Int64
 	// unsure is when a call last failed with no answer from Redis (unix
 	// ms; 0: none since a later call's answer): Redis may still run it,
 	// late (failed, settled).
@@ -368,9 +373,10 @@ func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) erro
 	// store may still be on its way, the last leave keeps the tombstones
 	// (a key that expires by itself) for such a call to find.
 	late := "0"
-	if u := s.unsure.Load(); u != 0 && time.Since(time.UnixMilli(u)) < TombstoneTTL {
+	if s.mayBeLate() {
 		late = "1"
 	}
+	budget := unregisterBudget(ctx)
 	v, err := scripts.leave.Run(ctx, s.sc, s.keys, s.args(node, l, TombstoneTTL.Milliseconds(), late)...).Slice()
 	if err != nil {
 		return fmt.Errorf("leave %s: %w", s.tag, busy(err))
@@ -382,14 +388,20 @@ func (s *Store) Leave(ctx context.Context, node string, l fairqueue.Limits) erro
 		// before the keys went; only a name put there after (an instance
 		// that opened the queue again) stays.
 		since := time.Now()
+		// A call of a node that left may still come (the leave kept the
+		// tombstones for it): a register among them, which the registry's
+		// tombstone turns away.
+		kept := len(v) > 2 && toInt(v[2]) == 1
+		uctx, cancel := unregisterContext(ctx, budget)
+		defer cancel()
 		if s.deadAfter >= 0 {
-			return s.unregisterAfterLeave(ctx, since)
+			return s.unregisterAfterLeave(uctx, since, kept)
 		}
 		// A store that does not register still takes out the name another
 		// instance of the queue put there (one with the registry on), or
 		// the registry's key stays for good; its Redis user may not reach
 		// that key, so a failure is not the leave's.
-		_ = s.unregisterAfterLeave(ctx, since)
+		_ = s.unregisterAfterLeave(uctx, since, kept)
 	}
 	return nil
 }

@@ -2,7 +2,7 @@
 // between its clients and one upstream: latency, a blackhole (a partition
 // in which TCP stays up) and a cut (every connection reset). It stands in
 // for toxiproxy, in-process. A fault applies at once to every current and
-// future connection.
+// future connection, but HoldNext, which holds one connection's request.
 package faultproxy
 
 import (
@@ -39,6 +39,7 @@ type Proxy struct {
 	changed   chan struct{} // closed and replaced at every fault change
 	links     map[*link]struct{}
 	closed    bool
+	armed     *hold // the next client chunk it matches is held (HoldNext)
 }
 
 // link is one proxied connection: the client's and the upstream's ends.
@@ -48,10 +49,12 @@ type link struct {
 	once           sync.Once
 }
 
-// chunk is what one read got, and when: it is written latency later.
+// chunk is what one read got, and when: it is written latency later,
+// and not before release is closed where it has one (HoldNext).
 type chunk struct {
-	b  []byte
-	at time.Time
+	b       []byte
+	at      time.Time
+	release <-chan struct{}
 }
 
 // New starts a proxy to upstream (host:port) on a free loopback port.
@@ -189,9 +192,9 @@ func (p *Proxy) serve(c net.Conn) {
 	p.wg.Add(4)
 	p.mu.Unlock()
 	up, down := make(chan chunk, queued), make(chan chunk, queued)
-	go p.read(l, c, up)
+	go p.read(l, c, up, true)
 	go p.write(l, s, up)
-	go p.read(l, s, down)
+	go p.read(l, s, down, false)
 	go p.write(l, c, down)
 }
 
@@ -201,15 +204,21 @@ func (p *Proxy) isCut() bool {
 	return p.cut
 }
 
-func (p *Proxy) read(l *link, src net.Conn, out chan<- chunk) {
+// read reads src into out; fromClient: the client's end, whose chunks
+// HoldNext may hold.
+func (p *Proxy) read(l *link, src net.Conn, out chan<- chunk, fromClient bool) {
 	defer p.wg.Done()
 	defer close(out)
 	buf := make([]byte, chunkSize)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			c := chunk{b: append([]byte(nil), buf[:n]...), at: time.Now()}
+			if fromClient {
+				c.release = p.held(c.b)
+			}
 			select {
-			case out <- chunk{b: append([]byte(nil), buf[:n]...), at: time.Now()}:
+			case out <- c:
 			case <-l.done:
 				return
 			}
@@ -226,6 +235,13 @@ func (p *Proxy) write(l *link, dst net.Conn, in <-chan chunk) {
 	defer p.wg.Done()
 	defer p.closeLink(l, false)
 	for c := range in {
+		if c.release != nil {
+			select {
+			case <-c.release:
+			case <-l.done:
+				return
+			}
+		}
 		if !p.hold(l, c.at) {
 			return
 		}

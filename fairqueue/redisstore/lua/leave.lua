@@ -16,8 +16,9 @@
 --   call of the node got no answer in that time (it may still run): the
 --   mark '!late' in K.gone, for as long, keeps the last leave from
 --   deleting the tombstones (K.gone then expires by itself).
--- Returns the number of permits released, and 1 when every key of the
--- queue was deleted (no live node left), else 0.
+-- Returns the number of permits released, 1 when every key of the queue
+-- was deleted (no live node left), else 0, and then 1 where '!late' kept
+-- the tombstones (a register too may still come: Store.Leave).
 -- Idempotent: a second run finds nothing of the node.
 clock()
 local held = mine(ARGV[1])
@@ -49,7 +50,7 @@ if redis.call('ZCOUNT', K.nodes, now, '+inf') == 0 then
       if k ~= K.gone then others[#others + 1] = k end
     end
     redis.call('DEL', unpack(others))
-    return {#held, 1}
+    return {#held, 1, 1}
   end
   redis.call('DEL', unpack(KEYS))
   return {#held, 1}
