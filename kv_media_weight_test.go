@@ -88,3 +88,26 @@ func TestJSONConfigErrorsOfMediaTokensNameTheField(t *testing.T) {
 	}
 	require.NoError(t, loadHandlerJSON(t, `"kv_tokens":100000,"media_tokens":256`))
 }
+
+// SGLang takes an assistant message's reasoning as a content part
+// {"type":"thinking","thinking":"..."} (or "reasoning"), text its chat
+// template renders into the prompt: it weighs its text, as a "text"
+// part does, not media_tokens.
+func TestWeightCountsSGLangThinkingPartsAsText(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	thinking := strings.Repeat("step ", 8000) // 40,000 bytes: 10,000 tokens at 4 bytes each
+	for _, typ := range []string{"thinking", "reasoning"} {
+		t.Run(typ, func(t *testing.T) {
+			h := provisionLocal(t, newContext(t), &Handler{Name: "kv-thinking-weight", KVTokens: 1 << 20})
+			next := newHolder()
+			req := newRequest(context.Background(), `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"abcd"},`+
+				`{"role":"assistant","content":[{"type":"`+typ+`","thinking":"`+thinking+`"},{"type":"text","text":"abcd"}]},{"role":"user","content":"abcd"}]}`)
+			req.start(h, next)
+			next.waitEntered(t)
+			assert.Equal(t, int64((len(thinking)+12)/4+10), h.engineList()[0].tokens.Load(), "the thinking text and the three messages' 4 bytes each, at 4 bytes a token, and the budget")
+			next.release <- struct{}{}
+			req.wait(t)
+			settled(t, h)
+		})
+	}
+}
