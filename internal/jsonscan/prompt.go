@@ -168,8 +168,9 @@ func toolsAgain(prev int64, val []byte, k keys) int64 {
 // contentText is the text of a message's content: a string, or the
 // strings and the "text" of the object parts of an array (a refusal
 // part's "refusal", the Chat Completions and Responses APIs' assistant
-// text); media counts the object parts without such a string (an image,
-// audio, a file).
+// text; SGLang's "thinking" part's "thinking", an assistant message's
+// reasoning, which its chat template renders); media counts the object
+// parts without such a string (an image, audio, a file).
 func contentText(v []byte, k keys) (n, media int64) {
 	switch v[0] {
 	case '"':
@@ -181,18 +182,21 @@ func contentText(v []byte, k keys) (n, media int64) {
 				n += textLen(part)
 			case '{':
 				// The last of each key counts; a refusal part's text
-				// is its "refusal".
-				var text, refusal int64 = -1, -1
+				// is its "refusal", SGLang's thinking part's its
+				// "thinking" (or "text").
+				var text, refusal, thinking int64 = -1, -1, -1
 				eachMember(part, func(key, v []byte) {
 					switch {
 					case k.is(key, "text"):
 						text = stringLen(v)
 					case k.is(key, "refusal"):
 						refusal = stringLen(v)
+					case k.is(key, "thinking"):
+						thinking = stringLen(v)
 					}
 				})
 				if text < 0 {
-					text = refusal
+					text = max(refusal, thinking)
 				}
 				n += max(text, 0)
 				if text < 0 {

@@ -48,7 +48,7 @@ type Fields struct {
 	// as encoding/json decodes it (escapes resolved; an invalid UTF-8
 	// byte or a broken surrogate escape is U+FFFD, 3 bytes): the
 	// "content" of each of "messages" (a string, or the string parts
-	// and the "text", else "refusal", of the object parts of an array), "prompt" (a
+	// and the "text", else "refusal" or "thinking", of the object parts of an array), "prompt" (a
 	// string, or the strings of an array), "system" and "instructions"
 	// (the Responses API's; a string) and "input" (the Responses API's
 	// and embeddings': a string, or an array of strings and of items
@@ -73,7 +73,7 @@ type Fields struct {
 	Prompt bool
 	// Media is the parts of the prompt that are not text: each content
 	// part of a message or input item without a "text" string (nor a
-	// refusal part's "refusal": an image, audio, a file), and each of
+	// "refusal" or SGLang's "thinking": an image, audio, a file), and each of
 	// Ollama's "images" (of a message, or of the body). The backend
 	// counts their tokens; PromptBytes does not.
 	Media int64

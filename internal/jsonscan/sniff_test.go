@@ -113,6 +113,7 @@ func FuzzSniff(f *testing.F) {
 		`{"input":[{"content":[{"type":"input_image","image_url":"u"}]},{"output":[{"text":"t"}]}],"images":[]}`,
 		`{"messages":[{"content":[{"type":"refusal","refusal":"no"},{"refusal":1},{"text":1,"refusal":"r"},{"refusal":"r","text":"t"}]}]}`,
 		`{"input":[{"type":"message","content":[{"type":"refusal","refusal":"n\u00f6"}]}]}`,
+		`{"messages":[{"content":[{"type":"thinking","thinking":"th"},{"thinking":1},{"refusal":"r","thinking":"tt"},{"type":"reasoning","text":"x","thinking":"yy"}]}]}`,
 		`{"messages":[{"content":"x"}],"documents":[{"title":"t","text":"d"}],"chat_template_kwargs":{"a":"b"},"documents":null}`,
 		`{"messages":[{"content":[{"type":"image_url"},{"type":"input_audio"},"t"],"images":["a","b"]}],"images":["c"]}`,
 		`{"messages":[],"input_ids":[1,"4",5.5],"input_ids":[6,7]}`,
@@ -237,7 +238,7 @@ func wantMedia(m map[string]json.RawMessage) int64 {
 }
 
 // wantMediaParts counts a content array's object parts without a "text"
-// string nor a "refusal" one.
+// string, a "refusal" one nor a "thinking" one.
 func wantMediaParts(raw json.RawMessage) int64 {
 	var n int64
 	parts, _ := wantArray(raw)
@@ -288,12 +289,17 @@ func wantContent(raw json.RawMessage) int64 {
 }
 
 // wantPartText is the oracle's text of an object part: its "text"
-// string, else its "refusal" string (a refusal part).
+// string, else the longer of its "refusal" string (a refusal part) and
+// its "thinking" one (SGLang's thinking part).
 func wantPartText(po map[string]json.RawMessage) (string, bool) {
 	if s, ok := wantString(po["text"]); ok {
 		return s, true
 	}
-	return wantString(po["refusal"])
+	r, rok := wantString(po["refusal"])
+	if th, ok := wantString(po["thinking"]); ok && (!rok || len(th) > len(r)) {
+		return th, true
+	}
+	return r, rok
 }
 
 func wantString(raw json.RawMessage) (string, bool) {
