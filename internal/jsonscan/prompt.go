@@ -25,12 +25,30 @@ type prompt struct {
 type message struct {
 	content, calls int64 // the content's text, the tool calls' JSON
 	media, images  int64 // content parts that are not text; Ollama's images
+	// reasoning is the text of an assistant message's reasoning, by
+	// reasoningKeys: the longest counts.
+	reasoning [2]int64
 }
+
+// reasoningKeys are the keys of an assistant message's reasoning, which
+// the chat template of a reasoning model renders into the prompt
+// (interleaved thinking), as k reads them: with exactKeys vLLM's
+// "reasoning" and SGLang's (and vLLM's older) "reasoning_content", of
+// which a client may send both (an answer of vLLM's holds both, sent
+// back as it came); with foldedKeys Ollama's "thinking".
+func reasoningKeys(k keys) []string {
+	if k == foldedKeys {
+		return foldedReasoningKeys
+	}
+	return exactReasoningKeys
+}
+
+var exactReasoningKeys, foldedReasoningKeys = []string{"reasoning", "reasoning_content"}, []string{"thinking"}
 
 // messagesText is the text of "messages": the "content" of each message
 // object, a string or an array of parts (a string part, or an object
-// part's "text" or "refusal" string), and the JSON of an assistant
-// message's "tool_calls", which the chat template renders into the
+// part's "text" or "refusal" string), the JSON of an assistant
+// message's "tool_calls" and its reasoning (reasoningKeys), which the chat template renders into the
 // prompt. Roles, names and images are not text the model reads as
 // prose, or are small: they are not counted as text. Each content part
 // that is not text, and each of Ollama's "images" of a message, is one of
@@ -75,7 +93,7 @@ func messagesText(b []byte, at []int, k keys) prompt {
 			again = true
 			live = append(live, next)
 		}
-		p.n += m.content + m.calls
+		p.n += m.content + m.calls + max(m.reasoning[0], m.reasoning[1])
 		p.media += m.media + m.images
 		at = live
 	}
@@ -101,6 +119,12 @@ func (m message) read(msg []byte, again bool, k keys) message {
 			m.calls = calls
 		case k.is(key, "images"):
 			m.images = elements(v)
+		default:
+			for i, name := range reasoningKeys(k) {
+				if k.is(key, name) && !k.keepsOnNull(name, v) {
+					m.reasoning[i] = max(stringLen(v), 0)
+				}
+			}
 		}
 	})
 	return m

@@ -113,6 +113,7 @@ func FuzzSniff(f *testing.F) {
 		`{"input":[{"content":[{"type":"input_image","image_url":"u"}]},{"output":[{"text":"t"}]}],"images":[]}`,
 		`{"messages":[{"content":[{"type":"refusal","refusal":"no"},{"refusal":1},{"text":1,"refusal":"r"},{"refusal":"r","text":"t"}]}]}`,
 		`{"input":[{"type":"message","content":[{"type":"refusal","refusal":"n\u00f6"}]}]}`,
+		`{"messages":[{"content":"c","reasoning":"rr","reasoning_content":"r","thinking":"t"},{"reasoning_content":"rc","reasoning":null}]}`,
 		`{"messages":[{"content":[{"type":"thinking","thinking":"th"},{"thinking":1},{"refusal":"r","thinking":"tt"},{"type":"reasoning","text":"x","thinking":"yy"}]}]}`,
 		`{"messages":[{"content":"x"}],"documents":[{"title":"t","text":"d"}],"chat_template_kwargs":{"a":"b"},"documents":null}`,
 		`{"messages":[{"content":[{"type":"image_url"},{"type":"input_audio"},"t"],"images":["a","b"]}],"images":["c"]}`,
@@ -171,6 +172,9 @@ func wantPrompt(m map[string]json.RawMessage) (n int64, found bool) {
 		for _, msg := range msgs {
 			if o, ok := wantObject(msg); ok {
 				n += wantContent(o["content"]) + wantJSONArray(o["tool_calls"])
+				reasoning, _ := wantString(o["reasoning"])
+				content, _ := wantString(o["reasoning_content"])
+				n += int64(max(len(reasoning), len(content)))
 			}
 		}
 	}
