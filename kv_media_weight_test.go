@@ -144,3 +144,22 @@ func TestWeightCountsAnAssistantMessagesReasoning(t *testing.T) {
 		})
 	}
 }
+
+// vLLM's and SGLang's tool_reference part ({"type":"tool_reference",
+// "name":"..."}: GLM's deferred tools) names a tool whose definition the
+// chat template renders from "tools", already counted: it is no image,
+// and does not weigh media_tokens.
+func TestWeightOfAToolReferencePartIsNoMedia(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	h := provisionLocal(t, newContext(t), &Handler{Name: "kv-tool-reference", KVTokens: 1 << 20})
+	next := newHolder()
+	refs := strings.Repeat(`{"type":"tool_reference","name":"read"},`, 20)
+	req := newRequest(context.Background(), `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"abcd"},`+
+		`{"role":"tool","tool_call_id":"c1","content":[`+refs+`{"type":"text","text":"abcd"}]}]}`)
+	req.start(h, next)
+	next.waitEntered(t)
+	assert.Equal(t, int64(2+10), h.engineList()[0].tokens.Load(), "the two messages' 4 bytes each, at 4 bytes a token, and the budget")
+	next.release <- struct{}{}
+	req.wait(t)
+	settled(t, h)
+}
