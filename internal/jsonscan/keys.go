@@ -26,7 +26,7 @@ var sniffedKeys = []string{
 	"stream", "model", "max_tokens", "max_completion_tokens", "max_output_tokens", "n", "best_of",
 	"options", "messages", "prompt", "system", "input", "instructions", "suffix", "template",
 	"context", "tools", "functions", "content", "tool_calls", "text", "output", "arguments", "images",
-	"refusal", "thinking", "reasoning", "reasoning_content", "parameters", "sampling_params", "input_ids", "documents", "chat_template_kwargs",
+	"refusal", "thinking", "type", "reasoning", "reasoning_content", "parameters", "sampling_params", "input_ids", "documents", "chat_template_kwargs",
 }
 
 // maxKeyText is the most bytes a key token's text (between its quotes)

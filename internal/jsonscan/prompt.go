@@ -194,7 +194,9 @@ func toolsAgain(prev int64, val []byte, k keys) int64 {
 // part's "refusal", the Chat Completions and Responses APIs' assistant
 // text; SGLang's "thinking" part's "thinking", an assistant message's
 // reasoning, which its chat template renders); media counts the object
-// parts without such a string (an image, audio, a file).
+// parts without such a string (an image, audio, a file) but vLLM's and
+// SGLang's "tool_reference" part (GLM's deferred tools), which names a
+// tool of "tools".
 func contentText(v []byte, k keys) (n, media int64) {
 	switch v[0] {
 	case '"':
@@ -209,6 +211,7 @@ func contentText(v []byte, k keys) (n, media int64) {
 				// is its "refusal", SGLang's thinking part's its
 				// "thinking" (or "text").
 				var text, refusal, thinking int64 = -1, -1, -1
+				reference := false
 				eachMember(part, func(key, v []byte) {
 					switch {
 					case k.is(key, "text"):
@@ -217,10 +220,16 @@ func contentText(v []byte, k keys) (n, media int64) {
 						refusal = stringLen(v)
 					case k.is(key, "thinking"):
 						thinking = stringLen(v)
+					case k.is(key, "type"):
+						// A string's value, exact (pydantic's Literal)
+						reference = v[0] == '"' && exactKeys.is(v, "tool_reference")
 					}
 				})
 				if text < 0 {
 					text = max(refusal, thinking)
+				}
+				if text < 0 && reference {
+					text = 0 // a tool's name: its definition is in "tools"
 				}
 				n += max(text, 0)
 				if text < 0 {

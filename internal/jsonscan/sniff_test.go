@@ -113,6 +113,7 @@ func FuzzSniff(f *testing.F) {
 		`{"input":[{"content":[{"type":"input_image","image_url":"u"}]},{"output":[{"text":"t"}]}],"images":[]}`,
 		`{"messages":[{"content":[{"type":"refusal","refusal":"no"},{"refusal":1},{"text":1,"refusal":"r"},{"refusal":"r","text":"t"}]}]}`,
 		`{"input":[{"type":"message","content":[{"type":"refusal","refusal":"n\u00f6"}]}]}`,
+		`{"messages":[{"content":[{"type":"tool_reference","name":"f"},{"type":"image_url","type":"tool_reference"},{"type":"tool_reference","type":"x"},{"type":"tool\u005freference"}]}]}`,
 		`{"messages":[{"content":"c","reasoning":"rr","reasoning_content":"r","thinking":"t"},{"reasoning_content":"rc","reasoning":null}]}`,
 		`{"messages":[{"content":[{"type":"thinking","thinking":"th"},{"thinking":1},{"refusal":"r","thinking":"tt"},{"type":"reasoning","text":"x","thinking":"yy"}]}]}`,
 		`{"messages":[{"content":"x"}],"documents":[{"title":"t","text":"d"}],"chat_template_kwargs":{"a":"b"},"documents":null}`,
@@ -242,13 +243,14 @@ func wantMedia(m map[string]json.RawMessage) int64 {
 }
 
 // wantMediaParts counts a content array's object parts without a "text"
-// string, a "refusal" one nor a "thinking" one.
+// string, a "refusal" one nor a "thinking" one, but tool references.
 func wantMediaParts(raw json.RawMessage) int64 {
 	var n int64
 	parts, _ := wantArray(raw)
 	for _, part := range parts {
 		if po, ok := wantObject(part); ok {
-			if _, ok := wantPartText(po); !ok {
+			typ, _ := wantString(po["type"])
+			if _, ok := wantPartText(po); !ok && typ != "tool_reference" {
 				n++
 			}
 		}
