@@ -72,7 +72,10 @@ type weight struct {
 	// jsonscan.Fields.Media), which the backend counts and text does
 	// not, and mediaTokens the tokens they weigh together.
 	media, mediaTokens int64
-	budget             int64 // the completion budget, of each completion
+	// reasoning: text holds an assistant message's reasoning
+	// (jsonscan.Fields.Reasoning), which the backend may not count.
+	reasoning bool
+	budget    int64 // the completion budget, of each completion
 	// completions is how many completions the backend generates, each
 	// up to the budget (jsonscan.Fields.Completions): at least 1.
 	completions int64
@@ -117,7 +120,7 @@ func asGenerate(f jsonscan.Fields) jsonscan.Fields {
 // prompt tokens are estimated once its queue is known (estimate).
 func newWeight(info jsonscan.Fields, a api, bodyLen int, defaultBudget, perMedia int) weight {
 	budget, completions := a.budget(info)
-	w := weight{text: info.PromptBytes, media: info.Media, budget: budget, completions: max(completions, 1)}
+	w := weight{text: info.PromptBytes, media: info.Media, reasoning: info.Reasoning, budget: budget, completions: max(completions, 1)}
 	w.mediaTokens = jsonscan.MaxTokenCount
 	if per := max(int64(perMedia), 1); w.media <= w.mediaTokens/per {
 		w.mediaTokens = w.media * per

@@ -19,6 +19,9 @@ type prompt struct {
 	// media is the prompt's parts that are not text (an image, audio),
 	// whose tokens the backend counts and n does not.
 	media int64
+	// reasoning: n holds an assistant message's reasoning, which a chat
+	// template may leave out.
+	reasoning bool
 }
 
 // message is what one element of "messages" adds to the prompt.
@@ -93,7 +96,9 @@ func messagesText(b []byte, at []int, k keys) prompt {
 			again = true
 			live = append(live, next)
 		}
-		p.n += m.content + m.calls + max(m.reasoning[0], m.reasoning[1])
+		reasoning := max(m.reasoning[0], m.reasoning[1])
+		p.n += m.content + m.calls + reasoning
+		p.reasoning = p.reasoning || reasoning > 0
 		p.media += m.media + m.images
 		at = live
 	}

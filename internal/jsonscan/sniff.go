@@ -73,6 +73,9 @@ type Fields struct {
 	// Ollama's "images" (of a message, or of the body). The backend
 	// counts their tokens; PromptBytes does not.
 	Media int64
+	// Reasoning reports that PromptBytes holds an assistant message's
+	// reasoning, which a chat template may leave out of the prompt.
+	Reasoning bool
 	// Ambiguous reports (SniffEither) that the body names different
 	// models as its two kinds of backend read it.
 	Ambiguous bool
@@ -149,6 +152,7 @@ func SniffEither(b []byte) Fields {
 	f.NewCompletions = max(f.NewCompletions, g.NewCompletions)
 	f.PromptTokens = max(f.PromptTokens, g.PromptTokens)
 	f.Media = max(f.Media, g.Media)
+	f.Reasoning = f.Reasoning || g.Reasoning
 	if f.Prompt != g.Prompt {
 		f.PromptBytes = max(f.PromptBytes, g.PromptBytes, int64(len(b)))
 	} else {
@@ -297,6 +301,7 @@ func sniffStream(b []byte, k keys) (info Fields, goBool goStream, ok bool) {
 		info.PromptTokens += p.ids
 		info.Prompt = info.Prompt || p.found
 		info.Media += p.media
+		info.Reasoning = info.Reasoning || p.reasoning
 	}
 	if info.Prompt {
 		info.PromptBytes += template.bytes()

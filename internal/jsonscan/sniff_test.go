@@ -156,6 +156,7 @@ func FuzzSniff(f *testing.F) {
 		want.Completions = wantCompletions(m)
 		want.PromptTokens = wantPromptTokens(m)
 		want.Media = wantMedia(m)
+		want.Reasoning = wantReasoning(m)
 		// Native /generate's budget and completions (TGI's "parameters",
 		// SGLang's "sampling_params" and batches of "text" and
 		// "input_ids") are not this oracle's: kv_native_generate_test.go
@@ -240,6 +241,22 @@ func wantMedia(m map[string]json.RawMessage) int64 {
 		}
 	}
 	return media
+}
+
+// wantReasoning is the fuzz oracle's Fields.Reasoning: a message has a
+// non-empty "reasoning" or "reasoning_content" string.
+func wantReasoning(m map[string]json.RawMessage) bool {
+	msgs, _ := wantArray(m["messages"])
+	for _, msg := range msgs {
+		if o, ok := wantObject(msg); ok {
+			reasoning, _ := wantString(o["reasoning"])
+			content, _ := wantString(o["reasoning_content"])
+			if reasoning != "" || content != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // wantMediaParts counts a content array's object parts without a "text"
