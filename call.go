@@ -377,9 +377,9 @@ func (c *call) learn() {
 			c.e.budget.observe(tokens / float64(c.weight.completions)) // one completion's
 		}
 	}
-	if c.weight.noPrompt || c.weight.ids > 0 || c.weight.media > 0 {
+	if c.weight.noPrompt || c.weight.ids > 0 || c.weight.media > 0 || c.weight.reasoning {
 		// The usage counts more than the prompt's text (the body, token
-		// ids, media).
+		// ids, media), or perhaps less (reasoning a template leaves out).
 		return
 	}
 	if tokens, ok := c.usage.promptTokens(); ok {

@@ -65,13 +65,17 @@ type weight struct {
 	text     int64
 	noPrompt bool
 	// ids is the prompt's tokens sent as token ids
-	// (jsonscan.Fields.PromptTokens), counted as they are.
+	// (jsonscan.Fields.PromptTokens), counted as they are (with
+	// noPrompt, at least: the body's text holds them).
 	ids int64
 	// media is the prompt's parts that are not text (an image, audio;
 	// jsonscan.Fields.Media), which the backend counts and text does
 	// not, and mediaTokens the tokens they weigh together.
 	media, mediaTokens int64
-	budget             int64 // the completion budget, of each completion
+	// reasoning: text holds an assistant message's reasoning
+	// (jsonscan.Fields.Reasoning), which the backend may not count.
+	reasoning bool
+	budget    int64 // the completion budget, of each completion
 	// completions is how many completions the backend generates, each
 	// up to the budget (jsonscan.Fields.Completions): at least 1.
 	completions int64
@@ -116,16 +120,17 @@ func asGenerate(f jsonscan.Fields) jsonscan.Fields {
 // prompt tokens are estimated once its queue is known (estimate).
 func newWeight(info jsonscan.Fields, a api, bodyLen int, defaultBudget, perMedia int) weight {
 	budget, completions := a.budget(info)
-	w := weight{text: info.PromptBytes, media: info.Media, budget: budget, completions: max(completions, 1)}
+	w := weight{text: info.PromptBytes, media: info.Media, reasoning: info.Reasoning, budget: budget, completions: max(completions, 1)}
 	w.mediaTokens = jsonscan.MaxTokenCount
 	if per := max(int64(perMedia), 1); w.media <= w.mediaTokens/per {
 		w.mediaTokens = w.media * per
 	}
-	if info.Prompt {
-		w.ids = info.PromptTokens
-	} else {
+	w.ids = info.PromptTokens
+	if !info.Prompt {
 		// Not a body whose prompt we can read: count all of it (an
-		// Ollama "context" included).
+		// Ollama "context" included), or its token ids where more
+		// (SGLang's "input_ids" on its native /generate: "1," is half
+		// a token of bytes).
 		w.text, w.noPrompt = int64(bodyLen), true
 	}
 	if w.budget <= 0 {
@@ -136,9 +141,13 @@ func newWeight(info jsonscan.Fields, a api, bodyLen int, defaultBudget, perMedia
 }
 
 // estimate fills in the prompt's tokens: its text at bytesPerToken, its
-// token ids and its media, saturated.
+// token ids (with noPrompt, the text holds them: the more of the two)
+// and its media, saturated.
 func (w *weight) estimate(bytesPerToken float64) {
 	text := int64(math.Ceil(float64(w.text) / bytesPerToken))
+	if w.noPrompt {
+		text = max(text-w.ids, 0)
+	}
 	w.prompt = min(text+w.ids+w.mediaTokens, jsonscan.MaxTokenCount)
 }
 

@@ -88,3 +88,78 @@ func TestJSONConfigErrorsOfMediaTokensNameTheField(t *testing.T) {
 	}
 	require.NoError(t, loadHandlerJSON(t, `"kv_tokens":100000,"media_tokens":256`))
 }
+
+// SGLang takes an assistant message's reasoning as a content part
+// {"type":"thinking","thinking":"..."} (or "reasoning"), text its chat
+// template renders into the prompt: it weighs its text, as a "text"
+// part does, not media_tokens.
+func TestWeightCountsSGLangThinkingPartsAsText(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	thinking := strings.Repeat("step ", 8000) // 40,000 bytes: 10,000 tokens at 4 bytes each
+	for _, typ := range []string{"thinking", "reasoning"} {
+		t.Run(typ, func(t *testing.T) {
+			h := provisionLocal(t, newContext(t), &Handler{Name: "kv-thinking-weight", KVTokens: 1 << 20})
+			next := newHolder()
+			req := newRequest(context.Background(), `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"abcd"},`+
+				`{"role":"assistant","content":[{"type":"`+typ+`","thinking":"`+thinking+`"},{"type":"text","text":"abcd"}]},{"role":"user","content":"abcd"}]}`)
+			req.start(h, next)
+			next.waitEntered(t)
+			assert.Equal(t, int64((len(thinking)+12)/4+10), h.engineList()[0].tokens.Load(), "the thinking text and the three messages' 4 bytes each, at 4 bytes a token, and the budget")
+			next.release <- struct{}{}
+			req.wait(t)
+			settled(t, h)
+		})
+	}
+}
+
+// An assistant message's reasoning, replayed in a conversation's
+// history, is text that a chat template of a reasoning model renders
+// into the prompt (interleaved thinking): vLLM's "reasoning", SGLang's
+// (and vLLM's older) "reasoning_content", Ollama's "thinking". It weighs
+// its text, once where a client sends it under two of those keys (an
+// answer of vLLM's, which holds both, sent back as it came).
+func TestWeightCountsAnAssistantMessagesReasoning(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	reasoning := strings.Repeat("step ", 8000) // 40,000 bytes: 10,000 tokens at 4 bytes each
+	for _, tc := range []struct{ name, path, fields string }{
+		{"vLLM's reasoning", "", `"reasoning":"` + reasoning + `"`},
+		{"SGLang's reasoning_content", "", `"reasoning_content":"` + reasoning + `"`},
+		{"both, as vLLM answers", "", `"reasoning":"` + reasoning + `","reasoning_content":"` + reasoning + `"`},
+		{"Ollama's thinking", "/api/chat", `"thinking":"` + reasoning + `"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := provisionLocal(t, newContext(t), &Handler{Name: "kv-reasoning-weight", KVTokens: 1 << 20})
+			next := newHolder()
+			req := newRequest(context.Background(), `{"model":"m","max_tokens":10,"options":{"num_predict":10},"messages":[{"role":"user","content":"abcd"},`+
+				`{"role":"assistant",`+tc.fields+`,"content":"abcd"},{"role":"user","content":"abcd"}]}`)
+			if tc.path != "" {
+				req.r.URL.Path = tc.path
+			}
+			req.start(h, next)
+			next.waitEntered(t)
+			assert.Equal(t, int64((len(reasoning)+12)/4+10), h.engineList()[0].tokens.Load(), "the reasoning and the three messages' 4 bytes each, at 4 bytes a token, and the budget")
+			next.release <- struct{}{}
+			req.wait(t)
+			settled(t, h)
+		})
+	}
+}
+
+// vLLM's and SGLang's tool_reference part ({"type":"tool_reference",
+// "name":"..."}: GLM's deferred tools) names a tool whose definition the
+// chat template renders from "tools", already counted: it is no image,
+// and does not weigh media_tokens.
+func TestWeightOfAToolReferencePartIsNoMedia(t *testing.T) {
+	t.Cleanup(func() { poolEmpty(t) })
+	h := provisionLocal(t, newContext(t), &Handler{Name: "kv-tool-reference", KVTokens: 1 << 20})
+	next := newHolder()
+	refs := strings.Repeat(`{"type":"tool_reference","name":"read"},`, 20)
+	req := newRequest(context.Background(), `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"abcd"},`+
+		`{"role":"tool","tool_call_id":"c1","content":[`+refs+`{"type":"text","text":"abcd"}]}]}`)
+	req.start(h, next)
+	next.waitEntered(t)
+	assert.Equal(t, int64(2+10), h.engineList()[0].tokens.Load(), "the two messages' 4 bytes each, at 4 bytes a token, and the budget")
+	next.release <- struct{}{}
+	req.wait(t)
+	settled(t, h)
+}

@@ -24,6 +24,7 @@ type ollamaRequest struct {
 	Options  map[string]any `json:"options"`
 	Messages []struct {
 		Content   string            `json:"content"`
+		Thinking  string            `json:"thinking"`
 		ToolCalls []json.RawMessage `json:"tool_calls"`
 		Images    []json.RawMessage `json:"images"`
 	} `json:"messages"`
@@ -52,6 +53,7 @@ func FuzzSniffFoldedAsGo(f *testing.F) {
 		`{"model":"m","Model":null,"prompt":"abc","PROMPT":null,"options":{"num_predict":9},"options":null}`,
 		`{"messages":[{"content":"abcd","CONTENT":null}],"system":"s","system":null}`,
 		`{"messages":[{"content":"a0"},{"content":"a1"}],"messages":[{}],"Messages":[{},{"content":null}]}`,
+		`{"messages":[{"content":"a","Thinking":"tt","thinking":null,"reasoning":"r"}]}`,
 		`{"\u006d\u004f\u0064\u0065\u006c":"m","\u004d\u0045\u0053\u0053\u0041\u0047\u0045\u0053":[{"\u0043\u006f\u006e\u0074\u0065\u006e\u0074":"abc"}]}`,
 	} {
 		f.Add([]byte(s))
@@ -81,7 +83,7 @@ func FuzzSniffFoldedAsGo(f *testing.F) {
 			if m.ToolCalls != nil || m.Images != nil {
 				return
 			}
-			text += len(m.Content)
+			text += len(m.Content) + len(m.Thinking)
 		}
 		switch {
 		case !got.Prompt: // the weight counts the whole body

@@ -26,7 +26,7 @@ var sniffedKeys = []string{
 	"stream", "model", "max_tokens", "max_completion_tokens", "max_output_tokens", "n", "best_of",
 	"options", "messages", "prompt", "system", "input", "instructions", "suffix", "template",
 	"context", "tools", "functions", "content", "tool_calls", "text", "output", "arguments", "images",
-	"refusal", "parameters", "sampling_params", "input_ids", "documents", "chat_template_kwargs",
+	"refusal", "thinking", "type", "reasoning", "reasoning_content", "parameters", "sampling_params", "input_ids", "documents", "chat_template_kwargs",
 }
 
 // maxKeyText is the most bytes a key token's text (between its quotes)
@@ -142,14 +142,14 @@ func escapedByte(c byte) byte {
 // keepsOnNull reports whether a null value val of the field name leaves
 // the field as it was: with foldedKeys, Go's encoding/json decodes a
 // null into a string (Ollama's "model", "prompt", "system", "suffix",
-// "template", a message's "content") as nothing at all, so that the value
+// "template", a message's "content" and "thinking") as nothing at all, so that the value
 // before it stands. With exactKeys, as in Python, the null replaces it.
 func (k keys) keepsOnNull(name string, val []byte) bool {
 	if k != foldedKeys || val[0] != 'n' {
 		return false
 	}
 	switch name {
-	case "model", "prompt", "system", "suffix", "template", "content":
+	case "model", "prompt", "system", "suffix", "template", "content", "thinking":
 		return true
 	}
 	return false

@@ -19,18 +19,39 @@ type prompt struct {
 	// media is the prompt's parts that are not text (an image, audio),
 	// whose tokens the backend counts and n does not.
 	media int64
+	// reasoning: n holds an assistant message's reasoning, which a chat
+	// template may leave out.
+	reasoning bool
 }
 
 // message is what one element of "messages" adds to the prompt.
 type message struct {
 	content, calls int64 // the content's text, the tool calls' JSON
 	media, images  int64 // content parts that are not text; Ollama's images
+	// reasoning is the text of an assistant message's reasoning, by
+	// reasoningKeys: the longest counts.
+	reasoning [2]int64
 }
+
+// reasoningKeys are the keys of an assistant message's reasoning, which
+// the chat template of a reasoning model renders into the prompt
+// (interleaved thinking), as k reads them: with exactKeys vLLM's
+// "reasoning" and SGLang's (and vLLM's older) "reasoning_content", of
+// which a client may send both (an answer of vLLM's holds both, sent
+// back as it came); with foldedKeys Ollama's "thinking".
+func reasoningKeys(k keys) []string {
+	if k == foldedKeys {
+		return foldedReasoningKeys
+	}
+	return exactReasoningKeys
+}
+
+var exactReasoningKeys, foldedReasoningKeys = []string{"reasoning", "reasoning_content"}, []string{"thinking"}
 
 // messagesText is the text of "messages": the "content" of each message
 // object, a string or an array of parts (a string part, or an object
-// part's "text" or "refusal" string), and the JSON of an assistant
-// message's "tool_calls", which the chat template renders into the
+// part's "text" or "refusal" string), the JSON of an assistant
+// message's "tool_calls" and its reasoning (reasoningKeys), which the chat template renders into the
 // prompt. Roles, names and images are not text the model reads as
 // prose, or are small: they are not counted as text. Each content part
 // that is not text, and each of Ollama's "images" of a message, is one of
@@ -75,7 +96,9 @@ func messagesText(b []byte, at []int, k keys) prompt {
 			again = true
 			live = append(live, next)
 		}
-		p.n += m.content + m.calls
+		reasoning := max(m.reasoning[0], m.reasoning[1])
+		p.n += m.content + m.calls + reasoning
+		p.reasoning = p.reasoning || reasoning > 0
 		p.media += m.media + m.images
 		at = live
 	}
@@ -101,6 +124,12 @@ func (m message) read(msg []byte, again bool, k keys) message {
 			m.calls = calls
 		case k.is(key, "images"):
 			m.images = elements(v)
+		default:
+			for i, name := range reasoningKeys(k) {
+				if k.is(key, name) && !k.keepsOnNull(name, v) {
+					m.reasoning[i] = max(stringLen(v), 0)
+				}
+			}
 		}
 	})
 	return m
@@ -168,8 +197,11 @@ func toolsAgain(prev int64, val []byte, k keys) int64 {
 // contentText is the text of a message's content: a string, or the
 // strings and the "text" of the object parts of an array (a refusal
 // part's "refusal", the Chat Completions and Responses APIs' assistant
-// text); media counts the object parts without such a string (an image,
-// audio, a file).
+// text; SGLang's "thinking" part's "thinking", an assistant message's
+// reasoning, which its chat template renders); media counts the object
+// parts without such a string (an image, audio, a file) but vLLM's and
+// SGLang's "tool_reference" part (GLM's deferred tools), which names a
+// tool of "tools".
 func contentText(v []byte, k keys) (n, media int64) {
 	switch v[0] {
 	case '"':
@@ -181,18 +213,28 @@ func contentText(v []byte, k keys) (n, media int64) {
 				n += textLen(part)
 			case '{':
 				// The last of each key counts; a refusal part's text
-				// is its "refusal".
-				var text, refusal int64 = -1, -1
+				// is its "refusal", SGLang's thinking part's its
+				// "thinking" (or "text").
+				var text, refusal, thinking int64 = -1, -1, -1
+				reference := false
 				eachMember(part, func(key, v []byte) {
 					switch {
 					case k.is(key, "text"):
 						text = stringLen(v)
 					case k.is(key, "refusal"):
 						refusal = stringLen(v)
+					case k.is(key, "thinking"):
+						thinking = stringLen(v)
+					case k.is(key, "type"):
+						// A string's value, exact (pydantic's Literal)
+						reference = v[0] == '"' && exactKeys.is(v, "tool_reference")
 					}
 				})
 				if text < 0 {
-					text = refusal
+					text = max(refusal, thinking)
+				}
+				if text < 0 && reference {
+					text = 0 // a tool's name: its definition is in "tools"
 				}
 				n += max(text, 0)
 				if text < 0 {

@@ -4,10 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
-	"errors"
-	"math"
-	"strconv"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -48,7 +44,7 @@ type Fields struct {
 	// as encoding/json decodes it (escapes resolved; an invalid UTF-8
 	// byte or a broken surrogate escape is U+FFFD, 3 bytes): the
 	// "content" of each of "messages" (a string, or the string parts
-	// and the "text", else "refusal", of the object parts of an array), "prompt" (a
+	// and the "text", else "refusal" or "thinking", of the object parts of an array), "prompt" (a
 	// string, or the strings of an array), "system" and "instructions"
 	// (the Responses API's; a string) and "input" (the Responses API's
 	// and embeddings': a string, or an array of strings and of items
@@ -73,10 +69,13 @@ type Fields struct {
 	Prompt bool
 	// Media is the parts of the prompt that are not text: each content
 	// part of a message or input item without a "text" string (nor a
-	// refusal part's "refusal": an image, audio, a file), and each of
+	// "refusal" or SGLang's "thinking": an image, audio, a file), and each of
 	// Ollama's "images" (of a message, or of the body). The backend
 	// counts their tokens; PromptBytes does not.
 	Media int64
+	// Reasoning reports that PromptBytes holds an assistant message's
+	// reasoning, which a chat template may leave out of the prompt.
+	Reasoning bool
 	// Ambiguous reports (SniffEither) that the body names different
 	// models as its two kinds of backend read it.
 	Ambiguous bool
@@ -153,6 +152,7 @@ func SniffEither(b []byte) Fields {
 	f.NewCompletions = max(f.NewCompletions, g.NewCompletions)
 	f.PromptTokens = max(f.PromptTokens, g.PromptTokens)
 	f.Media = max(f.Media, g.Media)
+	f.Reasoning = f.Reasoning || g.Reasoning
 	if f.Prompt != g.Prompt {
 		f.PromptBytes = max(f.PromptBytes, g.PromptBytes, int64(len(b)))
 	} else {
@@ -301,77 +301,12 @@ func sniffStream(b []byte, k keys) (info Fields, goBool goStream, ok bool) {
 		info.PromptTokens += p.ids
 		info.Prompt = info.Prompt || p.found
 		info.Media += p.media
+		info.Reasoning = info.Reasoning || p.reasoning
 	}
 	if info.Prompt {
 		info.PromptBytes += template.bytes()
 	}
 	return info, goBool, true
-}
-
-// MaxTokenCount saturates a token count read from a body: beyond it a
-// float64 no longer holds every integer, and every cost bound is far
-// below it.
-const MaxTokenCount = 1 << 53
-
-// tokenCount reads a JSON number token, or a string of decimal digits,
-// as a positive token count, 0 for anything else (another string, null,
-// zero, a negative number).
-func tokenCount(val []byte) int64 {
-	if len(val) > 0 && val[0] == '"' {
-		if !utf8.Valid(val) {
-			return 0 // an invalid byte decodes as U+FFFD: not a count
-		}
-		return tokenCountText(unquote(val))
-	}
-	if len(val) == 0 || (val[0] != '-' && (val[0] < '0' || val[0] > '9')) {
-		return 0
-	}
-	return positiveCount(string(val))
-}
-
-// tokenCountText reads a token count sent as a string as vLLM and
-// SGLang read it (pydantic takes " 100000 ", "+1_000" or "100.0" for an
-// integer, and the backend generates that many): spaces around, a plus
-// sign, then digits, underscores and a decimal point; 0 for anything
-// else.
-func tokenCountText(s string) int64 {
-	s = strings.TrimPrefix(strings.TrimSpace(s), "+")
-	if s == "" || s[0] < '0' || s[0] > '9' {
-		return 0
-	}
-	for _, c := range []byte(s) {
-		if (c < '0' || c > '9') && c != '_' && c != '.' {
-			return 0
-		}
-	}
-	return positiveCount(strings.ReplaceAll(s, "_", ""))
-}
-
-// positiveCount parses a decimal number as a positive token count:
-// rounded up, saturated at MaxTokenCount; 0 when it is not one.
-func positiveCount(num string) int64 {
-	return positiveFloat(parseFloat(num))
-}
-
-// positiveFloat is a parsed number as a positive token count: rounded
-// up, saturated at MaxTokenCount; 0 when it is not one.
-func positiveFloat(f float64, err error) int64 {
-	if err != nil && !errors.Is(err, strconv.ErrRange) { // 1e999 saturates
-		return 0
-	}
-	if !(f > 0) {
-		return 0
-	}
-	return int64(math.Ceil(min(f, MaxTokenCount)))
-}
-
-// saturatedProduct is a*b, both in 1..MaxTokenCount, saturated at
-// MaxTokenCount.
-func saturatedProduct(a, b int64) int64 {
-	if a > MaxTokenCount/b {
-		return MaxTokenCount
-	}
-	return min(a*b, MaxTokenCount)
 }
 
 // scanner walks a valid JSON document.

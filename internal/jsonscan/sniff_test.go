@@ -113,6 +113,9 @@ func FuzzSniff(f *testing.F) {
 		`{"input":[{"content":[{"type":"input_image","image_url":"u"}]},{"output":[{"text":"t"}]}],"images":[]}`,
 		`{"messages":[{"content":[{"type":"refusal","refusal":"no"},{"refusal":1},{"text":1,"refusal":"r"},{"refusal":"r","text":"t"}]}]}`,
 		`{"input":[{"type":"message","content":[{"type":"refusal","refusal":"n\u00f6"}]}]}`,
+		`{"messages":[{"content":[{"type":"tool_reference","name":"f"},{"type":"image_url","type":"tool_reference"},{"type":"tool_reference","type":"x"},{"type":"tool\u005freference"}]}]}`,
+		`{"messages":[{"content":"c","reasoning":"rr","reasoning_content":"r","thinking":"t"},{"reasoning_content":"rc","reasoning":null}]}`,
+		`{"messages":[{"content":[{"type":"thinking","thinking":"th"},{"thinking":1},{"refusal":"r","thinking":"tt"},{"type":"reasoning","text":"x","thinking":"yy"}]}]}`,
 		`{"messages":[{"content":"x"}],"documents":[{"title":"t","text":"d"}],"chat_template_kwargs":{"a":"b"},"documents":null}`,
 		`{"messages":[{"content":[{"type":"image_url"},{"type":"input_audio"},"t"],"images":["a","b"]}],"images":["c"]}`,
 		`{"messages":[],"input_ids":[1,"4",5.5],"input_ids":[6,7]}`,
@@ -153,6 +156,7 @@ func FuzzSniff(f *testing.F) {
 		want.Completions = wantCompletions(m)
 		want.PromptTokens = wantPromptTokens(m)
 		want.Media = wantMedia(m)
+		want.Reasoning = wantReasoning(m)
 		// Native /generate's budget and completions (TGI's "parameters",
 		// SGLang's "sampling_params" and batches of "text" and
 		// "input_ids") are not this oracle's: kv_native_generate_test.go
@@ -170,6 +174,9 @@ func wantPrompt(m map[string]json.RawMessage) (n int64, found bool) {
 		for _, msg := range msgs {
 			if o, ok := wantObject(msg); ok {
 				n += wantContent(o["content"]) + wantJSONArray(o["tool_calls"])
+				reasoning, _ := wantString(o["reasoning"])
+				content, _ := wantString(o["reasoning_content"])
+				n += int64(max(len(reasoning), len(content)))
 			}
 		}
 	}
@@ -236,14 +243,31 @@ func wantMedia(m map[string]json.RawMessage) int64 {
 	return media
 }
 
+// wantReasoning is the fuzz oracle's Fields.Reasoning: a message has a
+// non-empty "reasoning" or "reasoning_content" string.
+func wantReasoning(m map[string]json.RawMessage) bool {
+	msgs, _ := wantArray(m["messages"])
+	for _, msg := range msgs {
+		if o, ok := wantObject(msg); ok {
+			reasoning, _ := wantString(o["reasoning"])
+			content, _ := wantString(o["reasoning_content"])
+			if reasoning != "" || content != "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // wantMediaParts counts a content array's object parts without a "text"
-// string nor a "refusal" one.
+// string, a "refusal" one nor a "thinking" one, but tool references.
 func wantMediaParts(raw json.RawMessage) int64 {
 	var n int64
 	parts, _ := wantArray(raw)
 	for _, part := range parts {
 		if po, ok := wantObject(part); ok {
-			if _, ok := wantPartText(po); !ok {
+			typ, _ := wantString(po["type"])
+			if _, ok := wantPartText(po); !ok && typ != "tool_reference" {
 				n++
 			}
 		}
@@ -288,12 +312,17 @@ func wantContent(raw json.RawMessage) int64 {
 }
 
 // wantPartText is the oracle's text of an object part: its "text"
-// string, else its "refusal" string (a refusal part).
+// string, else the longer of its "refusal" string (a refusal part) and
+// its "thinking" one (SGLang's thinking part).
 func wantPartText(po map[string]json.RawMessage) (string, bool) {
 	if s, ok := wantString(po["text"]); ok {
 		return s, true
 	}
-	return wantString(po["refusal"])
+	r, rok := wantString(po["refusal"])
+	if th, ok := wantString(po["thinking"]); ok && (!rok || len(th) > len(r)) {
+		return th, true
+	}
+	return r, rok
 }
 
 func wantString(raw json.RawMessage) (string, bool) {
