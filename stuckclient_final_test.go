@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,7 +29,8 @@ func init() { caddy.RegisterModule(shutWindow{}) }
 // TCP receive window shuts, its buffers full, right after the server has
 // written After: every later write blocks, as a write to such a client
 // does, until the connection's write deadline passes (never, without
-// one) or the connection is closed. It stands for the kernel's buffers
+// one), the connection is closed, or the client closes its end (which
+// makes a real socket's blocked write fail). It stands for the kernel's buffers
 // filling exactly at a frame's end, which a test cannot arrange on a
 // real socket.
 type shutWindow struct {
@@ -54,7 +57,8 @@ func (l shutListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &shutConn{Conn: c, after: l.after, wake: make(chan struct{}), closed: make(chan struct{})}, nil
+	return &shutConn{Conn: c, after: l.after, wake: make(chan struct{}), closed: make(chan struct{}),
+		gone: make(chan struct{})}, nil
 }
 
 type shutConn struct {
@@ -67,6 +71,20 @@ type shutConn struct {
 	wake   chan struct{} // closed and replaced when the deadline changes
 	closed chan struct{}
 	once   sync.Once
+	gone   chan struct{} // closed once a read finds the client's end closed
+	left   sync.Once
+}
+
+// Read reads from the client; an end or an error other than a deadline
+// passing (the server's own way to stop its background read) is the
+// client gone: a write blocked on it fails, as on a real socket.
+func (c *shutConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	var ne net.Error
+	if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+		c.left.Do(func() { close(c.gone) })
+	}
+	return n, err
 }
 
 func (c *shutConn) Write(b []byte) (int, error) {
@@ -104,6 +122,8 @@ func (c *shutConn) block() error {
 		case <-wake:
 		case <-c.closed:
 			return net.ErrClosed
+		case <-c.gone:
+			return syscall.ECONNRESET
 		}
 	}
 }
